@@ -153,6 +153,8 @@ def sizes_positive(s: TrainingSetup) -> Iterator[Violation]:
         K_DSEQ: s.dataset.seq_length,
         "longpack.world_size": s.world_size,
         "dist.eval_context_parallel_size": s.eval_context_parallel_size,
+        "dataset.pad_to_multiple_of": s.dataset.pad_to_multiple_of,
+        "dataset.in_batch_packing_pad_to_multiple_of": s.dataset.in_batch_packing_pad_to_multiple_of,
     }
     for key, value in values.items():
         if value is not None and value < 1:

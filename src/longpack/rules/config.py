@@ -20,6 +20,7 @@ scalars (``8`` is an int, ``true`` a bool, ``null`` None, ``[attn,mlp]`` a list)
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -325,6 +326,12 @@ class TrainingSetup:
         if any(c < 1 for c in cps) or self.tp < 1:
             return 1
         return collate_pad_multiple(tp=self.tp, cp_sizes=tuple(sorted(cps)), sp=self.sp)
+
+    @property
+    def effective_pad_to_multiple_of(self) -> int:
+        """Width multiple Bridge uses for unpacked DirectHF/Energon/MockVLM rows:
+        ``lcm(dataset.pad_to_multiple_of, required multiple)`` (spec §6.8)."""
+        return math.lcm(max(1, self.dataset.pad_to_multiple_of), self.required_pad_seq_to_mult)
 
     @property
     def model_seq_length(self) -> int | None:
