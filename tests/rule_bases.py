@@ -73,7 +73,9 @@ def setup_of(base: str | dict[str, Any], overrides: list[str] | tuple[str, ...] 
 
 
 def findings_of(
-    base: str | dict[str, Any], overrides: list[str] | tuple[str, ...] = (), packed: PackedDataSummary | None = None
+    base: str | dict[str, Any],
+    overrides: list[str] | tuple[str, ...] = (),
+    packed: PackedDataSummary | None = None,
 ) -> list[Finding]:
     return run_rules(setup_of(base, overrides), packed)
 

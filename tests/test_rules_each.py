@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from rule_bases import BASES, findings_of, packed_summary
 
 from longpack.rules import RULES
 from longpack.rules.packed_data import SegmentExample
+from rule_bases import BASES, findings_of, packed_summary
 
 PTML = "dataset.dataset_kwargs.pad_to_max_length=true"
 PCU = "dataset.offline_packing_specs.pad_cu_seqlens=true"
@@ -19,7 +19,11 @@ NO_OFFLINE = ["dataset.enable_offline_packing=false", "~dataset.offline_packing_
 
 
 def seq(n: int) -> list[str]:
-    return [f"model.seq_length={n}", f"dataset.seq_length={n}", f"dataset.offline_packing_specs.packed_sequence_size={n}"]
+    return [
+        f"model.seq_length={n}",
+        f"dataset.seq_length={n}",
+        f"dataset.offline_packing_specs.packed_sequence_size={n}",
+    ]
 
 
 @dataclass(frozen=True)
@@ -37,11 +41,35 @@ class Case:
 
 
 CASES = [
-    Case("LP-CFG-001", "SFT", ["model.context_parallel_size=0"], ["model.context_parallel_size=2"], ("context_parallel_size=0",)),
-    Case("LP-CFG-001", "DHF", ["dataset.pad_to_multiple_of=-3"], ["dataset.pad_to_multiple_of=3"], ("pad_to_multiple_of=-3",)),
+    Case(
+        "LP-CFG-001",
+        "SFT",
+        ["model.context_parallel_size=0"],
+        ["model.context_parallel_size=2"],
+        ("context_parallel_size=0",),
+    ),
+    Case(
+        "LP-CFG-001",
+        "DHF",
+        ["dataset.pad_to_multiple_of=-3"],
+        ["dataset.pad_to_multiple_of=3"],
+        ("pad_to_multiple_of=-3",),
+    ),
     Case("LP-CFG-002", "SFT", ["~longpack.world_size"], ["longpack.world_size=16"], ("world size unknown",)),
-    Case("LP-CFG-003", "SFT", ["~longpack.model_family"], ["model.num_layers=32", "model.num_attention_heads=32"], ("num_layers=None",)),
-    Case("LP-TOPO-001", "SFT", ["longpack.world_size=10"], ["longpack.world_size=24"], ("world size 10", "TP*CP*PP = 2*2*1 = 4")),
+    Case(
+        "LP-CFG-003",
+        "SFT",
+        ["~longpack.model_family"],
+        ["model.num_layers=32", "model.num_attention_heads=32"],
+        ("num_layers=None",),
+    ),
+    Case(
+        "LP-TOPO-001",
+        "SFT",
+        ["longpack.world_size=10"],
+        ["longpack.world_size=24"],
+        ("world size 10", "TP*CP*PP = 2*2*1 = 4"),
+    ),
     Case(
         "LP-TOPO-002",
         "MOE",
@@ -49,8 +77,20 @@ CASES = [
         ["model.expert_model_parallel_size=16", "model.expert_tensor_parallel_size=1"],
         ("EP*ETP = 16*2 = 32", "N/PP = 16/1 = 16", "defaults to TP=2"),
     ),
-    Case("LP-TOPO-003", "MOE", ["model.expert_model_parallel_size=3"], ["model.expert_model_parallel_size=8"], ("num_moe_experts=128", "EP=3")),
-    Case("LP-TOPO-003", "SFT", ["model.expert_model_parallel_size=2"], ["model.expert_model_parallel_size=1"], ("expert_model_parallel_size=2", "no experts")),
+    Case(
+        "LP-TOPO-003",
+        "MOE",
+        ["model.expert_model_parallel_size=3"],
+        ["model.expert_model_parallel_size=8"],
+        ("num_moe_experts=128", "EP=3"),
+    ),
+    Case(
+        "LP-TOPO-003",
+        "SFT",
+        ["model.expert_model_parallel_size=2"],
+        ["model.expert_model_parallel_size=1"],
+        ("expert_model_parallel_size=2", "no experts"),
+    ),
     Case(
         "LP-TOPO-004",
         "SFT",
@@ -65,7 +105,13 @@ CASES = [
         ["model.num_query_groups=8", "model.tensor_model_parallel_size=4"],
         ("num_query_groups (KV heads)=2", "TP=4"),
     ),
-    Case("LP-TOPO-006", "SFT", ["model.tensor_model_parallel_size=1"], ["model.tensor_model_parallel_size=1", "model.sequence_parallel=false"], ("TP=1",)),
+    Case(
+        "LP-TOPO-006",
+        "SFT",
+        ["model.tensor_model_parallel_size=1"],
+        ["model.tensor_model_parallel_size=1", "model.sequence_parallel=false"],
+        ("TP=1",),
+    ),
     Case(
         "LP-SP-001",
         "SFT",
@@ -97,8 +143,16 @@ CASES = [
     Case(
         "LP-PP-003",
         "SFT",
-        ["model.pipeline_model_parallel_size=4", "longpack.world_size=32", "model.num_layers_in_first_pipeline_stage=7"],
-        ["model.pipeline_model_parallel_size=4", "longpack.world_size=32", "model.num_layers_in_first_pipeline_stage=5"],
+        [
+            "model.pipeline_model_parallel_size=4",
+            "longpack.world_size=32",
+            "model.num_layers_in_first_pipeline_stage=7",
+        ],
+        [
+            "model.pipeline_model_parallel_size=4",
+            "longpack.world_size=32",
+            "model.num_layers_in_first_pipeline_stage=5",
+        ],
         ("25 layers left for the 3 middle",),
     ),
     Case(
@@ -123,10 +177,28 @@ CASES = [
         ["model.pipeline_model_parallel_size=2", "model.pipeline_model_parallel_layout=Et*16|t*16L"],
         ("pipeline_model_parallel_layout is combined",),
     ),
-    Case("LP-PP-006", "SFT", ["model.virtual_pipeline_model_parallel_size=2"], ["model.virtual_pipeline_model_parallel_size=null"], ("virtual_pipeline_model_parallel_size=2",)),
+    Case(
+        "LP-PP-006",
+        "SFT",
+        ["model.virtual_pipeline_model_parallel_size=2"],
+        ["model.virtual_pipeline_model_parallel_size=null"],
+        ("virtual_pipeline_model_parallel_size=2",),
+    ),
     Case("LP-CP-001", "SFT", seq(8190), seq(8192), ("seq_length=8190", "2*CP = 4")),
-    Case("LP-CP-002", "SFT", ["model.calculate_per_token_loss=false"], ["model.calculate_per_token_loss=true"], ("CP=2", "calculate_per_token_loss=False")),
-    Case("LP-CP-003", "SFT", ["ddp.average_in_collective=true"], ["ddp.average_in_collective=false"], ("CP=2", "average_in_collective=True")),
+    Case(
+        "LP-CP-002",
+        "SFT",
+        ["model.calculate_per_token_loss=false"],
+        ["model.calculate_per_token_loss=true"],
+        ("CP=2", "calculate_per_token_loss=False"),
+    ),
+    Case(
+        "LP-CP-003",
+        "SFT",
+        ["ddp.average_in_collective=true"],
+        ["ddp.average_in_collective=false"],
+        ("CP=2", "average_in_collective=True"),
+    ),
     Case(
         "LP-CP-004",
         "SFT",
@@ -162,12 +234,48 @@ CASES = [
         ["model.context_parallel_size=2", "longpack.world_size=32"],
         ("8192 / CP 4 = 2048",),
     ),
-    Case("LP-BATCH-001", "SFT", ["train.global_batch_size=10"], ["train.global_batch_size=12"], ("global_batch_size=10", "MBS*DP = 1*4 = 4")),
-    Case("LP-BATCH-002", "SFT", ["train.global_batch_size=2"], ["train.global_batch_size=4"], ("global_batch_size=2 < MBS*DP = 1*4 = 4",)),
-    Case("LP-BATCH-003", "SFT", ["validation.eval_global_batch_size=6"], ["validation.eval_global_batch_size=8"], ("eval global batch 6", "1*4 = 4")),
-    Case("LP-PACK-001", "SFT", ["dataset.enable_in_batch_packing=true"], ["dataset.enable_in_batch_packing=false"], ("enable_in_batch_packing=True",)),
-    Case("LP-PACK-002", "SFT", ["~dataset.offline_packing_specs"], ["~dataset.offline_packing_specs", "dataset.enable_offline_packing=false"], ("offline_packing_specs is not set",)),
-    Case("LP-PACK-003", "SFT", ["dataset.enable_offline_packing=false"], NO_OFFLINE, ("enable_offline_packing=False",)),
+    Case(
+        "LP-BATCH-001",
+        "SFT",
+        ["train.global_batch_size=10"],
+        ["train.global_batch_size=12"],
+        ("global_batch_size=10", "MBS*DP = 1*4 = 4"),
+    ),
+    Case(
+        "LP-BATCH-002",
+        "SFT",
+        ["train.global_batch_size=2"],
+        ["train.global_batch_size=4"],
+        ("global_batch_size=2 < MBS*DP = 1*4 = 4",),
+    ),
+    Case(
+        "LP-BATCH-003",
+        "SFT",
+        ["validation.eval_global_batch_size=6"],
+        ["validation.eval_global_batch_size=8"],
+        ("eval global batch 6", "1*4 = 4"),
+    ),
+    Case(
+        "LP-PACK-001",
+        "SFT",
+        ["dataset.enable_in_batch_packing=true"],
+        ["dataset.enable_in_batch_packing=false"],
+        ("enable_in_batch_packing=True",),
+    ),
+    Case(
+        "LP-PACK-002",
+        "SFT",
+        ["~dataset.offline_packing_specs"],
+        ["~dataset.offline_packing_specs", "dataset.enable_offline_packing=false"],
+        ("offline_packing_specs is not set",),
+    ),
+    Case(
+        "LP-PACK-003",
+        "SFT",
+        ["dataset.enable_offline_packing=false"],
+        NO_OFFLINE,
+        ("enable_offline_packing=False",),
+    ),
     Case(
         "LP-PACK-004",
         "SFT",
@@ -182,7 +290,13 @@ CASES = [
         ["train.micro_batch_size=1", "train.global_batch_size=8"],
         ("micro_batch_size=4",),
     ),
-    Case("LP-PACK-006", "DHF", ["train.micro_batch_size=1", "train.global_batch_size=8"], ["train.micro_batch_size=2", "train.global_batch_size=16"], ("micro_batch_size=1",)),
+    Case(
+        "LP-PACK-006",
+        "DHF",
+        ["train.micro_batch_size=1", "train.global_batch_size=8"],
+        ["train.micro_batch_size=2", "train.global_batch_size=16"],
+        ("micro_batch_size=1",),
+    ),
     Case("LP-PACK-007", "SFT", [PCU], [PCU, PTML], ("pad_cu_seqlens=True",)),
     Case(
         "LP-PACK-008",
@@ -191,8 +305,20 @@ CASES = [
         ["dataset.offline_packing_specs.pad_seq_to_mult=4"],
         ("pad_seq_to_mult=2", "4 (= lcm(2*CP=4, CP*TP=4)"),
     ),
-    Case("LP-PACK-008", "SFT", ["dataset.offline_packing_specs.pad_seq_to_mult=null"], ["dataset.offline_packing_specs.pad_seq_to_mult=4"], ("None",)),
-    Case("LP-PACK-009", "SFT", ["dataset.offline_packing_specs.pad_seq_to_mult=8"], ["dataset.offline_packing_specs.pad_seq_to_mult=4"], ("pad_seq_to_mult=8", "the 4")),
+    Case(
+        "LP-PACK-008",
+        "SFT",
+        ["dataset.offline_packing_specs.pad_seq_to_mult=null"],
+        ["dataset.offline_packing_specs.pad_seq_to_mult=4"],
+        ("None",),
+    ),
+    Case(
+        "LP-PACK-009",
+        "SFT",
+        ["dataset.offline_packing_specs.pad_seq_to_mult=8"],
+        ["dataset.offline_packing_specs.pad_seq_to_mult=4"],
+        ("pad_seq_to_mult=8", "the 4"),
+    ),
     Case(
         "LP-PACK-010",
         "SFT",
@@ -231,11 +357,25 @@ CASES = [
     Case(
         "LP-PACK-015",
         "SFT",
-        [*NO_OFFLINE, "dataset.enable_in_batch_packing=true", "train.micro_batch_size=2", "train.global_batch_size=16", "dataset.dataloader_type=batch"],
-        [*NO_OFFLINE, "dataset.enable_in_batch_packing=true", "train.micro_batch_size=2", "train.global_batch_size=16", "dataset.dataloader_type=single"],
+        [
+            *NO_OFFLINE,
+            "dataset.enable_in_batch_packing=true",
+            "train.micro_batch_size=2",
+            "train.global_batch_size=16",
+            "dataset.dataloader_type=batch",
+        ],
+        [
+            *NO_OFFLINE,
+            "dataset.enable_in_batch_packing=true",
+            "train.micro_batch_size=2",
+            "train.global_batch_size=16",
+            "dataset.dataloader_type=single",
+        ],
         ("dataloader_type='batch'",),
     ),
-    Case("LP-MTP-001", "SFT", ["model.mtp_num_layers=1"], ["model.mtp_num_layers=null"], ("mtp_num_layers=1",)),
+    Case(
+        "LP-MTP-001", "SFT", ["model.mtp_num_layers=1"], ["model.mtp_num_layers=null"], ("mtp_num_layers=1",)
+    ),
     Case(
         "LP-CG-001",
         "SFT",
@@ -243,12 +383,23 @@ CASES = [
         ["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[mlp]", PTML],
         ("cuda_graph_impl='transformer_engine'", "['mlp']"),
     ),
-    Case("LP-CG-002", "SFT", ["model.cuda_graph_impl=transformer_engine", PTML], ["model.cuda_graph_impl=transformer_engine", PTML, PCU], ("whole layer", "pad_cu_seqlens=False")),
+    Case(
+        "LP-CG-002",
+        "SFT",
+        ["model.cuda_graph_impl=transformer_engine", PTML],
+        ["model.cuda_graph_impl=transformer_engine", PTML, PCU],
+        ("whole layer", "pad_cu_seqlens=False"),
+    ),
     Case(
         "LP-CG-003",
         "SFT",
         ["model.cuda_graph_impl=full_iteration", PTML, PCU],
-        ["model.cuda_graph_impl=full_iteration", PTML, PCU, "rerun_state_machine.check_for_nan_in_loss=false"],
+        [
+            "model.cuda_graph_impl=full_iteration",
+            PTML,
+            PCU,
+            "rerun_state_machine.check_for_nan_in_loss=false",
+        ],
         ("check_for_nan_in_loss=True",),
     ),
     Case(
@@ -258,8 +409,20 @@ CASES = [
         ["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[attn]", PTML, PCU],
         ("moe_router",),
     ),
-    Case("LP-CG-005", "DHF", ["model.cuda_graph_impl=local"], ["model.cuda_graph_impl=none"], ("cuda_graph_impl='local'",)),
-    Case("LP-CG-005", "SFT", ["model.cuda_graph_impl=local"], ["model.cuda_graph_impl=local", PTML], ("cuda_graph_impl='local'",)),
+    Case(
+        "LP-CG-005",
+        "DHF",
+        ["model.cuda_graph_impl=local"],
+        ["model.cuda_graph_impl=none"],
+        ("cuda_graph_impl='local'",),
+    ),
+    Case(
+        "LP-CG-005",
+        "SFT",
+        ["model.cuda_graph_impl=local"],
+        ["model.cuda_graph_impl=local", PTML],
+        ("cuda_graph_impl='local'",),
+    ),
     Case(
         "LP-EN-001",
         "ENERGON",
@@ -267,12 +430,48 @@ CASES = [
         ["train.micro_batch_size=1", "dataset.micro_batch_size=1"],
         ("train.micro_batch_size=2", "packing_buffer_size=16"),
     ),
-    Case("LP-EN-002", "ENERGON", ["dataset.micro_batch_size=2"], ["dataset.micro_batch_size=1"], ("dataset.micro_batch_size=2",)),
-    Case("LP-EN-002", "ENERGON", ["validation.eval_micro_batch_size=2"], ["validation.eval_micro_batch_size=1"], ("validation.eval_micro_batch_size=2",)),
-    Case("LP-EN-003", "ENERGON", ["model.calculate_per_token_loss=false"], ["model.calculate_per_token_loss=true"], ("calculate_per_token_loss=False",)),
-    Case("LP-EN-004", "ENERGON", ["ddp.average_in_collective=true"], ["ddp.average_in_collective=false"], ("average_in_collective=True",)),
-    Case("LP-EN-005", "ENERGON", ["model.mtp_num_layers=1"], ["model.mtp_num_layers=null"], ("mtp_num_layers=1",)),
-    Case("LP-EN-006", "ENERGON", ["model.cuda_graph_impl=local"], ["model.cuda_graph_impl=none"], ("cuda_graph_impl='local'",)),
+    Case(
+        "LP-EN-002",
+        "ENERGON",
+        ["dataset.micro_batch_size=2"],
+        ["dataset.micro_batch_size=1"],
+        ("dataset.micro_batch_size=2",),
+    ),
+    Case(
+        "LP-EN-002",
+        "ENERGON",
+        ["validation.eval_micro_batch_size=2"],
+        ["validation.eval_micro_batch_size=1"],
+        ("validation.eval_micro_batch_size=2",),
+    ),
+    Case(
+        "LP-EN-003",
+        "ENERGON",
+        ["model.calculate_per_token_loss=false"],
+        ["model.calculate_per_token_loss=true"],
+        ("calculate_per_token_loss=False",),
+    ),
+    Case(
+        "LP-EN-004",
+        "ENERGON",
+        ["ddp.average_in_collective=true"],
+        ["ddp.average_in_collective=false"],
+        ("average_in_collective=True",),
+    ),
+    Case(
+        "LP-EN-005",
+        "ENERGON",
+        ["model.mtp_num_layers=1"],
+        ["model.mtp_num_layers=null"],
+        ("mtp_num_layers=1",),
+    ),
+    Case(
+        "LP-EN-006",
+        "ENERGON",
+        ["model.cuda_graph_impl=local"],
+        ["model.cuda_graph_impl=none"],
+        ("cuda_graph_impl='local'",),
+    ),
     Case(
         "LP-EN-006",
         "ENERGON",
@@ -280,8 +479,20 @@ CASES = [
         ["model.vision_cuda_graph_impl=none"],
         ("vision_cuda_graph_impl='transformer_engine'",),
     ),
-    Case("LP-EN-007", "ENERGON", ["dist_train.use_dist_train=true"], ["dist_train.use_dist_train=false"], ("use_dist_train=True",)),
-    Case("LP-EN-008", "ENERGON", ["model.pipeline_model_parallel_size=2"], ["model.pipeline_model_parallel_size=1"], ("pipeline_model_parallel_size=2",)),
+    Case(
+        "LP-EN-007",
+        "ENERGON",
+        ["dist_train.use_dist_train=true"],
+        ["dist_train.use_dist_train=false"],
+        ("use_dist_train=True",),
+    ),
+    Case(
+        "LP-EN-008",
+        "ENERGON",
+        ["model.pipeline_model_parallel_size=2"],
+        ["model.pipeline_model_parallel_size=1"],
+        ("pipeline_model_parallel_size=2",),
+    ),
     Case(
         "LP-EN-009",
         "ENERGON",
@@ -289,7 +500,13 @@ CASES = [
         ["model.overlap_moe_expert_parallel_comm=false"],
         ("overlap_moe_expert_parallel_comm",),
     ),
-    Case("LP-EN-010", "ENERGON", ["dataset.enable_in_batch_packing=true"], ["dataset.enable_in_batch_packing=false"], ("enable_in_batch_packing=True",)),
+    Case(
+        "LP-EN-010",
+        "ENERGON",
+        ["dataset.enable_in_batch_packing=true"],
+        ["dataset.enable_in_batch_packing=false"],
+        ("enable_in_batch_packing=True",),
+    ),
     Case(
         "LP-EN-011",
         "ENERGON",
@@ -297,19 +514,57 @@ CASES = [
         ["dataset.defer_in_batch_packing_to_step=false"],
         ("defer_in_batch_packing_to_step=True",),
     ),
-    Case("LP-EN-012", "ENERGON", ["dataset.packing_buffer_size=0"], ["dataset.packing_buffer_size=16"], ("packing_buffer_size=0",)),
+    Case(
+        "LP-EN-012",
+        "ENERGON",
+        ["dataset.packing_buffer_size=0"],
+        ["dataset.packing_buffer_size=16"],
+        ("packing_buffer_size=0",),
+    ),
     Case(
         "LP-EN-013",
         "ENERGON",
         ["dataset.task_encoder._target_=megatron.bridge.data.builders.energon.HFEnergonTaskEncoderConfig"],
-        ["dataset.task_encoder._target_=megatron.bridge.data.builders.energon.QwenVLEnergonTaskEncoderConfig"],
+        [
+            "dataset.task_encoder._target_=megatron.bridge.data.builders.energon.QwenVLEnergonTaskEncoderConfig"
+        ],
         ("HFEnergonTaskEncoderConfig",),
     ),
-    Case("LP-EN-014", "ENERGON", ["dataset.dataset_kwargs={batch_size: 4}"], ["dataset.dataset_kwargs={handler: warn_and_continue}"], ("['batch_size']",)),
-    Case("LP-EN-015", "ENERGON", ["dataset.packing_buffer_size=4"], ["dataset.packing_buffer_size=16"], ("packing_buffer_size=4",)),
-    Case("LP-MOE-001", "MOE", ["model.sequence_parallel=false"], ["model.sequence_parallel=true"], ("EP=8 and TP=2",)),
-    Case("LP-MOE-002", "MOE", [*HYBRIDEP, PTML, *seq(8196)], [*HYBRIDEP, PTML, *seq(8192)], ("8196 tokens", "128")),
-    Case("LP-MOE-003", "MOE", [*HYBRIDEP, "model.cuda_graph_impl=local"], [*HYBRIDEP, "model.cuda_graph_impl=local", PTML], ("HybridEP with CUDA graphs",)),
+    Case(
+        "LP-EN-014",
+        "ENERGON",
+        ["dataset.dataset_kwargs={batch_size: 4}"],
+        ["dataset.dataset_kwargs={handler: warn_and_continue}"],
+        ("['batch_size']",),
+    ),
+    Case(
+        "LP-EN-015",
+        "ENERGON",
+        ["dataset.packing_buffer_size=4"],
+        ["dataset.packing_buffer_size=16"],
+        ("packing_buffer_size=4",),
+    ),
+    Case(
+        "LP-MOE-001",
+        "MOE",
+        ["model.sequence_parallel=false"],
+        ["model.sequence_parallel=true"],
+        ("EP=8 and TP=2",),
+    ),
+    Case(
+        "LP-MOE-002",
+        "MOE",
+        [*HYBRIDEP, PTML, *seq(8196)],
+        [*HYBRIDEP, PTML, *seq(8192)],
+        ("8196 tokens", "128"),
+    ),
+    Case(
+        "LP-MOE-003",
+        "MOE",
+        [*HYBRIDEP, "model.cuda_graph_impl=local"],
+        [*HYBRIDEP, "model.cuda_graph_impl=local", PTML],
+        ("HybridEP with CUDA graphs",),
+    ),
     Case(
         "LP-MOE-004",
         "MOE",
@@ -317,8 +572,20 @@ CASES = [
         ["model.moe_expert_capacity_factor=null"],
         ("moe_expert_capacity_factor=1.0",),
     ),
-    Case("LP-MODEL-001", "SFT", ["longpack.model_family=qwen3_next_80b_a3b"], ["longpack.model_family=qwen3_next_80b_a3b", *NO_OFFLINE], ("Qwen3-Next", "NOT supported")),
-    Case("LP-MODEL-001", "SFT", ["longpack.model_family=glm_4_5"], ["longpack.model_family=glm_4_5", *NO_OFFLINE], ("GLM-4.5", "offline packing")),
+    Case(
+        "LP-MODEL-001",
+        "SFT",
+        ["longpack.model_family=qwen3_next_80b_a3b"],
+        ["longpack.model_family=qwen3_next_80b_a3b", *NO_OFFLINE],
+        ("Qwen3-Next", "NOT supported"),
+    ),
+    Case(
+        "LP-MODEL-001",
+        "SFT",
+        ["longpack.model_family=glm_4_5"],
+        ["longpack.model_family=glm_4_5", *NO_OFFLINE],
+        ("GLM-4.5", "offline packing"),
+    ),
     Case(
         "LP-MODEL-002",
         "DHF",
@@ -326,10 +593,30 @@ CASES = [
         ["longpack.model_family=qwen3_5_vl", "dataset.defer_in_batch_packing_to_step=true"],
         ("Qwen3.5-VL",),
     ),
-    Case("LP-MODEL-002", "DHF", ["longpack.model_family=glm_4_5v"], ["longpack.model_family=glm_4_5v", "dataset.enable_in_batch_packing=false"], ("GLM-4.5V",)),
-    Case("LP-MODEL-003", "DHF", ["longpack.model_family=qwen3_omni"], ["longpack.model_family=qwen3_omni", "dataset.enable_in_batch_packing=false"], ("Qwen3-Omni",)),
+    Case(
+        "LP-MODEL-002",
+        "DHF",
+        ["longpack.model_family=glm_4_5v"],
+        ["longpack.model_family=glm_4_5v", "dataset.enable_in_batch_packing=false"],
+        ("GLM-4.5V",),
+    ),
+    Case(
+        "LP-MODEL-003",
+        "DHF",
+        ["longpack.model_family=qwen3_omni"],
+        ["longpack.model_family=qwen3_omni", "dataset.enable_in_batch_packing=false"],
+        ("Qwen3-Omni",),
+    ),
     # --- packed data (rules that also take the packed folder) ---
-    Case("LP-DATA-001", "SFT", [PCU, PTML], [PCU, PTML], ("no <N>_metadata.jsonl",), {"metadata_path": None}, {}),
+    Case(
+        "LP-DATA-001",
+        "SFT",
+        [PCU, PTML],
+        [PCU, PTML],
+        ("no <N>_metadata.jsonl",),
+        {"metadata_path": None},
+        {},
+    ),
     Case("LP-DATA-002", "SFT", [], [], ("N=4096", "packed_sequence_size=8192"), {"pack_size": 4096}, {}),
     Case(
         "LP-DATA-003",
@@ -349,12 +636,30 @@ CASES = [
         {
             "misaligned_segments": 3,
             "segment_length_gcd": 2,
-            "first_misaligned": SegmentExample(file="training_8192.idx.parquet", row=7, segment=2, runtime_length=4094),
+            "first_misaligned": SegmentExample(
+                file="training_8192.idx.parquet", row=7, segment=2, runtime_length=4094
+            ),
         },
         {},
     ),
-    Case("LP-DATA-005", "SFT", [], [], ("2 packed rows", "N=8192", "max 8200"), {"rows_over_pack_size": 2, "max_row_runtime_tokens": 8200}, {}),
-    Case("LP-DATA-006", "SFT", [PTML], [PTML], ("N=8190", "multiple of 4"), {"pack_size": 8190}, {"pack_size": 8192}),
+    Case(
+        "LP-DATA-005",
+        "SFT",
+        [],
+        [],
+        ("2 packed rows", "N=8192", "max 8200"),
+        {"rows_over_pack_size": 2, "max_row_runtime_tokens": 8200},
+        {},
+    ),
+    Case(
+        "LP-DATA-006",
+        "SFT",
+        [PTML],
+        [PTML],
+        ("N=8190", "multiple of 4"),
+        {"pack_size": 8190},
+        {"pack_size": 8192},
+    ),
     Case("LP-DATA-007", "SFT", NO_OFFLINE, [], ("does not enable offline packing",), {}, {}),
     Case(
         "LP-DATA-008",
@@ -365,7 +670,15 @@ CASES = [
         {},
         {},
     ),
-    Case("LP-DATA-009", "SFT", [], [], ("pad_seq_to_mult=2", "another topology"), {"recorded_pad_seq_to_mult": 2}, {}),
+    Case(
+        "LP-DATA-009",
+        "SFT",
+        [],
+        [],
+        ("pad_seq_to_mult=2", "another topology"),
+        {"recorded_pad_seq_to_mult": 2},
+        {},
+    ),
 ]
 
 

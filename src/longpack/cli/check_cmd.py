@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -103,24 +103,35 @@ def register(app: typer.Typer) -> None:
         epilog="Exit codes: 0 no errors, 1 at least one error-severity finding, 2 input cannot be read.",
     )
     def check(
-        args: list[str] = typer.Argument(
-            None,
-            metavar="[CONFIG] [KEY=VALUE ...]",
-            help="A YAML/JSON config (Megatron-Bridge dumps welcome), then Hydra-style overrides "
-            "(model.context_parallel_size=8, +key=value, ~key).",
-        ),
+        args: Annotated[
+            list[str] | None,
+            typer.Argument(
+                metavar="[CONFIG] [KEY=VALUE ...]",
+                help="A YAML/JSON config (Megatron-Bridge dumps welcome), then Hydra-style overrides "
+                "(model.context_parallel_size=8, +key=value, ~key).",
+            ),
+        ] = None,
         gpus: int | None = typer.Option(None, "--gpus", help="World size (number of GPUs)."),
         model: str | None = typer.Option(None, "--model", help="Model family (see --list-families)."),
         dataset_kind: str | None = typer.Option(
-            None, "--dataset-kind", help="sft | direct_hf | energon | mock_vlm | pretraining (default: inferred)."
+            None,
+            "--dataset-kind",
+            help="sft | direct_hf | energon | mock_vlm | pretraining (default: inferred).",
         ),
-        packed: Path | None = typer.Option(
-            None, "--packed", help="Packed output folder to check against the config (metadata + Parquet)."
-        ),
+        packed: Annotated[
+            Path | None,
+            typer.Option(
+                "--packed", help="Packed output folder to check against the config (metadata + Parquet)."
+            ),
+        ] = None,
         as_json: bool = typer.Option(False, "--json", help="Print JSON for machines."),
         list_rules: bool = typer.Option(False, "--list-rules", help="List every rule and exit."),
-        list_families: bool = typer.Option(False, "--list-families", help="List known model families and exit."),
-        show_ignored: bool = typer.Option(False, "--show-ignored", help="List every config key no rule reads."),
+        list_families: bool = typer.Option(
+            False, "--list-families", help="List known model families and exit."
+        ),
+        show_ignored: bool = typer.Option(
+            False, "--show-ignored", help="List every config key no rule reads."
+        ),
     ) -> None:
         """Check a Megatron-Bridge training config (plus overrides, GPU count and packed data) against every
         packing, context-parallel, batch, CUDA-graph, Energon, MoE and pipeline rule."""
@@ -178,7 +189,9 @@ def register(app: typer.Typer) -> None:
                 "ok": code == EXIT_OK,
                 "exit_code": code,
                 "summary": _summary(setup),
-                "counts": {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")},
+                "counts": {
+                    s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")
+                },
                 "findings": [f.to_dict() for f in findings],
                 "notes": list(loaded.notes),
                 "ignored_keys": list(loaded.ignored_keys),
@@ -221,8 +234,10 @@ def _print_human(
         console.print(Text(f"  {note}", style="dim"))
     if packed is not None:
         console.print(
-            Text(f"  packed: {packed.path}: N={packed.pack_size} rows={packed.rows} sequences={packed.segments} "
-            f"metadata={'yes' if packed.metadata_path else 'no'} manifest={'yes' if packed.manifest else 'no'}")
+            Text(
+                f"  packed: {packed.path}: N={packed.pack_size} rows={packed.rows} sequences={packed.segments} "
+                f"metadata={'yes' if packed.metadata_path else 'no'} manifest={'yes' if packed.manifest else 'no'}"
+            )
         )
     if findings:
         table = Table(show_lines=True)
@@ -235,15 +250,22 @@ def _print_human(
             problem = Text(f.message)
             if f.where:
                 problem.append("\n" + "; ".join(f.where), style="dim")
-            table.add_row(Text(f.severity.value, style=colors[f.severity.value]), f.rule_id, problem, Text(f.fix))
+            table.add_row(
+                Text(f.severity.value, style=colors[f.severity.value]), f.rule_id, problem, Text(f.fix)
+            )
         console.print(table)
     counts = {sev: sum(1 for f in findings if f.severity == sev) for sev in ("error", "warning", "info")}
     verdict = "[red]FAIL[/]" if counts["error"] else "[green]OK[/]"
-    console.print(f"{verdict}: {counts['error']} errors, {counts['warning']} warnings, {counts['info']} infos")
+    console.print(
+        f"{verdict}: {counts['error']} errors, {counts['warning']} warnings, {counts['info']} infos"
+    )
     if loaded.ignored_keys:
         shown = loaded.ignored_keys if show_ignored else loaded.ignored_keys[:8]
-        more = "" if show_ignored or len(loaded.ignored_keys) <= 8 else f" ... (--show-ignored lists all)"
+        more = "" if show_ignored or len(loaded.ignored_keys) <= 8 else " ... (--show-ignored lists all)"
         console.print(
-            Text(f"{len(loaded.ignored_keys)} config keys not used by any rule: {', '.join(shown)}{more}", style="dim")
+            Text(
+                f"{len(loaded.ignored_keys)} config keys not used by any rule: {', '.join(shown)}{more}",
+                style="dim",
+            )
         )
     sys.stdout.flush()

@@ -17,12 +17,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from longpack.rules.config import ENERGON_BUILDER_OWNED_KWARGS, DatasetKind, TrainingSetup, equivalent_offline_config
+from longpack.rules.config import (
+    ENERGON_BUILDER_OWNED_KWARGS,
+    DatasetKind,
+    TrainingSetup,
+    equivalent_offline_config,
+)
 from longpack.rules.packed_data import PackedDataSummary
 from longpack.rules.registry import RULES, Finding, Severity, Violation, rule, sorted_findings
 from longpack.topology import TopologyError, parse_pipeline_layout, pipeline_split
 
-E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
+E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 K_TP = "model.tensor_model_parallel_size"
 K_CP = "model.context_parallel_size"
@@ -161,7 +166,7 @@ def sizes_positive(s: TrainingSetup) -> Iterator[Violation]:
             yield V(f"{key}={value} must be a positive integer", f"set {key} to a value >= 1", key)
 
 
-@rule("LP-CFG-002", I, "world size known (topology and batch rules need it)", "longpack")
+@rule("LP-CFG-002", INFO, "world size known (topology and batch rules need it)", "longpack")
 def world_size_known(s: TrainingSetup) -> Iterator[Violation]:
     if s.world_size is None:
         yield V(
@@ -170,7 +175,7 @@ def world_size_known(s: TrainingSetup) -> Iterator[Violation]:
         )
 
 
-@rule("LP-CFG-003", I, "model architecture known (layer/head/expert rules need it)", "longpack")
+@rule("LP-CFG-003", INFO, "model architecture known (layer/head/expert rules need it)", "longpack")
 def architecture_known(s: TrainingSetup) -> Iterator[Violation]:
     m = s.model
     if m.num_layers is None or m.num_attention_heads is None:
@@ -315,7 +320,9 @@ def _pp_method(s: TrainingSetup) -> str:
 
 def _pp_conflict(s: TrainingSetup) -> str | None:
     m = s.model
-    uneven = m.num_layers_in_first_pipeline_stage is not None or m.num_layers_in_last_pipeline_stage is not None
+    uneven = (
+        m.num_layers_in_first_pipeline_stage is not None or m.num_layers_in_last_pipeline_stage is not None
+    )
     acc = m.account_for_embedding_in_pipeline_split or m.account_for_loss_in_pipeline_split
     if m.pipeline_model_parallel_layout is not None and (uneven or acc):
         return "pipeline_model_parallel_layout is combined with first/last-stage counts or account_for_*"
@@ -364,7 +371,12 @@ def pp_even(s: TrainingSetup) -> Iterator[Violation]:
             yield V(err, _layout_fix(s), "model.num_layers", K_PP, K_VPP)
 
 
-@rule("LP-PP-002", E, "pipeline_model_parallel_layout valid for PP, VPP, layers and MTP", "MCore PipelineParallelLayerLayout")
+@rule(
+    "LP-PP-002",
+    E,
+    "pipeline_model_parallel_layout valid for PP, VPP, layers and MTP",
+    "MCore PipelineParallelLayerLayout",
+)
 def pp_layout(s: TrainingSetup) -> Iterator[Violation]:
     layout = s.model.pipeline_model_parallel_layout
     if layout is None or _pp_conflict(s):
@@ -510,8 +522,7 @@ def cp_a2a_heads(s: TrainingSetup) -> Iterator[Violation]:
             yield V(
                 f"{name}/TP = {n}/{s.tp} = {local} is not divisible by {size} ({what}, cp_comm_type="
                 f"{list(s.model.cp_comm_type)})",
-                "use cp_comm_type p2p (or a2a+p2p with a smaller a2a level dividing "
-                f"{local}), or change TP",
+                f"use cp_comm_type p2p (or a2a+p2p with a smaller a2a level dividing {local}), or change TP",
                 "model.cp_comm_type",
                 key,
                 K_TP,
@@ -535,8 +546,7 @@ def cp_hierarchy_required(s: TrainingSetup) -> Iterator[Violation]:
     if "a2a+p2p" in s.model.cp_comm_type and not s.model.hierarchical_context_parallel_sizes:
         yield V(
             "cp_comm_type uses a2a+p2p but hierarchical_context_parallel_sizes is not set",
-            "set model.hierarchical_context_parallel_sizes=[a2a_size, p2p_size] with product CP "
-            f"(CP={s.cp})",
+            f"set model.hierarchical_context_parallel_sizes=[a2a_size, p2p_size] with product CP (CP={s.cp})",
             "model.cp_comm_type",
             "model.hierarchical_context_parallel_sizes",
         )
@@ -564,7 +574,7 @@ def cp_collate_multiple(s: TrainingSetup) -> Iterator[Violation]:
         )
 
 
-@rule("LP-CP-008", I, "CP shards of at least ~4096 tokens (docs rule of thumb)", "§8")
+@rule("LP-CP-008", INFO, "CP shards of at least ~4096 tokens (docs rule of thumb)", "§8")
 def cp_shard_size(s: TrainingSetup) -> Iterator[Violation]:
     seq = s.model_seq_length
     if s.cp > 1 and seq and seq // s.cp < 4096:
@@ -613,7 +623,11 @@ def gbs_at_least_dp(s: TrainingSetup) -> Iterator[Violation]:
 
 @rule("LP-BATCH-003", E, "eval GBS divisible by eval MBS * eval DP", "§6.9")
 def eval_gbs(s: TrainingSetup) -> Iterator[Violation]:
-    if s.eval_global_batch_size is None and s.eval_micro_batch_size is None and s.eval_context_parallel_size is None:
+    if (
+        s.eval_global_batch_size is None
+        and s.eval_micro_batch_size is None
+        and s.eval_context_parallel_size is None
+    ):
         return
     if s.world_size is None:
         return
@@ -689,8 +703,7 @@ def pack_mbs_one(s: TrainingSetup) -> Iterator[Violation]:
         yield V(
             f"offline packing with micro_batch_size={s.micro_batch_size} (THD batches hold one packed row "
             "per microbatch)",
-            "use the equivalent "
-            + equivalent_offline_config(s.micro_batch_size, s.global_batch_size, pss),
+            "use the equivalent " + equivalent_offline_config(s.micro_batch_size, s.global_batch_size, pss),
             K_MBS,
             K_PSS,
         )
@@ -744,7 +757,7 @@ def pack_pad_mult(s: TrainingSetup) -> Iterator[Violation]:
         )
 
 
-@rule("LP-PACK-009", I, "pad_seq_to_mult no larger than needed", "§8")
+@rule("LP-PACK-009", INFO, "pad_seq_to_mult no larger than needed", "§8")
 def pack_pad_mult_wasteful(s: TrainingSetup) -> Iterator[Violation]:
     specs = s.dataset.offline_packing_specs
     if not s.dataset.offline_packing or specs is None or specs.pad_seq_to_mult is None:
@@ -788,7 +801,9 @@ def pack_max_single(s: TrainingSetup) -> Iterator[Violation]:
         )
 
 
-@rule("LP-PACK-012", E, "packed width divisible by the topology multiple (trailing pad segment)", "§3.4, §5.2")
+@rule(
+    "LP-PACK-012", E, "packed width divisible by the topology multiple (trailing pad segment)", "§3.4, §5.2"
+)
 def pack_width_multiple(s: TrainingSetup) -> Iterator[Violation]:
     pss, m = _pss(s), s.required_pad_seq_to_mult
     if s.dataset.offline_packing and pss and pss > 0 and m > 1 and pss % m:
@@ -801,7 +816,12 @@ def pack_width_multiple(s: TrainingSetup) -> Iterator[Violation]:
         )
 
 
-@rule("LP-PACK-013", E, "dynamic-width rounding (pad_seq_length_to_mult) a multiple of the topology multiple", "§3.1, §3.4, §5.2")
+@rule(
+    "LP-PACK-013",
+    E,
+    "dynamic-width rounding (pad_seq_length_to_mult) a multiple of the topology multiple",
+    "§3.1, §3.4, §5.2",
+)
 def pack_dynamic_width(s: TrainingSetup) -> Iterator[Violation]:
     m = s.required_pad_seq_to_mult
     if not s.dataset.offline_packing or _fixed(s) or m <= 1:
@@ -817,9 +837,13 @@ def pack_dynamic_width(s: TrainingSetup) -> Iterator[Violation]:
         )
 
 
-@rule("LP-PACK-014", I, "pad_to_max_length is forced on with PP > 1 or EP > 1", "§6.7, C.2")
+@rule("LP-PACK-014", INFO, "pad_to_max_length is forced on with PP > 1 or EP > 1", "§6.7, C.2")
 def pack_forced_fixed(s: TrainingSetup) -> Iterator[Violation]:
-    if s.dataset.kind.has_pad_to_max_length_attr and not s.dataset.pad_to_max_length and (s.pp > 1 or s.ep > 1):
+    if (
+        s.dataset.kind.has_pad_to_max_length_attr
+        and not s.dataset.pad_to_max_length
+        and (s.pp > 1 or s.ep > 1)
+    ):
         yield V(
             f"{s.dataset.kind} dataset with pad_to_max_length unset and PP={s.pp}, EP={s.ep}: Bridge turns it on, "
             f"so every row is {s.dataset.seq_length or s.model.seq_length} tokens wide",
@@ -830,9 +854,18 @@ def pack_forced_fixed(s: TrainingSetup) -> Iterator[Violation]:
         )
 
 
-@rule("LP-PACK-015", E, "GPT SFT in-batch packing cannot use dataloader_type='batch'", "Bridge GPTSFTDatasetConfig.validate")
+@rule(
+    "LP-PACK-015",
+    E,
+    "GPT SFT in-batch packing cannot use dataloader_type='batch'",
+    "Bridge GPTSFTDatasetConfig.validate",
+)
 def inbatch_dataloader(s: TrainingSetup) -> Iterator[Violation]:
-    if s.dataset.kind is DatasetKind.SFT and s.dataset.enable_in_batch_packing and s.dataset.dataloader_type == "batch":
+    if (
+        s.dataset.kind is DatasetKind.SFT
+        and s.dataset.enable_in_batch_packing
+        and s.dataset.dataloader_type == "batch"
+    ):
         yield V(
             "enable_in_batch_packing=True with dataloader_type='batch' (Bridge: 'does not support "
             "dataloader_type='batch'')",
@@ -887,8 +920,7 @@ def cg_pad_cu(s: TrainingSetup) -> Iterator[Violation]:
         yield V(
             f"cuda_graph_impl={m.cuda_graph_impl!r} with scope {list(m.cuda_graph_scope) or 'whole layer'} captures "
             "packed attention, but pad_cu_seqlens=False (cu_seqlens would change shape every step)",
-            f"set {K_PCU}=true (needs {K_PTML}=true and the <N>_metadata.jsonl file), or use "
-            f"{K_CGS}=[mlp]",
+            f"set {K_PCU}=true (needs {K_PTML}=true and the <N>_metadata.jsonl file), or use {K_CGS}=[mlp]",
             K_PCU,
             K_CGS,
         )
@@ -999,7 +1031,11 @@ def en_per_token(s: TrainingSetup) -> Iterator[Violation]:
 @rule("LP-EN-004", E, "Energon packing needs ddp.average_in_collective=False", "§6.6, C.2")
 def en_avg(s: TrainingSetup) -> Iterator[Violation]:
     if _energon(s) and s.average_in_collective:
-        yield V("Energon native packing with ddp.average_in_collective=True", "set ddp.average_in_collective=false", K_AIC)
+        yield V(
+            "Energon native packing with ddp.average_in_collective=True",
+            "set ddp.average_in_collective=false",
+            K_AIC,
+        )
 
 
 @rule("LP-EN-005", E, "Energon packing does not support MTP", "§6.6, C.2")
@@ -1028,7 +1064,11 @@ def en_graphs(s: TrainingSetup) -> Iterator[Violation]:
 @rule("LP-EN-007", E, "Energon packing does not support Qwen3-VL DistTrain", "§6.6, C.2")
 def en_dist_train(s: TrainingSetup) -> Iterator[Violation]:
     if _energon(s) and s.use_dist_train:
-        yield V("Energon native packing with dist_train.use_dist_train=True", "set dist_train.use_dist_train=false", "dist_train.use_dist_train")
+        yield V(
+            "Energon native packing with dist_train.use_dist_train=True",
+            "set dist_train.use_dist_train=false",
+            "dist_train.use_dist_train",
+        )
 
 
 @rule("LP-EN-008", E, "Energon packing does not support pipeline parallelism", "§6.6, C.2")
@@ -1081,7 +1121,9 @@ def en_defer(s: TrainingSetup) -> Iterator[Violation]:
 def en_buffer_positive(s: TrainingSetup) -> Iterator[Violation]:
     b = s.dataset.packing_buffer_size
     if s.dataset.kind is DatasetKind.ENERGON and b is not None and b <= 0:
-        yield V(f"packing_buffer_size={b} must be > 0 (or null to turn packing off)", f"set {K_BUF}=16", K_BUF)
+        yield V(
+            f"packing_buffer_size={b} must be > 0 (or null to turn packing off)", f"set {K_BUF}=16", K_BUF
+        )
 
 
 @rule("LP-EN-013", E, "Energon packing needs the Qwen-VL task encoder", "C.1")
@@ -1109,7 +1151,7 @@ def en_builder_owned(s: TrainingSetup) -> Iterator[Violation]:
         )
 
 
-@rule("LP-EN-015", I, "Energon packing_buffer_size of at least 8 candidates", "§8")
+@rule("LP-EN-015", INFO, "Energon packing_buffer_size of at least 8 candidates", "§8")
 def en_buffer_small(s: TrainingSetup) -> Iterator[Violation]:
     b = s.dataset.packing_buffer_size
     if _energon(s) and b is not None and 0 < b < 8:
@@ -1146,7 +1188,13 @@ def _fixed_effective(s: TrainingSetup) -> bool:
 @rule("LP-MOE-002", E, "HybridEP fixed packed width divisible by 128", "§8")
 def moe_hybridep_width(s: TrainingSetup) -> Iterator[Violation]:
     width = s.packed_width
-    if s.model.uses_hybridep and s.dataset.any_packing and _fixed_effective(s) and width and width % HYBRIDEP_CHUNK:
+    if (
+        s.model.uses_hybridep
+        and s.dataset.any_packing
+        and _fixed_effective(s)
+        and width
+        and width % HYBRIDEP_CHUNK
+    ):
         yield V(
             f"HybridEP with fixed-width packed rows of {width} tokens: its {HYBRIDEP_CHUNK}-token combine chunk "
             f"needs a width divisible by {HYBRIDEP_CHUNK}",
@@ -1160,7 +1208,12 @@ def moe_hybridep_width(s: TrainingSetup) -> Iterator[Violation]:
 
 @rule("LP-MOE-003", E, "HybridEP with CUDA graphs needs fixed-width packs", "§8")
 def moe_hybridep_graphs(s: TrainingSetup) -> Iterator[Violation]:
-    if s.model.uses_hybridep and s.model.training_cuda_graph and s.dataset.any_packing and not _fixed_effective(s):
+    if (
+        s.model.uses_hybridep
+        and s.model.training_cuda_graph
+        and s.dataset.any_packing
+        and not _fixed_effective(s)
+    ):
         yield V(
             "HybridEP with CUDA graphs and variable-width packed rows: graphed HybridEP must see equal per-rank "
             "dispatch shapes",
@@ -1199,7 +1252,12 @@ def family_offline(s: TrainingSetup) -> Iterator[Violation]:
         )
 
 
-@rule("LP-MODEL-002", E, "family supports collate in-batch packing (Qwen3.5-VL, GLM-4.5V, Nemotron-VL do not)", "§6.17")
+@rule(
+    "LP-MODEL-002",
+    E,
+    "family supports collate in-batch packing (Qwen3.5-VL, GLM-4.5V, Nemotron-VL do not)",
+    "§6.17",
+)
 def family_inbatch(s: TrainingSetup) -> Iterator[Violation]:
     f = s.family
     if f and f.any_packing and not f.in_batch_packing and s.dataset.collate_in_batch_packing:
@@ -1262,7 +1320,9 @@ def data_seq_length(s: TrainingSetup, p: PackedDataSummary) -> Iterator[Violatio
         )
 
 
-@rule("LP-DATA-004", E, "every packed sequence aligned to the topology multiple", "§5.2, §9.9", scope="packed")
+@rule(
+    "LP-DATA-004", E, "every packed sequence aligned to the topology multiple", "§5.2, §9.9", scope="packed"
+)
 def data_alignment(s: TrainingSetup, p: PackedDataSummary) -> Iterator[Violation]:
     if p.misaligned_segments:
         ex = p.first_misaligned
@@ -1292,7 +1352,13 @@ def data_over_capacity(s: TrainingSetup, p: PackedDataSummary) -> Iterator[Viola
         )
 
 
-@rule("LP-DATA-006", E, "fixed packed width divisible by the multiple (and 128 for HybridEP)", "§5.2, §8", scope="packed")
+@rule(
+    "LP-DATA-006",
+    E,
+    "fixed packed width divisible by the multiple (and 128 for HybridEP)",
+    "§5.2, §8",
+    scope="packed",
+)
 def data_fixed_width(s: TrainingSetup, p: PackedDataSummary) -> Iterator[Violation]:
     n, m = p.pack_size, s.required_pad_seq_to_mult
     if n is None or _pss(s) == n:  # the config rules LP-PACK-012 / LP-MOE-002 already cover this width

@@ -134,7 +134,10 @@ class ModelSettings:
     @property
     def uses_hybridep(self) -> bool:
         """HybridEP dispatch (``flex`` dispatcher with the ``hybridep`` backend)."""
-        return self.moe_token_dispatcher_type == "flex" and (self.moe_flex_dispatcher_backend or "") == "hybridep"
+        return (
+            self.moe_token_dispatcher_type == "flex"
+            and (self.moe_flex_dispatcher_backend or "") == "hybridep"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -428,7 +431,9 @@ def read_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, str]]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{p}: the top level must be a mapping of sections (model:, train:, ...), got {type(data).__name__}")
+        raise ConfigError(
+            f"{p}: the top level must be a mapping of sections (model:, train:, ...), got {type(data).__name__}"
+        )
     return data, {k: f"{p.name}:{n}" for k, n in lines.items()}
 
 
@@ -691,7 +696,10 @@ def _infer_kind(flat: Mapping[str, Any]) -> tuple[DatasetKind, str]:
         return DatasetKind.PRETRAINING, "dataset kind 'pretraining' (dataset has blend/split keys)"
     if "enable_in_batch_packing" in keys:
         return DatasetKind.DIRECT_HF, "dataset kind 'direct_hf' (dataset has enable_in_batch_packing)"
-    return DatasetKind.SFT, "dataset kind not declared: assuming 'sft' (set longpack.dataset_kind or --dataset-kind)"
+    return (
+        DatasetKind.SFT,
+        "dataset kind not declared: assuming 'sft' (set longpack.dataset_kind or --dataset-kind)",
+    )
 
 
 def _infer_family(flat: Mapping[str, Any]) -> tuple[ModelFamily | None, str | None]:
@@ -789,7 +797,10 @@ def setup_from_mapping(
     if te_target is not None:
         used.add("dataset.task_encoder._target_")
         ds_values["task_encoder_target"] = str(te_target)
-    if "dataset.packed_sequence_specs.packed_sequence_size" in flat and "dataset.enable_offline_packing" not in flat:
+    if (
+        "dataset.packed_sequence_specs.packed_sequence_size" in flat
+        and "dataset.enable_offline_packing" not in flat
+    ):
         # v0.5.1 configs: packing was on when packed_sequence_size > 0.
         ds_values["enable_offline_packing"] = specs_values.get("packed_sequence_size", -1) > 0
     notes: list[str] = []
@@ -833,7 +844,9 @@ def setup_from_mapping(
     if model_family is not None:
         family = find_family(model_family)
         if family is None:
-            raise ConfigError(f"--model {model_family!r}: unknown family; run `longpack check --list-families`")
+            raise ConfigError(
+                f"--model {model_family!r}: unknown family; run `longpack check --list-families`"
+            )
     else:
         family, note_f = _infer_family(flat)
         if note_f:
@@ -844,7 +857,9 @@ def setup_from_mapping(
     model = _fill_from_family(model, family)
 
     ignored = tuple(sorted(k for k in flat if k not in used))
-    setup = TrainingSetup(world_size=world_size, family=family, model=model, dataset=dataset, sources=src, **top)
+    setup = TrainingSetup(
+        world_size=world_size, family=family, model=model, dataset=dataset, sources=src, **top
+    )
     return LoadedSetup(setup=setup, ignored_keys=ignored, notes=tuple(notes))
 
 
@@ -874,7 +889,11 @@ def equivalent_offline_config(micro_batch_size: int, global_batch_size: int | No
     >>> equivalent_offline_config(4, 32, 512)
     'train.micro_batch_size=1 train.global_batch_size=8 dataset.offline_packing_specs.packed_sequence_size=2048'
     """
-    gbs = "" if global_batch_size is None else f" train.global_batch_size={global_batch_size // micro_batch_size}"
+    gbs = (
+        ""
+        if global_batch_size is None
+        else f" train.global_batch_size={global_batch_size // micro_batch_size}"
+    )
     return (
         f"train.micro_batch_size=1{gbs} "
         f"dataset.offline_packing_specs.packed_sequence_size={packed_size * micro_batch_size}"

@@ -75,7 +75,9 @@ def _find_key(obj: Any, names: tuple[str, ...]) -> Any:
     return None
 
 
-def inspect_packed_dir(path: str | Path, *, multiple: int = 1, pack_size_hint: int | None = None) -> PackedDataSummary:
+def inspect_packed_dir(
+    path: str | Path, *, multiple: int = 1, pack_size_hint: int | None = None
+) -> PackedDataSummary:
     """Summarize a packed folder: pack size, metadata, and segment alignment against ``multiple``.
 
     ``pack_size_hint`` picks among several ``<N>_metadata.jsonl`` files. Raises
@@ -110,7 +112,9 @@ def inspect_packed_dir(path: str | Path, *, multiple: int = 1, pack_size_hint: i
         except (OSError, json.JSONDecodeError) as exc:
             raise PackedDataError(f"{meta_path}: not a JSON array of metadata dicts ({exc})") from exc
         if not isinstance(loaded, list) or not all(isinstance(x, dict) for x in loaded):
-            raise PackedDataError(f"{meta_path}: must hold one JSON array of dicts (Bridge: 'invalid packing_metadata_file!')")
+            raise PackedDataError(
+                f"{meta_path}: must hold one JSON array of dicts (Bridge: 'invalid packing_metadata_file!')"
+            )
         metadata = loaded
 
     pack_size: int | None = None
