@@ -26,7 +26,7 @@ def run(*args: str) -> tuple[int, str]:
 def test_good_example_exits_0() -> None:
     code, out = run(str(EXAMPLES / "llama3_8b_sft_cp4_good.yaml"))
     assert code == 0, out
-    assert "OK: 0 errors" in out
+    assert "OK: 0 errors, 0 warnings, 0 infos" in out
 
 
 def test_broken_example_exits_1_with_rule_ids_in_table() -> None:
@@ -244,3 +244,10 @@ def test_inspect_packed_dir_errors(tmp_path: Path) -> None:
     pq.write_table(pa.table({"input_ids": pa.array([[1, 2]])}), bad / "training_8.idx.parquet")
     with pytest.raises(PackedDataError, match="missing required columns"):
         inspect_packed_dir(bad)
+
+
+def test_readme_documents_every_rule() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Checking a configuration (longpack check)") :]
+    for rule_id, r in RULES.items():
+        assert f"| `{rule_id}` | {r.severity.value} |" in section, rule_id

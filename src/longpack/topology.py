@@ -132,6 +132,30 @@ def collate_pad_multiple(*, tp: int = 1, cp_sizes: tuple[int, ...] = (1,), sp: b
     return math.lcm(*(pad_seq_to_mult(tp=tp, cp=cp, sp=sp) for cp in cp_sizes))
 
 
+def check_pad_seq_to_mult(value: int | None, *, tp: int = 1, cp: int = 1, sp: bool = False) -> int:
+    """Validate a ``pad_seq_to_mult`` for offline packing against a topology; return the required one.
+
+    Megatron-Bridge never derives or checks this value (spec ``megatron-packing.md`` §6.8), so a
+    packer calls this before writing anything. Any multiple of the required value is accepted.
+
+    >>> check_pad_seq_to_mult(8, tp=2, cp=4, sp=True)
+    8
+    >>> check_pad_seq_to_mult(2, tp=1, cp=4)
+    Traceback (most recent call last):
+    ...
+    longpack.topology.TopologyError: pad_seq_to_mult=2 is not a multiple of 8 = lcm(2*CP, CP*TP if SP) for TP=1 CP=4 SP=False; ...
+    """
+    need = pad_seq_to_mult(tp=tp, cp=cp, sp=sp)
+    if value is None or isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TopologyError(f"pad_seq_to_mult must be a positive integer, got {value!r}; use {need}")
+    if value % need:
+        raise TopologyError(
+            f"pad_seq_to_mult={value} is not a multiple of {need} = lcm(2*CP, CP*TP if SP) for TP={tp} CP={cp} "
+            f"SP={sp}; every packed sequence must split into 2*CP equal chunks (and CP*TP with SP): use {need}"
+        )
+    return need
+
+
 # --- Pipeline stage layouts ------------------------------------------------------------------------
 
 #: Megatron-Core's layout characters (``PipelineParallelLayerLayout.parse_str_to_list``).

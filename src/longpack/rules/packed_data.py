@@ -4,7 +4,8 @@ The folder holds ``training_<N>.idx.parquet`` / ``validation_<N>.idx.parquet`` (
 ``loss_mask``, ``seq_start_id``), ``<N>_metadata.jsonl`` (one JSON array of per-split dicts with
 ``max_samples_per_bin``, ``dataset_max_seqlen``, ``min_packed_seqlen``, ``pack_size`` ...; spec
 ``megatron-packing.md`` §2.5 and §2.7) and, when longpack wrote it, a ``manifest.json``. The metadata
-file is the key; a missing manifest is fine. Only ``input_ids`` lengths and ``seq_start_id`` are read.
+file is the key; a missing manifest is fine. Only row lengths (from ``loss_mask``, else ``input_ids``) and
+``seq_start_id`` are read.
 """
 
 from __future__ import annotations
@@ -158,7 +159,10 @@ def inspect_packed_dir(
             missing = {"input_ids", "seq_start_id"} - names
             if missing:
                 raise PackedDataError(f"{file}: missing required columns {sorted(missing)}")
-            batches = pf.iter_batches(columns=["input_ids", "seq_start_id"], batch_size=4096)
+            # Row lengths come from loss_mask (int8, same length as input_ids in Bridge's format) when it is
+            # there: decoding it costs a quarter of the int64 input_ids.
+            length_column = "loss_mask" if "loss_mask" in names else "input_ids"
+            batches = pf.iter_batches(columns=[length_column, "seq_start_id"], batch_size=4096)
             for batch in batches:
                 ids = batch.column(0)
                 starts_col = batch.column(1)
