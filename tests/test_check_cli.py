@@ -251,3 +251,10 @@ def test_readme_documents_every_rule() -> None:
     section = readme[readme.index("## Checking a configuration (longpack check)") :]
     for rule_id, r in RULES.items():
         assert f"| `{rule_id}` | {r.severity.value} |" in section, rule_id
+
+
+def test_readme_rule_table_is_current() -> None:
+    from longpack.cli.check_cmd import rules_markdown
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert rules_markdown() in readme, "regenerate with: longpack check --list-rules --markdown"

@@ -607,6 +607,29 @@ CASES = [
         ["longpack.model_family=qwen3_omni", "dataset.enable_in_batch_packing=false"],
         ("Qwen3-Omni",),
     ),
+    Case(
+        "LP-SEQ-001",
+        "SFT",
+        ["dataset.seq_length=4096"],
+        ["dataset.seq_length=8192"],
+        ("model.seq_length=8192", "dataset.seq_length=4096"),
+    ),
+    Case("LP-EN-016", "ENERGON", ["dataset.do_test=true"], ["dataset.do_test=false"], ("do_test=True",)),
+    Case(
+        "LP-EN-017",
+        "ENERGON",
+        ["dataset.shuffle_buffer_size=0"],
+        ["dataset.shuffle_buffer_size=100"],
+        ("shuffle_buffer_size=0",),
+    ),
+    Case(
+        "LP-EN-017",
+        "ENERGON",
+        ["dataset.path=' '"],
+        ["dataset.path=/data/energon"],
+        ("dataset.path is empty",),
+    ),
+    Case("LP-EN-017", "ENERGON", ["dataset.num_workers=-1"], ["dataset.num_workers=0"], ("num_workers=-1",)),
     # --- packed data (rules that also take the packed folder) ---
     Case(
         "LP-DATA-001",

@@ -23,7 +23,18 @@ def _fail_input(message: str, as_json: bool) -> typer.Exit:
     return typer.Exit(EXIT_UNREADABLE)
 
 
-def _list_rules(as_json: bool) -> None:
+def rules_markdown() -> str:
+    """The rule table of README.md (``longpack check --list-rules --markdown``)."""
+    from longpack.rules import RULES
+
+    lines = ["| id | severity | what it checks | source |", "|---|---|---|---|"]
+    for r in RULES.values():
+        title = r.title + (" (with `--packed`)" if r.scope == "packed" else "")
+        lines.append(f"| `{r.id}` | {r.severity.value} | {title} | {r.source} |")
+    return "\n".join(lines)
+
+
+def _list_rules(as_json: bool, markdown: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -35,6 +46,9 @@ def _list_rules(as_json: bool) -> None:
     ]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
+        return
+    if markdown:
+        typer.echo(rules_markdown())
         return
     table = Table(title=f"longpack check: {len(rows)} rules")
     for col in ("id", "severity", "checks", "source"):
@@ -129,6 +143,7 @@ def register(app: typer.Typer) -> None:
         list_families: bool = typer.Option(
             False, "--list-families", help="List known model families and exit."
         ),
+        markdown: bool = typer.Option(False, "--markdown", help="With --list-rules: a Markdown table."),
         show_ignored: bool = typer.Option(
             False, "--show-ignored", help="List every config key no rule reads."
         ),
@@ -146,7 +161,7 @@ def register(app: typer.Typer) -> None:
         )
 
         if list_rules:
-            _list_rules(as_json)
+            _list_rules(as_json, markdown)
             raise typer.Exit(EXIT_OK)
         if list_families:
             _list_families(as_json)

@@ -586,6 +586,19 @@ def cp_shard_size(s: TrainingSetup) -> Iterator[Violation]:
         )
 
 
+@rule("LP-SEQ-001", E, "model.seq_length equals dataset.seq_length", "§6.14")
+def seq_lengths_match(s: TrainingSetup) -> Iterator[Violation]:
+    ms, ds = s.model.seq_length, s.dataset.seq_length
+    if ms is not None and ds is not None and ms != ds:
+        yield V(
+            f"model.seq_length={ms} differs from dataset.seq_length={ds} (Bridge: 'Please ensure sequence length "
+            "configuration in model config and dataset config match')",
+            f"set both to the same value (model.seq_length={ds} or dataset.seq_length={ms})",
+            K_SEQ,
+            K_DSEQ,
+        )
+
+
 # ================================================================================================
 # Batch sizes
 # ================================================================================================
@@ -1149,6 +1162,35 @@ def en_builder_owned(s: TrainingSetup) -> Iterator[Violation]:
             "set them through the dataset config fields (micro_batch_size, packing_buffer_size, ...) instead",
             "dataset.dataset_kwargs",
         )
+
+
+@rule("LP-EN-016", E, "Energon datasets have no test split (do_test=False)", "C.1")
+def en_do_test(s: TrainingSetup) -> Iterator[Violation]:
+    if s.dataset.kind is DatasetKind.ENERGON and s.dataset.do_test:
+        yield V(
+            "Energon dataset with do_test=True (EnergonDatasetConfig.validate rejects it)",
+            "set dataset.do_test=false",
+            "dataset.do_test",
+        )
+
+
+@rule("LP-EN-017", E, "Energon path set; worker, shuffle and sample limits valid", "C.1")
+def en_fields(s: TrainingSetup) -> Iterator[Violation]:
+    d = s.dataset
+    if d.kind is not DatasetKind.ENERGON:
+        return
+    if d.path is not None and not d.path.strip():
+        yield V("dataset.path is empty", "set dataset.path to the Energon dataset folder", "dataset.path")
+    checks = (
+        ("dataset.num_workers", d.num_workers, 0),
+        ("dataset.num_val_workers", d.num_val_workers, 0),
+        ("dataset.shuffle_buffer_size", d.shuffle_buffer_size, 1),
+        ("dataset.max_samples_per_sequence", d.max_samples_per_sequence, 1),
+        ("dataset.micro_batch_size", d.micro_batch_size, 1),
+    )
+    for key, value, low in checks:
+        if value is not None and value < low:
+            yield V(f"{key}={value} must be >= {low}", f"set {key} to a value >= {low} (or null)", key)
 
 
 @rule("LP-EN-015", INFO, "Energon packing_buffer_size of at least 8 candidates", "§8")

@@ -170,6 +170,13 @@ class DatasetSettings:
     micro_batch_size: int | None = None
     task_encoder_target: str | None = None
     dataloader_type: str | None = None
+    # Energon fields validated by EnergonDatasetConfig.validate (energon spec C.1).
+    path: str | None = None
+    do_test: bool | None = None
+    num_workers: int | None = None
+    num_val_workers: int | None = None
+    shuffle_buffer_size: int | None = None
+    max_samples_per_sequence: int | None = None
 
     @property
     def fixed_width(self) -> bool:
@@ -654,6 +661,12 @@ _DATASET_KEYS: dict[str, Converter] = {
     "packing_buffer_size": _conv_opt_int,
     "micro_batch_size": _conv_opt_int,
     "dataloader_type": _conv_opt_str,
+    "path": _conv_opt_str,
+    "do_test": lambda v: None if v is None else _conv_bool(v),
+    "num_workers": _conv_opt_int,
+    "num_val_workers": _conv_opt_int,
+    "shuffle_buffer_size": _conv_opt_int,
+    "max_samples_per_sequence": _conv_opt_int,
 }
 
 _OTHER_KEYS: dict[str, tuple[str, Converter]] = {
