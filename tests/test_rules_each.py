@@ -666,6 +666,15 @@ CASES = [
         {},
     ),
     Case(
+        "LP-DATA-004",
+        "SFT",
+        [],
+        [],
+        ("share only the factor 2",),
+        {"checked_multiple": 1, "segment_length_gcd": 2},
+        {"checked_multiple": 1, "segment_length_gcd": 8},
+    ),
+    Case(
         "LP-DATA-005",
         "SFT",
         [],

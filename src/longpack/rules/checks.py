@@ -1366,18 +1366,28 @@ def data_seq_length(s: TrainingSetup, p: PackedDataSummary) -> Iterator[Violatio
     "LP-DATA-004", E, "every packed sequence aligned to the topology multiple", "§5.2, §9.9", scope="packed"
 )
 def data_alignment(s: TrainingSetup, p: PackedDataSummary) -> Iterator[Violation]:
-    if p.misaligned_segments:
-        ex = p.first_misaligned
-        where = (
-            f"; first: {ex.file} row {ex.row} sequence {ex.segment} has {ex.runtime_length} tokens"
-            if ex is not None
-            else ""
-        )
+    m = s.required_pad_seq_to_mult
+    fix = f"repack with pad_seq_to_mult={m} into a fresh folder (longpack pack ... or {K_PSM}={m})"
+    if p.checked_multiple == m:
+        if p.misaligned_segments:
+            ex = p.first_misaligned
+            where = (
+                f"; first: {ex.file} row {ex.row} sequence {ex.segment} has {ex.runtime_length} tokens"
+                if ex is not None
+                else ""
+            )
+            yield V(
+                f"{p.misaligned_segments} of {p.segments} packed sequences are not a multiple of {_m_text(s)}"
+                f"{where} (lengths share only the factor {p.segment_length_gcd})",
+                fix,
+                K_PSM,
+                K_CP,
+            )
+    elif p.segment_length_gcd % m:
+        # Scanned for another multiple: the gcd of all lengths still decides alignment.
         yield V(
-            f"{p.misaligned_segments} of {p.segments} packed sequences are not a multiple of {_m_text(s)}{where} "
-            f"(lengths share only the factor {p.segment_length_gcd})",
-            f"repack with pad_seq_to_mult={s.required_pad_seq_to_mult} into a fresh folder "
-            f"(longpack pack ... or {K_PSM}={s.required_pad_seq_to_mult})",
+            f"packed sequence lengths share only the factor {p.segment_length_gcd}, not a multiple of {_m_text(s)}",
+            fix,
             K_PSM,
             K_CP,
         )

@@ -139,6 +139,10 @@ def inspect_packed_dir(
             manifest = loaded_manifest if isinstance(loaded_manifest, dict) else None
         except (OSError, json.JSONDecodeError):
             manifest = None
+    if pack_size is None and manifest is not None:
+        value = _find_key(manifest, ("pack_size", "packed_sequence_size"))
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            pack_size = value
     recorded: int | None = None
     if manifest is not None:
         value = _find_key(manifest, ("pad_seq_to_mult",))
