@@ -1,7 +1,7 @@
 """How long `longpack check` takes: all rules on the example configs, and the --packed scan of a packed
 folder against a plain per-row Python scan of the same Parquet file (run in the same process).
 
-    PYTHONPATH=src python benchmarks/bench_check.py [--rows 20000]
+    PYTHONPATH=src python benchmarks/bench_check.py [--rows 2000]
 
 Prints medians over repeats; timings depend on the machine's load.
 """
@@ -73,7 +73,7 @@ def python_scan(folder: Path, multiple: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rows", type=int, default=20000)
+    parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--pack", type=int, default=8192)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()

@@ -234,3 +234,10 @@ def test_layout_as_list_of_lists() -> None:
         }
     ).setup
     assert not [f for f in run_rules(s) if f.rule_id.startswith("LP-PP")]
+
+
+def test_dataset_kwargs_pad_to_max_length_is_a_bool() -> None:
+    s = setup_from_mapping({"dataset": {"dataset_kwargs": {"pad_to_max_length": "false"}}}).setup
+    assert s.dataset.fixed_width is False
+    with pytest.raises(ConfigError, match="pad_to_max_length is true or false"):
+        setup_from_mapping({"dataset": {"dataset_kwargs": {"pad_to_max_length": "maybe"}}})

@@ -606,6 +606,16 @@ def _conv_mapping(v: Any) -> Mapping[str, Any]:
     raise TypeError("a mapping")
 
 
+def _conv_dataset_kwargs(v: Any) -> Mapping[str, Any]:
+    kwargs = dict(_conv_mapping(v))
+    if "pad_to_max_length" in kwargs:
+        try:
+            kwargs["pad_to_max_length"] = _conv_bool(kwargs["pad_to_max_length"])
+        except TypeError:
+            raise TypeError("a mapping whose pad_to_max_length is true or false") from None
+    return kwargs
+
+
 Converter = Callable[[Any], Any]
 
 _MODEL_KEYS: dict[str, Converter] = {
@@ -652,7 +662,7 @@ _SPECS_KEYS: dict[str, Converter] = {
 _DATASET_KEYS: dict[str, Converter] = {
     "seq_length": _conv_opt_int,
     "enable_offline_packing": _conv_bool,
-    "dataset_kwargs": _conv_mapping,
+    "dataset_kwargs": _conv_dataset_kwargs,
     "pad_to_max_length": lambda v: None if v is None else _conv_bool(v),
     "enable_in_batch_packing": _conv_bool,
     "defer_in_batch_packing_to_step": _conv_bool,
