@@ -258,3 +258,24 @@ def test_readme_rule_table_is_current() -> None:
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert rules_markdown() in readme, "regenerate with: longpack check --list-rules --markdown"
+
+
+def test_packed_sp_alignment_is_a_warning_when_2cp_holds(tmp_path: Path) -> None:
+    # TP4 CP2 SP: THD needs 2*CP = 4 per sequence (hard), the docs ask for lcm(4, 8) = 8.
+    folder = write_packed(tmp_path / "p", [[5, 13, 9], [129]], 128)
+    code, out = run(*SMALL, "model.tensor_model_parallel_size=4", "--packed", str(folder), "--json")
+    data = json.loads(out)
+    assert code == 0, out
+    warned = {f["id"]: f for f in data["findings"] if f["severity"] == "warning"}
+    assert set(warned) == {"LP-PACK-016", "LP-DATA-010"}
+    assert "2 of 4 packed sequences are not a multiple of 8" in warned["LP-DATA-010"]["message"]
+    code, out = run(
+        *SMALL,
+        "model.tensor_model_parallel_size=4",
+        "model.context_parallel_size=4",
+        "--packed",
+        str(folder),
+        "--json",
+    )
+    errors = {f["id"] for f in json.loads(out)["findings"] if f["severity"] == "error"}
+    assert code == 1 and {"LP-DATA-004", "LP-PACK-008"} <= errors

@@ -303,7 +303,7 @@ CASES = [
         "SFT",
         ["dataset.offline_packing_specs.pad_seq_to_mult=2"],
         ["dataset.offline_packing_specs.pad_seq_to_mult=4"],
-        ("pad_seq_to_mult=2", "4 (= lcm(2*CP=4, CP*TP=4)"),
+        ("pad_seq_to_mult=2", "2*CP = 4"),
     ),
     Case(
         "LP-PACK-008",
@@ -311,6 +311,13 @@ CASES = [
         ["dataset.offline_packing_specs.pad_seq_to_mult=null"],
         ["dataset.offline_packing_specs.pad_seq_to_mult=4"],
         ("None",),
+    ),
+    Case(
+        "LP-PACK-016",
+        "SFT",
+        ["model.tensor_model_parallel_size=4"],
+        ["model.tensor_model_parallel_size=4", "dataset.offline_packing_specs.pad_seq_to_mult=8"],
+        ("pad_seq_to_mult=4", "8 (= lcm(2*CP=4, CP*TP=8)", "TP=4"),
     ),
     Case(
         "LP-PACK-009",
@@ -655,7 +662,7 @@ CASES = [
         "SFT",
         [],
         [],
-        ("3 of 400", "row 7 sequence 2 has 4094 tokens", "lcm(2*CP=4, CP*TP=4)"),
+        ("3 of 400", "row 7 sequence 2 has 4094 tokens", "2*CP = 4"),
         {
             "misaligned_segments": 3,
             "segment_length_gcd": 2,
@@ -673,6 +680,20 @@ CASES = [
         ("share only the factor 2",),
         {"checked_multiple": 1, "segment_length_gcd": 2},
         {"checked_multiple": 1, "segment_length_gcd": 8},
+    ),
+    Case(
+        "LP-DATA-010",
+        "SFT",
+        ["model.tensor_model_parallel_size=4"],
+        ["model.tensor_model_parallel_size=4"],
+        ("5 of 400 packed sequences are not a multiple of 8", "row 3 sequence 0 has 4092 tokens"),
+        {
+            "misaligned_by_multiple": {4: 0, 8: 5},
+            "first_misaligned_by_multiple": {
+                8: SegmentExample(file="training_8192.idx.parquet", row=3, segment=0, runtime_length=4092)
+            },
+        },
+        {"misaligned_by_multiple": {4: 0, 8: 0}},
     ),
     Case(
         "LP-DATA-005",

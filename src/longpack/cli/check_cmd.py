@@ -190,7 +190,7 @@ def register(app: typer.Typer) -> None:
                 pss = setup.dataset.offline_packing_specs
                 summary_packed = inspect_packed_dir(
                     packed,
-                    multiple=setup.required_pad_seq_to_mult,
+                    multiple=(setup.required_cp_multiple, setup.required_pad_seq_to_mult),
                     pack_size_hint=None if pss is None else pss.packed_sequence_size,
                 )
             except PackedDataError as exc:

@@ -15,6 +15,7 @@ Sources are named per rule: ``§6.N`` = ``shared/specs/megatron-packing.md`` §6
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 
 from longpack.rules.config import (
@@ -95,6 +96,8 @@ def suggest_layout(num_layers: int, pp: int, vpp: int, mtp_num_layers: int = 0) 
     'Et|(tt|)*30mL'
     >>> suggest_layout(94, 4, 12)
     'Et|(tt|)*46tL'
+    >>> suggest_layout(61, 4, 2, 1)
+    'Et*7|(t*8|)*6t*6mL'
     >>> pipeline_split(num_layers=30, pp=4, vpp=2, layout=suggest_layout(30, 4, 2)).method
     'layout'
     """
@@ -118,7 +121,8 @@ def suggest_layout(num_layers: int, pp: int, vpp: int, mtp_num_layers: int = 0) 
         kinds.extend(["t"] * take)
         left -= take
         kinds.extend(tail)
-        text.append("".join(kinds))
+        stage = "".join(kinds)
+        text.append(re.sub(r"t{3,}", lambda m: f"t*{len(m.group(0))}", stage))
     out: list[str] = []
     i = 0
     while i < len(text):
@@ -745,12 +749,12 @@ def pad_cu_needs_fixed(s: TrainingSetup) -> Iterator[Violation]:
         )
 
 
-@rule("LP-PACK-008", E, "pad_seq_to_mult is a multiple of what the topology needs", "§1, §6.8, §9.9")
+@rule("LP-PACK-008", E, "pad_seq_to_mult splits every sequence into 2*CP equal chunks", "§1, §5.2, §9.9")
 def pack_pad_mult(s: TrainingSetup) -> Iterator[Violation]:
     specs = s.dataset.offline_packing_specs
     if not s.dataset.offline_packing or specs is None:
         return
-    m = s.required_pad_seq_to_mult
+    m, c = s.required_pad_seq_to_mult, s.required_cp_multiple
     p = specs.pad_seq_to_mult
     if p is None:
         yield V(
@@ -758,13 +762,30 @@ def pack_pad_mult(s: TrainingSetup) -> Iterator[Violation]:
             f"set {K_PSM}={m}",
             K_PSM,
         )
-    elif p >= 1 and p % m:
+    elif p >= 1 and p % c:
         yield V(
-            f"pad_seq_to_mult={p} but the topology needs every packed sequence to be a multiple of {_m_text(s)}; "
-            "Bridge never derives or checks this for offline packing, and the CP split fails at run time",
-            f"set {K_PSM}={m} and rebuild the packed data into a fresh folder",
+            f"pad_seq_to_mult={p} but with CP={s.cp} every packed sequence must split into 2*CP = {c} equal "
+            "chunks (THD zigzag); Bridge never derives or checks this for offline packing, and the CP split "
+            "fails at run time",
+            f"set {K_PSM}={m} (= {_m_text(s)}) and rebuild the packed data into a fresh folder",
             K_PSM,
             K_CP,
+        )
+
+
+@rule("LP-PACK-016", W, "pad_seq_to_mult equals the documented lcm(2*CP, CP*TP with SP)", "§8")
+def pack_pad_mult_docs(s: TrainingSetup) -> Iterator[Violation]:
+    specs = s.dataset.offline_packing_specs
+    if not s.dataset.offline_packing or specs is None or specs.pad_seq_to_mult is None:
+        return
+    m, c, p = s.required_pad_seq_to_mult, s.required_cp_multiple, specs.pad_seq_to_mult
+    if p >= 1 and p % c == 0 and p % m:
+        yield V(
+            f"pad_seq_to_mult={p} is not a multiple of {_m_text(s)}: with sequence parallelism each row's "
+            f"CP-local tokens must split over TP={s.tp}, which then holds only while every row width is a "
+            "multiple of that (LP-PACK-012/013)",
+            f"set {K_PSM}={m} as the docs recommend, and rebuild into a fresh folder",
+            K_PSM,
             K_TP,
             K_SP,
         )
@@ -1362,34 +1383,54 @@ def data_seq_length(s: TrainingSetup, p: PackedDataSummary) -> Iterator[Violatio
         )
 
 
-@rule(
-    "LP-DATA-004", E, "every packed sequence aligned to the topology multiple", "§5.2, §9.9", scope="packed"
-)
+def _misaligned(p: PackedDataSummary, multiple: int) -> tuple[bool, str]:
+    """Whether some packed sequence is not a multiple of ``multiple``, and how to say so."""
+    count = p.misaligned_count(multiple)
+    if count is None:  # not scanned for this multiple: the gcd of all lengths still decides
+        return (
+            p.segment_length_gcd % multiple != 0,
+            f"packed sequence lengths share only the factor {p.segment_length_gcd}",
+        )
+    ex = p.first_misaligned_by_multiple.get(multiple) or (
+        p.first_misaligned if multiple == p.checked_multiple else None
+    )
+    where = ""
+    if ex is not None:
+        where = f"; first: {ex.file} row {ex.row} sequence {ex.segment} has {ex.runtime_length} tokens"
+    return count > 0, f"{count} of {p.segments} packed sequences are not a multiple of {multiple}{where}"
+
+
+@rule("LP-DATA-004", E, "every packed sequence splits into 2*CP equal chunks", "§5.2, §9.9", scope="packed")
 def data_alignment(s: TrainingSetup, p: PackedDataSummary) -> Iterator[Violation]:
-    m = s.required_pad_seq_to_mult
-    fix = f"repack with pad_seq_to_mult={m} into a fresh folder (longpack pack ... or {K_PSM}={m})"
-    if p.checked_multiple == m:
-        if p.misaligned_segments:
-            ex = p.first_misaligned
-            where = (
-                f"; first: {ex.file} row {ex.row} sequence {ex.segment} has {ex.runtime_length} tokens"
-                if ex is not None
-                else ""
-            )
-            yield V(
-                f"{p.misaligned_segments} of {p.segments} packed sequences are not a multiple of {_m_text(s)}"
-                f"{where} (lengths share only the factor {p.segment_length_gcd})",
-                fix,
-                K_PSM,
-                K_CP,
-            )
-    elif p.segment_length_gcd % m:
-        # Scanned for another multiple: the gcd of all lengths still decides alignment.
+    c, m = s.required_cp_multiple, s.required_pad_seq_to_mult
+    bad, text = _misaligned(p, c)
+    if bad:
         yield V(
-            f"packed sequence lengths share only the factor {p.segment_length_gcd}, not a multiple of {_m_text(s)}",
-            fix,
+            f"{text} (2*CP = {c} for CP={s.cp}): the THD context-parallel split fails on them",
+            f"repack with pad_seq_to_mult={m} into a fresh folder (longpack pack ... or {K_PSM}={m})",
             K_PSM,
             K_CP,
+        )
+
+
+@rule(
+    "LP-DATA-010",
+    W,
+    "every packed sequence a multiple of the documented lcm(2*CP, CP*TP)",
+    "§8",
+    scope="packed",
+)
+def data_alignment_docs(s: TrainingSetup, p: PackedDataSummary) -> Iterator[Violation]:
+    c, m = s.required_cp_multiple, s.required_pad_seq_to_mult
+    if m == c or _misaligned(p, c)[0]:
+        return
+    bad, text = _misaligned(p, m)
+    if bad:
+        yield V(
+            f"{text} (= {_m_text(s)}): this works only while every row width is a multiple of {m}",
+            f"repack with pad_seq_to_mult={m} into a fresh folder",
+            K_PSM,
+            K_SP,
         )
 
 

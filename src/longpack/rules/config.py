@@ -338,6 +338,14 @@ class TrainingSetup:
         return collate_pad_multiple(tp=self.tp, cp_sizes=tuple(sorted(cps)), sp=self.sp)
 
     @property
+    def required_cp_multiple(self) -> int:
+        """What THD context parallelism itself needs of every packed sequence: ``2*CP`` (lcm over training
+        and evaluation CP), 1 without CP. With SP the docs ask for :attr:`required_pad_seq_to_mult`, but
+        SP only constrains whole rows (energon spec D.8)."""
+        cps = {self.cp} | ({self.eval_context_parallel_size} if self.eval_context_parallel_size else set())
+        return math.lcm(*(2 * c if c > 1 else 1 for c in cps))
+
+    @property
     def effective_pad_to_multiple_of(self) -> int:
         """Width multiple Bridge uses for unpacked DirectHF/Energon/MockVLM rows:
         ``lcm(dataset.pad_to_multiple_of, required multiple)`` (spec §6.8)."""

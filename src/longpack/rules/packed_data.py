@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,15 @@ class PackedDataSummary:
     segment_length_gcd: int
     rows_over_pack_size: int
     max_row_runtime_tokens: int
+    #: Misaligned-sequence counts (and first example) for every multiple that was scanned.
+    misaligned_by_multiple: Mapping[int, int] = field(default_factory=dict)
+    first_misaligned_by_multiple: Mapping[int, SegmentExample] = field(default_factory=dict)
+
+    def misaligned_count(self, multiple: int) -> int | None:
+        """Sequences whose runtime length is not a multiple of ``multiple``; ``None`` if not scanned for it."""
+        if multiple == self.checked_multiple:
+            return self.misaligned_segments
+        return self.misaligned_by_multiple.get(multiple)
 
 
 _META_RE = re.compile(r"^(\d+)_metadata\.jsonl$")
@@ -77,9 +87,10 @@ def _find_key(obj: Any, names: tuple[str, ...]) -> Any:
 
 
 def inspect_packed_dir(
-    path: str | Path, *, multiple: int = 1, pack_size_hint: int | None = None
+    path: str | Path, *, multiple: int | Sequence[int] = 1, pack_size_hint: int | None = None
 ) -> PackedDataSummary:
-    """Summarize a packed folder: pack size, metadata, and segment alignment against ``multiple``.
+    """Summarize a packed folder: pack size, metadata, and segment alignment against ``multiple`` (one
+    multiple, or several: the first is the primary one reported in ``misaligned_segments``).
 
     ``pack_size_hint`` picks among several ``<N>_metadata.jsonl`` files. Raises
     :class:`PackedDataError` when there is nothing to check.
@@ -151,11 +162,13 @@ def inspect_packed_dir(
     if recorded is None and (m := _DIR_MULT_RE.search(folder.name + "_")) and m.group(1) != "None":
         recorded = int(m.group(1))
 
-    m_check = max(1, multiple)
-    rows = segments = misaligned = over = 0
+    wanted = [multiple] if isinstance(multiple, int) else list(multiple)
+    checks = list(dict.fromkeys(max(1, int(m)) for m in wanted)) or [1]
+    bad_counts = dict.fromkeys(checks, 0)
+    firsts: dict[int, SegmentExample] = {}
+    rows = segments = over = 0
     max_row = 0
     gcd = 0
-    first: SegmentExample | None = None
     for file in parquet:
         try:
             pf = pq.ParquetFile(file)
@@ -180,15 +193,16 @@ def inspect_packed_dir(
                 last = np.cumsum(counts) - 1
                 ends[last[counts > 0]] = row_len[counts > 0]
                 runtime = ends - starts - 1
-                bad = np.flatnonzero(runtime % m_check != 0)
-                if first is None and bad.size:
-                    i = int(bad[0])
-                    r = int(row_of[i])
-                    seg = i - int(np.cumsum(counts)[r] - counts[r])
-                    first = SegmentExample(
-                        file=file.name, row=rows + r, segment=seg, runtime_length=int(runtime[i])
-                    )
-                misaligned += int(bad.size)
+                for m_check in checks:
+                    bad = np.flatnonzero(runtime % m_check != 0)
+                    if m_check not in firsts and bad.size:
+                        i = int(bad[0])
+                        r = int(row_of[i])
+                        seg = i - int(np.cumsum(counts)[r] - counts[r])
+                        firsts[m_check] = SegmentExample(
+                            file=file.name, row=rows + r, segment=seg, runtime_length=int(runtime[i])
+                        )
+                    bad_counts[m_check] += int(bad.size)
                 row_runtime = row_len - counts
                 if pack_size is not None:
                     over += int(np.count_nonzero(row_runtime > pack_size))
@@ -213,10 +227,12 @@ def inspect_packed_dir(
         recorded_pad_seq_to_mult=recorded,
         rows=rows,
         segments=segments,
-        checked_multiple=m_check,
-        misaligned_segments=misaligned,
-        first_misaligned=first,
+        checked_multiple=checks[0],
+        misaligned_segments=bad_counts[checks[0]],
+        first_misaligned=firsts.get(checks[0]),
         segment_length_gcd=gcd,
         rows_over_pack_size=over,
         max_row_runtime_tokens=max_row,
+        misaligned_by_multiple=bad_counts,
+        first_misaligned_by_multiple=firsts,
     )
