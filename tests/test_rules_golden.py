@@ -286,3 +286,16 @@ def test_qwen3_235b_needs_etp1_when_etp_defaults_to_tp() -> None:
     ).setup
     (f,) = [x for x in run_rules(s) if x.rule_id == "LP-TOPO-002"]
     assert "EP*ETP = 32*4 = 128" in f.message and "expert_tensor_parallel_size=1" in f.fix
+
+
+def test_from_layout_dataset_kind_shortcut() -> None:
+    s = TrainingSetup.from_layout(
+        ParallelLayout(world_size=128, tp=4, cp=4, pp=4, vpp=12, ep=32, etp=1, sp=True),
+        seq_length=131072,
+        family=find_family("qwen3_235b_a22b"),
+        global_batch_size=16,
+        dataset_kind="pretraining",
+        account_for_embedding_in_pipeline_split=True,
+        account_for_loss_in_pipeline_split=True,
+    )
+    assert s.dataset.kind is DatasetKind.PRETRAINING and run_rules(s) == []

@@ -240,11 +240,13 @@ class TrainingSetup:
         micro_batch_size: int = 1,
         global_batch_size: int | None = None,
         dataset: DatasetSettings | None = None,
+        dataset_kind: str | DatasetKind = DatasetKind.SFT,
         **model_fields: Any,
     ) -> TrainingSetup:
         """A setup from a :class:`ParallelLayout` (what the planner and ``longpack pack`` hold).
 
-        ``model_fields`` are further :class:`ModelSettings` fields (``num_layers=61``, ...).
+        ``model_fields`` are further :class:`ModelSettings` fields (``num_layers=61``, ...);
+        ``dataset`` (or just ``dataset_kind``) describes the data side.
 
         >>> TrainingSetup.from_layout(ParallelLayout(world_size=8, tp=2), num_layers=32).model.num_layers
         32
@@ -261,7 +263,11 @@ class TrainingSetup:
             **model_fields,
         )
         model = _fill_from_family(model, family)
-        ds = dataset if dataset is not None else DatasetSettings(seq_length=seq_length)
+        ds = (
+            dataset
+            if dataset is not None
+            else DatasetSettings(kind=DatasetKind(str(dataset_kind)), seq_length=seq_length)
+        )
         return cls(
             world_size=layout.world_size,
             family=family,
