@@ -51,3 +51,74 @@ def test_layout_rejects_non_dividing_sizes_with_the_numbers() -> None:
         ParallelLayout(world_size=8, vpp=2)
     with pytest.raises(TopologyError, match="tp must be a positive integer"):
         ParallelLayout(world_size=8, tp=0)
+
+
+# --- pipeline layouts --------------------------------------------------------------------------------
+
+from longpack.rules.checks import suggest_layout  # noqa: E402
+from longpack.topology import collate_pad_multiple, parse_pipeline_layout, pipeline_split  # noqa: E402
+
+
+def test_megatron_doc_layout_dsv3_pp16_vpp2() -> None:
+    # Megatron-LM docs: DeepSeek-V3 (61 layers + 1 MTP) on PP16 VPP2 with "Et*3|(tt|)*29,m|L".
+    split = pipeline_split(num_layers=61, pp=16, mtp_num_layers=1, layout="Et*3|(tt|)*29,m|L")
+    assert split.vpp == 2 and split.method == "layout"
+    assert split.decoder[0] == (3, 2)  # PP rank 0: embedding + 3 layers, then 2 layers
+    assert split.decoder[14] == (2, 0) and split.mtp[14] == (0, 1)  # PP rank 14 holds the MTP layer
+    assert split.decoder[15] == (2, 0)  # PP rank 15: 2 layers, then the loss
+    assert sum(map(sum, split.decoder)) == 61
+
+
+def test_layout_errors_name_the_problem() -> None:
+    with pytest.raises(TopologyError, match="33 stages, not divisible by PP=8"):
+        pipeline_split(num_layers=61, pp=8, mtp_num_layers=1, layout="Et|(tt|)*30m|L")
+    with pytest.raises(TopologyError, match="VPP to 4"):
+        pipeline_split(num_layers=61, pp=8, vpp=2, mtp_num_layers=1, layout="Et|(tt|)*30mL")
+    with pytest.raises(TopologyError, match="places 0 MTP layers"):
+        pipeline_split(num_layers=61, pp=8, mtp_num_layers=1, layout="Et|(tt|)*30L")
+    with pytest.raises(TopologyError, match="must start with exactly one 'E'"):
+        pipeline_split(num_layers=2, pp=2, layout="t|tL")
+
+
+def test_first_last_and_account_for_splits() -> None:
+    split = pipeline_split(num_layers=61, pp=8, first_stage_layers=5, last_stage_layers=2)
+    assert [row[0] for row in split.decoder] == [5, 9, 9, 9, 9, 9, 9, 2]
+    with pytest.raises(TopologyError, match="not divisible by VPP=2"):
+        pipeline_split(num_layers=61, pp=8, vpp=2, first_stage_layers=5)
+    split = pipeline_split(num_layers=94, pp=4, vpp=12, account_for_embedding=True, account_for_loss=True)
+    assert split.decoder[0][0] == 1 and split.decoder[3][11] == 1
+    assert sum(map(sum, split.decoder)) == 94
+
+
+def test_collate_pad_multiple_over_eval_cp() -> None:
+    assert collate_pad_multiple(tp=2, cp_sizes=(2, 4), sp=True) == 8
+    assert collate_pad_multiple(tp=1, cp_sizes=(2, 3)) == 12
+
+
+@given(
+    num_layers=st.integers(1, 130),
+    pp=st.integers(1, 16),
+    vpp=st.integers(1, 6),
+    mtp=st.integers(0, 2),
+)
+def test_suggested_layout_is_valid(num_layers: int, pp: int, vpp: int, mtp: int) -> None:
+    text = suggest_layout(num_layers, pp, vpp, mtp)
+    split = pipeline_split(num_layers=num_layers, pp=pp, vpp=vpp, mtp_num_layers=mtp, layout=text)
+    assert split.vpp == vpp
+    assert sum(map(sum, split.decoder)) == num_layers
+    assert len(parse_pipeline_layout(text)) == pp * vpp
+
+
+@given(stages=st.lists(st.lists(st.sampled_from("tm"), max_size=4).map("".join), min_size=1, max_size=12))
+def test_layout_repetition_grammar_matches_expanded_form(stages: list[str]) -> None:
+    expanded = "E" + "|".join(stages) + "L"
+    grouped = "E" + "|".join(f"({s})*1" if s else s for s in stages) + "L"
+    assert parse_pipeline_layout(grouped) == parse_pipeline_layout(expanded)
+
+
+def test_bridge_llama3_70b_perf_layout() -> None:
+    # Megatron-Bridge perf recipe llama3_70b_pretrain_64gpu_h100 (shared/data/calibration_points.yaml):
+    # PP8 VPP5 with "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL" for 80 layers.
+    split = pipeline_split(num_layers=80, pp=8, vpp=5, layout="Et*2|(t*2|)*34,t*3|(t*2|)*3,tL")
+    assert split.vpp == 5 and sum(map(sum, split.decoder)) == 80
+    assert split.max_layers_per_stage == 3

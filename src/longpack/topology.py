@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 
@@ -115,3 +116,282 @@ class ParallelLayout:
     def pad_seq_to_mult(self) -> int:
         """Per-sequence alignment multiple this layout needs for THD packing."""
         return pad_seq_to_mult(tp=self.tp, cp=self.cp, sp=self.sp)
+
+
+def collate_pad_multiple(*, tp: int = 1, cp_sizes: tuple[int, ...] = (1,), sp: bool = False) -> int:
+    """Per-sequence multiple over several CP sizes (training CP and, if set, evaluation CP).
+
+    Megatron-Bridge's ``ConfigContainer.validate`` takes the lcm of :func:`pad_seq_to_mult` over
+    ``{model.context_parallel_size, dist.eval_context_parallel_size}`` (spec ``megatron-packing.md`` §6.8).
+
+    >>> collate_pad_multiple(tp=4, cp_sizes=(2,), sp=True)
+    8
+    >>> collate_pad_multiple(tp=2, cp_sizes=(2, 4), sp=True)
+    8
+    """
+    return math.lcm(*(pad_seq_to_mult(tp=tp, cp=cp, sp=sp) for cp in cp_sizes))
+
+
+def check_pad_seq_to_mult(value: int | None, *, tp: int = 1, cp: int = 1, sp: bool = False) -> int:
+    """Validate a ``pad_seq_to_mult`` for offline packing against a topology; return the required one.
+
+    Megatron-Bridge never derives or checks this value (spec ``megatron-packing.md`` §6.8), so a
+    packer calls this before writing anything. Any multiple of the required value is accepted.
+
+    >>> check_pad_seq_to_mult(8, tp=2, cp=4, sp=True)
+    8
+    >>> check_pad_seq_to_mult(2, tp=1, cp=4)
+    Traceback (most recent call last):
+    ...
+    longpack.topology.TopologyError: pad_seq_to_mult=2 is not a multiple of 8 = lcm(2*CP, CP*TP if SP) for TP=1 CP=4 SP=False; ...
+    """
+    need = pad_seq_to_mult(tp=tp, cp=cp, sp=sp)
+    if value is None or isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TopologyError(f"pad_seq_to_mult must be a positive integer, got {value!r}; use {need}")
+    if value % need:
+        raise TopologyError(
+            f"pad_seq_to_mult={value} is not a multiple of {need} = lcm(2*CP, CP*TP if SP) for TP={tp} CP={cp} "
+            f"SP={sp}; every packed sequence must split into 2*CP equal chunks (and CP*TP with SP): use {need}"
+        )
+    return need
+
+
+# --- Pipeline stage layouts ------------------------------------------------------------------------
+
+#: Megatron-Core's layout characters (``PipelineParallelLayerLayout.parse_str_to_list``).
+LAYOUT_CHARS = {"E": "embedding", "t": "decoder", "m": "mtp", "L": "loss"}
+
+
+def parse_pipeline_layout(layout: str | list[list[str]] | tuple[tuple[str, ...], ...]) -> list[list[str]]:
+    """Parse a ``pipeline_model_parallel_layout`` into one list of layer kinds per virtual stage.
+
+    Same grammar as Megatron-Core: ``E`` embedding, ``t`` decoder layer, ``m`` MTP layer, ``L`` loss,
+    ``|`` stage boundary, ``x*n`` and ``(...)*n`` repeat, commas are cosmetic. Stages are listed in
+    virtual-stage-major order (all PP ranks of virtual stage 0, then virtual stage 1, ...). Lists of
+    lists of names (``"embedding"``, ``"decoder"``, ``"mtp"``, ``"loss"``) are accepted as well.
+
+    >>> parse_pipeline_layout("Et*2|(tt|)*2,tL")
+    [['embedding', 'decoder', 'decoder'], ['decoder', 'decoder'], ['decoder', 'decoder'], ['decoder', 'loss']]
+    >>> parse_pipeline_layout("Ex|L")
+    Traceback (most recent call last):
+    ...
+    longpack.topology.TopologyError: pipeline layout 'Ex|L': unknown layer character 'x' ...
+    """
+    if not isinstance(layout, str):
+        names = set(LAYOUT_CHARS.values())
+        stages: list[list[str]] = []
+        for row in layout:
+            if isinstance(row, str):
+                raise TopologyError(f"pipeline layout list must hold lists of layer names, got {row!r}")
+            stage = [str(x).strip().lower() for x in row]
+            bad = [x for x in stage if x not in names]
+            if bad:
+                raise TopologyError(f"pipeline layout: unknown layer names {bad}; use one of {sorted(names)}")
+            stages.append(stage)
+        return stages
+    text = layout.replace(",", "").replace(" ", "")
+    while True:  # innermost parentheses first, so nested groups expand too
+        expanded = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+        if expanded == text:
+            break
+        text = expanded
+    text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    stages = []
+    for chunk in text.split("|"):
+        stage = []
+        for ch in chunk:
+            if ch not in LAYOUT_CHARS:
+                raise TopologyError(
+                    f"pipeline layout {layout!r}: unknown layer character {ch!r} "
+                    f"(known: {', '.join(LAYOUT_CHARS)}; '|' separates stages)"
+                )
+            stage.append(LAYOUT_CHARS[ch])
+        stages.append(stage)
+    return stages
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineSplit:
+    """Decoder (and MTP) layers on every pipeline rank and virtual stage.
+
+    ``decoder[pp_rank][vpp_stage]`` counts decoder layers; ``method`` says how the split was derived
+    (``"layout"``, ``"first_last"``, ``"account_for"``, ``"even"``).
+
+    >>> split = pipeline_split(num_layers=8, pp=2, vpp=2)
+    >>> split.decoder, split.vpp, split.method
+    (((2, 2), (2, 2)), 2, 'even')
+    """
+
+    pp: int
+    vpp: int
+    decoder: tuple[tuple[int, ...], ...]
+    mtp: tuple[tuple[int, ...], ...]
+    method: str
+
+    @property
+    def max_layers_per_stage(self) -> int:
+        """Largest decoder-layer count on one virtual stage."""
+        return max(max(row) for row in self.decoder)
+
+
+def pipeline_split(
+    *,
+    num_layers: int,
+    pp: int,
+    vpp: int | None = None,
+    mtp_num_layers: int | None = None,
+    layout: str | list[list[str]] | tuple[tuple[str, ...], ...] | None = None,
+    first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
+) -> PipelineSplit:
+    """Place ``num_layers`` decoder layers on ``pp`` ranks x ``vpp`` virtual stages, as Megatron-Core does.
+
+    Raises :class:`TopologyError` with Megatron-Core's condition and the numbers when the split is
+    impossible (rules from ``TransformerConfig.__post_init__`` and ``PipelineParallelLayerLayout``).
+    DeepSeek-V3 (61 layers + 1 MTP) on PP8 x VPP4 needs a layout:
+
+    >>> pipeline_split(num_layers=61, pp=8, vpp=4, mtp_num_layers=1, layout="Et|(tt|)*30mL").method
+    'layout'
+    >>> pipeline_split(num_layers=61, pp=8, vpp=4)
+    Traceback (most recent call last):
+    ...
+    longpack.topology.TopologyError: num_layers=61 is not divisible by PP*VPP = 8*4 = 32; ...
+    >>> pipeline_split(num_layers=94, pp=4, vpp=12, account_for_embedding=True, account_for_loss=True).decoder[0][:2]
+    (1, 2)
+    """
+    if num_layers < 1 or pp < 1 or (vpp is not None and vpp < 1):
+        raise TopologyError(f"num_layers, pp and vpp must be positive, got {num_layers}, {pp}, {vpp}")
+    mtp = mtp_num_layers or 0
+    uneven = first_stage_layers is not None or last_stage_layers is not None
+    accounted = account_for_embedding or account_for_loss
+    if layout is not None:
+        if uneven or accounted:
+            raise TopologyError(
+                "pipeline_model_parallel_layout cannot be combined with num_layers_in_first/last_pipeline_stage "
+                "or account_for_embedding/loss_in_pipeline_split; keep only the layout"
+            )
+        return _split_from_layout(layout, num_layers=num_layers, pp=pp, vpp=vpp, mtp=mtp)
+    if uneven and accounted:
+        raise TopologyError(
+            "num_layers_in_first/last_pipeline_stage cannot be combined with "
+            "account_for_embedding/loss_in_pipeline_split; use one of the two mechanisms"
+        )
+    v = vpp or 1
+    if uneven:
+        return _split_first_last(num_layers, pp, v, first_stage_layers, last_stage_layers, mtp)
+    counted = num_layers + int(account_for_embedding) + int(account_for_loss)
+    if counted % (pp * v):
+        what = "num_layers" if not accounted else "num_layers + accounted embedding/loss"
+        raise TopologyError(
+            f"{what}={counted} is not divisible by PP*VPP = {pp}*{v} = {pp * v}; give a "
+            "pipeline_model_parallel_layout or num_layers_in_first/last_pipeline_stage, or change PP/VPP"
+        )
+    per = counted // (pp * v)
+    grid = [[per] * v for _ in range(pp)]
+    if account_for_embedding:
+        grid[0][0] -= 1
+    if account_for_loss:
+        grid[pp - 1][v - 1] -= 1
+    mtp_grid = [[0] * v for _ in range(pp)]
+    mtp_grid[pp - 1][v - 1] = mtp
+    return PipelineSplit(
+        pp=pp,
+        vpp=v,
+        decoder=tuple(tuple(r) for r in grid),
+        mtp=tuple(tuple(r) for r in mtp_grid),
+        method="account_for" if accounted else "even",
+    )
+
+
+def _split_first_last(
+    num_layers: int, pp: int, v: int, first: int | None, last: int | None, mtp: int
+) -> PipelineSplit:
+    if pp < 2:
+        raise TopologyError("num_layers_in_first/last_pipeline_stage need pipeline_model_parallel_size > 1")
+    middle_layers, middle_ranks = num_layers, pp
+    for name, value in (("first", first), ("last", last)):
+        if value is None:
+            continue
+        if value <= 0:
+            raise TopologyError(f"num_layers_in_{name}_pipeline_stage must be > 0, got {value}")
+        if value % v:
+            raise TopologyError(
+                f"num_layers_in_{name}_pipeline_stage={value} is not divisible by VPP={v}; "
+                f"choose a multiple of {v}"
+            )
+        middle_layers -= value
+        middle_ranks -= 1
+    if middle_layers < 0:
+        raise TopologyError(f"first/last stage layers exceed num_layers={num_layers}")
+    if middle_ranks and middle_layers % middle_ranks:
+        raise TopologyError(
+            f"{middle_layers} layers left for the {middle_ranks} middle pipeline ranks do not divide evenly; "
+            "adjust num_layers_in_first/last_pipeline_stage"
+        )
+    per_middle = middle_layers // middle_ranks if middle_ranks else 0
+    if middle_ranks and per_middle % v:
+        raise TopologyError(
+            f"{per_middle} layers per middle pipeline rank are not divisible by VPP={v}; "
+            "adjust num_layers_in_first/last_pipeline_stage or VPP"
+        )
+    per_rank = [per_middle] * pp
+    if first is not None:
+        per_rank[0] = first
+    if last is not None:
+        per_rank[-1] = last
+    grid = tuple(tuple([n // v] * v) for n in per_rank)
+    mtp_grid = [[0] * v for _ in range(pp)]
+    mtp_grid[pp - 1][v - 1] = mtp
+    return PipelineSplit(
+        pp=pp, vpp=v, decoder=grid, mtp=tuple(tuple(r) for r in mtp_grid), method="first_last"
+    )
+
+
+def _split_from_layout(
+    layout: str | list[list[str]] | tuple[tuple[str, ...], ...],
+    *,
+    num_layers: int,
+    pp: int,
+    vpp: int | None,
+    mtp: int,
+) -> PipelineSplit:
+    stages = parse_pipeline_layout(layout)
+    shown = layout if isinstance(layout, str) else "<list layout>"
+    if len(stages) % pp:
+        raise TopologyError(
+            f"pipeline layout {shown!r} has {len(stages)} stages, not divisible by PP={pp}; "
+            f"write PP*VPP stages separated by '|'"
+        )
+    v = len(stages) // pp
+    if vpp is not None and vpp != v and not (vpp == 1 and v == 1):
+        raise TopologyError(
+            f"virtual_pipeline_model_parallel_size={vpp} conflicts with the layout's {len(stages)} stages / "
+            f"PP={pp} = {v} virtual stages; set VPP to {v} or leave it unset"
+        )
+    flat = [kind for stage in stages for kind in stage]
+    if not flat or flat[0] != "embedding" or flat.count("embedding") != 1:
+        raise TopologyError(f"pipeline layout {shown!r} must start with exactly one 'E' (embedding)")
+    if flat[-1] != "loss" or flat.count("loss") != 1:
+        raise TopologyError(f"pipeline layout {shown!r} must end with exactly one 'L' (loss)")
+    if flat.count("decoder") != num_layers:
+        raise TopologyError(
+            f"pipeline layout {shown!r} places {flat.count('decoder')} decoder layers ('t') but "
+            f"num_layers={num_layers}"
+        )
+    if flat.count("mtp") != mtp:
+        raise TopologyError(
+            f"pipeline layout {shown!r} places {flat.count('mtp')} MTP layers ('m') but mtp_num_layers={mtp}"
+        )
+    if "mtp" in flat and "decoder" in flat[flat.index("mtp") :]:
+        raise TopologyError(f"pipeline layout {shown!r}: decoder layers must come before MTP layers")
+    # Megatron-Core lists stages virtual-stage-major: stage index = vpp_stage * PP + pp_rank.
+    decoder = tuple(tuple(stages[s * pp + r].count("decoder") for s in range(v)) for r in range(pp))
+    mtp_grid = tuple(tuple(stages[s * pp + r].count("mtp") for s in range(v)) for r in range(pp))
+    for r in range(pp):
+        if any(mtp_grid[r][s] for s in range(v - 1)):
+            raise TopologyError(
+                f"pipeline layout {shown!r}: MTP layers must be in the last virtual stage of their rank"
+            )
+    return PipelineSplit(pp=pp, vpp=v, decoder=decoder, mtp=mtp_grid, method="layout")

@@ -1,0 +1,759 @@
+"""One test per rule: a config that triggers it (id, severity, the values in the message) and the nearest
+config that does not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from longpack.rules import RULES
+from longpack.rules.packed_data import SegmentExample
+from rule_bases import BASES, findings_of, packed_summary
+
+PTML = "dataset.dataset_kwargs.pad_to_max_length=true"
+PCU = "dataset.offline_packing_specs.pad_cu_seqlens=true"
+HYBRIDEP = ["model.moe_token_dispatcher_type=flex", "model.moe_flex_dispatcher_backend=hybridep"]
+NO_OFFLINE = ["dataset.enable_offline_packing=false", "~dataset.offline_packing_specs"]
+
+
+def seq(n: int) -> list[str]:
+    return [
+        f"model.seq_length={n}",
+        f"dataset.seq_length={n}",
+        f"dataset.offline_packing_specs.packed_sequence_size={n}",
+    ]
+
+
+@dataclass(frozen=True)
+class Case:
+    rule_id: str
+    base: str
+    fail: list[str]
+    fix: list[str]
+    says: tuple[str, ...]
+    packed_fail: dict[str, Any] | None = None
+    packed_fix: dict[str, Any] | None = field(default=None)
+
+    def __str__(self) -> str:
+        return self.rule_id
+
+
+CASES = [
+    Case(
+        "LP-CFG-001",
+        "SFT",
+        ["model.context_parallel_size=0"],
+        ["model.context_parallel_size=2"],
+        ("context_parallel_size=0",),
+    ),
+    Case(
+        "LP-CFG-001",
+        "DHF",
+        ["dataset.pad_to_multiple_of=-3"],
+        ["dataset.pad_to_multiple_of=3"],
+        ("pad_to_multiple_of=-3",),
+    ),
+    Case("LP-CFG-002", "SFT", ["~longpack.world_size"], ["longpack.world_size=16"], ("world size unknown",)),
+    Case(
+        "LP-CFG-003",
+        "SFT",
+        ["~longpack.model_family"],
+        ["model.num_layers=32", "model.num_attention_heads=32"],
+        ("num_layers=None",),
+    ),
+    Case(
+        "LP-TOPO-001",
+        "SFT",
+        ["longpack.world_size=10"],
+        ["longpack.world_size=24"],
+        ("world size 10", "TP*CP*PP = 2*2*1 = 4"),
+    ),
+    Case(
+        "LP-TOPO-002",
+        "MOE",
+        ["model.expert_model_parallel_size=16", "model.expert_tensor_parallel_size=null"],
+        ["model.expert_model_parallel_size=16", "model.expert_tensor_parallel_size=1"],
+        ("EP*ETP = 16*2 = 32", "N/PP = 16/1 = 16", "defaults to TP=2"),
+    ),
+    Case(
+        "LP-TOPO-003",
+        "MOE",
+        ["model.expert_model_parallel_size=3"],
+        ["model.expert_model_parallel_size=8"],
+        ("num_moe_experts=128", "EP=3"),
+    ),
+    Case(
+        "LP-TOPO-003",
+        "SFT",
+        ["model.expert_model_parallel_size=2"],
+        ["model.expert_model_parallel_size=1"],
+        ("expert_model_parallel_size=2", "no experts"),
+    ),
+    Case(
+        "LP-TOPO-004",
+        "SFT",
+        ["model.tensor_model_parallel_size=3", "longpack.world_size=12"],
+        ["model.tensor_model_parallel_size=4", "longpack.world_size=16"],
+        ("num_attention_heads=32", "TP=3"),
+    ),
+    Case(
+        "LP-TOPO-005",
+        "SFT",
+        ["model.num_query_groups=2", "model.tensor_model_parallel_size=4"],
+        ["model.num_query_groups=8", "model.tensor_model_parallel_size=4"],
+        ("num_query_groups (KV heads)=2", "TP=4"),
+    ),
+    Case(
+        "LP-TOPO-006",
+        "SFT",
+        ["model.tensor_model_parallel_size=1"],
+        ["model.tensor_model_parallel_size=1", "model.sequence_parallel=false"],
+        ("TP=1",),
+    ),
+    Case(
+        "LP-SP-001",
+        "SFT",
+        ["model.tensor_model_parallel_size=4", *seq(8196)],
+        ["model.tensor_model_parallel_size=4", *seq(8192)],
+        ("8196/2 = 4098", "TP=4"),
+    ),
+    Case(
+        "LP-PP-001",
+        "SFT",
+        ["model.pipeline_model_parallel_size=2", "model.virtual_pipeline_model_parallel_size=3"],
+        ["model.pipeline_model_parallel_size=2", "model.virtual_pipeline_model_parallel_size=2"],
+        ("num_layers=32", "PP*VPP = 2*3 = 6"),
+    ),
+    Case(
+        "LP-PP-002",
+        "SFT",
+        ["model.pipeline_model_parallel_size=2", "model.pipeline_model_parallel_layout=Et*16|t*15L"],
+        ["model.pipeline_model_parallel_size=2", "model.pipeline_model_parallel_layout=Et*16|t*16L"],
+        ("places 31 decoder layers", "num_layers=32"),
+    ),
+    Case(
+        "LP-PP-002",
+        "SFT",
+        ["model.pipeline_model_parallel_size=2", "model.pipeline_model_parallel_layout=Ex*16|t*16L"],
+        ["model.pipeline_model_parallel_size=2", "model.pipeline_model_parallel_layout=Et*16|t*16L"],
+        ("unknown layer character 'x'",),
+    ),
+    Case(
+        "LP-PP-003",
+        "SFT",
+        [
+            "model.pipeline_model_parallel_size=4",
+            "longpack.world_size=32",
+            "model.num_layers_in_first_pipeline_stage=7",
+        ],
+        [
+            "model.pipeline_model_parallel_size=4",
+            "longpack.world_size=32",
+            "model.num_layers_in_first_pipeline_stage=5",
+        ],
+        ("25 layers left for the 3 middle",),
+    ),
+    Case(
+        "LP-PP-004",
+        "SFT",
+        ["model.pipeline_model_parallel_size=2", "model.account_for_embedding_in_pipeline_split=true"],
+        [
+            "model.pipeline_model_parallel_size=2",
+            "model.account_for_embedding_in_pipeline_split=true",
+            "model.account_for_loss_in_pipeline_split=true",
+        ],
+        ("=33", "PP*VPP = 2*1 = 2"),
+    ),
+    Case(
+        "LP-PP-005",
+        "SFT",
+        [
+            "model.pipeline_model_parallel_size=2",
+            "model.pipeline_model_parallel_layout=Et*16|t*16L",
+            "model.account_for_loss_in_pipeline_split=true",
+        ],
+        ["model.pipeline_model_parallel_size=2", "model.pipeline_model_parallel_layout=Et*16|t*16L"],
+        ("pipeline_model_parallel_layout is combined",),
+    ),
+    Case(
+        "LP-PP-006",
+        "SFT",
+        ["model.virtual_pipeline_model_parallel_size=2"],
+        ["model.virtual_pipeline_model_parallel_size=null"],
+        ("virtual_pipeline_model_parallel_size=2",),
+    ),
+    Case("LP-CP-001", "SFT", seq(8190), seq(8192), ("seq_length=8190", "2*CP = 4")),
+    Case(
+        "LP-CP-002",
+        "SFT",
+        ["model.calculate_per_token_loss=false"],
+        ["model.calculate_per_token_loss=true"],
+        ("CP=2", "calculate_per_token_loss=False"),
+    ),
+    Case(
+        "LP-CP-003",
+        "SFT",
+        ["ddp.average_in_collective=true"],
+        ["ddp.average_in_collective=false"],
+        ("CP=2", "average_in_collective=True"),
+    ),
+    Case(
+        "LP-CP-004",
+        "SFT",
+        ["model.cp_comm_type=a2a", "model.num_query_groups=2"],
+        ["model.cp_comm_type=p2p", "model.num_query_groups=2"],
+        ("num_query_groups (KV heads)/TP = 2/2 = 1", "'a2a'"),
+    ),
+    Case(
+        "LP-CP-005",
+        "SFT",
+        ["model.cp_comm_type=a2a+p2p", "model.hierarchical_context_parallel_sizes=[2,2]"],
+        ["model.cp_comm_type=a2a+p2p", "model.hierarchical_context_parallel_sizes=[2,1]"],
+        ("[2, 2]", "CP=2"),
+    ),
+    Case(
+        "LP-CP-006",
+        "SFT",
+        ["model.cp_comm_type=a2a+p2p"],
+        ["model.cp_comm_type=a2a+p2p", "model.hierarchical_context_parallel_sizes=[2,1]"],
+        ("a2a+p2p",),
+    ),
+    Case(
+        "LP-CP-007",
+        "DHF",
+        ["model.tensor_model_parallel_size=4", "model.seq_length=8196", "dataset.seq_length=8196"],
+        ["model.tensor_model_parallel_size=4", "model.seq_length=8192", "dataset.seq_length=8192"],
+        ("dataset.seq_length=8196", "8 (= lcm(2*CP=4, CP*TP=8)"),
+    ),
+    Case(
+        "LP-CP-008",
+        "SFT",
+        ["model.context_parallel_size=4", "longpack.world_size=32"],
+        ["model.context_parallel_size=2", "longpack.world_size=32"],
+        ("8192 / CP 4 = 2048",),
+    ),
+    Case(
+        "LP-BATCH-001",
+        "SFT",
+        ["train.global_batch_size=10"],
+        ["train.global_batch_size=12"],
+        ("global_batch_size=10", "MBS*DP = 1*4 = 4"),
+    ),
+    Case(
+        "LP-BATCH-002",
+        "SFT",
+        ["train.global_batch_size=2"],
+        ["train.global_batch_size=4"],
+        ("global_batch_size=2 < MBS*DP = 1*4 = 4",),
+    ),
+    Case(
+        "LP-BATCH-003",
+        "SFT",
+        ["validation.eval_global_batch_size=6"],
+        ["validation.eval_global_batch_size=8"],
+        ("eval global batch 6", "1*4 = 4"),
+    ),
+    Case(
+        "LP-PACK-001",
+        "SFT",
+        ["dataset.enable_in_batch_packing=true"],
+        ["dataset.enable_in_batch_packing=false"],
+        ("enable_in_batch_packing=True",),
+    ),
+    Case(
+        "LP-PACK-002",
+        "SFT",
+        ["~dataset.offline_packing_specs"],
+        ["~dataset.offline_packing_specs", "dataset.enable_offline_packing=false"],
+        ("offline_packing_specs is not set",),
+    ),
+    Case(
+        "LP-PACK-003",
+        "SFT",
+        ["dataset.enable_offline_packing=false"],
+        NO_OFFLINE,
+        ("enable_offline_packing=False",),
+    ),
+    Case(
+        "LP-PACK-004",
+        "SFT",
+        ["dataset.offline_packing_specs.packed_sequence_size=0"],
+        ["dataset.offline_packing_specs.packed_sequence_size=8192"],
+        ("packed_sequence_size=0",),
+    ),
+    Case(
+        "LP-PACK-005",
+        "SFT",
+        ["train.micro_batch_size=4", "train.global_batch_size=32"],
+        ["train.micro_batch_size=1", "train.global_batch_size=8"],
+        ("micro_batch_size=4",),
+    ),
+    Case(
+        "LP-PACK-006",
+        "DHF",
+        ["train.micro_batch_size=1", "train.global_batch_size=8"],
+        ["train.micro_batch_size=2", "train.global_batch_size=16"],
+        ("micro_batch_size=1",),
+    ),
+    Case("LP-PACK-007", "SFT", [PCU], [PCU, PTML], ("pad_cu_seqlens=True",)),
+    Case(
+        "LP-PACK-008",
+        "SFT",
+        ["dataset.offline_packing_specs.pad_seq_to_mult=2"],
+        ["dataset.offline_packing_specs.pad_seq_to_mult=4"],
+        ("pad_seq_to_mult=2", "2*CP = 4"),
+    ),
+    Case(
+        "LP-PACK-008",
+        "SFT",
+        ["dataset.offline_packing_specs.pad_seq_to_mult=null"],
+        ["dataset.offline_packing_specs.pad_seq_to_mult=4"],
+        ("None",),
+    ),
+    Case(
+        "LP-PACK-016",
+        "SFT",
+        ["model.tensor_model_parallel_size=4"],
+        ["model.tensor_model_parallel_size=4", "dataset.offline_packing_specs.pad_seq_to_mult=8"],
+        ("pad_seq_to_mult=4", "8 (= lcm(2*CP=4, CP*TP=8)", "TP=4"),
+    ),
+    Case(
+        "LP-PACK-009",
+        "SFT",
+        ["dataset.offline_packing_specs.pad_seq_to_mult=8"],
+        ["dataset.offline_packing_specs.pad_seq_to_mult=4"],
+        ("pad_seq_to_mult=8", "the 4"),
+    ),
+    Case(
+        "LP-PACK-010",
+        "SFT",
+        ["dataset.offline_packing_specs.packed_sequence_size=16384"],
+        ["dataset.offline_packing_specs.packed_sequence_size=8192"],
+        ("packed_sequence_size=16384", "seq_length=8192"),
+    ),
+    Case(
+        "LP-PACK-011",
+        "SFT",
+        ["dataset.offline_packing_specs.max_single_sequence_length=9000"],
+        ["dataset.offline_packing_specs.max_single_sequence_length=8188"],
+        ("max_single_sequence_length=9000", "packed_sequence_size=8192"),
+    ),
+    Case(
+        "LP-PACK-012",
+        "SFT",
+        ["dataset.offline_packing_specs.packed_sequence_size=8190"],
+        ["dataset.offline_packing_specs.packed_sequence_size=8192"],
+        ("packed_sequence_size=8190", "multiple of 4"),
+    ),
+    Case(
+        "LP-PACK-013",
+        "SFT",
+        ["dataset.dataset_kwargs.pad_seq_length_to_mult=6"],
+        ["dataset.dataset_kwargs.pad_seq_length_to_mult=8"],
+        ("pad_seq_length_to_mult=6",),
+    ),
+    Case(
+        "LP-PACK-014",
+        "DHF",
+        ["model.pipeline_model_parallel_size=2", "longpack.world_size=32"],
+        ["model.pipeline_model_parallel_size=2", "longpack.world_size=32", "dataset.pad_to_max_length=true"],
+        ("PP=2",),
+    ),
+    Case(
+        "LP-PACK-015",
+        "SFT",
+        [
+            *NO_OFFLINE,
+            "dataset.enable_in_batch_packing=true",
+            "train.micro_batch_size=2",
+            "train.global_batch_size=16",
+            "dataset.dataloader_type=batch",
+        ],
+        [
+            *NO_OFFLINE,
+            "dataset.enable_in_batch_packing=true",
+            "train.micro_batch_size=2",
+            "train.global_batch_size=16",
+            "dataset.dataloader_type=single",
+        ],
+        ("dataloader_type='batch'",),
+    ),
+    Case(
+        "LP-MTP-001", "SFT", ["model.mtp_num_layers=1"], ["model.mtp_num_layers=null"], ("mtp_num_layers=1",)
+    ),
+    Case(
+        "LP-CG-001",
+        "SFT",
+        ["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[mlp]"],
+        ["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[mlp]", PTML],
+        ("cuda_graph_impl='transformer_engine'", "['mlp']"),
+    ),
+    Case(
+        "LP-CG-002",
+        "SFT",
+        ["model.cuda_graph_impl=transformer_engine", PTML],
+        ["model.cuda_graph_impl=transformer_engine", PTML, PCU],
+        ("whole layer", "pad_cu_seqlens=False"),
+    ),
+    Case(
+        "LP-CG-003",
+        "SFT",
+        ["model.cuda_graph_impl=full_iteration", PTML, PCU],
+        [
+            "model.cuda_graph_impl=full_iteration",
+            PTML,
+            PCU,
+            "rerun_state_machine.check_for_nan_in_loss=false",
+        ],
+        ("check_for_nan_in_loss=True",),
+    ),
+    Case(
+        "LP-CG-004",
+        "MOE",
+        ["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[attn,moe_router]", PTML, PCU],
+        ["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[attn]", PTML, PCU],
+        ("moe_router",),
+    ),
+    Case(
+        "LP-CG-005",
+        "DHF",
+        ["model.cuda_graph_impl=local"],
+        ["model.cuda_graph_impl=none"],
+        ("cuda_graph_impl='local'",),
+    ),
+    Case(
+        "LP-CG-005",
+        "SFT",
+        ["model.cuda_graph_impl=local"],
+        ["model.cuda_graph_impl=local", PTML],
+        ("cuda_graph_impl='local'",),
+    ),
+    Case(
+        "LP-EN-001",
+        "ENERGON",
+        ["train.micro_batch_size=2", "dataset.micro_batch_size=2"],
+        ["train.micro_batch_size=1", "dataset.micro_batch_size=1"],
+        ("train.micro_batch_size=2", "packing_buffer_size=16"),
+    ),
+    Case(
+        "LP-EN-002",
+        "ENERGON",
+        ["dataset.micro_batch_size=2"],
+        ["dataset.micro_batch_size=1"],
+        ("dataset.micro_batch_size=2",),
+    ),
+    Case(
+        "LP-EN-002",
+        "ENERGON",
+        ["validation.eval_micro_batch_size=2"],
+        ["validation.eval_micro_batch_size=1"],
+        ("validation.eval_micro_batch_size=2",),
+    ),
+    Case(
+        "LP-EN-003",
+        "ENERGON",
+        ["model.calculate_per_token_loss=false"],
+        ["model.calculate_per_token_loss=true"],
+        ("calculate_per_token_loss=False",),
+    ),
+    Case(
+        "LP-EN-004",
+        "ENERGON",
+        ["ddp.average_in_collective=true"],
+        ["ddp.average_in_collective=false"],
+        ("average_in_collective=True",),
+    ),
+    Case(
+        "LP-EN-005",
+        "ENERGON",
+        ["model.mtp_num_layers=1"],
+        ["model.mtp_num_layers=null"],
+        ("mtp_num_layers=1",),
+    ),
+    Case(
+        "LP-EN-006",
+        "ENERGON",
+        ["model.cuda_graph_impl=local"],
+        ["model.cuda_graph_impl=none"],
+        ("cuda_graph_impl='local'",),
+    ),
+    Case(
+        "LP-EN-006",
+        "ENERGON",
+        ["model.vision_cuda_graph_impl=transformer_engine"],
+        ["model.vision_cuda_graph_impl=none"],
+        ("vision_cuda_graph_impl='transformer_engine'",),
+    ),
+    Case(
+        "LP-EN-007",
+        "ENERGON",
+        ["dist_train.use_dist_train=true"],
+        ["dist_train.use_dist_train=false"],
+        ("use_dist_train=True",),
+    ),
+    Case(
+        "LP-EN-008",
+        "ENERGON",
+        ["model.pipeline_model_parallel_size=2"],
+        ["model.pipeline_model_parallel_size=1"],
+        ("pipeline_model_parallel_size=2",),
+    ),
+    Case(
+        "LP-EN-009",
+        "ENERGON",
+        ["model.overlap_moe_expert_parallel_comm=true"],
+        ["model.overlap_moe_expert_parallel_comm=false"],
+        ("overlap_moe_expert_parallel_comm",),
+    ),
+    Case(
+        "LP-EN-010",
+        "ENERGON",
+        ["dataset.enable_in_batch_packing=true"],
+        ["dataset.enable_in_batch_packing=false"],
+        ("enable_in_batch_packing=True",),
+    ),
+    Case(
+        "LP-EN-011",
+        "ENERGON",
+        ["dataset.defer_in_batch_packing_to_step=true"],
+        ["dataset.defer_in_batch_packing_to_step=false"],
+        ("defer_in_batch_packing_to_step=True",),
+    ),
+    Case(
+        "LP-EN-012",
+        "ENERGON",
+        ["dataset.packing_buffer_size=0"],
+        ["dataset.packing_buffer_size=16"],
+        ("packing_buffer_size=0",),
+    ),
+    Case(
+        "LP-EN-013",
+        "ENERGON",
+        ["dataset.task_encoder._target_=megatron.bridge.data.builders.energon.HFEnergonTaskEncoderConfig"],
+        [
+            "dataset.task_encoder._target_=megatron.bridge.data.builders.energon.QwenVLEnergonTaskEncoderConfig"
+        ],
+        ("HFEnergonTaskEncoderConfig",),
+    ),
+    Case(
+        "LP-EN-014",
+        "ENERGON",
+        ["dataset.dataset_kwargs={batch_size: 4}"],
+        ["dataset.dataset_kwargs={handler: warn_and_continue}"],
+        ("['batch_size']",),
+    ),
+    Case(
+        "LP-EN-015",
+        "ENERGON",
+        ["dataset.packing_buffer_size=4"],
+        ["dataset.packing_buffer_size=16"],
+        ("packing_buffer_size=4",),
+    ),
+    Case(
+        "LP-MOE-001",
+        "MOE",
+        ["model.sequence_parallel=false"],
+        ["model.sequence_parallel=true"],
+        ("EP=8 and TP=2",),
+    ),
+    Case(
+        "LP-MOE-002",
+        "MOE",
+        [*HYBRIDEP, PTML, *seq(8196)],
+        [*HYBRIDEP, PTML, *seq(8192)],
+        ("8196 tokens", "128"),
+    ),
+    Case(
+        "LP-MOE-003",
+        "MOE",
+        [*HYBRIDEP, "model.cuda_graph_impl=local"],
+        [*HYBRIDEP, "model.cuda_graph_impl=local", PTML],
+        ("HybridEP with CUDA graphs",),
+    ),
+    Case(
+        "LP-MOE-004",
+        "MOE",
+        ["model.moe_expert_capacity_factor=1.0"],
+        ["model.moe_expert_capacity_factor=null"],
+        ("moe_expert_capacity_factor=1.0",),
+    ),
+    Case(
+        "LP-MODEL-001",
+        "SFT",
+        ["longpack.model_family=qwen3_next_80b_a3b"],
+        ["longpack.model_family=qwen3_next_80b_a3b", *NO_OFFLINE],
+        ("Qwen3-Next", "NOT supported"),
+    ),
+    Case(
+        "LP-MODEL-001",
+        "SFT",
+        ["longpack.model_family=glm_4_5"],
+        ["longpack.model_family=glm_4_5", *NO_OFFLINE],
+        ("GLM-4.5", "offline packing"),
+    ),
+    Case(
+        "LP-MODEL-002",
+        "DHF",
+        ["longpack.model_family=qwen3_5_vl"],
+        ["longpack.model_family=qwen3_5_vl", "dataset.defer_in_batch_packing_to_step=true"],
+        ("Qwen3.5-VL",),
+    ),
+    Case(
+        "LP-MODEL-002",
+        "DHF",
+        ["longpack.model_family=glm_4_5v"],
+        ["longpack.model_family=glm_4_5v", "dataset.enable_in_batch_packing=false"],
+        ("GLM-4.5V",),
+    ),
+    Case(
+        "LP-MODEL-003",
+        "DHF",
+        ["longpack.model_family=qwen3_omni"],
+        ["longpack.model_family=qwen3_omni", "dataset.enable_in_batch_packing=false"],
+        ("Qwen3-Omni",),
+    ),
+    Case(
+        "LP-SEQ-001",
+        "SFT",
+        ["dataset.seq_length=4096"],
+        ["dataset.seq_length=8192"],
+        ("model.seq_length=8192", "dataset.seq_length=4096"),
+    ),
+    Case("LP-EN-016", "ENERGON", ["dataset.do_test=true"], ["dataset.do_test=false"], ("do_test=True",)),
+    Case(
+        "LP-EN-017",
+        "ENERGON",
+        ["dataset.shuffle_buffer_size=0"],
+        ["dataset.shuffle_buffer_size=100"],
+        ("shuffle_buffer_size=0",),
+    ),
+    Case(
+        "LP-EN-017",
+        "ENERGON",
+        ["dataset.path=' '"],
+        ["dataset.path=/data/energon"],
+        ("dataset.path is empty",),
+    ),
+    Case("LP-EN-017", "ENERGON", ["dataset.num_workers=-1"], ["dataset.num_workers=0"], ("num_workers=-1",)),
+    # --- packed data (rules that also take the packed folder) ---
+    Case(
+        "LP-DATA-001",
+        "SFT",
+        [PCU, PTML],
+        [PCU, PTML],
+        ("no <N>_metadata.jsonl",),
+        {"metadata_path": None},
+        {},
+    ),
+    Case("LP-DATA-002", "SFT", [], [], ("N=4096", "packed_sequence_size=8192"), {"pack_size": 4096}, {}),
+    Case(
+        "LP-DATA-003",
+        "SFT",
+        ["dataset.offline_packing_specs.packed_sequence_size=16384"],
+        [*seq(16384)],
+        ("N=16384", "seq_length=8192"),
+        {"pack_size": 16384},
+        {"pack_size": 16384},
+    ),
+    Case(
+        "LP-DATA-004",
+        "SFT",
+        [],
+        [],
+        ("3 of 400", "row 7 sequence 2 has 4094 tokens", "2*CP = 4"),
+        {
+            "misaligned_segments": 3,
+            "segment_length_gcd": 2,
+            "first_misaligned": SegmentExample(
+                file="training_8192.idx.parquet", row=7, segment=2, runtime_length=4094
+            ),
+        },
+        {},
+    ),
+    Case(
+        "LP-DATA-004",
+        "SFT",
+        [],
+        [],
+        ("share only the factor 2",),
+        {"checked_multiple": 1, "segment_length_gcd": 2},
+        {"checked_multiple": 1, "segment_length_gcd": 8},
+    ),
+    Case(
+        "LP-DATA-010",
+        "SFT",
+        ["model.tensor_model_parallel_size=4"],
+        ["model.tensor_model_parallel_size=4"],
+        ("5 of 400 packed sequences are not a multiple of 8", "row 3 sequence 0 has 4092 tokens"),
+        {
+            "misaligned_by_multiple": {4: 0, 8: 5},
+            "first_misaligned_by_multiple": {
+                8: SegmentExample(file="training_8192.idx.parquet", row=3, segment=0, runtime_length=4092)
+            },
+        },
+        {"misaligned_by_multiple": {4: 0, 8: 0}},
+    ),
+    Case(
+        "LP-DATA-005",
+        "SFT",
+        [],
+        [],
+        ("2 packed rows", "N=8192", "max 8200"),
+        {"rows_over_pack_size": 2, "max_row_runtime_tokens": 8200},
+        {},
+    ),
+    Case(
+        "LP-DATA-006",
+        "SFT",
+        [PTML],
+        [PTML],
+        ("N=8190", "multiple of 4"),
+        {"pack_size": 8190},
+        {"pack_size": 8192},
+    ),
+    Case("LP-DATA-007", "SFT", NO_OFFLINE, [], ("does not enable offline packing",), {}, {}),
+    Case(
+        "LP-DATA-008",
+        "SFT",
+        [*NO_OFFLINE, "train.micro_batch_size=2", "train.global_batch_size=16"],
+        [*NO_OFFLINE, "train.micro_batch_size=1", "train.global_batch_size=16"],
+        ("micro_batch_size=2",),
+        {},
+        {},
+    ),
+    Case(
+        "LP-DATA-009",
+        "SFT",
+        [],
+        [],
+        ("pad_seq_to_mult=2", "another topology"),
+        {"recorded_pad_seq_to_mult": 2},
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize("base", sorted(BASES))
+def test_every_base_config_is_clean(base: str) -> None:
+    assert findings_of(base) == []
+
+
+def test_every_rule_has_a_case() -> None:
+    assert {c.rule_id for c in CASES} == set(RULES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.rule_id}-{i}" for i, c in enumerate(CASES)])
+def test_rule_fires_and_nearest_config_passes(case: Case) -> None:
+    packed_fail = None if case.packed_fail is None else packed_summary(**case.packed_fail)
+    packed_fix = None if case.packed_fix is None else packed_summary(**case.packed_fix)
+    fired = [f for f in findings_of(case.base, case.fail, packed_fail) if f.rule_id == case.rule_id]
+    assert fired, f"{case.rule_id} did not fire for {case.fail}"
+    finding = fired[0]
+    assert finding.severity == RULES[case.rule_id].severity
+    for text in case.says:
+        assert text in finding.message, f"{text!r} not in {finding.message!r}"
+    assert finding.fix
+    passing = findings_of(case.base, case.fix, packed_fix)
+    assert case.rule_id not in [f.rule_id for f in passing], passing
