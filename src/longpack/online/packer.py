@@ -459,10 +459,7 @@ class OnlinePacker:
         (4, [], [[1, 2]], 1)
         """
         prog = self._progress
-        if self._replay_needed:
-            stored = dict(self._replay_needed)
-        else:
-            stored = {}
+        stored = dict(self._replay_needed)  # restored but not yet replayed samples
         for i, item in prog.items.items():
             stored[i] = item.stored_length
         buffered = [*prog.reading, *(i for g in prog.pending for i in g)]
