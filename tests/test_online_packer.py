@@ -194,12 +194,18 @@ def test_bad_samples_are_named(sample, message: str) -> None:
 # ----------------------------------------------------------------------------------------------- resume
 
 
-def run_with_resume(make, samples, k: int, *, via_json: bool, replay_slice: bool):
-    """Reference run vs. save after k packs, restore into a fresh packer, continue."""
-    reference = list(make().pack(samples))
+def reference_run(make, samples) -> tuple[list, object]:
+    packer = make()
+    packs = list(packer.pack(samples))
+    return signature(packs), packer.stats
+
+
+def check_resume(make, samples, k: int, reference, *, via_json: bool, replay_slice: bool) -> None:
+    """Save after k packs, restore into a fresh packer, continue: same packs and counts as one run."""
+    expected, expected_stats = reference
     first = make()
     it = first.pack(samples)
-    head = [next(it) for _ in range(min(k, len(reference)))]
+    head = [next(it) for _ in range(min(k, len(expected)))]
     state = first.state_dict()
     if via_json:
         state = json.loads(json.dumps(state))
@@ -207,15 +213,8 @@ def run_with_resume(make, samples, k: int, *, via_json: bool, replay_slice: bool
     second.load_state_dict(state)
     start = state["replay_from"] if replay_slice else 0
     tail = list(second.pack(samples[start:], start=start))
-    assert signature(head + tail) == signature(reference)
-    assert second.stats == make_stats_of(make, samples)
-    return reference
-
-
-def make_stats_of(make, samples):
-    packer = make()
-    list(packer.pack(samples))
-    return packer.stats
+    assert signature(head + tail) == expected
+    assert second.stats == expected_stats
 
 
 @pytest.mark.parametrize("algorithm", ALGOS)
@@ -227,9 +226,9 @@ def test_resume_after_every_k_packs_is_identical(algorithm: str, multiple: int) 
     def make():
         return OnlinePacker(64, 9, pad_to_multiple_of=multiple, algorithm=algorithm, seed=5)
 
-    n_packs = len(list(make().pack(samples)))
-    for k in range(0, n_packs + 1):
-        run_with_resume(make, samples, k, via_json=k % 2 == 0, replay_slice=k % 3 == 0)
+    reference = reference_run(make, samples)
+    for k in range(0, len(reference[0]) + 1):
+        check_resume(make, samples, k, reference, via_json=k % 2 == 0, replay_slice=k % 3 == 0)
 
 
 @settings(max_examples=25, deadline=None)
@@ -245,7 +244,7 @@ def test_resume_property(lengths: list[int], buffer_size: int, k: int, overlengt
             32, buffer_size, pad_to_multiple_of=2, algorithm=DEFAULT_ALGO, overlength=overlength
         )
 
-    run_with_resume(make, lengths, k, via_json=True, replay_slice=True)
+    check_resume(make, lengths, k, reference_run(make, lengths), via_json=True, replay_slice=True)
 
 
 def test_state_file_round_trip(tmp_path) -> None:
