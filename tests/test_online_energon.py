@@ -246,3 +246,26 @@ def test_token_sample_overlength_policies() -> None:
                 out.derive_from(source, input_ids=ids, loss_mask=np.ones(40, dtype=np.int8)),
             ]
         )
+
+
+def test_two_data_parallel_ranks_split_the_epoch(dataset: Path) -> None:
+    """Two DP ranks (one loader each, rank/world_size in WorkerConfig): each packs its own half of the
+    epoch; together every sample exactly once."""
+    keys: Counter[str] = Counter()
+    for rank in range(2):
+        encoder = WordEncoder(capacity=CAPACITY, pad_to_multiple_of=MULTIPLE, algorithm=ALGORITHM, seed=3)
+        ds = get_train_dataset(
+            dataset,
+            split_part="train",
+            worker_config=WorkerConfig(rank=rank, world_size=2, num_workers=0),
+            batch_size=1,
+            packing_buffer_size=16,
+            shuffle_buffer_size=8,
+            max_samples_per_sequence=None,
+            task_encoder=encoder,
+            repeat=False,
+        )
+        rank_keys = [k for batch in get_savable_loader(ds) for member in batch["sample_keys"] for k in member]
+        assert len(rank_keys) == N_SAMPLES // 2
+        keys.update(rank_keys)
+    assert len(keys) == N_SAMPLES and set(keys.values()) == {1}

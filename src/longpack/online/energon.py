@@ -18,7 +18,8 @@ selected group. The mixin implements both:
   Megatron-Bridge packed row: ``input_ids`` (int64, every sample pre-padded to ``aligned + 1`` stored
   tokens), ``loss_mask`` (int8, label-aligned) and ``seq_start_id`` (int64).
 - ``batch`` (``@stateless``) returns ``{"rows": [row, ...], "sample_keys": [[key, ...], ...]}``;
-  ``longpack.runtime.collate_packed(batch["rows"])`` turns the rows into a THD batch.
+  ``longpack.runtime.collate_packed(batch["rows"], max_seq_length=capacity, eos_id=EOS,
+  pad_seq_to_mult=pad_to_multiple_of)`` turns the rows into a THD batch (pass ``pad_id=EOS`` to the mixin).
 
 Your ``encode_sample`` must be ``@stateless`` (Energon restores buffered samples by re-encoding them) and
 should return :meth:`LongpackPackingMixin.token_sample`, which applies the overlength policy where Energon

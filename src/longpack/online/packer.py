@@ -211,7 +211,8 @@ class OnlinePacker:
     selection, derived from ``seed`` and the selection number); ``overlength`` decides what happens to a
     sample whose aligned length exceeds the capacity: ``"truncate"`` keeps its first
     ``capacity // m * m`` runtime tokens (as Bridge's pre-pad step does), ``"drop"`` skips it, ``"error"``
-    raises. Both are counted in :attr:`stats`. ``pad_id`` fills alignment padding (Bridge uses EOS).
+    raises. Both are counted in :attr:`stats`. ``pad_id`` fills alignment padding: pass the EOS id, as
+    Megatron-Bridge's collate finds each sample's logical end by it (it assumes pad == EOS).
 
     Samples are ints (bare runtime lengths: packs carry no row), mappings with ``input_ids`` and an optional
     unshifted ``loss_mask`` (default all ones), or ``(input_ids, loss_mask)`` tuples.
