@@ -169,21 +169,26 @@ def test_restore_after_k_packs_is_identical_without_workers(dataset: Path) -> No
 def test_finite_stream_every_sample_once_and_resume_through_file(
     dataset: Path, workers: int, tmp_path
 ) -> None:
-    """Finite epoch: all 200 samples exactly once; with 0 and 2 workers a state saved after 7 packs,
-    written to a file and read back, restores the identical rest of the epoch."""
+    """Finite epoch: all 200 samples exactly once; with 0 and 2 workers, states saved after k = 2 and 7
+    packs, written to files and read back, restore the identical rest of the epoch."""
     first, enc1 = make_loader(dataset, workers=workers, repeat=False)
     it = iter(first)
-    head = [signature(next(it)) for _ in range(7)]
-    path = tmp_path / "dataloader_state.pkl"
-    write_loader_state(path, save_loader_state(first, enc1))
-    reference = head + [signature(b) for b in it]  # exhausted, so the workers shut down
+    reference, paths = [], {}
+    for k in range(7 + 1):
+        if k in (2, 7):
+            paths[k] = tmp_path / f"dataloader_state_{k}.pkl"
+            write_loader_state(paths[k], save_loader_state(first, enc1))
+        if k < 7:
+            reference.append(signature(next(it)))
+    reference += [signature(b) for b in it]  # exhausted, so the workers shut down
     keys = Counter(k for _, batch_keys in reference for member in batch_keys for k in member)
     assert len(keys) == N_SAMPLES and set(keys.values()) == {1}
 
-    second, enc2 = make_loader(dataset, workers=workers, repeat=False)
-    restore_loader_state(second, read_loader_state(path), enc2)
-    tail = [signature(b) for b in second]
-    assert head + tail == reference
+    for k, path in paths.items():
+        restored, encoder = make_loader(dataset, workers=workers, repeat=False)
+        restore_loader_state(restored, read_loader_state(path), encoder)
+        tail = [signature(b) for b in restored]
+        assert tail == reference[k:], f"continuation differs after k={k} with {workers} workers"
 
 
 def test_mismatched_buffer_size_workers_or_capacity_is_named(dataset: Path) -> None:
@@ -239,6 +244,10 @@ def test_token_sample_overlength_policies() -> None:
     )
     with pytest.raises(FatalSampleError, match="sample s00007: runtime length 39"):
         strict.token_sample(source, ids, None)
+    with pytest.raises(ValueError, match="sample s00007: 1 stored token"):
+        strict.token_sample(source, ids[:1], None)
+    with pytest.raises(FatalSampleError, match="got a TextSample, not a TokenSample"):
+        strict.select_samples_to_pack([source])
     with pytest.raises(FatalSampleError, match="aligned length 40 > capacity 16"):
         strict.select_samples_to_pack(
             [

@@ -161,8 +161,8 @@ class LongpackPackingMixin:
         """Build the encoded sample for ``source`` and apply the overlength policy.
 
         ``truncate`` keeps the first ``capacity // m * m + 1`` stored tokens; ``drop`` raises Energon's
-        ``SkipSample`` (silent, per sample); ``error`` raises ``FatalSampleError``. Stored samples need at
-        least 2 tokens (``SkipSample`` otherwise: they train on nothing).
+        ``SkipSample`` (silent, per sample); ``error`` raises ``FatalSampleError``. A stored sample needs at
+        least 2 tokens (``ValueError`` otherwise, which Energon's error handler logs, counts and skips).
         """
         ids = np.asarray(input_ids, dtype=np.int64).reshape(-1)
         mask = (
@@ -173,7 +173,10 @@ class LongpackPackingMixin:
                 f"sample {source.__key__}: len(loss_mask)={len(mask)} != len(input_ids)={len(ids)}"
             )
         if len(ids) < 2:
-            raise SkipSample()
+            # Not silent: Energon's error handler logs and counts it (a 1-token sample trains on nothing).
+            raise ValueError(
+                f"sample {source.__key__}: {len(ids)} stored token(s); a sample needs at least 2"
+            )
         runtime = len(ids) - 1
         if aligned_length(runtime, self.packing_pad_to_multiple_of) > self.packing_capacity:
             if self.packing_overlength == "drop":
@@ -191,6 +194,12 @@ class LongpackPackingMixin:
     def select_samples_to_pack(self, samples: list[TokenSample]) -> list[list[TokenSample]]:
         """Partition one candidate buffer into packs (see the module docstring for seeding)."""
         m = self.packing_pad_to_multiple_of
+        for s in samples:
+            if not isinstance(s, TokenSample):
+                raise FatalSampleError(
+                    f"select_samples_to_pack got a {type(s).__name__}, not a TokenSample: encode_sample must return "
+                    "LongpackPackingMixin.token_sample(sample, input_ids, loss_mask)"
+                )
         lengths = np.array([aligned_length(len(s.input_ids) - 1, m) for s in samples], dtype=np.int64)
         too_long = np.flatnonzero(lengths > self.packing_capacity)
         if len(too_long):
