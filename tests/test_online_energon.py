@@ -34,6 +34,7 @@ from longpack import binpack  # noqa: E402
 from longpack.online.energon import (  # noqa: E402
     LoaderStateMismatch,
     LongpackPackingMixin,
+    TokenSample,
     read_loader_state,
     restore_loader_state,
     save_loader_state,
@@ -278,3 +279,40 @@ def test_two_data_parallel_ranks_split_the_epoch(dataset: Path) -> None:
         assert len(rank_keys) == N_SAMPLES // 2
         keys.update(rank_keys)
     assert len(keys) == N_SAMPLES and set(keys.values()) == {1}
+
+
+def test_pure_packer_reproduces_energon_packs(dataset: Path) -> None:
+    """The pure OnlinePacker implements Energon's PackingDataset semantics: fed the encoded samples in the
+    order Energon encoded them, it forms the same packs in the same order. First fit decreasing: its output
+    does not depend on the seed, which the two derive differently (selection number vs. sample index)."""
+    from longpack.online import OnlinePacker
+
+    order: list[TokenSample] = []
+
+    class RecordingEncoder(WordEncoder):
+        @stateless
+        def encode_sample(self, sample: TextSample):
+            encoded = super().encode_sample(sample)
+            order.append(encoded)
+            return encoded
+
+    encoder = RecordingEncoder(
+        capacity=CAPACITY, pad_to_multiple_of=MULTIPLE, algorithm="first_fit_decreasing"
+    )
+    ds = get_train_dataset(
+        dataset,
+        split_part="train",
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+        batch_size=1,
+        packing_buffer_size=16,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        task_encoder=encoder,
+        repeat=False,
+    )
+    energon_packs = [tuple(member) for batch in get_savable_loader(ds) for member in batch["sample_keys"]]
+    assert len(order) == N_SAMPLES
+    packer = OnlinePacker(CAPACITY, 16, pad_to_multiple_of=MULTIPLE, algorithm="first_fit_decreasing")
+    stream = [{"input_ids": s.input_ids, "loss_mask": s.loss_mask} for s in order]
+    pure_packs = [tuple(order[i].__key__ for i in p.sample_index.tolist()) for p in packer.pack(stream)]
+    assert pure_packs == energon_packs
