@@ -21,12 +21,19 @@ def version() -> None:
     typer.echo(longpack.__version__)
 
 
-def _register_commands() -> None:
-    # One import per command module; each module calls ``register(app)``.
-    from longpack.cli import check_cmd, topology_cmd
+# One module per command; each defines ``register(app)``. Keep one name per line (merge-friendly).
+_COMMAND_MODULES = (
+    "topology_cmd",
+    "check_cmd",
+    "online_cmd",
+)
 
-    topology_cmd.register(app)
-    check_cmd.register(app)
+
+def _register_commands() -> None:
+    import importlib
+
+    for name in _COMMAND_MODULES:
+        importlib.import_module(f"longpack.cli.{name}").register(app)
 
 
 _register_commands()

@@ -1,0 +1,102 @@
+"""``longpack online-sim``: fill of the online (candidate-buffer) packer against offline packing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from longpack import binpack
+
+
+def _read_lengths(path: Path) -> list[int]:
+    out = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(
+                f"{path}:{lineno}: expected one runtime length (an integer) per line, got {text!r}"
+            ) from None
+        if value < 1:
+            raise ValueError(f"{path}:{lineno}: runtime length {value} < 1; remove empty samples")
+        out.append(value)
+    if not out:
+        raise ValueError(f"{path}: no lengths found (one runtime length per line)")
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("online-sim")
+    def online_sim(
+        capacity: int = typer.Option(..., "--capacity", help="Pack capacity in runtime tokens (seq_length)."),
+        buffer_sizes: str = typer.Option("8,16,64,256,1024,4096", "--buffer-sizes", help="Comma-separated."),
+        workload: str = typer.Option(
+            "lognormal", "--workload", help="Synthetic workload: lognormal or bimodal."
+        ),
+        lengths_file: Path | None = typer.Option(  # noqa: B008
+            None, "--lengths", help="Text file with one runtime length per line (instead of --workload)."
+        ),
+        samples: int = typer.Option(20000, "--samples", help="Number of synthetic samples."),
+        pad_to_multiple_of: int = typer.Option(
+            1, "--pad-to-multiple-of", help="Per-sample alignment (2*CP ...)."
+        ),
+        algorithm: str = typer.Option(
+            "best_fit_decreasing", "--algorithm", help=f"One of {binpack.ALGORITHMS}."
+        ),
+        seed: int = typer.Option(0, "--seed"),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """Simulate Energon-style online packing for several buffer sizes; compare with offline best fit."""
+        from longpack.online.simulate import simulate, smallest_buffer_within, synthetic_lengths
+
+        try:
+            sizes = [int(x) for x in buffer_sizes.split(",") if x.strip()]
+            if not sizes or min(sizes) < 1:
+                raise ValueError(f"--buffer-sizes must be positive integers, got {buffer_sizes!r}")
+            if lengths_file is not None:
+                lengths = _read_lengths(lengths_file)
+                source = str(lengths_file)
+            else:
+                lengths = synthetic_lengths(workload, samples, capacity, seed=seed).tolist()
+                source = f"{workload} x {samples} (seed {seed})"
+            rows = simulate(
+                lengths,
+                capacity,
+                sizes,
+                pad_to_multiple_of=pad_to_multiple_of,
+                algorithm=algorithm,
+                seed=seed,
+            )
+        except (ValueError, OSError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        best = smallest_buffer_within(rows)
+        if as_json:
+            report = {
+                "source": source,
+                "capacity": capacity,
+                "rows": rows,
+                "smallest_buffer_within_1pct": best,
+            }
+            typer.echo(json.dumps(report, indent=2))
+            return
+        typer.echo(
+            f"{source}, capacity {capacity}, pad_to_multiple_of {pad_to_multiple_of}, algorithm {algorithm}"
+        )
+        typer.echo(
+            f"{'buffer':>7} {'online fill':>11} {'packs':>7} {'offline fill':>12} {'packs':>7} {'ratio':>7}"
+        )
+        for r in rows:
+            typer.echo(
+                f"{r['buffer_size']:>7} {r['online_fill']:>11.4f} {r['online_packs']:>7} "
+                f"{r['offline_fill']:>12.4f} {r['offline_packs']:>7} {r['fill_ratio']:>7.4f}"
+            )
+        typer.echo(
+            "smallest buffer within 1% of offline fill: "
+            + (str(best) if best is not None else "none of these")
+        )
