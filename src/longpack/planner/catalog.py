@@ -206,6 +206,7 @@ class GPUSpec:
     nvlink_domain: int
     inter_node_unidir_gbps: float
     host_link_unidir_gbps: float
+    hbm_bandwidth_tbps: float = 3.35
     aliases: tuple[str, ...] = ()
 
     def peak_tflops(self, dtype: str) -> float:
@@ -506,5 +507,6 @@ def load_gpu(name: str) -> GPUSpec:
         host_link_unidir_gbps=float(
             host.get("bw_unidir_GBps") or host.get("bw_unidir_GBps_per_gpu") or 64.0
         ),
-        aliases=tuple(str(a) for a in entry.get("aliases", [])),
+        hbm_bandwidth_tbps=float(entry.get("hbm_bandwidth_TBps", 3.35)),
+        aliases=tuple(str(a).split(" ")[0] for a in entry.get("aliases", []) if str(a)[:1].isalnum()),
     )
