@@ -158,7 +158,7 @@ def stage_layer_counts(
     ((2, 2, 2, 2), (2, 3, 3, 2))
     """
     stages = pp * vpp
-    if stages > num_layers + 1 and stages > 1:
+    if stages > num_layers + 2 and stages > 1:  # embedding and loss may take a stage each
         raise PlanError(f"{stages} pipeline stages (pp*vpp) exceed {num_layers} layers")
     extras = [0.0] * stages
     extras[0] += first_extra

@@ -50,6 +50,9 @@ class TimeModelParams:
     ``eta_gemm``: peak fraction of a large BF16 GEMM; ``gemm_half_size``: GEMM size (geometric-mean
     dimension) at which efficiency halves; ``fp8_speedup`` / ``nvfp4_speedup``: effective GEMM speedup
     of the low-precision recipes over BF16; ``eta_attention``: core-attention peak fraction;
+    ``fp8_speedup_blackwell``: the same on Blackwell (MXFP8 / current scaling);
+    ``elementwise_passes``: HBM passes over each saved MoE activation (routing, permute/unpermute,
+    grouped-expert activation function) by memory-bound kernels, per training step of a layer;
     ``layer_overhead_us``: host/launch overhead per layer per micro-batch (fwd+bwd) without CUDA graphs;
     ``graph_overhead_factor``: its multiplier with full-iteration CUDA graphs (partial graphs: square
     root); ``ep_exposed_overlap``: exposed fraction of EP all-to-all with EP overlap on;
@@ -60,6 +63,8 @@ class TimeModelParams:
     eta_gemm: float = 0.62
     gemm_half_size: float = 400.0
     fp8_speedup: float = 1.35
+    fp8_speedup_blackwell: float = 1.35
+    elementwise_passes: float = 4.0
     nvfp4_speedup: float = 1.8
     eta_attention: float = 0.45
     layer_overhead_us: float = 400.0
@@ -88,6 +93,23 @@ def fitted_params() -> TimeModelParams:
     names = {f.name for f in fields(TimeModelParams)}
     values = {k: float(v) for k, v in (raw.get("params") or {}).items() if k in names}
     return TimeModelParams(**values)
+
+
+@functools.lru_cache(maxsize=256)
+def kind_representatives(model: ModelSpec) -> tuple[int, ...]:
+    """For each layer index (MTP included), the first index of a layer of the same kind (MoE or dense
+    FFN × softmax or linear attention): per-layer costs only depend on the kind.
+
+    >>> from longpack.planner.catalog import load_model
+    >>> kind_representatives(load_model("deepseek_v3"))[:5]
+    (0, 0, 0, 3, 3)
+    """
+    first: dict[tuple[bool, bool], int] = {}
+    out = []
+    for i in range(model.num_layers):
+        key = (model.layer_is_moe(i), model.layer_is_softmax_attention(i))
+        out.append(first.setdefault(key, i))
+    return tuple(out)
 
 
 def _rho(x: int) -> float:
@@ -173,7 +195,8 @@ def estimate_time(
         context = sum(x * x for x in sub_lengths) / sum(sub_lengths)
     arch = _arch_factor(gpu, prm)
     bf16_peak = gpu.peak_tflops("bf16") * 1e12 * arch
-    speed = {"bf16": 1.0, "fp8": prm.fp8_speedup, "mxfp8": prm.fp8_speedup, "nvfp4": prm.nvfp4_speedup}
+    fp8 = prm.fp8_speedup_blackwell if gpu.is_blackwell else prm.fp8_speedup
+    speed = {"bf16": 1.0, "fp8": fp8, "mxfp8": fp8, "nvfp4": prm.nvfp4_speedup}
     gemm_peak = bf16_peak * speed[options.precision]
     tokens_mb = b * seq_length  # tokens of one micro-batch (whole sequence)
     tokens_gpu = tokens_mb / (t * c)  # per GPU after TP+SP and CP sharding
@@ -199,6 +222,15 @@ def estimate_time(
             + f.expert_gemm / (gemm_peak * eff_expert)
             + f.attention / attn_peak
         )
+        traffic = 0.0
+        for term in layer_activation_terms(model, index, options.dispatcher):
+            # dense-layer norms/activations are fused into TE GEMM epilogues; MoE routing, permutation and
+            # the grouped-expert activation run as separate memory-bound kernels
+            if term.expert or term.name == "router_probs":
+                nbytes = 2.0 if term.bytes_per_element is None else term.bytes_per_element
+                share = options.imbalance / (u if term.etp_split else 1) if term.expert else 1.0
+                traffic += term.elements * nbytes * share
+        compute += prm.elementwise_passes * traffic * tokens_gpu / hbm
         re = 0.0
         if options.full_recompute:
             re = compute / 3
@@ -254,7 +286,7 @@ def estimate_time(
             dedup = 1.0
             if options.dispatcher in ("deepep", "hybridep") and width > gpu.nvlink_domain:
                 # a token crosses the network once per distinct remote node among its k experts
-                nodes = width // gpu.nvlink_domain
+                nodes = math.ceil(width / gpu.nvlink_domain)
                 remote_copies = moe.top_k * (1 - 1 / nodes)
                 remote_nodes = (nodes - 1) * (1 - (1 - 1 / nodes) ** moe.top_k)
                 dedup = remote_nodes / remote_copies
@@ -264,6 +296,7 @@ def estimate_time(
         overhead = prm.layer_overhead_us * 1e-6 * graph[options.cuda_graphs]
         return compute, re, tp, cp, ep, overhead
 
+    rep = kind_representatives(model)
     starts = [0]
     for n in counts:
         starts.append(starts[-1] + n)
@@ -274,7 +307,7 @@ def estimate_time(
         if r == p - 1:
             indices += [model.mtp_layer_index] * model.mtp_layers
         for i in indices:
-            for k, x in enumerate(layer_time(i)):
+            for k, x in enumerate(layer_time(rep[i])):
                 tot[k] += x
         if r == p - 1:
             logit_flops = 6.0 * h * model.vocab_size * (1 + model.mtp_layers)
