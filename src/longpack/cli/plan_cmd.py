@@ -188,7 +188,7 @@ def plan(
     gpu: str | None = typer.Option(None, "--gpu", help=f"GPU type ({', '.join(list_gpus())})."),
     gpus: int | None = typer.Option(None, "--gpus", help="Number of GPUs."),
     seq_length: int | None = typer.Option(None, "--seq-length", help="Sequence length (tokens per packed row)."),
-    gbs: int | None = typer.Option(None, "--gbs", help="Global batch size in sequences (default ≈ 8M tokens)."),
+    gbs: int | None = typer.Option(None, "--gbs", help="Global batch size in sequences (default ≈ 16M tokens per step)."),
     precision: str = typer.Option("bf16", "--precision", help="bf16, fp8 (Hopper blockwise), mxfp8 or nvfp4."),
     top: int = typer.Option(10, "--top", help="Show the best K layouts."),
     headroom: float = typer.Option(0.95, "--headroom", help="Fraction of usable GPU memory a layout may use."),

@@ -13,6 +13,7 @@ For packed (THD) batches the attention context is ``Σ Lᵢ² / Σ Lᵢ`` instea
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -94,6 +95,7 @@ class LayerParams:
         return self.dense + self.replicated + self.expert_active
 
 
+@functools.lru_cache(maxsize=65536)
 def layer_params(model: ModelSpec, index: int) -> LayerParams:
     """Parameters of decoder layer ``index`` split into sharding buckets.
 
@@ -240,6 +242,7 @@ def _gdn_chunk_flops(model: ModelSpec) -> float:
     return 4.0 * g.num_value_heads * g.value_head_dim**2
 
 
+@functools.lru_cache(maxsize=65536)
 def layer_flops(model: ModelSpec, index: int, context: float) -> FlopsBreakdown:
     """Training FLOPs per token of decoder layer ``index`` (MTP layers use the last index).
 
@@ -276,7 +279,14 @@ def flops_breakdown(
     >>> round(b.total / 1e9, 1), round(b.attention / b.total, 3)
     (148.0, 0.2)
     """
-    context = effective_context(seq_length, sub_lengths)
+    if sub_lengths is None:
+        return _flops_breakdown_cached(model, effective_context(seq_length), include_mtp)
+    return _flops_breakdown_cached(model, effective_context(seq_length, sub_lengths), include_mtp)
+
+
+@functools.lru_cache(maxsize=4096)
+def _flops_breakdown_cached(model: ModelSpec, context: float, include_mtp: bool) -> FlopsBreakdown:
+    """Cached body of :func:`flops_breakdown` (the context is already effective)."""
     dense = expert = attention = 0.0
     for i in range(model.num_layers):
         f = layer_flops(model, i, context)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -138,6 +138,14 @@ class ModelSpec:
     gdn: GatedDeltaNetSpec | None = None
     source: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __hash__(self) -> int:
+        # the planner keys many caches on the model; hash the (immutable) fields once
+        cached = self.__dict__.get("_cached_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_cached_hash", cached)
+        return cached
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_layers", "vocab_size"):

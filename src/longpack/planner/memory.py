@@ -263,7 +263,11 @@ def num_microbatches(plan: PlanLayout, gbs: int) -> int:
 
 def stage_counts_for(model: ModelSpec, plan: PlanLayout) -> tuple[int, ...]:
     """Decoder layers per virtual stage, balancing the output layer and MTP on the last stage."""
-    p, v = plan.layout.pp, plan.vpp
+    return _stage_counts(model, plan.layout.pp, plan.vpp)
+
+
+@functools.lru_cache(maxsize=4096)
+def _stage_counts(model: ModelSpec, p: int, v: int) -> tuple[int, ...]:
     if p * v == 1:
         return (model.num_layers,)
     from longpack.planner.arithmetic import flops_breakdown
@@ -273,6 +277,27 @@ def stage_counts_for(model: ModelSpec, plan: PlanLayout) -> tuple[int, ...]:
     mtp = flops_breakdown(model, 4096).total - per_layer.total if model.mtp_layers else 0.0
     last_extra = (per_layer.logits + mtp) / layer_flops
     return stage_layer_counts(model.num_layers, pp=p, vpp=v, first_extra=0.0, last_extra=last_extra)
+
+
+@functools.lru_cache(maxsize=65536)
+def _rank_kinds(model: ModelSpec, counts: tuple[int, ...], r: int, p: int, v: int) -> tuple[tuple[int, int], ...]:
+    """``(representative layer index, how many)`` of the layer kinds on pipeline rank ``r``
+    (chunk-major virtual stages ``r, r+p, ...``; MTP layers sit on the last rank)."""
+    from longpack.planner.timing import kind_representatives
+
+    rep = kind_representatives(model)
+    starts = [0]
+    for n in counts:
+        starts.append(starts[-1] + n)
+    tally: dict[int, int] = {}
+    for j in range(v):
+        stage = r + j * p
+        for i in range(starts[stage], starts[stage + 1]):
+            tally[rep[i]] = tally.get(rep[i], 0) + 1
+    if r == p - 1 and model.mtp_layers:
+        mtp = rep[model.mtp_layer_index]
+        tally[mtp] = tally.get(mtp, 0) + model.mtp_layers
+    return tuple(sorted(tally.items()))
 
 
 def inflight_chunks(*, rank: int, pp: int, vpp: int, microbatches: int) -> float:
@@ -325,32 +350,25 @@ def estimate_memory(
     dense_pp = per_param(z_dense)
     expert_pp = per_param(z_expert)
     best: MemoryBreakdown | None = None
-    # layer index ranges per virtual stage
-    starts = [0]
-    for n in counts:
-        starts.append(starts[-1] + n)
     for r in ranks:
-        stages = [r + j * p for j in range(v)]
         dense_params = replicated = expert_params = 0.0
         act_per_mb = 0.0
         act_full_max = 0.0
         layer_total = 0
-        layer_indices = [i for s in stages for i in range(starts[s], starts[s + 1])]
-        if r == p - 1 and n_mtp:
-            layer_indices += [model.mtp_layer_index] * n_mtp
-        for i in layer_indices:
+        kinds = _rank_kinds(model, counts, r, p, v)
+        expert_tokens = tokens * options.imbalance  # expert terms already count k copies
+        for i, count in kinds:
             kind = _layer_kind(model, i, options.recompute, gemm_bytes, options.dispatcher)
-            dense_params += kind.dense_params
-            replicated += kind.replicated_params
-            expert_params += kind.expert_params
-            expert_tokens = tokens * options.imbalance  # expert terms already count k copies
-            act_per_mb += (
+            dense_params += count * kind.dense_params
+            replicated += count * kind.replicated_params
+            expert_params += count * kind.expert_params
+            act_per_mb += count * (
                 kind.act_dense * tokens
                 + kind.act_expert * expert_tokens
                 + kind.act_expert_etp * expert_tokens / u
             )
             act_full_max = max(act_full_max, kind.act_full * tokens)
-            layer_total += 1
+            layer_total += count
         if r == p - 1 and n_mtp:
             dense_params += n_mtp * mtp_extra_params(model)
         if r == 0:

@@ -17,6 +17,7 @@ offload needs the distributed optimizer; DeepEP is not used on NVL72 systems (Hy
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 
@@ -78,10 +79,11 @@ class SearchRequest:
 
     @property
     def global_batch(self) -> int:
-        """GBS: given, or ≈ 8M tokens per step rounded to a power of two (GBS shrinks as ``s`` grows)."""
+        """GBS: given, or ≈ 16M tokens per step rounded to a power of two (the token budget of the
+        Megatron-Bridge DeepSeek-V3 recipes, GBS 4096 × 4K; GBS shrinks as ``s`` grows)."""
         if self.gbs is not None:
             return self.gbs
-        return max(1, 2 ** round(math.log2(max(1.0, 8 * 2**20 / self.seq_length))))
+        return max(1, 2 ** round(math.log2(max(1.0, 16 * 2**20 / self.seq_length))))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -238,16 +240,42 @@ def _options_for(req: SearchRequest, plan: PlanLayout, recompute: tuple[str, ...
         and "moe" not in recompute
         and recompute != ("full",)
     )
+    return _make_options(
+        req.precision,
+        recompute,
+        offload,
+        dispatcher,
+        req.optimizer,
+        overlap,
+        best_cp_comm_type(req.model, req.gpu, plan, seq_length=req.seq_length),
+        "none" if recompute == ("full",) and req.cuda_graphs == "partial" else req.cuda_graphs,
+        req.imbalance,
+    )
+
+
+@functools.lru_cache(maxsize=8192)
+def _make_options(
+    precision: str,
+    recompute: tuple[str, ...],
+    offload: float,
+    dispatcher: str,
+    optimizer: str,
+    overlap: bool,
+    cp_comm_type: str,
+    cuda_graphs: str,
+    imbalance: float,
+) -> TrainingOptions:
+    # the same few option sets recur across thousands of layouts; validate each once
     return TrainingOptions(
-        precision=req.precision,
+        precision=precision,
         recompute=recompute,
         optimizer_offload=offload,
         dispatcher=dispatcher,
-        optimizer=req.optimizer,
+        optimizer=optimizer,
         ep_overlap=overlap,
-        cp_comm_type=best_cp_comm_type(req.model, req.gpu, plan, seq_length=req.seq_length),
-        cuda_graphs="none" if recompute == ("full",) and req.cuda_graphs == "partial" else req.cuda_graphs,
-        imbalance=req.imbalance,
+        cp_comm_type=cp_comm_type,
+        cuda_graphs=cuda_graphs,
+        imbalance=imbalance,
     )
 
 

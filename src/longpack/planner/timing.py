@@ -24,6 +24,7 @@ from importlib import resources
 import yaml
 
 from longpack.planner.arithmetic import (
+    core_attention_coefficient,
     flops_breakdown,
     layer_flops,
     layer_params,
@@ -40,6 +41,9 @@ IB_EFF = 0.85
 # CPU Adam throughput per GPU for optimizer offload, params/s: Qwen3-30B TP2 PP2 EP4 on 16 H100 went
 # 0.996 s -> 4.2 s at 100 % offload with ~1.9 B optimizer-sharded params per GPU (spec §B.2) ≈ 0.6e9/s.
 CPU_ADAM_PARAMS_PER_S = 0.6e9
+# Grace hosts over NVLink-C2C (GB200/GB300): DSV3 offload costs 0.1-0.2 s/iteration for 15-20 GB of
+# optimizer state per GPU (~1.5 B params) -> ~10e9 params/s (spec §B.2, DSV3 GB200 blog).
+CPU_ADAM_PARAMS_PER_S_GRACE = 10e9
 HBM_BW_EFF = 0.7
 
 
@@ -56,7 +60,8 @@ class TimeModelParams:
     ``layer_overhead_us``: host/launch overhead per layer per micro-batch (fwd+bwd) without CUDA graphs;
     ``graph_overhead_factor``: its multiplier with full-iteration CUDA graphs (partial graphs: square
     root); ``ep_exposed_overlap``: exposed fraction of EP all-to-all with EP overlap on;
-    ``comm_exposed``: exposed fraction of TP and DP traffic; ``blackwell_factor`` /
+    ``comm_exposed``: exposed fraction of TP (dense models, userbuffer overlap) and DP traffic;
+    ``tp_exposed_moe``: exposed fraction of TP traffic in MoE models (no TP-comm overlap in their recipes); ``blackwell_factor`` /
     ``blackwell_ultra_factor``: clock/efficiency multipliers relative to Hopper.
     """
 
@@ -71,6 +76,7 @@ class TimeModelParams:
     graph_overhead_factor: float = 0.4
     ep_exposed_overlap: float = 0.35
     comm_exposed: float = 0.3
+    tp_exposed_moe: float = 0.5
     blackwell_factor: float = 1.0
     blackwell_ultra_factor: float = 1.15
 
@@ -93,6 +99,43 @@ def fitted_params() -> TimeModelParams:
     names = {f.name for f in fields(TimeModelParams)}
     values = {k: float(v) for k, v in (raw.get("params") or {}).items() if k in names}
     return TimeModelParams(**values)
+
+
+@functools.lru_cache(maxsize=4096)
+def _moe_traffic(model: ModelSpec, index: int, dispatcher: str, imbalance: float, etp: int) -> float:
+    """Bytes per token of the MoE tensors touched by memory-bound kernels in one layer.
+
+    Dense-layer norms/activations are fused into TE GEMM epilogues; MoE routing, permutation and the
+    grouped-expert activation run as separate memory-bound kernels.
+    """
+    traffic = 0.0
+    for term in layer_activation_terms(model, index, dispatcher):
+        if term.expert or term.name == "router_probs":
+            nbytes = 2.0 if term.bytes_per_element is None else term.bytes_per_element
+            share = imbalance / (etp if term.etp_split else 1) if term.expert else 1.0
+            traffic += term.elements * nbytes * share
+    return traffic
+
+
+@functools.lru_cache(maxsize=4096)
+def _elementwise_recompute_bytes(
+    model: ModelSpec, index: int, dispatcher: str, recompute: tuple[str, ...], imbalance: float
+) -> float:
+    """HBM bytes per token re-read/written by recomputing memory-bound modules (norms, activations)."""
+    total = 0.0
+    for term in layer_activation_terms(model, index, dispatcher):
+        cheap = [m for m in term.removed_by if m in ("layernorm", "moe_act", "gdn_norm_out")]
+        if cheap and any(m in recompute for m in cheap):
+            total += term.elements * (imbalance if term.expert else 1.0) * 2.0 * 3  # read, write, reread
+    return total
+
+
+@functools.lru_cache(maxsize=256)
+def _param_totals(model: ModelSpec) -> tuple[float, float]:
+    """(TP-sharded + embedding params, routed-expert params) of the main decoder."""
+    dense = sum(layer_params(model, i).dense for i in range(model.num_layers)) + 2 * model.vocab_size * model.hidden_size
+    expert = sum(layer_params(model, i).expert for i in range(model.num_layers))
+    return float(dense), float(expert)
 
 
 @functools.lru_cache(maxsize=256)
@@ -222,14 +265,7 @@ def estimate_time(
             + f.expert_gemm / (gemm_peak * eff_expert)
             + f.attention / attn_peak
         )
-        traffic = 0.0
-        for term in layer_activation_terms(model, index, options.dispatcher):
-            # dense-layer norms/activations are fused into TE GEMM epilogues; MoE routing, permutation and
-            # the grouped-expert activation run as separate memory-bound kernels
-            if term.expert or term.name == "router_probs":
-                nbytes = 2.0 if term.bytes_per_element is None else term.bytes_per_element
-                share = options.imbalance / (u if term.etp_split else 1) if term.expert else 1.0
-                traffic += term.elements * nbytes * share
+        traffic = _moe_traffic(model, index, options.dispatcher, options.imbalance, u)
         compute += prm.elementwise_passes * traffic * tokens_gpu / hbm
         re = 0.0
         if options.full_recompute:
@@ -255,18 +291,15 @@ def estimate_time(
             elif options.recomputes("mlp"):
                 fwd_gemm += 2 * model.gamma * h * model.ffn_hidden_size
             re += tokens_gpu * fwd_gemm / (gemm_peak * eff_dense)
-            elementwise = 0.0
-            for term in layer_activation_terms(model, index, options.dispatcher):
-                if any(mod in ("layernorm", "moe_act", "gdn_norm_out") for mod in term.removed_by) and any(
-                    options.recomputes(mod) for mod in term.removed_by
-                ):
-                    share = tokens_gpu * (options.imbalance if term.expert else 1.0)
-                    elementwise += term.elements * share * 2.0 * 3  # read input, write output, reread
+            elementwise = tokens_gpu * _elementwise_recompute_bytes(
+                model, index, options.dispatcher, options.recompute, options.imbalance
+            )
             re += elementwise / hbm
         tp = 0.0
         if t > 1:
             tp_bytes = 8 * _rho(t) * tokens_mb * h * 2.0 / c
-            tp = _link_time(tp_bytes, t, gpu) * prm.comm_exposed
+            exposed = prm.tp_exposed_moe if moe is not None else prm.comm_exposed
+            tp = _link_time(tp_bytes, t, gpu) * exposed
         cp = 0.0
         if c > 1 and model.layer_is_softmax_attention(index):
             att = model.attention
@@ -296,19 +329,14 @@ def estimate_time(
         overhead = prm.layer_overhead_us * 1e-6 * graph[options.cuda_graphs]
         return compute, re, tp, cp, ep, overhead
 
-    rep = kind_representatives(model)
-    starts = [0]
-    for n in counts:
-        starts.append(starts[-1] + n)
+    from longpack.planner.memory import _rank_kinds
+
     per_rank = []
     for r in range(p):
         tot = [0.0] * 6
-        indices = [i for j in range(v) for i in range(starts[r + j * p], starts[r + j * p + 1])]
-        if r == p - 1:
-            indices += [model.mtp_layer_index] * model.mtp_layers
-        for i in indices:
-            for k, x in enumerate(layer_time(rep[i])):
-                tot[k] += x
+        for i, count in _rank_kinds(model, counts, r, p, v):
+            for k, x in enumerate(layer_time(i)):
+                tot[k] += count * x
         if r == p - 1:
             logit_flops = 6.0 * h * model.vocab_size * (1 + model.mtp_layers)
             logit_flops += 6.0 * mtp_extra_params(model) * model.mtp_layers
@@ -321,9 +349,9 @@ def estimate_time(
 
     # data-parallel gradient reduce-scatter + parameter all-gather (distributed optimizer), per step
     w_bytes = 1.0 if options.precision == "fp8" else 2.0
-    dense_local = sum(layer_params(model, i).dense for i in range(model.num_layers)) / (t * p)
-    dense_local += 2 * model.vocab_size * h / (t * p)
-    expert_local = sum(layer_params(model, i).expert for i in range(model.num_layers)) / (e * u * p)
+    dense_total, expert_total = _param_totals(model)
+    dense_local = dense_total / (t * p)
+    expert_local = expert_total / (e * u * p)
     z_dense, z_exp = lay.dp * c, lay.edp
     dp_bytes_dense = _rho(z_dense) * dense_local * (2.0 + w_bytes)
     dp_bytes_exp = _rho(z_exp) * expert_local * (2.0 + w_bytes)
@@ -336,7 +364,8 @@ def estimate_time(
         opt_params = dense_local / z_dense + expert_local / z_exp
         phi = options.optimizer_offload
         transfer = phi * opt_params * (4.0 + 2.0) / (gpu.host_link_unidir_gbps * 1e9)
-        offload = transfer + phi * opt_params / CPU_ADAM_PARAMS_PER_S
+        rate = CPU_ADAM_PARAMS_PER_S_GRACE if gpu.nvlink_domain > 8 else CPU_ADAM_PARAMS_PER_S
+        offload = transfer + phi * opt_params / rate
 
     step = t_mb * m + bubble + dp + offload
     ftok = flops_breakdown(model, seq_length, sub_lengths=sub_lengths).total
@@ -381,6 +410,14 @@ def cp_comm_candidates(model: ModelSpec, *, t: int, c: int) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _hierarchical_a2a_size(model: ModelSpec, gpu: GPUSpec, *, t: int, c: int) -> int:
+    """Size of the inner all-to-all group of ``a2a+p2p`` CP: the largest power of two that divides ``c``,
+    fits the KV heads per TP rank and keeps the a2a inside the NVLink domain (ring p2p goes across)."""
+    heads = max(model.attention.num_kv_heads // t, 1)
+    limit = max(1, min(c, heads, gpu.nvlink_domain // t))
+    return 2 ** int(math.log2(limit))
+
+
 def _cp_kinds(model: ModelSpec, requested: str, *, t: int, c: int) -> tuple[str, ...]:
     allowed = cp_comm_candidates(model, t=t, c=c)
     if requested == "auto":
@@ -394,13 +431,12 @@ def _cp_time(
     """Exposed CP communication of one attention layer for one micro-batch (fwd + bwd)."""
     att = model.attention
     local = tokens_mb / c
-    heads = max(att.num_kv_heads // t, 1)
-    c1 = c if kind == "a2a" else (1 if kind == "p2p" else min(c, 2 ** int(math.log2(heads))))
+    c1 = {"a2a": c, "p2p": 1}.get(kind) or _hierarchical_a2a_size(model, gpu, t=t, c=c)
     c2 = c // c1
     a2a = 0.0
     if c1 > 1:
         widths = att.q_width + att.kv_width + att.v_width + att.o_width
-        a2a = _alltoall_time(2 * _rho(c1) * local * widths * 2.0 / t, c1, gpu)
+        a2a = _alltoall_time(2 * _rho(c1) * local * widths * 2.0 / t, c1, gpu, stride=t)
     ring = 0.0
     if c2 > 1:
         kv_bytes = 3 * (c2 - 1) * local * (att.kv_width + att.v_width) * 2.0 / t
@@ -413,19 +449,30 @@ def best_cp_comm_type(model: ModelSpec, gpu: GPUSpec, plan: PlanLayout, *, seq_l
     lay = plan.layout
     if lay.cp == 1:
         return "p2p"
-    tokens_mb = plan.mbs * seq_length
+    return _best_cp(model, gpu, lay.tp, lay.cp, plan.mbs, seq_length)
+
+
+@functools.lru_cache(maxsize=4096)
+def _best_cp(model: ModelSpec, gpu: GPUSpec, t: int, c: int, mbs: int, seq_length: int) -> str:
+    prm = fitted_params()
+    tokens_mb = mbs * seq_length
+    attn_flops = 6.0 * core_attention_coefficient(model) * seq_length * tokens_mb / (t * c)
+    attn_time = attn_flops / (gpu.peak_tflops("bf16") * 1e12 * _arch_factor(gpu, prm) * prm.eta_attention)
     return min(
-        cp_comm_candidates(model, t=lay.tp, c=lay.cp),
-        key=lambda k: _cp_time(k, model, gpu, t=lay.tp, c=lay.cp, tokens_mb=tokens_mb, attn_time=0.0),
+        cp_comm_candidates(model, t=t, c=c),
+        key=lambda k: _cp_time(k, model, gpu, t=t, c=c, tokens_mb=tokens_mb, attn_time=attn_time),
     )
 
 
-def _alltoall_time(nbytes: float, group: int, gpu: GPUSpec, inter_node_factor: float = 1.0) -> float:
-    """All-to-all of ``nbytes`` per GPU over ``group`` consecutive ranks: the share that stays in the
-    NVLink domain runs at NVLink speed, the rest over the network (scaled by ``inter_node_factor``)."""
+def _alltoall_time(
+    nbytes: float, group: int, gpu: GPUSpec, inter_node_factor: float = 1.0, *, stride: int = 1
+) -> float:
+    """All-to-all of ``nbytes`` per GPU over ``group`` ranks spaced ``stride`` apart: the share whose
+    peers sit in the same NVLink domain runs at NVLink speed, the rest over the network (scaled by
+    ``inter_node_factor``)."""
     if nbytes <= 0 or group <= 1:
         return 0.0
-    inside = min(gpu.nvlink_domain / group, 1.0)
+    inside = min(max(gpu.nvlink_domain // stride, 1) / group, 1.0)
     nvl = gpu.nvlink_unidir_gbps * 1e9 * NVLINK_ALLTOALL_EFF
     ib = gpu.inter_node_unidir_gbps * 1e9 * IB_EFF
     return nbytes * inside / nvl + nbytes * (1 - inside) * inter_node_factor / ib
