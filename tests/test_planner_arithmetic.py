@@ -15,7 +15,14 @@ from longpack.planner.arithmetic import (
     flops_per_token,
     param_counts,
 )
-from longpack.planner.catalog import CatalogError, catalog_entry, list_models, load_gpu, load_model, model_from_hf_config
+from longpack.planner.catalog import (
+    CatalogError,
+    catalog_entry,
+    list_models,
+    load_gpu,
+    load_model,
+    model_from_hf_config,
+)
 
 HF = Path(__file__).parent / "data" / "hf_configs"
 

@@ -19,7 +19,16 @@ MODELS = [DSV3, QWEN30, QWEN235, LLAMA70]
 
 pow2 = st.sampled_from([1, 2, 4, 8])
 recompute_sets = st.sampled_from(
-    [(), ("moe_act",), ("layernorm",), ("mla_up_proj",), ("mlp",), ("moe",), ("layernorm", "moe_act"), ("core_attn",)]
+    [
+        (),
+        ("moe_act",),
+        ("layernorm",),
+        ("mla_up_proj",),
+        ("mlp",),
+        ("moe",),
+        ("layernorm", "moe_act"),
+        ("core_attn",),
+    ]
 )
 
 
@@ -33,9 +42,7 @@ def _mem(model, *, n=256, tp=1, cp=1, pp=1, vpp=None, ep=1, etp=1, mbs=1, s=8192
 def _max_weights(model, **kw) -> float:
     """Weight memory on the most loaded rank for weights (the property is about the maximum)."""
     pp = kw.get("pp", 1)
-    lay = ParallelLayout(
-        world_size=256, tp=kw["tp"], cp=kw["cp"], pp=pp, ep=kw["ep"], etp=1, sp=kw["tp"] > 1
-    )
+    lay = ParallelLayout(world_size=256, tp=kw["tp"], cp=kw["cp"], pp=pp, ep=kw["ep"], etp=1, sp=kw["tp"] > 1)
     plan = PlanLayout(layout=lay, mbs=1)
     return max(
         estimate_memory(
@@ -57,7 +64,11 @@ def _try(fn):
 @given(st.sampled_from(MODELS), pow2, pow2, pow2, st.sampled_from([1, 8, 32]))
 def test_more_tp_pp_cp_never_raise_weight_memory(model, tp, cp, pp, ep) -> None:
     base = _try(lambda: _max_weights(model, tp=tp, cp=cp, pp=pp, ep=ep))
-    for kw in ({"tp": tp * 2, "cp": cp, "pp": pp}, {"tp": tp, "cp": cp * 2, "pp": pp}, {"tp": tp, "cp": cp, "pp": pp * 2}):
+    for kw in (
+        {"tp": tp * 2, "cp": cp, "pp": pp},
+        {"tp": tp, "cp": cp * 2, "pp": pp},
+        {"tp": tp, "cp": cp, "pp": pp * 2},
+    ):
         try:
             more = _max_weights(model, ep=ep, **kw)
         except (TopologyError, PlanError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,8 @@ def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
 
     from longpack.planner.overrides import to_python_snippet
 
-    console = Console()
+    # wide enough for the layout labels when piped (rich falls back to 80 columns)
+    console = Console(width=None if sys.stdout.isatty() else 180)
     table = Table(
         title=(
             f"{req.model.name} on {req.num_gpus}x{req.gpu.name}, seq {req.seq_length}, GBS {req.global_batch}, "
@@ -84,7 +86,19 @@ def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
             f"{req.memory_budget_gib:.0f} GiB"
         )
     )
-    for col in ("#", "layout", "recompute", "offload", "dispatch", "CP comm", "GiB", "step s", "TFLOP/s", "MFU", "tok/s/GPU"):
+    for col in (
+        "#",
+        "layout",
+        "recompute",
+        "offload",
+        "dispatch",
+        "CP comm",
+        "GiB",
+        "step s",
+        "TFLOP/s",
+        "MFU",
+        "tok/s/GPU",
+    ):
         table.add_column(col, justify="right" if col not in ("layout", "recompute", "dispatch") else "left")
     for i, c in enumerate(result.candidates, 1):
         table.add_row(
@@ -112,15 +126,24 @@ def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
             console.print(f"  - {reason}")
         mem = d["memory"]
         console.print(
-            "  memory GiB: "
-            + ", ".join(f"{k[:-4]} {v}" for k, v in mem.items() if k.endswith("_gib"))
+            "  memory GiB: " + ", ".join(f"{k[:-4]} {v}" for k, v in mem.items() if k.endswith("_gib"))
         )
         tim = d["time"]
         console.print(
             "  time s/step: "
             + ", ".join(
                 f"{k} {tim[k]:.3g}"
-                for k in ("compute", "recompute", "overhead", "tp_comm", "cp_comm", "ep_comm", "dp_comm", "bubble", "offload")
+                for k in (
+                    "compute",
+                    "recompute",
+                    "overhead",
+                    "tp_comm",
+                    "cp_comm",
+                    "ep_comm",
+                    "dp_comm",
+                    "bubble",
+                    "offload",
+                )
             )
         )
         console.print("[bold]Megatron-Bridge overrides[/bold]")
@@ -158,13 +181,26 @@ def _plot(req_kwargs: dict[str, Any], seq_length: int, path: Path) -> list[dict[
         s *= 2
     if not lengths or lengths[-1] != seq_length:
         lengths.append(seq_length)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for s in lengths:
-        req = SearchRequest(**{**req_kwargs, "seq_length": s, "gbs": None if req_kwargs.get("gbs") is None else req_kwargs["gbs"]})
+        req = SearchRequest(
+            **{
+                **req_kwargs,
+                "seq_length": s,
+                "gbs": None if req_kwargs.get("gbs") is None else req_kwargs["gbs"],
+            }
+        )
         res = search(req, top_k=1)
         if res.candidates:
             c = res.candidates[0]
-            rows.append({"seq_length": s, "layout": c.plan.label, "tflops": c.time.tflops_per_gpu, "memory_gib": c.memory.total_gib})
+            rows.append(
+                {
+                    "seq_length": s,
+                    "layout": c.plan.label,
+                    "tflops": c.time.tflops_per_gpu,
+                    "memory_gib": c.memory.total_gib,
+                }
+            )
     fig, ax1 = plt.subplots(figsize=(7, 4))
     xs = [r["seq_length"] for r in rows]
     ax1.plot(xs, [r["tflops"] for r in rows], "o-", color="tab:blue", label="TFLOP/s/GPU")
@@ -184,33 +220,59 @@ def _plot(req_kwargs: dict[str, Any], seq_length: int, path: Path) -> list[dict[
 @plan_app.callback()
 def plan(
     ctx: typer.Context,
-    model: str | None = typer.Option(None, "--model", help=f"Catalog model ({', '.join(list_models())}) or a config.json path."),
+    model: str | None = typer.Option(
+        None, "--model", help=f"Catalog model ({', '.join(list_models())}) or a config.json path."
+    ),
     gpu: str | None = typer.Option(None, "--gpu", help=f"GPU type ({', '.join(list_gpus())})."),
     gpus: int | None = typer.Option(None, "--gpus", help="Number of GPUs."),
-    seq_length: int | None = typer.Option(None, "--seq-length", help="Sequence length (tokens per packed row)."),
-    gbs: int | None = typer.Option(None, "--gbs", help="Global batch size in sequences (default ≈ 16M tokens per step)."),
-    precision: str = typer.Option("bf16", "--precision", help="bf16, fp8 (Hopper blockwise), mxfp8 or nvfp4."),
+    seq_length: int | None = typer.Option(
+        None, "--seq-length", help="Sequence length (tokens per packed row)."
+    ),
+    gbs: int | None = typer.Option(
+        None, "--gbs", help="Global batch size in sequences (default ≈ 16M tokens per step)."
+    ),
+    precision: str = typer.Option(
+        "bf16", "--precision", help="bf16, fp8 (Hopper blockwise), mxfp8 or nvfp4."
+    ),
     top: int = typer.Option(10, "--top", help="Show the best K layouts."),
-    headroom: float = typer.Option(0.95, "--headroom", help="Fraction of usable GPU memory a layout may use."),
-    dispatcher: str | None = typer.Option(None, "--dispatcher", help="alltoall, allgather, deepep, hybridep (default by GPU)."),
-    recompute: str | None = typer.Option(None, "--recompute", help="Pin recompute modules, e.g. 'moe_act,layernorm' or 'full'."),
+    headroom: float = typer.Option(
+        0.95, "--headroom", help="Fraction of usable GPU memory a layout may use."
+    ),
+    dispatcher: str | None = typer.Option(
+        None, "--dispatcher", help="alltoall, allgather, deepep, hybridep (default by GPU)."
+    ),
+    recompute: str | None = typer.Option(
+        None, "--recompute", help="Pin recompute modules, e.g. 'moe_act,layernorm' or 'full'."
+    ),
     offload: bool = typer.Option(True, "--offload/--no-offload", help="Allow optimizer CPU offload."),
-    optimizer: str = typer.Option("adam", "--optimizer", help="adam, adam_bf16_states (precision-aware) or muon."),
-    imbalance: float = typer.Option(1.0, "--imbalance", help="Routing imbalance on the hot expert rank (1.0 = balanced)."),
+    optimizer: str = typer.Option(
+        "adam", "--optimizer", help="adam, adam_bf16_states (precision-aware) or muon."
+    ),
+    imbalance: float = typer.Option(
+        1.0, "--imbalance", help="Routing imbalance on the hot expert rank (1.0 = balanced)."
+    ),
     tp: int | None = typer.Option(None, "--tp", help="Pin TP."),
     cp: int | None = typer.Option(None, "--cp", help="Pin CP."),
     pp: int | None = typer.Option(None, "--pp", help="Pin PP."),
     ep: int | None = typer.Option(None, "--ep", help="Pin EP."),
     mbs: int | None = typer.Option(None, "--mbs", help="Pin the micro-batch size."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    plot: Path | None = typer.Option(None, "--plot", help="Write a PNG of TFLOP/s and memory vs sequence length."),
+    plot: str | None = typer.Option(
+        None, "--plot", help="Write a PNG of TFLOP/s and memory vs sequence length."
+    ),
 ) -> None:
     """Rank every layout that fits by estimated step time and print Megatron-Bridge overrides."""
     if ctx.invoked_subcommand is not None:
         return
-    missing = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq-length", seq_length)) if v is None]
+    missing = [
+        n
+        for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq-length", seq_length))
+        if v is None
+    ]
     if missing:
-        raise _fail(f"missing {', '.join(missing)}; e.g. longpack plan --model deepseek_v3 --gpu H100 --gpus 256 --seq-length 131072")
+        raise _fail(
+            f"missing {', '.join(missing)}; e.g. longpack plan --model deepseek_v3 --gpu H100 --gpus 256 --seq-length 131072"
+        )
     from longpack.planner.search import SearchRequest, search
 
     assert model is not None and gpu is not None and gpus is not None and seq_length is not None
@@ -239,7 +301,7 @@ def plan(
         result = search(req, top_k=top)
     except (CatalogError, PlanError, TopologyError) as exc:
         raise _fail(str(exc)) from exc
-    plot_rows = _plot(kwargs, seq_length, plot) if plot is not None else None
+    plot_rows = _plot(kwargs, seq_length, Path(plot)) if plot is not None else None
     if as_json:
         doc = {
             "request": {
@@ -310,7 +372,9 @@ def estimate(
     dispatcher: str | None = typer.Option(None, "--dispatcher"),
     optimizer: str = typer.Option("adam", "--optimizer"),
     cp_comm_type: str = typer.Option("auto", "--cp-comm-type", help="p2p, a2a, a2a+p2p or auto."),
-    ep_overlap: bool | None = typer.Option(None, "--ep-overlap/--no-ep-overlap", help="Default: on where allowed."),
+    ep_overlap: bool | None = typer.Option(
+        None, "--ep-overlap/--no-ep-overlap", help="Default: on where allowed."
+    ),
     imbalance: float = typer.Option(1.0, "--imbalance"),
     headroom: float = typer.Option(0.95, "--headroom"),
     as_json: bool = typer.Option(False, "--json"),
@@ -322,10 +386,24 @@ def estimate(
     try:
         m, g = load_model(model), load_gpu(gpu)
         plan_layout, _ = parse_layout(layout, world_size=gpus)
-        req = SearchRequest(model=m, gpu=g, num_gpus=gpus, seq_length=seq_length, gbs=gbs, precision=precision.lower(), headroom=headroom)
+        req = SearchRequest(
+            model=m,
+            gpu=g,
+            num_gpus=gpus,
+            seq_length=seq_length,
+            gbs=gbs,
+            precision=precision.lower(),
+            headroom=headroom,
+        )
         rec = normalize_recompute(recompute)
         lay = plan_layout.layout
-        overlap_ok = m.moe is not None and lay.ep > 1 and (lay.pp == 1 or plan_layout.vpp > 1) and "moe" not in rec and rec != ("full",)
+        overlap_ok = (
+            m.moe is not None
+            and lay.ep > 1
+            and (lay.pp == 1 or plan_layout.vpp > 1)
+            and "moe" not in rec
+            and rec != ("full",)
+        )
         opts = TrainingOptions(
             precision=precision.lower(),
             recompute=rec,
@@ -333,7 +411,9 @@ def estimate(
             dispatcher=dispatcher or default_dispatcher(g, lay.ep * lay.expert_tp),
             optimizer=optimizer,
             ep_overlap=overlap_ok if ep_overlap is None else ep_overlap,
-            cp_comm_type=best_cp_comm_type(m, g, plan_layout, seq_length=seq_length) if cp_comm_type == "auto" else cp_comm_type,
+            cp_comm_type=best_cp_comm_type(m, g, plan_layout, seq_length=seq_length)
+            if cp_comm_type == "auto"
+            else cp_comm_type,
             imbalance=imbalance,
         )
         cand = evaluate_layout(req, plan_layout, opts)
@@ -348,7 +428,9 @@ def estimate(
     from longpack.planner.overrides import to_python_snippet
 
     typer.echo(f"{m.name} on {gpus}x{g.name}, seq {seq_length}, GBS {req.global_batch}: {plan_layout.label}")
-    typer.echo(f"fits: {'yes' if d['fits'] else 'NO'} ({cand.memory.total_gib:.1f} of {req.memory_budget_gib:.1f} GiB)")
+    typer.echo(
+        f"fits: {'yes' if d['fits'] else 'NO'} ({cand.memory.total_gib:.1f} of {req.memory_budget_gib:.1f} GiB)"
+    )
     for k, v in d["memory"].items():
         typer.echo(f"  memory {k:>24}: {v}")
     for k, v in d["time"].items():
@@ -364,7 +446,9 @@ def estimate(
 
 @plan_app.command("evaluate")
 def evaluate_cmd(
-    calibration: Path | None = typer.Option(None, "--calibration", help="Calibration YAML (default: the packaged file)."),
+    calibration: str | None = typer.Option(
+        None, "--calibration", help="Calibration YAML (default: the packaged file)."
+    ),
     as_json: bool = typer.Option(False, "--json"),
     show_points: bool = typer.Option(False, "--points", help="List every point."),
 ) -> None:
@@ -398,7 +482,9 @@ def evaluate_cmd(
                 f"{r.predicted_tflops:.0f}" if r.predicted_tflops else "-",
                 f"{r.tflops_error:+.0%}" if r.tflops_error is not None else "-",
                 f"{r.measured_memory_gib:.1f}" if r.measured_memory_gib else "-",
-                f"{r.predicted_memory_gib:.1f}" if r.memory_error is not None and r.predicted_memory_gib else "-",
+                f"{r.predicted_memory_gib:.1f}"
+                if r.memory_error is not None and r.predicted_memory_gib
+                else "-",
             )
         console.print(table)
 
@@ -412,13 +498,17 @@ def evaluate_cmd(
     console.print(
         f"memory: n={summary.memory_n} median APE {pct(summary.memory_median_ape)} p90 APE {pct(summary.memory_p90_ape)}"
     )
-    console.print(f"skipped {len(summary.skipped)} points (model/GPU not in the catalogs or incomplete layout)")
+    console.print(
+        f"skipped {len(summary.skipped)} points (model/GPU not in the catalogs or incomplete layout)"
+    )
 
 
 @plan_app.command("fit")
 def fit_cmd(
-    calibration: Path | None = typer.Option(None, "--calibration", help="Calibration YAML (default: the packaged file)."),
-    out: Path = typer.Option(..., "--out", help="Where to write the fitted constants (YAML)."),
+    calibration: str | None = typer.Option(
+        None, "--calibration", help="Calibration YAML (default: the packaged file)."
+    ),
+    out: str = typer.Option(..., "--out", help="Where to write the fitted constants (YAML)."),
     rounds: int = typer.Option(3, "--rounds", help="Coordinate-search rounds."),
 ) -> None:
     """Refit the time model's free constants on a calibration file and write them as YAML."""

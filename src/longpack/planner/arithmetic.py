@@ -41,10 +41,8 @@ def attention_linear_params(model: ModelSpec) -> int:
     if att.kind == "mla":
         a = att.num_heads
         qk = att.qk_nope_head_dim + att.qk_rope_head_dim
-        if att.q_lora_rank:
-            q_term = att.q_lora_rank * (h + a * qk) + att.q_lora_rank
-        else:
-            q_term = h * a * qk
+        # without q LoRA the query is one h x a(d_n+d_r) projection
+        q_term = att.q_lora_rank * (h + a * qk) + att.q_lora_rank if att.q_lora_rank else h * a * qk
         kv_term = att.kv_lora_rank * (h + a * (att.qk_nope_head_dim + att.v_head_dim)) + att.kv_lora_rank
         return q_term + kv_term + h * att.qk_rope_head_dim + a * att.v_head_dim * h
     q, kv = att.q_width, att.kv_width
@@ -277,7 +275,7 @@ def flops_breakdown(
     >>> from longpack.planner.catalog import load_model
     >>> b = flops_breakdown(load_model("qwen3_235b_a22b"), 4096)
     >>> round(b.total / 1e9, 1), round(b.attention / b.total, 3)
-    (148.0, 0.2)
+    (148.0, 0.128)
     """
     if sub_lengths is None:
         return _flops_breakdown_cached(model, effective_context(seq_length), include_mtp)

@@ -88,7 +88,9 @@ def _recompute(point: dict[str, Any], settings: dict[str, str]) -> tuple[str, ..
 
 
 def _dispatcher(point: dict[str, Any], settings: dict[str, str]) -> str:
-    text = (str(point.get("dispatcher") or "") + " " + settings.get("moe_flex_dispatcher_backend", "")).lower()
+    text = (
+        str(point.get("dispatcher") or "") + " " + settings.get("moe_flex_dispatcher_backend", "")
+    ).lower()
     for name in ("hybridep", "deepep", "allgather", "alltoall"):
         if name in text:
             return name
@@ -101,9 +103,11 @@ def _graphs(point: dict[str, Any], settings: dict[str, str]) -> str:
     impl = settings.get("cuda_graph_impl", "").lower()
     if "full_iteration" in impl:
         return "full"
-    if impl in ("local", "transformer_engine") or point.get("cuda_graph") or "cuda graph" in str(
-        point.get("other") or ""
-    ).lower():
+    if (
+        impl in ("local", "transformer_engine")
+        or point.get("cuda_graph")
+        or "cuda graph" in str(point.get("other") or "").lower()
+    ):
         return "partial"
     return "none"
 
@@ -132,9 +136,10 @@ def normalize_point(point: dict[str, Any]) -> CalibrationPoint:
     )
     plan = PlanLayout(layout=layout, mbs=int(point.get("mbs") or 1))
     precision = _precision(str(point.get("precision", "bf16")), gpu.arch)
-    ep_overlap = settings.get("overlap_moe_expert_parallel_comm", "").lower() == "true" or "a2a overlap on" in str(
-        point.get("other", "")
-    ).lower()
+    ep_overlap = (
+        settings.get("overlap_moe_expert_parallel_comm", "").lower() == "true"
+        or "a2a overlap on" in str(point.get("other", "")).lower()
+    )
     options = TrainingOptions(
         precision=precision,
         recompute=_recompute(point, settings),
@@ -172,7 +177,11 @@ def load_points(path: str | Path | None = None) -> tuple[list[CalibrationPoint],
     """Normalized points of a calibration file (default: the packaged ``calibration_points.yaml``)
     and ``(id, reason)`` for every point that was skipped."""
     if path is None:
-        text = resources.files("longpack").joinpath("data", "calibration_points.yaml").read_text(encoding="utf-8")
+        text = (
+            resources.files("longpack")
+            .joinpath("data", "calibration_points.yaml")
+            .read_text(encoding="utf-8")
+        )
         where = "calibration_points.yaml"
     else:
         where = str(path)
@@ -182,7 +191,9 @@ def load_points(path: str | Path | None = None) -> tuple[list[CalibrationPoint],
             raise ValueError(f"{where}: cannot read calibration file: {exc}") from exc
     raw = yaml.safe_load(text) or {}
     if not isinstance(raw, dict) or not isinstance(raw.get("points"), list):
-        raise ValueError(f"{where}: expected a mapping with a 'points:' list (schema of calibration_points.yaml)")
+        raise ValueError(
+            f"{where}: expected a mapping with a 'points:' list (schema of calibration_points.yaml)"
+        )
     points: list[CalibrationPoint] = []
     skipped: list[tuple[str, str]] = []
     for entry in raw["points"]:
@@ -217,10 +228,18 @@ def evaluate_point(point: CalibrationPoint, params: TimeModelParams | None = Non
     pred_t = pred_m = None
     try:
         est = estimate_time(
-            model, gpu, point.plan, seq_length=point.seq_length, gbs=point.gbs, options=point.options, params=params
+            model,
+            gpu,
+            point.plan,
+            seq_length=point.seq_length,
+            gbs=point.gbs,
+            options=point.options,
+            params=params,
         )
         pred_t = est.tflops_per_gpu
-        mem = estimate_memory(model, point.plan, seq_length=point.seq_length, gbs=point.gbs, options=point.options)
+        mem = estimate_memory(
+            model, point.plan, seq_length=point.seq_length, gbs=point.gbs, options=point.options
+        )
         pred_m = mem.total_gib
     except PlanError:
         pass
@@ -257,8 +276,16 @@ class EvaluationSummary:
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly mapping."""
         return {
-            "tflops": {"n": self.tflops_n, "median_ape": self.tflops_median_ape, "p90_ape": self.tflops_p90_ape},
-            "memory": {"n": self.memory_n, "median_ape": self.memory_median_ape, "p90_ape": self.memory_p90_ape},
+            "tflops": {
+                "n": self.tflops_n,
+                "median_ape": self.tflops_median_ape,
+                "p90_ape": self.tflops_p90_ape,
+            },
+            "memory": {
+                "n": self.memory_n,
+                "median_ape": self.memory_median_ape,
+                "p90_ape": self.memory_p90_ape,
+            },
             "points": [r.__dict__ for r in self.results],
             "skipped": [{"id": i, "reason": r} for i, r in self.skipped],
         }

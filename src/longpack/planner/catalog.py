@@ -396,13 +396,17 @@ def model_from_hf_config(config: str | Path | dict[str, Any], *, name: str | Non
     (1024, True)
     """
     where = "<dict>"
-    if not isinstance(config, dict):
+    if isinstance(config, dict):
+        raw: Any = config
+    else:
         where = str(config)
         try:
-            config = json.loads(Path(config).read_text(encoding="utf-8"))
+            raw = json.loads(Path(config).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise CatalogError(f"{where}: cannot read a Hugging Face config.json: {exc}") from exc
-    cfg: dict[str, Any] = dict(config)
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{where}: a Hugging Face config.json must hold a JSON object")
+    cfg: dict[str, Any] = dict(raw)
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM in text_config
         cfg = {**cfg, **cfg["text_config"]}
     for required in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
@@ -512,9 +516,7 @@ def load_gpu(name: str) -> GPUSpec:
         nvlink_unidir_gbps=float(nvlink.get("bw_per_gpu_unidir_GBps", 450)),
         nvlink_domain=int(nvlink.get("domain_size", 8)),
         inter_node_unidir_gbps=float(entry.get("inter_node", {}).get("bw_per_gpu_unidir_GBps", 50)),
-        host_link_unidir_gbps=float(
-            host.get("bw_unidir_GBps") or host.get("bw_unidir_GBps_per_gpu") or 64.0
-        ),
+        host_link_unidir_gbps=float(host.get("bw_unidir_GBps") or host.get("bw_unidir_GBps_per_gpu") or 64.0),
         hbm_bandwidth_tbps=float(entry.get("hbm_bandwidth_TBps", 3.35)),
         aliases=tuple(str(a).split(" ")[0] for a in entry.get("aliases", []) if str(a)[:1].isalnum()),
     )

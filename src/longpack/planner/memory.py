@@ -62,7 +62,7 @@ def layer_activation_terms(model: ModelSpec, index: int, dispatcher: str) -> lis
     >>> from longpack.planner.catalog import load_model
     >>> terms = layer_activation_terms(load_model("deepseek_v3"), 10, "alltoall")
     >>> round(sum(t.elements for t in terms) / 1e3)
-    286
+    285
     """
     h = model.hidden_size
     att = model.attention
@@ -280,7 +280,9 @@ def _stage_counts(model: ModelSpec, p: int, v: int) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=65536)
-def _rank_kinds(model: ModelSpec, counts: tuple[int, ...], r: int, p: int, v: int) -> tuple[tuple[int, int], ...]:
+def _rank_kinds(
+    model: ModelSpec, counts: tuple[int, ...], r: int, p: int, v: int
+) -> tuple[tuple[int, int], ...]:
     """``(representative layer index, how many)`` of the layer kinds on pipeline rank ``r``
     (chunk-major virtual stages ``r, r+p, ...``; MTP layers sit on the last rank)."""
     from longpack.planner.timing import kind_representatives

@@ -101,11 +101,15 @@ class TrainingOptions:
         if self.optimizer not in OPTIMIZERS:
             raise PlanError(f"optimizer {self.optimizer!r} is unknown; use one of {', '.join(OPTIMIZERS)}")
         if self.cp_comm_type not in CP_COMM_TYPES:
-            raise PlanError(f"cp_comm_type {self.cp_comm_type!r} is unknown; use one of {', '.join(CP_COMM_TYPES)}")
+            raise PlanError(
+                f"cp_comm_type {self.cp_comm_type!r} is unknown; use one of {', '.join(CP_COMM_TYPES)}"
+            )
         if self.cuda_graphs not in ("none", "partial", "full"):
             raise PlanError(f"cuda_graphs must be 'none', 'partial' or 'full', got {self.cuda_graphs!r}")
         if self.imbalance < 1.0:
-            raise PlanError(f"imbalance must be >= 1.0 (1.0 = perfectly balanced routing), got {self.imbalance}")
+            raise PlanError(
+                f"imbalance must be >= 1.0 (1.0 = perfectly balanced routing), got {self.imbalance}"
+            )
 
     @property
     def full_recompute(self) -> bool:

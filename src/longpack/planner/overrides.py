@@ -125,7 +125,9 @@ def _parse_value(raw: str) -> Any:
         return raw
 
 
-def parse_overrides(lines: list[str], *, world_size: int) -> tuple[PlanLayout, TrainingOptions, dict[str, Any]]:
+def parse_overrides(
+    lines: list[str], *, world_size: int
+) -> tuple[PlanLayout, TrainingOptions, dict[str, Any]]:
     """Read ``key=value`` override lines back into a layout, options and the remaining values.
 
     Raises :class:`PlanError` naming a malformed line.

@@ -200,7 +200,11 @@ def enumerate_layouts(req: SearchRequest) -> list[PlanLayout]:
                     if gbs % (b * d):
                         continue
                     m = gbs // (b * d)
-                    vpps = [v for v in VPP_CHOICES if (v == 1 or (p > 1 and m >= p)) and p * v <= model.num_layers + 2]
+                    vpps = [
+                        v
+                        for v in VPP_CHOICES
+                        if (v == 1 or (p > 1 and m >= p)) and p * v <= model.num_layers + 2
+                    ]
                     if req.vpp is not None:
                         vpps = [req.vpp] if req.vpp in vpps or req.vpp == 1 else []
                     for v in vpps:
@@ -221,7 +225,14 @@ def enumerate_layouts(req: SearchRequest) -> list[PlanLayout]:
                         for e, u in eps:
                             try:
                                 lay = ParallelLayout(
-                                    world_size=n, tp=t, cp=c, pp=p, vpp=v if v > 1 else None, ep=e, etp=u, sp=sp
+                                    world_size=n,
+                                    tp=t,
+                                    cp=c,
+                                    pp=p,
+                                    vpp=v if v > 1 else None,
+                                    ep=e,
+                                    etp=u,
+                                    sp=sp,
                                 )
                             except TopologyError:
                                 continue
@@ -229,7 +240,9 @@ def enumerate_layouts(req: SearchRequest) -> list[PlanLayout]:
     return out
 
 
-def _options_for(req: SearchRequest, plan: PlanLayout, recompute: tuple[str, ...], offload: float) -> TrainingOptions:
+def _options_for(
+    req: SearchRequest, plan: PlanLayout, recompute: tuple[str, ...], offload: float
+) -> TrainingOptions:
     lay = plan.layout
     dispatcher = req.dispatcher or default_dispatcher(req.gpu, lay.ep * lay.expert_tp)
     overlap = (
@@ -306,7 +319,9 @@ def _reasons(req: SearchRequest, cand: Candidate) -> tuple[str, ...]:
         out.append(f"recompute {', '.join(cand.options.recompute)} to fit")
     if cand.options.optimizer_offload > 0:
         out.append(f"needs optimizer offload {cand.options.optimizer_offload:.0%}")
-    out.append(f"memory {cand.memory.total_gib:.1f} of {req.memory_budget_gib:.1f} GiB (rank {cand.memory.rank})")
+    out.append(
+        f"memory {cand.memory.total_gib:.1f} of {req.memory_budget_gib:.1f} GiB (rank {cand.memory.rank})"
+    )
     return tuple(out)
 
 
@@ -319,11 +334,22 @@ def evaluate_layout(
     """Memory and time of one layout with given options (no feasibility filtering)."""
     counts = stage_counts_for(req.model, plan)
     gbs = req.global_batch
-    mem = estimate_memory(req.model, plan, seq_length=req.seq_length, gbs=gbs, options=options, stage_counts=counts)
-    tim = estimate_time(
-        req.model, req.gpu, plan, seq_length=req.seq_length, gbs=gbs, options=options, params=params, stage_counts=counts
+    mem = estimate_memory(
+        req.model, plan, seq_length=req.seq_length, gbs=gbs, options=options, stage_counts=counts
     )
-    cand = Candidate(plan=plan, options=options, memory=mem, time=tim, stage_counts=counts, mtp_layers=req.model.mtp_layers)
+    tim = estimate_time(
+        req.model,
+        req.gpu,
+        plan,
+        seq_length=req.seq_length,
+        gbs=gbs,
+        options=options,
+        params=params,
+        stage_counts=counts,
+    )
+    cand = Candidate(
+        plan=plan, options=options, memory=mem, time=tim, stage_counts=counts, mtp_layers=req.model.mtp_layers
+    )
     return replace(cand, reasons=_reasons(req, cand))
 
 
@@ -344,7 +370,9 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
     for plan in layouts:
         counts = stage_counts_for(req.model, plan)
 
-        def mem_gib(opts: TrainingOptions, plan: PlanLayout = plan, counts: tuple[int, ...] = counts) -> float:
+        def mem_gib(
+            opts: TrainingOptions, plan: PlanLayout = plan, counts: tuple[int, ...] = counts
+        ) -> float:
             return estimate_memory(
                 req.model, plan, seq_length=req.seq_length, gbs=gbs, options=opts, stage_counts=counts
             ).total_gib
@@ -383,7 +411,12 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
                         req.model, plan, seq_length=req.seq_length, gbs=gbs, options=opts, stage_counts=counts
                     )
                     best = Candidate(
-                        plan=plan, options=opts, memory=mem, time=tim, stage_counts=counts, mtp_layers=req.model.mtp_layers
+                        plan=plan,
+                        options=opts,
+                        memory=mem,
+                        time=tim,
+                        stage_counts=counts,
+                        mtp_layers=req.model.mtp_layers,
                     )
                 if lo == 0:
                     break  # fits without recompute: more offload cannot be faster

@@ -133,7 +133,10 @@ def _elementwise_recompute_bytes(
 @functools.lru_cache(maxsize=256)
 def _param_totals(model: ModelSpec) -> tuple[float, float]:
     """(TP-sharded + embedding params, routed-expert params) of the main decoder."""
-    dense = sum(layer_params(model, i).dense for i in range(model.num_layers)) + 2 * model.vocab_size * model.hidden_size
+    dense = (
+        sum(layer_params(model, i).dense for i in range(model.num_layers))
+        + 2 * model.vocab_size * model.hidden_size
+    )
     expert = sum(layer_params(model, i).expert for i in range(model.num_layers))
     return float(dense), float(expert)
 
@@ -356,7 +359,8 @@ def estimate_time(
     dp_bytes_dense = _rho(z_dense) * dense_local * (2.0 + w_bytes)
     dp_bytes_exp = _rho(z_exp) * expert_local * (2.0 + w_bytes)
     dp = (
-        _link_time(dp_bytes_dense, z_dense, gpu, stride=t) + _link_time(dp_bytes_exp, z_exp, gpu, stride=e * u)
+        _link_time(dp_bytes_dense, z_dense, gpu, stride=t)
+        + _link_time(dp_bytes_exp, z_exp, gpu, stride=e * u)
     ) * prm.comm_exposed
 
     offload = 0.0
@@ -405,7 +409,7 @@ def cp_comm_candidates(model: ModelSpec, *, t: int, c: int) -> tuple[str, ...]:
     out = ["p2p"]
     if c > 1 and heads >= c:
         out.append("a2a")
-    if c > 2 and 2 <= heads:
+    if c > 2 and heads >= 2:
         out.append("a2a+p2p")
     return tuple(out)
 
