@@ -355,9 +355,12 @@ def fit_params(
     points: list[CalibrationPoint],
     *,
     start: TimeModelParams | None = None,
-    rounds: int = 3,
+    rounds: int = 8,
 ) -> tuple[TimeModelParams, float]:
     """Fit the time-model constants on ``points`` by coordinate search in log space (deterministic).
+
+    Starts from the physical priors (:class:`TimeModelParams` defaults) unless ``start`` is given, so
+    ``longpack plan fit --out src/longpack/data/planner_fit.yaml`` reproduces the shipped constants.
 
     Minimizes the mean absolute log error of TFLOP/s/GPU over every point with a measured TFLOP/s
     (rows superseded by a newer release stay in: they carry the software-drift variance the planner
