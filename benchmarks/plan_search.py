@@ -21,6 +21,7 @@ import numpy as np
 
 from longpack.planner.calibration import evaluate, load_points
 from longpack.planner.catalog import load_gpu, load_model
+from longpack.planner.memory import estimate_memory, stage_counts_for
 from longpack.planner.search import (
     SearchRequest,
     _options_for,
@@ -28,7 +29,6 @@ from longpack.planner.search import (
     recompute_ladder,
     search,
 )
-from longpack.planner.memory import estimate_memory, stage_counts_for
 from longpack.planner.timing import estimate_time
 
 

@@ -190,17 +190,33 @@ def stage_layer_counts(
 
 def layout_string(counts: tuple[int, ...], *, mtp_layers: int = 0) -> str:
     """Megatron ``pipeline_model_parallel_layout`` for per-stage layer counts (``E`` embedding,
-    ``t`` layer, ``m`` MTP, ``L`` loss, ``|`` stage boundary).
+    ``t`` layer, ``m`` MTP, ``L`` loss, ``|`` stage boundary, ``(...)*n`` repetition, as in the
+    DeepSeek-V3 recipes' ``"Et|(tt|)*30mL"``).
 
     >>> layout_string((1, 2, 2, 0), mtp_layers=1)
-    'Et|t*2|t*2|mL'
+    'Et|tt|tt|mL'
+    >>> layout_string((1,) + (2,) * 30 + (0,), mtp_layers=1)
+    'Et|(tt|)*30mL'
     """
     parts = []
     for i, n in enumerate(counts):
-        body = "" if n == 0 else ("t" if n == 1 else f"t*{n}")
+        body = "t" * n if n <= 4 else f"t*{n}"
         if i == 0:
             body = "E" + body
         if i == len(counts) - 1:
             body = body + "m" * mtp_layers + "L"
         parts.append(body)
-    return "|".join(parts)
+    out = parts[0]
+    i = 1
+    while i < len(parts):
+        j = i
+        while j < len(parts) - 1 and parts[j] == parts[i]:
+            j += 1
+        run = j - i
+        if run >= 3 and i < len(parts) - 1:
+            out += f"|({parts[i]}|)*{run}" + parts[j]
+            i = j + 1
+        else:
+            out += "|" + parts[i]
+            i += 1
+    return out
