@@ -135,7 +135,7 @@ def test_plan_plot_writes_png(tmp_path: Path) -> None:
             "--gpus",
             "8",
             "--seq-length",
-            "16384",
+            "8192",
             "--top",
             "1",
             "--json",
@@ -146,4 +146,4 @@ def test_plan_plot_writes_png(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     doc = json.loads(res.output)
-    assert [p["seq_length"] for p in doc["plot"]["points"]] == [4096, 8192, 16384]
+    assert [p["seq_length"] for p in doc["plot"]["points"]] == [4096, 8192]

@@ -49,12 +49,12 @@ class CalibrationPoint:
 
 def _precision(raw: str, gpu_arch: str) -> str:
     text = raw.lower()
+    blackwell = gpu_arch.startswith("blackwell")
     if "nvfp4" in text:
         return "nvfp4"
-    if "mx" in text or ("fp8" in text and "25.09" in text and gpu_arch.startswith("blackwell")):
-        return "mxfp8"
     if "fp8" in text:
-        return "fp8"
+        # MXFP8 exists only on Blackwell; the 25.09 table's "FP8" means MXFP8 there, blockwise on Hopper
+        return "mxfp8" if blackwell and ("mx" in text or "25.09" in text) else "fp8"
     return "bf16"
 
 

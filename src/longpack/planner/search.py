@@ -71,6 +71,10 @@ class SearchRequest:
             raise PlanError(f"gbs must be positive, got {self.gbs}")
         if not 0 < self.headroom <= 1:
             raise PlanError(f"headroom must be in (0, 1], got {self.headroom}")
+        if self.precision in ("mxfp8", "nvfp4") and not self.gpu.is_blackwell:
+            raise PlanError(
+                f"precision {self.precision} needs a Blackwell GPU; {self.gpu.name} supports bf16 and fp8 (blockwise)"
+            )
 
     @property
     def memory_budget_gib(self) -> float:
