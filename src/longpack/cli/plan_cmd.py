@@ -466,7 +466,7 @@ def evaluate_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)
     if show_points:
         table = Table(title="predicted vs measured")
         for col in ("id", "model", "gpu", "prec", "layout", "meas", "pred", "err", "mem meas", "mem pred"):

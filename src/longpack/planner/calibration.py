@@ -30,6 +30,8 @@ from longpack.planner.options import PlanError, PlanLayout, TrainingOptions
 from longpack.planner.timing import TimeModelParams, estimate_time, fitted_params
 from longpack.topology import ParallelLayout, TopologyError
 
+_MEMORY_KEYS = ("mem_peak_allocated_GiB_rank0", "mem_peak_GB", "mem_allocated_GB", "mem_per_gpu_GB")
+
 
 @dataclass(frozen=True, kw_only=True)
 class CalibrationPoint:
@@ -117,7 +119,13 @@ def normalize_point(point: dict[str, Any]) -> CalibrationPoint:
     pid = str(point.get("id", "?"))
     model = load_model(str(point.get("model", "")).split(" ")[0])
     gpu = load_gpu(str(point.get("gpu", "")))
+    result = point.get("result") or {}
+    memory_only = not isinstance(result.get("tflops_per_gpu"), int | float) and any(
+        isinstance(result.get(k), int | float) for k in _MEMORY_KEYS
+    )
     for key in ("num_gpus", "seq_len", "tp", "pp", "gbs"):
+        if key == "gbs" and memory_only and point.get(key) is None:
+            continue  # peak memory does not depend on GBS once the pipeline is full (assumed below)
         if not isinstance(point.get(key), int):
             raise ValueError(f"point {pid}: field {key!r} missing or not an integer")
     settings = _settings(point)
@@ -135,6 +143,9 @@ def normalize_point(point: dict[str, Any]) -> CalibrationPoint:
         sp=tp > 1,
     )
     plan = PlanLayout(layout=layout, mbs=int(point.get("mbs") or 1))
+    gbs = point.get("gbs")
+    if not isinstance(gbs, int):  # memory-only point: a full pipeline (m = 4·p·v micro-batches)
+        gbs = layout.dp * plan.mbs * 4 * layout.pp * (layout.vpp or 1)
     precision = _precision(str(point.get("precision", "bf16")), gpu.arch)
     ep_overlap = (
         settings.get("overlap_moe_expert_parallel_comm", "").lower() == "true"
@@ -150,7 +161,6 @@ def normalize_point(point: dict[str, Any]) -> CalibrationPoint:
         fsdp=bool(point.get("fsdp")) and str(point.get("fsdp")) not in ("0", "False"),
         cp_comm_type="auto",
     )
-    result = point.get("result") or {}
     tflops = result.get("tflops_per_gpu")
     mem = None
     if isinstance(result.get("mem_peak_allocated_GiB_rank0"), int | float):
@@ -159,13 +169,15 @@ def normalize_point(point: dict[str, Any]) -> CalibrationPoint:
         mem = float(result["mem_peak_GB"]) * 1e9 / GIB
     elif isinstance(result.get("mem_allocated_GB"), int | float):
         mem = float(result["mem_allocated_GB"]) * 1e9 / GIB
+    elif isinstance(result.get("mem_per_gpu_GB"), int | float):
+        mem = float(result["mem_per_gpu_GB"]) * 1e9 / GIB
     return CalibrationPoint(
         id=pid,
         model=model.name,
         gpu=gpu.name,
         plan=plan,
         seq_length=int(point["seq_len"]),
-        gbs=int(point["gbs"]),
+        gbs=int(gbs),
         options=options,
         tflops=float(tflops) if isinstance(tflops, int | float) else None,
         memory_gib=mem,

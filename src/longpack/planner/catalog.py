@@ -368,7 +368,8 @@ def load_model(name_or_path: str) -> ModelSpec:
     if path.is_dir():
         path = path / "config.json"
     if path.is_file():
-        return model_from_hf_config(path)
+        label = path.parent.name if path.name == "config.json" else path.stem
+        return model_from_hf_config(path, name=label or None)
     raise CatalogError(
         f"unknown model {name_or_path!r}; known: {', '.join(sorted(entries))} "
         "(or pass the path of a Hugging Face config.json)"
