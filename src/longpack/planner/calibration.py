@@ -7,8 +7,8 @@ whose model or GPU is not in the catalogs, or whose layout is incomplete, are re
 with the reason — never guessed.
 
 >>> pts, skipped = load_points()
->>> len(pts) > 100 and all(p.model in ("deepseek_v3",) or p.model for p in pts)
-True
+>>> len(pts) > 150, sorted({p.gpu for p in pts})[:2], dict(skipped)["cp230"]
+(True, ['B200', 'B300'], "unknown model 'moonlight_16b_a3b'")
 """
 
 from __future__ import annotations

@@ -488,8 +488,8 @@ def model_from_hf_config(config: str | Path | dict[str, Any], *, name: str | Non
 def load_gpu(name: str) -> GPUSpec:
     """A GPU from the hardware catalog by name or alias (case-insensitive; ``H800`` -> H100).
 
-    >>> load_gpu("h100").name, load_gpu("DGX-GB300").name
-    ('H100_SXM', 'GB300')
+    >>> load_gpu("h100").name, load_gpu("DGX-GB300").name, load_gpu("H800").name
+    ('H100_SXM', 'GB300', 'H100_SXM')
     """
     entries = _gpu_entries()
     wanted = name.strip().lower().replace("_", "-")
@@ -519,5 +519,10 @@ def load_gpu(name: str) -> GPUSpec:
         inter_node_unidir_gbps=float(entry.get("inter_node", {}).get("bw_per_gpu_unidir_GBps", 50)),
         host_link_unidir_gbps=float(host.get("bw_unidir_GBps") or host.get("bw_unidir_GBps_per_gpu") or 64.0),
         hbm_bandwidth_tbps=float(entry.get("hbm_bandwidth_TBps", 3.35)),
-        aliases=tuple(str(a).split(" ")[0] for a in entry.get("aliases", []) if str(a)[:1].isalnum()),
+        # aliases like "H800 (same compute, ...)" arrive split at the commas: keep model-like first words
+        aliases=tuple(
+            str(a).split(" ")[0]
+            for a in entry.get("aliases", [])
+            if str(a)[:1].isalnum() and any(ch.isdigit() for ch in str(a).split(" ")[0])
+        ),
     )
