@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "topology_cmd",
     "check_cmd",
     "online_cmd",
+    "plan_cmd",
 )
 
 

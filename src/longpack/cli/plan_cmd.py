@@ -1,0 +1,531 @@
+"""``longpack plan``: rank long-context MoE layouts; ``plan estimate`` one layout; ``plan evaluate`` /
+``plan fit`` against published runs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from longpack.planner.catalog import CatalogError, list_gpus, list_models, load_gpu, load_model
+from longpack.planner.options import PlanError, PlanLayout, TrainingOptions, normalize_recompute
+from longpack.topology import ParallelLayout, TopologyError
+
+plan_app = typer.Typer(
+    name="plan",
+    help="Plan a long-context MoE layout: memory and throughput estimates calibrated on published runs.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def _candidate_dict(cand: Any, req: Any) -> dict[str, Any]:
+    from longpack.planner.overrides import to_overrides
+
+    lay = cand.plan.layout
+    return {
+        "layout": {
+            "tp": lay.tp,
+            "cp": lay.cp,
+            "ep": lay.ep,
+            "etp": lay.expert_tp,
+            "pp": lay.pp,
+            "vpp": cand.plan.vpp,
+            "dp": lay.dp,
+            "edp": lay.edp,
+            "mbs": cand.plan.mbs,
+            "sp": lay.sp,
+            "pipeline_layout": cand.pipeline_layout,
+        },
+        "options": {
+            "precision": cand.options.precision,
+            "recompute": list(cand.options.recompute),
+            "optimizer_offload": cand.options.optimizer_offload,
+            "dispatcher": cand.options.dispatcher,
+            "ep_overlap": cand.options.ep_overlap,
+            "cp_comm_type": cand.options.cp_comm_type,
+        },
+        "memory": cand.memory.as_dict(),
+        "time": cand.time.as_dict(),
+        "reasons": list(cand.reasons),
+        "overrides": to_overrides(
+            cand.plan,
+            cand.options,
+            seq_length=req.seq_length,
+            gbs=req.global_batch,
+            pipeline_layout=cand.pipeline_layout,
+            hopper=not req.gpu.is_blackwell,
+            moe=req.model.moe is not None,
+        ),
+    }
+
+
+def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from longpack.planner.overrides import to_python_snippet
+
+    # wide enough for the layout labels when piped (rich falls back to 80 columns)
+    console = Console(width=None if sys.stdout.isatty() else 180)
+    table = Table(
+        title=(
+            f"{req.model.name} on {req.num_gpus}x{req.gpu.name}, seq {req.seq_length}, GBS {req.global_batch}, "
+            f"{req.precision} — {result.layouts_feasible} of {result.layouts_considered} layouts fit "
+            f"{req.memory_budget_gib:.0f} GiB"
+        )
+    )
+    for col in (
+        "#",
+        "layout",
+        "recompute",
+        "offload",
+        "dispatch",
+        "CP comm",
+        "GiB",
+        "step s",
+        "TFLOP/s",
+        "MFU",
+        "tok/s/GPU",
+    ):
+        table.add_column(col, justify="right" if col not in ("layout", "recompute", "dispatch") else "left")
+    for i, c in enumerate(result.candidates, 1):
+        table.add_row(
+            str(i),
+            c.plan.label,
+            ",".join(c.options.recompute) or "-",
+            f"{c.options.optimizer_offload:.0%}",
+            c.options.dispatcher + (" +ovl" if c.options.ep_overlap else ""),
+            c.options.cp_comm_type if c.plan.layout.cp > 1 else "-",
+            f"{c.memory.total_gib:.1f}",
+            f"{c.time.step_time:.2f}",
+            f"{c.time.tflops_per_gpu:.0f}",
+            f"{c.time.mfu_vs_bf16_peak:.0%}",
+            f"{c.time.tokens_per_s_per_gpu:.0f}",
+        )
+    console.print(table)
+    if not result.candidates:
+        console.print("No layout fits. Rejections: " + json.dumps(result.rejected))
+        return
+    if show_best:
+        best = result.candidates[0]
+        d = _candidate_dict(best, req)
+        console.print(f"[bold]Best: {best.plan.label}[/bold]")
+        for reason in best.reasons:
+            console.print(f"  - {reason}")
+        mem = d["memory"]
+        console.print(
+            "  memory GiB: " + ", ".join(f"{k[:-4]} {v}" for k, v in mem.items() if k.endswith("_gib"))
+        )
+        tim = d["time"]
+        console.print(
+            "  time s/step: "
+            + ", ".join(
+                f"{k} {tim[k]:.3g}"
+                for k in (
+                    "compute",
+                    "recompute",
+                    "overhead",
+                    "tp_comm",
+                    "cp_comm",
+                    "ep_comm",
+                    "dp_comm",
+                    "bubble",
+                    "offload",
+                )
+            )
+        )
+        console.print("[bold]Megatron-Bridge overrides[/bold]")
+        for line in d["overrides"]:
+            console.print(line, markup=False, highlight=False)
+        console.print("[bold]Python[/bold]")
+        console.print(to_python_snippet(d["overrides"]), markup=False, highlight=False)
+
+
+def _write_atomic_png(fig: Any, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120, metadata={"Software": None})
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _plot(req_kwargs: dict[str, Any], seq_length: int, path: Path) -> list[dict[str, Any]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from longpack.planner.search import SearchRequest, search
+
+    lengths = []
+    s = 4096
+    while s <= seq_length:
+        lengths.append(s)
+        s *= 2
+    if not lengths or lengths[-1] != seq_length:
+        lengths.append(seq_length)
+    rows: list[dict[str, Any]] = []
+    for s in lengths:
+        req = SearchRequest(
+            **{
+                **req_kwargs,
+                "seq_length": s,
+                "gbs": None if req_kwargs.get("gbs") is None else req_kwargs["gbs"],
+            }
+        )
+        res = search(req, top_k=1)
+        if res.candidates:
+            c = res.candidates[0]
+            rows.append(
+                {
+                    "seq_length": s,
+                    "layout": c.plan.label,
+                    "tflops": c.time.tflops_per_gpu,
+                    "memory_gib": c.memory.total_gib,
+                }
+            )
+    fig, ax1 = plt.subplots(figsize=(7, 4))
+    xs = [r["seq_length"] for r in rows]
+    ax1.plot(xs, [r["tflops"] for r in rows], "o-", color="tab:blue", label="TFLOP/s/GPU")
+    ax1.set_xscale("log", base=2)
+    ax1.set_xlabel("sequence length")
+    ax1.set_ylabel("TFLOP/s/GPU (best layout)", color="tab:blue")
+    ax2 = ax1.twinx()
+    ax2.plot(xs, [r["memory_gib"] for r in rows], "s--", color="tab:red", label="memory")
+    ax2.set_ylabel("GiB per GPU", color="tab:red")
+    ax1.set_title(f"{req_kwargs['model'].name} on {req_kwargs['num_gpus']}x{req_kwargs['gpu'].name}")
+    fig.tight_layout()
+    _write_atomic_png(fig, path)
+    plt.close(fig)
+    return rows
+
+
+@plan_app.callback()
+def plan(
+    ctx: typer.Context,
+    model: str | None = typer.Option(
+        None, "--model", help=f"Catalog model ({', '.join(list_models())}) or a config.json path."
+    ),
+    gpu: str | None = typer.Option(None, "--gpu", help=f"GPU type ({', '.join(list_gpus())})."),
+    gpus: int | None = typer.Option(None, "--gpus", help="Number of GPUs."),
+    seq_length: int | None = typer.Option(
+        None, "--seq-length", help="Sequence length (tokens per packed row)."
+    ),
+    gbs: int | None = typer.Option(
+        None, "--gbs", help="Global batch size in sequences (default ≈ 16M tokens per step)."
+    ),
+    precision: str = typer.Option(
+        "bf16", "--precision", help="bf16, fp8 (Hopper blockwise), mxfp8 or nvfp4."
+    ),
+    top: int = typer.Option(10, "--top", help="Show the best K layouts."),
+    headroom: float = typer.Option(
+        0.95, "--headroom", help="Fraction of usable GPU memory a layout may use."
+    ),
+    dispatcher: str | None = typer.Option(
+        None, "--dispatcher", help="alltoall, allgather, deepep, hybridep (default by GPU)."
+    ),
+    recompute: str | None = typer.Option(
+        None, "--recompute", help="Pin recompute modules, e.g. 'moe_act,layernorm' or 'full'."
+    ),
+    offload: bool = typer.Option(True, "--offload/--no-offload", help="Allow optimizer CPU offload."),
+    optimizer: str = typer.Option(
+        "adam", "--optimizer", help="adam, adam_bf16_states (precision-aware) or muon."
+    ),
+    imbalance: float = typer.Option(
+        1.0, "--imbalance", help="Routing imbalance on the hot expert rank (1.0 = balanced)."
+    ),
+    tp: int | None = typer.Option(None, "--tp", help="Pin TP."),
+    cp: int | None = typer.Option(None, "--cp", help="Pin CP."),
+    pp: int | None = typer.Option(None, "--pp", help="Pin PP."),
+    ep: int | None = typer.Option(None, "--ep", help="Pin EP."),
+    mbs: int | None = typer.Option(None, "--mbs", help="Pin the micro-batch size."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    plot: str | None = typer.Option(
+        None, "--plot", help="Write a PNG of TFLOP/s and memory vs sequence length."
+    ),
+) -> None:
+    """Rank every layout that fits by estimated step time and print Megatron-Bridge overrides."""
+    if ctx.invoked_subcommand is not None:
+        return
+    missing = [
+        n
+        for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq-length", seq_length))
+        if v is None
+    ]
+    if missing:
+        raise _fail(
+            f"missing {', '.join(missing)}; e.g. longpack plan --model deepseek_v3 --gpu H100 --gpus 256 --seq-length 131072"
+        )
+    from longpack.planner.search import SearchRequest, search
+
+    assert model is not None and gpu is not None and gpus is not None and seq_length is not None
+    try:
+        kwargs: dict[str, Any] = {
+            "model": load_model(model),
+            "gpu": load_gpu(gpu),
+            "num_gpus": gpus,
+            "seq_length": seq_length,
+            "gbs": gbs,
+            "precision": precision.lower(),
+            "headroom": headroom,
+            "dispatcher": dispatcher,
+            "recompute": normalize_recompute(recompute) if recompute is not None else None,
+            "allow_offload": offload,
+            "optimizer": optimizer,
+            "imbalance": imbalance,
+            "tp": tp,
+            "cp": cp,
+            "pp": pp,
+            "ep": ep,
+            "mbs": mbs,
+        }
+        req = SearchRequest(**kwargs)
+        TrainingOptions(precision=req.precision, optimizer=optimizer, dispatcher=dispatcher or "alltoall")
+        result = search(req, top_k=top)
+    except (CatalogError, PlanError, TopologyError) as exc:
+        raise _fail(str(exc)) from exc
+    plot_rows = _plot(kwargs, seq_length, Path(plot)) if plot is not None else None
+    if as_json:
+        doc = {
+            "request": {
+                "model": req.model.name,
+                "gpu": req.gpu.name,
+                "gpus": req.num_gpus,
+                "seq_length": req.seq_length,
+                "gbs": req.global_batch,
+                "precision": req.precision,
+                "memory_budget_gib": round(req.memory_budget_gib, 3),
+            },
+            "layouts_considered": result.layouts_considered,
+            "layouts_feasible": result.layouts_feasible,
+            "rejected": result.rejected,
+            "candidates": [_candidate_dict(c, req) for c in result.candidates],
+        }
+        if plot_rows is not None:
+            doc["plot"] = {"path": str(plot), "points": plot_rows}
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        _print_candidates(result, req)
+        if plot is not None:
+            typer.echo(f"wrote {plot}")
+    if not result.candidates:
+        raise typer.Exit(1)
+
+
+def parse_layout(text: str, *, world_size: int) -> tuple[PlanLayout, dict[str, int]]:
+    """``"tp=1,cp=32,ep=32,pp=8,vpp=4"`` -> layout (SP on when TP > 1; ETP defaults to 1 for MoE)."""
+    values: dict[str, int] = {}
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        key, sep, raw = part.partition("=")
+        if not sep or key not in ("tp", "cp", "ep", "etp", "pp", "vpp", "mbs", "dp"):
+            raise PlanError(f"--layout part {part!r} is not key=value with key in tp,cp,ep,etp,pp,vpp,mbs")
+        try:
+            values[key] = int(raw)
+        except ValueError as exc:
+            raise PlanError(f"--layout {key}={raw!r} is not an integer") from exc
+    tp = values.get("tp", 1)
+    lay = ParallelLayout(
+        world_size=world_size,
+        tp=tp,
+        cp=values.get("cp", 1),
+        pp=values.get("pp", 1),
+        vpp=values["vpp"] if values.get("vpp", 1) > 1 else None,
+        ep=values.get("ep", 1),
+        etp=values.get("etp", 1),
+        sp=tp > 1,
+    )
+    if "dp" in values and values["dp"] != lay.dp:
+        raise PlanError(f"--layout dp={values['dp']} but {world_size} GPUs with this layout give DP {lay.dp}")
+    return PlanLayout(layout=lay, mbs=values.get("mbs", 1)), values
+
+
+@plan_app.command("estimate")
+def estimate(
+    model: str = typer.Option(..., "--model"),
+    gpu: str = typer.Option(..., "--gpu"),
+    gpus: int = typer.Option(..., "--gpus"),
+    seq_length: int = typer.Option(..., "--seq-length"),
+    layout: str = typer.Option(..., "--layout", help="e.g. 'tp=1,cp=32,ep=32,pp=8,vpp=4,mbs=1'"),
+    gbs: int | None = typer.Option(None, "--gbs"),
+    precision: str = typer.Option("bf16", "--precision"),
+    recompute: str = typer.Option("", "--recompute", help="e.g. 'mla_up_proj,layernorm,moe,mlp' or 'full'."),
+    offload: float = typer.Option(0.0, "--offload", help="Optimizer CPU offload fraction 0..1."),
+    dispatcher: str | None = typer.Option(None, "--dispatcher"),
+    optimizer: str = typer.Option("adam", "--optimizer"),
+    cp_comm_type: str = typer.Option("auto", "--cp-comm-type", help="p2p, a2a, a2a+p2p or auto."),
+    ep_overlap: bool | None = typer.Option(
+        None, "--ep-overlap/--no-ep-overlap", help="Default: on where allowed."
+    ),
+    imbalance: float = typer.Option(1.0, "--imbalance"),
+    headroom: float = typer.Option(0.95, "--headroom"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Memory and time of one given layout."""
+    from longpack.planner.search import SearchRequest, default_dispatcher, evaluate_layout
+    from longpack.planner.timing import best_cp_comm_type
+
+    try:
+        m, g = load_model(model), load_gpu(gpu)
+        plan_layout, _ = parse_layout(layout, world_size=gpus)
+        req = SearchRequest(
+            model=m,
+            gpu=g,
+            num_gpus=gpus,
+            seq_length=seq_length,
+            gbs=gbs,
+            precision=precision.lower(),
+            headroom=headroom,
+        )
+        rec = normalize_recompute(recompute)
+        lay = plan_layout.layout
+        overlap_ok = (
+            m.moe is not None
+            and lay.ep > 1
+            and (lay.pp == 1 or plan_layout.vpp > 1)
+            and "moe" not in rec
+            and rec != ("full",)
+        )
+        opts = TrainingOptions(
+            precision=precision.lower(),
+            recompute=rec,
+            optimizer_offload=offload,
+            dispatcher=dispatcher or default_dispatcher(g, lay.ep * lay.expert_tp),
+            optimizer=optimizer,
+            ep_overlap=overlap_ok if ep_overlap is None else ep_overlap,
+            cp_comm_type=best_cp_comm_type(m, g, plan_layout, seq_length=seq_length)
+            if cp_comm_type == "auto"
+            else cp_comm_type,
+            imbalance=imbalance,
+        )
+        cand = evaluate_layout(req, plan_layout, opts)
+    except (CatalogError, PlanError, TopologyError) as exc:
+        raise _fail(str(exc)) from exc
+    d = _candidate_dict(cand, req)
+    d["fits"] = cand.memory.total_gib <= req.memory_budget_gib
+    d["memory_budget_gib"] = round(req.memory_budget_gib, 3)
+    if as_json:
+        typer.echo(json.dumps(d, indent=2))
+        return
+    from longpack.planner.overrides import to_python_snippet
+
+    typer.echo(f"{m.name} on {gpus}x{g.name}, seq {seq_length}, GBS {req.global_batch}: {plan_layout.label}")
+    typer.echo(
+        f"fits: {'yes' if d['fits'] else 'NO'} ({cand.memory.total_gib:.1f} of {req.memory_budget_gib:.1f} GiB)"
+    )
+    for k, v in d["memory"].items():
+        typer.echo(f"  memory {k:>24}: {v}")
+    for k, v in d["time"].items():
+        typer.echo(f"  time   {k:>24}: {v:.6g}")
+    for reason in cand.reasons:
+        typer.echo(f"  - {reason}")
+    typer.echo("overrides:")
+    for line in d["overrides"]:
+        typer.echo(f"  {line}")
+    typer.echo("python:")
+    typer.echo(to_python_snippet(d["overrides"]))
+
+
+@plan_app.command("evaluate")
+def evaluate_cmd(
+    calibration: str | None = typer.Option(
+        None, "--calibration", help="Calibration YAML (default: the packaged file)."
+    ),
+    as_json: bool = typer.Option(False, "--json"),
+    show_points: bool = typer.Option(False, "--points", help="List every point."),
+) -> None:
+    """Predicted vs measured TFLOP/s/GPU (and memory) with median / p90 absolute percentage error."""
+    from longpack.planner.calibration import evaluate, load_points
+
+    try:
+        points, skipped = load_points(calibration)
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    summary = evaluate(points, skipped)
+    if as_json:
+        typer.echo(json.dumps(summary.as_dict(), indent=2, default=float))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    if show_points:
+        table = Table(title="predicted vs measured")
+        for col in ("id", "model", "gpu", "prec", "layout", "meas", "pred", "err", "mem meas", "mem pred"):
+            table.add_column(col)
+        for r in summary.results:
+            table.add_row(
+                r.id,
+                r.model,
+                r.gpu,
+                r.precision,
+                r.layout,
+                f"{r.measured_tflops:.0f}" if r.measured_tflops else "-",
+                f"{r.predicted_tflops:.0f}" if r.predicted_tflops else "-",
+                f"{r.tflops_error:+.0%}" if r.tflops_error is not None else "-",
+                f"{r.measured_memory_gib:.1f}" if r.measured_memory_gib else "-",
+                f"{r.predicted_memory_gib:.1f}"
+                if r.memory_error is not None and r.predicted_memory_gib
+                else "-",
+            )
+        console.print(table)
+
+    def pct(x: float) -> str:
+        return "n/a" if math.isnan(x) else f"{x:.1%}"
+
+    console.print(
+        f"TFLOP/s/GPU: n={summary.tflops_n} median APE {pct(summary.tflops_median_ape)} "
+        f"p90 APE {pct(summary.tflops_p90_ape)}"
+    )
+    console.print(
+        f"memory: n={summary.memory_n} median APE {pct(summary.memory_median_ape)} p90 APE {pct(summary.memory_p90_ape)}"
+    )
+    console.print(
+        f"skipped {len(summary.skipped)} points (model/GPU not in the catalogs or incomplete layout)"
+    )
+
+
+@plan_app.command("fit")
+def fit_cmd(
+    calibration: str | None = typer.Option(
+        None, "--calibration", help="Calibration YAML (default: the packaged file)."
+    ),
+    out: str = typer.Option(..., "--out", help="Where to write the fitted constants (YAML)."),
+    rounds: int = typer.Option(8, "--rounds", help="Coordinate-search rounds (the shipped fit used 8)."),
+) -> None:
+    """Refit the time model's free constants on a calibration file and write them as YAML."""
+    from longpack.planner.calibration import evaluate, fit_params, load_points, write_fit
+
+    try:
+        points, skipped = load_points(calibration)
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    params, loss = fit_params(points, rounds=rounds)
+    write_fit(params, out, loss=loss, source=str(calibration or "calibration_points.yaml"))
+    summary = evaluate(points, skipped, params=params)
+    typer.echo(
+        f"wrote {out}: mean |log error| {loss:.4f}; TFLOP/s median APE {summary.tflops_median_ape:.1%}, "
+        f"p90 {summary.tflops_p90_ape:.1%} over {summary.tflops_n} points"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(plan_app, name="plan")

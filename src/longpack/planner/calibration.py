@@ -1,0 +1,444 @@
+"""Compare the planner's estimates with published runs, and fit the time model's free constants.
+
+A calibration file has the schema of ``calibration_points.yaml`` (a ``points:`` list; each point has
+``model``, ``gpu``, ``num_gpus``, ``seq_len``, ``tp``/``cp``/``ep``/``etp``/``pp``/``vpp``, ``mbs``,
+``gbs``, ``precision``, ``result: {tflops_per_gpu, mem_*}`` and optional recipe settings). Points
+whose model or GPU is not in the catalogs, or whose layout is incomplete, are reported as skipped
+with the reason — never guessed.
+
+>>> pts, skipped = load_points()
+>>> len(pts) > 150, sorted({p.gpu for p in pts})[:2], dict(skipped)["cp230"]
+(True, ['B200', 'B300'], "unknown model 'moonlight_16b_a3b'")
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass, fields, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from longpack.planner.catalog import CatalogError, load_gpu, load_model
+from longpack.planner.memory import GIB, estimate_memory
+from longpack.planner.options import PlanError, PlanLayout, TrainingOptions
+from longpack.planner.timing import TimeModelParams, estimate_time, fitted_params
+from longpack.topology import ParallelLayout, TopologyError
+
+_MEMORY_KEYS = ("mem_peak_allocated_GiB_rank0", "mem_peak_GB", "mem_allocated_GB", "mem_per_gpu_GB")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationPoint:
+    """One measured run, normalized to planner inputs."""
+
+    id: str
+    model: str
+    gpu: str
+    plan: PlanLayout
+    seq_length: int
+    gbs: int
+    options: TrainingOptions
+    tflops: float | None
+    memory_gib: float | None
+    superseded: bool
+
+
+def _precision(raw: str, gpu_arch: str) -> str:
+    text = raw.lower()
+    blackwell = gpu_arch.startswith("blackwell")
+    if "nvfp4" in text:
+        return "nvfp4"
+    if "fp8" in text:
+        # MXFP8 exists only on Blackwell; the 25.09 table's "FP8" means MXFP8 there, blockwise on Hopper
+        return "mxfp8" if blackwell and ("mx" in text or "25.09" in text) else "fp8"
+    return "bf16"
+
+
+def _settings(point: dict[str, Any]) -> dict[str, str]:
+    recipe = point.get("recipe_at_head") or {}
+    if not recipe.get("parallelism_matches_table"):
+        return {}
+    return {k: str(v) for k, v in (recipe.get("settings") or {}).items()}
+
+
+def _recompute(point: dict[str, Any], settings: dict[str, str]) -> tuple[str, ...]:
+    text = str(point.get("recompute") or "")
+    other = str(point.get("other") or "").lower()
+    if not text and "recompute" in other:
+        text = other.split("recompute")[-1].replace("up_proj", "mla_up_proj").replace("mla_mla_", "mla_")
+        text = text.split("(")[-1].split(")")[0]
+    if not text and settings:
+        if settings.get("recompute_granularity", "").lower() == "full":
+            return ("full",)
+        text = settings.get("recompute_modules", "")
+    text = text.lower()
+    if "full" in text:
+        return ("full",)
+    found = []
+    for name in ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts"):
+        if name in text:
+            found.append(name)
+    if "moe" in text.replace("moe_act", "").replace("moe_", ""):
+        found.append("moe")
+    return tuple(found)
+
+
+def _dispatcher(point: dict[str, Any], settings: dict[str, str]) -> str:
+    text = (
+        str(point.get("dispatcher") or "") + " " + settings.get("moe_flex_dispatcher_backend", "")
+    ).lower()
+    for name in ("hybridep", "deepep", "allgather", "alltoall"):
+        if name in text:
+            return name
+    if settings.get("moe_token_dispatcher_type", "").lower() == "alltoall":
+        return "alltoall"
+    return "alltoall"
+
+
+def _graphs(point: dict[str, Any], settings: dict[str, str]) -> str:
+    impl = settings.get("cuda_graph_impl", "").lower()
+    if "full_iteration" in impl:
+        return "full"
+    if (
+        impl in ("local", "transformer_engine")
+        or point.get("cuda_graph")
+        or "cuda graph" in str(point.get("other") or "").lower()
+    ):
+        return "partial"
+    return "none"
+
+
+def normalize_point(point: dict[str, Any]) -> CalibrationPoint:
+    """Turn one raw calibration mapping into planner inputs; raises ``ValueError`` naming what is missing."""
+    pid = str(point.get("id", "?"))
+    model = load_model(str(point.get("model", "")).split(" ")[0])
+    gpu = load_gpu(str(point.get("gpu", "")))
+    result = point.get("result") or {}
+    memory_only = not isinstance(result.get("tflops_per_gpu"), int | float) and any(
+        isinstance(result.get(k), int | float) for k in _MEMORY_KEYS
+    )
+    for key in ("num_gpus", "seq_len", "tp", "pp", "gbs"):
+        if key == "gbs" and memory_only and point.get(key) is None:
+            continue  # peak memory does not depend on GBS once the pipeline is full (assumed below)
+        if not isinstance(point.get(key), int):
+            raise ValueError(f"point {pid}: field {key!r} missing or not an integer")
+    settings = _settings(point)
+    tp = point["tp"]
+    etp = point.get("etp")
+    vpp = point.get("vpp")
+    layout = ParallelLayout(
+        world_size=point["num_gpus"],
+        tp=tp,
+        cp=point.get("cp") or 1,
+        pp=point["pp"],
+        vpp=vpp if vpp and vpp > 1 else None,
+        ep=point.get("ep") or 1,
+        etp=etp if isinstance(etp, int) else (1 if model.moe else None),
+        sp=tp > 1,
+    )
+    plan = PlanLayout(layout=layout, mbs=int(point.get("mbs") or 1))
+    gbs = point.get("gbs")
+    if not isinstance(gbs, int):  # memory-only point: a full pipeline (m = 4·p·v micro-batches)
+        gbs = layout.dp * plan.mbs * 4 * layout.pp * (layout.vpp or 1)
+    precision = _precision(str(point.get("precision", "bf16")), gpu.arch)
+    ep_overlap = (
+        settings.get("overlap_moe_expert_parallel_comm", "").lower() == "true"
+        or "a2a overlap on" in str(point.get("other", "")).lower()
+    )
+    options = TrainingOptions(
+        precision=precision,
+        recompute=_recompute(point, settings),
+        dispatcher=_dispatcher(point, settings) if model.moe else "alltoall",
+        ep_overlap=ep_overlap and layout.ep > 1,
+        cuda_graphs=_graphs(point, settings),
+        optimizer="muon" if model.name == "kimi_k2" else "adam",
+        fsdp=bool(point.get("fsdp")) and str(point.get("fsdp")) not in ("0", "False"),
+        cp_comm_type="auto",
+    )
+    tflops = result.get("tflops_per_gpu")
+    mem = None
+    if isinstance(result.get("mem_peak_allocated_GiB_rank0"), int | float):
+        mem = float(result["mem_peak_allocated_GiB_rank0"])
+    elif isinstance(result.get("mem_peak_GB"), int | float):
+        mem = float(result["mem_peak_GB"]) * 1e9 / GIB
+    elif isinstance(result.get("mem_allocated_GB"), int | float):
+        mem = float(result["mem_allocated_GB"]) * 1e9 / GIB
+    elif isinstance(result.get("mem_per_gpu_GB"), int | float):
+        mem = float(result["mem_per_gpu_GB"]) * 1e9 / GIB
+    return CalibrationPoint(
+        id=pid,
+        model=model.name,
+        gpu=gpu.name,
+        plan=plan,
+        seq_length=int(point["seq_len"]),
+        gbs=int(gbs),
+        options=options,
+        tflops=float(tflops) if isinstance(tflops, int | float) else None,
+        memory_gib=mem,
+        superseded=bool(point.get("superseded_by_newer_release")),
+    )
+
+
+def load_points(path: str | Path | None = None) -> tuple[list[CalibrationPoint], list[tuple[str, str]]]:
+    """Normalized points of a calibration file (default: the packaged ``calibration_points.yaml``)
+    and ``(id, reason)`` for every point that was skipped."""
+    if path is None:
+        text = (
+            resources.files("longpack")
+            .joinpath("data", "calibration_points.yaml")
+            .read_text(encoding="utf-8")
+        )
+        where = "calibration_points.yaml"
+    else:
+        where = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"{where}: cannot read calibration file: {exc}") from exc
+    raw = yaml.safe_load(text) or {}
+    if not isinstance(raw, dict) or not isinstance(raw.get("points"), list):
+        raise ValueError(
+            f"{where}: expected a mapping with a 'points:' list (schema of calibration_points.yaml)"
+        )
+    points: list[CalibrationPoint] = []
+    skipped: list[tuple[str, str]] = []
+    for entry in raw["points"]:
+        try:
+            points.append(normalize_point(entry))
+        except (CatalogError, PlanError, TopologyError, ValueError) as exc:
+            skipped.append((str(entry.get("id", "?")), str(exc).split(";")[0]))
+    return points, skipped
+
+
+@dataclass(frozen=True, kw_only=True)
+class PointResult:
+    """Prediction vs measurement for one point (``None`` where not measured / not computable)."""
+
+    id: str
+    model: str
+    gpu: str
+    layout: str
+    precision: str
+    measured_tflops: float | None
+    predicted_tflops: float | None
+    tflops_error: float | None
+    measured_memory_gib: float | None
+    predicted_memory_gib: float | None
+    memory_error: float | None
+
+
+def evaluate_point(point: CalibrationPoint, params: TimeModelParams | None = None) -> PointResult:
+    """Predicted TFLOP/s/GPU and memory of one point; errors are relative (pred/meas − 1)."""
+    model = load_model(point.model)
+    gpu = load_gpu(point.gpu)
+    pred_t = pred_m = None
+    try:
+        est = estimate_time(
+            model,
+            gpu,
+            point.plan,
+            seq_length=point.seq_length,
+            gbs=point.gbs,
+            options=point.options,
+            params=params,
+        )
+        pred_t = est.tflops_per_gpu
+        mem = estimate_memory(
+            model, point.plan, seq_length=point.seq_length, gbs=point.gbs, options=point.options
+        )
+        pred_m = mem.total_gib
+    except PlanError:
+        pass
+    t_err = pred_t / point.tflops - 1 if pred_t is not None and point.tflops else None
+    m_err = pred_m / point.memory_gib - 1 if pred_m is not None and point.memory_gib else None
+    return PointResult(
+        id=point.id,
+        model=point.model,
+        gpu=point.gpu,
+        layout=point.plan.label,
+        precision=point.options.precision,
+        measured_tflops=point.tflops,
+        predicted_tflops=pred_t,
+        tflops_error=t_err,
+        measured_memory_gib=point.memory_gib,
+        predicted_memory_gib=pred_m,
+        memory_error=m_err,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluationSummary:
+    """Error distribution over a calibration file (absolute percentage errors)."""
+
+    results: tuple[PointResult, ...]
+    skipped: tuple[tuple[str, str], ...]
+    tflops_n: int
+    tflops_median_ape: float
+    tflops_p90_ape: float
+    memory_n: int
+    memory_median_ape: float
+    memory_p90_ape: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly mapping."""
+        return {
+            "tflops": {
+                "n": self.tflops_n,
+                "median_ape": self.tflops_median_ape,
+                "p90_ape": self.tflops_p90_ape,
+            },
+            "memory": {
+                "n": self.memory_n,
+                "median_ape": self.memory_median_ape,
+                "p90_ape": self.memory_p90_ape,
+            },
+            "points": [r.__dict__ for r in self.results],
+            "skipped": [{"id": i, "reason": r} for i, r in self.skipped],
+        }
+
+
+def _ape_stats(errors: list[float]) -> tuple[int, float, float]:
+    if not errors:
+        return 0, float("nan"), float("nan")
+    arr = np.abs(np.asarray(errors))
+    return len(errors), float(np.median(arr)), float(np.percentile(arr, 90))
+
+
+def evaluate(
+    points: list[CalibrationPoint],
+    skipped: list[tuple[str, str]] | None = None,
+    params: TimeModelParams | None = None,
+) -> EvaluationSummary:
+    """Evaluate every point; median and 90th-percentile absolute percentage error."""
+    results = tuple(evaluate_point(p, params) for p in points)
+    t_n, t_med, t_p90 = _ape_stats([r.tflops_error for r in results if r.tflops_error is not None])
+    m_n, m_med, m_p90 = _ape_stats([r.memory_error for r in results if r.memory_error is not None])
+    return EvaluationSummary(
+        results=results,
+        skipped=tuple(skipped or ()),
+        tflops_n=t_n,
+        tflops_median_ape=t_med,
+        tflops_p90_ape=t_p90,
+        memory_n=m_n,
+        memory_median_ape=m_med,
+        memory_p90_ape=m_p90,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Fitting
+# --------------------------------------------------------------------------------------------------
+
+# (lower, upper) bounds keep every constant physical.
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "eta_gemm": (0.2, 1.0),
+    "gemm_half_size": (10.0, 5000.0),
+    "fp8_speedup": (1.0, 2.0),
+    "nvfp4_speedup": (1.0, 4.0),
+    "eta_attention": (0.35, 0.8),  # FlashAttention-class causal kernels reach 35-80 % of BF16 peak
+    "layer_overhead_us": (10.0, 5000.0),
+    "fp8_speedup_blackwell": (1.0, 2.0),
+    "elementwise_passes": (0.5, 30.0),
+    "graph_overhead_factor": (0.05, 1.0),
+    "ep_exposed_overlap": (0.0, 1.0),
+    "comm_exposed": (0.0, 1.0),
+    "tp_exposed_moe": (0.0, 1.0),
+    "blackwell_factor": (0.5, 1.5),
+    "blackwell_ultra_factor": (0.5, 1.8),
+}
+
+
+def _loss(params: TimeModelParams, points: list[CalibrationPoint]) -> float:
+    errs = []
+    for p in points:
+        r = evaluate_point(p, params)
+        if r.predicted_tflops and p.tflops:
+            errs.append(abs(math.log(r.predicted_tflops / p.tflops)))
+    return float(np.mean(errs)) if errs else float("inf")
+
+
+def fit_params(
+    points: list[CalibrationPoint],
+    *,
+    start: TimeModelParams | None = None,
+    rounds: int = 8,
+) -> tuple[TimeModelParams, float]:
+    """Fit the time-model constants on ``points`` by coordinate search in log space (deterministic).
+
+    Starts from the physical priors (:class:`TimeModelParams` defaults) unless ``start`` is given, so
+    ``longpack plan fit --out src/longpack/data/planner_fit.yaml`` reproduces the shipped constants.
+
+    Minimizes the mean absolute log error of TFLOP/s/GPU over every point with a measured TFLOP/s
+    (rows superseded by a newer release stay in: they carry the software-drift variance the planner
+    must live with). Returns the constants and the final loss.
+    """
+    usable = [p for p in points if p.tflops]
+    current = start or TimeModelParams()
+    current = replace(
+        current, **{k: min(hi, max(lo, getattr(current, k))) for k, (lo, hi) in _BOUNDS.items()}
+    )
+    best = _loss(current, usable)
+    names = [f.name for f in fields(TimeModelParams)]
+    step = 0.5
+    for _ in range(rounds):
+        for name in names:
+            lo, hi = _BOUNDS[name]
+            for _try in range(6):
+                improved = False
+                for direction in (1.0, -1.0):
+                    value = getattr(current, name)
+                    cand_value = min(hi, max(lo, value * math.exp(direction * step)))
+                    if cand_value == value:
+                        continue
+                    cand = replace(current, **{name: cand_value})
+                    loss = _loss(cand, usable)
+                    if loss < best - 1e-6:
+                        current, best, improved = cand, loss, True
+                        break
+                if not improved:
+                    break
+        step /= 2
+    return current, best
+
+
+def write_fit(params: TimeModelParams, path: str | Path, *, loss: float, source: str) -> None:
+    """Write fitted constants as YAML atomically (temp file + fsync + rename)."""
+    path = Path(path)
+    doc = {
+        "schema_version": 1,
+        "fitted_on": source,
+        "refit_command": "longpack plan fit --calibration <file> --out src/longpack/data/planner_fit.yaml",
+        "loss_mean_abs_log_error": round(loss, 6),
+        "params": {k: round(v, 6) for k, v in params.as_dict().items()},
+    }
+    text = yaml.safe_dump(doc, sort_keys=False)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+__all__ = [
+    "CalibrationPoint",
+    "EvaluationSummary",
+    "PointResult",
+    "evaluate",
+    "evaluate_point",
+    "fit_params",
+    "fitted_params",
+    "load_points",
+    "normalize_point",
+    "write_fit",
+]
