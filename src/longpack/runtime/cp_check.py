@@ -199,7 +199,10 @@ def _check_one(name: str, batch: dict[str, Any], cp_size: int, rank: int, dtype_
     gen = torch.Generator().manual_seed(seed + 1)
     perturbed = dict(batch)
     new_tokens = batch["tokens"].clone()
-    new_tokens[0, start : start + int(lengths[victim])] = torch.randint(EOS + 1, VOCAB, (int(lengths[victim]),), generator=gen)
+    span = slice(start, start + int(lengths[victim]))
+    # Shift every token by a non-zero amount within the non-EOS range, so each one really changes.
+    shift = torch.randint(1, VOCAB - EOS - 1, (int(lengths[victim]),), generator=gen)
+    new_tokens[0, span] = (new_tokens[0, span] - EOS - 1 + shift) % (VOCAB - EOS - 1) + EOS + 1
     perturbed["tokens"] = new_tokens
     p_shard = shard_batch(perturbed, cp_size, rank)
     pq_, pk, pv = proj.qkv(p_shard["tokens"][0], p_shard["position_ids"][0])
@@ -250,13 +253,28 @@ def _worker(rank: int, cp_size: int, init_file: str, result_file: str, seed: int
         dist.destroy_process_group()
 
 
-def run_cp_check(cp_size: int, *, seed: int = 0, dtypes: tuple[str, ...] = ("float64", "float32")) -> list[CPCheckCase]:
+def run_cp_check(
+    cp_size: int,
+    *,
+    seed: int = 0,
+    dtypes: tuple[str, ...] = ("float64", "float32"),
+    start_method: str = "forkserver",
+) -> list[CPCheckCase]:
     """Run the CP attention check on ``cp_size`` gloo processes and return one :class:`CPCheckCase` per case.
 
-    Takes a few seconds (process start-up dominates). Raises if a rank fails.
+    ``start_method="forkserver"`` (default) forks the ranks from a fresh server interpreter that has
+    imported torch once (``multiprocessing``'s forkserver preload, set here for this process), so ranks
+    share no state with the caller but skip re-importing torch; ``"spawn"`` starts each rank from scratch
+    (several seconds per rank on a loaded machine). Raises if a rank fails.
     """
+    import multiprocessing
+
     import torch.multiprocessing as mp
 
+    if start_method not in ("forkserver", "spawn"):
+        raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
+    if start_method == "forkserver":
+        multiprocessing.get_context("forkserver").set_forkserver_preload(["torch", __name__])
     if cp_size < 1:
         raise ValueError(f"cp_size must be >= 1, got {cp_size}")
     for dtype_name in dtypes:
@@ -266,7 +284,7 @@ def run_cp_check(cp_size: int, *, seed: int = 0, dtypes: tuple[str, ...] = ("flo
         init_file = os.path.join(folder, "init")
         result_file = os.path.join(folder, "result.json")
         mp.start_processes(
-            _worker, args=(cp_size, init_file, result_file, seed, tuple(dtypes)), nprocs=cp_size, start_method="spawn"
+            _worker, args=(cp_size, init_file, result_file, seed, tuple(dtypes)), nprocs=cp_size, start_method=start_method
         )
         with open(result_file) as handle:
             return [CPCheckCase(**entry) for entry in json.load(handle)]
