@@ -28,7 +28,7 @@ def manual_causal(q, k, v):
     return torch.einsum("hqk,khd->qhd", scores.masked_fill(mask, float("-inf")).softmax(-1), v)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(st.lists(st.integers(0, 9), min_size=1, max_size=5), st.sampled_from([1, 2, 4]), st.integers(0, 2**16))
 def test_varlen_equals_each_sequence_alone(lengths, m, seed):
     gen = torch.Generator().manual_seed(seed)
@@ -84,7 +84,9 @@ def test_merge_of_blocks_equals_full():
 def test_shard_layout_union_covers_row():
     seen = torch.zeros(16, dtype=torch.long)
     for rank in range(2):
-        index, lay = shard_layout([0, 3, 11, 14], 16, cu_seqlens_padded=[0, 4, 12, 16], cp_size=2, cp_rank=rank)
+        index, lay = shard_layout(
+            [0, 3, 11, 14], 16, cu_seqlens_padded=[0, 4, 12, 16], cp_size=2, cp_rank=rank
+        )
         seen[index] += 1
         assert lay.real.sum() > 0
     assert seen.eq(1).all()
@@ -122,7 +124,9 @@ class TinyGPT(torch.nn.Module):
                     "qkv": torch.nn.Linear(dim, 3 * dim),
                     "proj": torch.nn.Linear(dim, dim),
                     "norm2": torch.nn.LayerNorm(dim),
-                    "mlp": torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim)),
+                    "mlp": torch.nn.Sequential(
+                        torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim)
+                    ),
                 }
             )
             for _ in range(layers)
@@ -152,7 +156,7 @@ def test_tiny_gpt_packed_equals_one_by_one_losses_and_gradients(multiple):
         torch.manual_seed(0)
         model = TinyGPT().double()
     gen = torch.Generator().manual_seed(3)
-    samples = [torch.randint(3, 40, (n,), generator=gen).tolist() + [EOS] for n in (6, 2, 11, 4)]
+    samples = [[*torch.randint(3, 40, (n,), generator=gen).tolist(), EOS] for n in (6, 2, 11, 4)]
     ids, mask, starts = [], [], []
     for s in samples:
         runtime = len(s) - 1
@@ -172,7 +176,13 @@ def test_tiny_gpt_packed_equals_one_by_one_losses_and_gradients(multiple):
     cu_padded = batch.get("cu_seqlens_q_padded")
     cu_padded = cu_padded[0] if cu_padded is not None else None
     packed = per_token_loss(
-        model, batch["tokens"][0], batch["labels"][0], batch["loss_mask"][0], batch["position_ids"][0], cu, cu_padded
+        model,
+        batch["tokens"][0],
+        batch["labels"][0],
+        batch["loss_mask"][0],
+        batch["position_ids"][0],
+        cu,
+        cu_padded,
     )
     packed.sum().backward()
     packed_grads = [p.grad.clone() for p in model.parameters()]
@@ -196,7 +206,10 @@ def test_tiny_gpt_packed_equals_one_by_one_losses_and_gradients(multiple):
 
 def test_in_batch_row_attention_matches_rows():
     gen = torch.Generator().manual_seed(5)
-    rows = [{"input_ids": torch.randint(3, 40, (n,), generator=gen), "position_ids": torch.arange(n)} for n in (3, 7, 1)]
+    rows = [
+        {"input_ids": torch.randint(3, 40, (n,), generator=gen), "position_ids": torch.arange(n)}
+        for n in (3, 7, 1)
+    ]
     packed = build_thd_row(rows, pad_to_multiple_of=4)
     emb = torch.randn(40, 2, 4, generator=gen, dtype=torch.float64)
     x = emb[packed["input_ids"][0]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -18,7 +19,11 @@ E = 2
 
 def test_worked_example_a_fixed_width():
     # p1,p2,c1,c2,E | q1,d1,E ; rolled loss mask [0,1,1,1,0, 1,1,0]
-    row = {"input_ids": [31, 32, 41, 42, E, 51, 61, E], "loss_mask": [0, 1, 1, 1, 0, 1, 1, 0], "seq_start_id": [0, 5]}
+    row = {
+        "input_ids": [31, 32, 41, 42, E, 51, 61, E],
+        "loss_mask": [0, 1, 1, 1, 0, 1, 1, 0],
+        "seq_start_id": [0, 5],
+    }
     b = collate_packed([row], max_seq_length=8, eos_id=E, pad_to_max_length=True)
     assert b["tokens"].tolist() == [[31, 32, 41, 42, 51, 61, E, E]]
     assert b["labels"].tolist() == [[32, 41, 42, E, 61, E, E, E]]
@@ -38,7 +43,11 @@ def test_worked_example_a_fixed_width():
 
 
 def test_worked_example_b_logical_vs_physical():
-    row = {"input_ids": [10, 11, 12, 2, 2, 20, 21, 2, 2, 2], "loss_mask": [1] * 10, "seq_boundaries": [0, 5, 10]}
+    row = {
+        "input_ids": [10, 11, 12, 2, 2, 20, 21, 2, 2, 2],
+        "loss_mask": [1] * 10,
+        "seq_boundaries": [0, 5, 10],
+    }
     b = collate_packed([row], max_seq_length=8, eos_id=2, pad_seq_to_mult=4)
     assert b["tokens"].tolist() == [[10, 11, 12, 2, 20, 21, 2, 2]]
     assert b["cu_seqlens_q"].tolist() == [[0, 3, 5]]
@@ -92,7 +101,13 @@ def test_chat_template_pad_cu_seqlens(tmp_path):
     meta.write_text(json.dumps([{"max_samples_per_bin": 3, "dataset_max_seqlen": 8, "min_packed_seqlen": 4}]))
     row = {"input_ids": [7, 0, 0, 0, 0], "loss_mask": [1] * 5, "seq_start_id": [0]}
     b = collate_packed(
-        [row], max_seq_length=8, eos_id=0, pad_seq_to_mult=2, pad_to_max_length=True, pad_cu_seqlens=True, pack_metadata=meta
+        [row],
+        max_seq_length=8,
+        eos_id=0,
+        pad_seq_to_mult=2,
+        pad_to_max_length=True,
+        pad_cu_seqlens=True,
+        pack_metadata=meta,
     )
     assert b["cu_seqlens_q"].tolist() == [[0, 1, 1, 1, 1]]
     assert b["cu_seqlens_q_padded"].tolist() == [[0, 4, 8, 8, 8]]
@@ -100,10 +115,15 @@ def test_chat_template_pad_cu_seqlens(tmp_path):
 
 
 def test_nan_fix_formula():
-    row = {"input_ids": list(range(3, 53)) + [2], "loss_mask": [1] * 51, "seq_start_id": [0]}
+    row = {"input_ids": [*list(range(3, 53)), 2], "loss_mask": [1] * 51, "seq_start_id": [0]}
     meta = [{"max_samples_per_bin": 5, "dataset_max_seqlen": 100, "min_packed_seqlen": 50}]
     b = collate_packed(
-        [row, row], max_seq_length=512, eos_id=2, pad_to_max_length=True, pad_cu_seqlens=True, pack_metadata=meta
+        [row, row],
+        max_seq_length=512,
+        eos_id=2,
+        pad_to_max_length=True,
+        pad_cu_seqlens=True,
+        pack_metadata=meta,
     )
     assert b["max_seqlen_q"].tolist() == [462, 462]
     assert b["cu_seqlens_q"].shape == (2, 7)  # M + 2
@@ -143,14 +163,23 @@ def test_answer_only_loss_false_masks_eos_inputs():
 def test_width_rounding_and_power_of_two():
     row = {"input_ids": list(range(3, 24)), "loss_mask": [1] * 21, "seq_start_id": [0]}  # 20 inputs
     assert collate_packed([row], max_seq_length=64, eos_id=E)["tokens"].shape == (1, 32)
-    assert collate_packed([row], max_seq_length=64, eos_id=E, pad_seq_length_to_mult=8)["tokens"].shape == (1, 24)
+    assert collate_packed([row], max_seq_length=64, eos_id=E, pad_seq_length_to_mult=8)["tokens"].shape == (
+        1,
+        24,
+    )
     assert collate_packed([row], max_seq_length=24, eos_id=E)["tokens"].shape == (1, 24)
     assert collate_packed([row], max_seq_length=64, eos_id=E, ceil_to_power_2=True)["tokens"].shape == (1, 32)
 
 
 def test_legacy_key_set_with_unpadded():
-    row = {"input_ids": [10, 11, 12, 2, 2, 20, 21, 2, 2, 2], "loss_mask": [1] * 10, "seq_boundaries": [0, 5, 10]}
-    b = collate_packed([row], max_seq_length=12, eos_id=2, pad_seq_to_mult=4, pad_to_max_length=True, legacy_keys=True)
+    row = {
+        "input_ids": [10, 11, 12, 2, 2, 20, 21, 2, 2, 2],
+        "loss_mask": [1] * 10,
+        "seq_boundaries": [0, 5, 10],
+    }
+    b = collate_packed(
+        [row], max_seq_length=12, eos_id=2, pad_seq_to_mult=4, pad_to_max_length=True, legacy_keys=True
+    )
     assert set(b) == {
         "tokens", "labels", "loss_mask", "position_ids", "token_count", "attention_mask", "cu_seqlens",
         "cu_seqlens_argmin", "max_seqlen", "cu_seqlens_unpadded", "cu_seqlens_unpadded_argmin",
@@ -199,19 +228,32 @@ def test_errors(kwargs, match):
 def test_bad_rows_are_named():
     with pytest.raises(CollateError, match="row 1: loss_mask length 2"):
         collate_packed(
-            [{"input_ids": [1, 2], "loss_mask": [1, 1], "seq_start_id": [0]}, {"input_ids": [1, 2, 3], "loss_mask": [1, 1], "seq_start_id": [0]}],
+            [
+                {"input_ids": [1, 2], "loss_mask": [1, 1], "seq_start_id": [0]},
+                {"input_ids": [1, 2, 3], "loss_mask": [1, 1], "seq_start_id": [0]},
+            ],
             max_seq_length=8,
             eos_id=E,
         )
     with pytest.raises(CollateError, match="segment 1 is empty"):
-        collate_packed([{"input_ids": [1, 2], "loss_mask": [1, 1], "seq_start_id": [0, 2, 2]}], max_seq_length=8, eos_id=E)
+        collate_packed(
+            [{"input_ids": [1, 2], "loss_mask": [1, 1], "seq_start_id": [0, 2, 2]}],
+            max_seq_length=8,
+            eos_id=E,
+        )
 
 
 def test_collator_is_picklable_and_matches_function():
     import pickle
 
-    collate = pickle.loads(pickle.dumps(PackedCollator(max_seq_length=8, eos_id=E, pad_seq_to_mult=2, pad_to_max_length=True)))
-    row = {"input_ids": np.array([5, 6, 7, E, E]), "loss_mask": np.array([1, 1, 1, 0, 0]), "seq_start_id": np.array([0])}
+    collate = pickle.loads(
+        pickle.dumps(PackedCollator(max_seq_length=8, eos_id=E, pad_seq_to_mult=2, pad_to_max_length=True))
+    )
+    row = {
+        "input_ids": np.array([5, 6, 7, E, E]),
+        "loss_mask": np.array([1, 1, 1, 0, 0]),
+        "seq_start_id": np.array([0]),
+    }
     expected = collate_packed([row], max_seq_length=8, eos_id=E, pad_seq_to_mult=2, pad_to_max_length=True)
     got = collate([row])
     assert got.keys() == expected.keys()
@@ -230,7 +272,9 @@ def packed_rows(draw):
             content = draw(st.integers(1, 20))
             aligned = -(-content // m) * m
             starts.append(len(ids))
-            ids += draw(st.lists(st.integers(3, 99), min_size=content, max_size=content)) + [E] * (aligned - content + 1)
+            ids += draw(st.lists(st.integers(3, 99), min_size=content, max_size=content)) + [E] * (
+                aligned - content + 1
+            )
             mask += draw(st.lists(st.integers(0, 1), min_size=aligned + 1, max_size=aligned + 1))
         rows.append({"input_ids": ids, "loss_mask": mask, "seq_start_id": starts})
     return m, rows
@@ -250,10 +294,10 @@ def test_properties_positions_restart_and_offsets_consistent(data, fixed):
         assert b["token_count"][r] == n
         cu, pcu = b["cu_seqlens_q"][r].tolist(), physical[r].tolist()
         assert cu[0] == 0 and pcu[-1] == W and len(cu) == len(pcu)
-        assert all(a <= c for a, c in zip(cu, cu[1:], strict=False))
-        assert all(a <= c for a, c in zip(pcu, pcu[1:], strict=False))
-        lengths = [c - a for a, c in zip(cu, cu[1:], strict=False)]
-        plengths = [c - a for a, c in zip(pcu, pcu[1:], strict=False)]
+        assert all(a <= c for a, c in itertools.pairwise(cu))
+        assert all(a <= c for a, c in itertools.pairwise(pcu))
+        lengths = [c - a for a, c in itertools.pairwise(cu)]
+        plengths = [c - a for a, c in itertools.pairwise(pcu)]
         assert all(lg <= p for lg, p in zip(lengths, plengths, strict=True))
         if m > 1:
             assert all(p % m == 0 for p in plengths[:-1])

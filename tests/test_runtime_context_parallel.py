@@ -26,7 +26,12 @@ def r(a, b):
 def test_zigzag_vectors_d3():
     assert zigzag_indices(16, 2, 0).tolist() == r(0, 4) + r(12, 16)
     assert zigzag_indices(16, 2, 1).tolist() == r(4, 12)
-    expected = {0: r(0, 4) + r(28, 32), 1: r(4, 8) + r(24, 28), 2: r(8, 12) + r(20, 24), 3: r(12, 16) + r(16, 20)}
+    expected = {
+        0: r(0, 4) + r(28, 32),
+        1: r(4, 8) + r(24, 28),
+        2: r(8, 12) + r(20, 24),
+        3: r(12, 16) + r(16, 20),
+    }
     for rank, idx in expected.items():
         assert zigzag_indices(32, 4, rank).tolist() == idx
     # D.7: hierarchical CP keeps the cp=4 zigzag.
@@ -42,14 +47,27 @@ def test_zigzag_indivisible():
 
 def test_thd_vectors_d4():
     assert thd_partition_indices([0, 8, 16], 16, cp_size=2, cp_rank=0).tolist() == [0, 1, 6, 7, 8, 9, 14, 15]
-    assert thd_partition_indices([0, 8, 16], 16, cp_size=2, cp_rank=1).tolist() == [2, 3, 4, 5, 10, 11, 12, 13]
+    assert thd_partition_indices([0, 8, 16], 16, cp_size=2, cp_rank=1).tolist() == [
+        2,
+        3,
+        4,
+        5,
+        10,
+        11,
+        12,
+        13,
+    ]
     assert thd_partition_indices([0, 8, 12], 12, cp_size=2, cp_rank=0).tolist() == [0, 1, 6, 7, 8, 11]
     assert thd_partition_indices([0, 8, 12], 12, cp_size=2, cp_rank=1).tolist() == [2, 3, 4, 5, 9, 10]
-    assert thd_partition_indices(torch.tensor([[0, 8, 16]], dtype=torch.int32), 16, cp_size=1, cp_rank=0).tolist() == r(0, 16)
+    assert thd_partition_indices(
+        torch.tensor([[0, 8, 16]], dtype=torch.int32), 16, cp_size=1, cp_rank=0
+    ).tolist() == r(0, 16)
 
 
 def test_thd_errors_name_the_sequence():
-    with pytest.raises(ContextParallelError, match="sequence 1 has padded length 6, not a multiple of 2\\*cp_size=4"):
+    with pytest.raises(
+        ContextParallelError, match="sequence 1 has padded length 6, not a multiple of 2\\*cp_size=4"
+    ):
         thd_partition_indices([0, 8, 14, 16], 16, cp_size=2, cp_rank=0)
     with pytest.raises(ContextParallelError, match="tokens after the last boundary"):
         thd_partition_indices([0, 8], 16, cp_size=2, cp_rank=0)  # the D.4 pitfall is an error, not duplicates
@@ -80,7 +98,9 @@ def test_thd_partition_is_exact_permutation_and_per_segment_zigzag(data, cp):
                 expected += (zigzag_indices(n, cp, k) + start).tolist()
         assert shard.tolist() == expected
         # D.6: positions recomputed from the local stream equal the selected global positions.
-        positions = torch.cat([torch.arange(n) for n in lengths]) if total else torch.zeros(0, dtype=torch.long)
+        positions = (
+            torch.cat([torch.arange(n) for n in lengths]) if total else torch.zeros(0, dtype=torch.long)
+        )
         assert thd_local_positions(cu, cp_size=cp, cp_rank=k).tolist() == positions[shard].tolist()
 
 
@@ -94,7 +114,11 @@ def test_zigzag_partitions_bshd(cp, chunks):
 
 def test_shard_batch_offline_collate_slices_every_token_tensor():
     # Two samples, CP=2 -> pad_seq_to_mult=4, fixed width 12 (trailing pseudo-segment of 4).
-    row = {"input_ids": [10, 11, 12, 2, 2, 20, 21, 2, 2, 2], "loss_mask": [1] * 10, "seq_boundaries": [0, 5, 10]}
+    row = {
+        "input_ids": [10, 11, 12, 2, 2, 20, 21, 2, 2, 2],
+        "loss_mask": [1] * 10,
+        "seq_boundaries": [0, 5, 10],
+    }
     batch = collate_packed([row], max_seq_length=12, eos_id=2, pad_seq_to_mult=4, pad_to_max_length=True)
     assert batch["cu_seqlens_q_padded"].tolist() == [[0, 4, 8, 12]]
     index = thd_partition_indices([0, 4, 8, 12], 12, cp_size=2, cp_rank=1)
@@ -108,7 +132,10 @@ def test_shard_batch_offline_collate_slices_every_token_tensor():
 
 
 def test_shard_batch_uses_padded_offsets_from_in_batch_packing():
-    batch = {"input_ids": torch.tensor([[1, 2, 3, 0], [4, 5, 0, 0]]), "position_ids": torch.arange(4).repeat(2, 1)}
+    batch = {
+        "input_ids": torch.tensor([[1, 2, 3, 0], [4, 5, 0, 0]]),
+        "position_ids": torch.arange(4).repeat(2, 1),
+    }
     packed = pack_right_padded_batch(batch, pad_to_multiple_of=4, emit_padding_mask=True)
     packed["cu_seqlens_q"] = packed["cu_seqlens_q"].unsqueeze(0)
     packed["cu_seqlens_q_padded"] = packed["cu_seqlens_q_padded"].unsqueeze(0)
@@ -119,10 +146,16 @@ def test_shard_batch_uses_padded_offsets_from_in_batch_packing():
 
 
 def test_shard_batch_rejects_mbs_over_one():
-    batch = {"tokens": torch.zeros(2, 8, dtype=torch.long), "cu_seqlens_q": torch.tensor([[0, 4, 8], [0, 3, 8]])}
+    batch = {
+        "tokens": torch.zeros(2, 8, dtype=torch.long),
+        "cu_seqlens_q": torch.tensor([[0, 4, 8], [0, 3, 8]]),
+    }
     with pytest.raises(ContextParallelError, match="expect micro-batch size 1"):
         shard_batch(batch, 2, 0)
-    legacy = {"tokens": torch.zeros(2, 8, dtype=torch.long), "cu_seqlens": torch.tensor([[0, 4, 8], [0, 3, 8]])}
+    legacy = {
+        "tokens": torch.zeros(2, 8, dtype=torch.long),
+        "cu_seqlens": torch.tensor([[0, 4, 8], [0, 3, 8]]),
+    }
     with pytest.raises(ContextParallelError, match="expect micro-batch size 1"):
         shard_batch(legacy, 2, 0)
 
@@ -139,14 +172,21 @@ def test_shard_batch_legacy_keys_trim_at_minus_one():
 
 
 def test_shard_batch_bshd_zigzag_splits_query_axis_of_mask():
-    batch = {"tokens": torch.arange(16).view(1, 16), "attention_mask": torch.ones(1, 1, 16, 16, dtype=torch.bool)}
+    batch = {
+        "tokens": torch.arange(16).view(1, 16),
+        "attention_mask": torch.ones(1, 1, 16, 16, dtype=torch.bool),
+    }
     out = shard_batch(batch, 2, 0)
     assert out["tokens"].tolist() == [r(0, 4) + r(12, 16)]
     assert out["attention_mask"].shape == (1, 1, 8, 16)
 
 
 def test_shard_batch_rejects_odd_token_tensor_and_keeps_input():
-    batch = {"tokens": torch.arange(8).view(1, 8), "cu_seqlens_q": torch.tensor([[0, 8]]), "weird": torch.zeros(1, 3)}
+    batch = {
+        "tokens": torch.arange(8).view(1, 8),
+        "cu_seqlens_q": torch.tensor([[0, 8]]),
+        "weird": torch.zeros(1, 3),
+    }
     with pytest.raises(ContextParallelError, match="batch\\['weird'\\] has shape"):
         shard_batch(batch, 2, 0)
     ok = {"tokens": torch.arange(8).view(1, 8), "cu_seqlens_q": torch.tensor([[0, 8]])}

@@ -80,7 +80,9 @@ def test_resolver(tmp_path):
 def test_paths_bracket_glob_and_literal(tmp_path):
     for i in (0, 1):
         write_packed(tmp_path / f"shard_{i}.idx.parquet", rows_of(1))
-    assert [p.rsplit("/", 1)[1] for p in resolve_packed_parquet_paths(str(tmp_path / "shard_[01].idx.parquet"))] == [
+    assert [
+        p.rsplit("/", 1)[1] for p in resolve_packed_parquet_paths(str(tmp_path / "shard_[01].idx.parquet"))
+    ] == [
         "shard_0.idx.parquet",
         "shard_1.idx.parquet",
     ]
@@ -110,7 +112,9 @@ def test_samples_mapping_keeps_padding_rows_masked(tmp_path):
     over = PackedDataset(str(path), max_num_samples=25, seed=7)
     assert len(over) == 25
     seen = [int(over[i]["input_ids"][0]) for i in range(25)]
-    assert sorted(seen[:10]) == list(range(10)) and sorted(seen[10:20]) == list(range(10))  # per-epoch permutations
+    assert sorted(seen[:10]) == list(range(10)) and sorted(seen[10:20]) == list(
+        range(10)
+    )  # per-epoch permutations
     again = PackedDataset(str(path), max_num_samples=25, seed=7)
     assert again.samples_mapping.tolist() == over.samples_mapping.tolist()
 
@@ -122,7 +126,10 @@ def test_samples_mapping_matches_megatron_global_rng_and_leaves_it_alone(tmp_pat
     state = np.random.get_state()
     ds = PackedDataset(str(path), max_num_samples=25, seed=1234)
     after = np.random.get_state()
-    assert all(np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b for a, b in zip(state, after, strict=True))
+    assert all(
+        np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
+        for a, b in zip(state, after, strict=True)
+    )
     # Megatron-Bridge: np.random.seed(seed); one np.random.shuffle(arange(rows)) per epoch.
     np.random.seed(1234)
     expected = []
@@ -197,7 +204,7 @@ def test_dataloader_with_two_workers(tmp_path):
     rows = []
     for i in range(12):
         a, b = 3 + i % 4, 2 + i % 3
-        ids = list(range(10, 10 + a)) + [eos] + list(range(50, 50 + b)) + [eos]
+        ids = [*list(range(10, 10 + a)), eos, *list(range(50, 50 + b)), eos]
         rows.append({"input_ids": ids, "loss_mask": [0] + [1] * (len(ids) - 1), "seq_start_id": [0, a + 1]})
     write_packed(tmp_path / "shard_0.idx.parquet", rows[:7], row_group_size=3)
     write_packed(tmp_path / "shard_1.idx.parquet", rows[7:], row_group_size=3)

@@ -41,6 +41,9 @@ def _mcore_worker(rank: int, init_file: str, out_dir: str) -> None:
     import torch.distributed as dist
     from megatron.core.utils import get_batch_on_this_cp_rank
 
+    from longpack.runtime.collate import collate_packed
+    from longpack.runtime.megatron import to_packed_seq_params
+
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     try:
@@ -53,23 +56,47 @@ def _mcore_worker(rank: int, init_file: str, out_dir: str) -> None:
             "attention_mask": torch.ones(1, 1, seq, seq, dtype=torch.bool),
         }
         got = get_batch_on_this_cp_rank(dict(batch), cp_group=group)
-        torch.save({k: v for k, v in got.items()}, os.path.join(out_dir, f"rank{rank}.pt"))
+        row = {
+            "input_ids": [10, 11, 12, 2, 2, 20, 21, 2, 2, 2],
+            "loss_mask": [1] * 10,
+            "seq_boundaries": [0, 5, 10],
+        }
+        params = to_packed_seq_params(collate_packed([row], max_seq_length=8, eos_id=2, pad_seq_to_mult=4))
+        got["params"] = {
+            "type": type(params).__name__,
+            "qkv_format": params.qkv_format,
+            "cu_seqlens_q": params.cu_seqlens_q.tolist(),
+            "cu_seqlens_kv_padded": params.cu_seqlens_kv_padded.tolist(),
+            "max_seqlen_q": params.max_seqlen_q,
+        }
+        torch.save(got, os.path.join(out_dir, f"rank{rank}.pt"))
         dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.distributed
-def test_bshd_zigzag_equals_megatron_core_get_batch_on_this_cp_rank():
-    pytest.importorskip("megatron.core", reason="megatron-core not installed: pip install 'longpack[megatron]'")
+def test_bshd_zigzag_and_packed_seq_params_against_megatron_core():
+    pytest.importorskip(
+        "megatron.core", reason="megatron-core not installed: pip install 'longpack[megatron]'"
+    )
     import torch.multiprocessing as mp
 
     from longpack.runtime.context_parallel import shard_batch
 
     with tempfile.TemporaryDirectory() as folder:
-        mp.start_processes(_mcore_worker, args=(os.path.join(folder, "init"), folder), nprocs=2, start_method="forkserver")
+        mp.start_processes(
+            _mcore_worker, args=(os.path.join(folder, "init"), folder), nprocs=2, start_method="forkserver"
+        )
         for rank in range(2):
             got = torch.load(os.path.join(folder, f"rank{rank}.pt"))
+            assert got.pop("params") == {
+                "type": "PackedSeqParams",
+                "qkv_format": "thd",
+                "cu_seqlens_q": [0, 3, 5],
+                "cu_seqlens_kv_padded": [0, 4, 8],
+                "max_seqlen_q": 4,
+            }
             seq = 16
             batch = {
                 "tokens": torch.arange(seq).view(1, seq) + 100,

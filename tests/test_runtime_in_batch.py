@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -31,7 +33,10 @@ def right_padded(lengths, width=None, *, labels=True, loss=True, start=1):
 
 
 def test_right_padded_m1():
-    batch = {"input_ids": torch.tensor([[1, 2, 3, 0, 0], [4, 5, 6, 7, 0]]), "position_ids": torch.arange(5).repeat(2, 1)}
+    batch = {
+        "input_ids": torch.tensor([[1, 2, 3, 0, 0], [4, 5, 6, 7, 0]]),
+        "position_ids": torch.arange(5).repeat(2, 1),
+    }
     out = pack_right_padded_batch(batch)
     assert out["input_ids"].shape == (1, 7)
     assert out["cu_seqlens_q"].tolist() == [0, 3, 7]
@@ -60,7 +65,9 @@ def test_fixed_width_rows_3_and_2():
 def test_fixed_width_too_long():
     rows = [{"input_ids": torch.arange(1, 6), "position_ids": torch.arange(5)},
             {"input_ids": torch.arange(1, 5), "position_ids": torch.arange(4)}]  # fmt: skip
-    with pytest.raises(InBatchPackingError, match="Packed sequence length 9 exceeds configured sequence_length 8"):
+    with pytest.raises(
+        InBatchPackingError, match="Packed sequence length 9 exceeds configured sequence_length 8"
+    ):
         build_thd_row(rows, sequence_length=8, pad_to_max_length=True)
     with pytest.raises(InBatchPackingError, match="row length 5 exceeds configured sequence_length 4"):
         build_thd_row(rows, sequence_length=4)
@@ -112,7 +119,10 @@ def test_loss_mask_zeros_preserved():
 
 
 def test_positions_restart_and_continue_in_gap():
-    batch = {"input_ids": torch.tensor([[1, 2, 0, 0], [3, 4, 5, 0]]), "position_ids": torch.arange(4).repeat(2, 1)}
+    batch = {
+        "input_ids": torch.tensor([[1, 2, 0, 0], [3, 4, 5, 0]]),
+        "position_ids": torch.arange(4).repeat(2, 1),
+    }
     assert pack_right_padded_batch(batch)["position_ids"].tolist() == [[0, 1, 0, 1, 2]]
     batch = {"input_ids": torch.tensor([[1, 2, 3]]), "position_ids": torch.tensor([[0, 1, 2]])}
     assert pack_right_padded_batch(batch, pad_to_multiple_of=4)["position_ids"].tolist() == [[0, 1, 2, 3]]
@@ -147,7 +157,10 @@ def test_labels_and_loss_none_stay_none():
     assert out["labels"] is None and out["loss_mask"] is None
     assert out["input_ids"].tolist() == [[1, 2, 3, 4, 5, 6, 7]]
     assert out["position_ids"].tolist() == [[0, 1, 2, 0, 1, 2, 3]]
-    batch = {"input_ids": torch.tensor([[1, 2, 3, 0, 0], [4, 5, 6, 7, 8]]), "position_ids": torch.arange(5).repeat(2, 1)}
+    batch = {
+        "input_ids": torch.tensor([[1, 2, 3, 0, 0], [4, 5, 6, 7, 8]]),
+        "position_ids": torch.arange(5).repeat(2, 1),
+    }
     out = pack_right_padded_batch(batch, pad_to_multiple_of=4)
     assert out["input_ids"].shape == (1, 12)
     assert out["cu_seqlens_q_padded"].tolist() == [0, 4, 12] and int(out["max_seqlen_q"]) == 8
@@ -170,7 +183,13 @@ def test_extras_padded_with_their_value_and_reserved_keys_rejected():
 
 
 def test_attention_mask_in_rows_must_be_all_true():
-    rows = [{"input_ids": torch.tensor([1, 2]), "position_ids": torch.arange(2), "attention_mask": torch.tensor([1, 0])}]
+    rows = [
+        {
+            "input_ids": torch.tensor([1, 2]),
+            "position_ids": torch.arange(2),
+            "attention_mask": torch.tensor([1, 0]),
+        }
+    ]
     with pytest.raises(InBatchPackingError, match="unpadded input rows"):
         build_thd_row(rows)
 
@@ -179,14 +198,18 @@ def test_attention_mask_in_rows_must_be_all_true():
 @given(st.lists(st.integers(1, 12), min_size=1, max_size=6), st.sampled_from([1, 2, 4, 8]), st.booleans())
 def test_properties(lengths, m, emit):
     width = max(lengths) + 1
-    out = pack_right_padded_batch(right_padded(lengths, width=width), pad_to_multiple_of=m, emit_padding_mask=emit)
+    out = pack_right_padded_batch(
+        right_padded(lengths, width=width), pad_to_multiple_of=m, emit_padding_mask=emit
+    )
     physical = out.get("cu_seqlens_q_padded", out["cu_seqlens_q"]).tolist()
     cu = out["cu_seqlens_q"].tolist()
-    assert [b - a for a, b in zip(cu, cu[1:], strict=False)] == lengths
-    assert all((b - a) % m == 0 and b - a >= n for a, b, n in zip(physical, physical[1:], lengths, strict=False))
+    assert [b - a for a, b in itertools.pairwise(cu)] == lengths
+    assert all(
+        (b - a) % m == 0 and b - a >= n for a, b, n in zip(physical, physical[1:], lengths, strict=False)
+    )
     assert physical[-1] == out["input_ids"].shape[1] == out["total_tokens"]
     positions = out["position_ids"][0].tolist()
-    for a, b in zip(physical, physical[1:], strict=False):
+    for a, b in itertools.pairwise(physical):
         assert positions[a:b] == list(range(b - a))  # restart per sequence, continue through the gap
     assert ("cu_seqlens_q_padded" in out) == any(n % m for n in lengths)
     if emit:

@@ -23,9 +23,11 @@ def version() -> None:
 
 def _register_commands() -> None:
     # One import per command module; each module calls ``register(app)``.
-    from longpack.cli import topology_cmd
+    from longpack.cli import cp_check_cmd, thd_batch_cmd, topology_cmd
 
     topology_cmd.register(app)
+    cp_check_cmd.register(app)
+    thd_batch_cmd.register(app)
 
 
 _register_commands()

@@ -21,6 +21,7 @@ Example (two sequences of 2 and 1 tokens; the third token only sees itself)::
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -50,12 +51,14 @@ def _offsets(values: Any, name: str) -> list[int]:
     if tensor.dim() != 1 or tensor.numel() < 2 or int(tensor[0]) != 0:
         raise ValueError(f"{name} must be 1-D offsets starting at 0, got {tensor.tolist()}")
     out = [int(x) for x in tensor.tolist()]
-    if any(b < a for a, b in zip(out, out[1:], strict=False)):
+    if any(b < a for a, b in itertools.pairwise(out)):
         raise ValueError(f"{name} must be non-decreasing, got {out}")
     return out
 
 
-def _flash_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: list[int], causal: bool, scale: float):
+def _flash_varlen(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: list[int], causal: bool, scale: float
+):
     try:
         from flash_attn import flash_attn_varlen_func  # type: ignore[import-not-found]
     except ImportError:
@@ -63,7 +66,7 @@ def _flash_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: list[in
     if q.dtype not in (torch.float16, torch.bfloat16):
         return None
     cu_t = torch.tensor(cu, dtype=torch.int32, device=q.device)
-    max_len = max(b - a for a, b in zip(cu, cu[1:], strict=False))
+    max_len = max(b - a for a, b in itertools.pairwise(cu))
     return flash_attn_varlen_func(q, k, v, cu_t, cu_t, max_len, max_len, softmax_scale=scale, causal=causal)
 
 
@@ -88,7 +91,9 @@ def varlen_attention(
     [2.0, 3.0, 9.0, 0.0]
     """
     if q.dim() != 3 or k.shape != q.shape[:2] + k.shape[2:] or v.shape[:2] != q.shape[:2]:
-        raise ValueError(f"q, k, v must be [T, heads, dim] with equal T and heads; got {q.shape}, {k.shape}, {v.shape}")
+        raise ValueError(
+            f"q, k, v must be [T, heads, dim] with equal T and heads; got {q.shape}, {k.shape}, {v.shape}"
+        )
     cu = _offsets(cu_seqlens, "cu_seqlens")
     padded = cu if cu_seqlens_padded is None else _offsets(cu_seqlens_padded, "cu_seqlens_padded")
     if len(padded) != len(cu):
@@ -107,7 +112,9 @@ def varlen_attention(
             continue
         start = padded[i]
         if padded[i + 1] - start < length:
-            raise ValueError(f"sequence {i}: {length} real tokens do not fit its physical segment {padded[i:i + 2]}")
+            raise ValueError(
+                f"sequence {i}: {length} real tokens do not fit its physical segment {padded[i : i + 2]}"
+            )
         sl = slice(start, start + length)
         # SDPA wants [heads, L, dim].
         res = F.scaled_dot_product_attention(
@@ -172,7 +179,11 @@ def block_attention(
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     scores = torch.einsum("qhd,khd->hqk", q, k) * scale
-    allowed = (q_layout.seq_id[:, None] == k_layout.seq_id[None, :]) & q_layout.real[:, None] & k_layout.real[None, :]
+    allowed = (
+        (q_layout.seq_id[:, None] == k_layout.seq_id[None, :])
+        & q_layout.real[:, None]
+        & k_layout.real[None, :]
+    )
     if causal:
         allowed &= k_layout.offset[None, :] <= q_layout.offset[:, None]
     allowed = allowed.to(scores.device)
@@ -245,7 +256,11 @@ def ring_attention(
     recv_from = ranks[(rank - 1) % size]
     block_k, block_v, block_meta = k.contiguous(), v.contiguous(), _stack_layout(layout)
     for _ in range(size - 1):
-        next_k, next_v, next_meta = torch.empty_like(block_k), torch.empty_like(block_v), torch.empty_like(block_meta)
+        next_k, next_v, next_meta = (
+            torch.empty_like(block_k),
+            torch.empty_like(block_v),
+            torch.empty_like(block_meta),
+        )
         requests = [
             dist.isend(block_k, send_to, group=group),
             dist.isend(block_v, send_to, group=group),
@@ -255,9 +270,12 @@ def ring_attention(
             dist.irecv(next_meta, recv_from, group=group),
         ]
         for request in requests:
-            request.wait()
+            if request is not None:
+                request.wait()
         block_k, block_v, block_meta = next_k, next_v, next_meta
-        part, part_lse = block_attention(q, block_k, block_v, layout, _unstack_layout(block_meta), causal=causal, scale=scale)
+        part, part_lse = block_attention(
+            q, block_k, block_v, layout, _unstack_layout(block_meta), causal=causal, scale=scale
+        )
         out, lse = merge_partial_attention(out, lse, part, part_lse)
     return out
 
@@ -290,7 +308,9 @@ def allgather_attention(
     dist.all_gather(vs, v.contiguous(), group=group)
     dist.all_gather(metas, meta, group=group)
     full_layout = _unstack_layout(torch.cat(metas, dim=1))
-    return block_attention(q, torch.cat(ks), torch.cat(vs), layout, full_layout, causal=causal, scale=scale)[0]
+    return block_attention(q, torch.cat(ks), torch.cat(vs), layout, full_layout, causal=causal, scale=scale)[
+        0
+    ]
 
 
 def shard_layout(
@@ -306,4 +326,3 @@ def shard_layout(
     index = thd_partition_indices(physical, total_tokens, cp_size=cp_size, cp_rank=cp_rank)
     full = token_layout(cu_seqlens, total_tokens, cu_seqlens_padded=cu_seqlens_padded)
     return index, full.select(index)
-

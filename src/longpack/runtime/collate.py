@@ -18,6 +18,7 @@ Example (spec §3.4 worked example A; EOS id 2, ``W = 8`` fixed)::
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -56,7 +57,9 @@ class PackMetadataSummary:
     min_packed_seqlen: int
 
     @classmethod
-    def from_entries(cls, entries: Sequence[Mapping[str, Any]], source: str = "pack metadata") -> PackMetadataSummary:
+    def from_entries(
+        cls, entries: Sequence[Mapping[str, Any]], source: str = "pack metadata"
+    ) -> PackMetadataSummary:
         if isinstance(entries, Mapping):
             entries = [entries]
         if not entries:
@@ -99,7 +102,9 @@ def row_boundaries(row: Mapping[str, Any], row_index: int = 0) -> np.ndarray:
     elif "seq_start_id" in row:
         b = np.append(np.asarray(row["seq_start_id"], dtype=np.int64), n)
     else:
-        raise CollateError(f"row {row_index}: needs 'seq_boundaries' or 'seq_start_id' (got keys {sorted(row)})")
+        raise CollateError(
+            f"row {row_index}: needs 'seq_boundaries' or 'seq_start_id' (got keys {sorted(row)})"
+        )
     if b.ndim != 1 or b.size < 2 or b[0] != 0 or b[-1] != n:
         raise CollateError(
             f"row {row_index}: segment boundaries {b.tolist()} must start with 0 and end at len(input_ids)={n}"
@@ -199,7 +204,9 @@ def collate_packed(
         else:
             metadata = PackMetadataSummary.from_entries(pack_metadata)
 
-    shifted = [_shift_row(row, i, eos_id=eos_id, answer_only_loss=answer_only_loss) for i, row in enumerate(rows)]
+    shifted = [
+        _shift_row(row, i, eos_id=eos_id, answer_only_loss=answer_only_loss) for i, row in enumerate(rows)
+    ]
     longest = max(s.tokens.size for s in shifted)
     if pad_to_max_length:
         width = max_seq_length
@@ -385,7 +392,7 @@ def _legacy_keys(
         batch["max_seqlen"] = torch.full((len(shifted),), safe_max_seqlen, dtype=torch.int32)
     else:
         batch["max_seqlen"] = torch.tensor(
-            [[max(b - a for a, b in zip(p[:-1], p[1:], strict=True))] for p in physical], dtype=torch.int32
+            [[max(b - a for a, b in itertools.pairwise(p))] for p in physical], dtype=torch.int32
         )
     if unpadded is not None:
         cu_u, argmin_u = minus_one_padded(unpadded)

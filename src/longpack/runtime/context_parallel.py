@@ -291,12 +291,16 @@ def _token_width(batch: Mapping[str, Any]) -> int:
         value = batch.get(key)
         if isinstance(value, torch.Tensor):
             if value.dim() < 2:
-                raise ContextParallelError(f"batch[{key!r}] must be [batch, tokens], got shape {tuple(value.shape)}")
+                raise ContextParallelError(
+                    f"batch[{key!r}] must be [batch, tokens], got shape {tuple(value.shape)}"
+                )
             return int(value.size(1))
     raise ContextParallelError("batch has no 'tokens', 'input_ids' or 'labels' tensor to take the width from")
 
 
-def _select_tokens(key: str, value: torch.Tensor, index: torch.Tensor, width: int, *, dim: int) -> torch.Tensor:
+def _select_tokens(
+    key: str, value: torch.Tensor, index: torch.Tensor, width: int, *, dim: int
+) -> torch.Tensor:
     if value.dim() <= dim or value.size(dim) != width:
         raise ContextParallelError(
             f"batch[{key!r}] has shape {tuple(value.shape)}; expected {width} tokens on dim {dim} to split it "

@@ -58,14 +58,17 @@ class CPCheckCase:
     def ok(self) -> bool:
         """Within tolerance, no leak across sequences, and the perturbation did change its own sequence."""
         return (
-            max(self.ring_max_abs_diff, self.allgather_max_abs_diff, self.reassembled_max_abs_diff) <= self.tolerance
+            max(self.ring_max_abs_diff, self.allgather_max_abs_diff, self.reassembled_max_abs_diff)
+            <= self.tolerance
             and self.loss_abs_diff <= self.tolerance * max(1.0, abs(self.loss))
             and self.isolation_max_change_outside == 0.0
             and self.isolation_min_change_inside > 0.0
         )
 
 
-def _offline_rows(rng: np.random.Generator, runtime_lengths: list[int], multiple: int) -> list[dict[str, Any]]:
+def _offline_rows(
+    rng: np.random.Generator, runtime_lengths: list[int], multiple: int
+) -> list[dict[str, Any]]:
     """Offline-packed rows: each sample's content, EOS, then EOS alignment pads (runtime length % m == 0)."""
     ids: list[int] = []
     mask: list[int] = []
@@ -87,7 +90,9 @@ def _in_batch_rows(rng: np.random.Generator, lengths: list[int]) -> list[dict[st
         ids = torch.from_numpy(rng.integers(EOS + 1, VOCAB, size=length))
         labels = torch.cat([ids[1:], torch.tensor([-100])])
         loss = (labels != -100).long()
-        rows.append({"input_ids": ids, "position_ids": torch.arange(length), "labels": labels, "loss_mask": loss})
+        rows.append(
+            {"input_ids": ids, "position_ids": torch.arange(length), "labels": labels, "loss_mask": loss}
+        )
     return rows
 
 
@@ -103,7 +108,9 @@ def build_cases(cp_size: int, seed: int) -> list[tuple[str, dict[str, Any]]]:
     rows = _offline_rows(rng, offline_lengths, m)
     used = sum(-(-n // m) * m for n in offline_lengths)
     width = used + 2 * m  # a trailing pure-padding pseudo-segment, itself a multiple of 2*CP
-    offline = collate_packed(rows, max_seq_length=width, eos_id=EOS, pad_seq_to_mult=m, pad_to_max_length=True)
+    offline = collate_packed(
+        rows, max_seq_length=width, eos_id=EOS, pad_seq_to_mult=m, pad_to_max_length=True
+    )
     cases.append(("offline-fixed-width", offline))
     lengths = [3, 9 * m + 1, 1, m, 2 * m + 5]
     inb = build_thd_row(_in_batch_rows(rng, lengths), pad_to_multiple_of=m)
@@ -111,7 +118,10 @@ def build_cases(cp_size: int, seed: int) -> list[tuple[str, dict[str, Any]]]:
     fixed_lengths = [m + 1, 2]
     fixed_width = sum(-(-n // m) * m for n in fixed_lengths) + 3 * m
     fixed = build_thd_row(
-        _in_batch_rows(rng, fixed_lengths), pad_to_multiple_of=m, sequence_length=fixed_width, pad_to_max_length=True
+        _in_batch_rows(rng, fixed_lengths),
+        pad_to_multiple_of=m,
+        sequence_length=fixed_width,
+        pad_to_max_length=True,
     )
     cases.append(("in-batch-fixed-width", _as_2d(fixed)))
     return cases
@@ -152,7 +162,9 @@ class _TinyProjection:
         return (ce * loss_mask.to(ce.dtype)).sum()
 
 
-def _check_one(name: str, batch: dict[str, Any], cp_size: int, rank: int, dtype_name: str, seed: int) -> CPCheckCase:
+def _check_one(
+    name: str, batch: dict[str, Any], cp_size: int, rank: int, dtype_name: str, seed: int
+) -> CPCheckCase:
     import torch.distributed as dist
 
     from longpack.runtime.attention import allgather_attention, ring_attention, shard_layout, varlen_attention
@@ -209,8 +221,12 @@ def _check_one(name: str, batch: dict[str, Any], cp_size: int, rank: int, dtype_
     p_ring = ring_attention(pq_, pk, pv, layout)
     inside = (layout.seq_id == victim) & layout.real
     change = (p_ring - ring).abs().amax(dim=(1, 2))
-    outside_change = torch.tensor(change[~inside].max().item() if (~inside).any() else 0.0, dtype=torch.float64)
-    inside_change = torch.tensor(change[inside].min().item() if inside.any() else float("inf"), dtype=torch.float64)
+    outside_change = torch.tensor(
+        change[~inside].max().item() if (~inside).any() else 0.0, dtype=torch.float64
+    )
+    inside_change = torch.tensor(
+        change[inside].min().item() if inside.any() else float("inf"), dtype=torch.float64
+    )
     figures = torch.tensor([ring_diff, ag_diff, reassembled_diff, outside_change.item()], dtype=torch.float64)
     dist.all_reduce(figures, op=dist.ReduceOp.MAX)
     dist.all_reduce(inside_change, op=dist.ReduceOp.MIN)
@@ -231,7 +247,9 @@ def _check_one(name: str, batch: dict[str, Any], cp_size: int, rank: int, dtype_
     )
 
 
-def _worker(rank: int, cp_size: int, init_file: str, result_file: str, seed: int, dtypes: tuple[str, ...]) -> None:
+def _worker(
+    rank: int, cp_size: int, init_file: str, result_file: str, seed: int, dtypes: tuple[str, ...]
+) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
@@ -284,7 +302,10 @@ def run_cp_check(
         init_file = os.path.join(folder, "init")
         result_file = os.path.join(folder, "result.json")
         mp.start_processes(
-            _worker, args=(cp_size, init_file, result_file, seed, tuple(dtypes)), nprocs=cp_size, start_method=start_method
+            _worker,
+            args=(cp_size, init_file, result_file, seed, tuple(dtypes)),
+            nprocs=cp_size,
+            start_method=start_method,
         )
         with open(result_file) as handle:
             return [CPCheckCase(**entry) for entry in json.load(handle)]

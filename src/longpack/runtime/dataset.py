@@ -23,7 +23,9 @@ Example::
 from __future__ import annotations
 
 import bisect
+import contextlib
 import glob
+import itertools
 import math
 import os
 import time
@@ -105,7 +107,12 @@ def resolve_packed_parquet_paths(spec: str | os.PathLike[str]) -> list[str]:
     []
     """
     text = os.fspath(spec)
-    if "[" in text and not any(ch in text for ch in "*?") and os.path.isfile(text) and _has_parquet_suffix(text):
+    if (
+        "[" in text
+        and not any(ch in text for ch in "*?")
+        and os.path.isfile(text)
+        and _has_parquet_suffix(text)
+    ):
         return [text]
     if _has_glob_magic(text):
         matches = sorted(p for p in glob.glob(text) if _has_parquet_suffix(p))
@@ -146,10 +153,8 @@ def resolve_packed_parquet_paths_with_retry(
             ancestor = Path(os.fspath(spec)).parent
             while not ancestor.exists() and ancestor != ancestor.parent:
                 ancestor = ancestor.parent
-            try:
+            with contextlib.suppress(OSError):
                 os.listdir(ancestor)
-            except OSError:
-                pass
             time.sleep((attempt + 1) * sleep_s)
     assert last is not None
     raise last
@@ -174,7 +179,7 @@ def validate_row(row: Mapping[str, Any]) -> None:
     for start in starts:
         if start >= len(ids):
             raise PackedParquetError(f"seq_start_id value {start} is >= len(input_ids)={len(ids)}")
-    for a, b in zip(starts, starts[1:], strict=False):
+    for a, b in itertools.pairwise(starts):
         if b < a:
             raise PackedParquetError(f"seq_start_id {starts} is not non-decreasing")
 

@@ -67,7 +67,11 @@ def build_thd_row(
     """
     if not rows:
         raise InBatchPackingError("build_thd_row needs at least one row")
-    if isinstance(pad_to_multiple_of, bool) or not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1:
+    if (
+        isinstance(pad_to_multiple_of, bool)
+        or not isinstance(pad_to_multiple_of, int)
+        or pad_to_multiple_of < 1
+    ):
         raise InBatchPackingError(f"pad_to_multiple_of must be an integer >= 1, got {pad_to_multiple_of!r}")
     if sequence_length is not None and sequence_length < 1:
         raise InBatchPackingError(f"sequence_length must be >= 1 when given, got {sequence_length}")
@@ -105,7 +109,9 @@ def build_thd_row(
     for key in optional:
         have = [row.get(key) is not None for row in rows]
         if any(have) and not all(have):
-            raise InBatchPackingError(f"{key!r} is present in some rows but not all; give it in every row or none")
+            raise InBatchPackingError(
+                f"{key!r} is present in some rows but not all; give it in every row or none"
+            )
         present[key] = all(have)
         if present[key]:
             for i, row in enumerate(rows):
@@ -146,7 +152,9 @@ def build_thd_row(
     for row, start, n, p in zip(rows, starts, lengths, padded, strict=False):
         if p > n:
             last = row["position_ids"][-1].to(device)
-            positions[0, start + n : start + p] = last + torch.arange(1, p - n + 1, device=device, dtype=positions.dtype)
+            positions[0, start + n : start + p] = last + torch.arange(
+                1, p - n + 1, device=device, dtype=positions.dtype
+            )
     out["position_ids"] = positions
     out["labels"] = fill("labels", ignore_index) if present["labels"] else None
     out["loss_mask"] = fill("loss_mask", 0) if present["loss_mask"] else None
@@ -217,7 +225,9 @@ def pack_right_padded_batch(
     for key in ("labels", "loss_mask", *extras):
         value = batch.get(key)
         if value is not None and (not isinstance(value, torch.Tensor) or value.shape != tokens.shape):
-            raise InBatchPackingError(f"batch[{key!r}] must have shape {tuple(tokens.shape)} like {token_key!r}")
+            raise InBatchPackingError(
+                f"batch[{key!r}] must have shape {tuple(tokens.shape)} like {token_key!r}"
+            )
     mask = batch.get("attention_mask")
     if mask is not None:
         mask = torch.as_tensor(mask)

@@ -110,21 +110,27 @@ def packed_seq_params_kwargs(batch: Mapping[str, Any]) -> dict[str, Any]:
         if batch.get("cu_seqlens_unpadded") is not None:
             unpadded = _trim(_squeeze(batch["cu_seqlens_unpadded"]), batch.get("cu_seqlens_unpadded_argmin"))
             out.update(
-                cu_seqlens_q=unpadded, cu_seqlens_kv=unpadded, cu_seqlens_q_padded=padded, cu_seqlens_kv_padded=padded
+                cu_seqlens_q=unpadded,
+                cu_seqlens_kv=unpadded,
+                cu_seqlens_q_padded=padded,
+                cu_seqlens_kv_padded=padded,
             )
         else:
-            out.update(cu_seqlens_q=padded, cu_seqlens_kv=padded, cu_seqlens_q_padded=None, cu_seqlens_kv_padded=None)
+            out.update(
+                cu_seqlens_q=padded, cu_seqlens_kv=padded, cu_seqlens_q_padded=None, cu_seqlens_kv_padded=None
+            )
         out["max_seqlen_q"] = max_seqlen
         out["max_seqlen_kv"] = max_seqlen
     else:
         raise ValueError(
             "the batch has no packed metadata: expected 'cu_seqlens_q' (current keys) or 'cu_seqlens' (legacy keys)"
         )
-    total = batch.get("total_tokens")
+    total = _scalar(batch.get("total_tokens"), "total_tokens")
     if total is not None:
-        total = _scalar(total, "total_tokens")
         out["total_tokens"] = total
-        physical = out["cu_seqlens_q_padded"] if out["cu_seqlens_q_padded"] is not None else out["cu_seqlens_q"]
+        physical = (
+            out["cu_seqlens_q_padded"] if out["cu_seqlens_q_padded"] is not None else out["cu_seqlens_q"]
+        )
         out["seq_idx"] = sequence_index(physical, total)
     return out
 
@@ -174,7 +180,9 @@ def unpack_thd(
     """
     flat = tokens.reshape(-1)
     cu = torch.as_tensor(cu_seqlens).reshape(-1).to(torch.int64)
-    padded = cu if cu_seqlens_padded is None else torch.as_tensor(cu_seqlens_padded).reshape(-1).to(torch.int64)
+    padded = (
+        cu if cu_seqlens_padded is None else torch.as_tensor(cu_seqlens_padded).reshape(-1).to(torch.int64)
+    )
     lengths = cu.diff()
     starts = padded[:-1]
     width = int(lengths.max()) if lengths.numel() else 0
@@ -185,14 +193,18 @@ def unpack_thd(
     return rows, mask, starts, lengths
 
 
-def repack_thd(rows: torch.Tensor, cu_seqlens: Any, cu_seqlens_padded: Any = None, *, total_tokens: int | None = None) -> torch.Tensor:
+def repack_thd(
+    rows: torch.Tensor, cu_seqlens: Any, cu_seqlens_padded: Any = None, *, total_tokens: int | None = None
+) -> torch.Tensor:
     """Inverse of :func:`unpack_thd`: place right-padded rows at their physical offsets, zeros in the gaps.
 
     >>> repack_thd(torch.tensor([[0, 1, 0], [0, 1, 2]]), [0, 2, 5], [0, 4, 8]).tolist()
     [[0, 1, 0, 0, 0, 1, 2, 0]]
     """
     cu = torch.as_tensor(cu_seqlens).reshape(-1).to(torch.int64)
-    padded = cu if cu_seqlens_padded is None else torch.as_tensor(cu_seqlens_padded).reshape(-1).to(torch.int64)
+    padded = (
+        cu if cu_seqlens_padded is None else torch.as_tensor(cu_seqlens_padded).reshape(-1).to(torch.int64)
+    )
     total = int(padded[-1]) if total_tokens is None else total_tokens
     out = torch.zeros((1, total), dtype=rows.dtype, device=rows.device)
     for i, (start, length) in enumerate(zip(padded[:-1].tolist(), cu.diff().tolist(), strict=True)):
