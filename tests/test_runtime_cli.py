@@ -40,6 +40,7 @@ def test_thd_batch_json_with_cp(packed_file):
     assert info["cu_seqlens_q_padded"]["value"] == [[0, 4, 12, 16]]
     assert info["tokens"]["shape"] == [1, 16]
     assert [r["tokens"] for r in info["cp_ranks"]] == [8, 8]
+    assert info["required_multiple"] == 4
     assert sum(r["real_tokens"] for r in info["cp_ranks"]) == 10
     assert sum(r["supervised_tokens"] for r in info["cp_ranks"]) == 9
 
@@ -61,7 +62,13 @@ def test_thd_batch_table_and_errors(packed_file):
             "4",
         ],
     )
-    assert bad.exit_code == 2 and "not a multiple of 2*cp_size=8" in bad.output
+    assert bad.exit_code == 2 and "sequence 0 has padded length 4, not a multiple of 8" in bad.output
+    sp = runner.invoke(
+        app,
+        ["thd-batch", str(packed_file), "--max-seq-length", "16", "--eos-id", "2", "--pad-seq-to-mult", "4",
+         "--pad-to-max-length", "--cp", "2", "--tp", "4", "--sp"],
+    )  # fmt: skip
+    assert sp.exit_code == 2 and "not a multiple of 8 = lcm(2*CP, CP*TP)" in sp.output
     missing = runner.invoke(
         app, ["thd-batch", "nowhere.idx.parquet", "--max-seq-length", "16", "--eos-id", "2"]
     )

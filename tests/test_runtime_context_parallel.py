@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from longpack.runtime.collate import collate_packed
 from longpack.runtime.context_parallel import (
     ContextParallelError,
+    check_thd_alignment,
     physical_cu_seqlens,
     shard_batch,
     thd_local_positions,
@@ -192,3 +193,15 @@ def test_shard_batch_rejects_odd_token_tensor_and_keeps_input():
     ok = {"tokens": torch.arange(8).view(1, 8), "cu_seqlens_q": torch.tensor([[0, 8]])}
     shard_batch(ok, 2, 0)
     assert ok["tokens"].shape == (1, 8)
+
+
+def test_sequence_parallel_alignment_d8():
+    # CP=2, TP=4 with SP: each CP shard (T/2) must split over 4 TP ranks -> segments multiple of lcm(4, 8) = 8.
+    assert check_thd_alignment([0, 8, 24], 24, cp_size=2, tp_size=4, sequence_parallel=True) == 8
+    with pytest.raises(ContextParallelError, match="sequence 1 has padded length 4, not a multiple of 8"):
+        check_thd_alignment([0, 8, 12, 16], 16, cp_size=2, tp_size=4, sequence_parallel=True)
+    assert check_thd_alignment([0, 4, 12], 12, cp_size=2, tp_size=4, sequence_parallel=False) == 4
+    for rank in range(2):  # and with the SP multiple, every rank's shard divides by TP
+        assert thd_partition_indices([0, 8, 24], 24, cp_size=2, cp_rank=rank).numel() % 4 == 0
+    with pytest.raises(ContextParallelError, match="end at the row width 32"):
+        check_thd_alignment([0, 8, 24], 32, cp_size=2)

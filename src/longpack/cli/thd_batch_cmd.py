@@ -28,6 +28,8 @@ def register(app: typer.Typer) -> None:
             None, "--metadata", help="Pack metadata JSON (enables pad_cu_seqlens)."
         ),
         cp: int = typer.Option(1, "--cp", help="Also split row 0 of the batch over this many CP ranks."),
+        tp: int = typer.Option(1, "--tp", help="Tensor-parallel size (checked with --sp)."),
+        sp: bool = typer.Option(False, "--sp/--no-sp", help="Sequence parallelism: CP shards must split over TP."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Collate packed rows exactly as Megatron-Bridge does and print the batch metadata.
@@ -36,7 +38,12 @@ def register(app: typer.Typer) -> None:
         supervised tokens. A batch that cannot be split names the sequence and the multiple it needs.
         """
         from longpack.runtime.collate import CollateError, collate_packed
-        from longpack.runtime.context_parallel import ContextParallelError, shard_batch
+        from longpack.runtime.context_parallel import (
+            ContextParallelError,
+            check_thd_alignment,
+            physical_cu_seqlens,
+            shard_batch,
+        )
         from longpack.runtime.dataset import PackedDataset, PackedParquetError
 
         try:
@@ -60,9 +67,15 @@ def register(app: typer.Typer) -> None:
                 else:
                     info[key] = value
             ranks = []
+            # CP slicing is per micro-batch of one packed row (MBS 1).
+            row0 = {k: (v[:1] if v is not None else None) for k, v in batch.items()}
+            if cp > 1 or (sp and tp > 1):
+                physical = physical_cu_seqlens(row0)
+                assert physical is not None
+                info["required_multiple"] = check_thd_alignment(
+                    physical, int(batch["tokens"].shape[1]), cp_size=cp, tp_size=tp, sequence_parallel=sp
+                )
             if cp > 1:
-                # CP slicing is per micro-batch of one packed row (MBS 1).
-                row0 = {k: (v[:1] if v is not None else None) for k, v in batch.items()}
                 for rank in range(cp):
                     shard = shard_batch(row0, cp, rank)
                     ranks.append(

@@ -23,6 +23,7 @@ import torch
 __all__ = [
     "CONTEXT_PARALLEL_SKIP_KEYS",
     "ContextParallelError",
+    "check_thd_alignment",
     "physical_cu_seqlens",
     "shard_batch",
     "thd_local_positions",
@@ -202,6 +203,47 @@ def thd_local_positions(
         return torch.from_numpy(p)
     positions = np.where(p < half, cp_rank * half + p, lengths[seg] - (cp_rank + 1) * half + (p - half))
     return torch.from_numpy(positions.astype(np.int64))
+
+
+def check_thd_alignment(
+    cu_seqlens_padded: Sequence[int] | np.ndarray | torch.Tensor,
+    total_tokens: int,
+    *,
+    cp_size: int = 1,
+    tp_size: int = 1,
+    sequence_parallel: bool = False,
+) -> int:
+    """Check that a packed row splits over CP (and then over TP under SP); return the multiple required.
+
+    Every physical segment must be a multiple of ``M = lcm(2*CP if CP > 1, CP*TP if SP and TP > 1)``
+    (spec D.4 and D.8; :func:`longpack.topology.pad_seq_to_mult`), and the last padded boundary must equal
+    ``total_tokens``. Then each CP rank holds ``T/CP`` tokens, divisible by TP for the SP scatter.
+
+    >>> check_thd_alignment([0, 8, 24], 24, cp_size=2, tp_size=2, sequence_parallel=True)
+    4
+    >>> check_thd_alignment([0, 4, 12], 12, cp_size=2, tp_size=4, sequence_parallel=True)
+    Traceback (most recent call last):
+    ...
+    longpack.runtime.context_parallel.ContextParallelError: sequence 0 has padded length 4, not a multiple of 8 = lcm(2*CP, CP*TP) for cp=2, tp=4, sp=True; pack with pad_seq_to_mult=8
+    """
+    from longpack.topology import pad_seq_to_mult
+
+    multiple = pad_seq_to_mult(tp=tp_size, cp=cp_size, sp=sequence_parallel)
+    cu = _as_int_array(cu_seqlens_padded, "cu_seqlens_padded")
+    if cu.size < 2 or cu[0] != 0 or int(cu[-1]) != int(total_tokens):
+        raise ContextParallelError(
+            f"cu_seqlens_padded {cu.tolist()} must start at 0 and end at the row width {total_tokens}"
+        )
+    lengths = np.diff(cu)
+    bad_mask = (lengths < 0) | (lengths % multiple != 0)
+    if bad_mask.any():
+        bad = int(np.argmax(bad_mask))
+        raise ContextParallelError(
+            f"sequence {bad} has padded length {int(lengths[bad])}, not a multiple of {multiple} = "
+            f"lcm(2*CP, CP*TP) for cp={cp_size}, tp={tp_size}, sp={sequence_parallel}; "
+            f"pack with pad_seq_to_mult={multiple}"
+        )
+    return multiple
 
 
 def physical_cu_seqlens(batch: Mapping[str, Any]) -> torch.Tensor | None:
