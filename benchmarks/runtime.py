@@ -51,7 +51,11 @@ def synthetic_pack(pack_size: int, rng: np.random.Generator, multiple: int = 1) 
         ids.append(np.concatenate([rng.integers(3, 50_000, size=length), np.full(aligned - length + 1, EOS)]))
         mask.append(np.concatenate([np.ones(length, np.int8), np.zeros(aligned - length + 1, np.int8)]))
         used += aligned
-    return {"input_ids": np.concatenate(ids), "loss_mask": np.concatenate(mask), "seq_start_id": np.array(starts)}
+    return {
+        "input_ids": np.concatenate(ids),
+        "loss_mask": np.concatenate(mask),
+        "seq_start_id": np.array(starts),
+    }
 
 
 def reference_collate(rows: list[dict], max_seq_length: int, eos_id: int) -> dict:
@@ -89,7 +93,9 @@ def reference_collate(rows: list[dict], max_seq_length: int, eos_id: int) -> dic
 def bench_collate(quick: bool) -> None:
     rng = np.random.default_rng(0)
     print("\n## collate throughput (1 pack per call, pad_to_max_length, m=1)")
-    print(f"{'pack size':>10} {'seqs/pack':>10} {'longpack packs/s':>17} {'reference packs/s':>18} {'ratio':>7}")
+    print(
+        f"{'pack size':>10} {'seqs/pack':>10} {'longpack packs/s':>17} {'reference packs/s':>18} {'ratio':>7}"
+    )
     for pack_size in (8192, 32768, 131072):
         packs = [synthetic_pack(pack_size, rng) for _ in range(4)]
         seqs = statistics.mean(len(p["seq_start_id"]) for p in packs)
@@ -132,16 +138,22 @@ def bench_partition(quick: bool) -> None:
 
         def loop(cu=cu, lengths=lengths, cp=cp):
             for rank in range(cp):
-                torch.cat([zigzag_indices(n, cp, rank) + int(s) for s, n in zip(cu[:-1], lengths, strict=True)])
+                torch.cat(
+                    [zigzag_indices(n, cp, rank) + int(s) for s, n in zip(cu[:-1], lengths, strict=True)]
+                )
 
         for rank in range(cp):
             a = thd_partition_indices(cu, total, cp_size=cp, cp_rank=rank)
-            b = torch.cat([zigzag_indices(n, cp, rank) + int(s) for s, n in zip(cu[:-1], lengths, strict=True)])
+            b = torch.cat(
+                [zigzag_indices(n, cp, rank) + int(s) for s, n in zip(cu[:-1], lengths, strict=True)]
+            )
             assert torch.equal(a, b)
         repeats = 3 if quick else 9
         t_ours = median_time(ours, repeats) / cp
         t_loop = median_time(loop, repeats) / cp
-        print(f"{cp:>3} {len(lengths):>9} {t_ours * 1e3:>12.2f} {t_loop * 1e3:>20.2f} {t_loop / t_ours:>6.1f}x")
+        print(
+            f"{cp:>3} {len(lengths):>9} {t_ours * 1e3:>12.2f} {t_loop * 1e3:>20.2f} {t_loop / t_ours:>6.1f}x"
+        )
 
 
 def padded_attention(x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
@@ -161,8 +173,12 @@ def padded_attention(x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
 def bench_attention(quick: bool) -> None:
     rng = np.random.default_rng(2)
     heads, dim = 4, 32
-    print(f"\n## CPU attention, same samples: packed THD vs right-padded batch (heads={heads}, head_dim={dim})")
-    print(f"{'samples':>8} {'max len':>8} {'tokens':>7} {'padded slots':>13} {'packed ms':>10} {'padded ms':>10} {'ratio':>7}")
+    print(
+        f"\n## CPU attention, same samples: packed THD vs right-padded batch (heads={heads}, head_dim={dim})"
+    )
+    print(
+        f"{'samples':>8} {'max len':>8} {'tokens':>7} {'padded slots':>13} {'packed ms':>10} {'padded ms':>10} {'ratio':>7}"
+    )
     for count in (16,) if quick else (16, 64):
         lengths = [int(np.clip(rng.lognormal(5.8, 0.9), 8, 2048)) for _ in range(count)]
         total = sum(lengths)

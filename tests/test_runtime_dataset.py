@@ -219,3 +219,48 @@ def test_dataloader_with_two_workers(tmp_path):
     assert torch.equal(tokens, serial["tokens"])
     assert torch.equal(torch.cat([b["cu_seqlens_q"] for b in batches]), serial["cu_seqlens_q"])
     assert [c for b in batches for c in b["token_count"]] == [len(r["input_ids"]) - 2 for r in rows]
+
+
+def test_reads_what_longpack_pack_writes(tmp_path):
+    """Interop with the `longpack pack` command (feat/packed); skipped where that command is not present."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from longpack.cli.app import app
+    from longpack.runtime.collate import load_pack_metadata
+    from longpack.runtime.context_parallel import physical_cu_seqlens, thd_partition_indices
+
+    runner = CliRunner()
+    if runner.invoke(app, ["pack", "--help"]).exit_code != 0:
+        pytest.skip("`longpack pack` is not part of this build")
+    source = tmp_path / "sft.jsonl"
+    with source.open("w") as handle:
+        for i in range(60):
+            handle.write(
+                json.dumps({"prompt": "q" * (1 + i % 23), "completion": "a" * (2 + (7 * i) % 41)}) + "\n"
+            )
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app,
+        ["pack", str(source), "--out", str(out), "--tokenizer", "bytes", "--seq-length", "128", "--cp", "2",
+         "--workers", "1"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    eos = manifest["tokenizer"]["eos_id"]
+    metadata = load_pack_metadata(next(out.glob("*_metadata.jsonl")))
+    ds = PackedDataset(str(out), validate_rows=True)
+    collate = PackedCollator(
+        max_seq_length=128, eos_id=eos, pad_seq_to_mult=4, pad_to_max_length=True, pad_cu_seqlens=True,
+        pack_metadata=metadata,
+    )  # fmt: skip
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, collate_fn=collate)
+    runtime_tokens = 0
+    for batch in loader:
+        runtime_tokens += sum(batch["token_count"])
+        for r in range(batch["tokens"].shape[0]):
+            row = {k: (v[r : r + 1] if v is not None else None) for k, v in batch.items()}
+            for rank in range(2):  # every pack splits over CP=2
+                thd_partition_indices(physical_cu_seqlens(row), 128, cp_size=2, cp_rank=rank)
+    assert runtime_tokens == manifest["splits"]["training"]["runtime_tokens"]

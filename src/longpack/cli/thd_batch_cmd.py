@@ -29,7 +29,9 @@ def register(app: typer.Typer) -> None:
         ),
         cp: int = typer.Option(1, "--cp", help="Also split row 0 of the batch over this many CP ranks."),
         tp: int = typer.Option(1, "--tp", help="Tensor-parallel size (checked with --sp)."),
-        sp: bool = typer.Option(False, "--sp/--no-sp", help="Sequence parallelism: CP shards must split over TP."),
+        sp: bool = typer.Option(
+            False, "--sp/--no-sp", help="Sequence parallelism: CP shards must split over TP."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Collate packed rows exactly as Megatron-Bridge does and print the batch metadata.
