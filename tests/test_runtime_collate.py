@@ -13,6 +13,16 @@ from hypothesis import strategies as st
 
 from longpack.runtime.collate import CollateError, PackedCollator, collate_packed
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    # Tiny tensors: intra-op threads only add contention on a shared machine. Restored afterwards.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 F, T = False, True
 E = 2
 
@@ -218,15 +228,6 @@ def test_return_cu_seqlen_false_gives_causal_masks():
         ({"pad_seq_to_mult": 4}, "not a multiple of pad_seq_to_mult=4"),
     ],
 )
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    # Tiny tensors: intra-op threads only add contention on a shared machine. Restored afterwards.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_errors(kwargs, match):
     row = {"input_ids": [5, 6, 7, E], "loss_mask": [1] * 4, "seq_start_id": [0]}
     base = {"max_seq_length": 8, "eos_id": E}

@@ -11,6 +11,16 @@ from hypothesis import strategies as st
 
 from longpack.runtime.in_batch import InBatchPackingError, build_thd_row, pack_right_padded_batch
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    # Tiny tensors: intra-op threads only add contention on a shared machine. Restored afterwards.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 F, T = False, True
 
 
@@ -104,15 +114,6 @@ def test_stale_padding_mask_removed():
     ("lengths", "cu", "physical", "width", "max_len"),
     [([2, 3], [0, 2, 5], [0, 4, 8], 8, 4), ([5], [0, 5], [0, 8], 8, 8), ([4, 4], [0, 4, 8], [0, 4, 8], 8, 4)],
 )
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    # Tiny tensors: intra-op threads only add contention on a shared machine. Restored afterwards.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_m4_offsets(lengths, cu, physical, width, max_len):
     out = pack_right_padded_batch(right_padded(lengths), pad_to_multiple_of=4)
     assert out["cu_seqlens_q"].tolist() == cu
