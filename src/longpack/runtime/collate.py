@@ -196,7 +196,8 @@ def collate_packed(
             )
         if not pad_to_max_length:
             raise CollateError("'pad_to_max_length=True' is required when pad_cu_seqlens is enabled")
-    if pack_metadata is not None:
+    if pad_cu_seqlens and pack_metadata is not None:
+        # Megatron-Bridge reads the metadata only for pad_cu_seqlens (spec §3.5).
         if isinstance(pack_metadata, PackMetadataSummary):
             metadata = pack_metadata
         elif isinstance(pack_metadata, str | Path):

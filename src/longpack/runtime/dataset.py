@@ -11,13 +11,14 @@ This module does I/O with pyarrow and numpy only; it does not import torch, and 
 Example::
 
     >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
-    >>> folder = tempfile.mkdtemp()
+    >>> tmp = tempfile.TemporaryDirectory(); folder = tmp.name
     >>> table = pa.table({"input_ids": [[5, 6, 2, 7, 2]], "loss_mask": pa.array([[1, 1, 0, 1, 0]],
     ...                   pa.list_(pa.int8())), "seq_start_id": [[0, 3]]})
     >>> pq.write_table(table, f"{folder}/train.idx.parquet", row_group_size=500)
     >>> ds = PackedDataset(folder)
     >>> len(ds), ds[0]["seq_boundaries"].tolist(), ds[-1]["loss_mask"].tolist()
     (1, [0, 3, 5], [0, 0, 0, 0, 0])
+    >>> ds.close(); tmp.cleanup()
 """
 
 from __future__ import annotations
