@@ -314,7 +314,8 @@ def _shift_row(row: Mapping[str, Any], index: int, *, eos_id: int, answer_only_l
         loss = (tokens != eos_id).astype(np.int64)
     runtime_lengths = np.diff(b) - 1
     cu = np.concatenate([[0], np.cumsum(runtime_lengths)])
-    positions = np.arange(tokens.size, dtype=np.int64) - np.repeat(cu[:-1], runtime_lengths)
+    positions = np.arange(tokens.size, dtype=np.int64)
+    positions -= np.repeat(cu[:-1], runtime_lengths)  # in place: one fewer large allocation
     return _ShiftedRow(
         tokens=tokens,
         labels=labels,
