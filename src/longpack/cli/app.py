@@ -27,6 +27,8 @@ _COMMAND_MODULES = (
     "check_cmd",
     "online_cmd",
     "plan_cmd",
+    "cp_check_cmd",
+    "thd_batch_cmd",
 )
 
 

@@ -1,0 +1,112 @@
+"""``longpack thd-batch``: read packed Parquet rows, collate them into a THD batch and show what each CP rank gets."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("thd-batch")
+    def thd_batch(
+        path: str = typer.Argument(..., help="Packed Parquet file, folder or glob of shards."),
+        index: int = typer.Option(
+            0, "--index", help="First row (negative = padding row, as the sampler pads)."
+        ),
+        batch_size: int = typer.Option(
+            1, "--batch-size", help="Rows per collate call (GBS/DP in Megatron-Bridge)."
+        ),
+        max_seq_length: int = typer.Option(..., "--max-seq-length", help="packed_sequence_size."),
+        eos_id: int = typer.Option(..., "--eos-id", help="The tokenizer's EOS id (pads tokens and labels)."),
+        pad_seq_to_mult: int = typer.Option(
+            1, "--pad-seq-to-mult", help="Per-sequence alignment of the packs."
+        ),
+        pad_to_max_length: bool = typer.Option(False, "--pad-to-max-length/--no-pad-to-max-length"),
+        metadata: str | None = typer.Option(
+            None, "--metadata", help="Pack metadata JSON (enables pad_cu_seqlens)."
+        ),
+        cp: int = typer.Option(1, "--cp", help="Also split row 0 of the batch over this many CP ranks."),
+        tp: int = typer.Option(1, "--tp", help="Tensor-parallel size (checked with --sp)."),
+        sp: bool = typer.Option(
+            False, "--sp/--no-sp", help="Sequence parallelism: CP shards must split over TP."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """Collate packed rows exactly as Megatron-Bridge does and print the batch metadata.
+
+        With --cp > 1, shows the zigzag shard of each CP rank: tokens held, real (non-padding) tokens,
+        supervised tokens. A batch that cannot be split names the sequence and the multiple it needs.
+        """
+        from longpack.runtime.collate import CollateError, collate_packed
+        from longpack.runtime.context_parallel import (
+            ContextParallelError,
+            check_thd_alignment,
+            physical_cu_seqlens,
+            shard_batch,
+        )
+        from longpack.runtime.dataset import PackedDataset, PackedParquetError
+
+        try:
+            ds = PackedDataset(path)
+            rows = [ds[i] for i in range(index, index + batch_size)]
+            batch = collate_packed(
+                rows,
+                max_seq_length=max_seq_length,
+                eos_id=eos_id,
+                pad_seq_to_mult=pad_seq_to_mult,
+                pad_to_max_length=pad_to_max_length or metadata is not None,
+                pad_cu_seqlens=metadata is not None,
+                pack_metadata=metadata,
+            )
+            info: dict[str, Any] = {"rows": len(ds), "files": list(ds.files)}
+            for key, value in batch.items():
+                if hasattr(value, "shape"):
+                    info[key] = {"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape)}
+                    if key.startswith(("cu_seqlens", "max_seqlen")):
+                        info[key]["value"] = value.tolist()
+                else:
+                    info[key] = value
+            ranks = []
+            # CP slicing is per micro-batch of one packed row (MBS 1).
+            row0 = {k: (v[:1] if v is not None else None) for k, v in batch.items()}
+            if cp > 1 or (sp and tp > 1):
+                physical = physical_cu_seqlens(row0)
+                assert physical is not None
+                info["required_multiple"] = check_thd_alignment(
+                    physical, int(batch["tokens"].shape[1]), cp_size=cp, tp_size=tp, sequence_parallel=sp
+                )
+            if cp > 1:
+                for rank in range(cp):
+                    shard = shard_batch(row0, cp, rank)
+                    ranks.append(
+                        {
+                            "cp_rank": rank,
+                            "tokens": int(shard["tokens"].shape[1]),
+                            "real_tokens": int((~shard["padding_mask"]).sum()),
+                            "supervised_tokens": int(shard["loss_mask"].sum()),
+                        }
+                    )
+                info["cp_ranks"] = ranks
+        except (PackedParquetError, CollateError, ContextParallelError, IndexError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        if as_json:
+            typer.echo(json.dumps(info, indent=2))
+            return
+        for key, value in info.items():
+            if key == "cp_ranks":
+                continue
+            if isinstance(value, dict):
+                shown = f"{value['dtype']} {value['shape']}"
+                if "value" in value:
+                    shown += f" {value['value']}"
+                typer.echo(f"{key:>22}: {shown}")
+            else:
+                typer.echo(f"{key:>22}: {value}")
+        for entry in ranks:
+            typer.echo(
+                f"{'cp rank ' + str(entry['cp_rank']):>22}: {entry['tokens']} tokens, {entry['real_tokens']} real, "
+                f"{entry['supervised_tokens']} supervised"
+            )

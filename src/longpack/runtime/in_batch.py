@@ -1,0 +1,278 @@
+"""Collate-time ("in-batch") THD packing: MBS right-padded rows become one packed THD row.
+
+Follows Megatron-Bridge's ``build_mcore_thd_sequence_batch_from_rows`` and
+``pack_right_padded_sequence_batch_to_mcore_thd`` (spec ``megatron-packing.md`` §4.1–4.2). Unlike offline
+packing (§3.4) the rows are *not* shifted here: each row already carries its ``labels`` and ``loss_mask``.
+Alignment gaps sit at the end of each segment: tokens ``pad_token_id``, labels ``ignore_index``, loss 0,
+positions continuing.
+
+Example (two rows of lengths 3 and 2, alignment 4)::
+
+    >>> batch = {"input_ids": torch.tensor([[1, 2, 3, 0], [4, 5, 0, 0]]),
+    ...          "position_ids": torch.tensor([[0, 1, 2, 3], [0, 1, 2, 3]])}
+    >>> out = pack_right_padded_batch(batch, pad_to_multiple_of=4, emit_padding_mask=True)
+    >>> out["input_ids"].tolist(), out["cu_seqlens_q"].tolist(), out["cu_seqlens_q_padded"].tolist()
+    ([[1, 2, 3, 0, 4, 5, 0, 0]], [0, 3, 5], [0, 4, 8])
+    >>> out["position_ids"].tolist(), int(out["max_seqlen_q"])
+    ([[0, 1, 2, 3, 0, 1, 2, 3]], 4)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["InBatchPackingError", "build_thd_row", "pack_right_padded_batch"]
+
+_RESERVED = frozenset({"position_ids", "labels", "loss_mask", "attention_mask", "padding_mask"})
+
+
+class InBatchPackingError(ValueError):
+    """Rows that cannot be packed into one THD row (empty rows, wrong shapes, too long)."""
+
+
+def build_thd_row(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    token_key: str = "input_ids",
+    sequence_length: int | None = None,
+    pad_token_id: int = 0,
+    ignore_index: int = -100,
+    pad_to_multiple_of: int = 1,
+    pad_to_max_length: bool = False,
+    sequence_tensor_pad_values: Mapping[str, Any] | None = None,
+    emit_padding_mask: bool = False,
+) -> dict[str, Any]:
+    """Concatenate unpadded rows into one THD row ``[1, T]`` with Megatron-Core metadata (spec §4.1).
+
+    Each row needs 1-D ``token_key`` and ``position_ids`` tensors; ``labels``, ``loss_mask`` and the keys of
+    ``sequence_tensor_pad_values`` are optional but must be in all rows or none. Row ``i`` of length ``L_i``
+    takes ``ceil(L_i / m) * m`` slots; with ``pad_to_max_length`` the last segment absorbs the slack up to
+    ``sequence_length``. Returns the token key, ``position_ids``, ``labels``, ``loss_mask``,
+    ``attention_mask=None``, ``cu_seqlens_q``/``kv`` (int32, logical), ``cu_seqlens_q_padded``/``kv``
+    (only when some segment has a gap), ``max_seqlen_q``/``kv`` (0-d int32, max physical length),
+    ``total_tokens`` and, if asked, ``padding_mask`` (True on gaps).
+
+    >>> rows = [{"input_ids": torch.tensor([1, 2, 3]), "position_ids": torch.arange(3),
+    ...          "labels": torch.tensor([2, 3, -100]), "loss_mask": torch.tensor([1, 1, 0])},
+    ...         {"input_ids": torch.tensor([4, 5]), "position_ids": torch.arange(2),
+    ...          "labels": torch.tensor([5, -100]), "loss_mask": torch.tensor([1, 0])}]
+    >>> out = build_thd_row(rows, sequence_length=8, pad_to_max_length=True)
+    >>> out["input_ids"].tolist(), out["labels"].tolist()
+    ([[1, 2, 3, 4, 5, 0, 0, 0]], [[2, 3, -100, 5, -100, -100, -100, -100]])
+    >>> out["cu_seqlens_q"].tolist(), out["cu_seqlens_q_padded"].tolist(), out["total_tokens"]
+    ([0, 3, 5], [0, 3, 8], 8)
+    """
+    if not rows:
+        raise InBatchPackingError("build_thd_row needs at least one row")
+    if (
+        isinstance(pad_to_multiple_of, bool)
+        or not isinstance(pad_to_multiple_of, int)
+        or pad_to_multiple_of < 1
+    ):
+        raise InBatchPackingError(f"pad_to_multiple_of must be an integer >= 1, got {pad_to_multiple_of!r}")
+    if sequence_length is not None and sequence_length < 1:
+        raise InBatchPackingError(f"sequence_length must be >= 1 when given, got {sequence_length}")
+    if pad_to_max_length and sequence_length is None:
+        raise InBatchPackingError("pad_to_max_length=True requires sequence_length")
+    extras = dict(sequence_tensor_pad_values or {})
+    clash = sorted(set(extras) & (_RESERVED | {token_key}))
+    if clash:
+        raise InBatchPackingError(
+            f"sequence_tensor_pad_values may not name the built-in keys {clash}; they are padded already"
+        )
+
+    lengths: list[int] = []
+    for i, row in enumerate(rows):
+        tokens = row.get(token_key)
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or tokens.numel() < 1:
+            raise InBatchPackingError(
+                f"row {i}: {token_key!r} must be a non-empty 1-D tensor, got "
+                f"{tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__}"
+            )
+        if sequence_length is not None and tokens.numel() > sequence_length:
+            raise InBatchPackingError(
+                f"Packed sequence row length {tokens.numel()} exceeds configured sequence_length {sequence_length}."
+            )
+        if row.get("position_ids") is None:
+            raise InBatchPackingError(f"row {i}: 'position_ids' is required for THD packing")
+        mask = row.get("attention_mask")
+        if mask is not None and not bool(torch.as_tensor(mask).bool().all()):
+            raise InBatchPackingError(
+                f"row {i}: attention_mask has padded positions; THD packing requires unpadded input rows"
+            )
+        lengths.append(int(tokens.numel()))
+    optional = ["position_ids", "labels", "loss_mask", *extras]
+    present: dict[str, bool] = {}
+    for key in optional:
+        have = [row.get(key) is not None for row in rows]
+        if any(have) and not all(have):
+            raise InBatchPackingError(
+                f"{key!r} is present in some rows but not all; give it in every row or none"
+            )
+        present[key] = all(have)
+        if present[key]:
+            for i, row in enumerate(rows):
+                value = row[key]
+                if not isinstance(value, torch.Tensor) or value.dim() != 1 or value.numel() != lengths[i]:
+                    raise InBatchPackingError(
+                        f"row {i}: {key!r} must be a 1-D tensor of length {lengths[i]} like {token_key!r}"
+                    )
+
+    m = pad_to_multiple_of
+    padded = [((n + m - 1) // m) * m for n in lengths]
+    total = sum(padded)
+    if pad_to_max_length:
+        assert sequence_length is not None
+        if total > sequence_length:
+            raise InBatchPackingError(
+                f"Packed sequence length {total} exceeds configured sequence_length {sequence_length}."
+            )
+        padded[-1] += sequence_length - total
+        total = sequence_length
+
+    first = rows[0][token_key]
+    device = first.device
+    starts = [0]
+    for p in padded:
+        starts.append(starts[-1] + p)
+    out: dict[str, Any] = {}
+
+    def fill(key: str, pad_value: Any) -> torch.Tensor:
+        template = rows[0][key]
+        result = torch.full((1, total), pad_value, dtype=template.dtype, device=device)
+        for row, start, n in zip(rows, starts, lengths, strict=False):
+            result[0, start : start + n] = row[key].to(device)
+        return result
+
+    out[token_key] = fill(token_key, pad_token_id)
+    positions = fill("position_ids", 0)
+    for row, start, n, p in zip(rows, starts, lengths, padded, strict=False):
+        if p > n:
+            last = row["position_ids"][-1].to(device)
+            positions[0, start + n : start + p] = last + torch.arange(
+                1, p - n + 1, device=device, dtype=positions.dtype
+            )
+    out["position_ids"] = positions
+    out["labels"] = fill("labels", ignore_index) if present["labels"] else None
+    out["loss_mask"] = fill("loss_mask", 0) if present["loss_mask"] else None
+    for key, value in extras.items():
+        if present[key]:
+            out[key] = fill(key, value)
+    out["attention_mask"] = None
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    out["cu_seqlens_q"] = cu
+    out["cu_seqlens_kv"] = cu
+    if padded != lengths:
+        cu_padded = torch.tensor(starts, dtype=torch.int32, device=device)
+        out["cu_seqlens_q_padded"] = cu_padded
+        out["cu_seqlens_kv_padded"] = cu_padded
+    max_seqlen = torch.tensor(max(padded), dtype=torch.int32)
+    out["max_seqlen_q"] = max_seqlen
+    out["max_seqlen_kv"] = max_seqlen
+    out["total_tokens"] = total
+    if emit_padding_mask:
+        gap = torch.ones((1, total), dtype=torch.bool, device=device)
+        for start, n in zip(starts, lengths, strict=False):
+            gap[0, start : start + n] = False
+        out["padding_mask"] = gap
+    return out
+
+
+def pack_right_padded_batch(
+    batch: MutableMapping[str, Any],
+    *,
+    token_key: str | None = None,
+    sequence_length: int | None = None,
+    pad_token_id: int = 0,
+    ignore_index: int = -100,
+    pad_to_multiple_of: int = 1,
+    sequence_tensor_pad_values: Mapping[str, Any] | None = None,
+    emit_padding_mask: bool = False,
+) -> MutableMapping[str, Any]:
+    """Pack a right-padded micro-batch ``[B, S]`` into one THD row ``[1, T]`` **in place** (spec §4.2).
+
+    Row lengths come from ``attention_mask`` (per-row sums) if given, else from ``token != pad_token_id``;
+    the active positions must be a prefix of each row. Writes back the token key(s), ``labels``,
+    ``loss_mask``, ``position_ids``, ``attention_mask=None``, the ``cu_seqlens*``/``max_seqlen*`` keys,
+    ``total_tokens`` and extras, and removes stale ``padding_mask`` / ``cu_seqlens_*_padded`` keys that
+    were not produced. Returns ``batch``.
+
+    >>> batch = {"tokens": torch.tensor([[1, 2, 3, 0, 0, 0, 0], [4, 5, 6, 7, 0, 0, 0]]),
+    ...          "position_ids": torch.arange(7).repeat(2, 1)}
+    >>> out = pack_right_padded_batch(batch)
+    >>> out["tokens"].tolist(), out["cu_seqlens_q"].tolist(), int(out["max_seqlen_q"])
+    ([[1, 2, 3, 4, 5, 6, 7]], [0, 3, 7], 4)
+    """
+    if token_key is None:
+        if isinstance(batch.get("tokens"), torch.Tensor):
+            token_key = "tokens"
+        elif isinstance(batch.get("input_ids"), torch.Tensor):
+            token_key = "input_ids"
+        else:
+            raise InBatchPackingError("the batch has neither a 'tokens' nor an 'input_ids' tensor to pack")
+    tokens = batch[token_key]
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+        raise InBatchPackingError(f"batch[{token_key!r}] must be a 2-D [batch, sequence] tensor")
+    positions = batch.get("position_ids")
+    if not isinstance(positions, torch.Tensor) or positions.shape != tokens.shape:
+        raise InBatchPackingError(
+            f"batch['position_ids'] must be a tensor of shape {tuple(tokens.shape)} like {token_key!r}"
+        )
+    extras = dict(sequence_tensor_pad_values or {})
+    for key in ("labels", "loss_mask", *extras):
+        value = batch.get(key)
+        if value is not None and (not isinstance(value, torch.Tensor) or value.shape != tokens.shape):
+            raise InBatchPackingError(
+                f"batch[{key!r}] must have shape {tuple(tokens.shape)} like {token_key!r}"
+            )
+    mask = batch.get("attention_mask")
+    if mask is not None:
+        mask = torch.as_tensor(mask)
+        if mask.shape != tokens.shape:
+            raise InBatchPackingError(
+                f"attention_mask must be 2-D {tuple(tokens.shape)} for direct packing, got {tuple(mask.shape)}"
+            )
+        active = mask.bool()
+    else:
+        active = tokens != pad_token_id
+    lengths = active.sum(dim=1)
+    width = tokens.size(1)
+    prefix = torch.arange(width, device=tokens.device).unsqueeze(0) < lengths.unsqueeze(1)
+    if not torch.equal(prefix, active):
+        raise InBatchPackingError("Direct sequence packing requires right-padded input rows.")
+    if bool((lengths == 0).any()):
+        empty = int((lengths == 0).nonzero()[0, 0])
+        raise InBatchPackingError(f"Cannot pack a batch containing an empty sequence row (row {empty})")
+    rows = []
+    for i, n in enumerate(lengths.tolist()):
+        row: dict[str, Any] = {token_key: tokens[i, :n], "position_ids": positions[i, :n]}
+        for key in ("labels", "loss_mask", *extras):
+            if batch.get(key) is not None:
+                row[key] = batch[key][i, :n]
+        rows.append(row)
+    packed = build_thd_row(
+        rows,
+        token_key=token_key,
+        sequence_length=sequence_length,
+        pad_token_id=pad_token_id,
+        ignore_index=ignore_index,
+        pad_to_multiple_of=pad_to_multiple_of,
+        sequence_tensor_pad_values=extras,
+        emit_padding_mask=emit_padding_mask,
+    )
+    for key in ("tokens", "input_ids"):
+        if isinstance(batch.get(key), torch.Tensor):
+            batch[key] = packed[token_key]
+    for key in ("cu_seqlens_q_padded", "cu_seqlens_kv_padded", "padding_mask"):
+        if key not in packed:
+            batch.pop(key, None)
+    for key, value in packed.items():
+        if key == token_key:
+            continue
+        if key in ("labels", "loss_mask") and value is None and key not in batch:
+            continue
+        batch[key] = value
+    return batch
