@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from longpack.samples import TokenizedSamples
+from longpack.text import inputs as _inputs
 from longpack.text.errors import InputError
 from longpack.text.inputs import (
-    PARQUET_CHUNK_ROWS,
     first_jsonl_rows,
     input_kind,
     jsonl_chunks,
@@ -233,7 +233,7 @@ def _parquet_batches(path: Path) -> Iterator[tuple[int, Any]]:
     except Exception as e:
         raise InputError(f"{path}: not a readable Parquet file ({e}); check the file") from e
     first = 0
-    for batch in pf.iter_batches(batch_size=PARQUET_CHUNK_ROWS):
+    for batch in pf.iter_batches(batch_size=_inputs.PARQUET_CHUNK_ROWS):
         yield first, batch
         first += batch.num_rows
 
@@ -319,7 +319,7 @@ def tokenize_inputs(
                         pass
                 continue
             if kind == "jsonl":
-                for first, blob in jsonl_chunks(path, hashers[i]):
+                for first, blob in jsonl_chunks(path, hashers[i], _inputs.JSONL_CHUNK_BYTES):
                     yield i, _Job(kind, files[i], first, blob, fmt, config, tok.spec), len(blob)
             else:
                 size = path.stat().st_size
