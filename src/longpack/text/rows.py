@@ -251,14 +251,18 @@ def row_to_sample(row: Any, fmt: str, config: TextConfig, tok: Tokenizer) -> tup
             raise RowError(
                 f"the conversation has no assistant message, so chat_loss={config.chat_loss!r} trains on nothing"
             )
-        ids, owner = tok.chat(messages)
+        ids_arr, owner = tok.chat_arrays(messages)
         if config.chat_loss == "assistant":
             mask_arr = owner >= 0
         elif config.chat_loss == "last_turn":
             mask_arr = (owner == owner.max()) & (owner >= 0)
         else:
-            mask_arr = np.ones(len(ids), dtype=bool)
-        mask = mask_arr.astype(np.uint8).tolist()
+            mask_arr = np.ones(len(ids_arr), dtype=bool)
+        for skipped_id in tok.skipped_id_set:
+            mask_arr[ids_arr == skipped_id] = False
+        if len(ids_arr) < 2:
+            raise RowError(f"the sample has {len(ids_arr)} token(s); a stored sample needs at least 2")
+        return ids_arr.tolist(), mask_arr.view(np.uint8).tolist()
     elif fmt == "pretokenized":
         if "input_ids" not in row:
             raise RowError(f"missing key 'input_ids' (pretokenized tokens); the row has keys {sorted(row)}")

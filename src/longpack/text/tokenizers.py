@@ -215,8 +215,8 @@ class Tokenizer(ABC):
         """The chat template's text for ``messages`` as pieces owned by assistant turns (or -1)."""
 
     @abstractmethod
-    def _encode_offsets(self, text: str) -> tuple[list[int], np.ndarray, np.ndarray, str]:
-        """Ids of ``text`` with each token's start/end offsets and the offsets' unit ("byte" or "char")."""
+    def _encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+        """Ids of ``text`` (int64) with each token's start/end offsets and their unit ("byte" or "char")."""
 
     @abstractmethod
     def identity(self) -> dict[str, Any]:
@@ -246,6 +246,11 @@ class Tokenizer(ABC):
 
     def chat(self, messages: Sequence[Message]) -> tuple[list[int], np.ndarray]:
         """Ids of the rendered conversation and the assistant turn owning each token (-1: none)."""
+        ids, owner = self.chat_arrays(messages)
+        return ids.tolist(), owner
+
+    def chat_arrays(self, messages: Sequence[Message]) -> tuple[np.ndarray, np.ndarray]:
+        """``chat`` with the ids as an int64 array."""
         pieces = self.render_chat(messages)
         text = "".join(t for t, _ in pieces)
         ids, starts, ends, unit = self._encode_offsets(text)
@@ -258,11 +263,11 @@ class _TableTokenizer(Tokenizer):
 
     _byte_len: np.ndarray
 
-    def _encode_offsets(self, text: str) -> tuple[list[int], np.ndarray, np.ndarray, str]:
-        ids = self.encode(text)
-        ends = np.cumsum(self._byte_len[np.asarray(ids, dtype=np.int64)]) if ids else np.zeros(0, np.int64)
-        starts = ends - self._byte_len[np.asarray(ids, dtype=np.int64)] if ids else ends
-        return ids, starts, ends, "byte"
+    def _encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+        ids = np.array(self.encode(text), dtype=np.int64)
+        lens = self._byte_len[ids]
+        ends = np.cumsum(lens)
+        return ids, ends - lens, ends, "byte"
 
 
 class BytesTokenizer(_TableTokenizer):
@@ -480,10 +485,10 @@ class HFTokenizer(Tokenizer):
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._tok.decode(list(ids), skip_special_tokens=False))
 
-    def _encode_offsets(self, text: str) -> tuple[list[int], np.ndarray, np.ndarray, str]:
+    def _encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
         enc = self._tok.encode(text, add_special_tokens=False)
         off = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
-        return list(enc.ids), off[:, 0], off[:, 1], "char"
+        return np.array(enc.ids, dtype=np.int64), off[:, 0], off[:, 1], "char"
 
     def _compiled(self) -> Any:
         if self._template is None:
