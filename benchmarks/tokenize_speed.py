@@ -1,6 +1,6 @@
-"""(Not named tokenize.py: a script of that name shadows the standard library's tokenize module.)
+"""Tokenization throughput: ``tokenize_inputs`` vs the tokenizer's own batch encode, on the same text.
 
-Tokenization throughput: ``tokenize_inputs`` vs the tokenizer's own batch encode, on the same text.
+(Not named ``tokenize.py``: a script of that name shadows the standard library's ``tokenize`` module.)
 
 The data is the built-in demo set (real text from the standard library), repeated to make a few tens of MB.
 The reference is tiktoken's threaded ``encode_batch`` (what ``qwen3`` wraps) over exactly the strings
@@ -62,10 +62,16 @@ def main() -> None:
             n_tokens = len(res.samples.tokens)
         ref, ours = statistics.median(ref_times), statistics.median(ours_times)
         rows = len(res.samples)
-        print(f"data: {rows} rows, {mb:.1f} MB JSONL, {n_tokens / 1e6:.2f} M tokens ({n_ref / 1e6:.2f} M in the reference)")
+        print(
+            f"data: {rows} rows, {mb:.1f} MB JSONL, {n_tokens / 1e6:.2f} M tokens ({n_ref / 1e6:.2f} M in the reference)"
+        )
         print(f"{'method':<44} {'median s':>9} {'M tok/s':>8} {'ratio':>6}")
-        print(f"{'tiktoken encode_batch (' + str(args.workers) + ' threads, strings in memory)':<44} {ref:9.2f} {n_ref / ref / 1e6:8.2f} {1.0:6.2f}")
-        print(f"{'tokenize_inputs (' + str(args.workers) + ' workers, files -> buffers)':<44} {ours:9.2f} {n_tokens / ours / 1e6:8.2f} {ours / ref:6.2f}")
+        print(
+            f"{'tiktoken encode_batch (' + str(args.workers) + ' threads, strings in memory)':<44} {ref:9.2f} {n_ref / ref / 1e6:8.2f} {1.0:6.2f}"
+        )
+        print(
+            f"{'tokenize_inputs (' + str(args.workers) + ' workers, files -> buffers)':<44} {ours:9.2f} {n_tokens / ours / 1e6:8.2f} {ours / ref:6.2f}"
+        )
         print(f"runs: ref {[round(t, 2) for t in ref_times]}, ours {[round(t, 2) for t in ours_times]}")
 
 

@@ -238,3 +238,18 @@ def test_demo_inputs_cache(tmp_path: Path) -> None:
     assert [Path(f).stat().st_mtime_ns for f in files] == mtimes  # not regenerated
     r = tokenize_inputs(files, tokenizer="bytes", config=TextConfig(), workers=1)
     assert len(r.samples) == 50 and r.format == "chat,prompt_completion"
+
+
+def test_hf_folder_tokenizer_in_worker_processes(tmp_path: Path) -> None:
+    from test_text_formats import CHATML, _hf_folder
+
+    folder = _hf_folder(tmp_path / "model", CHATML)
+    (folder / "tokenizer.json").rename(folder / "my_tok.json")  # a tokenizer file not named tokenizer.json
+    chat = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    p = write_jsonl(tmp_path / "c.jsonl", [chat] * 3)
+    spec = str(folder / "my_tok.json")
+    one = tokenize_inputs([str(p)], tokenizer=spec, config=TextConfig(), workers=1)
+    two = tokenize_inputs([str(p)], tokenizer=spec, config=TextConfig(), workers=2)
+    assert one.samples.tokens.tolist() == two.samples.tokens.tolist() == [8, 1, 3, 9, 8, 2, 4, 9] * 3
+    assert one.samples.loss_mask.tolist() == [0, 0, 0, 0, 0, 0, 1, 1] * 3
+    assert one.tokenizer["path"] == str((folder / "my_tok.json").resolve()) and one.tokenizer["eos_id"] == 9

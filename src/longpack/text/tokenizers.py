@@ -431,13 +431,13 @@ class HFTokenizer(Tokenizer):
 
     kind = "hf"
 
-    def __init__(self, tokenizer_file: Path, config_file: Path | None) -> None:
+    def __init__(self, tokenizer_file: Path, config_file: Path | None, spec: str | None = None) -> None:
         from tokenizers import Tokenizer as RustTokenizer
 
         self._file = tokenizer_file
         self._config_file = config_file
-        self.spec = str(tokenizer_file.parent if config_file is not None else tokenizer_file)
-        self.name = self.spec
+        self.spec = spec or str(tokenizer_file.resolve())
+        self.name = str(tokenizer_file.parent if tokenizer_file.name == "tokenizer.json" else tokenizer_file)
         try:
             self._tok = RustTokenizer.from_file(str(tokenizer_file))
         except Exception as e:
@@ -573,7 +573,7 @@ class HFTokenizer(Tokenizer):
         out: dict[str, Any] = {
             "kind": "hf",
             "name": self.name,
-            "path": str(self._file.parent if self._config_file is not None else self._file),
+            "path": self.spec,
             "files": files,
             "eos_id": self.eos_id,
             "eos_token": self._eos_text,
@@ -611,7 +611,7 @@ def load_tokenizer(spec: str) -> Tokenizer:
         tried = ["built-in names 'bytes', 'qwen3'"]
         if path.is_file():
             config = path.parent / "tokenizer_config.json"
-            tok = HFTokenizer(path, config if config.is_file() else None)
+            tok = HFTokenizer(path, config if config.is_file() else None, str(path.resolve()))
         elif path.is_dir():
             tj = path / "tokenizer.json"
             if not tj.is_file():
@@ -621,7 +621,7 @@ def load_tokenizer(spec: str) -> Tokenizer:
                     "folder (only fast HF tokenizers are supported)"
                 )
             config = path / "tokenizer_config.json"
-            tok = HFTokenizer(tj, config if config.is_file() else None)
+            tok = HFTokenizer(tj, config if config.is_file() else None, str(path.resolve()))
         else:
             tried += [f"file {path} (does not exist)", f"folder {path}/tokenizer.json (does not exist)"]
             raise InputError(
