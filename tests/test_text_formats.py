@@ -350,3 +350,21 @@ def test_load_tokenizer_errors_list_what_was_tried(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(InputError, match=r"not a valid HF tokenizer\.json"):
         load_tokenizer(str(tmp_path / "bad.json"))
+
+
+def test_hf_template_raise_exception_is_a_malformed_row(tmp_path: Path) -> None:
+    template = (
+        "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+        + CHATML
+    )
+    tok = load_tokenizer(str(_hf_folder(tmp_path / "m", template)))
+    with pytest.raises(
+        RowError, match=r"chat template rejected this conversation \(System role not supported\)"
+    ):
+        row_to_sample(
+            {"messages": [{"role": "system", "content": "be"}]}, "chat", TextConfig(chat_loss="full"), tok
+        )
+    ids, _ = row_to_sample(
+        {"messages": [{"role": "user", "content": "hi"}]}, "chat", TextConfig(chat_loss="full"), tok
+    )
+    assert ids == [8, 1, 3, 9]

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from longpack.text.errors import RowError
 from longpack.text.tokenizers import Message, Tokenizer
 
 FORMATS = ("auto", "prompt_completion", "chat", "sharegpt", "pretokenized")
@@ -95,10 +96,6 @@ class TextConfig:
             )
 
 
-class RowError(ValueError):
-    """A malformed row (the caller adds file:line and the fix)."""
-
-
 def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
     """The most common format among the first rows (ties: the earliest). Rows whose keys fit no format are
     ignored unless no row fits. Per row: ``input_ids`` -> pretokenized, messages key -> chat,
@@ -109,7 +106,7 @@ def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
         >>> detect_format([{"question": "q"}], TextConfig())
         Traceback (most recent call last):
         ...
-        longpack.text.rows.RowError: cannot detect the format from keys ['question']: prompt_completion needs 'prompt' and 'completion' (set the keys), chat needs 'messages', sharegpt needs 'conversations', pretokenized needs 'input_ids'
+        longpack.text.errors.RowError: cannot detect the format from keys ['question']: prompt_completion needs 'prompt' and 'completion' (set the keys), chat needs 'messages', sharegpt needs 'conversations', pretokenized needs 'input_ids'
     """
     found: list[str] = []
     for row in rows:

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from longpack.text.errors import InputError
+from longpack.text.errors import InputError, RowError
 
 Message = Mapping[str, Any]
 Piece = tuple[str, int]  # (text, owner): owner = assistant turn ordinal, or -1
@@ -539,7 +539,7 @@ class HFTokenizer(Tokenizer):
                 tools=None,
             )
         except jinja2.TemplateError as e:
-            raise InputError(f"chat template failed: {e}") from e
+            raise RowError(f"the chat template rejected this conversation ({e})") from e
         if _GEN_OPEN in text:
             pieces: list[Piece] = []
             turn = 0
