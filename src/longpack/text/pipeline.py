@@ -191,6 +191,48 @@ def _process(job: _Job) -> _ChunkOut:
     )
 
 
+class _Growable:
+    """A 1-D buffer that grows by ``ndarray.resize`` (realloc: large blocks are remapped, not copied), so the
+    joined token data costs about 1x its size in memory, not 2x as collecting chunks and concatenating would."""
+
+    def __init__(self, dtype: Any, capacity: int = 1 << 16) -> None:
+        self._arr = np.empty(capacity, dtype=dtype)
+        self._n = 0
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self._n + len(values)
+        if need > len(self._arr):
+            self._arr.resize(max(need, 2 * len(self._arr)), refcheck=False)
+        self._arr[self._n : need] = values
+        self._n = need
+
+    def finish(self) -> np.ndarray:
+        self._arr.resize(self._n, refcheck=False)
+        return self._arr
+
+
+class _Collector:
+    """Joins chunk results in order as they arrive, then forgets them."""
+
+    def __init__(self, n_files: int, token_dtype: Any) -> None:
+        self.tokens = _Growable(token_dtype)
+        self.loss_mask = _Growable(np.uint8)
+        self.lengths: list[np.ndarray] = []
+        self.rows: list[np.ndarray] = []
+        self.file_of: list[np.ndarray] = []
+        self.malformed: list[tuple[int, int, str]] = []
+        self.rows_per_file = [0] * n_files
+
+    def add(self, file_index: int, out: _ChunkOut) -> None:
+        self.tokens.extend(out.tokens)
+        self.loss_mask.extend(out.loss_mask)
+        self.lengths.append(out.lengths)
+        self.rows.append(out.rows)
+        self.file_of.append(np.full(len(out.lengths), file_index, dtype=np.int32))
+        self.malformed += [(file_index, r, reason) for r, reason in out.malformed]
+        self.rows_per_file[file_index] += out.rows_read
+
+
 def _fast_pretokenized(job: _Job, tok: Tokenizer) -> _ChunkOut | None:
     """Clean pretokenized chunks go through Arrow without a Python object per token."""
     if job.kind == "parquet":
@@ -218,6 +260,7 @@ def _fast_pretokenized(job: _Job, tok: Tokenizer) -> _ChunkOut | None:
     if got is None:
         return None
     tokens, mask, lengths = got
+    tokens = tokens.astype(np.int32 if tok.vocab_size <= 2**31 - 1 else np.int64)
     return _ChunkOut(
         tokens=tokens,
         loss_mask=mask,
@@ -333,12 +376,13 @@ def tokenize_inputs(
                     nbytes = size * batch.num_rows // total_rows
                     yield i, _Job(kind, files[i], first, batch, fmt, config, tok.spec), nbytes
 
-    outs: list[tuple[int, _ChunkOut]] = []
+    token_dtype = np.int32 if tok.vocab_size <= np.iinfo(np.int32).max else np.int64
+    sink = _Collector(len(paths), token_dtype)
     bar = _Bar(progress, total=sum(p.stat().st_size for p in paths))
     try:
         if n_workers == 1:
             for i, job, nbytes in jobs():
-                outs.append((i, _process(job)))
+                sink.add(i, _process(job))
                 bar.advance(nbytes)
         else:
             # forkserver: workers start from a clean process that imported this module once (no fork of a
@@ -354,11 +398,11 @@ def tokenize_inputs(
                         pending.append((i, pool.submit(_process, job), nbytes))
                         while len(pending) > 2 * n_workers + 2:
                             fi, fut, nb = pending.popleft()
-                            outs.append((fi, fut.result()))
+                            sink.add(fi, fut.result())
                             bar.advance(nb)
                     while pending:
                         fi, fut, nb = pending.popleft()
-                        outs.append((fi, fut.result()))
+                        sink.add(fi, fut.result())
                         bar.advance(nb)
                 except BaseException:
                     pool.shutdown(wait=True, cancel_futures=True)
@@ -366,36 +410,25 @@ def tokenize_inputs(
     finally:
         bar.close()
 
-    rows_read = sum(o.rows_read for _, o in outs)
-    malformed = tuple((f"{files[i]}:{r}", reason) for i, o in outs for r, reason in o.malformed)
+    rows_read = sum(sink.rows_per_file)
+    malformed = tuple((f"{files[i]}:{r}", reason) for i, r, reason in sink.malformed)
     if rows_read == 0:
         raise InputError(f"no rows in the inputs ({', '.join(files)}): every file is empty; check the inputs")
-    lengths = np.concatenate([o.lengths for _, o in outs])
+    lengths = np.concatenate(sink.lengths) if sink.lengths else np.zeros(0, np.int64)
     if len(lengths) == 0:
         first = f" (first: {malformed[0][0]}: {malformed[0][1]})" if malformed else ""
         raise InputError(f"all {rows_read} rows were malformed and skipped{first}; check the format and keys")
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    dtype = np.int32 if tok.vocab_size <= np.iinfo(np.int32).max else np.int64
-    tokens = np.empty(int(offsets[-1]), dtype=dtype)
-    loss_mask = np.empty(int(offsets[-1]), dtype=np.uint8)
-    pos = 0
-    for _, o in outs:
-        n = len(o.tokens)
-        tokens[pos : pos + n] = o.tokens
-        loss_mask[pos : pos + n] = o.loss_mask
-        pos += n
     samples = TokenizedSamples(
-        tokens=tokens,
-        loss_mask=loss_mask,
+        tokens=sink.tokens.finish(),
+        loss_mask=sink.loss_mask.finish(),
         offsets=offsets,
-        source_file=np.concatenate([np.full(len(o.lengths), i, dtype=np.int32) for i, o in outs]),
-        source_row=np.concatenate([o.rows for _, o in outs]),
+        source_file=np.concatenate(sink.file_of),
+        source_row=np.concatenate(sink.rows),
         files=files,
     )
-    per_file_rows = [0] * len(paths)
-    for i, o in outs:
-        per_file_rows[i] += o.rows_read
+    per_file_rows = sink.rows_per_file
     input_info = []
     for i, (path, kind) in enumerate(zip(paths, kinds, strict=True)):
         digest = hashers[i].hexdigest() if kind == "jsonl" else sha256_file(path)
