@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import array
 import hashlib
-import io
 import json
 import multiprocessing as mp
 import os
+import re
+import warnings
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -233,30 +234,71 @@ class _Collector:
         self.rows_per_file[file_index] += out.rows_read
 
 
-def _fast_pretokenized(job: _Job, tok: Tokenizer) -> _ChunkOut | None:
-    """Clean pretokenized chunks go through Arrow without a Python object per token."""
-    if job.kind == "parquet":
-        table = job.payload
-        first = job.first_row
-        row_numbers = np.arange(first, first + table.num_rows, dtype=np.int64)
-    else:
-        blob: bytes = job.payload
-        # Line numbers stay exact only if every line is a row: no blank lines, no CR.
-        if not blob or b"\n\n" in blob or blob.startswith(b"\n") or b"\r" in blob:
-            return None
-        import pyarrow.json as pajson
+# A pretokenized JSONL row in its plain form: {"input_ids": [ints], "loss_mask": [ints]?} and nothing else.
+# Such lines are parsed by numpy without a Python int per token; any other line sends its whole chunk down
+# the per-row json path, which also reports errors with their line.
+_PRETOKENIZED_LINE = re.compile(
+    rb'\s*\{\s*"input_ids"\s*:\s*\[([^\]"]*)\]\s*(?:,\s*"loss_mask"\s*:\s*\[([^\]"]*)\]\s*)?\}\s*'
+)
 
+
+def _parse_int_lists(groups: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Values and per-group lengths of comma-separated integer groups, or ``None`` if any is irregular."""
+    lengths = np.array([g.count(b",") + 1 if g.strip() else 0 for g in groups], dtype=np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         try:
-            table = pajson.read_json(
-                io.BytesIO(blob), read_options=pajson.ReadOptions(use_threads=False, block_size=len(blob) + 1)
+            values = np.fromstring(
+                b",".join(g for g in groups if g.strip()).decode("ascii"), dtype=np.int64, sep=","
             )
-        except Exception:
-            return None  # the per-row path finds and reports the exact line
-        n_lines = blob.count(b"\n") + (0 if blob.endswith(b"\n") else 1)
-        if table.num_rows != n_lines:
+        except (ValueError, DeprecationWarning):
             return None
-        row_numbers = np.arange(job.first_row, job.first_row + n_lines, dtype=np.int64)
-    got = _arrow_pretokenized(table, tok.vocab_size)
+    if len(values) != int(lengths.sum()):
+        return None
+    return values, lengths
+
+
+def _fast_pretokenized(job: _Job, tok: Tokenizer) -> _ChunkOut | None:
+    """Clean pretokenized chunks without a Python object per token (Arrow columns, or numpy text parsing)."""
+    if job.kind == "parquet":
+        got = _arrow_pretokenized(job.payload, tok.vocab_size)
+        row_numbers = np.arange(job.first_row, job.first_row + job.payload.num_rows, dtype=np.int64)
+    else:
+        id_groups: list[bytes] = []
+        mask_groups: list[bytes | None] = []
+        rows: list[int] = []
+        for k, line in enumerate(job.payload.split(b"\n")):
+            if not line.strip():
+                continue
+            m = _PRETOKENIZED_LINE.fullmatch(line)
+            if m is None:
+                return None
+            id_groups.append(m.group(1))
+            mask_groups.append(m.group(2))
+            rows.append(job.first_row + k)
+        if not rows:
+            return None
+        parsed = _parse_int_lists(id_groups)
+        if parsed is None:
+            return None
+        tokens, lengths = parsed
+        if all(g is None for g in mask_groups):
+            mask = np.ones(len(tokens), dtype=np.uint8)
+        elif all(g is not None for g in mask_groups):
+            parsed_mask = _parse_int_lists([g for g in mask_groups if g is not None])
+            if parsed_mask is None or not np.array_equal(parsed_mask[1], lengths):
+                return None
+            if len(parsed_mask[0]) and (parsed_mask[0].min() < 0 or parsed_mask[0].max() > 1):
+                return None
+            mask = parsed_mask[0].astype(np.uint8)
+        else:
+            return None
+        if (lengths < 2).any() or (
+            len(tokens) and (int(tokens.max()) >= tok.vocab_size or int(tokens.min()) < 0)
+        ):
+            return None
+        got = (tokens, mask, lengths)
+        row_numbers = np.array(rows, dtype=np.int64)
     if got is None:
         return None
     tokens, mask, lengths = got
@@ -269,6 +311,15 @@ def _fast_pretokenized(job: _Job, tok: Tokenizer) -> _ChunkOut | None:
         malformed=[],
         rows_read=len(row_numbers),
     )
+
+
+def _inline_file(kind: str, fmt: str | None) -> bool:
+    # Pretokenized Parquet is a few vectorized Arrow calls per batch: shipping it to a worker costs more.
+    return fmt is None or (kind == "parquet" and fmt == "pretokenized")
+
+
+def _inline(job: _Job) -> bool:
+    return _inline_file(job.kind, job.fmt)
 
 
 def _parquet_batches(path: Path) -> Iterator[tuple[int, Any]]:
@@ -380,7 +431,7 @@ def tokenize_inputs(
     sink = _Collector(len(paths), token_dtype)
     bar = _Bar(progress, total=sum(p.stat().st_size for p in paths))
     try:
-        if n_workers == 1:
+        if n_workers == 1 or all(_inline_file(k, f) for k, f in zip(kinds, formats, strict=True)):
             for i, job, nbytes in jobs():
                 sink.add(i, _process(job))
                 bar.advance(nbytes)
@@ -395,6 +446,14 @@ def tokenize_inputs(
                 pending: deque[tuple[int, Future[_ChunkOut], int]] = deque()
                 try:
                     for i, job, nbytes in jobs():
+                        if _inline(job):
+                            while pending:
+                                fi, fut, nb = pending.popleft()
+                                sink.add(fi, fut.result())
+                                bar.advance(nb)
+                            sink.add(i, _process(job))
+                            bar.advance(nbytes)
+                            continue
                         pending.append((i, pool.submit(_process, job), nbytes))
                         while len(pending) > 2 * n_workers + 2:
                             fi, fut, nb = pending.popleft()
