@@ -136,7 +136,10 @@ def test_parquet_inputs_all_formats(tmp_path: Path) -> None:
     msgs = [[{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]]
     pq.write_table(pa.table({"messages": msgs}), tmp_path / "chat.parquet")
     pre = pa.table(
-        {"input_ids": pa.array([[1, 2, 3], [4, 5]], pa.list_(pa.int32())), "loss_mask": [[0, 1, 1], [1, 1]]}
+        {
+            "input_ids": pa.array([[1, 2, 3], [4, 5]], pa.list_(pa.int32())),
+            "loss_mask": pa.array([[0, 1, 1], [1, 1]], pa.list_(pa.int8())),
+        }
     )
     pq.write_table(pre, tmp_path / "pre.pq")
     r = run([tmp_path / "*.parquet", tmp_path / "pre.pq"])

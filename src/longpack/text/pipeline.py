@@ -127,13 +127,13 @@ def _arrow_pretokenized(table: Any, vocab_size: int) -> tuple[np.ndarray, np.nda
         mvals = pc.list_flatten(mcol)
         if mvals.null_count:
             return None
-        mask = mvals.to_numpy(zero_copy_only=False).astype(np.int64)
-        if len(mask) and (mask.min() < 0 or mask.max() > 1):
+        mask = mvals.to_numpy(zero_copy_only=False)
+        if len(mask) and (int(mask.min()) < 0 or int(mask.max()) > 1):
             return None
-        mask = mask.astype(np.uint8)
+        mask = mask.astype(np.uint8, copy=False)
     else:
         mask = np.ones(len(tokens), dtype=np.uint8)
-    return tokens.astype(np.int64), mask, lengths
+    return tokens, mask, lengths
 
 
 def _process(job: _Job) -> _ChunkOut:
@@ -302,7 +302,7 @@ def _fast_pretokenized(job: _Job, tok: Tokenizer) -> _ChunkOut | None:
     if got is None:
         return None
     tokens, mask, lengths = got
-    tokens = tokens.astype(np.int32 if tok.vocab_size <= 2**31 - 1 else np.int64)
+    tokens = tokens.astype(np.int32 if tok.vocab_size <= 2**31 - 1 else np.int64, copy=False)
     return _ChunkOut(
         tokens=tokens,
         loss_mask=mask,
