@@ -154,6 +154,10 @@ def test_chat_errors() -> None:
         TextConfig(),
     )
     assert msgs == [{"role": "user", "content": "ab"}]
+    as_string = {"messages": json.dumps(CONV)}  # a JSON-encoded conversation column
+    assert sample(as_string, "chat") == sample({"messages": CONV}, "chat")
+    with pytest.raises(RowError, match="key 'messages' must be a list or tuple or ndarray, got int"):
+        sample({"messages": 3}, "chat")
 
 
 # --- qwen3 ----------------------------------------------------------------------------------------------

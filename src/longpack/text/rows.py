@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -163,6 +164,18 @@ def _content_text(content: Any, where: str) -> str:
     raise RowError(f"{where}: content must be a string, got {type(content).__name__}")
 
 
+def _turns(row: Mapping[str, Any], key: str, what: str) -> list[Any]:
+    value = row.get(key)
+    if isinstance(value, str):  # some datasets (often Parquet) store the conversation as a JSON string
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise RowError(f"key {key!r} is a string but not a JSON list of turns ({e})") from e
+        if isinstance(value, list):
+            return value
+    return list(_get(row, key, (list, tuple, np.ndarray), what))
+
+
 def chat_messages(row: Mapping[str, Any], fmt: str, config: TextConfig) -> list[Message]:
     """The row's conversation as ``[{"role", "content"}, ...]`` (ShareGPT roles mapped, system prepended).
 
@@ -171,7 +184,7 @@ def chat_messages(row: Mapping[str, Any], fmt: str, config: TextConfig) -> list[
     """
     out: list[Message] = []
     if fmt == "sharegpt":
-        turns = _get(row, SHAREGPT_KEY, list, "ShareGPT conversation")
+        turns = _turns(row, SHAREGPT_KEY, "ShareGPT conversation")
         system = row.get("system")
         if system is not None and not isinstance(system, str):
             raise RowError(f"key 'system' must be a string, got {type(system).__name__}")
@@ -190,7 +203,7 @@ def chat_messages(row: Mapping[str, Any], fmt: str, config: TextConfig) -> list[
             out.append({"role": role, "content": _content_text(turn["value"], where)})
     else:
         key = config.messages_key
-        turns = _get(row, key, list, "chat messages")
+        turns = _turns(row, key, "chat messages")
         for i, m in enumerate(turns):
             where = f"{key}[{i}]"
             if not isinstance(m, Mapping) or "role" not in m:
