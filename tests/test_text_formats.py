@@ -156,6 +156,12 @@ def test_chat_errors() -> None:
     assert msgs == [{"role": "user", "content": "ab"}]
     as_string = {"messages": json.dumps(CONV)}  # a JSON-encoded conversation column
     assert sample(as_string, "chat") == sample({"messages": CONV}, "chat")
+    calls = [
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "1"}]},
+    ]
+    with pytest.raises(RowError, match="message 1 has tool_calls"):
+        sample({"messages": calls}, "chat", tok=Q)
     with pytest.raises(RowError, match="key 'messages' must be a list or tuple or ndarray, got int"):
         sample({"messages": 3}, "chat")
 

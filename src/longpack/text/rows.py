@@ -214,6 +214,8 @@ def chat_messages(row: Mapping[str, Any], fmt: str, config: TextConfig) -> list[
             msg: dict[str, Any] = {"role": m["role"], "content": _content_text(m.get("content"), where)}
             if isinstance(m.get("reasoning_content"), str):
                 msg["reasoning_content"] = m["reasoning_content"]
+            if m.get("tool_calls"):  # rendered by HF templates that support them; refused by the built-ins
+                msg["tool_calls"] = m["tool_calls"]
             out.append(msg)
     if not out:
         raise RowError("the conversation is empty")

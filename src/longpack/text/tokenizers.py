@@ -164,6 +164,11 @@ def chatml_pieces(messages: Sequence[Message], *, qwen3_thinking: bool) -> list[
     n = len(messages)
     for i, m in enumerate(messages):
         role, content = m["role"], m["content"]
+        if m.get("tool_calls"):
+            raise RowError(
+                f"message {i} has tool_calls, which the built-in chat templates do not render; use a model "
+                "folder whose chat_template renders them, or drop them"
+            )
         if role == "assistant":
             body = content
             if qwen3_thinking:
