@@ -220,6 +220,7 @@ def test_resolve_inputs_globs_folders_dedup(tmp_path: Path) -> None:
         resolve_inputs([])
 
 
+@pytest.mark.slow
 def test_demo_is_deterministic_real_text_and_long_tailed(tmp_path: Path) -> None:
     a = write_demo_dataset(tmp_path / "a", n=12000, seed=0)
     files = sorted(a.iterdir())
@@ -281,3 +282,13 @@ def test_pretokenized_bad_values_are_found_at_their_line(tmp_path: Path, bad_lin
     p = write_jsonl(tmp_path / "p.jsonl", [{"input_ids": [1, 2, 3]}] * 4, raw={2: bad_line})
     with pytest.raises(InputError, match=rf"p\.jsonl:3: {message}"):
         run([p], format="pretokenized")
+
+
+def test_undetectable_file_is_a_clear_error(tmp_path: Path) -> None:
+    p = write_jsonl(tmp_path / "junk.jsonl", [], raw={0: "not json", 1: "[1, 2]"})
+    with pytest.raises(
+        InputError, match=r"junk\.jsonl: none of the first 2 non-blank lines is a JSON object"
+    ):
+        run([p])
+    with pytest.raises(InputError, match=r"junk\.jsonl:1: invalid JSON"):
+        run([p], format="chat")

@@ -358,7 +358,10 @@ def _file_format(path: Path, kind: str, config: TextConfig) -> str | None:
     if config.format != "auto":
         return config.format
     if not rows:
-        return "prompt_completion"  # nothing parseable up front: the workers report the bad lines
+        raise InputError(
+            f"{path}: none of the first {seen} non-blank lines is a JSON object, so the format cannot be detected; "
+            "fix the file (the line errors come with --format set) or pass the format explicitly"
+        )
     try:
         return detect_format(rows, config)
     except RowError as e:
