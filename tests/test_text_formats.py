@@ -378,3 +378,38 @@ def test_hf_template_raise_exception_is_a_malformed_row(tmp_path: Path) -> None:
         {"messages": [{"role": "user", "content": "hi"}]}, "chat", TextConfig(chat_loss="full"), tok
     )
     assert ids == [8, 1, 3, 9]
+
+
+def test_hf_byte_level_bpe_assistant_mask_is_exact(tmp_path: Path) -> None:
+    """A GPT-2/Qwen-style byte-level BPE whose ByteLevel post-processor trims offsets (a lone "Ġ" gets none)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=True)
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<|im_start|>", "<|im_end|>"],
+    )
+    tok.train_from_iterator(
+        ["hello world\n\n this is a test of the user and the assistant"] * 20, trainer=trainer
+    )
+    folder = tmp_path / "bpe"
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"eos_token": "<|im_end|>", "chat_template": CHATML})
+    )
+    hf = load_tokenizer(str(folder))
+    msgs = [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": " hello world"},
+        {"role": "user", "content": "test"},
+        {"role": "assistant", "content": "  this  is\tthe test "},
+    ]
+    ids, mask = row_to_sample({"messages": msgs}, "chat", TextConfig(), hf)
+    assert hf.decode(ids) == "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs)
+    picked = [i for i, m in zip(ids, mask, strict=True) if m]
+    assert hf.decode(picked) == " hello world<|im_end|>  this  is\tthe test <|im_end|>"

@@ -454,6 +454,10 @@ class HFTokenizer(Tokenizer):
             except (OSError, ValueError) as e:
                 raise InputError(f"{config_file}: cannot read tokenizer config ({e})") from e
         self._config = config
+        # Only ever encoded with add_special_tokens=False, where a post-processor adds nothing but may trim
+        # offsets (ByteLevel trim_offsets makes a lone "Ġ" zero-width), which would hide tokens from the
+        # assistant spans. Without it the ids are the same and the offsets exact.
+        self._tok.post_processor = None
         self._specials = {t.content: i for i, t in self._tok.get_added_tokens_decoder().items()}
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         eos_text = _token_text(config.get("eos_token"))
