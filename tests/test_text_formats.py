@@ -49,12 +49,22 @@ def test_prompt_completion_full_loss_and_template_with_other_keys() -> None:
     assert mask == [1] * len(ids)
 
 
-def test_separator_leading_space_dropped_for_space_insensitive_tokenizer() -> None:
-    # Bridge: "x y" == "x" + " y" -> not space-sensitive -> one leading space of the separator is dropped.
-    assert not B.space_sensitive
+def test_separator_leading_space_kept_for_space_sensitive_tokenizers() -> None:
+    # NeMo/Bridge: "x y" != "x" + "y" -> space-sensitive -> the separator's leading space stays.
+    assert B.space_sensitive and Q.space_sensitive
     ids, mask = sample({"prompt": "a", "completion": "b"}, "prompt_completion", separator=" =")
-    assert ids == [*b("a"), *b("=b"), IM_END]
-    assert mask == [0, 1, 1, 1]
+    assert ids == [*b("a"), *b(" =b"), IM_END]
+    assert mask == [0, 1, 1, 1, 1]
+
+
+def test_separator_leading_space_dropped_for_space_insensitive_tokenizer(tmp_path: Path) -> None:
+    # A whitespace-splitting word-level tokenizer: "x y" == "x" + "y" -> one leading space is dropped.
+    tok = load_tokenizer(str(_hf_folder(tmp_path / "m", None)))
+    assert not tok.space_sensitive
+    ids, _ = row_to_sample(
+        {"prompt": "hi", "completion": "yo"}, "prompt_completion", TextConfig(separator=" hi "), tok
+    )
+    assert ids == [3, 3, 4, 9]
 
 
 def test_missing_template_key_and_missing_column_errors_name_keys() -> None:

@@ -246,8 +246,11 @@ class Tokenizer(ABC):
 
     @cached_property
     def space_sensitive(self) -> bool:
-        """NeMo/Bridge definition: ``encode("x y") != encode("x") + encode(" y")``."""
-        return self.encode("x y") != self.encode("x") + self.encode(" y")
+        """NeMo's tokenizer definition (Megatron's tokenizers carry it): ``encode("x y") != encode("x") + encode("y")``.
+
+        True for byte-level BPE and bytes, so a separator's leading space is kept for them.
+        """
+        return self.encode("x y") != self.encode("x") + self.encode("y")
 
     def chat(self, messages: Sequence[Message]) -> tuple[list[int], np.ndarray]:
         """Ids of the rendered conversation and the assistant turn owning each token (-1: none)."""
