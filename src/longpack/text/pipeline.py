@@ -34,7 +34,7 @@ from longpack.text.inputs import (
     resolve_inputs,
     sha256_file,
 )
-from longpack.text.rows import RowError, TextConfig, detect_format, row_to_sample
+from longpack.text.rows import RowError, TextConfig, detect_format, sample_from_row
 from longpack.text.tokenizers import Tokenizer, load_tokenizer
 
 _SKIP_HINT = "fix the row or pass --skip-malformed (TextConfig.skip_malformed=True) to skip and count it"
@@ -154,12 +154,15 @@ def _process(job: _Job) -> _ChunkOut:
 
     def add(row_no: int, row: Any) -> None:
         try:
-            ids, mask = row_to_sample(row, job.fmt, job.config, tok)
+            ids, mask = sample_from_row(row, job.fmt, job.config, tok)
         except RowError as e:
             _malformed(job, row_no, str(e), malformed)
             return
         flat_ids.fromlist(ids)
-        flat_mask.fromlist(mask)
+        if isinstance(mask, bytearray):
+            flat_mask.frombytes(mask)
+        else:
+            flat_mask.fromlist(mask)
         lengths.append(len(ids))
         rows.append(row_no)
 

@@ -234,7 +234,15 @@ def _int_list(value: Any, key: str) -> list[int]:
 
 
 def row_to_sample(row: Any, fmt: str, config: TextConfig, tok: Tokenizer) -> tuple[list[int], list[int]]:
-    """``(input_ids, loss_mask)`` of one row; ``RowError`` when the row is malformed."""
+    """``(input_ids, loss_mask)`` of one row as lists; ``RowError`` when the row is malformed."""
+    ids, mask = sample_from_row(row, fmt, config, tok)
+    return ids, list(mask)
+
+
+def sample_from_row(
+    row: Any, fmt: str, config: TextConfig, tok: Tokenizer
+) -> tuple[list[int], list[int] | bytearray]:
+    """``row_to_sample`` with the mask as a list or a bytearray of 0/1 (chat), whichever is cheaper."""
     if not isinstance(row, Mapping):
         raise RowError(f"a row must be a JSON object, got {type(row).__name__}")
     if fmt == "prompt_completion":
@@ -263,18 +271,27 @@ def row_to_sample(row: Any, fmt: str, config: TextConfig, tok: Tokenizer) -> tup
             raise RowError(
                 f"the conversation has no assistant message, so chat_loss={config.chat_loss!r} trains on nothing"
             )
-        ids_arr, owner = tok.chat_arrays(messages)
-        if config.chat_loss == "assistant":
-            mask_arr = owner >= 0
-        elif config.chat_loss == "last_turn":
-            mask_arr = (owner == owner.max()) & (owner >= 0)
-        else:
-            mask_arr = np.ones(len(ids_arr), dtype=bool)
-        for skipped_id in tok.skipped_id_set:
-            mask_arr[ids_arr == skipped_id] = False
-        if len(ids_arr) < 2:
-            raise RowError(f"the sample has {len(ids_arr)} token(s); a stored sample needs at least 2")
-        return ids_arr.tolist(), mask_arr.view(np.uint8).tolist()
+        ids, spans = tok.chat_spans(messages)
+        n = len(ids)
+        if n < 2:
+            raise RowError(f"the sample has {n} token(s); a stored sample needs at least 2")
+        skipped = tok.skipped_id_set
+        if config.chat_loss == "full":
+            full = np.ones(n, dtype=np.uint8)
+            if skipped:
+                full[np.isin(np.array(ids), tok.skipped_ids)] = 0
+            return ids, bytearray(full.tobytes())
+        if config.chat_loss == "last_turn" and spans:
+            last = max(t for _, _, t in spans)
+            spans = [s for s in spans if s[2] == last]
+        chat_mask = bytearray(n)
+        for i, j, _ in spans:
+            chat_mask[i:j] = b"\x01" * (j - i)
+            if skipped and not skipped.isdisjoint(ids[i:j]):
+                for k in range(i, j):
+                    if ids[k] in skipped:
+                        chat_mask[k] = 0
+        return ids, chat_mask
     elif fmt == "pretokenized":
         if "input_ids" not in row:
             raise RowError(f"missing key 'input_ids' (pretokenized tokens); the row has keys {sorted(row)}")
