@@ -252,8 +252,10 @@ def test_demo_inputs_cache(tmp_path: Path) -> None:
     assert len(r.samples) == 50 and r.format == "chat,prompt_completion"
 
 
-def test_hf_folder_tokenizer_in_worker_processes(tmp_path: Path) -> None:
+def test_hf_folder_tokenizer_in_worker_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from test_text_formats import CHATML, _hf_folder
+
+    monkeypatch.setattr(inputs_mod, "JSONL_CHUNK_BYTES", 64)  # several chunks, so the pool really runs
 
     folder = _hf_folder(tmp_path / "model", CHATML)
     (folder / "tokenizer.json").rename(folder / "my_tok.json")  # a tokenizer file not named tokenizer.json

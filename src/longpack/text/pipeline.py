@@ -435,9 +435,16 @@ def tokenize_inputs(
 
     token_dtype = np.int32 if tok.vocab_size <= np.iinfo(np.int32).max else np.int64
     sink = _Collector(len(paths), token_dtype)
-    bar = _Bar(progress, total=sum(p.stat().st_size for p in paths))
+    total_bytes = sum(p.stat().st_size for p in paths)
+    bar = _Bar(progress, total=total_bytes)
+    # Starting worker processes costs about a second; inputs of one or two chunks are faster inline.
+    inline = (
+        n_workers == 1
+        or total_bytes <= 2 * _inputs.JSONL_CHUNK_BYTES
+        or all(_inline_file(k, f) for k, f in zip(kinds, formats, strict=True))
+    )
     try:
-        if n_workers == 1 or all(_inline_file(k, f) for k, f in zip(kinds, formats, strict=True)):
+        if inline:
             for i, job, nbytes in jobs():
                 sink.add(i, _process(job))
                 bar.advance(nbytes)
