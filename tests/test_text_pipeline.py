@@ -63,6 +63,9 @@ def test_jsonl_prompt_completion_end_to_end(tmp_path: Path) -> None:
     assert r.inputs[0]["sha256"] == hashlib.sha256(p.read_bytes()).hexdigest()
     assert r.inputs[0]["size_bytes"] == p.stat().st_size and r.inputs[0]["format"] == "prompt_completion"
     assert r.tokenizer["kind"] == "bytes" and r.tokenizer["eos_id"] == EOS
+    # progress bars only draw on a terminal; elsewhere they are silent and change nothing
+    quiet = tokenize_inputs([str(p)], tokenizer="bytes", config=TextConfig(), workers=1, progress=True)
+    assert quiet.samples.tokens.tolist() == s.tokens.tolist()
 
 
 def test_malformed_json_names_file_line_and_skip_counts(tmp_path: Path) -> None:
