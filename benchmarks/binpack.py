@@ -19,8 +19,8 @@ Rows, all in this process on the same input:
   ``bench`` extra), given a Python list (its native input).
 
 Time is the median of ``--repeats`` runs (the pure-Python baseline runs once at N >= 1M). Memory is the growth of
-peak RSS (Linux ``VmHWM``, reset before each run) per item: it sees numba and C++ allocations, which tracemalloc
-does not. ``ratio`` is the row's time divided by the time of the longpack row it is compared with (``bfd`` for
+peak RSS over the first run, per item, sampled every 0.2 ms by a helper process: it sees numba and C++
+allocations, which tracemalloc does not (input and output arrays of the packer included). ``ratio`` is the row's time divided by the time of the longpack row it is compared with (``bfd`` for
 best-fit baselines, ``ffs`` for first-fit baselines): above 1 means longpack is faster.
 """
 
@@ -133,23 +133,63 @@ def _fix_malloc() -> None:
         pass
 
 
-def _reset_peak_rss() -> int | None:
-    """Reset VmHWM and return current RSS in bytes (None where Linux /proc is not available)."""
-    gc.collect()
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return _read_status("VmRSS")
-    except OSError:
-        return None
+_SAMPLER = r"""
+import os, select, sys
+pid, page = int(sys.argv[1]), os.sysconf("SC_PAGE_SIZE")
+statm = open(f"/proc/{pid}/statm", "rb")
+def rss():
+    statm.seek(0)
+    return int(statm.read().split()[1]) * page
+active, peak = False, 0
+while True:
+    ready, _, _ = select.select([sys.stdin], [], [], 0.0002 if active else None)
+    if ready:
+        cmd = sys.stdin.readline().strip()
+        if cmd == "start":
+            active, base = True, rss()
+            peak = base
+            print(base, flush=True)
+        elif cmd == "stop":
+            active = False
+            print(max(peak, rss()), flush=True)
+        else:
+            break
+    if active:
+        peak = max(peak, rss())
+"""
 
 
-def _read_status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
+class RssSampler:
+    """Peak RSS of this process over a stretch of code, sampled every 0.2 ms by a helper process.
+
+    A helper process (not a thread) keeps sampling while numba or C++ code holds the GIL, and it sees
+    every allocator (numpy, numba, C++), which tracemalloc does not.
+    """
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        if os.path.exists(f"/proc/{os.getpid()}/statm"):
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _SAMPLER, str(os.getpid())],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+
+    def _ask(self, cmd: str) -> int:
+        assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def start(self) -> int | None:
+        return None if self.proc is None else self._ask("start")
+
+    def stop(self) -> int | None:
+        return None if self.proc is None else self._ask("stop")
+
+
+SAMPLER: RssSampler | None = None
 
 
 @dataclass
@@ -174,12 +214,13 @@ def measure(fn: Callable[[], Any], repeats: int) -> tuple[float, Any, float | No
     for r in range(repeats):
         result = None
         gc.collect()
-        base = _reset_peak_rss() if r == 0 else None
+        base = SAMPLER.start() if SAMPLER is not None and r == 0 else None
         t0 = time.perf_counter()
         result = fn()
         times.append(time.perf_counter() - t0)
-        if base is not None:
-            peak = max(0, _read_status("VmHWM") - base)
+        if base is not None and SAMPLER is not None:
+            top = SAMPLER.stop()
+            peak = None if top is None else max(0, top - base)
     return statistics.median(times), result, peak
 
 
@@ -302,6 +343,8 @@ def main() -> None:
         args.sizes, args.capacities = [100_000], [8192]
 
     _fix_malloc()
+    global SAMPLER
+    SAMPLER = RssSampler()
     lightbinpack = None
     if not args.no_lightbinpack:
         try:

@@ -76,7 +76,12 @@ def _resolve_rng(rng: np.random.RandomState | None) -> np.random.RandomState | A
 
 
 def _first_fit_arrays(ordered: np.ndarray, pack_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    bin_of, nbins = _kernels.first_fit_bins(ordered, pack_size)
+    # An int32 tree (one cache line per node) whenever every remaining capacity fits in it.
+    longest = int(ordered.max()) if ordered.size else 0
+    small = pack_size - longest > -(2**31) and pack_size < 2**31 - 1
+    unopened = np.iinfo(np.int32).min if small else np.iinfo(np.int64).min
+    dtype = np.int32 if small else np.int64
+    bin_of, nbins = _kernels.first_fit_bins(ordered, pack_size, dtype(unopened))
     return _kernels.group_by_bin(ordered, bin_of, nbins)
 
 
