@@ -272,7 +272,6 @@ def run_config(
     rows.append(
         Row(workload, capacity, n, "ffs.arrays", t, ffs_row.bins_over_l1, ffs_row.efficiency, mem and mem / n)
     )
-    rows[-1].ratio = t / ffs_row.seconds
 
     if lightbinpack is not None:
         as_list = lengths.tolist()
