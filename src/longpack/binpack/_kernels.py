@@ -23,7 +23,8 @@ def first_fit_bins(seqlens: np.ndarray, pack_size: int, unopened: Any) -> tuple[
     """Bin of each item (in the given order) under first fit, and the number of bins.
 
     A 16-ary max tree over the remaining capacity of each bin (leaves in bin-opening order) finds the
-    leftmost bin with room: about log16(B) levels, each one cache line when the tree is int32. The tree's
+    leftmost bin with room: log16(N) levels, each one cache line when the tree is int32 (the tree has
+    one leaf per item, 4.3 B/item, so it never needs to grow). The tree's
     dtype is that of ``unopened``, the leaf value of bins not opened yet (the dtype's minimum: below the
     remaining capacity of any open bin, so a query never matches it).
     An item longer than ``pack_size`` opens a bin whose remaining capacity is negative: no later item,

@@ -219,6 +219,14 @@ def create_packing_strategy_arrays(
     {'dataset_max_seqlen': 4, 'max_samples_per_bin': 2, 'packing_factor': 2.0, 'packing_efficiency': 91.67, 'pack_size': 6, 'min_packed_seqlen': 5}
     """
     size = _pack_size(pack_size)
+    flat, offsets = _strategy_flat(histogram, size, packing_algorithm, rng)
+    return flat, offsets, _metadata(flat, offsets, size)
+
+
+def _strategy_flat(
+    histogram: Any, pack_size: int, packing_algorithm: str, rng: np.random.RandomState | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``create_packing_strategy_arrays`` without the metadata (used by ``pack_lengths``)."""
     if packing_algorithm not in PACKING_ALGORITHMS:
         raise ValueError(
             f"unknown packing_algorithm {packing_algorithm!r}; choose one of {', '.join(PACKING_ALGORITHMS)}"
@@ -228,8 +236,8 @@ def create_packing_strategy_arrays(
         lengths = lengths[::-1].copy()  # ascending expansion reversed == stable descending sort
     elif packing_algorithm == "first_fit_shuffle":
         _resolve_rng(rng).shuffle(lengths)
-    flat, offsets, _ = _first_fit_arrays(lengths, size)
-    return flat, offsets, _metadata(flat, offsets, size)
+    flat, offsets, _ = _first_fit_arrays(lengths, pack_size)
+    return flat, offsets
 
 
 def create_packing_strategy(
