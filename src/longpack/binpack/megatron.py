@@ -1,7 +1,7 @@
 """Megatron-Bridge compatible bin packing (``data/packing/algorithms.py``, spec §2.5).
 
 Same bins, bin order and in-bin order as Megatron-Bridge's ``first_fit``, ``first_fit_decreasing``,
-``first_fit_shuffle`` and ``create_packing_strategy``, computed by compiled code in O(N log B):
+``first_fit_shuffle`` and ``create_packing_strategy``, computed by compiled code in O(N log N):
 
 * first fit: each item goes to the lowest-index open bin whose remaining capacity is >= its length, else
   to a new bin. A zero-length item fits any bin that is not over-full. An item longer than ``pack_size``
