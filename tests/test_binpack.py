@@ -136,6 +136,8 @@ def test_invalid_lengths_error_names_count_index_value_and_fix() -> None:
         pack_lengths([1], 10, algorithm="next_fit")
     with pytest.raises(ValueError, match="capacity must be >= 1"):
         pack_lengths([1], 0)
+    with pytest.raises(ValueError, match="capacity 1073741824 is above the supported"):
+        pack_lengths([1], 2**30)
     with pytest.raises(ValueError, match="seed must be in"):
         pack_lengths([1], 10, seed=-1)
     assert pack_lengths(np.array([1.0, 2.0]), 10).tolist() == [0, 0]
