@@ -31,6 +31,11 @@ def _check_capacity(capacity: Any) -> int:
     return cap
 
 
+#: Largest capacity ``pack_lengths`` accepts: its working arrays are indexed by token count (8 B per
+#: possible length), so 2**25 tokens already costs about 0.5 GB on top of the items.
+MAX_CAPACITY = 2**25
+
+
 def _check_seed(seed: Any) -> int:
     try:
         value = operator.index(seed)
@@ -107,6 +112,12 @@ def pack_lengths(
     [8.0, 8.0]
     """
     cap = _check_capacity(capacity)
+    if cap > MAX_CAPACITY:
+        raise ValueError(
+            f"capacity {cap} is above the supported {MAX_CAPACITY} tokens: working memory grows with the "
+            f"capacity (8 B per possible length); pack in smaller units (e.g. divide lengths and capacity by "
+            f"a common alignment such as pad_seq_to_mult)"
+        )
     seed = _check_seed(seed)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
@@ -117,9 +128,7 @@ def pack_lengths(
         from longpack.binpack import megatron
 
         histogram = np.bincount(arr, minlength=cap + 1)
-        flat, offsets, _ = megatron.create_packing_strategy_arrays(
-            histogram, cap, algorithm, rng=np.random.RandomState(seed)
-        )
+        flat, offsets = megatron._strategy_flat(histogram, cap, algorithm, np.random.RandomState(seed))
         return _kernels.assign_items_by_length(arr, flat, offsets, cap)
     bin_of, nbins = _kernels.best_fit_decreasing_bins(arr, cap)
     new_id = np.random.RandomState(seed).permutation(nbins).astype(np.int64, copy=False)
