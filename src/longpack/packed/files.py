@@ -188,8 +188,10 @@ def validate_rows(table: pa.Table) -> list[str]:
     if len(bad):
         r = int(bad[0])
         errors.append(f"row {r}: loss_mask length {int(mask_len[r])} != input_ids length {int(ids_len[r])}")
-    first = np.where(start_len > 0, starts[np.minimum(start_off[:-1], max(len(starts) - 1, 0))], -1)
-    bad = np.flatnonzero((start_len == 0) | (first != 0)) if len(starts) else np.arange(len(start_len))
+    first = np.full(len(start_len), -1, dtype=np.int64)
+    has = start_len > 0
+    first[has] = starts[start_off[:-1][has]]
+    bad = np.flatnonzero(first != 0)
     if len(bad):
         errors.append(f"row {int(bad[0])}: seq_start_id must start with 0")
     if len(starts):
