@@ -23,9 +23,11 @@ def version() -> None:
 
 def _register_commands() -> None:
     # One import per command module; each module calls ``register(app)``.
-    from longpack.cli import topology_cmd
+    from longpack.cli import inspect_cmd, pack_cmd, topology_cmd
 
     topology_cmd.register(app)
+    pack_cmd.register(app)
+    inspect_cmd.register(app)
 
 
 _register_commands()
