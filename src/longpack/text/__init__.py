@@ -1,1 +1,38 @@
-"""longpack.text."""
+"""Reading and tokenizing SFT data into ``TokenizedSamples`` (spec §2.3). No torch, no knowledge of packing.
+
+Public API::
+
+    TextConfig, TokenizeResult, InputError
+    resolve_inputs(inputs) -> list[Path]
+    load_tokenizer("bytes" | "qwen3" | "path/tokenizer.json" | "hf/model/folder") -> Tokenizer
+    tokenize_inputs(inputs, tokenizer=..., config=TextConfig(), workers=None, progress=False) -> TokenizeResult
+    write_demo_dataset(folder, n=12000, seed=0) -> folder;  demo_inputs() -> [file, ...]
+
+Example::
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "chat.jsonl"
+    >>> _ = p.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\\n')
+    >>> r = tokenize_inputs([str(p)], tokenizer="qwen3", config=TextConfig(), workers=1)
+    >>> r.format, len(r.samples), r.tokenizer["eos_id"], int(r.samples.loss_mask.sum())
+    ('chat', 1, 151645, 6)
+"""
+
+from longpack.text.demo import demo_inputs, write_demo_dataset
+from longpack.text.errors import InputError
+from longpack.text.inputs import resolve_inputs
+from longpack.text.pipeline import TokenizeResult, tokenize_inputs
+from longpack.text.rows import TextConfig
+from longpack.text.tokenizers import Tokenizer, load_tokenizer
+
+__all__ = [
+    "InputError",
+    "TextConfig",
+    "TokenizeResult",
+    "Tokenizer",
+    "demo_inputs",
+    "load_tokenizer",
+    "resolve_inputs",
+    "tokenize_inputs",
+    "write_demo_dataset",
+]

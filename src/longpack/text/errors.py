@@ -1,0 +1,13 @@
+"""The one exception type for user-facing input problems."""
+
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """A problem with the user's input data or tokenizer, with its location (``file:line``) and the fix.
+
+    The CLI turns it into exit code 2. Example::
+
+        >>> str(InputError("data.jsonl:3: invalid JSON (Expecting value: column 1); fix the line or pass --skip-malformed"))
+        'data.jsonl:3: invalid JSON (Expecting value: column 1); fix the line or pass --skip-malformed'
+    """

