@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ def _resolve_mult(pad_seq_to_mult: int | None, tp: int | None, cp: int | None, s
         if pad_seq_to_mult < 1:
             raise _fail(f"--pad-seq-to-mult must be a positive integer, got {pad_seq_to_mult}")
         return pad_seq_to_mult, f"--pad-seq-to-mult {pad_seq_to_mult}"
+    if tp is None and cp is None and not sp:
+        return 1, "default: no --pad-seq-to-mult, --tp, --cp or --sp given"
     try:
         value = derive(tp=tp or 1, cp=cp or 1, sp=sp)
     except TopologyError as exc:
@@ -152,9 +155,7 @@ def register(app: typer.Typer) -> None:
         with tempfile.TemporaryDirectory(prefix="longpack-demo-") as demo_dir:
             demo_prefix = ""
             if demo:
-                demo_path = Path(demo_dir) / "longpack_demo_sft.jsonl"
-                write_demo_dataset(demo_path)
-                inputs = [str(demo_path)]
+                inputs = [str(write_demo_dataset(Path(demo_dir) / "longpack-demo"))]
                 demo_prefix = demo_dir
             try:
                 train = tokenize_inputs(
@@ -167,6 +168,10 @@ def register(app: typer.Typer) -> None:
                     if val_inputs
                     else None
                 )
+                if demo_prefix:
+                    # Temp paths would make every demo output differ; name the built-in data instead.
+                    files = tuple(f.replace(demo_prefix, "<longpack-demo>") for f in train.samples.files)
+                    train = replace(train, samples=replace(train.samples, files=files))
                 eos_id = train.tokenizer.get("eos_id")
                 if eos_id is None:
                     raise InputError(f"tokenizer {tokenizer!r} has no EOS id; packing pads with EOS")
@@ -176,24 +181,26 @@ def register(app: typer.Typer) -> None:
             except (InputError, OverlengthError, ValueError) as exc:
                 raise _fail(str(exc)) from exc
 
-            def relabel(items: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
-                if not demo_prefix:
-                    return items
-                return tuple({**d, "path": d["path"].replace(demo_prefix, "<longpack-demo>")} for d in items)
-
             malformed = train.malformed + (val.malformed if val else ())
+            inputs_info = train.inputs + (val.inputs if val else ())
+            if demo_prefix:
+
+                def relabel(text: str) -> str:
+                    return text.replace(demo_prefix, "<longpack-demo>")
+
+                inputs_info = tuple({**d, "path": relabel(d["path"])} for d in inputs_info)
+                malformed = tuple((relabel(src), reason) for src, reason in malformed)
             provenance = Provenance(
-                inputs=relabel(train.inputs) + (val.inputs if val else ()),
+                inputs=inputs_info,
                 tokenizer=train.tokenizer,
                 text_settings={
-                    "format": train.format,
-                    "validation_format": val.format if val else None,
-                    "demo": demo,
                     **{k: getattr(config, k) for k in config.__dataclass_fields__},
+                    "detected_format": train.format,
+                    "validation_detected_format": val.format if val else None,
+                    "demo": demo,
                 },
                 rows_read=train.rows_read + (val.rows_read if val else 0),
-                malformed=tuple((s.replace(demo_prefix, "<longpack-demo>") if demo_prefix else s, r)
-                                for s, r in malformed),
+                malformed=malformed,
             )
             try:
                 manifest = _write(out, splits, settings, provenance, overwrite, show_progress, write_packed_output)
@@ -237,7 +244,7 @@ def _summary(out: Path, manifest: dict[str, Any], mult_source: str) -> dict[str,
     return {
         "out": str(folder),
         "finished": True,
-        "format": manifest["settings"]["text"].get("format"),
+        "format": manifest["settings"]["text"].get("detected_format"),
         "tokenizer": manifest["tokenizer"],
         "pad_seq_to_mult": manifest["settings"]["pad_seq_to_mult"],
         "pad_seq_to_mult_source": mult_source,

@@ -112,7 +112,7 @@ def text_histogram(values: np.ndarray, *, bins: int = HISTOGRAM_BINS, lo: float 
     """Lines of a text histogram.
 
     >>> text_histogram(np.array([1, 1, 2, 4]), bins=2, width=4)
-    ['[1, 2.5)         3 ####', '[2.5, 4]         1 #']
+    ['[1, 2.5)                 3 ####', '[2.5, 4]                 1 #']
     """
     if len(values) == 0:
         return ["(no values)"]
@@ -127,7 +127,7 @@ def text_histogram(values: np.ndarray, *, bins: int = HISTOGRAM_BINS, lo: float 
         right = "]" if i == bins - 1 else ")"
         label = f"[{edges[i]:.4g}, {edges[i + 1]:.4g}{right}"
         bar = "#" * max(1 if c else 0, round(c / top * width))
-        lines.append(f"{label:<12} {c:>5} {bar}")
+        lines.append(f"{label:<18} {c:>7} {bar}")
     return lines
 
 
