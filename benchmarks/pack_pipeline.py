@@ -100,7 +100,9 @@ def make_text(path: Path, n: int, seed: int = 0) -> None:
             n_words = max(4, int(length * 0.75))  # ~1.3 tokens per word
             picked = words[rng.integers(0, len(words), size=n_words)]
             cut = max(1, int(n_words * rng.uniform(0.2, 0.7)))
-            fh.write(json.dumps({"prompt": " ".join(picked[:cut]), "completion": " ".join(picked[cut:])}) + "\n")
+            fh.write(
+                json.dumps({"prompt": " ".join(picked[:cut]), "completion": " ".join(picked[cut:])}) + "\n"
+            )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -189,7 +191,9 @@ def run_baseline(kind: str, path: Path, out: Path) -> dict:
                 prompt = tok.encode(row["prompt"].strip(" "))
                 completion = tok.encode(row["completion"].strip(" "))
                 ids = prompt + completion + [eos]
-                dataset.append({"input_ids": ids, "loss_mask": [0] * len(prompt) + [1] * (len(completion) + 1)})
+                dataset.append(
+                    {"input_ids": ids, "loss_mask": [0] * len(prompt) + [1] * (len(completion) + 1)}
+                )
     t1 = time.perf_counter()
     stored_tokens = sum(len(d["input_ids"]) for d in dataset)
     # create_hist
@@ -215,7 +219,7 @@ def run_baseline(kind: str, path: Path, out: Path) -> dict:
             continue
         perm = np.random.permutation(len(items))
         ids_by_len[length] = [items[i]["input_ids"] for i in perm]
-        mask_by_len[length] = [items[i]["loss_mask"][1:] + [0] for i in perm]
+        mask_by_len[length] = [[*items[i]["loss_mask"][1:], 0] for i in perm]
     rows = []
     for assignment in assignments:
         row: dict[str, list[int]] = {"input_ids": [], "loss_mask": [], "seq_start_id": []}
@@ -229,17 +233,30 @@ def run_baseline(kind: str, path: Path, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pylist(
         [
-            {"input_ids": r["input_ids"], "loss_mask": [int(v) for v in r["loss_mask"]], "seq_start_id": r["seq_start_id"]}
+            {
+                "input_ids": r["input_ids"],
+                "loss_mask": [int(v) for v in r["loss_mask"]],
+                "seq_start_id": r["seq_start_id"],
+            }
             for r in rows
         ],
         schema=pa.schema(
-            [("input_ids", pa.list_(pa.int64())), ("loss_mask", pa.list_(pa.int8())), ("seq_start_id", pa.list_(pa.int64()))]
+            [
+                ("input_ids", pa.list_(pa.int64())),
+                ("loss_mask", pa.list_(pa.int8())),
+                ("seq_start_id", pa.list_(pa.int64())),
+            ]
         ),
     )
     pq.write_table(table, out / f"training_{SEQ_LENGTH}.idx.parquet", row_group_size=500)
     t2 = time.perf_counter()
-    return {"seconds": t2 - t0, "tokenize_seconds": t1 - t0, "samples": len(dataset), "stored_tokens": stored_tokens,
-            "rows": len(rows)}
+    return {
+        "seconds": t2 - t0,
+        "tokenize_seconds": t1 - t0,
+        "samples": len(dataset),
+        "stored_tokens": stored_tokens,
+        "rows": len(rows),
+    }
 
 
 def child(args: argparse.Namespace) -> None:
@@ -255,8 +272,23 @@ def child(args: argparse.Namespace) -> None:
 def measure(impl: str, kind: str, path: Path, out: Path) -> dict | None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", "--impl", impl, "--kind", kind, "--path", str(path), "--out", str(out)],
-        capture_output=True, text=True, env=env, check=False,
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            "--impl",
+            impl,
+            "--kind",
+            kind,
+            "--path",
+            str(path),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -266,11 +298,17 @@ def measure(impl: str, kind: str, path: Path, out: Path) -> dict | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", default="100000")
     parser.add_argument("--inputs", default="pretokenized,qwen3")
-    parser.add_argument("--baseline-max", type=int, default=300_000,
-                        help="Largest size the baseline runs at (its Python lists need ~40 bytes per token).")
+    parser.add_argument(
+        "--baseline-max",
+        type=int,
+        default=300_000,
+        help="Largest size the baseline runs at (its Python lists need ~40 bytes per token).",
+    )
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--impl", default="")
@@ -316,8 +354,10 @@ def main() -> None:
                         if impl != "baseline":
                             print(f"{'':<22}{impl} is {base / r['seconds']:.1f}x faster than the baseline")
                 else:
-                    print(f"{'':<22}baseline not run at N={n} (> --baseline-max {args.baseline_max}: its Python "
-                          "lists need ~40 bytes per token)")
+                    print(
+                        f"{'':<22}baseline not run at N={n} (> --baseline-max {args.baseline_max}: its Python "
+                        "lists need ~40 bytes per token)"
+                    )
                 src.unlink()
 
 

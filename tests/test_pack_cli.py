@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from packed_helpers import spec_read_rows
 from typer.testing import CliRunner
 
 from longpack.cli.app import app
+from packed_helpers import spec_read_rows
 
 runner = CliRunner()
 BYTES_EOS = 258  # the bytes tokenizer's EOS id (256 + 2 specials before it)
@@ -25,14 +25,32 @@ def pack(*args: str):
 
 
 def sft_rows(n: int) -> list[dict]:
-    return [{"prompt": f"question {i} " * (1 + i % 5), "completion": f"answer {i}" * (1 + i % 3)} for i in range(n)]
+    return [
+        {"prompt": f"question {i} " * (1 + i % 5), "completion": f"answer {i}" * (1 + i % 3)}
+        for i in range(n)
+    ]
 
 
 def test_pack_then_inspect_verify(tmp_path: Path) -> None:
     src = write_jsonl(tmp_path / "d.jsonl", sft_rows(200))
     out = tmp_path / "out"
-    result = pack(str(src), "--out", str(out), "--seq-length", "96", "--pack-size", "128", "--tp", "2", "--cp", "2",
-                  "--sp", "--val-fraction", "0.1", "--json")
+    result = pack(
+        str(src),
+        "--out",
+        str(out),
+        "--seq-length",
+        "96",
+        "--pack-size",
+        "128",
+        "--tp",
+        "2",
+        "--cp",
+        "2",
+        "--sp",
+        "--val-fraction",
+        "0.1",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
     assert summary["pad_seq_to_mult"] == 4  # lcm(2*CP, CP*TP) = lcm(4, 4)
@@ -70,7 +88,9 @@ def test_malformed_json_names_file_line_and_exits_2(tmp_path: Path) -> None:
 
 
 def test_missing_key_names_key_and_row_keys(tmp_path: Path) -> None:
-    src = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "a", "completion": "b"}, {"prompt": "a", "answer": "b"}])
+    src = write_jsonl(
+        tmp_path / "d.jsonl", [{"prompt": "a", "completion": "b"}, {"prompt": "a", "answer": "b"}]
+    )
     result = pack(str(src), "--out", str(tmp_path / "o"), "--seq-length", "64")
     assert result.exit_code == 2
     assert "d.jsonl:2" in result.output and "completion" in result.output and "answer" in result.output

@@ -12,7 +12,6 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from packed_helpers import make_samples, random_samples, spec_collate, spec_read_rows, unpack_rows
 
 from longpack.binpack.megatron import create_packing_strategy_arrays
 from longpack.packed import (
@@ -32,6 +31,7 @@ from longpack.packed import (
     validate_rows,
     write_packed_output,
 )
+from packed_helpers import make_samples, random_samples, spec_collate, spec_read_rows, unpack_rows
 
 EOS = 2
 
@@ -94,7 +94,7 @@ def check_round_trip(samples_tokens, samples_masks, rows, *, m: int, cap: int, o
         assert len(got_ids) == target, i
         assert got_ids[:kept] == ids[:kept]
         assert got_ids[kept:] == [EOS] * (target - kept)
-        aligned_mask = (mask[:kept] + [0] * (target - kept))[1:] + [0]
+        aligned_mask = [*(mask[:kept] + [0] * (target - kept))[1:], 0]
         assert got_mask == aligned_mask
     assert not by_id
 
@@ -112,10 +112,16 @@ def test_round_trip_in_memory(n, seed, m, algorithm, overlength, extra) -> None:
     samples, tokens, masks = random_samples(n, seed=seed, max_len=40)
     seq_length = 24
     settings_ = PackSettings(
-        seq_length=seq_length, pack_size=seq_length + extra, pad_seq_to_mult=m, algorithm=algorithm,
-        seed=seed, overlength=overlength,
+        seq_length=seq_length,
+        pack_size=seq_length + extra,
+        pad_seq_to_mult=m,
+        algorithm=algorithm,
+        seed=seed,
+        overlength=overlength,
     )
-    a = align_samples(samples, max_seq_length=seq_length, pad_seq_to_mult=m, eos_id=EOS, overlength=overlength)
+    a = align_samples(
+        samples, max_seq_length=seq_length, pad_seq_to_mult=m, eos_id=EOS, overlength=overlength
+    )
     if len(a) == 0:
         return
     plan = plan_rows(a.runtime_lengths(), settings_.resolved_pack_size, algorithm=algorithm, seed=seed)
@@ -138,11 +144,16 @@ def test_round_trip_in_memory(n, seed, m, algorithm, overlength, extra) -> None:
 def test_round_trip_through_files_with_shards(tmp_path: Path) -> None:
     samples, tokens, masks = random_samples(1500, seed=3, max_len=70)
     manifest = pack_to(
-        tmp_path / "out", samples, seq_length=64, pack_size=96, pad_seq_to_mult=4, overlength="truncate",
+        tmp_path / "out",
+        samples,
+        seq_length=64,
+        pack_size=96,
+        pad_seq_to_mult=4,
+        overlength="truncate",
         rows_per_shard=250,
     )
     files = manifest["splits"]["training"]["files"]
-    assert len(files) > 1 and files[0]["name"] == "training_96.part-00000-of-%05d.idx.parquet" % len(files)
+    assert len(files) > 1 and files[0]["name"] == f"training_96.part-00000-of-{len(files):05d}.idx.parquet"
     for f in files:
         meta = pq.ParquetFile(tmp_path / "out" / f["name"]).metadata
         sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
@@ -153,8 +164,11 @@ def test_round_trip_through_files_with_shards(tmp_path: Path) -> None:
     truncated = manifest["splits"]["training"]["truncated"]
     assert len(truncated) == sum(len(t) - 1 > 64 for t in tokens) > 0
     first = next(i for i, t in enumerate(tokens) if len(t) - 1 > 64)
-    assert truncated[0] == {"source": f"data.jsonl:{first + 1}", "stored_length": len(tokens[first]),
-                            "kept_tokens": 65}
+    assert truncated[0] == {
+        "source": f"data.jsonl:{first + 1}",
+        "stored_length": len(tokens[first]),
+        "kept_tokens": 65,
+    }
     schema = pq.read_schema(tmp_path / "out" / files[0]["name"])
     assert schema.field("loss_mask").type == pa.list_(pa.int8())
     assert schema.field("input_ids").type == pa.list_(pa.int64())
@@ -206,7 +220,7 @@ def megatron_reference(tokens, masks, *, max_seq_length, pack_size, m, eos, seed
             continue
         perm = rng.permutation(len(sequences[length]))
         ids_by_len[length] = [sequences[length][i]["input_ids"] for i in perm]
-        mask_by_len[length] = [sequences[length][i]["loss_mask"][1:] + [0] for i in perm]
+        mask_by_len[length] = [[*sequences[length][i]["loss_mask"][1:], 0] for i in perm]
     rows = []
     for b in bins:
         row = {"input_ids": [], "loss_mask": [], "seq_start_id": []}
@@ -226,15 +240,23 @@ def test_first_fit_shuffle_equals_megatron_bridge(tmp_path: Path, m, overlength,
     expected = megatron_reference(tokens, masks, max_seq_length=48, pack_size=64, m=m, eos=EOS, seed=seed)
     ambient = np.random.get_state()
     manifest = pack_to(
-        tmp_path / "o", samples, seq_length=48, pack_size=64, pad_seq_to_mult=m, algorithm="first_fit_shuffle",
-        seed=seed, overlength=overlength,
+        tmp_path / "o",
+        samples,
+        seq_length=48,
+        pack_size=64,
+        pad_seq_to_mult=m,
+        algorithm="first_fit_shuffle",
+        seed=seed,
+        overlength=overlength,
     )
     after = np.random.get_state()
     assert ambient[0] == after[0] and np.array_equal(ambient[1], after[1])  # global RNG untouched
     table = pq.read_table(tmp_path / "o" / "training_64.idx.parquet")
     assert table.to_pylist() == expected
     # The metadata dict equals Megatron's (recomputed from the reference bins).
-    lengths = np.array([len(s) - 1 for r in expected for s in np.split(r["input_ids"], r["seq_start_id"][1:])])
+    lengths = np.array(
+        [len(s) - 1 for r in expected for s in np.split(r["input_ids"], r["seq_start_id"][1:])]
+    )
     counts = [len(r["seq_start_id"]) for r in expected]
     plan = PackPlan(order=np.arange(len(lengths)), row_offsets=np.concatenate([[0], np.cumsum(counts)]))
     meta_file = json.loads((tmp_path / "o" / "64_metadata.jsonl").read_text())
@@ -260,8 +282,11 @@ def test_worked_example_a_m1(tmp_path: Path) -> None:
     pack_to(tmp_path / "a", samples, seq_length=8, algorithm="first_fit_decreasing")
     items = spec_read_rows(str(tmp_path / "a"))  # a folder spec
     assert items == [
-        {"input_ids": [p1, p2, c1, c2, E, q1, d1, E], "seq_boundaries": [0, 5, 8],
-         "loss_mask": [0, 1, 1, 1, 0, 1, 1, 0]}
+        {
+            "input_ids": [p1, p2, c1, c2, E, q1, d1, E],
+            "seq_boundaries": [0, 5, 8],
+            "loss_mask": [0, 1, 1, 1, 0, 1, 1, 0],
+        }
     ]
     out = spec_collate(items, eos_id=E, width=8, m=1)
     assert out["tokens"] == [[p1, p2, c1, c2, q1, d1, E, E]]
@@ -274,7 +299,9 @@ def test_worked_example_a_m1(tmp_path: Path) -> None:
 
 def test_worked_example_b_m4(tmp_path: Path) -> None:
     samples = make_samples([[10, 11, 12, EOS], [20, 21, EOS]])
-    manifest = pack_to(tmp_path / "b", samples, seq_length=8, pad_seq_to_mult=4, algorithm="first_fit_decreasing")
+    manifest = pack_to(
+        tmp_path / "b", samples, seq_length=8, pad_seq_to_mult=4, algorithm="first_fit_decreasing"
+    )
     spec = str(tmp_path / "b" / "training_8*.idx.parquet")  # the glob form works for one file too
     items = spec_read_rows(spec)
     assert items[0]["input_ids"] == [10, 11, 12, 2, 2, 20, 21, 2, 2, 2]
@@ -285,8 +312,14 @@ def test_worked_example_b_m4(tmp_path: Path) -> None:
     assert out["padding_mask"] == [[False, False, False, True, False, False, True, True]]
     assert manifest["megatron_bridge"]["pad_seq_to_mult"] == 4
     assert json.loads((tmp_path / "b" / "8_metadata.jsonl").read_text()) == [
-        {"dataset_max_seqlen": 4, "max_samples_per_bin": 2, "packing_factor": 2.0, "packing_efficiency": 100.0,
-         "pack_size": 8, "min_packed_seqlen": 8}
+        {
+            "dataset_max_seqlen": 4,
+            "max_samples_per_bin": 2,
+            "packing_factor": 2.0,
+            "packing_efficiency": 100.0,
+            "pack_size": 8,
+            "min_packed_seqlen": 8,
+        }
     ]
 
 
@@ -359,7 +392,9 @@ def test_interrupted_run_leaves_no_manifest(tmp_path: Path, monkeypatch) -> None
 
 def test_inspect_verify_passes_then_catches_tampering(tmp_path: Path) -> None:
     samples, _, _ = random_samples(300, seed=4, max_len=40)
-    pack_to(tmp_path / "o", samples, seq_length=32, pad_seq_to_mult=4, overlength="truncate", val_fraction=0.2)
+    pack_to(
+        tmp_path / "o", samples, seq_length=32, pad_seq_to_mult=4, overlength="truncate", val_fraction=0.2
+    )
     report = inspect_output(tmp_path / "o", verify=True)
     assert report["ok"], report["problems"]
     assert report["splits"]["training"]["samples"] + report["splits"]["validation"]["samples"] == 300
@@ -402,9 +437,14 @@ def test_resolve_parquet_spec_cases(tmp_path: Path) -> None:
         pq.write_table(_table([1, 2], [0, 0], [0]), tmp_path / f"shard_{i}.idx.parquet")
     assert resolve_parquet_spec(tmp_path / "shard_1.idx.parquet") == [tmp_path / "shard_1.idx.parquet"]
     assert [p.name for p in resolve_parquet_spec(str(tmp_path / "shard_*.idx.parquet"))] == [
-        "shard_0.idx.parquet", "shard_1.idx.parquet", "shard_2.idx.parquet"]
+        "shard_0.idx.parquet",
+        "shard_1.idx.parquet",
+        "shard_2.idx.parquet",
+    ]
     assert [p.name for p in resolve_parquet_spec(str(tmp_path / "shard_[01].idx.parquet"))] == [
-        "shard_0.idx.parquet", "shard_1.idx.parquet"]
+        "shard_0.idx.parquet",
+        "shard_1.idx.parquet",
+    ]
     assert len(resolve_parquet_spec(tmp_path)) == 3
     with pytest.raises(ValueError, match="not found"):
         resolve_parquet_spec(tmp_path / "missing.idx.parquet")

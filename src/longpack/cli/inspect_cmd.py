@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -11,13 +12,17 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("inspect")
     def inspect(
-        folder: Path = typer.Argument(..., help="Output folder of `longpack pack`."),
+        folder: Annotated[Path, typer.Argument(help="Output folder of `longpack pack`.")],
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
         verify: bool = typer.Option(
-            False, "--verify", help="Check every row (spec §2.7 validate_row, alignment, pack size) and the "
-            "manifest against the files (hashes, counts, metadata)."
+            False,
+            "--verify",
+            help="Check every row (spec §2.7 validate_row, alignment, pack size) and the "
+            "manifest against the files (hashes, counts, metadata).",
         ),
-        plot: Path | None = typer.Option(None, "--plot", help="Save length and fill histograms as a PNG."),
+        plot: Annotated[
+            Path | None, typer.Option("--plot", help="Save length and fill histograms as a PNG.")
+        ] = None,
     ) -> None:
         """Summarize a packed output folder; exit 1 if it is unfinished or a check fails."""
         from longpack.packed import inspect_output, plot_output
@@ -69,6 +74,8 @@ def _print_human(report: dict) -> None:  # type: ignore[type-arg]
     if report.get("plot"):
         echo(f"  plot: {report['plot']}")
     if report["verified"]:
-        echo("  verify: " + ("all checks passed" if report["ok"] else f"{len(report['problems'])} problem(s)"))
+        echo(
+            "  verify: " + ("all checks passed" if report["ok"] else f"{len(report['problems'])} problem(s)")
+        )
     for problem in report["problems"]:
         echo(f"  problem: {problem}")

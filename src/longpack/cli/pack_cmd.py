@@ -7,7 +7,7 @@ import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -22,7 +22,8 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _resolve_mult(pad_seq_to_mult: int | None, tp: int | None, cp: int | None, sp: bool) -> tuple[int, str]:
-    from longpack.topology import TopologyError, pad_seq_to_mult as derive
+    from longpack.topology import TopologyError
+    from longpack.topology import pad_seq_to_mult as derive
 
     if pad_seq_to_mult is not None:
         if tp is not None or cp is not None or sp:
@@ -43,8 +44,12 @@ def _resolve_mult(pad_seq_to_mult: int | None, tp: int | None, cp: int | None, s
 def register(app: typer.Typer) -> None:
     @app.command("pack")
     def pack(
-        inputs: list[str] = typer.Argument(None, help="JSONL / Parquet files, folders or globs."),
-        out: Path = typer.Option(..., "--out", help="Output folder (must not exist unless --overwrite)."),
+        out: Annotated[
+            Path, typer.Option("--out", help="Output folder (must not exist unless --overwrite).")
+        ],
+        inputs: Annotated[
+            list[str] | None, typer.Argument(help="JSONL / Parquet files, folders or globs.")
+        ] = None,
         tokenizer: str | None = typer.Option(
             None, "--tokenizer", help="tokenizer.json, HF model folder, 'qwen3' or 'bytes'."
         ),
@@ -55,7 +60,9 @@ def register(app: typer.Typer) -> None:
             None, "--pack-size", help="packed_sequence_size in runtime tokens (default: --seq-length)."
         ),
         pad_seq_to_mult: int | None = typer.Option(
-            None, "--pad-seq-to-mult", help="Per-sample alignment multiple (default: from --tp/--cp/--sp, else 1)."
+            None,
+            "--pad-seq-to-mult",
+            help="Per-sample alignment multiple (default: from --tp/--cp/--sp, else 1).",
         ),
         tp: int | None = typer.Option(None, "--tp", help="Tensor parallel size (derives pad_seq_to_mult)."),
         cp: int | None = typer.Option(None, "--cp", help="Context parallel size (derives pad_seq_to_mult)."),
@@ -71,8 +78,12 @@ def register(app: typer.Typer) -> None:
             "drop", "--overlength", help="Samples longer than --seq-length: drop | truncate | error."
         ),
         val_fraction: float = typer.Option(0.0, "--val-fraction", help="Fraction of samples for validation."),
-        val_input: list[str] = typer.Option(None, "--val-input", help="Validation inputs (repeatable)."),
-        workers: int | None = typer.Option(None, "--workers", help="Tokenizer processes (default: all cores)."),
+        val_input: Annotated[
+            list[str] | None, typer.Option("--val-input", help="Validation inputs (repeatable).")
+        ] = None,
+        workers: int | None = typer.Option(
+            None, "--workers", help="Tokenizer processes (default: all cores)."
+        ),
         fmt: str = typer.Option(
             "auto", "--format", help="auto | prompt_completion | chat | sharegpt | pretokenized."
         ),
@@ -92,7 +103,9 @@ def register(app: typer.Typer) -> None:
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output folder."),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
         demo: bool = typer.Option(
-            False, "--demo", help="Pack the built-in demo SFT data (defaults: --tokenizer qwen3 --seq-length 4096)."
+            False,
+            "--demo",
+            help="Pack the built-in demo SFT data (defaults: --tokenizer qwen3 --seq-length 4096).",
         ),
     ) -> None:
         """Tokenize SFT data and write Megatron-Bridge packed Parquet, metadata and a manifest."""
@@ -115,13 +128,17 @@ def register(app: typer.Typer) -> None:
         if val_inputs and val_fraction:
             raise _fail("give either --val-input or --val-fraction, not both")
         if out.exists() and not overwrite:
-            raise _fail(f"output folder {out} already exists; pass --overwrite to replace it or choose a new --out")
+            raise _fail(
+                f"output folder {out} already exists; pass --overwrite to replace it or choose a new --out"
+            )
         mult, mult_source = _resolve_mult(pad_seq_to_mult, tp, cp, sp)
         try:
             from longpack.binpack import ALGORITHMS
 
             if algorithm not in ALGORITHMS:
-                raise ValueError(f"--algorithm {algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}")
+                raise ValueError(
+                    f"--algorithm {algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}"
+                )
             settings = PackSettings(
                 seq_length=seq_length,
                 pack_size=pack_size,
@@ -163,7 +180,11 @@ def register(app: typer.Typer) -> None:
                 )
                 val = (
                     tokenize_inputs(
-                        val_inputs, tokenizer=tokenizer, config=config, workers=workers, progress=show_progress
+                        val_inputs,
+                        tokenizer=tokenizer,
+                        config=config,
+                        workers=workers,
+                        progress=show_progress,
                     )
                     if val_inputs
                     else None
@@ -203,7 +224,9 @@ def register(app: typer.Typer) -> None:
                 malformed=malformed,
             )
             try:
-                manifest = _write(out, splits, settings, provenance, overwrite, show_progress, write_packed_output)
+                manifest = _write(
+                    out, splits, settings, provenance, overwrite, show_progress, write_packed_output
+                )
             except OutputExistsError as exc:
                 raise _fail(str(exc)) from exc
         summary = _summary(out, manifest, mult_source)
@@ -230,7 +253,11 @@ def _write(out, splits, settings, provenance, overwrite, show_progress, write_pa
     ) as progress:
         task = progress.add_task("write", total=total)
         return write_packed_output(
-            out, splits, settings, provenance, overwrite=overwrite,
+            out,
+            splits,
+            settings,
+            provenance,
+            overwrite=overwrite,
             progress=lambda n: progress.advance(task, n),
         )
 
@@ -271,7 +298,9 @@ def _print_human(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     c = summary["counts"]
     echo = typer.echo
     echo(f"packed -> {summary['out']}")
-    echo(f"  format: {summary['format']}   tokenizer: {summary['tokenizer'].get('name', summary['tokenizer'])}")
+    echo(
+        f"  format: {summary['format']}   tokenizer: {summary['tokenizer'].get('name', summary['tokenizer'])}"
+    )
     echo(f"  pad_seq_to_mult: {summary['pad_seq_to_mult']}  ({summary['pad_seq_to_mult_source']})")
     echo(f"  algorithm: {summary['algorithm']}   seed: {summary['seed']}")
     echo(

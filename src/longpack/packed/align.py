@@ -153,9 +153,9 @@ def align_samples(
     over = runtime > cap
     if overlength == "error" and over.any():
         bad = np.flatnonzero(over)
-        shown = ", ".join(
-            f"{samples.provenance(int(i))} ({int(runtime[i])} tokens)" for i in bad[:5]
-        ) + (" ..." if len(bad) > 5 else "")
+        shown = ", ".join(f"{samples.provenance(int(i))} ({int(runtime[i])} tokens)" for i in bad[:5]) + (
+            " ..." if len(bad) > 5 else ""
+        )
         raise OverlengthError(
             f"{len(bad)} sample(s) are longer than the runtime cap {cap} (max_seq_length={max_seq_length}, "
             f"pad_seq_to_mult={m}): {shown}; use --overlength truncate or drop, or raise --seq-length"

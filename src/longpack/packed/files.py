@@ -58,7 +58,9 @@ def split_spec(split: str, pack_size: int, num_shards: int) -> str:
     >>> split_spec("training", 4096, 1), split_spec("training", 4096, 3)
     ('training_4096.idx.parquet', 'training_4096.part-*.idx.parquet')
     """
-    return shard_names(split, pack_size, 1)[0] if num_shards <= 1 else f"{split}_{pack_size}.part-*.idx.parquet"
+    return (
+        shard_names(split, pack_size, 1)[0] if num_shards <= 1 else f"{split}_{pack_size}.part-*.idx.parquet"
+    )
 
 
 def metadata_name(pack_size: int) -> str:

@@ -93,7 +93,9 @@ def read_split(
                     )
                 if pack_size is not None and (row_len - n_starts > pack_size).any():
                     r = int(np.flatnonzero(row_len - n_starts > pack_size)[0])
-                    stats.errors.append(f"{where}: row {r} holds more than pack_size={pack_size} runtime tokens")
+                    stats.errors.append(
+                        f"{where}: row {r} holds more than pack_size={pack_size} runtime tokens"
+                    )
                 if mask.size and (set(np.unique(mask).tolist()) - {0, 1}):
                     stats.errors.append(f"{where}: loss_mask holds values other than 0/1")
                 if len(ends) and mask.size:
@@ -107,8 +109,14 @@ def read_split(
     return stats
 
 
-def text_histogram(values: np.ndarray, *, bins: int = HISTOGRAM_BINS, lo: float | None = None,
-                   hi: float | None = None, width: int = 40) -> list[str]:
+def text_histogram(
+    values: np.ndarray,
+    *,
+    bins: int = HISTOGRAM_BINS,
+    lo: float | None = None,
+    hi: float | None = None,
+    width: int = 40,
+) -> list[str]:
     """Lines of a text histogram.
 
     >>> text_histogram(np.array([1, 1, 2, 4]), bins=2, width=4)
@@ -196,7 +204,9 @@ def inspect_output(out_dir: str | Path, *, verify: bool = False) -> dict[str, An
                 )
                 recomputed = pack_metadata(stats.runtime_lengths, plan, size)
                 if meta_list is not None and index < len(meta_list) and meta_list[index] != recomputed:
-                    problems.append(f"{split}: metadata file entry {meta_list[index]} != files give {recomputed}")
+                    problems.append(
+                        f"{split}: metadata file entry {meta_list[index]} != files give {recomputed}"
+                    )
             if manifest is not None:
                 problems += _check_manifest_split(out, manifest, split, stats)
         result["splits"][split] = info
@@ -229,7 +239,9 @@ def _check_manifest_split(out: Path, manifest: dict[str, Any], split: str, stats
     if entry.get("rows") != stats.rows:
         problems.append(f"{split}: manifest says {entry.get('rows')} rows, files hold {stats.rows}")
     if entry.get("samples_packed") != stats.samples:
-        problems.append(f"{split}: manifest says {entry.get('samples_packed')} samples, files hold {stats.samples}")
+        problems.append(
+            f"{split}: manifest says {entry.get('samples_packed')} samples, files hold {stats.samples}"
+        )
     if entry.get("stored_tokens") != stats.stored_tokens:
         problems.append(
             f"{split}: manifest says {entry.get('stored_tokens')} stored tokens, files hold {stats.stored_tokens}"

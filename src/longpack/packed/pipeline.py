@@ -111,7 +111,9 @@ class SplitPlan:
         src = a.samples
         stored_in = src.stored_lengths()
         lengths = a.runtime_lengths()
-        row_sums = np.add.reduceat(lengths[self.plan.order], self.plan.row_offsets[:-1]) if len(a) else []
+        row_sums = (
+            np.add.reduceat(lengths[self.plan.order], self.plan.row_offsets[:-1]) if len(a) else np.zeros(0)
+        )
         truncated = [
             {
                 "source": src.provenance(int(i)),
