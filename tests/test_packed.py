@@ -126,6 +126,9 @@ def test_round_trip_in_memory(n, seed, m, algorithm, overlength, extra) -> None:
         return
     plan = plan_rows(a.runtime_lengths(), settings_.resolved_pack_size, algorithm=algorithm, seed=seed)
     rows_flat = fill_rows(a, plan)
+    reference = fill_rows(a, plan, compiled=False)
+    assert np.array_equal(rows_flat.input_ids, reference.input_ids)
+    assert np.array_equal(rows_flat.loss_mask, reference.loss_mask)
     rows = []
     for j in range(plan.num_rows):
         lo, hi = rows_flat.row_offsets[j], rows_flat.row_offsets[j + 1]

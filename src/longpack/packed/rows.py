@@ -56,8 +56,12 @@ class PackedRows:
         )
 
 
-def fill_rows(aligned: AlignedSamples, plan: PackPlan, lo: int = 0, hi: int | None = None) -> PackedRows:
+def fill_rows(
+    aligned: AlignedSamples, plan: PackPlan, lo: int = 0, hi: int | None = None, *, compiled: bool = True
+) -> PackedRows:
     """Materialize rows ``lo:hi`` of ``plan`` (all rows by default).
+
+    ``compiled=False`` uses the pure-numpy formulation (same output; the tests compare both).
 
     Two samples ``[5, 6, 2]`` (mask ``[0, 1, 1]``) and ``[7, 2]`` (mask ``[1, 1]``) in one row, EOS 2, ``m=2``:
     the second is padded to stored length 3 and each mask moves left by one.
@@ -78,25 +82,25 @@ def fill_rows(aligned: AlignedSamples, plan: PackPlan, lo: int = 0, hi: int | No
     stored = aligned.stored[items]
     kept = aligned.kept[items]
     src_start = aligned.samples.offsets[aligned.index[items]]
-    total = int(stored.sum())
-
     item_ends = np.cumsum(stored)
     item_starts = item_ends - stored
-    # Position of every output token inside its sample, and the sample's source start.
-    within = np.arange(total, dtype=np.int64) - np.repeat(item_starts, stored)
-    is_pad = within >= np.repeat(kept, stored)
-    src = np.repeat(src_start, stored) + within
-    src[is_pad] = 0
+    if compiled:
+        from longpack.packed._kernels import fill_tokens_and_mask
 
-    tokens = aligned.samples.tokens
-    input_ids = tokens[src].astype(np.int64)
-    input_ids[is_pad] = aligned.eos_id
-    mask = aligned.samples.loss_mask[src].astype(np.int8)
-    mask[is_pad] = 0
-    rolled = np.empty_like(mask)
-    rolled[:-1] = mask[1:]
-    if total:
-        rolled[item_ends - 1] = 0
+        input_ids = np.empty(int(item_ends[-1]) if len(items) else 0, dtype=np.int64)
+        rolled = np.empty(len(input_ids), dtype=np.int8)
+        fill_tokens_and_mask(
+            aligned.samples.tokens,
+            aligned.samples.loss_mask,
+            src_start,
+            kept,
+            stored,
+            aligned.eos_id,
+            input_ids,
+            rolled,
+        )
+    else:
+        input_ids, rolled = _fill_numpy(aligned, src_start, kept, stored, item_starts, item_ends)
 
     # Row offsets (in tokens) and per-row sample starts.
     items_per_row = np.diff(plan.row_offsets[lo : hi + 1])
@@ -115,3 +119,28 @@ def fill_rows(aligned: AlignedSamples, plan: PackPlan, lo: int = 0, hi: int | No
         seq_start_id=seq_start_id.astype(np.int64),
         start_offsets=start_offsets,
     )
+
+
+def _fill_numpy(
+    aligned: AlignedSamples,
+    src_start: np.ndarray,
+    kept: np.ndarray,
+    stored: np.ndarray,
+    item_starts: np.ndarray,
+    item_ends: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    total = int(stored.sum())
+    # Position of every output token inside its sample, and the sample's source start.
+    within = np.arange(total, dtype=np.int64) - np.repeat(item_starts, stored)
+    is_pad = within >= np.repeat(kept, stored)
+    src = np.repeat(src_start, stored) + within
+    src[is_pad] = 0
+    input_ids = aligned.samples.tokens[src].astype(np.int64)
+    input_ids[is_pad] = aligned.eos_id
+    mask = aligned.samples.loss_mask[src].astype(np.int8)
+    mask[is_pad] = 0
+    rolled = np.empty_like(mask)
+    rolled[:-1] = mask[1:]
+    if total:
+        rolled[item_ends - 1] = 0
+    return input_ids, rolled
