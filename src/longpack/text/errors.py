@@ -11,3 +11,7 @@ class InputError(ValueError):
         >>> str(InputError("data.jsonl:3: invalid JSON (Expecting value: column 1); fix the line or pass --skip-malformed"))
         'data.jsonl:3: invalid JSON (Expecting value: column 1); fix the line or pass --skip-malformed'
     """
+
+
+class RowError(ValueError):
+    """One malformed row; the reader adds ``file:line`` and the fix (or skips it with ``skip_malformed``)."""

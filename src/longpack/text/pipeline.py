@@ -8,6 +8,7 @@ output does not depend on the worker count.
 
 from __future__ import annotations
 
+import array
 import hashlib
 import io
 import json
@@ -23,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from longpack.samples import TokenizedSamples
+from longpack.text import inputs as _inputs
 from longpack.text.errors import InputError
 from longpack.text.inputs import (
-    PARQUET_CHUNK_ROWS,
     first_jsonl_rows,
     input_kind,
     jsonl_chunks,
@@ -142,8 +143,10 @@ def _process(job: _Job) -> _ChunkOut:
         fast = _fast_pretokenized(job, tok)
         if fast is not None:
             return fast
-    flat_ids: list[int] = []
-    flat_mask: list[int] = []
+    # array.fromlist converts a row's Python ints in one C loop, about twice as fast as np.array(list).
+    wide = tok.vocab_size > 2**31 - 1
+    flat_ids = array.array("q" if wide else "i")
+    flat_mask = array.array("B")
     lengths: list[int] = []
     rows: list[int] = []
     rows_read = 0
@@ -154,8 +157,8 @@ def _process(job: _Job) -> _ChunkOut:
         except RowError as e:
             _malformed(job, row_no, str(e), malformed)
             return
-        flat_ids.extend(ids)
-        flat_mask.extend(mask)
+        flat_ids.fromlist(ids)
+        flat_mask.fromlist(mask)
         lengths.append(len(ids))
         rows.append(row_no)
 
@@ -179,8 +182,8 @@ def _process(job: _Job) -> _ChunkOut:
             rows_read += 1
             add(job.first_row + k, row)
     return _ChunkOut(
-        tokens=np.array(flat_ids, dtype=np.int32 if tok.vocab_size <= 2**31 - 1 else np.int64),
-        loss_mask=np.array(flat_mask, dtype=np.uint8),
+        tokens=np.frombuffer(flat_ids, dtype=np.int64 if wide else np.int32),
+        loss_mask=np.frombuffer(flat_mask, dtype=np.uint8),
         lengths=np.array(lengths, dtype=np.int64),
         rows=np.array(rows, dtype=np.int64),
         malformed=malformed,
@@ -233,7 +236,7 @@ def _parquet_batches(path: Path) -> Iterator[tuple[int, Any]]:
     except Exception as e:
         raise InputError(f"{path}: not a readable Parquet file ({e}); check the file") from e
     first = 0
-    for batch in pf.iter_batches(batch_size=PARQUET_CHUNK_ROWS):
+    for batch in pf.iter_batches(batch_size=_inputs.PARQUET_CHUNK_ROWS):
         yield first, batch
         first += batch.num_rows
 
@@ -319,7 +322,7 @@ def tokenize_inputs(
                         pass
                 continue
             if kind == "jsonl":
-                for first, blob in jsonl_chunks(path, hashers[i]):
+                for first, blob in jsonl_chunks(path, hashers[i], _inputs.JSONL_CHUNK_BYTES):
                     yield i, _Job(kind, files[i], first, blob, fmt, config, tok.spec), len(blob)
             else:
                 size = path.stat().st_size
@@ -338,8 +341,13 @@ def tokenize_inputs(
                 outs.append((i, _process(job)))
                 bar.advance(nbytes)
         else:
+            # forkserver: workers start from a clean process that imported this module once (no fork of a
+            # parent holding threads or a used Rust tokenizer); each loads the tokenizer as it starts.
             ctx = mp.get_context("forkserver")
-            with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
+            ctx.set_forkserver_preload(["longpack.text.pipeline"])
+            with ProcessPoolExecutor(
+                max_workers=n_workers, mp_context=ctx, initializer=load_tokenizer, initargs=(tok.spec,)
+            ) as pool:
                 pending: deque[tuple[int, Future[_ChunkOut], int]] = deque()
                 try:
                     for i, job, nbytes in jobs():

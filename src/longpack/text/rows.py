@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from longpack.text.errors import RowError
 from longpack.text.tokenizers import Message, Tokenizer
 
 FORMATS = ("auto", "prompt_completion", "chat", "sharegpt", "pretokenized")
@@ -95,10 +96,6 @@ class TextConfig:
             )
 
 
-class RowError(ValueError):
-    """A malformed row (the caller adds file:line and the fix)."""
-
-
 def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
     """The most common format among the first rows (ties: the earliest). Rows whose keys fit no format are
     ignored unless no row fits. Per row: ``input_ids`` -> pretokenized, messages key -> chat,
@@ -109,7 +106,7 @@ def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
         >>> detect_format([{"question": "q"}], TextConfig())
         Traceback (most recent call last):
         ...
-        longpack.text.rows.RowError: cannot detect the format from keys ['question']: prompt_completion needs 'prompt' and 'completion' (set the keys), chat needs 'messages', sharegpt needs 'conversations', pretokenized needs 'input_ids'
+        longpack.text.errors.RowError: cannot detect the format from keys ['question']: prompt_completion needs 'prompt' and 'completion' (set the keys), chat needs 'messages', sharegpt needs 'conversations', pretokenized needs 'input_ids'
     """
     found: list[str] = []
     for row in rows:
@@ -251,14 +248,18 @@ def row_to_sample(row: Any, fmt: str, config: TextConfig, tok: Tokenizer) -> tup
             raise RowError(
                 f"the conversation has no assistant message, so chat_loss={config.chat_loss!r} trains on nothing"
             )
-        ids, owner = tok.chat(messages)
+        ids_arr, owner = tok.chat_arrays(messages)
         if config.chat_loss == "assistant":
             mask_arr = owner >= 0
         elif config.chat_loss == "last_turn":
             mask_arr = (owner == owner.max()) & (owner >= 0)
         else:
-            mask_arr = np.ones(len(ids), dtype=bool)
-        mask = mask_arr.astype(np.uint8).tolist()
+            mask_arr = np.ones(len(ids_arr), dtype=bool)
+        for skipped_id in tok.skipped_id_set:
+            mask_arr[ids_arr == skipped_id] = False
+        if len(ids_arr) < 2:
+            raise RowError(f"the sample has {len(ids_arr)} token(s); a stored sample needs at least 2")
+        return ids_arr.tolist(), mask_arr.view(np.uint8).tolist()
     elif fmt == "pretokenized":
         if "input_ids" not in row:
             raise RowError(f"missing key 'input_ids' (pretokenized tokens); the row has keys {sorted(row)}")

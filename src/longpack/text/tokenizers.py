@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from longpack.text.errors import InputError
+from longpack.text.errors import InputError, RowError
 
 Message = Mapping[str, Any]
 Piece = tuple[str, int]  # (text, owner): owner = assistant turn ordinal, or -1
@@ -215,8 +215,8 @@ class Tokenizer(ABC):
         """The chat template's text for ``messages`` as pieces owned by assistant turns (or -1)."""
 
     @abstractmethod
-    def _encode_offsets(self, text: str) -> tuple[list[int], np.ndarray, np.ndarray, str]:
-        """Ids of ``text`` with each token's start/end offsets and the offsets' unit ("byte" or "char")."""
+    def _encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+        """Ids of ``text`` (int64) with each token's start/end offsets and their unit ("byte" or "char")."""
 
     @abstractmethod
     def identity(self) -> dict[str, Any]:
@@ -246,6 +246,11 @@ class Tokenizer(ABC):
 
     def chat(self, messages: Sequence[Message]) -> tuple[list[int], np.ndarray]:
         """Ids of the rendered conversation and the assistant turn owning each token (-1: none)."""
+        ids, owner = self.chat_arrays(messages)
+        return ids.tolist(), owner
+
+    def chat_arrays(self, messages: Sequence[Message]) -> tuple[np.ndarray, np.ndarray]:
+        """``chat`` with the ids as an int64 array."""
         pieces = self.render_chat(messages)
         text = "".join(t for t, _ in pieces)
         ids, starts, ends, unit = self._encode_offsets(text)
@@ -258,11 +263,11 @@ class _TableTokenizer(Tokenizer):
 
     _byte_len: np.ndarray
 
-    def _encode_offsets(self, text: str) -> tuple[list[int], np.ndarray, np.ndarray, str]:
-        ids = self.encode(text)
-        ends = np.cumsum(self._byte_len[np.asarray(ids, dtype=np.int64)]) if ids else np.zeros(0, np.int64)
-        starts = ends - self._byte_len[np.asarray(ids, dtype=np.int64)] if ids else ends
-        return ids, starts, ends, "byte"
+    def _encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+        ids = np.array(self.encode(text), dtype=np.int64)
+        lens = self._byte_len[ids]
+        ends = np.cumsum(lens)
+        return ids, ends - lens, ends, "byte"
 
 
 class BytesTokenizer(_TableTokenizer):
@@ -426,13 +431,13 @@ class HFTokenizer(Tokenizer):
 
     kind = "hf"
 
-    def __init__(self, tokenizer_file: Path, config_file: Path | None) -> None:
+    def __init__(self, tokenizer_file: Path, config_file: Path | None, spec: str | None = None) -> None:
         from tokenizers import Tokenizer as RustTokenizer
 
         self._file = tokenizer_file
         self._config_file = config_file
-        self.spec = str(tokenizer_file.parent if config_file is not None else tokenizer_file)
-        self.name = self.spec
+        self.spec = spec or str(tokenizer_file.resolve())
+        self.name = str(tokenizer_file.parent if tokenizer_file.name == "tokenizer.json" else tokenizer_file)
         try:
             self._tok = RustTokenizer.from_file(str(tokenizer_file))
         except Exception as e:
@@ -480,10 +485,10 @@ class HFTokenizer(Tokenizer):
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._tok.decode(list(ids), skip_special_tokens=False))
 
-    def _encode_offsets(self, text: str) -> tuple[list[int], np.ndarray, np.ndarray, str]:
+    def _encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
         enc = self._tok.encode(text, add_special_tokens=False)
         off = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
-        return list(enc.ids), off[:, 0], off[:, 1], "char"
+        return np.array(enc.ids, dtype=np.int64), off[:, 0], off[:, 1], "char"
 
     def _compiled(self) -> Any:
         if self._template is None:
@@ -534,7 +539,7 @@ class HFTokenizer(Tokenizer):
                 tools=None,
             )
         except jinja2.TemplateError as e:
-            raise InputError(f"chat template failed: {e}") from e
+            raise RowError(f"the chat template rejected this conversation ({e})") from e
         if _GEN_OPEN in text:
             pieces: list[Piece] = []
             turn = 0
@@ -568,7 +573,7 @@ class HFTokenizer(Tokenizer):
         out: dict[str, Any] = {
             "kind": "hf",
             "name": self.name,
-            "path": str(self._file.parent if self._config_file is not None else self._file),
+            "path": self.spec,
             "files": files,
             "eos_id": self.eos_id,
             "eos_token": self._eos_text,
@@ -606,7 +611,7 @@ def load_tokenizer(spec: str) -> Tokenizer:
         tried = ["built-in names 'bytes', 'qwen3'"]
         if path.is_file():
             config = path.parent / "tokenizer_config.json"
-            tok = HFTokenizer(path, config if config.is_file() else None)
+            tok = HFTokenizer(path, config if config.is_file() else None, str(path.resolve()))
         elif path.is_dir():
             tj = path / "tokenizer.json"
             if not tj.is_file():
@@ -616,7 +621,7 @@ def load_tokenizer(spec: str) -> Tokenizer:
                     "folder (only fast HF tokenizers are supported)"
                 )
             config = path / "tokenizer_config.json"
-            tok = HFTokenizer(tj, config if config.is_file() else None)
+            tok = HFTokenizer(tj, config if config.is_file() else None, str(path.resolve()))
         else:
             tried += [f"file {path} (does not exist)", f"folder {path}/tokenizer.json (does not exist)"]
             raise InputError(
