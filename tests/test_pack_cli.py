@@ -145,3 +145,49 @@ def test_inspect_reports_unfinished_output(tmp_path: Path) -> None:
     (tmp_path / "o" / "manifest.json").unlink()
     result = runner.invoke(app, ["inspect", str(tmp_path / "o")])
     assert result.exit_code == 1 and "UNFINISHED" in result.output
+
+
+def test_val_input_split_and_plot(tmp_path: Path) -> None:
+    train = write_jsonl(tmp_path / "train.jsonl", sft_rows(60))
+    val = write_jsonl(tmp_path / "val.jsonl", sft_rows(8))
+    result = pack(
+        str(train), "--out", str(tmp_path / "o"), "--seq-length", "128", "--val-input", str(val), "--json"
+    )
+    assert result.exit_code == 0, result.output
+    splits = json.loads(result.output)["splits"]
+    assert splits["validation"]["samples_packed"] == 8 and splits["validation"]["files"] == [
+        "validation_128.idx.parquet"
+    ]
+    meta = json.loads((tmp_path / "o" / "128_metadata.jsonl").read_text())
+    assert [m["pack_size"] for m in meta] == [128, 128]
+    png = tmp_path / "fill.png"
+    result = runner.invoke(app, ["inspect", str(tmp_path / "o"), "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_output_bytes_independent_of_worker_count(tmp_path: Path) -> None:
+    src = write_jsonl(tmp_path / "d.jsonl", sft_rows(120))
+    for name, workers in (("one", "1"), ("two", "2")):
+        result = runner.invoke(
+            app,
+            [
+                "pack",
+                str(src),
+                "--tokenizer",
+                "bytes",
+                "--workers",
+                workers,
+                "--out",
+                str(tmp_path / name),
+                "--seq-length",
+                "64",
+                "--algorithm",
+                "first_fit_shuffle",
+                "--seed",
+                "3",
+            ],
+        )
+        assert result.exit_code == 0, result.output
+    for path in sorted((tmp_path / "one").iterdir()):
+        assert path.read_bytes() == (tmp_path / "two" / path.name).read_bytes(), path.name
