@@ -110,7 +110,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Tokenize SFT data and write Megatron-Bridge packed Parquet, metadata and a manifest."""
         from longpack.packed import OutputExistsError, OverlengthError, PackSettings, Provenance
-        from longpack.packed.pipeline import plan_splits, write_packed_output
+        from longpack.packed.pipeline import check_out_dir, plan_splits, write_packed_output
 
         inputs = list(inputs or [])
         val_inputs = list(val_input or [])

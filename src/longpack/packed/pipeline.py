@@ -247,7 +247,12 @@ class Provenance:
     malformed: tuple[tuple[str, str], ...] = ()
 
 
-def _prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
+def check_out_dir(out_dir: str | Path, overwrite: bool) -> None:
+    """Raise :class:`OutputExistsError` now if writing to ``out_dir`` would be refused later."""
+    _prepare_out_dir(Path(out_dir), overwrite, dry_run=True)
+
+
+def _prepare_out_dir(out_dir: Path, overwrite: bool, *, dry_run: bool = False) -> None:
     if out_dir.exists():
         if not overwrite:
             raise OutputExistsError(
@@ -262,11 +267,14 @@ def _prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
                 f"--overwrite refused: {out_dir} holds files longpack did not write ({shown}); "
                 "choose an empty or new --out"
             )
+        if dry_run:
+            return
         # Manifest first: from here on the folder reads as unfinished.
         (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
         for p in out_dir.iterdir():
             p.unlink()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if not dry_run:
+        out_dir.mkdir(parents=True, exist_ok=True)
 
 
 def _is_ours(name: str) -> bool:
