@@ -191,3 +191,12 @@ def test_output_bytes_independent_of_worker_count(tmp_path: Path) -> None:
         assert result.exit_code == 0, result.output
     for path in sorted((tmp_path / "one").iterdir()):
         assert path.read_bytes() == (tmp_path / "two" / path.name).read_bytes(), path.name
+
+
+def test_overwrite_refuses_foreign_files_before_tokenizing(tmp_path: Path) -> None:
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "notes.txt").write_text("mine")
+    missing = tmp_path / "missing.jsonl"  # never read: the refusal comes first
+    result = pack(str(missing), "--out", str(tmp_path / "o"), "--seq-length", "64", "--overwrite")
+    assert result.exit_code == 2 and "notes.txt" in result.output
+    assert (tmp_path / "o" / "notes.txt").exists()

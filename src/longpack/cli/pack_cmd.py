@@ -127,10 +127,10 @@ def register(app: typer.Typer) -> None:
             raise _fail("--seq-length is required (the longest runtime length of one sample, e.g. 4096)")
         if val_inputs and val_fraction:
             raise _fail("give either --val-input or --val-fraction, not both")
-        if out.exists() and not overwrite:
-            raise _fail(
-                f"output folder {out} already exists; pass --overwrite to replace it or choose a new --out"
-            )
+        try:
+            check_out_dir(out, overwrite)  # before the (long) tokenization, not after
+        except OutputExistsError as exc:
+            raise _fail(str(exc)) from exc
         mult, mult_source = _resolve_mult(pad_seq_to_mult, tp, cp, sp)
         try:
             from longpack.binpack import ALGORITHMS
