@@ -99,7 +99,13 @@ def commit_file(tmp: Path, path: Path) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+    """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename).
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "x.json"
+    >>> atomic_write_bytes(p, b"[]"); p.read_bytes(), sorted(q.name for q in p.parent.iterdir())
+    (b'[]', ['x.json'])
+    """
     tmp = temp_path(path)
     try:
         with open(tmp, "wb") as fh:
@@ -133,6 +139,13 @@ def resolve_parquet_spec(spec: str | Path) -> list[Path]:
 
     A file is returned as is, a folder yields its sorted ``*.parquet``/``*.pq`` files, a glob is expanded,
     filtered to Parquet names and sorted. Nothing found raises ``ValueError``.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> for name in ("b.idx.parquet", "a.idx.parquet", "notes.txt"):
+    ...     _ = (d / name).write_bytes(b"")
+    >>> [p.name for p in resolve_parquet_spec(d)], [p.name for p in resolve_parquet_spec(f"{d}/*.idx.parquet")]
+    (['a.idx.parquet', 'b.idx.parquet'], ['a.idx.parquet', 'b.idx.parquet'])
     """
     text = str(spec)
     path = Path(text)
@@ -165,7 +178,12 @@ def iter_row_groups(path: Path, columns: tuple[str, ...] = REQUIRED_COLUMNS) -> 
 
 
 def list_offsets_values(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets int64 ``[R+1]`` starting at 0, flat values) of a list column."""
+    """(offsets int64 ``[R+1]`` starting at 0, flat values) of a list column.
+
+    >>> offsets, values = list_offsets_values(pa.array([[1, 2], [], [3]]))
+    >>> offsets.tolist(), values.tolist()
+    ([0, 2, 2, 3], [1, 2, 3])
+    """
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     offsets = np.asarray(arr.offsets, dtype=np.int64)
     values = np.asarray(arr.flatten())

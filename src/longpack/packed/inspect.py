@@ -144,6 +144,19 @@ def inspect_output(out_dir: str | Path, *, verify: bool = False) -> dict[str, An
 
     ``result["finished"]`` is False when the manifest is missing (an interrupted or running job);
     ``result["ok"]`` is False when any check failed.
+
+    >>> import tempfile
+    >>> from longpack.packed.pipeline import PackSettings, Provenance, plan_splits, write_packed_output
+    >>> from longpack.samples import TokenizedSamples
+    >>> s = TokenizedSamples(tokens=np.array([5, 6, 2, 7, 2], np.int32),
+    ...     loss_mask=np.array([0, 1, 1, 1, 1], np.uint8), offsets=np.array([0, 3, 5]),
+    ...     source_file=np.zeros(2, np.int32), source_row=np.array([1, 2]), files=("a.jsonl",))
+    >>> out = Path(tempfile.mkdtemp()) / "packed"
+    >>> _ = write_packed_output(out, plan_splits(s, PackSettings(seq_length=4), eos_id=2),
+    ...                         PackSettings(seq_length=4), Provenance())
+    >>> r = inspect_output(out, verify=True)
+    >>> r["ok"], r["splits"]["training"]["rows"], r["splits"]["training"]["samples"]
+    (True, 1, 2)
     """
     out = Path(out_dir)
     if not out.is_dir():

@@ -186,6 +186,12 @@ def plan_splits(
 ) -> list[SplitPlan]:
     """Training (and validation) split plans. ``settings.val_fraction`` carves a validation split out of
     ``train`` after alignment, picked with ``np.random.default_rng(seed)``; it excludes ``validation``.
+
+    >>> s = TokenizedSamples(tokens=np.array([5, 2, 6, 2, 7, 2], np.int32), loss_mask=np.ones(6, np.uint8),
+    ...     offsets=np.array([0, 2, 4, 6]), source_file=np.zeros(3, np.int32), source_row=np.arange(1, 4),
+    ...     files=("a.jsonl",))
+    >>> [(p.name, len(p.aligned)) for p in plan_splits(s, PackSettings(seq_length=4, val_fraction=0.3), eos_id=2)]
+    [('training', 2), ('validation', 1)]
     """
     if validation is not None and settings.val_fraction > 0:
         raise ValueError("give either a validation input or a validation fraction, not both")
@@ -352,6 +358,16 @@ def write_packed_output(
 
     Same splits, settings and provenance give byte-identical files (nothing time- or host-dependent is
     written).
+
+    >>> import tempfile
+    >>> s = TokenizedSamples(tokens=np.array([5, 6, 2, 7, 2], np.int32),
+    ...     loss_mask=np.array([0, 1, 1, 1, 1], np.uint8), offsets=np.array([0, 3, 5]),
+    ...     source_file=np.zeros(2, np.int32), source_row=np.array([1, 2]), files=("a.jsonl",))
+    >>> settings = PackSettings(seq_length=4)
+    >>> out = Path(tempfile.mkdtemp()) / "packed"
+    >>> m = write_packed_output(out, plan_splits(s, settings, eos_id=2), settings, Provenance())
+    >>> sorted(p.name for p in out.iterdir()), m["megatron_bridge"]["packed_train_data_path"]
+    (['4_metadata.jsonl', 'manifest.json', 'training_4.idx.parquet'], 'training_4.idx.parquet')
     """
     out = Path(out_dir)
     _prepare_out_dir(out, overwrite)
