@@ -265,10 +265,11 @@ def child(args: argparse.Namespace) -> None:
     else:
         result = run_ours(args.kind, path, out, args.impl.split(":", 1)[1])
     # Main process plus the largest tokenizer worker (ru_maxrss of children is the largest child's peak).
-    result["peak_rss_bytes"] = (
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    ) * 1024
+    main_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    worker_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    result["peak_rss_main_bytes"] = main_peak
+    result["peak_rss_worker_bytes"] = worker_peak
+    result["peak_rss_bytes"] = main_peak + worker_peak
     print("RESULT " + json.dumps(result))
 
 
@@ -325,7 +326,7 @@ def main() -> None:
     print(f"cores: {os.cpu_count()} (shared machine); seq_length {SEQ_LENGTH}")
     header = (
         f"{'input':<13}{'N':>9}  {'implementation':<26}{'seconds':>9}{'read+tok':>9}{'pack+write':>11}"
-        f"{'samples/s':>11}{'peak RSS':>10}{'RSS/data':>9}"
+        f"{'samples/s':>11}{'RSS main':>10}{'+worker':>9}{'(main+w)/data':>15}"
     )
     print(header)
     with tempfile.TemporaryDirectory(prefix="longpack-bench-") as tmp:
@@ -352,7 +353,8 @@ def main() -> None:
                     print(
                         f"{kind:<13}{n:>9}  {impl:<26}{r['seconds']:>9.2f}{r['tokenize_seconds']:>9.2f}"
                         f"{r['seconds'] - r['tokenize_seconds']:>11.2f}{r['samples'] / r['seconds']:>11.0f}"
-                        f"{r['peak_rss_bytes'] / 2**30:>9.2f}G{r['peak_rss_bytes'] / data:>9.2f}",
+                        f"{r['peak_rss_main_bytes'] / 2**30:>9.2f}G{r['peak_rss_worker_bytes'] / 2**30:>8.2f}G"
+                        f"{r['peak_rss_bytes'] / data:>15.2f}",
                         flush=True,
                     )
                 if "baseline" in results:
