@@ -17,7 +17,8 @@ tree first fit, ``fill_packing_strategy`` with per-length permutations and Pytho
     python benchmarks/pack_pipeline.py                        # 100k, both inputs, ours + baseline
     python benchmarks/pack_pipeline.py --sizes 1000000 --inputs pretokenized --baseline-max 300000
 
-Peak RSS is compared with the token data size (int32 tokens + uint8 mask = 5 bytes per stored token).
+Peak RSS is compared with the token data size (int32 tokens + uint8 mask = 5 bytes per stored token). It is
+the main process's peak; tokenizer workers (forkserver processes) are not included.
 """
 
 from __future__ import annotations
@@ -264,7 +265,8 @@ def child(args: argparse.Namespace) -> None:
         result = run_baseline(args.kind, path, out)
     else:
         result = run_ours(args.kind, path, out, args.impl.split(":", 1)[1])
-    # Main process plus the largest tokenizer worker (ru_maxrss of children is the largest child's peak).
+    # Main process plus the largest *direct* child (ru_maxrss of children is the largest reaped child's peak).
+    # The text layer's workers are forkserver children, not ours, so "+worker" reads 0 for them.
     main_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     worker_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     result["peak_rss_main_bytes"] = main_peak
