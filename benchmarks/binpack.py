@@ -19,8 +19,8 @@ Rows, all in this process on the same input:
   ``bench`` extra), given a Python list (its native input).
 
 Time is the median of ``--repeats`` runs (the pure-Python baseline runs once at N >= 1M). Memory is the growth of
-peak RSS (Linux ``VmHWM``, reset before each run) per item: it sees numba and C++ allocations, which tracemalloc
-does not. ``ratio`` is the row's time divided by the time of the longpack row it is compared with (``bfd`` for
+peak RSS over the first run, per item, sampled every 0.2 ms by a helper process: it sees numba and C++
+allocations, which tracemalloc does not (input and output arrays of the packer included). ``ratio`` is the row's time divided by the time of the longpack row it is compared with (``bfd`` for
 best-fit baselines, ``ffs`` for first-fit baselines): above 1 means longpack is faster.
 """
 
@@ -133,23 +133,63 @@ def _fix_malloc() -> None:
         pass
 
 
-def _reset_peak_rss() -> int | None:
-    """Reset VmHWM and return current RSS in bytes (None where Linux /proc is not available)."""
-    gc.collect()
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return _read_status("VmRSS")
-    except OSError:
-        return None
+_SAMPLER = r"""
+import os, select, sys
+pid, page = int(sys.argv[1]), os.sysconf("SC_PAGE_SIZE")
+statm = open(f"/proc/{pid}/statm", "rb")
+def rss():
+    statm.seek(0)
+    return int(statm.read().split()[1]) * page
+active, peak = False, 0
+while True:
+    ready, _, _ = select.select([sys.stdin], [], [], 0.0002 if active else None)
+    if ready:
+        cmd = sys.stdin.readline().strip()
+        if cmd == "start":
+            active, base = True, rss()
+            peak = base
+            print(base, flush=True)
+        elif cmd == "stop":
+            active = False
+            print(max(peak, rss()), flush=True)
+        else:
+            break
+    if active:
+        peak = max(peak, rss())
+"""
 
 
-def _read_status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
+class RssSampler:
+    """Peak RSS of this process over a stretch of code, sampled every 0.2 ms by a helper process.
+
+    A helper process (not a thread) keeps sampling while numba or C++ code holds the GIL, and it sees
+    every allocator (numpy, numba, C++), which tracemalloc does not.
+    """
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        if os.path.exists(f"/proc/{os.getpid()}/statm"):
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _SAMPLER, str(os.getpid())],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+
+    def _ask(self, cmd: str) -> int:
+        assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def start(self) -> int | None:
+        return None if self.proc is None else self._ask("start")
+
+    def stop(self) -> int | None:
+        return None if self.proc is None else self._ask("stop")
+
+
+SAMPLER: RssSampler | None = None
 
 
 @dataclass
@@ -166,20 +206,21 @@ class Row:
     note: str = ""
 
 
-def measure(fn: Callable[[], Any], repeats: int) -> tuple[float, Any, float | None]:
-    """Median seconds, the last result, and peak RSS growth (bytes) over the first run."""
+def measure(fn: Callable[[], Any], repeats: int, memory: bool = False) -> tuple[float, Any, float | None]:
+    """Median seconds, the last result, and (``memory=True``) peak RSS growth in bytes over the first run."""
     times = []
     result: Any = None
     peak: float | None = None
     for r in range(repeats):
         result = None
         gc.collect()
-        base = _reset_peak_rss() if r == 0 else None
+        base = SAMPLER.start() if memory and SAMPLER is not None and r == 0 else None
         t0 = time.perf_counter()
         result = fn()
         times.append(time.perf_counter() - t0)
-        if base is not None:
-            peak = max(0, _read_status("VmHWM") - base)
+        if base is not None and SAMPLER is not None:
+            top = SAMPLER.stop()
+            peak = None if top is None else max(0, top - base)
     return statistics.median(times), result, peak
 
 
@@ -190,15 +231,57 @@ def bins_from_lists(lists: list[list[int]], n: int) -> np.ndarray:
     return out
 
 
+def runner(name: str, lengths: np.ndarray, capacity: int) -> Callable[[], Any]:
+    """The call a row times, with its input already in the form it takes."""
+    if name == "bfd":
+        return lambda: pack_lengths(lengths, capacity, seed=0)
+    if name == "ffs":
+        return lambda: pack_lengths(lengths, capacity, algorithm="first_fit_shuffle", seed=0)
+    if name == "ffs.arrays":
+        histogram = np.bincount(lengths, minlength=capacity + 1)
+        return lambda: megatron.create_packing_strategy_arrays(
+            histogram, capacity, "first_fit_shuffle", rng=np.random.RandomState(0)
+        )
+    if name == "lightbinpack.obfd":
+        import lightbinpack
+
+        as_list = lengths.tolist()
+        return lambda: lightbinpack.obfd(as_list, capacity)
+    raise ValueError(name)
+
+
+def child_memory(workload: str, capacity: int, n: int, name: str) -> float | None:
+    """Peak RSS growth per item of one run of ``name``, measured in a fresh process (no reused heap)."""
+    cmd = [sys.executable, __file__, "--child-memory", workload, str(capacity), str(n), name]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    value = res.stdout.strip().splitlines()[-1]
+    return None if value == "None" else float(value)
+
+
+def _child_memory_main(workload: str, capacity: int, n: int, name: str) -> None:
+    _fix_malloc()
+    global SAMPLER
+    SAMPLER = RssSampler()
+    runner(name, make_lengths(workload, 200, capacity), capacity)()  # load compiled code
+    fn = runner(name, make_lengths(workload, n, capacity), capacity)
+    gc.collect()
+    base = SAMPLER.start()
+    result = fn()
+    top = SAMPLER.stop()
+    del result
+    print("None" if base is None or top is None else max(0, top - base) / n)
+
+
 def run_config(
     workload: str, capacity: int, n: int, args: argparse.Namespace, lightbinpack: Any | None
 ) -> list[Row]:
     lengths = make_lengths(workload, n, capacity)
     rows: list[Row] = []
 
-    def add(name: str, seconds: float, bin_of: np.ndarray, mem: float | None, note: str = "") -> Row:
+    def add(name: str, seconds: float, bin_of: np.ndarray, note: str = "") -> Row:
         stats = packing_stats(lengths, bin_of, capacity)
         assert stats.max_bin_fill <= capacity, f"{name} overfilled a bin"
+        mem = child_memory(workload, capacity, n, name) if args.memory else None
         row = Row(
             workload,
             capacity,
@@ -207,42 +290,32 @@ def run_config(
             seconds,
             stats.bins_over_lower_bound,
             stats.efficiency,
-            None if mem is None else mem / n,
+            mem,
             note=note,
         )
         rows.append(row)
         return row
 
-    t, bfd, mem = measure(lambda: pack_lengths(lengths, capacity, seed=0), args.repeats)
-    bfd_row = add("bfd", t, bfd, mem)
+    t, bfd, _ = measure(runner("bfd", lengths, capacity), args.repeats)
+    bfd_row = add("bfd", t, bfd)
     del bfd
-    t, ffs, mem = measure(
-        lambda: pack_lengths(lengths, capacity, algorithm="first_fit_shuffle", seed=0), args.repeats
-    )
-    ffs_row = add("ffs", t, ffs, mem)
+    t, ffs, _ = measure(runner("ffs", lengths, capacity), args.repeats)
+    ffs_row = add("ffs", t, ffs)
+    t, (flat, offsets, _), _ = measure(runner("ffs.arrays", lengths, capacity), args.repeats)
     del ffs
-    histogram = np.bincount(lengths, minlength=capacity + 1)
-    t, (flat, offsets, _), mem = measure(
-        lambda: megatron.create_packing_strategy_arrays(
-            histogram, capacity, "first_fit_shuffle", rng=np.random.RandomState(0)
-        ),
-        args.repeats,
-    )
-    rows.append(
-        Row(workload, capacity, n, "ffs.arrays", t, ffs_row.bins_over_l1, ffs_row.efficiency, mem and mem / n)
-    )
-    rows[-1].ratio = t / ffs_row.seconds
+    assert len(offsets) - 1 == round(ffs_row.bins_over_l1 * -(-int(lengths.sum()) // capacity))
+    mem = child_memory(workload, capacity, n, "ffs.arrays") if args.memory else None
+    rows.append(Row(workload, capacity, n, "ffs.arrays", t, ffs_row.bins_over_l1, ffs_row.efficiency, mem))
 
     if lightbinpack is not None:
-        as_list = lengths.tolist()
-        t, lists, mem = measure(lambda: lightbinpack.obfd(as_list, capacity), args.repeats)
-        row = add("lightbinpack.obfd", t, bins_from_lists(lists, n), mem)
+        t, lists, _ = measure(runner("lightbinpack.obfd", lengths, capacity), args.repeats)
+        row = add("lightbinpack.obfd", t, bins_from_lists(lists, n))
         row.ratio = t / bfd_row.seconds
-        del lists, as_list
+        del lists
 
     if n <= args.python_max_n:
         repeats = 1 if n >= 1_000_000 else args.repeats
-        t, lists, mem = measure(lambda: python_first_fit_shuffle(lengths, capacity, 0), repeats)
+        t, lists, mem = measure(lambda: python_first_fit_shuffle(lengths, capacity, 0), repeats, memory=True)
         same = len(lists) == len(offsets) - 1 and all(
             lst == flat[offsets[b] : offsets[b + 1]].tolist() for b, lst in enumerate(lists)
         )
@@ -256,7 +329,7 @@ def run_config(
                 t,
                 ffs_row.bins_over_l1,
                 ffs_row.efficiency,
-                mem and mem / n,
+                None if mem is None else mem / n,
                 ratio=t / ffs_row.seconds,
                 note=f"identical bins to ffs; {repeats} run(s)",
             )
@@ -265,13 +338,13 @@ def run_config(
     return rows
 
 
-def compile_times() -> tuple[float, float]:
-    """Seconds for import + first call in a fresh process: with an empty numba cache, then with it filled."""
+def compile_times() -> list[tuple[float, float]]:
+    """(wall, CPU) seconds for import + first calls in a fresh process: empty numba cache, then filled."""
     code = (
-        "import time; t=time.perf_counter(); import numpy as np; from longpack.binpack import pack_lengths; "
-        "x=np.arange(1,100)\n"
+        "import time; t=time.perf_counter(); c=time.process_time(); import numpy as np; "
+        "from longpack.binpack import pack_lengths; x=np.arange(1,100)\n"
         "for a in ('best_fit_decreasing','first_fit_shuffle'): pack_lengths(x, 128, algorithm=a)\n"
-        "print(time.perf_counter()-t)"
+        "print(time.perf_counter()-t, time.process_time()-c)"
     )
     out = []
     with tempfile.TemporaryDirectory() as cache:
@@ -280,8 +353,9 @@ def compile_times() -> tuple[float, float]:
             res = subprocess.run(
                 [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
             )
-            out.append(float(res.stdout.strip()))
-    return out[0], out[1]
+            wall, cpu = res.stdout.split()
+            out.append((float(wall), float(cpu)))
+    return out
 
 
 def main() -> None:
@@ -297,11 +371,20 @@ def main() -> None:
         "--python-max-n", type=int, default=1_000_000, help="largest N for the pure-Python baseline"
     )
     parser.add_argument("--no-lightbinpack", action="store_true")
+    parser.add_argument("--compile-only", action="store_true", help="only measure numba compile/load time")
+    parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the memory runs")
+    parser.add_argument("--child-memory", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child_memory:
+        workload, capacity, n, name = args.child_memory
+        _child_memory_main(workload, int(capacity), int(n), name)
+        return
     if args.quick:
         args.sizes, args.capacities = [100_000], [8192]
 
     _fix_malloc()
+    global SAMPLER
+    SAMPLER = RssSampler()
     lightbinpack = None
     if not args.no_lightbinpack:
         try:
@@ -309,8 +392,13 @@ def main() -> None:
         except ImportError:
             print("lightbinpack not installed (pip install -e '.[bench]'); its rows are skipped")
 
-    cold, warm = compile_times()
-    print(f"import + first call, fresh process: cold numba cache {cold:.2f} s, warm cache {warm:.2f} s")
+    (cold, cold_cpu), (warm, warm_cpu) = compile_times()
+    print(
+        f"import + first calls in a fresh process: empty numba cache {cold:.2f} s ({cold_cpu:.2f} CPU-s), "
+        f"filled cache {warm:.2f} s ({warm_cpu:.2f} CPU-s)"
+    )
+    if args.compile_only:
+        return
     # compile/load in this process before timing anything
     pack_lengths(np.arange(1, 100), 128)
     pack_lengths(np.arange(1, 100), 128, algorithm="first_fit_shuffle")
