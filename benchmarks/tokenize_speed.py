@@ -5,7 +5,8 @@
 The data is the built-in demo set (real text from the standard library), repeated to make a few tens of MB.
 The reference is tiktoken's threaded ``encode_batch`` (what ``qwen3`` wraps) over exactly the strings
 ``tokenize_inputs`` must encode: prompt and completion texts, and rendered chat templates. It does no file
-reading, no JSON parsing and no loss masks, so it is an upper bound. ``tokenize_inputs`` is timed end to end
+reading, no JSON parsing and no loss masks. A bare single-thread ``encode`` loop divided by the worker count is
+printed too: the ideal that no parallel pipeline reaches. ``tokenize_inputs`` is timed end to end
 (read, parse, tokenize, masks, flat buffers, process pool start-up). Target (issue 3): within 20 % on 2 cores.
 
     PYTHONPATH=src python benchmarks/tokenize_speed.py [--repeat 4] [--workers 2] [--runs 3]
@@ -49,18 +50,27 @@ def main() -> None:
             texts.append("".join(t for t, _ in pieces))
         mb = sum((data / n).stat().st_size for n in ("chat.jsonl", "prompt_completion.jsonl")) / 1e6
 
-        ref_times, ours_times = [], []
+        ref_times, ours_times, loop_times, loop_cpu, ours1_cpu = [], [], [], [], []
         n_tokens = 0
         for _ in range(args.runs):
             t0 = time.perf_counter()
             out = tok.encode_batch(texts, num_threads=args.workers)  # type: ignore[attr-defined]
             ref_times.append(time.perf_counter() - t0)
             n_ref = sum(map(len, out))
+            t0, c0 = time.perf_counter(), time.process_time()
+            for t in texts:
+                tok.encode(t)
+            loop_times.append(time.perf_counter() - t0)
+            loop_cpu.append(time.process_time() - c0)
+            c0 = time.process_time()  # one worker runs inline: its CPU time is this process's
+            tokenize_inputs([str(data)], tokenizer="qwen3", config=TextConfig(), workers=1)
+            ours1_cpu.append(time.process_time() - c0)
             t0 = time.perf_counter()
             res = tokenize_inputs([str(data)], tokenizer="qwen3", config=TextConfig(), workers=args.workers)
             ours_times.append(time.perf_counter() - t0)
             n_tokens = len(res.samples.tokens)
         ref, ours = statistics.median(ref_times), statistics.median(ours_times)
+        ideal = statistics.median(loop_times) / args.workers  # perfect scaling of a bare encode loop
         rows = len(res.samples)
         print(
             f"data: {rows} rows, {mb:.1f} MB JSONL, {n_tokens / 1e6:.2f} M tokens ({n_ref / 1e6:.2f} M in the reference)"
@@ -71,6 +81,15 @@ def main() -> None:
         )
         print(
             f"{'tokenize_inputs (' + str(args.workers) + ' workers, files -> buffers)':<44} {ours:9.2f} {n_tokens / ours / 1e6:8.2f} {ours / ref:6.2f}"
+        )
+        print(
+            f"{'bare encode loop, 1 thread, / ' + str(args.workers) + ' (ideal scaling)':<44} {ideal:9.2f} "
+            f"{n_ref / ideal / 1e6:8.2f} {ideal / ref:6.2f}"
+        )
+        lc, oc = statistics.median(loop_cpu), statistics.median(ours1_cpu)
+        print(f"CPU seconds, one process (robust on a loaded machine): bare encode loop {lc:.2f}, ")
+        print(
+            f"  tokenize_inputs(workers=1) {oc:.2f} -> overhead x{oc / lc:.2f} (reading, JSON, chat template, masks)"
         )
         print(f"runs: ref {[round(t, 2) for t in ref_times]}, ours {[round(t, 2) for t in ours_times]}")
 

@@ -49,12 +49,22 @@ def test_prompt_completion_full_loss_and_template_with_other_keys() -> None:
     assert mask == [1] * len(ids)
 
 
-def test_separator_leading_space_dropped_for_space_insensitive_tokenizer() -> None:
-    # Bridge: "x y" == "x" + " y" -> not space-sensitive -> one leading space of the separator is dropped.
-    assert not B.space_sensitive
+def test_separator_leading_space_kept_for_space_sensitive_tokenizers() -> None:
+    # NeMo/Bridge: "x y" != "x" + "y" -> space-sensitive -> the separator's leading space stays.
+    assert B.space_sensitive and Q.space_sensitive
     ids, mask = sample({"prompt": "a", "completion": "b"}, "prompt_completion", separator=" =")
-    assert ids == [*b("a"), *b("=b"), IM_END]
-    assert mask == [0, 1, 1, 1]
+    assert ids == [*b("a"), *b(" =b"), IM_END]
+    assert mask == [0, 1, 1, 1, 1]
+
+
+def test_separator_leading_space_dropped_for_space_insensitive_tokenizer(tmp_path: Path) -> None:
+    # A whitespace-splitting word-level tokenizer: "x y" == "x" + "y" -> one leading space is dropped.
+    tok = load_tokenizer(str(_hf_folder(tmp_path / "m", None)))
+    assert not tok.space_sensitive
+    ids, _ = row_to_sample(
+        {"prompt": "hi", "completion": "yo"}, "prompt_completion", TextConfig(separator=" hi "), tok
+    )
+    assert ids == [3, 3, 4, 9]
 
 
 def test_missing_template_key_and_missing_column_errors_name_keys() -> None:
@@ -154,6 +164,16 @@ def test_chat_errors() -> None:
         TextConfig(),
     )
     assert msgs == [{"role": "user", "content": "ab"}]
+    as_string = {"messages": json.dumps(CONV)}  # a JSON-encoded conversation column
+    assert sample(as_string, "chat") == sample({"messages": CONV}, "chat")
+    calls = [
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "1"}]},
+    ]
+    with pytest.raises(RowError, match="message 1 has tool_calls"):
+        sample({"messages": calls}, "chat", tok=Q)
+    with pytest.raises(RowError, match="key 'messages' must be a list or tuple or ndarray, got int"):
+        sample({"messages": 3}, "chat")
 
 
 # --- qwen3 ----------------------------------------------------------------------------------------------
@@ -368,3 +388,38 @@ def test_hf_template_raise_exception_is_a_malformed_row(tmp_path: Path) -> None:
         {"messages": [{"role": "user", "content": "hi"}]}, "chat", TextConfig(chat_loss="full"), tok
     )
     assert ids == [8, 1, 3, 9]
+
+
+def test_hf_byte_level_bpe_assistant_mask_is_exact(tmp_path: Path) -> None:
+    """A GPT-2/Qwen-style byte-level BPE whose ByteLevel post-processor trims offsets (a lone "Ġ" gets none)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=True)
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<|im_start|>", "<|im_end|>"],
+    )
+    tok.train_from_iterator(
+        ["hello world\n\n this is a test of the user and the assistant"] * 20, trainer=trainer
+    )
+    folder = tmp_path / "bpe"
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"eos_token": "<|im_end|>", "chat_template": CHATML})
+    )
+    hf = load_tokenizer(str(folder))
+    msgs = [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": " hello world"},
+        {"role": "user", "content": "test"},
+        {"role": "assistant", "content": "  this  is\tthe test "},
+    ]
+    ids, mask = row_to_sample({"messages": msgs}, "chat", TextConfig(), hf)
+    assert hf.decode(ids) == "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs)
+    picked = [i for i, m in zip(ids, mask, strict=True) if m]
+    assert hf.decode(picked) == " hello world<|im_end|>  this  is\tthe test <|im_end|>"

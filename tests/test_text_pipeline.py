@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,11 +16,13 @@ from longpack.text import (
     InputError,
     TextConfig,
     demo_inputs,
+    load_tokenizer,
     resolve_inputs,
     tokenize_inputs,
     write_demo_dataset,
 )
 from longpack.text import inputs as inputs_mod
+from longpack.text.pipeline import _fast_pretokenized, _Job
 
 EOS = 258
 
@@ -60,6 +63,9 @@ def test_jsonl_prompt_completion_end_to_end(tmp_path: Path) -> None:
     assert r.inputs[0]["sha256"] == hashlib.sha256(p.read_bytes()).hexdigest()
     assert r.inputs[0]["size_bytes"] == p.stat().st_size and r.inputs[0]["format"] == "prompt_completion"
     assert r.tokenizer["kind"] == "bytes" and r.tokenizer["eos_id"] == EOS
+    # progress bars only draw on a terminal; elsewhere they are silent and change nothing
+    quiet = tokenize_inputs([str(p)], tokenizer="bytes", config=TextConfig(), workers=1, progress=True)
+    assert quiet.samples.tokens.tolist() == s.tokens.tolist()
 
 
 def test_malformed_json_names_file_line_and_skip_counts(tmp_path: Path) -> None:
@@ -133,7 +139,10 @@ def test_parquet_inputs_all_formats(tmp_path: Path) -> None:
     msgs = [[{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]]
     pq.write_table(pa.table({"messages": msgs}), tmp_path / "chat.parquet")
     pre = pa.table(
-        {"input_ids": pa.array([[1, 2, 3], [4, 5]], pa.list_(pa.int32())), "loss_mask": [[0, 1, 1], [1, 1]]}
+        {
+            "input_ids": pa.array([[1, 2, 3], [4, 5]], pa.list_(pa.int32())),
+            "loss_mask": pa.array([[0, 1, 1], [1, 1]], pa.list_(pa.int8())),
+        }
     )
     pq.write_table(pre, tmp_path / "pre.pq")
     r = run([tmp_path / "*.parquet", tmp_path / "pre.pq"])
@@ -156,12 +165,17 @@ def test_pretokenized_fast_and_row_paths_agree(tmp_path: Path) -> None:
         {"input_ids": rng.integers(0, 256, int(n)).tolist(), "loss_mask": rng.integers(0, 2, int(n)).tolist()}
         for n in rng.integers(2, 40, 50)
     ]
-    clean = write_jsonl(tmp_path / "clean.jsonl", rows)  # Arrow fast path
-    blank = write_jsonl(tmp_path / "blank.jsonl", rows, raw={10: ""})  # blank line -> per-row path
+    clean = write_jsonl(tmp_path / "clean.jsonl", rows)  # numpy text fast path
+    blank = write_jsonl(tmp_path / "blank.jsonl", rows, raw={10: ""})  # fast path, line numbers kept
+    reordered = [{"loss_mask": r["loss_mask"], "input_ids": r["input_ids"]} for r in rows]
+    slow = write_jsonl(tmp_path / "slow.jsonl", reordered)  # not the plain form -> per-row json path
     parquet = tmp_path / "p.parquet"
     pq.write_table(pa.Table.from_pylist(rows), parquet)
-    a, b_, c = run([clean]).samples, run([blank]).samples, run([parquet]).samples
-    for other in (b_, c):
+    a, b_, c, d = run([clean]).samples, run([blank]).samples, run([parquet]).samples, run([slow]).samples
+    job = _Job("jsonl", "x", 1, clean.read_bytes(), "pretokenized", TextConfig(), "bytes")
+    assert _fast_pretokenized(job, load_tokenizer("bytes")) is not None
+    assert _fast_pretokenized(replace(job, payload=slow.read_bytes()), load_tokenizer("bytes")) is None
+    for other in (b_, c, d):
         assert np.array_equal(a.tokens, other.tokens) and np.array_equal(a.loss_mask, other.loss_mask)
         assert np.array_equal(a.offsets, other.offsets)
     assert a.source_row.tolist() == list(range(1, 51))
@@ -209,6 +223,7 @@ def test_resolve_inputs_globs_folders_dedup(tmp_path: Path) -> None:
         resolve_inputs([])
 
 
+@pytest.mark.slow
 def test_demo_is_deterministic_real_text_and_long_tailed(tmp_path: Path) -> None:
     a = write_demo_dataset(tmp_path / "a", n=12000, seed=0)
     files = sorted(a.iterdir())
@@ -240,8 +255,10 @@ def test_demo_inputs_cache(tmp_path: Path) -> None:
     assert len(r.samples) == 50 and r.format == "chat,prompt_completion"
 
 
-def test_hf_folder_tokenizer_in_worker_processes(tmp_path: Path) -> None:
+def test_hf_folder_tokenizer_in_worker_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from test_text_formats import CHATML, _hf_folder
+
+    monkeypatch.setattr(inputs_mod, "JSONL_CHUNK_BYTES", 64)  # several chunks, so the pool really runs
 
     folder = _hf_folder(tmp_path / "model", CHATML)
     (folder / "tokenizer.json").rename(folder / "my_tok.json")  # a tokenizer file not named tokenizer.json
@@ -253,3 +270,30 @@ def test_hf_folder_tokenizer_in_worker_processes(tmp_path: Path) -> None:
     assert one.samples.tokens.tolist() == two.samples.tokens.tolist() == [8, 1, 3, 9, 8, 2, 4, 9] * 3
     assert one.samples.loss_mask.tolist() == [0, 0, 0, 0, 0, 0, 1, 1] * 3
     assert one.tokenizer["path"] == str((folder / "my_tok.json").resolve()) and one.tokenizer["eos_id"] == 9
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "message"),
+    [
+        ('{"input_ids": [1, -2]}', r"input_ids holds -2, outside the tokenizer's vocabulary"),
+        ('{"input_ids": [1.5, 2]}', r"key 'input_ids' must hold integers, found 1\.5"),
+        ('{"input_ids": [1, null]}', r"key .input_ids. must hold integers, found None"),
+        ('{"input_ids": [1, 2], "loss_mask": [1, 2]}', r"loss_mask must hold 0/1, found 2"),
+        ('{"input_ids": [1, 2], "loss_mask": [1]}', r"loss_mask has 1 entries but input_ids has 2"),
+        ('{"input_ids": [[1], [2]]}', r"key .input_ids. must hold integers, found \[1\]"),
+    ],
+)
+def test_pretokenized_bad_values_are_found_at_their_line(tmp_path: Path, bad_line: str, message: str) -> None:
+    p = write_jsonl(tmp_path / "p.jsonl", [{"input_ids": [1, 2, 3]}] * 4, raw={2: bad_line})
+    with pytest.raises(InputError, match=rf"p\.jsonl:3: {message}"):
+        run([p], format="pretokenized")
+
+
+def test_undetectable_file_is_a_clear_error(tmp_path: Path) -> None:
+    p = write_jsonl(tmp_path / "junk.jsonl", [], raw={0: "not json", 1: "[1, 2]"})
+    with pytest.raises(
+        InputError, match=r"junk\.jsonl: none of the first 2 non-blank lines is a JSON object"
+    ):
+        run([p])
+    with pytest.raises(InputError, match=r"junk\.jsonl:1: invalid JSON"):
+        run([p], format="chat")

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import array
 import hashlib
-import io
 import json
 import multiprocessing as mp
 import os
+import re
+import warnings
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -33,7 +34,7 @@ from longpack.text.inputs import (
     resolve_inputs,
     sha256_file,
 )
-from longpack.text.rows import RowError, TextConfig, detect_format, row_to_sample
+from longpack.text.rows import RowError, TextConfig, detect_format, sample_from_row
 from longpack.text.tokenizers import Tokenizer, load_tokenizer
 
 _SKIP_HINT = "fix the row or pass --skip-malformed (TextConfig.skip_malformed=True) to skip and count it"
@@ -126,13 +127,13 @@ def _arrow_pretokenized(table: Any, vocab_size: int) -> tuple[np.ndarray, np.nda
         mvals = pc.list_flatten(mcol)
         if mvals.null_count:
             return None
-        mask = mvals.to_numpy(zero_copy_only=False).astype(np.int64)
-        if len(mask) and (mask.min() < 0 or mask.max() > 1):
+        mask = mvals.to_numpy(zero_copy_only=False)
+        if len(mask) and (int(mask.min()) < 0 or int(mask.max()) > 1):
             return None
-        mask = mask.astype(np.uint8)
+        mask = mask.astype(np.uint8, copy=False)
     else:
         mask = np.ones(len(tokens), dtype=np.uint8)
-    return tokens.astype(np.int64), mask, lengths
+    return tokens, mask, lengths
 
 
 def _process(job: _Job) -> _ChunkOut:
@@ -153,12 +154,15 @@ def _process(job: _Job) -> _ChunkOut:
 
     def add(row_no: int, row: Any) -> None:
         try:
-            ids, mask = row_to_sample(row, job.fmt, job.config, tok)
+            ids, mask = sample_from_row(row, job.fmt, job.config, tok)
         except RowError as e:
             _malformed(job, row_no, str(e), malformed)
             return
         flat_ids.fromlist(ids)
-        flat_mask.fromlist(mask)
+        if isinstance(mask, bytearray):
+            flat_mask.frombytes(mask)
+        else:
+            flat_mask.fromlist(mask)
         lengths.append(len(ids))
         rows.append(row_no)
 
@@ -191,33 +195,117 @@ def _process(job: _Job) -> _ChunkOut:
     )
 
 
-def _fast_pretokenized(job: _Job, tok: Tokenizer) -> _ChunkOut | None:
-    """Clean pretokenized chunks go through Arrow without a Python object per token."""
-    if job.kind == "parquet":
-        table = job.payload
-        first = job.first_row
-        row_numbers = np.arange(first, first + table.num_rows, dtype=np.int64)
-    else:
-        blob: bytes = job.payload
-        # Line numbers stay exact only if every line is a row: no blank lines, no CR.
-        if not blob or b"\n\n" in blob or blob.startswith(b"\n") or b"\r" in blob:
-            return None
-        import pyarrow.json as pajson
+class _Growable:
+    """A 1-D buffer that grows by ``ndarray.resize`` (realloc: large blocks are remapped, not copied), so the
+    joined token data costs about 1x its size in memory, not 2x as collecting chunks and concatenating would."""
 
+    def __init__(self, dtype: Any, capacity: int = 1 << 16) -> None:
+        self._arr = np.empty(capacity, dtype=dtype)
+        self._n = 0
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self._n + len(values)
+        if need > len(self._arr):
+            self._arr.resize(max(need, 2 * len(self._arr)), refcheck=False)
+        self._arr[self._n : need] = values
+        self._n = need
+
+    def finish(self) -> np.ndarray:
+        self._arr.resize(self._n, refcheck=False)
+        return self._arr
+
+
+class _Collector:
+    """Joins chunk results in order as they arrive, then forgets them."""
+
+    def __init__(self, n_files: int, token_dtype: Any) -> None:
+        self.tokens = _Growable(token_dtype)
+        self.loss_mask = _Growable(np.uint8)
+        self.lengths: list[np.ndarray] = []
+        self.rows: list[np.ndarray] = []
+        self.file_of: list[np.ndarray] = []
+        self.malformed: list[tuple[int, int, str]] = []
+        self.rows_per_file = [0] * n_files
+
+    def add(self, file_index: int, out: _ChunkOut) -> None:
+        self.tokens.extend(out.tokens)
+        self.loss_mask.extend(out.loss_mask)
+        self.lengths.append(out.lengths)
+        self.rows.append(out.rows)
+        self.file_of.append(np.full(len(out.lengths), file_index, dtype=np.int32))
+        self.malformed += [(file_index, r, reason) for r, reason in out.malformed]
+        self.rows_per_file[file_index] += out.rows_read
+
+
+# A pretokenized JSONL row in its plain form: {"input_ids": [ints], "loss_mask": [ints]?} and nothing else.
+# Such lines are parsed by numpy without a Python int per token; any other line sends its whole chunk down
+# the per-row json path, which also reports errors with their line.
+_PRETOKENIZED_LINE = re.compile(
+    rb'\s*\{\s*"input_ids"\s*:\s*\[([^\]"]*)\]\s*(?:,\s*"loss_mask"\s*:\s*\[([^\]"]*)\]\s*)?\}\s*'
+)
+
+
+def _parse_int_lists(groups: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Values and per-group lengths of comma-separated integer groups, or ``None`` if any is irregular."""
+    lengths = np.array([g.count(b",") + 1 if g.strip() else 0 for g in groups], dtype=np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         try:
-            table = pajson.read_json(
-                io.BytesIO(blob), read_options=pajson.ReadOptions(use_threads=False, block_size=len(blob) + 1)
+            values = np.fromstring(
+                b",".join(g for g in groups if g.strip()).decode("ascii"), dtype=np.int64, sep=","
             )
-        except Exception:
-            return None  # the per-row path finds and reports the exact line
-        n_lines = blob.count(b"\n") + (0 if blob.endswith(b"\n") else 1)
-        if table.num_rows != n_lines:
+        except (ValueError, DeprecationWarning):
             return None
-        row_numbers = np.arange(job.first_row, job.first_row + n_lines, dtype=np.int64)
-    got = _arrow_pretokenized(table, tok.vocab_size)
+    if len(values) != int(lengths.sum()):
+        return None
+    return values, lengths
+
+
+def _fast_pretokenized(job: _Job, tok: Tokenizer) -> _ChunkOut | None:
+    """Clean pretokenized chunks without a Python object per token (Arrow columns, or numpy text parsing)."""
+    if job.kind == "parquet":
+        got = _arrow_pretokenized(job.payload, tok.vocab_size)
+        row_numbers = np.arange(job.first_row, job.first_row + job.payload.num_rows, dtype=np.int64)
+    else:
+        id_groups: list[bytes] = []
+        mask_groups: list[bytes | None] = []
+        rows: list[int] = []
+        for k, line in enumerate(job.payload.split(b"\n")):
+            if not line.strip():
+                continue
+            m = _PRETOKENIZED_LINE.fullmatch(line)
+            if m is None:
+                return None
+            id_groups.append(m.group(1))
+            mask_groups.append(m.group(2))
+            rows.append(job.first_row + k)
+        if not rows:
+            return None
+        parsed = _parse_int_lists(id_groups)
+        if parsed is None:
+            return None
+        tokens, lengths = parsed
+        if all(g is None for g in mask_groups):
+            mask = np.ones(len(tokens), dtype=np.uint8)
+        elif all(g is not None for g in mask_groups):
+            parsed_mask = _parse_int_lists([g for g in mask_groups if g is not None])
+            if parsed_mask is None or not np.array_equal(parsed_mask[1], lengths):
+                return None
+            if len(parsed_mask[0]) and (parsed_mask[0].min() < 0 or parsed_mask[0].max() > 1):
+                return None
+            mask = parsed_mask[0].astype(np.uint8)
+        else:
+            return None
+        if (lengths < 2).any() or (
+            len(tokens) and (int(tokens.max()) >= tok.vocab_size or int(tokens.min()) < 0)
+        ):
+            return None
+        got = (tokens, mask, lengths)
+        row_numbers = np.array(rows, dtype=np.int64)
     if got is None:
         return None
     tokens, mask, lengths = got
+    tokens = tokens.astype(np.int32 if tok.vocab_size <= 2**31 - 1 else np.int64, copy=False)
     return _ChunkOut(
         tokens=tokens,
         loss_mask=mask,
@@ -226,6 +314,15 @@ def _fast_pretokenized(job: _Job, tok: Tokenizer) -> _ChunkOut | None:
         malformed=[],
         rows_read=len(row_numbers),
     )
+
+
+def _inline_file(kind: str, fmt: str | None) -> bool:
+    # Pretokenized Parquet is a few vectorized Arrow calls per batch: shipping it to a worker costs more.
+    return fmt is None or (kind == "parquet" and fmt == "pretokenized")
+
+
+def _inline(job: _Job) -> bool:
+    return _inline_file(job.kind, job.fmt)
 
 
 def _parquet_batches(path: Path) -> Iterator[tuple[int, Any]]:
@@ -264,7 +361,10 @@ def _file_format(path: Path, kind: str, config: TextConfig) -> str | None:
     if config.format != "auto":
         return config.format
     if not rows:
-        return "prompt_completion"  # nothing parseable up front: the workers report the bad lines
+        raise InputError(
+            f"{path}: none of the first {seen} non-blank lines is a JSON object, so the format cannot be detected; "
+            "fix the file (the line errors come with --format set) or pass the format explicitly"
+        )
     try:
         return detect_format(rows, config)
     except RowError as e:
@@ -333,12 +433,20 @@ def tokenize_inputs(
                     nbytes = size * batch.num_rows // total_rows
                     yield i, _Job(kind, files[i], first, batch, fmt, config, tok.spec), nbytes
 
-    outs: list[tuple[int, _ChunkOut]] = []
-    bar = _Bar(progress, total=sum(p.stat().st_size for p in paths))
+    token_dtype = np.int32 if tok.vocab_size <= np.iinfo(np.int32).max else np.int64
+    sink = _Collector(len(paths), token_dtype)
+    total_bytes = sum(p.stat().st_size for p in paths)
+    bar = _Bar(progress, total=total_bytes)
+    # Starting worker processes costs about a second; inputs of one or two chunks are faster inline.
+    inline = (
+        n_workers == 1
+        or total_bytes <= 2 * _inputs.JSONL_CHUNK_BYTES
+        or all(_inline_file(k, f) for k, f in zip(kinds, formats, strict=True))
+    )
     try:
-        if n_workers == 1:
+        if inline:
             for i, job, nbytes in jobs():
-                outs.append((i, _process(job)))
+                sink.add(i, _process(job))
                 bar.advance(nbytes)
         else:
             # forkserver: workers start from a clean process that imported this module once (no fork of a
@@ -351,14 +459,22 @@ def tokenize_inputs(
                 pending: deque[tuple[int, Future[_ChunkOut], int]] = deque()
                 try:
                     for i, job, nbytes in jobs():
+                        if _inline(job):
+                            while pending:
+                                fi, fut, nb = pending.popleft()
+                                sink.add(fi, fut.result())
+                                bar.advance(nb)
+                            sink.add(i, _process(job))
+                            bar.advance(nbytes)
+                            continue
                         pending.append((i, pool.submit(_process, job), nbytes))
                         while len(pending) > 2 * n_workers + 2:
                             fi, fut, nb = pending.popleft()
-                            outs.append((fi, fut.result()))
+                            sink.add(fi, fut.result())
                             bar.advance(nb)
                     while pending:
                         fi, fut, nb = pending.popleft()
-                        outs.append((fi, fut.result()))
+                        sink.add(fi, fut.result())
                         bar.advance(nb)
                 except BaseException:
                     pool.shutdown(wait=True, cancel_futures=True)
@@ -366,36 +482,25 @@ def tokenize_inputs(
     finally:
         bar.close()
 
-    rows_read = sum(o.rows_read for _, o in outs)
-    malformed = tuple((f"{files[i]}:{r}", reason) for i, o in outs for r, reason in o.malformed)
+    rows_read = sum(sink.rows_per_file)
+    malformed = tuple((f"{files[i]}:{r}", reason) for i, r, reason in sink.malformed)
     if rows_read == 0:
         raise InputError(f"no rows in the inputs ({', '.join(files)}): every file is empty; check the inputs")
-    lengths = np.concatenate([o.lengths for _, o in outs])
+    lengths = np.concatenate(sink.lengths) if sink.lengths else np.zeros(0, np.int64)
     if len(lengths) == 0:
         first = f" (first: {malformed[0][0]}: {malformed[0][1]})" if malformed else ""
         raise InputError(f"all {rows_read} rows were malformed and skipped{first}; check the format and keys")
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    dtype = np.int32 if tok.vocab_size <= np.iinfo(np.int32).max else np.int64
-    tokens = np.empty(int(offsets[-1]), dtype=dtype)
-    loss_mask = np.empty(int(offsets[-1]), dtype=np.uint8)
-    pos = 0
-    for _, o in outs:
-        n = len(o.tokens)
-        tokens[pos : pos + n] = o.tokens
-        loss_mask[pos : pos + n] = o.loss_mask
-        pos += n
     samples = TokenizedSamples(
-        tokens=tokens,
-        loss_mask=loss_mask,
+        tokens=sink.tokens.finish(),
+        loss_mask=sink.loss_mask.finish(),
         offsets=offsets,
-        source_file=np.concatenate([np.full(len(o.lengths), i, dtype=np.int32) for i, o in outs]),
-        source_row=np.concatenate([o.rows for _, o in outs]),
+        source_file=np.concatenate(sink.file_of),
+        source_row=np.concatenate(sink.rows),
         files=files,
     )
-    per_file_rows = [0] * len(paths)
-    for i, o in outs:
-        per_file_rows[i] += o.rows_read
+    per_file_rows = sink.rows_per_file
     input_info = []
     for i, (path, kind) in enumerate(zip(paths, kinds, strict=True)):
         digest = hashers[i].hexdigest() if kind == "jsonl" else sha256_file(path)

@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -163,6 +164,18 @@ def _content_text(content: Any, where: str) -> str:
     raise RowError(f"{where}: content must be a string, got {type(content).__name__}")
 
 
+def _turns(row: Mapping[str, Any], key: str, what: str) -> list[Any]:
+    value = row.get(key)
+    if isinstance(value, str):  # some datasets (often Parquet) store the conversation as a JSON string
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise RowError(f"key {key!r} is a string but not a JSON list of turns ({e})") from e
+        if isinstance(value, list):
+            return value
+    return list(_get(row, key, (list, tuple, np.ndarray), what))
+
+
 def chat_messages(row: Mapping[str, Any], fmt: str, config: TextConfig) -> list[Message]:
     """The row's conversation as ``[{"role", "content"}, ...]`` (ShareGPT roles mapped, system prepended).
 
@@ -171,7 +184,7 @@ def chat_messages(row: Mapping[str, Any], fmt: str, config: TextConfig) -> list[
     """
     out: list[Message] = []
     if fmt == "sharegpt":
-        turns = _get(row, SHAREGPT_KEY, list, "ShareGPT conversation")
+        turns = _turns(row, SHAREGPT_KEY, "ShareGPT conversation")
         system = row.get("system")
         if system is not None and not isinstance(system, str):
             raise RowError(f"key 'system' must be a string, got {type(system).__name__}")
@@ -190,7 +203,7 @@ def chat_messages(row: Mapping[str, Any], fmt: str, config: TextConfig) -> list[
             out.append({"role": role, "content": _content_text(turn["value"], where)})
     else:
         key = config.messages_key
-        turns = _get(row, key, list, "chat messages")
+        turns = _turns(row, key, "chat messages")
         for i, m in enumerate(turns):
             where = f"{key}[{i}]"
             if not isinstance(m, Mapping) or "role" not in m:
@@ -201,6 +214,8 @@ def chat_messages(row: Mapping[str, Any], fmt: str, config: TextConfig) -> list[
             msg: dict[str, Any] = {"role": m["role"], "content": _content_text(m.get("content"), where)}
             if isinstance(m.get("reasoning_content"), str):
                 msg["reasoning_content"] = m["reasoning_content"]
+            if m.get("tool_calls"):  # rendered by HF templates that support them; refused by the built-ins
+                msg["tool_calls"] = m["tool_calls"]
             out.append(msg)
     if not out:
         raise RowError("the conversation is empty")
@@ -219,7 +234,15 @@ def _int_list(value: Any, key: str) -> list[int]:
 
 
 def row_to_sample(row: Any, fmt: str, config: TextConfig, tok: Tokenizer) -> tuple[list[int], list[int]]:
-    """``(input_ids, loss_mask)`` of one row; ``RowError`` when the row is malformed."""
+    """``(input_ids, loss_mask)`` of one row as lists; ``RowError`` when the row is malformed."""
+    ids, mask = sample_from_row(row, fmt, config, tok)
+    return ids, list(mask)
+
+
+def sample_from_row(
+    row: Any, fmt: str, config: TextConfig, tok: Tokenizer
+) -> tuple[list[int], list[int] | bytearray]:
+    """``row_to_sample`` with the mask as a list or a bytearray of 0/1 (chat), whichever is cheaper."""
     if not isinstance(row, Mapping):
         raise RowError(f"a row must be a JSON object, got {type(row).__name__}")
     if fmt == "prompt_completion":
@@ -248,18 +271,27 @@ def row_to_sample(row: Any, fmt: str, config: TextConfig, tok: Tokenizer) -> tup
             raise RowError(
                 f"the conversation has no assistant message, so chat_loss={config.chat_loss!r} trains on nothing"
             )
-        ids_arr, owner = tok.chat_arrays(messages)
-        if config.chat_loss == "assistant":
-            mask_arr = owner >= 0
-        elif config.chat_loss == "last_turn":
-            mask_arr = (owner == owner.max()) & (owner >= 0)
-        else:
-            mask_arr = np.ones(len(ids_arr), dtype=bool)
-        for skipped_id in tok.skipped_id_set:
-            mask_arr[ids_arr == skipped_id] = False
-        if len(ids_arr) < 2:
-            raise RowError(f"the sample has {len(ids_arr)} token(s); a stored sample needs at least 2")
-        return ids_arr.tolist(), mask_arr.view(np.uint8).tolist()
+        ids, spans = tok.chat_spans(messages)
+        n = len(ids)
+        if n < 2:
+            raise RowError(f"the sample has {n} token(s); a stored sample needs at least 2")
+        skipped = tok.skipped_id_set
+        if config.chat_loss == "full":
+            full = np.ones(n, dtype=np.uint8)
+            if skipped:
+                full[np.isin(np.array(ids), tok.skipped_ids)] = 0
+            return ids, bytearray(full.tobytes())
+        if config.chat_loss == "last_turn" and spans:
+            last = max(t for _, _, t in spans)
+            spans = [s for s in spans if s[2] == last]
+        chat_mask = bytearray(n)
+        for i, j, _ in spans:
+            chat_mask[i:j] = b"\x01" * (j - i)
+            if skipped and not skipped.isdisjoint(ids[i:j]):
+                for k in range(i, j):
+                    if ids[k] in skipped:
+                        chat_mask[k] = 0
+        return ids, chat_mask
     elif fmt == "pretokenized":
         if "input_ids" not in row:
             raise RowError(f"missing key 'input_ids' (pretokenized tokens); the row has keys {sorted(row)}")

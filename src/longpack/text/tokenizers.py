@@ -89,27 +89,37 @@ def _nfc(text: str) -> str:
     return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
 
 
+def token_spans(
+    starts: np.ndarray, ends: np.ndarray, spans: Sequence[tuple[int, int, int]]
+) -> list[tuple[int, int, int]]:
+    """Token index ranges ``(first, stop, turn)`` of the offset spans ``(start, end, turn)``.
+
+    A token belongs to a span if it overlaps it: a token that straddles a span boundary counts as inside
+    (as HF's assistant mask does: a token is masked in if any of its characters is). Spans are sorted and
+    disjoint, in the same units as the token offsets (bytes or characters).
+
+        >>> token_spans(np.array([0, 2, 4]), np.array([2, 4, 6]), [(3, 6, 0)])
+        [(1, 3, 0)]
+    """
+    if not spans or not len(starts):
+        return []
+    bounds = np.array([(a, b) for a, b, _ in spans], dtype=np.int64)
+    first = np.searchsorted(ends, bounds[:, 0], side="right").tolist()  # first token ending after the start
+    stop = np.searchsorted(
+        starts, bounds[:, 1], side="left"
+    ).tolist()  # first token starting at/after the end
+    return [(i, j, turn) for i, j, (_, _, turn) in zip(first, stop, spans, strict=True) if j > i]
+
+
 def token_owners(starts: np.ndarray, ends: np.ndarray, spans: Sequence[tuple[int, int, int]]) -> np.ndarray:
-    """Owner of each token: the turn of the first span ``(start, end, turn)`` the token overlaps, else -1.
+    """Owner of each token: the turn of the span it overlaps (the first, if two), else -1.
 
-    Spans are sorted and disjoint, in the same units as the token offsets (bytes or characters). A token
-    that straddles a span boundary counts as inside (as HF's assistant mask does: a token is masked in if
-    any of its characters is).
-
-        >>> token_owners(np.array([0, 2, 4]), np.array([2, 4, 6]), [(3, 6, 0)]).tolist()
-        [-1, 0, 0]
+    >>> token_owners(np.array([0, 2, 4]), np.array([2, 4, 6]), [(3, 6, 0)]).tolist()
+    [-1, 0, 0]
     """
     owners = np.full(len(starts), -1, dtype=np.int64)
-    if not spans or not len(starts):
-        return owners
-    span_start = np.array([s[0] for s in spans], dtype=np.int64)
-    span_end = np.array([s[1] for s in spans], dtype=np.int64)
-    span_turn = np.array([s[2] for s in spans], dtype=np.int64)
-    j = np.searchsorted(span_end, starts, side="right")  # first span ending after the token starts
-    valid = j < len(spans)
-    jj = np.minimum(j, len(spans) - 1)
-    hit = valid & (span_start[jj] < ends) & (ends > starts)
-    owners[hit] = span_turn[jj[hit]]
+    for i, j, turn in reversed(token_spans(starts, ends, spans)):
+        owners[i:j] = turn
     return owners
 
 
@@ -164,6 +174,11 @@ def chatml_pieces(messages: Sequence[Message], *, qwen3_thinking: bool) -> list[
     n = len(messages)
     for i, m in enumerate(messages):
         role, content = m["role"], m["content"]
+        if m.get("tool_calls"):
+            raise RowError(
+                f"message {i} has tool_calls, which the built-in chat templates do not render; use a model "
+                "folder whose chat_template renders them, or drop them"
+            )
         if role == "assistant":
             body = content
             if qwen3_thinking:
@@ -215,8 +230,8 @@ class Tokenizer(ABC):
         """The chat template's text for ``messages`` as pieces owned by assistant turns (or -1)."""
 
     @abstractmethod
-    def _encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
-        """Ids of ``text`` (int64) with each token's start/end offsets and their unit ("byte" or "char")."""
+    def _encode_offsets(self, text: str) -> tuple[list[int], np.ndarray, np.ndarray, str]:
+        """Ids of ``text`` with each token's start/end offsets and their unit ("byte" or "char")."""
 
     @abstractmethod
     def identity(self) -> dict[str, Any]:
@@ -241,21 +256,27 @@ class Tokenizer(ABC):
 
     @cached_property
     def space_sensitive(self) -> bool:
-        """NeMo/Bridge definition: ``encode("x y") != encode("x") + encode(" y")``."""
-        return self.encode("x y") != self.encode("x") + self.encode(" y")
+        """NeMo's tokenizer definition (Megatron's tokenizers carry it): ``encode("x y") != encode("x") + encode("y")``.
+
+        True for byte-level BPE and bytes, so a separator's leading space is kept for them.
+        """
+        return self.encode("x y") != self.encode("x") + self.encode("y")
 
     def chat(self, messages: Sequence[Message]) -> tuple[list[int], np.ndarray]:
         """Ids of the rendered conversation and the assistant turn owning each token (-1: none)."""
-        ids, owner = self.chat_arrays(messages)
-        return ids.tolist(), owner
+        ids, spans = self.chat_spans(messages)
+        owners = np.full(len(ids), -1, dtype=np.int64)
+        for i, j, turn in spans:
+            owners[i:j] = turn
+        return ids, owners
 
-    def chat_arrays(self, messages: Sequence[Message]) -> tuple[np.ndarray, np.ndarray]:
-        """``chat`` with the ids as an int64 array."""
+    def chat_spans(self, messages: Sequence[Message]) -> tuple[list[int], list[tuple[int, int, int]]]:
+        """Ids of the rendered conversation and the token ranges ``(first, stop, turn)`` of assistant turns."""
         pieces = self.render_chat(messages)
         text = "".join(t for t, _ in pieces)
         ids, starts, ends, unit = self._encode_offsets(text)
         _, spans = _pieces_to_spans(pieces, unit=unit)
-        return ids, token_owners(starts, ends, spans)
+        return ids, token_spans(starts, ends, spans)
 
 
 class _TableTokenizer(Tokenizer):
@@ -263,9 +284,9 @@ class _TableTokenizer(Tokenizer):
 
     _byte_len: np.ndarray
 
-    def _encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
-        ids = np.array(self.encode(text), dtype=np.int64)
-        lens = self._byte_len[ids]
+    def _encode_offsets(self, text: str) -> tuple[list[int], np.ndarray, np.ndarray, str]:
+        ids = self.encode(text)
+        lens = self._byte_len[np.array(ids, dtype=np.int64)]
         ends = np.cumsum(lens)
         return ids, ends - lens, ends, "byte"
 
@@ -449,6 +470,10 @@ class HFTokenizer(Tokenizer):
             except (OSError, ValueError) as e:
                 raise InputError(f"{config_file}: cannot read tokenizer config ({e})") from e
         self._config = config
+        # Only ever encoded with add_special_tokens=False, where a post-processor adds nothing but may trim
+        # offsets (ByteLevel trim_offsets makes a lone "Ġ" zero-width), which would hide tokens from the
+        # assistant spans. Without it the ids are the same and the offsets exact.
+        self._tok.post_processor = None
         self._specials = {t.content: i for i, t in self._tok.get_added_tokens_decoder().items()}
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         eos_text = _token_text(config.get("eos_token"))
@@ -485,10 +510,10 @@ class HFTokenizer(Tokenizer):
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._tok.decode(list(ids), skip_special_tokens=False))
 
-    def _encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    def _encode_offsets(self, text: str) -> tuple[list[int], np.ndarray, np.ndarray, str]:
         enc = self._tok.encode(text, add_special_tokens=False)
         off = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
-        return np.array(enc.ids, dtype=np.int64), off[:, 0], off[:, 1], "char"
+        return list(enc.ids), off[:, 0], off[:, 1], "char"
 
     def _compiled(self) -> Any:
         if self._template is None:
