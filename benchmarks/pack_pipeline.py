@@ -16,6 +16,7 @@ tree first fit, ``fill_packing_strategy`` with per-length permutations and Pytho
 
     python benchmarks/pack_pipeline.py                        # 100k, both inputs, ours + baseline
     python benchmarks/pack_pipeline.py --sizes 1000000 --inputs pretokenized --baseline-max 300000
+    python benchmarks/pack_pipeline.py --pack-only 1000000 --algorithm first_fit_shuffle   # pack stage alone
 
 Peak RSS is compared with the token data size (int32 tokens + uint8 mask = 5 bytes per stored token). It is
 the main process's peak; tokenizer workers (forkserver processes) are not included.
@@ -259,6 +260,45 @@ def run_baseline(kind: str, path: Path, out: Path) -> dict:
     }
 
 
+def pack_stage_only(n: int, algorithm: str) -> None:
+    """Align + plan + fill + write + hashes on in-memory samples (no reading): time and RSS over the data."""
+    from longpack.packed import PackSettings, Provenance, plan_splits, write_packed_output
+    from longpack.samples import TokenizedSamples
+
+    def peak() -> float:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+    rng = np.random.default_rng(0)
+    lengths = sft_lengths(n, 0) + 1
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = np.empty(int(offsets[-1]), np.int32)
+    for lo in range(0, len(tokens), 50_000_000):
+        chunk = tokens[lo : lo + 50_000_000]
+        chunk[:] = rng.integers(3, 150_000, size=len(chunk), dtype=np.int32)
+    samples = TokenizedSamples(
+        tokens=tokens,
+        loss_mask=np.ones(len(tokens), np.uint8),
+        offsets=offsets,
+        source_file=np.zeros(n, np.int32),
+        source_row=np.arange(n),
+        files=("synthetic",),
+    )
+    base = peak()
+    settings = PackSettings(seq_length=SEQ_LENGTH, algorithm=algorithm)
+    t0 = time.perf_counter()
+    splits = plan_splits(samples, settings, eos_id=QWEN3_EOS)
+    t1 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="longpack-bench-") as tmp:
+        write_packed_output(Path(tmp) / "o", splits, settings, Provenance())
+    t2 = time.perf_counter()
+    print(
+        f"pack stage, N={n}, {len(tokens)} tokens ({len(tokens) * 5 / 2**30:.2f} GiB token data), {algorithm}: "
+        f"align+plan {t1 - t0:.2f} s, fill+write+hash {t2 - t1:.2f} s, {n / (t2 - t0):.0f} samples/s; "
+        f"peak RSS {peak():.2f} GiB = samples {base:.2f} GiB + {peak() - base:.2f} GiB"
+    )
+
+
 def child(args: argparse.Namespace) -> None:
     path, out = Path(args.path), Path(args.out)
     if args.impl == "baseline":
@@ -316,6 +356,10 @@ def main() -> None:
         help="Largest size the baseline runs at (its Python lists need ~40 bytes per token).",
     )
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--pack-only", type=int, default=0, help="Only the pack stage on N in-memory samples (no reading)."
+    )
+    parser.add_argument("--algorithm", default="best_fit_decreasing", help="With --pack-only.")
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--impl", default="")
     parser.add_argument("--kind", default="")
@@ -324,6 +368,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         child(args)
+        return
+    if args.pack_only:
+        pack_stage_only(args.pack_only, args.algorithm)
         return
     print(f"cores: {os.cpu_count()} (shared machine); seq_length {SEQ_LENGTH}")
     header = (
