@@ -353,7 +353,7 @@ def main() -> None:
         "--baseline-max",
         type=int,
         default=300_000,
-        help="Largest size the baseline runs at (its Python lists need ~40 bytes per token).",
+        help="Largest size the baseline runs at (its Python lists need ~90 bytes per token).",
     )
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument(
@@ -419,7 +419,7 @@ def main() -> None:
                 else:
                     print(
                         f"{'':<22}baseline not run at N={n} (> --baseline-max {args.baseline_max}: its Python "
-                        "lists need ~40 bytes per token)"
+                        "lists need ~90 bytes per token)"
                     )
                 src.unlink()
 
