@@ -193,3 +193,31 @@ def test_representative_long_context_recipes_are_feasible_and_near_best(
     assert recipe.memory.total_gib <= req.memory_budget_gib
     best = search(req, top_k=1).candidates[0]
     assert recipe.time.step_time <= best.time.step_time / 0.9
+
+
+def test_every_recommended_layout_passes_longpack_check() -> None:
+    from longpack.planner.search import layout_findings
+    from longpack.rules import has_errors
+
+    req = SearchRequest(
+        model=load_model("qwen3_30b_a3b"), gpu=load_gpu("h100"), num_gpus=32, seq_length=32768, keep_all=True
+    )
+    result = search(req)
+    assert result.candidates
+    for cand in result.candidates:
+        assert not has_errors(layout_findings(req, cand))
+    assert not any(key.startswith("refused by longpack check") for key in result.rejected)
+
+
+def test_layout_findings_catch_a_layout_megatron_refuses() -> None:
+    from longpack.planner.search import layout_findings
+    from longpack.rules import has_errors
+
+    model = load_model("qwen3_30b_a3b")  # 4 KV heads
+    req = SearchRequest(model=model, gpu=load_gpu("h100"), num_gpus=16, seq_length=32768, gbs=16)
+    # TP 8 does not divide 4 query groups: Megatron refuses this at start-up.
+    plan = PlanLayout(layout=ParallelLayout(world_size=16, tp=8, ep=2, etp=1, sp=True), mbs=1)
+    cand = evaluate_layout(req, plan, _options_for(req, plan, (), 0.0))
+    findings = layout_findings(req, cand)
+    assert has_errors(findings)
+    assert "LP-TOPO-005" in {f.rule_id for f in findings if f.severity == "error"}

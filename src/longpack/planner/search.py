@@ -25,6 +25,7 @@ from longpack.planner.catalog import GPUSpec, ModelSpec
 from longpack.planner.memory import MemoryBreakdown, estimate_memory, stage_counts_for
 from longpack.planner.options import PlanError, PlanLayout, TrainingOptions, layout_string
 from longpack.planner.timing import TimeBreakdown, TimeModelParams, best_cp_comm_type, estimate_time
+from longpack.rules import Finding, TrainingSetup, find_family, has_errors, run_rules
 from longpack.topology import ParallelLayout, TopologyError
 
 VPP_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -101,6 +102,8 @@ class Candidate:
     stage_counts: tuple[int, ...]
     reasons: tuple[str, ...] = field(default_factory=tuple)
     mtp_layers: int = 0
+    #: ``longpack check`` findings for this layout (warnings and infos; layouts with errors are rejected).
+    findings: tuple[Finding, ...] = field(default_factory=tuple)
 
     @property
     def pipeline_layout(self) -> str | None:
@@ -326,6 +329,7 @@ def _reasons(req: SearchRequest, cand: Candidate) -> tuple[str, ...]:
     out.append(
         f"memory {cand.memory.total_gib:.1f} of {req.memory_budget_gib:.1f} GiB (rank {cand.memory.rank})"
     )
+    out.extend(f"longpack check {f.rule_id} ({f.severity}): {f.message}" for f in cand.findings)
     return tuple(out)
 
 
@@ -355,6 +359,32 @@ def evaluate_layout(
         plan=plan, options=options, memory=mem, time=tim, stage_counts=counts, mtp_layers=req.model.mtp_layers
     )
     return replace(cand, reasons=_reasons(req, cand))
+
+
+def layout_findings(req: SearchRequest, cand: Candidate) -> tuple[Finding, ...]:
+    """What ``longpack check`` says of a candidate: the Megatron topology, batch, CP and pipeline rules
+    run on the layout as Megatron-Bridge would receive it (pretraining data, the model's shape).
+
+    The search enumerates only layouts it believes valid; this is the independent second opinion, so a
+    planner bug cannot recommend a layout that Megatron would refuse at start-up.
+    """
+    lay = cand.plan.layout
+    att = req.model.attention
+    setup = TrainingSetup.from_layout(
+        lay,
+        seq_length=req.seq_length,
+        family=find_family(req.model.name),
+        micro_batch_size=cand.plan.mbs,
+        global_batch_size=req.global_batch,
+        dataset_kind="pretraining",
+        num_layers=req.model.num_layers,
+        num_attention_heads=att.num_heads,
+        num_query_groups=None if att.kind == "mla" else att.num_kv_heads,
+        num_moe_experts=req.model.moe.num_experts if req.model.moe is not None else None,
+        mtp_num_layers=req.model.mtp_layers or None,
+        pipeline_model_parallel_layout=cand.pipeline_layout,
+    )
+    return tuple(run_rules(setup))
 
 
 def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | None = None) -> SearchResult:
@@ -431,11 +461,24 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
         if best is not None:
             feasible.append(best)
     feasible.sort(key=lambda c: (c.time.step_time, c.memory.total))
-    kept = feasible if req.keep_all else feasible[:top_k]
+    # Cross-check the ranked layouts with longpack.rules, in rank order, until top_k pass.
+    kept: list[Candidate] = []
+    rule_rejected = 0
+    for cand in feasible:
+        if not req.keep_all and len(kept) >= top_k:
+            break
+        findings = layout_findings(req, cand)
+        if has_errors(findings):
+            rule_rejected += 1
+            first = next(f for f in findings if f.severity == "error")
+            key = f"refused by longpack check ({first.rule_id})"
+            rejected[key] = rejected.get(key, 0) + 1
+            continue
+        kept.append(replace(cand, findings=findings))
     return SearchResult(
         request=req,
         candidates=tuple(replace(c, reasons=_reasons(req, c)) for c in kept),
         layouts_considered=len(layouts),
-        layouts_feasible=len(feasible),
+        layouts_feasible=len(feasible) - rule_rejected,
         rejected=rejected,
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from longpack.rules.config import (
     ENERGON_BUILDER_OWNED_KWARGS,
@@ -1541,6 +1541,6 @@ def run_rules(
     return sorted_findings(findings)
 
 
-def has_errors(findings: list[Finding]) -> bool:
+def has_errors(findings: Iterable[Finding]) -> bool:
     """Whether any finding is an error (``longpack check`` then exits 1)."""
     return any(f.severity is Severity.ERROR for f in findings)
