@@ -210,6 +210,17 @@ def _bitset_successor(bits: np.ndarray, levels: np.ndarray, key: int) -> int:
 
 
 @njit(cache=True)
+def _push(
+    head: np.ndarray, next_bin: np.ndarray, bits: np.ndarray, levels: np.ndarray, left: int, b: int
+) -> None:
+    top = head[left]
+    next_bin[b] = top
+    head[left] = b
+    if top < 0:
+        _bitset_set(bits, levels, left)
+
+
+@njit(cache=True)
 def best_fit_decreasing_bins(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, int]:
     """Bin of each item under best fit decreasing, and the number of bins (bins in opening order).
 
@@ -217,6 +228,12 @@ def best_fit_decreasing_bins(lengths: np.ndarray, capacity: int) -> tuple[np.nda
     least remaining capacity that still fits it, else to a new bin. Open bins with the same remaining
     capacity ``r`` sit on a stack ``head[r]``/``next_bin``; a 64-ary bitset over ``r`` finds the smallest
     ``r >= length`` in a few word operations. Lengths must lie in 1..capacity (checked by the caller).
+
+    Items of one length move in groups, which gives exactly the item-by-item result: once the tightest
+    room ``r`` for length ``L`` is known, (a) if ``r < 2L`` every bin on stack ``r`` takes one item and
+    drops to ``r - L < L``, so the next items take the next bins of the stack with no new search; (b) if
+    ``r >= 2L`` the bin keeps being the tightest fit, so it takes ``min(count, r // L)`` items at once;
+    (c) with no room anywhere, each new bin takes ``capacity // L`` items.
     Memory: the result (8 B/item) plus 8 B per item for the processing-order buffer and 8 B per bin.
     """
     n = lengths.shape[0]
@@ -227,38 +244,72 @@ def best_fit_decreasing_bins(lengths: np.ndarray, capacity: int) -> tuple[np.nda
     bits = np.zeros(levels[-1], dtype=np.uint64)
     head = np.full(capacity + 1, -1, dtype=np.int64)
     next_bin = np.empty(max(16, n // 8), dtype=np.int64)
-    # bins of the items in processing order (longest first); start[v] = first slot of length v
     slot_bin = np.empty(n, dtype=np.int64)
     nbins = 0
     k = 0
     for length in range(capacity, 0, -1):
         c = count[length]
-        for _ in range(c):
+        while c > 0:
             r = _bitset_successor(bits, levels, length)
             if r < 0:
-                b = nbins
-                nbins += 1
-                if nbins > next_bin.shape[0]:
-                    grown = np.empty(next_bin.shape[0] * 2, dtype=np.int64)
-                    grown[: next_bin.shape[0]] = next_bin
-                    next_bin = grown
-                left = capacity - length
+                per_bin = capacity // length
+                while c > 0:
+                    t = per_bin if per_bin < c else c
+                    b = nbins
+                    nbins += 1
+                    if nbins > next_bin.shape[0]:
+                        grown = np.empty(next_bin.shape[0] * 2, dtype=np.int64)
+                        grown[: next_bin.shape[0]] = next_bin
+                        next_bin = grown
+                    for _ in range(t):
+                        slot_bin[k] = b
+                        k += 1
+                    c -= t
+                    left = capacity - t * length
+                    if left > 0:
+                        _push(head, next_bin, bits, levels, left, b)
+            elif 2 * length > r:
+                left = r - length
+                b = head[r]
+                if left > 0:
+                    top = head[left]
+                    was_empty = top < 0
+                    while c > 0 and b >= 0:
+                        nb = next_bin[b]
+                        slot_bin[k] = b
+                        k += 1
+                        c -= 1
+                        next_bin[b] = top
+                        top = b
+                        b = nb
+                    head[left] = top
+                    if was_empty:
+                        _bitset_set(bits, levels, left)
+                else:
+                    while c > 0 and b >= 0:
+                        slot_bin[k] = b
+                        k += 1
+                        c -= 1
+                        b = next_bin[b]
+                head[r] = b
+                if b < 0:
+                    _bitset_clear(bits, levels, r)
             else:
                 b = head[r]
                 nb = next_bin[b]
                 head[r] = nb
                 if nb < 0:
                     _bitset_clear(bits, levels, r)
-                left = r - length
-            if left > 0:
-                top = head[left]
-                next_bin[b] = top
-                head[left] = b
-                if top < 0:
-                    _bitset_set(bits, levels, left)
-            slot_bin[k] = b
-            k += 1
-    # hand the slots of each length to its items in index order
+                t = r // length
+                if t > c:
+                    t = c
+                for _ in range(t):
+                    slot_bin[k] = b
+                    k += 1
+                c -= t
+                left = r - t * length
+                if left > 0:
+                    _push(head, next_bin, bits, levels, left, b)
     start = np.zeros(capacity + 2, dtype=np.int64)
     acc = 0
     for length in range(capacity, 0, -1):

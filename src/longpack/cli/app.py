@@ -29,6 +29,8 @@ _COMMAND_MODULES = (
     "plan_cmd",
     "cp_check_cmd",
     "thd_batch_cmd",
+    "pack_cmd",
+    "inspect_cmd",
 )
 
 

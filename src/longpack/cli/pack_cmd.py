@@ -1,0 +1,333 @@
+"""``longpack pack``: SFT data -> Megatron-Bridge packed Parquet (thin: parse, call, print)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+DEMO_TOKENIZER = "qwen3"
+DEMO_SEQ_LENGTH = 4096
+SHOWN = 10
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def _resolve_mult(pad_seq_to_mult: int | None, tp: int | None, cp: int | None, sp: bool) -> tuple[int, str]:
+    from longpack.topology import TopologyError
+    from longpack.topology import pad_seq_to_mult as derive
+
+    if pad_seq_to_mult is not None:
+        if tp is not None or cp is not None or sp:
+            raise _fail("give either --pad-seq-to-mult or --tp/--cp/--sp, not both")
+        if pad_seq_to_mult < 1:
+            raise _fail(f"--pad-seq-to-mult must be a positive integer, got {pad_seq_to_mult}")
+        return pad_seq_to_mult, f"--pad-seq-to-mult {pad_seq_to_mult}"
+    if tp is None and cp is None and not sp:
+        return 1, "default: no --pad-seq-to-mult, --tp, --cp or --sp given"
+    try:
+        value = derive(tp=tp or 1, cp=cp or 1, sp=sp)
+    except TopologyError as exc:
+        raise _fail(str(exc)) from exc
+    source = f"lcm(2*CP if CP>1 else 1, CP*TP if SP and TP>1 else 1) with TP={tp or 1} CP={cp or 1} SP={sp}"
+    return value, source
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("pack")
+    def pack(
+        out: Annotated[
+            Path, typer.Option("--out", help="Output folder (must not exist unless --overwrite).")
+        ],
+        inputs: Annotated[
+            list[str] | None, typer.Argument(help="JSONL / Parquet files, folders or globs.")
+        ] = None,
+        tokenizer: str | None = typer.Option(
+            None, "--tokenizer", help="tokenizer.json, HF model folder, 'qwen3' or 'bytes'."
+        ),
+        seq_length: int | None = typer.Option(
+            None, "--seq-length", help="Max runtime length of one sample (Megatron seq_length)."
+        ),
+        pack_size: int | None = typer.Option(
+            None, "--pack-size", help="packed_sequence_size in runtime tokens (default: --seq-length)."
+        ),
+        pad_seq_to_mult: int | None = typer.Option(
+            None,
+            "--pad-seq-to-mult",
+            help="Per-sample alignment multiple (default: from --tp/--cp/--sp, else 1).",
+        ),
+        tp: int | None = typer.Option(None, "--tp", help="Tensor parallel size (derives pad_seq_to_mult)."),
+        cp: int | None = typer.Option(None, "--cp", help="Context parallel size (derives pad_seq_to_mult)."),
+        sp: bool = typer.Option(False, "--sp", help="Sequence parallelism on (derives pad_seq_to_mult)."),
+        algorithm: str = typer.Option(
+            "best_fit_decreasing",
+            "--algorithm",
+            help="best_fit_decreasing | first_fit_shuffle (Megatron-Bridge's exact rows) | first_fit | "
+            "first_fit_decreasing.",
+        ),
+        seed: int = typer.Option(0, "--seed", help="Seed of every random step (Megatron: dataset.seed)."),
+        overlength: str = typer.Option(
+            "drop", "--overlength", help="Samples longer than --seq-length: drop | truncate | error."
+        ),
+        val_fraction: float = typer.Option(0.0, "--val-fraction", help="Fraction of samples for validation."),
+        val_input: Annotated[
+            list[str] | None, typer.Option("--val-input", help="Validation inputs (repeatable).")
+        ] = None,
+        workers: int | None = typer.Option(
+            None, "--workers", help="Tokenizer processes (default: all cores)."
+        ),
+        fmt: str = typer.Option(
+            "auto", "--format", help="auto | prompt_completion | chat | sharegpt | pretokenized."
+        ),
+        prompt_key: str = typer.Option("prompt", "--prompt-key"),
+        completion_key: str = typer.Option("completion", "--completion-key"),
+        prompt_template: str = typer.Option("{prompt}", "--prompt-template"),
+        separator: str = typer.Option("", "--separator"),
+        prompt_completion_loss: str = typer.Option(
+            "completion", "--prompt-completion-loss", help="completion | full."
+        ),
+        chat_loss: str = typer.Option("assistant", "--chat-loss", help="assistant | last_turn | full."),
+        messages_key: str = typer.Option("messages", "--messages-key"),
+        skip_malformed: bool = typer.Option(False, "--skip-malformed", help="Skip and count malformed rows."),
+        rows_per_shard: int | None = typer.Option(
+            None, "--rows-per-shard", help="Rows per Parquet shard (default: ~2**27 tokens per shard)."
+        ),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output folder."),
+        as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
+        demo: bool = typer.Option(
+            False,
+            "--demo",
+            help="Pack the built-in demo SFT data (defaults: --tokenizer qwen3 --seq-length 4096).",
+        ),
+    ) -> None:
+        """Tokenize SFT data and write Megatron-Bridge packed Parquet, metadata and a manifest."""
+        from longpack.packed import OutputExistsError, OverlengthError, PackSettings, Provenance
+        from longpack.packed.pipeline import check_out_dir, plan_splits, write_packed_output
+
+        inputs = list(inputs or [])
+        val_inputs = list(val_input or [])
+        if demo:
+            if inputs:
+                raise _fail("--demo packs the built-in data set; give no INPUT with it")
+            tokenizer = tokenizer or DEMO_TOKENIZER
+            seq_length = seq_length or DEMO_SEQ_LENGTH
+        if not inputs and not demo:
+            raise _fail("give at least one INPUT (file, folder or glob), or --demo")
+        if tokenizer is None:
+            raise _fail("--tokenizer is required (a tokenizer.json, an HF model folder, 'qwen3' or 'bytes')")
+        if seq_length is None:
+            raise _fail("--seq-length is required (the longest runtime length of one sample, e.g. 4096)")
+        if val_inputs and val_fraction:
+            raise _fail("give either --val-input or --val-fraction, not both")
+        try:
+            check_out_dir(out, overwrite)  # before the (long) tokenization, not after
+        except OutputExistsError as exc:
+            raise _fail(str(exc)) from exc
+        mult, mult_source = _resolve_mult(pad_seq_to_mult, tp, cp, sp)
+        try:
+            from longpack.binpack import ALGORITHMS
+
+            if algorithm not in ALGORITHMS:
+                raise ValueError(
+                    f"--algorithm {algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}"
+                )
+            settings = PackSettings(
+                seq_length=seq_length,
+                pack_size=pack_size,
+                pad_seq_to_mult=mult,
+                algorithm=algorithm,
+                seed=seed,
+                overlength=overlength,
+                val_fraction=val_fraction,
+                rows_per_shard=rows_per_shard,
+            )
+        except ValueError as exc:
+            raise _fail(str(exc)) from exc
+
+        from longpack.text import InputError, TextConfig, tokenize_inputs, write_demo_dataset
+
+        show_progress = not as_json and sys.stderr.isatty()
+        try:
+            config = TextConfig(
+                format=fmt,
+                prompt_key=prompt_key,
+                completion_key=completion_key,
+                prompt_template=prompt_template,
+                separator=separator,
+                prompt_completion_loss=prompt_completion_loss,
+                chat_loss=chat_loss,
+                messages_key=messages_key,
+                skip_malformed=skip_malformed,
+            )
+        except (InputError, ValueError) as exc:
+            raise _fail(str(exc)) from exc
+        with tempfile.TemporaryDirectory(prefix="longpack-demo-") as demo_dir:
+            demo_prefix = ""
+            if demo:
+                inputs = [str(write_demo_dataset(Path(demo_dir) / "longpack-demo"))]
+                demo_prefix = demo_dir
+            try:
+                train = tokenize_inputs(
+                    inputs, tokenizer=tokenizer, config=config, workers=workers, progress=show_progress
+                )
+                val = (
+                    tokenize_inputs(
+                        val_inputs,
+                        tokenizer=tokenizer,
+                        config=config,
+                        workers=workers,
+                        progress=show_progress,
+                    )
+                    if val_inputs
+                    else None
+                )
+                if demo_prefix:
+                    # Temp paths would make every demo output differ; name the built-in data instead.
+                    files = tuple(f.replace(demo_prefix, "<longpack-demo>") for f in train.samples.files)
+                    train = replace(train, samples=replace(train.samples, files=files))
+                eos_id = train.tokenizer.get("eos_id")
+                if eos_id is None:
+                    raise InputError(f"tokenizer {tokenizer!r} has no EOS id; packing pads with EOS")
+                splits = plan_splits(
+                    train.samples, settings, eos_id=int(eos_id), validation=val.samples if val else None
+                )
+            except (InputError, OverlengthError, ValueError) as exc:
+                raise _fail(str(exc)) from exc
+
+            malformed = train.malformed + (val.malformed if val else ())
+            inputs_info = train.inputs + (val.inputs if val else ())
+            if demo_prefix:
+
+                def relabel(text: str) -> str:
+                    return text.replace(demo_prefix, "<longpack-demo>")
+
+                inputs_info = tuple({**d, "path": relabel(d["path"])} for d in inputs_info)
+                malformed = tuple((relabel(src), reason) for src, reason in malformed)
+            provenance = Provenance(
+                inputs=inputs_info,
+                tokenizer=train.tokenizer,
+                text_settings={
+                    **{k: getattr(config, k) for k in config.__dataclass_fields__},
+                    "detected_format": train.format,
+                    "validation_detected_format": val.format if val else None,
+                    "demo": demo,
+                },
+                rows_read=train.rows_read + (val.rows_read if val else 0),
+                malformed=malformed,
+            )
+            try:
+                manifest = _write(
+                    out, splits, settings, provenance, overwrite, show_progress, write_packed_output
+                )
+            except OutputExistsError as exc:
+                raise _fail(str(exc)) from exc
+        summary = _summary(out, manifest, mult_source)
+        if as_json:
+            typer.echo(json.dumps(summary, indent=2))
+        else:
+            _print_human(summary, manifest)
+
+
+def _write(out, splits, settings, provenance, overwrite, show_progress, write_packed_output):  # type: ignore[no-untyped-def]
+    if not show_progress:
+        return write_packed_output(out, splits, settings, provenance, overwrite=overwrite)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    total = sum(s.plan.num_rows for s in splits)
+    with Progress(
+        TextColumn("writing packed rows"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("write", total=total)
+        return write_packed_output(
+            out,
+            splits,
+            settings,
+            provenance,
+            overwrite=overwrite,
+            progress=lambda n: progress.advance(task, n),
+        )
+
+
+def _summary(out: Path, manifest: dict[str, Any], mult_source: str) -> dict[str, Any]:
+    folder = out.resolve()
+    mb = dict(manifest["megatron_bridge"])
+    for key in ("packed_train_data_path", "packed_val_data_path", "packed_metadata_path"):
+        if key in mb:
+            mb[key] = str(folder / mb[key])
+    return {
+        "out": str(folder),
+        "finished": True,
+        "format": manifest["settings"]["text"].get("detected_format"),
+        "tokenizer": manifest["tokenizer"],
+        "pad_seq_to_mult": manifest["settings"]["pad_seq_to_mult"],
+        "pad_seq_to_mult_source": mult_source,
+        "algorithm": manifest["settings"]["algorithm"],
+        "seed": manifest["settings"]["seed"],
+        "counts": manifest["counts"],
+        "splits": {
+            name: {
+                "metadata": s["metadata"],
+                "rows": s["rows"],
+                "samples_packed": s["samples_packed"],
+                "fill_mean": s["fill_mean"],
+                "files": [f["name"] for f in s["files"]],
+                "truncated": s["truncated_count"],
+                "dropped": s["dropped_count"],
+            }
+            for name, s in manifest["splits"].items()
+        },
+        "megatron_bridge": mb,
+    }
+
+
+def _print_human(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
+    c = summary["counts"]
+    echo = typer.echo
+    echo(f"packed -> {summary['out']}")
+    echo(
+        f"  format: {summary['format']}   tokenizer: {summary['tokenizer'].get('name', summary['tokenizer'])}"
+    )
+    echo(f"  pad_seq_to_mult: {summary['pad_seq_to_mult']}  ({summary['pad_seq_to_mult_source']})")
+    echo(f"  algorithm: {summary['algorithm']}   seed: {summary['seed']}")
+    echo(
+        f"  rows read {c['rows_read']}, malformed {c['malformed']}, samples {c['samples_read']}, "
+        f"packed {c['packed']}, truncated {c['truncated']}, dropped {c['dropped']}"
+    )
+    for name, s in summary["splits"].items():
+        meta = s["metadata"]
+        echo(
+            f"  {name}: {s['rows']} rows of <= {meta['pack_size']} tokens, {s['samples_packed']} samples, "
+            f"{meta['packing_factor']} samples/row, efficiency {meta['packing_efficiency']}%, "
+            f"files: {', '.join(s['files'])}"
+        )
+    for name, split in manifest["splits"].items():
+        for kind in ("truncated", "dropped"):
+            entries = split[kind]
+            if not entries:
+                continue
+            echo(f"  {name}: {split[kind + '_count']} {kind} (all listed in manifest.json):")
+            for e in entries[:SHOWN]:
+                detail = f"kept {e['kept_tokens']} tokens" if kind == "truncated" else e["reason"]
+                echo(f"    {e['source']}: {e['stored_length']} tokens, {detail}")
+            if split[kind + "_count"] > SHOWN:
+                echo(f"    ... {split[kind + '_count'] - SHOWN} more")
+    if manifest["malformed"]:
+        echo(f"  malformed rows skipped: {c['malformed']} (first: {manifest['malformed'][0]['source']})")
+    echo("Megatron-Bridge config:")
+    echo("  dataset.enable_offline_packing: true")
+    for key, value in summary["megatron_bridge"].items():
+        echo(f"  dataset.offline_packing_specs.{key}: {value}")

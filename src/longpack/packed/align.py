@@ -1,0 +1,190 @@
+"""Per-sample alignment and the over-long policy (Megatron-Bridge spec ``megatron-packing.md`` §2.3).
+
+Pure numpy; nothing is copied. A sample's alignment is described by three numbers (which source sample,
+how many of its tokens are kept, its stored length after padding); the fill step materializes tokens only
+for the rows it is writing, so aligning 1M samples costs a few int64 arrays, not a second token buffer.
+
+Rules (``m = pad_seq_to_mult``, ``N = max_seq_length`` in runtime tokens, a stored sample of ``S`` tokens
+trains on ``r = S - 1`` positions):
+
+- ``m > 1``: ``cap = (N // m) * m`` (``cap == 0`` is an error); a sample with ``r <= cap`` is right-padded
+  with the EOS id (loss 0) to stored length ``ceil(r / m) * m + 1``, i.e. ``k*m + 1``.
+- ``m == 1``: ``cap = N`` and nothing is padded.
+- ``r > cap`` is *over-long*: ``truncate`` keeps the first ``cap + 1`` tokens (as Megatron-Bridge's pre-pad
+  step does for ``m > 1``, losing the EOS), ``drop`` removes the sample (as Megatron-Bridge's histogram step
+  does for ``m == 1``), ``error`` stops. Every truncated or dropped sample is reported.
+- ``r == 0`` (a one-token sample) has nothing to train on and is always dropped with reason ``empty``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from longpack.samples import TokenizedSamples
+
+OVERLENGTH_POLICIES = ("drop", "truncate", "error")
+DEFAULT_OVERLENGTH = "drop"
+
+
+class OverlengthError(ValueError):
+    """Over-long samples were found and the policy is ``error``."""
+
+
+def runtime_cap(max_seq_length: int, pad_seq_to_mult: int) -> int:
+    """Largest runtime length a sample may have after alignment.
+
+    >>> runtime_cap(4096, 1), runtime_cap(4100, 8), runtime_cap(16, 8)
+    (4096, 4096, 16)
+    """
+    if max_seq_length < 1:
+        raise ValueError(f"max_seq_length must be positive, got {max_seq_length}")
+    if pad_seq_to_mult < 1:
+        raise ValueError(f"pad_seq_to_mult must be a positive integer, got {pad_seq_to_mult}")
+    if pad_seq_to_mult == 1:
+        return max_seq_length
+    cap = (max_seq_length // pad_seq_to_mult) * pad_seq_to_mult
+    if cap == 0:
+        raise ValueError(
+            f"max_seq_length ({max_seq_length}) must be at least the effective padding multiple "
+            f"({pad_seq_to_mult}); raise --seq-length or lower --pad-seq-to-mult"
+        )
+    return cap
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlignedSamples:
+    """The samples that will be packed, as views into a :class:`TokenizedSamples`.
+
+    - ``index``: int64 ``[K]``, source sample of each kept sample (ascending = input order).
+    - ``kept``: int64 ``[K]``, how many source tokens are kept (a prefix; ``< S`` only when truncated).
+    - ``stored``: int64 ``[K]``, stored length after alignment (``kept`` plus EOS padding).
+    - ``truncated`` / ``dropped``: int64 source indices; ``dropped_reason``: one of ``overlength``, ``empty``
+      per dropped sample.
+    """
+
+    samples: TokenizedSamples
+    eos_id: int
+    max_seq_length: int
+    pad_seq_to_mult: int
+    cap: int
+    index: np.ndarray
+    kept: np.ndarray
+    stored: np.ndarray
+    truncated: np.ndarray
+    dropped: np.ndarray
+    dropped_reason: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def runtime_lengths(self) -> np.ndarray:
+        """Runtime length of every kept sample after alignment (int64; what the bin packer packs)."""
+        return self.stored - 1
+
+    def subset(self, positions: np.ndarray) -> AlignedSamples:
+        """The kept samples at ``positions`` (used to split off a validation set); reports stay global."""
+        return AlignedSamples(
+            samples=self.samples,
+            eos_id=self.eos_id,
+            max_seq_length=self.max_seq_length,
+            pad_seq_to_mult=self.pad_seq_to_mult,
+            cap=self.cap,
+            index=self.index[positions],
+            kept=self.kept[positions],
+            stored=self.stored[positions],
+            truncated=self.truncated,
+            dropped=self.dropped,
+            dropped_reason=self.dropped_reason,
+        )
+
+    def sample(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(input_ids, loss_mask)`` of kept sample ``k`` after alignment (unshifted mask; slow path).
+
+        >>> s = TokenizedSamples(tokens=np.array([5, 6, 2], np.int32), loss_mask=np.array([0, 1, 1], np.uint8),
+        ...     offsets=np.array([0, 3]), source_file=np.array([0], np.int32), source_row=np.array([1]),
+        ...     files=("a.jsonl",))
+        >>> ids, mask = align_samples(s, max_seq_length=8, pad_seq_to_mult=4, eos_id=2).sample(0)
+        >>> ids.tolist(), mask.tolist()
+        ([5, 6, 2, 2, 2], [0, 1, 1, 0, 0])
+        """
+        ids, mask = self.samples.sample(int(self.index[k]))
+        kept, stored = int(self.kept[k]), int(self.stored[k])
+        pad = stored - kept
+        ids_out = np.concatenate([ids[:kept], np.full(pad, self.eos_id, dtype=ids.dtype)])
+        mask_out = np.concatenate([mask[:kept], np.zeros(pad, dtype=mask.dtype)])
+        return ids_out, mask_out
+
+
+def align_samples(
+    samples: TokenizedSamples,
+    *,
+    max_seq_length: int,
+    pad_seq_to_mult: int = 1,
+    eos_id: int,
+    overlength: str = DEFAULT_OVERLENGTH,
+) -> AlignedSamples:
+    """Apply the per-sample alignment and the over-long policy of spec §2.3 (vectorized).
+
+    Stored lengths 17, 18, 20, 21 with ``m=8``: ``max_seq_length=16`` truncates 18..21 to 17;
+    ``max_seq_length=40`` pads 18 to 25.
+
+    >>> lens = np.array([17, 18, 20, 21])
+    >>> offsets = np.concatenate([[0], np.cumsum(lens)])
+    >>> s = TokenizedSamples(tokens=np.zeros(offsets[-1], np.int32), loss_mask=np.ones(offsets[-1], np.uint8),
+    ...     offsets=offsets, source_file=np.zeros(4, np.int32), source_row=np.arange(1, 5), files=("a",))
+    >>> a = align_samples(s, max_seq_length=16, pad_seq_to_mult=8, eos_id=0, overlength="truncate")
+    >>> a.stored.tolist(), a.truncated.tolist()
+    ([17, 17, 17, 17], [1, 2, 3])
+    >>> align_samples(s, max_seq_length=40, pad_seq_to_mult=8, eos_id=0).stored.tolist()
+    [17, 25, 25, 25]
+    >>> a = align_samples(s, max_seq_length=16, pad_seq_to_mult=1, eos_id=0)
+    >>> a.stored.tolist(), a.dropped.tolist(), a.dropped_reason
+    ([17], [1, 2, 3], ('overlength', 'overlength', 'overlength'))
+    """
+    if overlength not in OVERLENGTH_POLICIES:
+        raise ValueError(f"overlength must be one of {OVERLENGTH_POLICIES}, got {overlength!r}")
+    m = int(pad_seq_to_mult)
+    cap = runtime_cap(int(max_seq_length), m)
+    stored_in = samples.stored_lengths()
+    runtime = np.maximum(stored_in - 1, 0)
+    empty = runtime == 0
+    over = runtime > cap
+    if overlength == "error" and over.any():
+        bad = np.flatnonzero(over)
+        shown = ", ".join(f"{samples.provenance(int(i))} ({int(runtime[i])} tokens)" for i in bad[:5]) + (
+            " ..." if len(bad) > 5 else ""
+        )
+        raise OverlengthError(
+            f"{len(bad)} sample(s) are longer than the runtime cap {cap} (max_seq_length={max_seq_length}, "
+            f"pad_seq_to_mult={m}): {shown}; use --overlength truncate or drop, or raise --seq-length"
+        )
+    if overlength == "truncate":
+        keep = ~empty
+        truncated = np.flatnonzero(over & keep)
+        drop_over = np.zeros(len(runtime), dtype=bool)
+    else:
+        keep = ~empty & ~over
+        truncated = np.zeros(0, dtype=np.int64)
+        drop_over = over & ~empty
+    index = np.flatnonzero(keep)
+    r = np.minimum(runtime[index], cap)
+    target = -(-r // m) * m if m > 1 else r
+    stored = target + 1
+    kept = np.minimum(stored_in[index], stored)
+    dropped = np.flatnonzero(empty | drop_over)
+    reasons = tuple("empty" if empty[i] else "overlength" for i in dropped.tolist())
+    return AlignedSamples(
+        samples=samples,
+        eos_id=int(eos_id),
+        max_seq_length=int(max_seq_length),
+        pad_seq_to_mult=m,
+        cap=cap,
+        index=index.astype(np.int64),
+        kept=kept.astype(np.int64),
+        stored=stored.astype(np.int64),
+        truncated=truncated.astype(np.int64),
+        dropped=dropped.astype(np.int64),
+        dropped_reason=reasons,
+    )

@@ -1,0 +1,435 @@
+"""Tokenized samples -> aligned -> planned -> Megatron-Bridge packed Parquet + metadata + manifest.
+
+No tokenizer knowledge here: the caller hands over :class:`~longpack.samples.TokenizedSamples`, the EOS id
+and whatever provenance (inputs, tokenizer identity, malformed rows) belongs in the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import longpack
+from longpack.packed.align import DEFAULT_OVERLENGTH, OVERLENGTH_POLICIES, AlignedSamples, align_samples
+from longpack.packed.files import (
+    MANIFEST_NAME,
+    ROW_GROUP_SIZE,
+    atomic_write_bytes,
+    commit_file,
+    default_rows_per_shard,
+    metadata_name,
+    open_parquet_writer,
+    sha256_file,
+    shard_names,
+    split_spec,
+    temp_path,
+)
+from longpack.packed.plan import DEFAULT_ALGORITHM, MEGATRON_ALGORITHM, PackPlan, pack_metadata, plan_rows
+from longpack.packed.rows import fill_rows
+from longpack.samples import TokenizedSamples
+
+MANIFEST_FORMAT = "longpack.packed/1"
+# Entries listed one by one in the manifest; beyond this, counts only (the CLI says so).
+MAX_LISTED = 100_000
+
+
+class OutputExistsError(FileExistsError):
+    """The output folder exists and ``overwrite`` was not given."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackSettings:
+    """Every setting that shapes the packed output.
+
+    ``seq_length`` caps one sample's runtime length (Megatron-Bridge's ``max_single_sequence_length`` or
+    ``seq_length``); ``pack_size`` is ``packed_sequence_size`` (default ``seq_length``).
+
+    >>> PackSettings(seq_length=4096).resolved_pack_size
+    4096
+    >>> PackSettings(seq_length=4096, pack_size=2048)
+    Traceback (most recent call last):
+    ...
+    ValueError: seq_length (4096) must not exceed pack_size (2048): a sample longer than a pack cannot be packed; lower --seq-length or raise --pack-size
+    """
+
+    seq_length: int
+    pack_size: int | None = None
+    pad_seq_to_mult: int = 1
+    algorithm: str = DEFAULT_ALGORITHM
+    seed: int = 0
+    overlength: str = DEFAULT_OVERLENGTH
+    val_fraction: float = 0.0
+    rows_per_shard: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.seq_length < 1:
+            raise ValueError(f"seq_length must be positive, got {self.seq_length}")
+        if self.pack_size is not None and self.pack_size < 1:
+            raise ValueError(f"pack_size must be positive, got {self.pack_size}")
+        if self.seq_length > self.resolved_pack_size:
+            raise ValueError(
+                f"seq_length ({self.seq_length}) must not exceed pack_size ({self.resolved_pack_size}): a "
+                "sample longer than a pack cannot be packed; lower --seq-length or raise --pack-size"
+            )
+        if self.pad_seq_to_mult < 1:
+            raise ValueError(f"pad_seq_to_mult must be a positive integer, got {self.pad_seq_to_mult}")
+        if self.overlength not in OVERLENGTH_POLICIES:
+            raise ValueError(f"overlength must be one of {OVERLENGTH_POLICIES}, got {self.overlength!r}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must lie in [0, 1), got {self.val_fraction}")
+        if self.rows_per_shard is not None and self.rows_per_shard < 1:
+            raise ValueError(f"rows_per_shard must be positive, got {self.rows_per_shard}")
+
+    @property
+    def resolved_pack_size(self) -> int:
+        return self.seq_length if self.pack_size is None else self.pack_size
+
+    @property
+    def resolved_rows_per_shard(self) -> int:
+        return self.rows_per_shard or default_rows_per_shard(self.resolved_pack_size)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitPlan:
+    """One split, ready to write: aligned samples, their rows, and the §2.5 metadata."""
+
+    name: str
+    aligned: AlignedSamples
+    plan: PackPlan
+    metadata: dict[str, Any]
+    source_count: int
+
+    def report(self) -> dict[str, Any]:
+        """Counts, packing statistics and the list of every truncated / dropped sample with its source."""
+        a = self.aligned
+        src = a.samples
+        stored_in = src.stored_lengths()
+        lengths = a.runtime_lengths()
+        row_sums = (
+            np.add.reduceat(lengths[self.plan.order], self.plan.row_offsets[:-1]) if len(a) else np.zeros(0)
+        )
+        truncated = [
+            {
+                "source": src.provenance(int(i)),
+                "stored_length": int(stored_in[i]),
+                "kept_tokens": a.cap + 1,
+            }
+            for i in a.truncated[:MAX_LISTED].tolist()
+        ]
+        dropped = [
+            {"source": src.provenance(int(i)), "stored_length": int(stored_in[i]), "reason": reason}
+            for i, reason in zip(a.dropped[:MAX_LISTED].tolist(), a.dropped_reason, strict=False)
+        ]
+        pack_size = self.metadata["pack_size"]
+        return {
+            "samples_in": self.source_count,
+            "samples_packed": len(a),
+            "rows": self.plan.num_rows,
+            "runtime_tokens": int(lengths.sum()),
+            "stored_tokens": int(a.stored.sum()),
+            "alignment_pad_tokens": int((a.stored - a.kept).sum()),
+            "fill_mean": round(float(np.mean(row_sums)) / pack_size, 6) if len(row_sums) else 0.0,
+            "truncated_count": len(a.truncated),
+            "dropped_count": len(a.dropped),
+            "truncated": truncated,
+            "dropped": dropped,
+        }
+
+
+def plan_split(
+    name: str,
+    samples: TokenizedSamples,
+    settings: PackSettings,
+    *,
+    eos_id: int,
+    aligned: AlignedSamples | None = None,
+) -> SplitPlan:
+    """Align (unless ``aligned`` is given) and plan one split.
+
+    >>> s = TokenizedSamples(tokens=np.array([5, 6, 2, 7, 2], np.int32),
+    ...     loss_mask=np.array([0, 1, 1, 1, 1], np.uint8), offsets=np.array([0, 3, 5]),
+    ...     source_file=np.zeros(2, np.int32), source_row=np.array([1, 2]), files=("a",))
+    >>> plan_split("training", s, PackSettings(seq_length=4), eos_id=2).metadata["packing_factor"]
+    2.0
+    """
+    if aligned is None:
+        aligned = align_samples(
+            samples,
+            max_seq_length=settings.seq_length,
+            pad_seq_to_mult=settings.pad_seq_to_mult,
+            eos_id=eos_id,
+            overlength=settings.overlength,
+        )
+    if len(aligned) == 0:
+        raise ValueError(
+            f"{name}: no samples left to pack ({len(samples)} read, {len(aligned.dropped)} dropped as too long "
+            "or empty); check --seq-length and --overlength"
+        )
+    lengths = aligned.runtime_lengths()
+    plan = plan_rows(lengths, settings.resolved_pack_size, algorithm=settings.algorithm, seed=settings.seed)
+    metadata = pack_metadata(lengths, plan, settings.resolved_pack_size)
+    return SplitPlan(name=name, aligned=aligned, plan=plan, metadata=metadata, source_count=len(samples))
+
+
+def plan_splits(
+    train: TokenizedSamples,
+    settings: PackSettings,
+    *,
+    eos_id: int,
+    validation: TokenizedSamples | None = None,
+) -> list[SplitPlan]:
+    """Training (and validation) split plans. ``settings.val_fraction`` carves a validation split out of
+    ``train`` after alignment, picked with ``np.random.default_rng(seed)``; it excludes ``validation``.
+
+    >>> s = TokenizedSamples(tokens=np.array([5, 2, 6, 2, 7, 2], np.int32), loss_mask=np.ones(6, np.uint8),
+    ...     offsets=np.array([0, 2, 4, 6]), source_file=np.zeros(3, np.int32), source_row=np.arange(1, 4),
+    ...     files=("a.jsonl",))
+    >>> [(p.name, len(p.aligned)) for p in plan_splits(s, PackSettings(seq_length=4, val_fraction=0.3), eos_id=2)]
+    [('training', 2), ('validation', 1)]
+    """
+    if validation is not None and settings.val_fraction > 0:
+        raise ValueError("give either a validation input or a validation fraction, not both")
+    if validation is not None:
+        return [
+            plan_split("training", train, settings, eos_id=eos_id),
+            plan_split("validation", validation, settings, eos_id=eos_id),
+        ]
+    aligned = align_samples(
+        train,
+        max_seq_length=settings.seq_length,
+        pad_seq_to_mult=settings.pad_seq_to_mult,
+        eos_id=eos_id,
+        overlength=settings.overlength,
+    )
+    if settings.val_fraction == 0:
+        return [plan_split("training", train, settings, eos_id=eos_id, aligned=aligned)]
+    k = len(aligned)
+    n_val = min(max(1, round(settings.val_fraction * k)), k - 1)
+    if k < 2:
+        raise ValueError(f"--val-fraction needs at least 2 packable samples, got {k}")
+    chosen = np.zeros(k, dtype=bool)
+    chosen[np.random.default_rng(settings.seed).permutation(k)[:n_val]] = True
+    train_plan = plan_split(
+        "training", train, settings, eos_id=eos_id, aligned=aligned.subset(np.flatnonzero(~chosen))
+    )
+    val_aligned = aligned.subset(np.flatnonzero(chosen))
+    # Truncations and drops are reported once, with the training split.
+    val_aligned = replace(
+        val_aligned, truncated=np.zeros(0, np.int64), dropped=np.zeros(0, np.int64), dropped_reason=()
+    )
+    val_plan = plan_split("validation", train, settings, eos_id=eos_id, aligned=val_aligned)
+    return [
+        SplitPlan(
+            name="training",
+            aligned=train_plan.aligned,
+            plan=train_plan.plan,
+            metadata=train_plan.metadata,
+            source_count=len(train) - n_val,
+        ),
+        SplitPlan(
+            name="validation",
+            aligned=val_plan.aligned,
+            plan=val_plan.plan,
+            metadata=val_plan.metadata,
+            source_count=n_val,
+        ),
+    ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Provenance:
+    """What the manifest records about where the samples came from."""
+
+    inputs: tuple[dict[str, Any], ...] = ()
+    tokenizer: dict[str, Any] = field(default_factory=dict)
+    text_settings: dict[str, Any] = field(default_factory=dict)
+    rows_read: int = 0
+    malformed: tuple[tuple[str, str], ...] = ()
+
+
+def check_out_dir(out_dir: str | Path, overwrite: bool) -> None:
+    """Raise :class:`OutputExistsError` now if writing to ``out_dir`` would be refused later."""
+    _prepare_out_dir(Path(out_dir), overwrite, dry_run=True)
+
+
+def _prepare_out_dir(out_dir: Path, overwrite: bool, *, dry_run: bool = False) -> None:
+    if out_dir.exists():
+        if not overwrite:
+            raise OutputExistsError(
+                f"output folder {out_dir} already exists; pass --overwrite to replace it or choose a new --out"
+            )
+        if not out_dir.is_dir():
+            raise OutputExistsError(f"--out {out_dir} exists and is not a folder")
+        foreign = sorted(p.name for p in out_dir.iterdir() if not (p.is_file() and _is_ours(p.name)))
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+            raise OutputExistsError(
+                f"--overwrite refused: {out_dir} holds files longpack did not write ({shown}); "
+                "choose an empty or new --out"
+            )
+        if dry_run:
+            return
+        # Manifest first: from here on the folder reads as unfinished.
+        (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
+        for p in out_dir.iterdir():
+            p.unlink()
+    if not dry_run:
+        out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _is_ours(name: str) -> bool:
+    return (
+        name == MANIFEST_NAME
+        or name.endswith(("_metadata.jsonl", ".idx.parquet"))
+        or (name.startswith(".") and ".tmp-" in name)
+    )
+
+
+def write_split_files(
+    out_dir: Path,
+    split: SplitPlan,
+    settings: PackSettings,
+    progress: Callable[[int], None] | None = None,
+    *,
+    threads: int | None = None,
+) -> list[dict[str, Any]]:
+    """Write one split's shards atomically, 500-row groups at a time; return a record per file.
+
+    Shards are independent files, so up to ``threads`` of them (default: cores, at most 4) are written at
+    once: the numba fill and pyarrow's encoder both run without the GIL. The bytes do not depend on it.
+    """
+    pack_size = settings.resolved_pack_size
+    rows_per_shard = settings.resolved_rows_per_shard
+    num_rows = split.plan.num_rows
+    num_shards = max(1, -(-num_rows // rows_per_shard))
+    names = shard_names(split.name, pack_size, num_shards)
+
+    def write_shard(shard: int) -> dict[str, Any]:
+        lo, hi = shard * rows_per_shard, min(num_rows, (shard + 1) * rows_per_shard)
+        path = out_dir / names[shard]
+        tmp = temp_path(path)
+        tokens = 0
+        try:
+            with open_parquet_writer(tmp) as writer:
+                for start in range(lo, hi, ROW_GROUP_SIZE):
+                    stop = min(hi, start + ROW_GROUP_SIZE)
+                    rows = fill_rows(split.aligned, split.plan, start, stop)
+                    tokens += len(rows.input_ids)
+                    writer.write_table(rows.to_arrow(), row_group_size=ROW_GROUP_SIZE)
+                    if progress is not None:
+                        progress(stop - start)
+            commit_file(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return {
+            "name": names[shard],
+            "rows": hi - lo,
+            "stored_tokens": tokens,
+            "size_bytes": path.stat().st_size,
+            "sha256": sha256_file(path),
+        }
+
+    n_threads = min(num_shards, threads or min(4, os.cpu_count() or 1))
+    if n_threads <= 1:
+        return [write_shard(i) for i in range(num_shards)]
+    pool = ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix="longpack-shard")
+    try:
+        futures = [pool.submit(write_shard, i) for i in range(num_shards)]
+        return [f.result() for f in futures]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def versions() -> dict[str, str]:
+    """Versions of the software that shaped the bytes of the output."""
+    import pyarrow
+
+    return {
+        "longpack": longpack.__version__,
+        "numpy": np.__version__,
+        "pyarrow": pyarrow.__version__,
+        "python": ".".join(map(str, sys.version_info[:3])),
+    }
+
+
+def write_packed_output(
+    out_dir: str | Path,
+    splits: list[SplitPlan],
+    settings: PackSettings,
+    provenance: Provenance,
+    *,
+    overwrite: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Write shards, ``<N>_metadata.jsonl`` and, last, ``manifest.json``; return the manifest.
+
+    Same splits, settings and provenance give byte-identical files (nothing time- or host-dependent is
+    written).
+
+    >>> import tempfile
+    >>> s = TokenizedSamples(tokens=np.array([5, 6, 2, 7, 2], np.int32),
+    ...     loss_mask=np.array([0, 1, 1, 1, 1], np.uint8), offsets=np.array([0, 3, 5]),
+    ...     source_file=np.zeros(2, np.int32), source_row=np.array([1, 2]), files=("a.jsonl",))
+    >>> settings = PackSettings(seq_length=4)
+    >>> out = Path(tempfile.mkdtemp()) / "packed"
+    >>> m = write_packed_output(out, plan_splits(s, settings, eos_id=2), settings, Provenance())
+    >>> sorted(p.name for p in out.iterdir()), m["megatron_bridge"]["packed_train_data_path"]
+    (['4_metadata.jsonl', 'manifest.json', 'training_4.idx.parquet'], 'training_4.idx.parquet')
+    """
+    out = Path(out_dir)
+    _prepare_out_dir(out, overwrite)
+    pack_size = settings.resolved_pack_size
+    files: dict[str, list[dict[str, Any]]] = {}
+    for split in splits:
+        files[split.name] = write_split_files(out, split, settings, progress)
+    meta_path = out / metadata_name(pack_size)
+    atomic_write_bytes(meta_path, json.dumps([s.metadata for s in splits]).encode())
+
+    megatron: dict[str, Any] = {
+        "packed_sequence_size": pack_size,
+        "pad_seq_to_mult": settings.pad_seq_to_mult,
+        "packed_metadata_path": metadata_name(pack_size),
+    }
+    for split in splits:
+        key = "packed_train_data_path" if split.name == "training" else "packed_val_data_path"
+        megatron[key] = split_spec(split.name, pack_size, len(files[split.name]))
+    reports = {s.name: s.report() for s in splits}
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "versions": versions(),
+        "settings": {
+            **asdict(settings),
+            "pack_size": pack_size,
+            "rows_per_shard": settings.resolved_rows_per_shard,
+            "row_group_size": ROW_GROUP_SIZE,
+            "megatron_exact": settings.algorithm == MEGATRON_ALGORITHM,
+            "text": provenance.text_settings,
+        },
+        "inputs": list(provenance.inputs),
+        "tokenizer": provenance.tokenizer,
+        "counts": {
+            "rows_read": provenance.rows_read,
+            "malformed": len(provenance.malformed),
+            "samples_read": sum(r["samples_in"] for r in reports.values()),
+            "packed": sum(r["samples_packed"] for r in reports.values()),
+            "truncated": sum(r["truncated_count"] for r in reports.values()),
+            "dropped": sum(r["dropped_count"] for r in reports.values()),
+            "rows": {name: r["rows"] for name, r in reports.items()},
+        },
+        "malformed": [{"source": s, "reason": r} for s, r in provenance.malformed[:MAX_LISTED]],
+        "splits": {
+            s.name: {"metadata": s.metadata, "files": files[s.name], **reports[s.name]} for s in splits
+        },
+        "metadata_file": {"name": meta_path.name, "sha256": sha256_file(meta_path)},
+        "megatron_bridge": megatron,
+    }
+    atomic_write_bytes(out / MANIFEST_NAME, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    return manifest
