@@ -146,7 +146,8 @@ class PlannerSetup:
     """What the planner needs: model, GPU type and count; ``pins`` fixes :class:`SearchRequest` fields
     (``tp``, ``cp``, ``pp``, ``vpp``, ``ep``, ``etp``). TP and CP default to 1 (pinned): the packed data is
     aligned for one topology, so the search does not wander to another. MBS is always 1 (offline packing,
-    ``LP-PACK-005``)."""
+    ``LP-PACK-005``). ``recompute`` pins the recompute modules (``()`` = none; ``None`` = the cheapest
+    that fits) and ``allow_offload`` allows optimizer CPU offload, as in ``longpack plan``."""
 
     model: ModelSpec
     gpu: GPUSpec
@@ -154,6 +155,8 @@ class PlannerSetup:
     pins: Mapping[str, int] = field(default_factory=dict)
     precision: str = "bf16"
     headroom: float = 0.95
+    recompute: tuple[str, ...] | None = None
+    allow_offload: bool = True
 
     def __post_init__(self) -> None:
         if self.num_gpus < 1:
@@ -384,7 +387,8 @@ def pack_candidate(
     else:
         split = plan_split("training", samples, pack, eos_id=eos_id, aligned=aligned)
         packs = split.plan.num_rows
-        fill = split.metadata["packing_efficiency"] / 100
+        # Megatron-Bridge's packing_efficiency, unrounded (its metadata keeps two decimals of a percent)
+        fill = float(lengths.sum()) / (packs * pack_length)
     slots = packs * pack_length
     squares = float(np.square(lengths, dtype=np.float64).sum())
     return Candidate(
@@ -433,6 +437,8 @@ def estimate_candidate(candidate: Candidate, planner: PlannerSetup) -> Estimate:
             gbs=candidate.gbs,
             precision=planner.precision,
             headroom=planner.headroom,
+            recompute=planner.recompute,
+            allow_offload=planner.allow_offload,
             mbs=1,
             tp=pins["tp"],
             cp=pins["cp"],
@@ -453,8 +459,8 @@ def estimate_candidate(candidate: Candidate, planner: PlannerSetup) -> Estimate:
                 f"divides GBS {candidate.gbs} (GBS must be divisible by DP and >= DP)"
             )
         else:
-            why = "; ".join(f"{n} layout(s): {k}" for k, n in sorted(result.rejected.items()))
-            reason = f"does not fit {budget:.1f} GiB per GPU ({why or 'no feasible layout'})"
+            why = "; ".join(f"{n} layout(s) rejected: {k}" for k, n in sorted(result.rejected.items()))
+            reason = f"no layout fits {budget:.1f} GiB per GPU ({why or 'no feasible layout'})"
         return Estimate(fits=False, reason=reason, memory_budget_gib=budget)
     best = result.candidates[0]
     time = estimate_time(

@@ -85,6 +85,12 @@ def register(app: typer.Typer) -> None:
         headroom: float = typer.Option(
             0.95, "--headroom", help="Fraction of usable GPU memory a layout may use."
         ),
+        recompute: str | None = typer.Option(
+            None,
+            "--recompute",
+            help="Pin recompute modules ('none', 'layernorm,mlp', 'full'; default: cheapest that fits).",
+        ),
+        offload: bool = typer.Option(True, "--offload/--no-offload", help="Allow optimizer CPU offload."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
         plot: str | None = typer.Option(
             None, "--plot", help="Write a PNG: real tokens/s, memory and truncation vs pack length."
@@ -178,10 +184,13 @@ def register(app: typer.Typer) -> None:
             planner = None
             if model is not None:
                 from longpack.planner.catalog import CatalogError, load_gpu, load_model
+                from longpack.planner.options import PlanError, normalize_recompute
 
                 assert gpu is not None and gpus is not None
                 try:
                     planner = PlannerSetup(
+                        recompute=None if recompute is None else normalize_recompute(recompute),
+                        allow_offload=offload,
                         model=load_model(model),
                         gpu=load_gpu(gpu),
                         num_gpus=gpus,
@@ -189,7 +198,7 @@ def register(app: typer.Typer) -> None:
                         precision=precision.lower(),
                         headroom=headroom,
                     )
-                except CatalogError as exc:
+                except (CatalogError, PlanError) as exc:
                     raise _fail(str(exc)) from exc
         except (SweepError, TopologyError) as exc:
             raise _fail(str(exc)) from exc
