@@ -171,6 +171,9 @@ def test_recommendation_changes_when_memory_rules_out_the_longer_pack() -> None:
     t4096 = next(c for c in tight.candidates if c.pack_length == 4096)
     assert t4096.estimate is not None and not t4096.estimate.fits
     assert (by_len[4096].estimate.memory_gib or 0) > t4096.estimate.memory_budget_gib
+    # the infeasible candidate still reports what it needs: the same options, so the same memory
+    assert t4096.estimate.memory_gib == pytest.approx(by_len[4096].estimate.memory_gib)
+    assert "needs" in t4096.problems[0] and "no offload" in t4096.problems[0]
     assert tight.recommendation is not None and tight.recommendation.pack_length == 2048
     for c in roomy.candidates:
         if c.estimate is not None and c.estimate.fits:

@@ -181,6 +181,7 @@ class Estimate:
     step_time_s: float | None = None
     real_tokens_per_s: float | None = None
     real_tokens_per_s_per_gpu: float | None = None
+    notes: tuple[str, ...] = ()
     plan: PlanLayout | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
@@ -196,6 +197,7 @@ class Estimate:
             "step_time_s": _round(self.step_time_s, 6),
             "real_tokens_per_s": _round(self.real_tokens_per_s, 1),
             "real_tokens_per_s_per_gpu": _round(self.real_tokens_per_s_per_gpu, 1),
+            "notes": list(self.notes),
         }
 
 
@@ -459,8 +461,21 @@ def estimate_candidate(candidate: Candidate, planner: PlannerSetup) -> Estimate:
                 f"divides GBS {candidate.gbs} (GBS must be divisible by DP and >= DP)"
             )
         else:
-            why = "; ".join(f"{n} layout(s) rejected: {k}" for k, n in sorted(result.rejected.items()))
-            reason = f"no layout fits {budget:.1f} GiB per GPU ({why or 'no feasible layout'})"
+            needed = least_memory_gib(req)
+            saving = "the most memory-saving recompute" + (
+                " and optimizer offload" if req.allow_offload else ""
+            )
+            if req.recompute is not None:
+                saving = f"recompute {','.join(req.recompute) or 'none'}" + (
+                    " and optimizer offload" if req.allow_offload else ", no offload"
+                )
+            reason = (
+                f"no layout fits {budget:.1f} GiB per GPU: the lightest of {result.layouts_considered} layout(s) "
+                f"needs {needed:.1f} GiB with {saving}"
+                if needed is not None
+                else f"no layout fits {budget:.1f} GiB per GPU ({dict(result.rejected)})"
+            )
+            return Estimate(fits=False, reason=reason, memory_budget_gib=budget, memory_gib=needed)
         return Estimate(fits=False, reason=reason, memory_budget_gib=budget)
     best = result.candidates[0]
     time = estimate_time(
@@ -487,8 +502,39 @@ def estimate_candidate(candidate: Candidate, planner: PlannerSetup) -> Estimate:
         step_time_s=time.step_time,
         real_tokens_per_s=real_rate,
         real_tokens_per_s_per_gpu=real_rate / planner.num_gpus,
+        notes=tuple(best.reasons),
         plan=best.plan,
     )
+
+
+def least_memory_gib(req: Any) -> float | None:
+    """Least memory per GPU (GiB) any layout of a planner ``SearchRequest`` needs with the most
+    memory-saving options it allows (pinned recompute or full, offload 100 % if allowed); ``None`` when no
+    layout can be evaluated. Shows how far an infeasible candidate is from its budget."""
+    from longpack.planner.memory import estimate_memory
+    from longpack.planner.options import TrainingOptions
+    from longpack.planner.search import default_dispatcher, enumerate_layouts
+
+    recompute = req.recompute if req.recompute is not None else ("full",)
+    best: float | None = None
+    for plan in enumerate_layouts(req):
+        lay = plan.layout
+        try:
+            options = TrainingOptions(
+                precision=req.precision,
+                recompute=recompute,
+                optimizer_offload=1.0 if req.allow_offload else 0.0,
+                dispatcher=req.dispatcher or default_dispatcher(req.gpu, lay.ep * lay.expert_tp),
+                optimizer=req.optimizer,
+                imbalance=req.imbalance,
+            )
+            mem = estimate_memory(
+                req.model, plan, seq_length=req.seq_length, gbs=req.global_batch, options=options
+            ).total_gib
+        except PlanError:
+            continue
+        best = mem if best is None else min(best, mem)
+    return best
 
 
 def recommend(candidates: tuple[Candidate, ...] | list[Candidate]) -> Recommendation | None:
@@ -540,8 +586,9 @@ def sweep(
     layout: ParallelLayout | None = None,
     planner: PlannerSetup | None = None,
 ) -> SweepResult:
-    """Pack ``samples`` at every candidate length; check the batch rules against ``layout`` (its DP), or,
-    with ``planner``, against the layout the planner picks; recommend (planner only).
+    """Pack ``samples`` at every candidate length; check the batch rules against the layout the planner
+    picks (with ``planner``), else against ``layout`` (its DP); recommend (planner only). With a planner,
+    give ``layout`` only when the planner's layout is pinned to it.
 
     The packing work runs once per candidate on the tokenized samples; nothing is tokenized here.
     """
@@ -552,11 +599,12 @@ def sweep(
         cand = pack_candidate(samples, settings, length, eos_id=eos_id)
         if planner is not None:
             est = estimate_candidate(cand, planner)
+            chosen = est.plan.layout if est.plan is not None else layout
             rules = None
-            if est.plan is not None:
-                _check_alignment(settings, est.plan.layout)
-                rules = batch_rule_findings(est.plan.layout, pack_length=length, gbs=cand.gbs)
-            cand = replace(cand, estimate=est, dp=est.dp, batch_rules=rules)
+            if chosen is not None:
+                _check_alignment(settings, chosen)
+                rules = batch_rule_findings(chosen, pack_length=length, gbs=cand.gbs)
+            cand = replace(cand, estimate=est, dp=None if chosen is None else chosen.dp, batch_rules=rules)
         elif layout is not None:
             cand = replace(
                 cand,

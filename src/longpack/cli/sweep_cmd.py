@@ -232,9 +232,9 @@ def register(app: typer.Typer) -> None:
                 eos_id = tokenized.tokenizer.get("eos_id")
                 if eos_id is None:
                     raise InputError(f"tokenizer {tokenizer!r} has no EOS id; packing pads with EOS")
-                result = sweep(
-                    tokenized.samples, settings, eos_id=int(eos_id), layout=cluster, planner=planner
-                )
+                # with the planner, a layout fixes DP only when --layout pins it (else the planner picks PP)
+                fixed = cluster if planner is None or layout is not None else None
+                result = sweep(tokenized.samples, settings, eos_id=int(eos_id), layout=fixed, planner=planner)
             except (InputError, OverlengthError, SweepError, TopologyError) as exc:
                 raise _fail(str(exc)) from exc
         doc: dict[str, Any] = {
@@ -274,7 +274,7 @@ def _print_human(result: Any, doc: dict[str, Any]) -> None:
 
     from longpack.sweep import nice_int
 
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    console = Console(width=None if sys.stdout.isatty() else 150)
     inp = doc["input"]
     s = doc["settings"]
     console.print(
@@ -288,17 +288,15 @@ def _print_human(result: Any, doc: dict[str, Any]) -> None:
     table = Table(title=_title(doc))
     cols = ["pack", "GBS", "kept", "trunc (tok lost)", "dropped (tok)", "packs", "fill", "real fill"]
     cols += ["steps/ep", "ΣL²/step", "ΣL/step", "DP", "batch rules"]
-    if planner:
-        cols += ["layout", "GiB/GPU", "step s", "real tok/s", "fits"]
     for col in cols:
-        table.add_column(col, justify="left" if col in ("layout", "batch rules", "fits") else "right")
+        table.add_column(col, justify="left" if col == "batch rules" else "right")
     for c in result.candidates:
         rules = (
             "-"
             if c.batch_rules is None
             else ("ok" if not c.batch_rules else ",".join(f["id"] for f in c.batch_rules))
         )
-        row = [
+        table.add_row(
             str(c.pack_length),
             str(c.gbs),
             str(c.kept),
@@ -312,18 +310,39 @@ def _print_human(result: Any, doc: dict[str, Any]) -> None:
             nice_int(c.linear_work_per_step),
             "-" if c.dp is None else str(c.dp),
             rules,
-        ]
-        if planner:
+        )
+    console.print(table)
+    if planner:
+        est_table = Table(title=f"planner: {doc['model']} on {doc['gpus']}x{doc['gpu']}, MBS 1")
+        for col in (
+            "pack",
+            "GBS",
+            "layout",
+            "recompute",
+            "GiB/GPU",
+            "step s",
+            "real tok/s",
+            "per GPU",
+            "fits",
+        ):
+            est_table.add_column(col, justify="left" if col in ("layout", "recompute", "fits") else "right")
+        for c in result.candidates:
             e = c.estimate
-            row += [
+            est_table.add_row(
+                str(c.pack_length),
+                str(c.gbs),
                 _short_label(e.layout),
+                (",".join(e.recompute) or "-")
+                + (f" +offload {e.optimizer_offload:.0%}" if e.optimizer_offload else "")
+                if e.fits
+                else "-",
                 "-" if e.memory_gib is None else f"{e.memory_gib:.1f}",
                 "-" if e.step_time_s is None else f"{e.step_time_s:.3f}",
                 "-" if e.real_tokens_per_s is None else f"{e.real_tokens_per_s:,.0f}",
+                "-" if e.real_tokens_per_s_per_gpu is None else f"{e.real_tokens_per_s_per_gpu:,.0f}",
                 "yes" if c.ok else "NO",
-            ]
-        table.add_row(*row)
-    console.print(table)
+            )
+        console.print(est_table)
     console.print(
         "steps/ep: full optimizer steps per epoch (+N packs left over); ΣL²/step, ΣL/step: attention and linear "
         "work per step over the packed samples' runtime lengths",
@@ -398,6 +417,15 @@ def _plot(result: Any, path: Path, *, title: str) -> None:
         ax.plot([x for x, _ in mem], [y for _, y in mem], "s-", color="tab:purple")
         budget = max(c.estimate.memory_budget_gib for c in cands)
         ax.axhline(budget, color="tab:red", ls="--", lw=1, label=f"budget {budget:.0f} GiB")
+        over = [
+            (c.pack_length, c.estimate.memory_gib)
+            for c in cands
+            if not c.estimate.fits and c.estimate.memory_gib
+        ]
+        if over:
+            ax.plot(
+                [x for x, _ in over], [y for _, y in over], "x", ms=10, color="tab:red", label="does not fit"
+            )
         for c in cands:
             if c.estimate.memory_gib is None:
                 ax.axvline(c.pack_length, color="tab:red", ls=":", lw=1)
