@@ -17,11 +17,14 @@ from longpack.planner.catalog import load_gpu, load_model
 from longpack.samples import TokenizedSamples
 from longpack.sweep import (
     PACK_LENGTH_WARNING,
+    Candidate,
+    Estimate,
     PlannerSetup,
     SweepError,
     SweepSettings,
     batch_rule_findings,
     parse_pack_lengths,
+    recommend,
     sweep,
 )
 from longpack.topology import ParallelLayout
@@ -195,6 +198,65 @@ def test_planner_reports_gbs_below_dp() -> None:
     assert not last.ok and "divides GBS 4" in last.problems[0]
 
 
+def _candidate(length: int, rate: float | None, fits: bool, rules: tuple[dict[str, str], ...]) -> Candidate:
+    est = Estimate(
+        fits=fits,
+        reason="fits" if fits else "no layout fits 75.0 GiB per GPU",
+        real_tokens_per_s=rate if fits else None,
+        memory_gib=50.0,
+    )
+    return Candidate(
+        pack_length=length,
+        gbs=65536 // length,
+        pad_seq_to_mult=1,
+        cap=length,
+        read=10,
+        kept=10,
+        truncated=0,
+        truncated_tokens_lost=0,
+        dropped=0,
+        dropped_tokens=0,
+        packs=64,
+        fill=0.9,
+        real_fill=0.9,
+        real_tokens=1000,
+        steps_per_epoch=64 // (65536 // length),
+        leftover_packs=0,
+        attention_work_per_step=0.0,
+        linear_work_per_step=0.0,
+        batch_rules=rules,
+        estimate=est,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(1e3, 1e6), st.booleans(), st.booleans()),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_recommendation_is_the_fastest_candidate_that_fits(rows: list[tuple[float, bool, bool]]) -> None:
+    bad_rule = ({"id": "LP-BATCH-002", "message": "GBS < DP"},)
+    cands = [
+        _candidate(2 ** (11 + i), rate, fits, () if rule_ok else bad_rule)
+        for i, (rate, fits, rule_ok) in enumerate(rows)
+    ]
+    rec = recommend(cands)
+    usable = [c for c in cands if c.ok]
+    if not usable:
+        assert rec is None
+        return
+    assert rec is not None
+    best = max(c.estimate.real_tokens_per_s or 0.0 for c in usable if c.estimate is not None)
+    chosen = next(c for c in cands if c.pack_length == rec.pack_length)
+    assert chosen.ok and chosen.estimate is not None and chosen.estimate.real_tokens_per_s == best
+    for c in cands:
+        if not c.ok and c.pack_length > rec.pack_length:
+            assert f"{c.pack_length} is out" in rec.reason
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -315,6 +377,29 @@ def test_cli_bad_input(data: Path, extra: list[str], message: str) -> None:
     res = runner.invoke(app, ["sweep", str(data), "--tokenizer", "bytes", "--workers", "1", *extra])
     assert res.exit_code == 2, res.output
     assert message in res.output
+
+
+def test_cli_pinned_layout_json(data: Path) -> None:
+    args = [
+        "sweep",
+        str(data),
+        "--tokenizer",
+        "bytes",
+        "--pack-lengths",
+        "1024,2048",
+        "--token-slots",
+        "8192",
+    ]
+    args += ["--model", "llama3_1_8b", "--gpu", "H100_SXM", "--gpus", "8", "--layout", "tp=2,pp=2", "--json"]
+    res = runner.invoke(app, [*args, "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["settings"]["pad_seq_to_mult"] == 2  # TP 2 with SP
+    first, second = doc["candidates"]
+    assert first["dp"] == 2 and first["ok"] and first["estimate"]["layout"].startswith("TP2 CP1")
+    # GBS 4 at 2048 still divides DP 2
+    assert second["gbs"] == 4 and second["batch_rules"] == []
+    assert doc["recommendation"]["pack_length"] in (1024, 2048)
 
 
 def test_cli_needs_input() -> None:

@@ -455,7 +455,7 @@ def estimate_candidate(candidate: Candidate, planner: PlannerSetup) -> Estimate:
     budget = req.memory_budget_gib
     if not result.candidates:
         if not enumerate_layouts(req):
-            pinned = ", ".join(f"{k.upper()}={v}" for k, v in sorted(planner.pins.items()))
+            pinned = ", ".join(f"{k.upper()}={v}" for k, v in sorted(pins.items()))
             reason = (
                 f"no layout of {planner.num_gpus} GPUs{' with ' + pinned if pinned else ''} has a DP that "
                 f"divides GBS {candidate.gbs} (GBS must be divisible by DP and >= DP)"
