@@ -31,6 +31,7 @@ _COMMAND_MODULES = (
     "thd_batch_cmd",
     "pack_cmd",
     "inspect_cmd",
+    "sweep_cmd",
 )
 
 

@@ -41,6 +41,14 @@ def _resolve_mult(pad_seq_to_mult: int | None, tp: int | None, cp: int | None, s
     return value, source
 
 
+def resolve_pad_seq_to_mult(
+    pad_seq_to_mult: int | None, tp: int | None, cp: int | None, sp: bool
+) -> tuple[int, str]:
+    """``(pad_seq_to_mult, where it came from)`` from ``--pad-seq-to-mult`` or ``--tp/--cp/--sp`` (shared with
+    ``longpack sweep``); raises ``typer.Exit(2)`` with a message on bad input."""
+    return _resolve_mult(pad_seq_to_mult, tp, cp, sp)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("pack")
     def pack(

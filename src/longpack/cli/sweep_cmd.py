@@ -1,0 +1,455 @@
+"""``longpack sweep``: choose the pack length at equal token slots per step (thin: parse, call, print)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+DEMO_TOKENIZER = "qwen3"
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("sweep")
+    def sweep_command(
+        inputs: Annotated[
+            list[str] | None, typer.Argument(help="JSONL / Parquet files, folders or globs.")
+        ] = None,
+        pack_lengths: str = typer.Option(
+            "2048,4096,8192,16384",
+            "--pack-lengths",
+            help="Candidate pack lengths (packed_sequence_size = seq_length), comma-separated; 8k = 8192.",
+        ),
+        token_slots: int = typer.Option(
+            65536,
+            "--token-slots",
+            help="packed_sequence_size x global_batch_size, equal for every candidate (GBS = slots / length).",
+        ),
+        tokenizer: str | None = typer.Option(
+            None, "--tokenizer", help="tokenizer.json, HF model folder, 'qwen3' or 'bytes'."
+        ),
+        pad_seq_to_mult: int | None = typer.Option(
+            None,
+            "--pad-seq-to-mult",
+            help="Per-sample alignment multiple (default: from --tp/--cp/--sp or --layout, else 1).",
+        ),
+        tp: int | None = typer.Option(None, "--tp", help="Tensor parallel size (derives pad_seq_to_mult)."),
+        cp: int | None = typer.Option(None, "--cp", help="Context parallel size (derives pad_seq_to_mult)."),
+        sp: bool = typer.Option(False, "--sp", help="Sequence parallelism on (derives pad_seq_to_mult)."),
+        algorithm: str = typer.Option(
+            "best_fit_decreasing",
+            "--algorithm",
+            help="best_fit_decreasing | first_fit_shuffle (Megatron-Bridge's exact rows) | first_fit | "
+            "first_fit_decreasing.",
+        ),
+        seed: int = typer.Option(0, "--seed", help="Seed of every random step (Megatron: dataset.seed)."),
+        overlength: str = typer.Option(
+            "drop", "--overlength", help="Samples longer than a pack: drop | truncate | error."
+        ),
+        workers: int | None = typer.Option(
+            None, "--workers", help="Tokenizer processes (default: all cores)."
+        ),
+        fmt: str = typer.Option(
+            "auto", "--format", help="auto | prompt_completion | chat | sharegpt | pretokenized."
+        ),
+        prompt_key: str = typer.Option("prompt", "--prompt-key"),
+        completion_key: str = typer.Option("completion", "--completion-key"),
+        prompt_template: str = typer.Option("{prompt}", "--prompt-template"),
+        separator: str = typer.Option("", "--separator"),
+        prompt_completion_loss: str = typer.Option(
+            "completion", "--prompt-completion-loss", help="completion | full."
+        ),
+        chat_loss: str = typer.Option("assistant", "--chat-loss", help="assistant | last_turn | full."),
+        messages_key: str = typer.Option("messages", "--messages-key"),
+        skip_malformed: bool = typer.Option(False, "--skip-malformed", help="Skip and count malformed rows."),
+        model: str | None = typer.Option(
+            None, "--model", help="Planner model (catalog name or config.json) for memory and tokens/s."
+        ),
+        gpu: str | None = typer.Option(None, "--gpu", help="GPU type (e.g. H100_SXM, H200, B200)."),
+        gpus: int | None = typer.Option(
+            None, "--gpus", help="Number of GPUs (gives DP for the batch rules; needed with --model)."
+        ),
+        layout: str | None = typer.Option(
+            None, "--layout", help="Pin the layout, e.g. 'tp=2,cp=1,pp=2,ep=8' (SP on when TP > 1)."
+        ),
+        precision: str = typer.Option("bf16", "--precision", help="bf16, fp8, mxfp8 or nvfp4."),
+        headroom: float = typer.Option(
+            0.95, "--headroom", help="Fraction of usable GPU memory a layout may use."
+        ),
+        recompute: str | None = typer.Option(
+            None,
+            "--recompute",
+            help="Pin recompute modules ('none', 'layernorm,mlp', 'full'; default: cheapest that fits).",
+        ),
+        offload: bool = typer.Option(True, "--offload/--no-offload", help="Allow optimizer CPU offload."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        plot: str | None = typer.Option(
+            None, "--plot", help="Write a PNG: real tokens/s, memory and truncation vs pack length."
+        ),
+        demo: bool = typer.Option(
+            False, "--demo", help="Sweep the built-in demo SFT data (default --tokenizer qwen3)."
+        ),
+    ) -> None:
+        """Pack at every candidate length with equal token slots per step; compare counts, fill, batch
+        rules and (with --model/--gpu/--gpus) memory and real tokens/s; recommend a pack length."""
+        from longpack.cli.pack_cmd import resolve_pad_seq_to_mult
+        from longpack.sweep import PlannerSetup, SweepError, SweepSettings, parse_pack_lengths
+        from longpack.topology import ParallelLayout, TopologyError
+
+        inputs = list(inputs or [])
+        if demo:
+            if inputs:
+                raise _fail("--demo sweeps the built-in data set; give no INPUT with it")
+            tokenizer = tokenizer or DEMO_TOKENIZER
+        if not inputs and not demo:
+            raise _fail("give at least one INPUT (file, folder or glob), or --demo")
+        if tokenizer is None:
+            raise _fail("--tokenizer is required (a tokenizer.json, an HF model folder, 'qwen3' or 'bytes')")
+        if (model is None) != (gpu is None) or (model is not None and gpus is None):
+            raise _fail(
+                "--model, --gpu and --gpus go together (e.g. --model llama3_1_8b --gpu H100 --gpus 8)"
+            )
+        if layout is not None and gpus is None:
+            raise _fail("--layout needs --gpus (the layout's DP follows from the GPU count)")
+        if layout is not None and (tp is not None or cp is not None or sp):
+            raise _fail("give either --layout or --tp/--cp/--sp, not both")
+        if plot is not None and not Path(plot).parent.is_dir():
+            raise _fail(f"--plot {plot}: folder {Path(plot).parent} does not exist")
+
+        pins: dict[str, int] = {}
+        cluster: ParallelLayout | None = None
+        try:
+            if layout is not None:
+                from longpack.cli.plan_cmd import parse_layout
+                from longpack.planner.options import PlanError
+
+                assert gpus is not None
+                try:
+                    plan_layout, _ = parse_layout(layout, world_size=gpus)
+                except PlanError as exc:
+                    raise _fail(str(exc)) from exc
+                if plan_layout.mbs != 1:
+                    raise _fail(
+                        f"--layout mbs={plan_layout.mbs}: offline packed data needs micro_batch_size 1 "
+                        "(LP-PACK-005); drop mbs from --layout"
+                    )
+                cluster = plan_layout.layout
+                mult = pad_seq_to_mult or cluster.pad_seq_to_mult
+                mult_source = (
+                    f"--pad-seq-to-mult {mult}"
+                    if pad_seq_to_mult
+                    else f"from --layout ({cluster.pad_seq_to_mult})"
+                )
+                pins = {
+                    "tp": cluster.tp,
+                    "cp": cluster.cp,
+                    "pp": cluster.pp,
+                    "vpp": cluster.vpp or 1,
+                    "ep": cluster.ep,
+                    "etp": cluster.expert_tp,
+                }
+            else:
+                if model is not None and (tp or 1) > 1 and not sp and pad_seq_to_mult is None:
+                    raise _fail(
+                        f"--tp {tp} with --model: the planner runs TP > 1 with sequence parallelism; add --sp "
+                        "so the data is aligned for it"
+                    )
+                mult, mult_source = resolve_pad_seq_to_mult(pad_seq_to_mult, tp, cp, sp)
+                pins = {"tp": tp or 1, "cp": cp or 1}
+                if gpus is not None:
+                    cluster = ParallelLayout(world_size=gpus, tp=tp or 1, cp=cp or 1, sp=sp)
+            from longpack.binpack import ALGORITHMS
+
+            if algorithm not in ALGORITHMS:
+                raise SweepError(
+                    f"--algorithm {algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}"
+                )
+            settings = SweepSettings(
+                pack_lengths=parse_pack_lengths(pack_lengths),
+                token_slots=token_slots,
+                pad_seq_to_mult=mult,
+                algorithm=algorithm,
+                seed=seed,
+                overlength=overlength,
+            )
+            planner = None
+            if model is not None:
+                from longpack.planner.catalog import CatalogError, load_gpu, load_model
+                from longpack.planner.options import PlanError, normalize_recompute
+
+                assert gpu is not None and gpus is not None
+                try:
+                    planner = PlannerSetup(
+                        recompute=None if recompute is None else normalize_recompute(recompute),
+                        allow_offload=offload,
+                        model=load_model(model),
+                        gpu=load_gpu(gpu),
+                        num_gpus=gpus,
+                        pins=pins,
+                        precision=precision.lower(),
+                        headroom=headroom,
+                    )
+                except (CatalogError, PlanError) as exc:
+                    raise _fail(str(exc)) from exc
+        except (SweepError, TopologyError) as exc:
+            raise _fail(str(exc)) from exc
+
+        from longpack.packed import OverlengthError
+        from longpack.sweep import sweep
+        from longpack.text import InputError, TextConfig, tokenize_inputs, write_demo_dataset
+
+        show_progress = not as_json and sys.stderr.isatty()
+        try:
+            config = TextConfig(
+                format=fmt,
+                prompt_key=prompt_key,
+                completion_key=completion_key,
+                prompt_template=prompt_template,
+                separator=separator,
+                prompt_completion_loss=prompt_completion_loss,
+                chat_loss=chat_loss,
+                messages_key=messages_key,
+                skip_malformed=skip_malformed,
+            )
+        except (InputError, ValueError) as exc:
+            raise _fail(str(exc)) from exc
+        with tempfile.TemporaryDirectory(prefix="longpack-demo-") as demo_dir:
+            if demo:
+                inputs = [str(write_demo_dataset(Path(demo_dir) / "longpack-demo"))]
+            try:
+                tokenized = tokenize_inputs(
+                    inputs, tokenizer=tokenizer, config=config, workers=workers, progress=show_progress
+                )
+                eos_id = tokenized.tokenizer.get("eos_id")
+                if eos_id is None:
+                    raise InputError(f"tokenizer {tokenizer!r} has no EOS id; packing pads with EOS")
+                # with the planner, a layout fixes DP only when --layout pins it (else the planner picks PP)
+                fixed = cluster if planner is None or layout is not None else None
+                result = sweep(tokenized.samples, settings, eos_id=int(eos_id), layout=fixed, planner=planner)
+            except (InputError, OverlengthError, SweepError, TopologyError) as exc:
+                raise _fail(str(exc)) from exc
+        doc: dict[str, Any] = {
+            "input": {
+                "demo": demo,
+                "format": tokenized.format,
+                "tokenizer": tokenized.tokenizer.get("name", tokenizer),
+                "rows_read": tokenized.rows_read,
+                "malformed": len(tokenized.malformed),
+            },
+            "pad_seq_to_mult_source": mult_source,
+            "gpus": gpus,
+            "model": None if planner is None else planner.model.name,
+            "gpu": None if planner is None else planner.gpu.name,
+            **result.as_dict(),
+        }
+        if plot is not None:
+            _plot(result, Path(plot), title=_title(doc))
+            doc["plot"] = str(plot)
+        if as_json:
+            typer.echo(json.dumps(doc, indent=2))
+        else:
+            _print_human(result, doc)
+        if planner is not None and result.recommendation is None:
+            raise typer.Exit(1)
+
+
+def _title(doc: dict[str, Any]) -> str:
+    slots = doc["settings"]["token_slots"]
+    where = f", {doc['model']} on {doc['gpus']}x{doc['gpu']}" if doc["model"] else ""
+    return f"pack-length sweep at {slots:,} token slots per step{where}"
+
+
+def _print_human(result: Any, doc: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from longpack.sweep import nice_int
+
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    inp = doc["input"]
+    s = doc["settings"]
+    console.print(
+        f"{result.read} samples ({inp['format']}, tokenizer {inp['tokenizer']}); pad_seq_to_mult "
+        f"{s['pad_seq_to_mult']} ({doc['pad_seq_to_mult_source']}); algorithm {s['algorithm']}, overlength "
+        f"{s['overlength']}, seed {s['seed']}",
+        markup=False,
+        highlight=False,
+    )
+    planner = doc["model"] is not None
+    table = Table(title=_title(doc))
+    cols = ["pack", "GBS", "kept", "trunc (tok lost)", "dropped (tok)", "packs", "fill", "real fill"]
+    cols += ["steps/ep", "ΣL²/step", "ΣL/step", "DP", "batch rules"]
+    for col in cols:
+        table.add_column(col, justify="left" if col == "batch rules" else "right")
+    for c in result.candidates:
+        rules = (
+            "-"
+            if c.batch_rules is None
+            else ("ok" if not c.batch_rules else ",".join(f["id"] for f in c.batch_rules))
+        )
+        table.add_row(
+            str(c.pack_length),
+            str(c.gbs),
+            str(c.kept),
+            f"{c.truncated} ({c.truncated_tokens_lost:,})",
+            f"{c.dropped} ({c.dropped_tokens:,})",
+            str(c.packs),
+            f"{c.fill:.1%}",
+            f"{c.real_fill:.1%}",
+            f"{c.steps_per_epoch}" + (f" +{c.leftover_packs}p" if c.leftover_packs else ""),
+            nice_int(c.attention_work_per_step),
+            nice_int(c.linear_work_per_step),
+            "-" if c.dp is None else str(c.dp),
+            rules,
+        )
+    console.print(table)
+    if planner:
+        est_table = Table(title=f"planner: {doc['model']} on {doc['gpus']}x{doc['gpu']}, MBS 1")
+        for col in (
+            "pack",
+            "GBS",
+            "layout",
+            "recompute",
+            "GiB/GPU",
+            "step s",
+            "real tok/s",
+            "per GPU",
+            "fits",
+        ):
+            est_table.add_column(col, justify="left" if col in ("layout", "recompute", "fits") else "right")
+        for c in result.candidates:
+            e = c.estimate
+            est_table.add_row(
+                str(c.pack_length),
+                str(c.gbs),
+                _short_label(e.layout),
+                (",".join(e.recompute) or "-")
+                + (f" +offload {e.optimizer_offload:.0%}" if e.optimizer_offload else "")
+                if e.fits
+                else "-",
+                "-" if e.memory_gib is None else f"{e.memory_gib:.1f}",
+                "-" if e.step_time_s is None else f"{e.step_time_s:.3f}",
+                "-" if e.real_tokens_per_s is None else f"{e.real_tokens_per_s:,.0f}",
+                "-" if e.real_tokens_per_s_per_gpu is None else f"{e.real_tokens_per_s_per_gpu:,.0f}",
+                "yes" if c.ok else "NO",
+            )
+        console.print(est_table)
+    console.print(
+        "steps/ep: full optimizer steps per epoch (+N packs left over); ΣL²/step, ΣL/step: attention and linear "
+        "work per step over the packed samples' runtime lengths",
+        markup=False,
+        highlight=False,
+    )
+    for c in result.candidates:
+        for p in c.problems:
+            console.print(f"  {c.pack_length}: {p}", markup=False, highlight=False)
+    rec = result.recommendation
+    if rec is not None:
+        console.print(f"Recommendation: pack length {rec.pack_length}, GBS {rec.gbs}", markup=False)
+        console.print(f"  {rec.reason}", markup=False, highlight=False)
+        console.print(
+            f"  Megatron-Bridge: dataset.offline_packing_specs.packed_sequence_size={rec.pack_length} "
+            f"model.seq_length={rec.pack_length} dataset.seq_length={rec.pack_length} "
+            f"train.global_batch_size={rec.gbs} train.micro_batch_size=1",
+            markup=False,
+            highlight=False,
+        )
+    elif planner:
+        console.print("No candidate fits: see the problems above.", markup=False)
+    else:
+        console.print(
+            "Give --model, --gpu and --gpus for memory, real tokens/s and a recommendation.", markup=False
+        )
+    console.print(f"Warning: {result.warning}.", markup=False, highlight=False)
+    if "plot" in doc:
+        console.print(f"wrote {doc['plot']}", markup=False, highlight=False)
+
+
+def _short_label(label: str | None) -> str:
+    """``TP1 CP1 EP1 ETP1 PP2 VPP16 DP4 EDP4 MBS1`` -> ``PP2 VPP16 DP4`` (size-1 axes and MBS1 left out)."""
+    if not label:
+        return "-"
+    parts = [p for p in label.split() if not (p.endswith("P1") and p[:-1].isalpha()) and p != "MBS1"]
+    if not any(p.startswith("EP") for p in parts):
+        parts = [p for p in parts if not p.startswith("EDP")]
+    return " ".join(parts) or "DP1"
+
+
+def _plot(result: Any, path: Path, *, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from longpack.cli.plan_cmd import _write_atomic_png
+
+    cands = result.candidates
+    xs = [c.pack_length for c in cands]
+    planner = any(c.estimate is not None for c in cands)
+    panels = 3 if planner else 1
+    fig, axes = plt.subplots(panels, 1, figsize=(7, 2.6 * panels + 0.6), sharex=True, squeeze=False)
+    ax_list = [a[0] for a in axes]
+    if planner:
+        fitting = [(c.pack_length, c.estimate.real_tokens_per_s) for c in cands if c.ok]
+        ax = ax_list[0]
+        ax.plot([x for x, _ in fitting], [y / 1e3 for _, y in fitting], "o-", color="tab:blue")
+        rec = result.recommendation
+        if rec is not None:
+            best = next(c for c in cands if c.pack_length == rec.pack_length)
+            ax.plot(
+                [rec.pack_length], [best.estimate.real_tokens_per_s / 1e3], "*", ms=14, color="tab:orange"
+            )
+        for c in cands:
+            if not c.ok:
+                ax.axvline(c.pack_length, color="tab:red", ls=":", lw=1)
+        ax.set_ylabel("real K tokens/s")
+        ax = ax_list[1]
+        mem = [(c.pack_length, c.estimate.memory_gib) for c in cands if c.estimate.memory_gib is not None]
+        ax.plot([x for x, _ in mem], [y for _, y in mem], "s-", color="tab:purple")
+        budget = max(c.estimate.memory_budget_gib for c in cands)
+        ax.axhline(budget, color="tab:red", ls="--", lw=1, label=f"budget {budget:.0f} GiB")
+        over = [
+            (c.pack_length, c.estimate.memory_gib)
+            for c in cands
+            if not c.estimate.fits and c.estimate.memory_gib
+        ]
+        if over:
+            ax.plot(
+                [x for x, _ in over], [y for _, y in over], "x", ms=10, color="tab:red", label="does not fit"
+            )
+        for c in cands:
+            if c.estimate.memory_gib is None:
+                ax.axvline(c.pack_length, color="tab:red", ls=":", lw=1)
+        ax.set_ylabel("GiB per GPU")
+        ax.legend(loc="lower right", fontsize=8)
+    ax = ax_list[-1]
+    ax.plot(
+        xs, [100 * (c.truncated + c.dropped) / max(c.read, 1) for c in cands], "o-", label="samples cut (%)"
+    )
+    lost = [
+        100
+        * (c.truncated_tokens_lost + c.dropped_tokens)
+        / max(c.real_tokens + c.truncated_tokens_lost + c.dropped_tokens, 1)
+        for c in cands
+    ]
+    ax.plot(xs, lost, "s--", label="tokens lost (%)")
+    ax.set_ylabel("truncated + dropped (%)")
+    ax.legend(fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set_xlabel("pack length (tokens); GBS = token slots / pack length")
+    ax_list[0].set_title(title, fontsize=10)
+    fig.tight_layout()
+    try:
+        _write_atomic_png(fig, path)
+    finally:
+        plt.close(fig)

@@ -1,0 +1,633 @@
+"""Choose the pack length: every candidate at equal token slots per optimizer step.
+
+Megatron-Bridge's guidance for offline packed SFT (spec ``megatron-packing.md`` §8) is to compare pack
+lengths at equal ``token_slots = packed_sequence_size * global_batch_size`` (2K/GBS32, 4K/GBS16 and 8K/GBS8
+all give 65,536) and keep the largest configuration that fits. This module answers that before any GPU is
+used, from samples tokenized once:
+
+- per candidate pack length ``L`` (``seq_length = packed_sequence_size = L``): the alignment and over-long
+  policy of ``longpack.packed.align``, the rows of ``longpack.packed.plan`` (the very rows ``longpack pack``
+  would write), kept / truncated / dropped counts with the tokens lost, fill, ``GBS = token_slots / L``,
+  optimizer steps per epoch, attention work ``Σ Lᵢ²`` next to linear work ``Σ Lᵢ`` per step, and the batch
+  rules ``LP-BATCH-001`` / ``LP-BATCH-002`` of ``longpack.rules`` (GBS divisible by DP and ≥ DP, MBS 1);
+- with a model, a GPU type and a GPU count: the planner's layout, memory per GPU and step time (attention
+  at the packed context ``Σ Lᵢ² / Σ Lᵢ``), the throughput in *real* (non-padding) tokens per second, and a
+  recommendation: the highest real tokens/s among the candidates that fit.
+
+Pure: no I/O; the CLI (``longpack sweep``) tokenizes and prints.
+
+>>> import numpy as np
+>>> from longpack.samples import TokenizedSamples
+>>> lens = np.array([3000, 1500, 700, 700, 5000])  # stored lengths
+>>> offsets = np.concatenate([[0], np.cumsum(lens)])
+>>> s = TokenizedSamples(tokens=np.ones(offsets[-1], np.int32), loss_mask=np.ones(offsets[-1], np.uint8),
+...     offsets=offsets, source_file=np.zeros(5, np.int32), source_row=np.arange(1, 6), files=("a.jsonl",))
+>>> r = sweep(s, SweepSettings(pack_lengths=(2048, 4096, 8192), token_slots=8192, overlength="truncate"),
+...           eos_id=2)
+>>> [(c.pack_length, c.gbs, c.kept, c.truncated, c.packs) for c in r.candidates]
+[(2048, 4, 3, 2, 4), (4096, 2, 4, 1, 3), (8192, 1, 5, 0, 2)]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from longpack.packed.align import OVERLENGTH_POLICIES, OverlengthError, align_samples, runtime_cap
+from longpack.packed.pipeline import PackSettings, plan_split
+from longpack.packed.plan import DEFAULT_ALGORITHM
+from longpack.planner.catalog import GPUSpec, ModelSpec
+from longpack.planner.options import PlanError, PlanLayout
+from longpack.rules import TrainingSetup, run_rules
+from longpack.samples import TokenizedSamples
+from longpack.topology import ParallelLayout, TopologyError
+
+DEFAULT_PACK_LENGTHS = (2048, 4096, 8192, 16384)
+DEFAULT_TOKEN_SLOTS = 65536
+BATCH_RULES = frozenset({"LP-BATCH-001", "LP-BATCH-002"})
+PACK_LENGTH_WARNING = (
+    "changing the pack length changes which samples are truncated or dropped and which samples share a "
+    "pack (and so the loss per step): rerun the loss and stability checks after switching "
+    "(Megatron-Bridge packed-sequence guidance)"
+)
+
+
+class SweepError(ValueError):
+    """A sweep setting that cannot work (the message names the option, the value and the fix)."""
+
+
+def parse_pack_lengths(text: str) -> tuple[int, ...]:
+    """``"2048,4096,8k"`` -> ``(2048, 4096, 8192)`` (ascending; ``k`` = 1024).
+
+    >>> parse_pack_lengths("8192, 2k,4096")
+    (2048, 4096, 8192)
+    >>> parse_pack_lengths("2048,x")
+    Traceback (most recent call last):
+    ...
+    longpack.sweep.SweepError: --pack-lengths: 'x' is not a positive integer (e.g. --pack-lengths 2048,4096,8192)
+    """
+    values: list[int] = []
+    for raw in text.split(","):
+        part = raw.strip().lower()
+        if not part:
+            continue
+        scale = 1024 if part.endswith("k") else 1
+        digits = part[:-1] if scale > 1 else part
+        if not digits.isdigit() or int(digits) < 1:
+            raise SweepError(
+                f"--pack-lengths: {raw.strip()!r} is not a positive integer (e.g. --pack-lengths 2048,4096,8192)"
+            )
+        values.append(int(digits) * scale)
+    if not values:
+        raise SweepError("--pack-lengths is empty; give a comma-separated list such as 2048,4096,8192,16384")
+    dupes = sorted({v for v in values if values.count(v) > 1})
+    if dupes:
+        raise SweepError(f"--pack-lengths lists {', '.join(map(str, dupes))} more than once; give each once")
+    return tuple(sorted(values))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepSettings:
+    """The candidates and the packing settings shared by all of them (as in ``longpack pack``).
+
+    >>> SweepSettings(pack_lengths=(2048, 4096), token_slots=65536).gbs(4096)
+    16
+    >>> SweepSettings(pack_lengths=(3000,), token_slots=65536)
+    Traceback (most recent call last):
+    ...
+    longpack.sweep.SweepError: --token-slots 65536 is not divisible by pack length 3000 (GBS = token slots / pack length must be a whole number); use pack lengths that divide 65536 or --token-slots 3000*GBS, e.g. 66000
+    """
+
+    pack_lengths: tuple[int, ...]
+    token_slots: int = DEFAULT_TOKEN_SLOTS
+    pad_seq_to_mult: int = 1
+    algorithm: str = DEFAULT_ALGORITHM
+    seed: int = 0
+    overlength: str = "drop"
+
+    def __post_init__(self) -> None:
+        if not self.pack_lengths:
+            raise SweepError("give at least one pack length (--pack-lengths 2048,4096,8192,16384)")
+        if self.token_slots < 1:
+            raise SweepError(f"--token-slots must be a positive integer, got {self.token_slots}")
+        if self.pad_seq_to_mult < 1:
+            raise SweepError(f"pad_seq_to_mult must be a positive integer, got {self.pad_seq_to_mult}")
+        if self.overlength not in OVERLENGTH_POLICIES:
+            raise SweepError(
+                f"--overlength must be one of {', '.join(OVERLENGTH_POLICIES)}, got {self.overlength!r}"
+            )
+        for length in self.pack_lengths:
+            if length < 2:
+                raise SweepError(f"pack length {length} is too short; use at least 2 tokens")
+            if self.token_slots % length:
+                gbs_up = -(-self.token_slots // length)
+                raise SweepError(
+                    f"--token-slots {self.token_slots} is not divisible by pack length {length} (GBS = token "
+                    f"slots / pack length must be a whole number); use pack lengths that divide "
+                    f"{self.token_slots} or --token-slots {length}*GBS, e.g. {length * gbs_up}"
+                )
+            if self.pad_seq_to_mult > length:
+                raise SweepError(
+                    f"pack length {length} is shorter than pad_seq_to_mult {self.pad_seq_to_mult}; drop it "
+                    "from --pack-lengths or lower TP/CP"
+                )
+
+    def gbs(self, pack_length: int) -> int:
+        """Global batch size (packs per optimizer step) at this pack length."""
+        return self.token_slots // pack_length
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannerSetup:
+    """What the planner needs: model, GPU type and count; ``pins`` fixes :class:`SearchRequest` fields
+    (``tp``, ``cp``, ``pp``, ``vpp``, ``ep``, ``etp``). TP and CP default to 1 (pinned): the packed data is
+    aligned for one topology, so the search does not wander to another. MBS is always 1 (offline packing,
+    ``LP-PACK-005``). ``recompute`` pins the recompute modules (``()`` = none; ``None`` = the cheapest
+    that fits) and ``allow_offload`` allows optimizer CPU offload, as in ``longpack plan``."""
+
+    model: ModelSpec
+    gpu: GPUSpec
+    num_gpus: int
+    pins: Mapping[str, int] = field(default_factory=dict)
+    precision: str = "bf16"
+    headroom: float = 0.95
+    recompute: tuple[str, ...] | None = None
+    allow_offload: bool = True
+
+    def __post_init__(self) -> None:
+        if self.num_gpus < 1:
+            raise SweepError(f"--gpus must be a positive integer, got {self.num_gpus}")
+        bad = sorted(set(self.pins) - {"tp", "cp", "pp", "vpp", "ep", "etp"})
+        if bad:
+            raise SweepError(f"cannot pin {', '.join(bad)}; pin only tp, cp, pp, vpp, ep, etp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    """The planner's view of one candidate. ``fits`` is False when no layout fits (``reason`` says why)."""
+
+    fits: bool
+    reason: str
+    layout: str | None = None
+    dp: int | None = None
+    memory_gib: float | None = None
+    memory_budget_gib: float = 0.0
+    recompute: tuple[str, ...] = ()
+    optimizer_offload: float = 0.0
+    step_time_s: float | None = None
+    real_tokens_per_s: float | None = None
+    real_tokens_per_s_per_gpu: float | None = None
+    notes: tuple[str, ...] = ()
+    plan: PlanLayout | None = field(default=None, repr=False, compare=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "fits": self.fits,
+            "reason": self.reason,
+            "layout": self.layout,
+            "dp": self.dp,
+            "memory_gib": _round(self.memory_gib, 3),
+            "memory_budget_gib": round(self.memory_budget_gib, 3),
+            "recompute": list(self.recompute),
+            "optimizer_offload": self.optimizer_offload,
+            "step_time_s": _round(self.step_time_s, 6),
+            "real_tokens_per_s": _round(self.real_tokens_per_s, 1),
+            "real_tokens_per_s_per_gpu": _round(self.real_tokens_per_s_per_gpu, 1),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    """One pack length, packed. Token counts are runtime tokens (stored - 1 per sample, spec §2).
+
+    ``kept + truncated + dropped == read``. ``fill`` is Megatron-Bridge's ``packing_efficiency`` / 100 (pack
+    tokens including alignment padding); ``real_fill`` counts only the samples' own tokens. Work per step
+    is the mean over all packs times GBS. ``batch_rules`` holds the findings of ``LP-BATCH-001/002`` (empty
+    = they pass), ``None`` when DP is unknown (no GPU count given).
+    """
+
+    pack_length: int
+    gbs: int
+    pad_seq_to_mult: int
+    cap: int
+    read: int
+    kept: int
+    truncated: int
+    truncated_tokens_lost: int
+    dropped: int
+    dropped_tokens: int
+    packs: int
+    fill: float
+    real_fill: float
+    real_tokens: int
+    steps_per_epoch: int
+    leftover_packs: int
+    attention_work_per_step: float
+    linear_work_per_step: float
+    dp: int | None = None
+    batch_rules: tuple[dict[str, Any], ...] | None = None
+    estimate: Estimate | None = None
+    sub_lengths: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False, compare=False)
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """Why this candidate cannot run (empty when it can, as far as is known)."""
+        out: list[str] = []
+        if self.packs == 0:
+            out.append("no sample is left to pack")
+        elif self.steps_per_epoch == 0:
+            out.append(f"only {self.packs} packs, fewer than GBS {self.gbs}: not one full optimizer step")
+        for f in self.batch_rules or ():
+            out.append(f"{f['id']}: {f['message']}")
+        if self.estimate is not None and not self.estimate.fits:
+            out.append(self.estimate.reason)
+        return tuple(out)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pack_length": self.pack_length,
+            "gbs": self.gbs,
+            "pad_seq_to_mult": self.pad_seq_to_mult,
+            "runtime_cap": self.cap,
+            "samples": {
+                "read": self.read,
+                "kept": self.kept,
+                "truncated": self.truncated,
+                "dropped": self.dropped,
+            },
+            "truncated_tokens_lost": self.truncated_tokens_lost,
+            "dropped_tokens": self.dropped_tokens,
+            "packs": self.packs,
+            "fill": round(self.fill, 6),
+            "real_fill": round(self.real_fill, 6),
+            "real_tokens": self.real_tokens,
+            "steps_per_epoch": self.steps_per_epoch,
+            "leftover_packs": self.leftover_packs,
+            "attention_work_per_step": round(self.attention_work_per_step, 1),
+            "linear_work_per_step": round(self.linear_work_per_step, 1),
+            "dp": self.dp,
+            "batch_rules": None if self.batch_rules is None else list(self.batch_rules),
+            "estimate": None if self.estimate is None else self.estimate.as_dict(),
+            "ok": self.ok,
+            "problems": list(self.problems),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recommendation:
+    pack_length: int
+    gbs: int
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pack_length": self.pack_length, "gbs": self.gbs, "reason": self.reason}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepResult:
+    settings: SweepSettings
+    read: int
+    candidates: tuple[Candidate, ...]
+    recommendation: Recommendation | None
+    warning: str = PACK_LENGTH_WARNING
+
+    def as_dict(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "settings": {
+                "pack_lengths": list(s.pack_lengths),
+                "token_slots": s.token_slots,
+                "pad_seq_to_mult": s.pad_seq_to_mult,
+                "algorithm": s.algorithm,
+                "seed": s.seed,
+                "overlength": s.overlength,
+            },
+            "samples_read": self.read,
+            "candidates": [c.as_dict() for c in self.candidates],
+            "recommendation": None if self.recommendation is None else self.recommendation.as_dict(),
+            "warning": self.warning,
+        }
+
+
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(float(x), digits)
+
+
+def batch_rule_findings(layout: ParallelLayout, *, pack_length: int, gbs: int) -> tuple[dict[str, Any], ...]:
+    """Findings of the batch rules (``LP-BATCH-001`` GBS % (MBS*DP) == 0, ``LP-BATCH-002`` GBS ≥ MBS*DP) for
+    this layout with MBS 1, as ``longpack check --json`` prints them.
+
+    >>> [f["id"] for f in batch_rule_findings(ParallelLayout(world_size=16), pack_length=16384, gbs=4)]
+    ['LP-BATCH-002']
+    >>> batch_rule_findings(ParallelLayout(world_size=16, tp=2, cp=2), pack_length=16384, gbs=4)
+    ()
+    """
+    setup = TrainingSetup.from_layout(
+        layout, seq_length=pack_length, micro_batch_size=1, global_batch_size=gbs
+    )
+    return tuple(f.to_dict() for f in run_rules(setup, select=set(BATCH_RULES)))
+
+
+def _check_alignment(settings: SweepSettings, layout: ParallelLayout) -> None:
+    if settings.pad_seq_to_mult % layout.pad_seq_to_mult:
+        raise SweepError(
+            f"pad_seq_to_mult {settings.pad_seq_to_mult} is not a multiple of {layout.pad_seq_to_mult}, what "
+            f"TP={layout.tp} CP={layout.cp} SP={layout.sp} need; use --pad-seq-to-mult "
+            f"{layout.pad_seq_to_mult} or derive it from --tp/--cp/--sp"
+        )
+
+
+def pack_candidate(
+    samples: TokenizedSamples, settings: SweepSettings, pack_length: int, *, eos_id: int
+) -> Candidate:
+    """Align and pack ``samples`` at one pack length, as ``longpack pack --seq-length L`` would.
+
+    >>> lens = np.array([9, 5, 5, 3])
+    >>> offsets = np.concatenate([[0], np.cumsum(lens)])
+    >>> s = TokenizedSamples(tokens=np.ones(offsets[-1], np.int32), loss_mask=np.ones(offsets[-1], np.uint8),
+    ...     offsets=offsets, source_file=np.zeros(4, np.int32), source_row=np.arange(1, 5), files=("a",))
+    >>> c = pack_candidate(s, SweepSettings(pack_lengths=(4, 8), token_slots=8), 4, eos_id=2)
+    >>> c.kept, c.dropped, c.dropped_tokens, c.packs, c.gbs, c.attention_work_per_step
+    (3, 1, 8, 3, 2, 24.0)
+    """
+    gbs = settings.gbs(pack_length)
+    pack = PackSettings(
+        seq_length=pack_length,
+        pad_seq_to_mult=settings.pad_seq_to_mult,
+        algorithm=settings.algorithm,
+        seed=settings.seed,
+        overlength=settings.overlength,
+    )
+    try:
+        aligned = align_samples(
+            samples,
+            max_seq_length=pack_length,
+            pad_seq_to_mult=settings.pad_seq_to_mult,
+            eos_id=eos_id,
+            overlength=settings.overlength,
+        )
+    except OverlengthError as exc:
+        raise OverlengthError(f"pack length {pack_length}: {exc}") from exc
+    runtime_in = samples.runtime_lengths()
+    read = len(samples)
+    truncated = len(aligned.truncated)
+    lost = int((runtime_in[aligned.truncated] - aligned.cap).sum()) if truncated else 0
+    dropped_tokens = int(runtime_in[aligned.dropped].sum()) if len(aligned.dropped) else 0
+    lengths = aligned.runtime_lengths()
+    real_tokens = int(np.maximum(aligned.kept - 1, 0).sum())
+    if len(aligned) == 0:
+        packs, fill = 0, 0.0
+    else:
+        split = plan_split("training", samples, pack, eos_id=eos_id, aligned=aligned)
+        packs = split.plan.num_rows
+        # Megatron-Bridge's packing_efficiency, unrounded (its metadata keeps two decimals of a percent)
+        fill = float(lengths.sum()) / (packs * pack_length)
+    slots = packs * pack_length
+    squares = float(np.square(lengths, dtype=np.float64).sum())
+    return Candidate(
+        pack_length=pack_length,
+        gbs=gbs,
+        pad_seq_to_mult=settings.pad_seq_to_mult,
+        cap=runtime_cap(pack_length, settings.pad_seq_to_mult),
+        read=read,
+        kept=len(aligned) - truncated,
+        truncated=truncated,
+        truncated_tokens_lost=lost,
+        dropped=len(aligned.dropped),
+        dropped_tokens=dropped_tokens,
+        packs=packs,
+        fill=fill,
+        real_fill=real_tokens / slots if slots else 0.0,
+        real_tokens=real_tokens,
+        steps_per_epoch=packs // gbs,
+        leftover_packs=packs % gbs,
+        attention_work_per_step=gbs * squares / packs if packs else 0.0,
+        linear_work_per_step=gbs * float(lengths.sum()) / packs if packs else 0.0,
+        sub_lengths=lengths,
+    )
+
+
+def estimate_candidate(candidate: Candidate, planner: PlannerSetup) -> Estimate:
+    """The planner's layout, memory and step time for one packed candidate (MBS 1, GBS = ``candidate.gbs``).
+
+    The layout search ranks layouts at a full-length context; the chosen layout's step time is then
+    re-estimated with the packed attention context ``Σ Lᵢ² / Σ Lᵢ`` of the candidate's samples. GEMMs see
+    every pack as ``L`` tokens wide (fixed-width rows), so the time is an upper bound when rows are short.
+    Real tokens/s = real tokens per step (``GBS * real_tokens / packs``) / step time.
+    """
+    from longpack.planner.search import SearchRequest, enumerate_layouts, search
+    from longpack.planner.timing import estimate_time
+
+    if candidate.packs == 0:
+        return Estimate(fits=False, reason="no sample left to pack")
+    pins = {"tp": 1, "cp": 1, **dict(planner.pins)}
+    try:
+        req = SearchRequest(
+            model=planner.model,
+            gpu=planner.gpu,
+            num_gpus=planner.num_gpus,
+            seq_length=candidate.pack_length,
+            gbs=candidate.gbs,
+            precision=planner.precision,
+            headroom=planner.headroom,
+            recompute=planner.recompute,
+            allow_offload=planner.allow_offload,
+            mbs=1,
+            tp=pins["tp"],
+            cp=pins["cp"],
+            pp=pins.get("pp"),
+            vpp=pins.get("vpp"),
+            ep=pins.get("ep"),
+            etp=pins.get("etp"),
+        )
+        result = search(req, top_k=1)
+    except (PlanError, TopologyError) as exc:
+        return Estimate(fits=False, reason=f"planner: {exc}")
+    budget = req.memory_budget_gib
+    if not result.candidates:
+        if not enumerate_layouts(req):
+            pinned = ", ".join(f"{k.upper()}={v}" for k, v in sorted(pins.items()))
+            reason = (
+                f"no layout of {planner.num_gpus} GPUs{' with ' + pinned if pinned else ''} has a DP that "
+                f"divides GBS {candidate.gbs} (GBS must be divisible by DP and >= DP)"
+            )
+        else:
+            needed = least_memory_gib(req)
+            saving = "the most memory-saving recompute" + (
+                " and optimizer offload" if req.allow_offload else ""
+            )
+            if req.recompute is not None:
+                saving = f"recompute {','.join(req.recompute) or 'none'}" + (
+                    " and optimizer offload" if req.allow_offload else ", no offload"
+                )
+            reason = (
+                f"no layout fits {budget:.1f} GiB per GPU: the lightest of {result.layouts_considered} layout(s) "
+                f"needs {needed:.1f} GiB with {saving}"
+                if needed is not None
+                else f"no layout fits {budget:.1f} GiB per GPU ({dict(result.rejected)})"
+            )
+            return Estimate(fits=False, reason=reason, memory_budget_gib=budget, memory_gib=needed)
+        return Estimate(fits=False, reason=reason, memory_budget_gib=budget)
+    best = result.candidates[0]
+    time = estimate_time(
+        planner.model,
+        planner.gpu,
+        best.plan,
+        seq_length=candidate.pack_length,
+        gbs=candidate.gbs,
+        options=best.options,
+        stage_counts=best.stage_counts,
+        sub_lengths=tuple(int(x) for x in candidate.sub_lengths),
+    )
+    real_per_step = candidate.gbs * candidate.real_tokens / candidate.packs
+    real_rate = real_per_step / time.step_time
+    return Estimate(
+        fits=True,
+        reason=f"fits: {best.memory.total_gib:.1f} of {budget:.1f} GiB per GPU with {best.plan.label}",
+        layout=best.plan.label,
+        dp=best.plan.layout.dp,
+        memory_gib=best.memory.total_gib,
+        memory_budget_gib=budget,
+        recompute=tuple(best.options.recompute),
+        optimizer_offload=best.options.optimizer_offload,
+        step_time_s=time.step_time,
+        real_tokens_per_s=real_rate,
+        real_tokens_per_s_per_gpu=real_rate / planner.num_gpus,
+        notes=tuple(best.reasons),
+        plan=best.plan,
+    )
+
+
+def least_memory_gib(req: Any) -> float | None:
+    """Least memory per GPU (GiB) any layout of a planner ``SearchRequest`` needs with the most
+    memory-saving options it allows (pinned recompute or full, offload 100 % if allowed); ``None`` when no
+    layout can be evaluated. Shows how far an infeasible candidate is from its budget."""
+    from longpack.planner.memory import estimate_memory
+    from longpack.planner.options import TrainingOptions
+    from longpack.planner.search import default_dispatcher, enumerate_layouts
+
+    recompute = req.recompute if req.recompute is not None else ("full",)
+    best: float | None = None
+    for plan in enumerate_layouts(req):
+        lay = plan.layout
+        try:
+            options = TrainingOptions(
+                precision=req.precision,
+                recompute=recompute,
+                optimizer_offload=1.0 if req.allow_offload else 0.0,
+                dispatcher=req.dispatcher or default_dispatcher(req.gpu, lay.ep * lay.expert_tp),
+                optimizer=req.optimizer,
+                imbalance=req.imbalance,
+            )
+            mem = estimate_memory(
+                req.model, plan, seq_length=req.seq_length, gbs=req.global_batch, options=options
+            ).total_gib
+        except PlanError:
+            continue
+        best = mem if best is None else min(best, mem)
+    return best
+
+
+def recommend(candidates: tuple[Candidate, ...] | list[Candidate]) -> Recommendation | None:
+    """The candidate with the highest real tokens/s among those that fit, with the reason; ``None`` when
+    no candidate has an estimate that fits.
+
+    >>> def cand(length, rate, fits=True):
+    ...     est = Estimate(fits=fits, reason="fits" if fits else "does not fit 75.0 GiB per GPU",
+    ...                    real_tokens_per_s=rate if fits else None, memory_gib=60.0 if fits else None)
+    ...     return Candidate(pack_length=length, gbs=65536 // length, pad_seq_to_mult=1, cap=length, read=10,
+    ...         kept=10, truncated=0, truncated_tokens_lost=0, dropped=0, dropped_tokens=0, packs=64, fill=0.9,
+    ...         real_fill=0.9, real_tokens=1000, steps_per_epoch=2, leftover_packs=0,
+    ...         attention_work_per_step=0.0, linear_work_per_step=0.0, estimate=est)
+    >>> recommend([cand(4096, 1e5), cand(8192, 1.2e5), cand(16384, None, fits=False)]).pack_length
+    8192
+    """
+    usable = [c for c in candidates if c.ok and c.estimate is not None and c.estimate.fits]
+    if not usable:
+        return None
+    ranked = sorted(usable, key=lambda c: (-(c.estimate.real_tokens_per_s or 0.0), -c.pack_length))  # type: ignore[union-attr]
+    best = ranked[0]
+    rate = best.estimate.real_tokens_per_s or 0.0  # type: ignore[union-attr]
+    parts = [
+        f"pack length {best.pack_length} with GBS {best.gbs} has the highest estimated real (non-padding) "
+        f"throughput of the candidates that fit: {rate:,.0f} tokens/s "
+        f"({best.estimate.memory_gib:.1f} GiB per GPU)"  # type: ignore[union-attr]
+    ]
+    if len(ranked) > 1:
+        runner = ranked[1]
+        other = runner.estimate.real_tokens_per_s or 0.0  # type: ignore[union-attr]
+        parts.append(f"{rate / other:.2f}x the next best, {runner.pack_length} ({other:,.0f} tokens/s)")
+    excluded = [c for c in candidates if c not in usable]
+    for c in excluded:
+        if c.pack_length > best.pack_length:
+            parts.append(f"{c.pack_length} is out: {c.problems[0] if c.problems else 'no estimate'}")
+    if best.truncated or best.dropped:
+        parts.append(
+            f"at {best.pack_length}, {best.truncated} samples are truncated ({best.truncated_tokens_lost:,} "
+            f"tokens lost) and {best.dropped} dropped"
+        )
+    return Recommendation(pack_length=best.pack_length, gbs=best.gbs, reason="; ".join(parts))
+
+
+def sweep(
+    samples: TokenizedSamples,
+    settings: SweepSettings,
+    *,
+    eos_id: int,
+    layout: ParallelLayout | None = None,
+    planner: PlannerSetup | None = None,
+) -> SweepResult:
+    """Pack ``samples`` at every candidate length; check the batch rules against the layout the planner
+    picks (with ``planner``), else against ``layout`` (its DP); recommend (planner only). With a planner,
+    give ``layout`` only when the planner's layout is pinned to it.
+
+    The packing work runs once per candidate on the tokenized samples; nothing is tokenized here.
+    """
+    if layout is not None:
+        _check_alignment(settings, layout)
+    out: list[Candidate] = []
+    for length in settings.pack_lengths:
+        cand = pack_candidate(samples, settings, length, eos_id=eos_id)
+        if planner is not None:
+            est = estimate_candidate(cand, planner)
+            chosen = est.plan.layout if est.plan is not None else layout
+            rules = None
+            if chosen is not None:
+                _check_alignment(settings, chosen)
+                rules = batch_rule_findings(chosen, pack_length=length, gbs=cand.gbs)
+            cand = replace(cand, estimate=est, dp=None if chosen is None else chosen.dp, batch_rules=rules)
+        elif layout is not None:
+            cand = replace(
+                cand,
+                dp=layout.dp,
+                batch_rules=batch_rule_findings(layout, pack_length=length, gbs=cand.gbs),
+            )
+        out.append(cand)
+    candidates = tuple(out)
+    return SweepResult(
+        settings=settings,
+        read=len(samples),
+        candidates=candidates,
+        recommendation=recommend(candidates) if planner is not None else None,
+    )
+
+
+def nice_int(x: float) -> str:
+    """``1234567`` -> ``'1.23M'`` (tables).
+
+    >>> nice_int(1234567), nice_int(98765), nice_int(12)
+    ('1.23M', '98.8K', '12')
+    """
+    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{suffix}"
+    return f"{x:.0f}" if math.isfinite(x) else str(x)
