@@ -1,0 +1,294 @@
+"""Compiled (numba) kernels behind ``longpack.binpack``.
+
+Every kernel takes and returns flat numpy arrays; the Python wrappers in ``_pack.py`` and
+``megatron.py`` validate inputs and shape results. ``cache=True`` keeps compiled code on disk
+(``__pycache__``), so only the first call on a machine pays the compile time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+from numba.cpython.unsafe.numbers import trailing_zeros
+
+# Leaf value of a bin that is not open yet: lower than the remaining capacity of any open bin,
+# including an over-size bin (whose remaining capacity is negative), so that queries never match it.
+_UNOPENED = -(1 << 62)
+
+
+# ----------------------------------------------------------------------------------------------
+# First fit (Megatron semantics): lowest-index open bin whose remaining capacity is >= the length.
+# ----------------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _grow_tree(tree: np.ndarray, size: int) -> np.ndarray:
+    """Double a max segment tree of ``size`` leaves; new leaves are unopened."""
+    new_size = size * 2
+    new = np.full(2 * new_size, _UNOPENED, dtype=np.int64)
+    new[new_size : new_size + size] = tree[size : 2 * size]
+    for node in range(new_size - 1, 0, -1):
+        a = new[2 * node]
+        b = new[2 * node + 1]
+        new[node] = a if a >= b else b
+    return new
+
+
+@njit(cache=True)
+def first_fit_bins(seqlens: np.ndarray, pack_size: int) -> tuple[np.ndarray, int]:
+    """Bin of each item (in the given order) under first fit, and the number of bins.
+
+    A max segment tree over the remaining capacity of each bin (leaves in bin-opening order) finds the
+    leftmost bin with room in O(log B). It grows by doubling, so memory follows the number of bins.
+    An item longer than ``pack_size`` opens a bin whose remaining capacity is negative: no later item,
+    not even a zero-length one, goes there (the same as Megatron's linear scan).
+    """
+    n = seqlens.shape[0]
+    bin_of = np.empty(n, dtype=np.int64)
+    size = 64
+    tree = np.full(2 * size, _UNOPENED, dtype=np.int64)
+    nbins = 0
+    for k in range(n):
+        need = np.int64(seqlens[k])
+        if tree[1] >= need:
+            node = 1
+            while node < size:
+                node *= 2
+                if tree[node] < need:
+                    node += 1
+            b = node - size
+            value = tree[node] - need
+        else:
+            if nbins == size:
+                tree = _grow_tree(tree, size)
+                size *= 2
+            b = nbins
+            nbins += 1
+            node = b + size
+            value = pack_size - need
+        bin_of[k] = b
+        tree[node] = value
+        node //= 2
+        while node >= 1:
+            left = tree[2 * node]
+            right = tree[2 * node + 1]
+            best = left if left >= right else right
+            if tree[node] == best:
+                break
+            tree[node] = best
+            node //= 2
+    return bin_of, nbins
+
+
+@njit(cache=True)
+def group_by_bin(
+    seqlens: np.ndarray, bin_of: np.ndarray, nbins: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flat lengths in bin order (within a bin: the order items were added), bin offsets [B+1], and
+    the flat position of each input item."""
+    n = seqlens.shape[0]
+    offsets = np.zeros(nbins + 1, dtype=np.int64)
+    for k in range(n):
+        offsets[bin_of[k] + 1] += 1
+    for b in range(nbins):
+        offsets[b + 1] += offsets[b]
+    fill = offsets[:-1].copy()
+    flat = np.empty(n, dtype=np.int64)
+    position = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        b = bin_of[k]
+        p = fill[b]
+        fill[b] = p + 1
+        flat[p] = seqlens[k]
+        position[k] = p
+    return flat, offsets, position
+
+
+@njit(cache=True)
+def assign_items_by_length(
+    lengths: np.ndarray, flat: np.ndarray, offsets: np.ndarray, max_length: int
+) -> np.ndarray:
+    """Bin of each item, given a packing of lengths only (flat lengths in bin order + offsets).
+
+    Rule: among items of equal length, the one with the lower index takes the earlier occurrence of that
+    length in bin order (bin 0 first; inside a bin, left to right).
+    """
+    n = lengths.shape[0]
+    nbins = offsets.shape[0] - 1
+    start = np.zeros(max_length + 2, dtype=np.int64)
+    for p in range(n):
+        start[flat[p] + 1] += 1
+    for v in range(max_length + 1):
+        start[v + 1] += start[v]
+    # bin of each occurrence, grouped by length (occurrences of one length in bin order)
+    occ_bin = np.empty(n, dtype=np.int64)
+    for b in range(nbins):
+        for p in range(offsets[b], offsets[b + 1]):
+            v = flat[p]
+            occ_bin[start[v]] = b
+            start[v] += 1
+    # start[v] now points one past the occurrences of v; rewind to the first one
+    for v in range(max_length, 0, -1):
+        start[v] = start[v - 1]
+    start[0] = 0
+    bin_of_item = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        v = lengths[i]
+        bin_of_item[i] = occ_bin[start[v]]
+        start[v] += 1
+    return bin_of_item
+
+
+# ----------------------------------------------------------------------------------------------
+# Best fit decreasing: bins indexed by remaining capacity; a 64-ary bitset finds the tightest fit.
+# ----------------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _bitset_levels(universe: int) -> np.ndarray:
+    """Word offsets of each level of a 64-ary bitset over ``universe`` keys (level 0 = leaves)."""
+    starts = [0]
+    words = (universe + 63) >> 6
+    total = 0
+    while True:
+        total += words
+        starts.append(total)
+        if words == 1:
+            break
+        words = (words + 63) >> 6
+    return np.array(starts, dtype=np.int64)
+
+
+@njit(cache=True, inline="always")
+def _bitset_set(bits: np.ndarray, levels: np.ndarray, key: int) -> None:
+    nlev = levels.shape[0] - 1
+    for lev in range(nlev):
+        w = levels[lev] + (key >> 6)
+        old = bits[w]
+        bits[w] = old | (np.uint64(1) << np.uint64(key & 63))
+        if old != 0:
+            return
+        key >>= 6
+
+
+@njit(cache=True, inline="always")
+def _bitset_clear(bits: np.ndarray, levels: np.ndarray, key: int) -> None:
+    nlev = levels.shape[0] - 1
+    for lev in range(nlev):
+        w = levels[lev] + (key >> 6)
+        new = bits[w] & ~(np.uint64(1) << np.uint64(key & 63))
+        bits[w] = new
+        if new != 0:
+            return
+        key >>= 6
+
+
+@njit(cache=True, inline="always")
+def _bitset_successor(bits: np.ndarray, levels: np.ndarray, key: int) -> int:
+    """Smallest set key >= ``key``, or -1."""
+    nlev = levels.shape[0] - 1
+    lev = 0
+    found = False
+    while lev < nlev:
+        w = key >> 6
+        if w >= levels[lev + 1] - levels[lev]:
+            return -1
+        word = bits[levels[lev] + w] & (np.uint64(0xFFFFFFFFFFFFFFFF) << np.uint64(key & 63))
+        if word != 0:
+            key = (w << 6) + int(trailing_zeros(word))  # type: ignore[call-arg]
+            found = True
+            break
+        key = w + 1
+        lev += 1
+    if not found:
+        return -1
+    while lev > 0:
+        lev -= 1
+        word = bits[levels[lev] + key]
+        key = (key << 6) + int(trailing_zeros(word))  # type: ignore[call-arg]
+    return key
+
+
+@njit(cache=True)
+def best_fit_decreasing_bins(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, int]:
+    """Bin of each item under best fit decreasing, and the number of bins (bins in opening order).
+
+    Items are taken longest first (equal lengths in index order); each goes to the open bin with the
+    least remaining capacity that still fits it, else to a new bin. Open bins with the same remaining
+    capacity ``r`` sit on a stack ``head[r]``/``next_bin``; a 64-ary bitset over ``r`` finds the smallest
+    ``r >= length`` in a few word operations. Lengths must lie in 1..capacity (checked by the caller).
+    Memory: the result (8 B/item) plus 8 B per item for the processing-order buffer and 8 B per bin.
+    """
+    n = lengths.shape[0]
+    count = np.zeros(capacity + 2, dtype=np.int64)
+    for i in range(n):
+        count[lengths[i]] += 1
+    levels = _bitset_levels(capacity + 1)
+    bits = np.zeros(levels[-1], dtype=np.uint64)
+    head = np.full(capacity + 1, -1, dtype=np.int64)
+    next_bin = np.empty(max(16, n // 8), dtype=np.int64)
+    # bins of the items in processing order (longest first); start[v] = first slot of length v
+    slot_bin = np.empty(n, dtype=np.int64)
+    nbins = 0
+    k = 0
+    for length in range(capacity, 0, -1):
+        c = count[length]
+        for _ in range(c):
+            r = _bitset_successor(bits, levels, length)
+            if r < 0:
+                b = nbins
+                nbins += 1
+                if nbins > next_bin.shape[0]:
+                    grown = np.empty(next_bin.shape[0] * 2, dtype=np.int64)
+                    grown[: next_bin.shape[0]] = next_bin
+                    next_bin = grown
+                left = capacity - length
+            else:
+                b = head[r]
+                nb = next_bin[b]
+                head[r] = nb
+                if nb < 0:
+                    _bitset_clear(bits, levels, r)
+                left = r - length
+            if left > 0:
+                top = head[left]
+                next_bin[b] = top
+                head[left] = b
+                if top < 0:
+                    _bitset_set(bits, levels, left)
+            slot_bin[k] = b
+            k += 1
+    # hand the slots of each length to its items in index order
+    start = np.zeros(capacity + 2, dtype=np.int64)
+    acc = 0
+    for length in range(capacity, 0, -1):
+        start[length] = acc
+        acc += count[length]
+    bin_of = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        v = lengths[i]
+        s = start[v]
+        bin_of[i] = slot_bin[s]
+        start[v] = s + 1
+    return bin_of, nbins
+
+
+@njit(cache=True)
+def relabel_in_place(bin_of: np.ndarray, new_id: np.ndarray) -> None:
+    """``bin_of[i] = new_id[bin_of[i]]`` without a temporary array."""
+    for i in range(bin_of.shape[0]):
+        bin_of[i] = new_id[bin_of[i]]
+
+
+@njit(cache=True)
+def count_invalid(lengths: np.ndarray, low: int, high: int) -> tuple[int, int]:
+    """Number of items outside ``low..high`` and the index of the first (-1 if none)."""
+    bad = 0
+    first = -1
+    for i in range(lengths.shape[0]):
+        v = lengths[i]
+        if v < low or v > high:
+            if first < 0:
+                first = i
+            bad += 1
+    return bad, first
