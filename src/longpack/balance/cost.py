@@ -71,7 +71,13 @@ def megatron_dense_flops(
     >>> round(f.linear_flops_per_token / 1e9, 2), round(f.attention_flops_per_token_pair / 1e6, 3)
     (45.03, 1.573)
     """
-    for name, value in (("hidden", hidden), ("layers", layers), ("heads", heads), ("ffn", ffn), ("vocab", vocab)):
+    for name, value in (
+        ("hidden", hidden),
+        ("layers", layers),
+        ("heads", heads),
+        ("ffn", ffn),
+        ("vocab", vocab),
+    ):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     kv = heads if kv_heads is None else kv_heads
@@ -166,7 +172,12 @@ class PackCostModel:
         216.0
         """
         lf = np.asarray(lengths, dtype=np.float64)
-        return float(self.per_pack + self.per_sequence * lf.size + self.linear * lf.sum() + self.quadratic * (lf * lf).sum())
+        return float(
+            self.per_pack
+            + self.per_sequence * lf.size
+            + self.linear * lf.sum()
+            + self.quadratic * (lf * lf).sum()
+        )
 
     @classmethod
     def from_flops(
@@ -211,7 +222,10 @@ class PackCostModel:
             if not np.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         attn_rate = flops_per_second if attention_flops_per_second is None else attention_flops_per_second
-        for name, value in (("flops_per_second", flops_per_second), ("attention_flops_per_second", attn_rate)):
+        for name, value in (
+            ("flops_per_second", flops_per_second),
+            ("attention_flops_per_second", attn_rate),
+        ):
             if not np.isfinite(value) or value <= 0:
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
         half_pair = float(attention_flops_per_token_pair) / 2.0 / float(attn_rate)
@@ -290,8 +304,12 @@ class PackCostModel:
                 f"measured_times needs one time per pack: got {y.shape} for {len(pack_lengths_list)} packs"
             )
         if not np.isfinite(y).all():
-            raise ValueError(f"measured_times has a non-finite value at index {int(np.argmin(np.isfinite(y)))}")
-        lengths = np.concatenate([np.asarray(p, dtype=np.int64) for p in pack_lengths_list] or [np.zeros(0, np.int64)])
+            raise ValueError(
+                f"measured_times has a non-finite value at index {int(np.argmin(np.isfinite(y)))}"
+            )
+        lengths = np.concatenate(
+            [np.asarray(p, dtype=np.int64) for p in pack_lengths_list] or [np.zeros(0, np.int64)]
+        )
         bins = np.repeat(np.arange(len(pack_lengths_list)), [len(p) for p in pack_lengths_list])
         x_all = _pack_sums(lengths, bins, len(pack_lengths_list))
         allowed = [names.index(t) for t in terms]
@@ -315,7 +333,10 @@ class PackCostModel:
         resid = float(((x_all @ coef - y) ** 2).sum())
         r2 = 1.0 - resid / ss_tot if ss_tot > 0 else (1.0 if resid == 0 else 0.0)
         model = cls(
-            per_pack=float(coef[0]), per_sequence=float(coef[1]), linear=float(coef[2]), quadratic=float(coef[3])
+            per_pack=float(coef[0]),
+            per_sequence=float(coef[1]),
+            linear=float(coef[2]),
+            quadratic=float(coef[3]),
         )
         return replace(model, r2=float(r2))
 

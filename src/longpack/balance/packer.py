@@ -29,7 +29,14 @@ import numpy as np
 from numba import njit
 
 from longpack.balance.cost import PackCostModel
-from longpack.balance.schedule import SAMPLERS, micro_batches_per_rank, pack_slots, positions_for_slots
+from longpack.balance.schedule import (
+    SAMPLERS,
+    micro_batches_per_rank,
+    pack_slots,
+    pipeline_makespan,
+    positions_for_slots,
+    simulate_schedule,
+)
 
 
 @njit(cache=True)
@@ -129,12 +136,21 @@ def order_packs(
     gbs: int,
     micro_batch_size: int = 1,
     sampler: str = "batch",
+    pp: int = 1,
+    schedule: str = "1f1b",
+    vpp: int = 1,
     seed: int = 0,
+    passes: int = 2,
 ) -> np.ndarray:
     """Stages 2-3: training position of every pack (a permutation of ``0..P-1``).
 
     ``position[b]`` is where pack ``b`` goes in the file. If ``P`` is not a multiple of ``GBS`` the last
-    global batch is partial; its packs are drawn at random (seeded) so it has no length bias either.
+    global batch is partial; its packs are a systematic sample of the cost-sorted packs (random offset),
+    so it carries the same mix as the other steps. With ``pp > 1`` the order of each rank's micro-batches
+    is chosen with ``pipeline_makespan`` (best of a few orders, then pair swaps while they shorten the
+    pipeline), and ``passes`` rounds of pack swaps between each step's slowest rank and the others even
+    out pipeline *times* rather than summed work: under PP a rank holding one very heavy micro-batch
+    stalls, so it should carry lighter packs besides.
 
     >>> pos = order_packs([9.0, 1.0, 8.0, 2.0], dp=2, gbs=4, seed=0)
     >>> from longpack.balance.schedule import pack_slots
@@ -147,23 +163,36 @@ def order_packs(
     m = micro_batches_per_rank(dp=dp, gbs=gbs, micro_batch_size=micro_batch_size)
     if sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose one of {SAMPLERS}")
+    if pp > 1:
+        pipeline_makespan(np.ones(m), pp=pp, schedule=schedule, vpp=vpp)  # validates pp/vpp/schedule early
     rng = np.random.default_rng(_check_seed(seed))
     n = costs.size
     full_steps, rest = divmod(n, gbs)
-    ids = np.arange(n, dtype=np.int64)
-    tail = np.sort(rng.choice(n, size=rest, replace=False)) if rest else np.zeros(0, dtype=np.int64)
-    body = np.setdiff1d(ids, tail, assume_unique=True)
-    # Stage 2: stratify by cost (ties broken by pack id), one pack per stratum and step.
-    body = body[np.lexsort((body, -costs[body]))]
-    strata = body.reshape(gbs, full_steps) if full_steps else body.reshape(gbs, 0)
+    by_cost = np.lexsort((np.arange(n), -costs))  # heaviest first, ties by pack id
+    if rest:
+        picks = np.floor((np.arange(rest) + rng.random()) * (n / rest)).astype(np.int64)
+        tail = by_cost[np.minimum(picks, n - 1)]
+        body = by_cost[np.isin(by_cost, tail, invert=True)]
+    else:
+        tail, body = np.zeros(0, dtype=np.int64), by_cost
+    # Stage 2: cost strata of `full_steps` packs; every step takes one pack of each stratum.
+    strata = body.reshape(gbs, full_steps)
     step_members = np.empty((full_steps, gbs), dtype=np.int64)
     for s in range(gbs):
         step_members[:, s] = strata[s, rng.permutation(full_steps)]
+    # Stage 3: ranks and micro-batches of every step: placed[step, rank, micro-batch, j] = pack id.
+    placed = np.empty((full_steps, dp, m, micro_batch_size), dtype=np.int64)
+    for step in range(full_steps):
+        placed[step] = _place_step(step_members[step], costs, dp, m, micro_batch_size, rng)
+    if pp > 1 and full_steps:
+        placed = _reorder(placed, costs, pp=pp, schedule=schedule, vpp=vpp)
+        for _ in range(passes):
+            placed = _rebalance_makespans(placed, costs, pp=pp, schedule=schedule, vpp=vpp)
+            placed = _reorder(placed, costs, pp=pp, schedule=schedule, vpp=vpp)
     slot_pos = positions_for_slots(dp=dp, gbs=gbs, micro_batch_size=micro_batch_size, sampler=sampler)
     position = np.empty(n, dtype=np.int64)
     for step in range(full_steps):
-        packs = _place_step(step_members[step], costs, dp, m, micro_batch_size, rng)
-        position[packs] = step * gbs + slot_pos.ravel()
+        position[placed[step].ravel()] = step * gbs + slot_pos.ravel()
     if rest:
         # Partial last step: the sampler fills positions 0..rest-1 of the global batch in order, so only
         # those slots exist; place the tail packs on them by cost (heaviest first to the lightest rank).
@@ -178,6 +207,122 @@ def order_packs(
     return position
 
 
+def _reorder(placed: np.ndarray, costs: np.ndarray, *, pp: int, schedule: str, vpp: int) -> np.ndarray:
+    """Reorder the micro-batches of every (step, rank) of ``placed[S, dp, m, mbs]`` for a short pipeline."""
+    steps, dp, m, mbs = placed.shape
+    flat = placed.reshape(steps * dp, m, mbs)
+    perm = _best_micro_batch_order(costs[flat].sum(axis=2), pp=pp, schedule=schedule, vpp=vpp)
+    return np.take_along_axis(flat, perm[:, :, None], axis=1).reshape(placed.shape)
+
+
+def _rebalance_makespans(
+    placed: np.ndarray,
+    costs: np.ndarray,
+    *,
+    pp: int,
+    schedule: str,
+    vpp: int,
+    max_rounds: int = 48,
+    max_rows: int = 1 << 17,
+) -> np.ndarray:
+    """Swap packs between the slowest rank of a step and any other rank while the step gets shorter.
+
+    Equal work per rank is not equal time per rank under PP: a rank holding one very heavy micro-batch
+    stalls its pipeline, so it should carry less of the remaining work. Each round evaluates, for every
+    step at once, all swaps of one pack of the slowest rank with one pack of another rank (each pack
+    keeps its slot) and applies the one that lowers ``max(new slowest, new partner)`` the most.
+    """
+    placed = placed.copy()
+    steps, dp, m, mbs = placed.shape
+    slots = m * mbs
+    mb_of_slot = np.arange(slots) // mbs
+    chunk = max(1, max_rows // max(1, 2 * dp * slots * slots))
+    for lo in range(0, steps, chunk):
+        part = placed[lo : lo + chunk].reshape(-1, dp, slots)  # view into `placed`
+        s_count = part.shape[0]
+        s_idx = np.arange(s_count)
+        active = np.ones(s_count, dtype=bool)
+        for _ in range(max_rounds):
+            c = costs[part]  # [S, dp, slots]
+            mbc = np.zeros((s_count, dp, m))
+            np.add.at(mbc, (slice(None), slice(None), mb_of_slot), c)
+            span = pipeline_makespan(mbc, pp=pp, schedule=schedule, vpp=vpp)  # [S, dp]
+            hot = np.argmax(span, axis=1)
+            c_hot = c[s_idx, hot]  # [S, slots]
+            delta = c_hot[:, None, :, None] - c[:, :, None, :]  # [S, dp, i (hot slot), j (partner slot)]
+            new_hot = np.broadcast_to(mbc[s_idx, hot][:, None, None, None, :], (*delta.shape, m)).copy()
+            new_partner = np.broadcast_to(mbc[:, :, None, None, :], (*delta.shape, m)).copy()
+            i_mb = mb_of_slot[None, None, :, None]
+            j_mb = mb_of_slot[None, None, None, :]
+            np.put_along_axis(
+                new_hot,
+                np.broadcast_to(i_mb, delta.shape)[..., None],
+                np.take_along_axis(new_hot, np.broadcast_to(i_mb, delta.shape)[..., None], axis=-1)
+                - delta[..., None],
+                axis=-1,
+            )
+            np.put_along_axis(
+                new_partner,
+                np.broadcast_to(j_mb, delta.shape)[..., None],
+                np.take_along_axis(new_partner, np.broadcast_to(j_mb, delta.shape)[..., None], axis=-1)
+                + delta[..., None],
+                axis=-1,
+            )
+            worst = np.maximum(
+                pipeline_makespan(new_hot, pp=pp, schedule=schedule, vpp=vpp),
+                pipeline_makespan(new_partner, pp=pp, schedule=schedule, vpp=vpp),
+            )  # [S, dp, slots, slots]
+            worst[s_idx, hot] = np.inf
+            worst[delta <= 0] = np.inf
+            flat_best = np.argmin(worst.reshape(s_count, -1), axis=1)
+            best = worst.reshape(s_count, -1)[s_idx, flat_best]
+            improve = active & (best < span[s_idx, hot] * (1 - 1e-9))
+            if not improve.any():
+                break
+            for s in np.flatnonzero(improve):
+                partner, i, j = np.unravel_index(flat_best[s], (dp, slots, slots))
+                h = hot[s]
+                part[s, h, i], part[s, partner, j] = part[s, partner, j], part[s, h, i]
+            active = improve
+    return placed
+
+
+def _best_micro_batch_order(
+    mb_costs: np.ndarray, *, pp: int, schedule: str, vpp: int, max_rounds: int = 12
+) -> np.ndarray:
+    """Per row of ``mb_costs[R, m]``, a permutation of the micro-batches that shortens the pipeline.
+
+    Starts from the best of: the given order, ascending, descending and "light at both ends, heavy in
+    the middle"; then applies the best pair swap per row while any swap shortens that row's makespan.
+    All candidates of all rows go through ``pipeline_makespan`` in one batched call per round.
+    """
+    rows, m = mb_costs.shape
+    asc = np.argsort(mb_costs, axis=1, kind="stable")
+    middle = np.concatenate([asc[:, 0::2], asc[:, 1::2][:, ::-1]], axis=1)  # light ends, heavy middle
+    starts = np.stack([np.tile(np.arange(m), (rows, 1)), asc, asc[:, ::-1], middle], axis=1)  # [R, 4, m]
+    spans = pipeline_makespan(
+        np.take_along_axis(mb_costs[:, None, :], starts, axis=2), pp=pp, schedule=schedule, vpp=vpp
+    )
+    best = starts[np.arange(rows), np.argmin(spans, axis=1)]
+    best_span = spans.min(axis=1)
+    i_idx, j_idx = np.triu_indices(m, k=1)
+    for _ in range(max_rounds):
+        cand = np.repeat(best[:, None, :], len(i_idx), axis=1)  # [R, S, m]
+        s_idx = np.arange(len(i_idx))
+        cand[:, s_idx, i_idx], cand[:, s_idx, j_idx] = best[:, j_idx], best[:, i_idx]
+        spans = pipeline_makespan(
+            np.take_along_axis(mb_costs[:, None, :], cand, axis=2), pp=pp, schedule=schedule, vpp=vpp
+        )
+        pick = np.argmin(spans, axis=1)
+        new_span = spans[np.arange(rows), pick]
+        better = new_span < best_span * (1 - 1e-12)
+        if not better.any():
+            break
+        best[better] = cand[better, pick[better]]
+        best_span[better] = new_span[better]
+    return best
+
+
 def _place_step(
     members: np.ndarray,
     costs: np.ndarray,
@@ -186,14 +331,17 @@ def _place_step(
     mbs: int,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """Packs of one step as ``[rank, micro-batch, j]`` flattened (the layout of ``positions_for_slots``)."""
+    """Packs of one step as ``[rank, micro-batch, j]`` (the layout of ``positions_for_slots``)."""
     ranks = _balanced_groups(costs[members], dp, m * mbs)  # [dp, m*mbs] indices into members
     out = np.empty((dp, m, mbs), dtype=np.int64)
     for r in range(dp):
         local = members[ranks[r]]
         mbs_groups = _balanced_groups(costs[local], m, mbs) if mbs > 1 else np.arange(m)[:, None]
         out[r] = local[mbs_groups[rng.permutation(m)]]
-    return out.ravel()
+    return out
+
+
+FILLS = ("auto", "best_fit", "even_cost")
 
 
 def balanced_pack(
@@ -205,30 +353,78 @@ def balanced_pack(
     gbs: int,
     micro_batch_size: int = 1,
     sampler: str = "batch",
+    pp: int = 1,
+    schedule: str = "1f1b",
+    vpp: int = 1,
     seed: int = 0,
-    target_bins: int | None = None,
+    fill: str = "auto",
+    passes: int = 2,
 ) -> np.ndarray:
     """Pack ``lengths`` into bins of ``capacity`` and number the bins in workload-balanced training order.
 
     Returns ``bin_of_item`` (np.int64, dense ids). **Bin ``k`` is the ``k``-th pack consumed**; with
-    ``dp``, ``gbs``, ``micro_batch_size`` and ``sampler`` as in training, every DP rank of every global
-    batch gets a near-equal share of the step's cost (``cost_model``). Same inputs and seed give the same
-    output. See the module docstring for the algorithm.
+    ``dp``, ``gbs``, ``micro_batch_size``, ``sampler``, ``pp``, ``schedule`` and ``vpp`` as in training,
+    every DP rank of every global batch gets a near-equal share of the step's time under ``cost_model``.
+    Same inputs and seed give the same output.
+
+    ``fill`` picks the packs before ordering: ``"best_fit"`` (best-fit decreasing's packs: tightest, and
+    their uneven costs leave light packs to pair with unavoidably heavy ones), ``"even_cost"``
+    (``cost_balanced_bins``) or ``"auto"`` (both, keeping the one ``simulate_schedule`` finds faster;
+    ties go to best-fit). Either uses best-fit decreasing's bin count (even-cost opens more only for
+    items that fit nowhere). See the module docstring for the ordering.
 
     >>> m = PackCostModel(linear=1.0, quadratic=0.001)
     >>> bins = balanced_pack([900, 800, 100, 200, 500, 500, 400, 600], 1000, cost_model=m, dp=2, gbs=4)
     >>> sorted(np.bincount(bins, weights=[900, 800, 100, 200, 500, 500, 400, 600]).tolist())
     [1000.0, 1000.0, 1000.0, 1000.0]
     """
-    bins = cost_balanced_bins(lengths, capacity, cost_model=cost_model, target_bins=target_bins)
-    if bins.size == 0:
-        return bins
-    arr = np.asarray(lengths, dtype=np.int64)
-    costs = cost_model.cost(arr, bins)
-    position = order_packs(
-        costs, dp=dp, gbs=gbs, micro_batch_size=micro_batch_size, sampler=sampler, seed=seed
-    )
-    return position[bins]
+    if fill not in FILLS:
+        raise ValueError(f"unknown fill {fill!r}; choose one of {FILLS}")
+    cap = _check_capacity(capacity)
+    arr = _check_lengths(lengths, cap)
+    if arr.size == 0:
+        return np.empty(0, dtype=np.int64)
+    from longpack.binpack import pack_lengths
+
+    reference = pack_lengths(arr, cap, algorithm="best_fit_decreasing", seed=0)
+    candidates = []
+    if fill in ("auto", "best_fit"):
+        candidates.append(reference)
+    if fill in ("auto", "even_cost"):
+        candidates.append(
+            cost_balanced_bins(arr, cap, cost_model=cost_model, target_bins=int(reference.max()) + 1)
+        )
+    best: tuple[float, np.ndarray] | None = None
+    for bins in candidates:
+        costs = cost_model.cost(arr, bins)
+        position = order_packs(
+            costs,
+            dp=dp,
+            gbs=gbs,
+            micro_batch_size=micro_batch_size,
+            sampler=sampler,
+            pp=pp,
+            schedule=schedule,
+            vpp=vpp,
+            seed=seed,
+            passes=passes,
+        )
+        ordered = np.empty_like(costs)
+        ordered[position] = costs
+        total = simulate_schedule(
+            ordered,
+            dp=dp,
+            pp=pp,
+            gbs=gbs,
+            micro_batch_size=micro_batch_size,
+            schedule=schedule,
+            vpp=vpp,
+            sampler=sampler,
+        ).total_time
+        if best is None or total < best[0]:
+            best = (total, position[bins])
+    assert best is not None
+    return best[1]
 
 
 def step_length_correlation(lengths: Any, bin_of_item: Any, *, gbs: int) -> float:

@@ -46,7 +46,9 @@ def micro_batches_per_rank(*, dp: int, gbs: int, micro_batch_size: int = 1) -> i
     >>> micro_batches_per_rank(dp=8, gbs=128, micro_batch_size=2)
     8
     """
-    dp, gbs, mbs = (_positive_int(n, v) for n, v in (("dp", dp), ("gbs", gbs), ("micro_batch_size", micro_batch_size)))
+    dp, gbs, mbs = (
+        _positive_int(n, v) for n, v in (("dp", dp), ("gbs", gbs), ("micro_batch_size", micro_batch_size))
+    )
     if gbs % (mbs * dp):
         raise ValueError(
             f"gbs={gbs} is not divisible by micro_batch_size*dp = {mbs}*{dp} = {mbs * dp}; Megatron's "
@@ -290,7 +292,7 @@ class ScheduleResult:
     @property
     def num_steps(self) -> int:
         """Number of (possibly partial) global batches."""
-        return int(len(self.step_times))
+        return len(self.step_times)
 
     @property
     def total_time(self) -> float:
@@ -354,7 +356,9 @@ def simulate_schedule(
     step_times = pipeline_makespan(
         mb_costs, pp=pp, schedule=schedule, vpp=vpp, forward_fraction=forward_fraction
     ).max(axis=1)
-    unit = float(pipeline_makespan(np.ones(m), pp=pp, schedule=schedule, vpp=vpp, forward_fraction=forward_fraction))
+    unit = float(
+        pipeline_makespan(np.ones(m), pp=pp, schedule=schedule, vpp=vpp, forward_fraction=forward_fraction)
+    )
     ideal = per_step.sum(axis=1) / (dp * m) * unit
     return ScheduleResult(
         step_times=step_times,
