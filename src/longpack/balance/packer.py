@@ -306,7 +306,7 @@ def _best_micro_batch_order(
     best = starts[np.arange(rows), np.argmin(spans, axis=1)]
     best_span = spans.min(axis=1)
     i_idx, j_idx = np.triu_indices(m, k=1)
-    for _ in range(max_rounds):
+    for _ in range(max_rounds if m > 1 else 0):
         cand = np.repeat(best[:, None, :], len(i_idx), axis=1)  # [R, S, m]
         s_idx = np.arange(len(i_idx))
         cand[:, s_idx, i_idx], cand[:, s_idx, j_idx] = best[:, j_idx], best[:, i_idx]
