@@ -46,7 +46,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -98,7 +97,13 @@ def item_step_correlation(lengths: np.ndarray, bins: np.ndarray, gbs: int) -> fl
 
 
 def evaluate(
-    name: str, lengths: np.ndarray, bins: np.ndarray, capacity: int, costs: np.ndarray, seconds: float, layout: dict
+    name: str,
+    lengths: np.ndarray,
+    bins: np.ndarray,
+    capacity: int,
+    costs: np.ndarray,
+    seconds: float,
+    layout: dict,
 ) -> Row:
     """``costs[b]`` is the cost of bin ``b``; bin ``b`` is read ``b``-th."""
     return Row(
@@ -182,7 +187,9 @@ def simulated(args: argparse.Namespace) -> None:
                     algo = "best_fit_decreasing" if name == "best_fit" else name
                     bins = pack_lengths(lengths, capacity, algorithm=algo, seed=args.seed)
                 seconds = time.perf_counter() - t0
-                rows.append(evaluate(name, lengths, bins, capacity, model.cost(lengths, bins), seconds, layout))
+                rows.append(
+                    evaluate(name, lengths, bins, capacity, model.cost(lengths, bins), seconds, layout)
+                )
             title = (
                 f"simulated: {workload}, {n} items, packs of {capacity // 1024}K, DP 8 PP 4 GBS 128 "
                 f"(time in s, 8B-class model at 400 TFLOP/s)"
@@ -258,7 +265,9 @@ class BlockTimer:
         offset = 0
         for length in seq_lengths.tolist():
             q, k, v = (h[offset : offset + length, i].transpose(0, 1) for i in range(3))
-            outs.append(torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(0, 1))
+            outs.append(
+                torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(0, 1)
+            )
             offset += length
         attn = torch.cat(outs).reshape(total, self.hidden)
         y = x + b["proj"](attn)
@@ -334,7 +343,9 @@ def measured(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="8 steps per simulated case, 64 measured packs")
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     parser.add_argument("--capacities", type=int, nargs="+", default=[32768, 65536, 131072])
@@ -345,7 +356,7 @@ def main() -> None:
     parser.add_argument("--measure-capacity", type=int, default=2048)
     parser.add_argument("--measure-packs", type=int, default=256)
     parser.add_argument("--measure-repeats", type=int, default=3)
-    parser.add_argument("--plots", default="benchmarks/out/balance", help="folder for PNG plots ('' = none)")
+    parser.add_argument("--plots", default="bench_out/balance", help="folder for PNG plots ('' = none)")
     args = parser.parse_args()
     if args.quick:
         args.steps, args.measure_packs, args.measure_repeats = 8, 64, 1

@@ -244,8 +244,7 @@ def _rebalance_makespans(
         active = np.ones(s_count, dtype=bool)
         for _ in range(max_rounds):
             c = costs[part]  # [S, dp, slots]
-            mbc = np.zeros((s_count, dp, m))
-            np.add.at(mbc, (slice(None), slice(None), mb_of_slot), c)
+            mbc = c.reshape(s_count, dp, m, mbs).sum(axis=3)  # slot t is in micro-batch t // mbs
             span = pipeline_makespan(mbc, pp=pp, schedule=schedule, vpp=vpp)  # [S, dp]
             hot = np.argmax(span, axis=1)
             c_hot = c[s_idx, hot]  # [S, slots]
