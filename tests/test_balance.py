@@ -331,3 +331,55 @@ def test_balanced_pack_rejects_bad_input() -> None:
         balanced_pack([5], 10, cost_model=MODEL, dp=1, gbs=1, fill="worst")
     with pytest.raises(ValueError, match="divisible"):
         balanced_pack([5, 5], 10, cost_model=MODEL, dp=2, gbs=3)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_cli_balance_writes_training_ordered_bins(tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from longpack.cli.app import app
+
+    rng = np.random.default_rng(5)
+    lengths = np.clip(np.round(rng.lognormal(np.log(300), 1.2, 800)), 1, 4096).astype(np.int64)
+    src = tmp_path / "lengths.txt"
+    src.write_text("# runtime lengths\n" + "\n".join(map(str, lengths)) + "\n")
+    out = tmp_path / "bins.npy"
+    args = [
+        "balance",
+        str(src),
+        "--capacity",
+        "4096",
+        "--dp",
+        "2",
+        "--pp",
+        "2",
+        "--gbs",
+        "8",
+        "--out",
+        str(out),
+    ]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    names = [row["packing"] for row in report["packings"]]
+    assert names == ["first_fit_shuffle", "best_fit", "balanced"]
+    bins = np.load(out)
+    assert bins.shape == lengths.shape and np.bincount(bins, weights=lengths).max() <= 4096
+    assert report["packings"][2]["packs"] == int(bins.max()) + 1
+
+
+def test_cli_balance_names_bad_line(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from longpack.cli.app import app
+
+    src = tmp_path / "lengths.txt"
+    src.write_text("12\nseven\n")
+    result = CliRunner().invoke(app, ["balance", str(src), "--capacity", "64", "--dp", "1", "--gbs", "1"])
+    assert result.exit_code == 2 and "lengths.txt:2" in result.output

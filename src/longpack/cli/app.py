@@ -23,9 +23,10 @@ def version() -> None:
 
 def _register_commands() -> None:
     # One import per command module; each module calls ``register(app)``.
-    from longpack.cli import topology_cmd
+    from longpack.cli import balance_cmd, topology_cmd
 
     topology_cmd.register(app)
+    balance_cmd.register(app)
 
 
 _register_commands()
