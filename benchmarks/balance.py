@@ -28,8 +28,10 @@ truncated to the pack size. Scaled down to run in minutes on 2 shared CPU cores:
 per-sequence causal attention (``scaled_dot_product_attention(is_causal=True)`` on each sequence: no work
 across sequences, as THD/varlen attention). Each pack's forward + backward is timed (median of
 ``--measure-repeats``). first_fit_shuffle packs are timed first and ``PackCostModel.fit`` is fitted to them
-(R² reported, and R² of that fit on the other packings' measured times); ``balanced_pack`` then packs with the
-fitted model; all three packings' **measured** times go through the simulator (DP 8, PP 4, GBS 64).
+in a calibration run (R² reported); ``balanced_pack`` then packs with the fitted model; a measurement run times
+all three packings' packs interleaved in a random order (so load changes on the shared machine hit all alike),
+reports the fit's R² on those held-out times, and feeds the **measured** times to the simulator (DP 8, PP 4,
+GBS 64).
 
 Plots (PNG, ``--plots DIR``): per case, the per-rank pipeline time of every step for each packing.
 Timings were taken on a shared, loaded machine: read ratios, not absolute numbers.
@@ -278,19 +280,29 @@ class BlockTimer:
         return elapsed
 
 
-def time_packs(timer: BlockTimer, lengths: np.ndarray, bins: np.ndarray, repeats: int) -> np.ndarray:
+def split_packs(lengths: np.ndarray, bins: np.ndarray) -> list[np.ndarray]:
+    """Sequence lengths of every pack, by bin id."""
     order = np.argsort(bins, kind="stable")
     starts = np.searchsorted(bins[order], np.arange(int(bins.max()) + 2))
-    packs = [lengths[order[starts[b] : starts[b + 1]]] for b in range(int(bins.max()) + 1)]
-    samples = np.empty((repeats, len(packs)))
-    for rep in range(repeats):  # interleave repeats so slow phases of a shared machine spread over all packs
-        for i, p in enumerate(packs):
-            samples[rep, i] = timer.run(p)
-    return np.median(samples, axis=0)
+    return [lengths[order[starts[b] : starts[b + 1]]] for b in range(int(bins.max()) + 1)]
 
 
-def pack_contents(lengths: np.ndarray, bins: np.ndarray) -> list[np.ndarray]:
-    return [lengths[bins == b] for b in range(int(bins.max()) + 1)]
+def time_packings(
+    timer: BlockTimer, packings: list[list[np.ndarray]], repeats: int, seed: int
+) -> list[np.ndarray]:
+    """Median forward+backward time of every pack of every packing.
+
+    All packs of all packings are timed in one random (seeded) order, reshuffled per repeat, so a slow
+    phase of the shared machine hits every packing alike instead of whichever was timed then.
+    """
+    jobs = [(k, i) for k, packs in enumerate(packings) for i in range(len(packs))]
+    samples = [np.empty((repeats, len(packs))) for packs in packings]
+    rng = np.random.default_rng(seed)
+    for rep in range(repeats):
+        for j in rng.permutation(len(jobs)):
+            k, i = jobs[j]
+            samples[k][rep, i] = timer.run(packings[k][i])
+    return [np.median(x, axis=0) for x in samples]
 
 
 def measured(args: argparse.Namespace) -> None:
@@ -311,22 +323,32 @@ def measured(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     ffs = pack_lengths(lengths, cap, algorithm="first_fit_shuffle", seed=args.seed)
     ffs_s = time.perf_counter() - t0
-    ffs_times = time_packs(timer, lengths, ffs, args.measure_repeats)
-    fitted = PackCostModel.fit(pack_contents(lengths, ffs), ffs_times)
+    # Calibration run: fit the cost model to the first_fit_shuffle packs (one timing each).
+    (calibration,) = time_packings(timer, [split_packs(lengths, ffs)], 1, args.seed)
+    fitted = PackCostModel.fit(split_packs(lengths, ffs), calibration)
     t0 = time.perf_counter()
     bf = pack_lengths(lengths, cap, algorithm="best_fit_decreasing", seed=args.seed)
     bf_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     bal = balanced_pack(lengths, cap, cost_model=fitted, seed=args.seed, **layout)
     bal_s = time.perf_counter() - t0
-    bf_times = time_packs(timer, lengths, bf, args.measure_repeats)
-    bal_times = time_packs(timer, lengths, bal, args.measure_repeats)
+    # Measurement run: all three packings, interleaved.
+    ffs_times, bf_times, bal_times = time_packings(
+        timer, [split_packs(lengths, b) for b in (ffs, bf, bal)], args.measure_repeats, args.seed + 1
+    )
     print(
-        f"cost model fitted on {len(ffs_times)} first_fit_shuffle packs: per_pack {fitted.per_pack * 1e3:.3f} ms, "
-        f"per_sequence {fitted.per_sequence * 1e6:.1f} us, linear {fitted.linear * 1e6:.3f} us/token, "
-        f"quadratic {fitted.quadratic * 1e9:.3f} ns/token^2; R^2 {fitted.r2:.3f} (fit), "
-        f"{fitted.r2_on(pack_contents(lengths, bf), bf_times):.3f} on best-fit packs, "
-        f"{fitted.r2_on(pack_contents(lengths, bal), bal_times):.3f} on balanced packs (held out)"
+        f"cost model fitted on {len(calibration)} first_fit_shuffle packs (calibration run): per_pack "
+        f"{fitted.per_pack * 1e3:.3f} ms, per_sequence {fitted.per_sequence * 1e6:.1f} us, linear "
+        f"{fitted.linear * 1e6:.3f} us/token, quadratic {fitted.quadratic * 1e9:.3f} ns/token^2; R^2 "
+        f"{fitted.r2:.3f} on the calibration run; on the measurement run (held out): "
+        + ", ".join(
+            f"{name} {fitted.r2_on(split_packs(lengths, b), t):.3f}"
+            for name, b, t in (
+                ("first_fit_shuffle", ffs, ffs_times),
+                ("best_fit", bf, bf_times),
+                ("balanced", bal, bal_times),
+            )
+        )
     )
     rows = [
         evaluate("first_fit_shuffle", lengths, ffs, cap, ffs_times, ffs_s, layout),

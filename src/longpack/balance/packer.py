@@ -223,20 +223,25 @@ def _rebalance_makespans(
     schedule: str,
     vpp: int,
     max_rounds: int = 48,
-    max_rows: int = 1 << 17,
+    partners: int = 3,
+    max_rows: int = 1 << 16,
 ) -> np.ndarray:
-    """Swap packs between the slowest rank of a step and any other rank while the step gets shorter.
+    """Swap packs between the slowest rank of a step and a fast rank while the step gets shorter.
 
     Equal work per rank is not equal time per rank under PP: a rank holding one very heavy micro-batch
     stalls its pipeline, so it should carry less of the remaining work. Each round evaluates, for every
-    step at once, all swaps of one pack of the slowest rank with one pack of another rank (each pack
-    keeps its slot) and applies the one that lowers ``max(new slowest, new partner)`` the most.
+    step at once, all swaps of one pack of the slowest rank with a lighter pack of one of the
+    ``partners`` fastest ranks (each pack keeps its slot) and applies the one that lowers
+    ``max(new slowest, new partner)`` the most.
     """
     placed = placed.copy()
     steps, dp, m, mbs = placed.shape
+    if dp < 2:
+        return placed
+    k = min(partners, dp - 1)
     slots = m * mbs
     mb_of_slot = np.arange(slots) // mbs
-    chunk = max(1, max_rows // max(1, 2 * dp * slots * slots))
+    chunk = max(1, max_rows // max(1, k * slots * slots))
     for lo in range(0, steps, chunk):
         part = placed[lo : lo + chunk].reshape(-1, dp, slots)  # view into `placed`
         s_count = part.shape[0]
@@ -246,41 +251,33 @@ def _rebalance_makespans(
             c = costs[part]  # [S, dp, slots]
             mbc = c.reshape(s_count, dp, m, mbs).sum(axis=3)  # slot t is in micro-batch t // mbs
             span = pipeline_makespan(mbc, pp=pp, schedule=schedule, vpp=vpp)  # [S, dp]
-            hot = np.argmax(span, axis=1)
+            by_span = np.argsort(span, axis=1, kind="stable")
+            hot, fast = by_span[:, -1], by_span[:, :k]  # the slowest rank is never among the k fastest
             c_hot = c[s_idx, hot]  # [S, slots]
-            delta = c_hot[:, None, :, None] - c[:, :, None, :]  # [S, dp, i (hot slot), j (partner slot)]
-            new_hot = np.broadcast_to(mbc[s_idx, hot][:, None, None, None, :], (*delta.shape, m)).copy()
-            new_partner = np.broadcast_to(mbc[:, :, None, None, :], (*delta.shape, m)).copy()
-            i_mb = mb_of_slot[None, None, :, None]
-            j_mb = mb_of_slot[None, None, None, :]
-            np.put_along_axis(
-                new_hot,
-                np.broadcast_to(i_mb, delta.shape)[..., None],
-                np.take_along_axis(new_hot, np.broadcast_to(i_mb, delta.shape)[..., None], axis=-1)
-                - delta[..., None],
-                axis=-1,
-            )
-            np.put_along_axis(
-                new_partner,
-                np.broadcast_to(j_mb, delta.shape)[..., None],
-                np.take_along_axis(new_partner, np.broadcast_to(j_mb, delta.shape)[..., None], axis=-1)
-                + delta[..., None],
-                axis=-1,
-            )
-            worst = np.maximum(
-                pipeline_makespan(new_hot, pp=pp, schedule=schedule, vpp=vpp),
-                pipeline_makespan(new_partner, pp=pp, schedule=schedule, vpp=vpp),
-            )  # [S, dp, slots, slots]
-            worst[s_idx, hot] = np.inf
-            worst[delta <= 0] = np.inf
-            flat_best = np.argmin(worst.reshape(s_count, -1), axis=1)
-            best = worst.reshape(s_count, -1)[s_idx, flat_best]
+            c_fast = c[s_idx[:, None], fast]  # [S, k, slots]
+            delta = c_hot[:, None, :, None] - c_fast[:, :, None, :]  # [S, k, i (hot slot), j (partner slot)]
+            cand = np.flatnonzero((delta > 0) & active[:, None, None, None])
+            worst = np.full(delta.size, np.inf)
+            if cand.size:
+                cs, cp, ci, cj = np.unravel_index(cand, delta.shape)
+                d = delta.ravel()[cand]
+                new_hot = mbc[cs, hot[cs]].copy()  # [C, m]
+                new_hot[np.arange(cand.size), mb_of_slot[ci]] -= d
+                new_partner = mbc[cs, fast[cs, cp]].copy()
+                new_partner[np.arange(cand.size), mb_of_slot[cj]] += d
+                worst[cand] = np.maximum(
+                    pipeline_makespan(new_hot, pp=pp, schedule=schedule, vpp=vpp),
+                    pipeline_makespan(new_partner, pp=pp, schedule=schedule, vpp=vpp),
+                )
+            worst = worst.reshape(s_count, -1)
+            flat_best = np.argmin(worst, axis=1)
+            best = worst[s_idx, flat_best]
             improve = active & (best < span[s_idx, hot] * (1 - 1e-9))
             if not improve.any():
                 break
             for s in np.flatnonzero(improve):
-                partner, i, j = np.unravel_index(flat_best[s], (dp, slots, slots))
-                h = hot[s]
+                p_idx, i, j = np.unravel_index(flat_best[s], (k, slots, slots))
+                h, partner = hot[s], fast[s, p_idx]
                 part[s, h, i], part[s, partner, j] = part[s, partner, j], part[s, h, i]
             active = improve
     return placed
