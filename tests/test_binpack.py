@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,18 +13,18 @@ from longpack.binpack import ALGORITHMS, PackingStats, megatron, pack_lengths, p
 
 
 def best_fit_decreasing_reference(lengths: list[int], capacity: int) -> list[int]:
-    """Plain O(N*B) best fit decreasing; returns the sorted bin fills."""
-    fills: list[int] = []
+    """Plain best fit decreasing, one item at a time, over a sorted list of the bins' free room.
+
+    Returns the sorted bin fills (bins with equal room are interchangeable, so the fills are unique).
+    """
+    rooms: list[int] = []
     for length in sorted(lengths, reverse=True):
-        best = -1
-        for b, fill in enumerate(fills):
-            if fill + length <= capacity and (best < 0 or fill > fills[best]):
-                best = b
-        if best < 0:
-            fills.append(length)
+        i = bisect.bisect_left(rooms, length)
+        if i == len(rooms):
+            bisect.insort(rooms, capacity - length)
         else:
-            fills[best] += length
-    return sorted(fills)
+            bisect.insort(rooms, rooms.pop(i) - length)
+    return sorted(capacity - room for room in rooms)
 
 
 cases = st.integers(1, 80).flatmap(
@@ -167,3 +169,17 @@ def test_best_fit_decreasing_near_lower_bound_on_sft_like_lengths() -> None:
     stats = packing_stats(lengths, pack_lengths(lengths, 8192), 8192)
     assert stats.max_bin_fill <= 8192
     assert stats.bins_over_lower_bound <= 1.0005
+
+
+@pytest.mark.parametrize("workload", ["lognormal", "uniform", "small"])
+def test_best_fit_decreasing_group_moves_equal_item_by_item(workload: str) -> None:
+    rng = np.random.default_rng(5)
+    if workload == "lognormal":
+        lengths = np.clip(np.round(rng.lognormal(np.log(300), 1.0, 30_000)), 1, 2048).astype(np.int64)
+    elif workload == "uniform":
+        lengths = rng.integers(1, 2049, 30_000)
+    else:
+        lengths = rng.integers(1, 40, 30_000)
+    bins = pack_lengths(lengths, 2048, seed=1)
+    fills = np.sort(np.bincount(bins, weights=lengths).astype(np.int64)).tolist()
+    assert fills == best_fit_decreasing_reference(lengths.tolist(), 2048)

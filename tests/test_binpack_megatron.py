@@ -304,3 +304,11 @@ def test_arrays_are_flat_int64_for_large_input() -> None:
     sums = np.add.reduceat(flat, offsets[:-1])
     assert sums.max() <= 4096 and meta["min_packed_seqlen"] == sums.min()
     assert np.array_equal(np.bincount(flat, minlength=4097), histogram)
+
+
+def test_huge_lengths_use_a_64_bit_tree() -> None:
+    big = 2**40
+    seqlens = [big // 2, big, 3 * big, big // 2 + 1, 0, big // 4, big // 4]
+    assert megatron.first_fit(seqlens, big) == scan_first_fit(seqlens, big)
+    small_cap = [2**33, 5, 2**35, 3]
+    assert megatron.first_fit(small_cap, 10) == scan_first_fit(small_cap, 10) == [[2**33], [5, 3], [2**35]]

@@ -7,14 +7,11 @@ Every kernel takes and returns flat numpy arrays; the Python wrappers in ``_pack
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
-
-# Leaf value of a bin that is not open yet: lower than the remaining capacity of any open bin,
-# including an over-size bin (whose remaining capacity is negative), so that queries never match it.
-_UNOPENED = -(1 << 62)
-
 
 # ----------------------------------------------------------------------------------------------
 # First fit (Megatron semantics): lowest-index open bin whose remaining capacity is >= the length.
@@ -22,61 +19,85 @@ _UNOPENED = -(1 << 62)
 
 
 @njit(cache=True)
-def _grow_tree(tree: np.ndarray, size: int) -> np.ndarray:
-    """Double a max segment tree of ``size`` leaves; new leaves are unopened."""
-    new_size = size * 2
-    new = np.full(2 * new_size, _UNOPENED, dtype=np.int64)
-    new[new_size : new_size + size] = tree[size : 2 * size]
-    for node in range(new_size - 1, 0, -1):
-        a = new[2 * node]
-        b = new[2 * node + 1]
-        new[node] = a if a >= b else b
-    return new
-
-
-@njit(cache=True)
-def first_fit_bins(seqlens: np.ndarray, pack_size: int) -> tuple[np.ndarray, int]:
+def first_fit_bins(seqlens: np.ndarray, pack_size: int, unopened: Any) -> tuple[np.ndarray, int]:
     """Bin of each item (in the given order) under first fit, and the number of bins.
 
-    A max segment tree over the remaining capacity of each bin (leaves in bin-opening order) finds the
-    leftmost bin with room in O(log B). It grows by doubling, so memory follows the number of bins.
+    A 16-ary max tree over the remaining capacity of each bin (leaves in bin-opening order) finds the
+    leftmost bin with room: log16(N) levels, each one cache line when the tree is int32 (the tree has
+    one leaf per item, 4.3 B/item, so it never needs to grow). The tree's
+    dtype is that of ``unopened``, the leaf value of bins not opened yet (the dtype's minimum: below the
+    remaining capacity of any open bin, so a query never matches it).
     An item longer than ``pack_size`` opens a bin whose remaining capacity is negative: no later item,
     not even a zero-length one, goes there (the same as Megatron's linear scan).
     """
     n = seqlens.shape[0]
     bin_of = np.empty(n, dtype=np.int64)
-    size = 64
-    tree = np.full(2 * size, _UNOPENED, dtype=np.int64)
+    # level sizes (multiples of 16), leaves first; the last level is a single node of 16 entries
+    sizes = np.empty(32, dtype=np.int64)
+    nlev = 0
+    size = max(n, 1)
+    while True:
+        padded = (size + 15) // 16 * 16
+        sizes[nlev] = padded
+        nlev += 1
+        if padded == 16:
+            break
+        size = padded // 16
+    offs = np.zeros(nlev + 1, dtype=np.int64)
+    for lev in range(nlev):
+        offs[lev + 1] = offs[lev] + sizes[lev]
+    tree = np.full(offs[nlev], unopened)
+    root = offs[nlev - 1]
     nbins = 0
     for k in range(n):
-        need = np.int64(seqlens[k])
-        if tree[1] >= need:
-            node = 1
-            while node < size:
-                node *= 2
-                if tree[node] < need:
-                    node += 1
-            b = node - size
-            value = tree[node] - need
+        need = seqlens[k]
+        j = -1
+        for c in range(16):
+            if tree[root + c] >= need:
+                j = c
+                break
+        if j >= 0:
+            idx = j
+            for lev in range(nlev - 2, -1, -1):
+                base = offs[lev] + idx * 16
+                c = 0
+                while tree[base + c] < need:
+                    c += 1
+                idx = idx * 16 + c
+            b = idx
+            old = tree[b]
+            tree[b] = old - need
+            # a decrease changes a parent only if the old value was the parent's max
+            i = b
+            for lev in range(nlev - 1):
+                p = i // 16
+                pidx = offs[lev + 1] + p
+                if tree[pidx] != old:
+                    break
+                base = offs[lev] + p * 16
+                m = tree[base]
+                for c in range(1, 16):
+                    v = tree[base + c]
+                    if v > m:
+                        m = v
+                if m == old:
+                    break
+                tree[pidx] = m
+                i = p
         else:
-            if nbins == size:
-                tree = _grow_tree(tree, size)
-                size *= 2
             b = nbins
             nbins += 1
-            node = b + size
-            value = pack_size - need
+            new = pack_size - need
+            tree[b] = new
+            i = b
+            for lev in range(nlev - 1):
+                p = i // 16
+                pidx = offs[lev + 1] + p
+                if tree[pidx] >= new:
+                    break
+                tree[pidx] = new
+                i = p
         bin_of[k] = b
-        tree[node] = value
-        node //= 2
-        while node >= 1:
-            left = tree[2 * node]
-            right = tree[2 * node + 1]
-            best = left if left >= right else right
-            if tree[node] == best:
-                break
-            tree[node] = best
-            node //= 2
     return bin_of, nbins
 
 
@@ -159,7 +180,7 @@ def _bitset_levels(universe: int) -> np.ndarray:
     return np.array(starts, dtype=np.int64)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _bitset_set(bits: np.ndarray, levels: np.ndarray, key: int) -> None:
     nlev = levels.shape[0] - 1
     for lev in range(nlev):
@@ -171,7 +192,7 @@ def _bitset_set(bits: np.ndarray, levels: np.ndarray, key: int) -> None:
         key >>= 6
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _bitset_clear(bits: np.ndarray, levels: np.ndarray, key: int) -> None:
     nlev = levels.shape[0] - 1
     for lev in range(nlev):
@@ -183,7 +204,7 @@ def _bitset_clear(bits: np.ndarray, levels: np.ndarray, key: int) -> None:
         key >>= 6
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _bitset_successor(bits: np.ndarray, levels: np.ndarray, key: int) -> int:
     """Smallest set key >= ``key``, or -1."""
     nlev = levels.shape[0] - 1
@@ -210,6 +231,17 @@ def _bitset_successor(bits: np.ndarray, levels: np.ndarray, key: int) -> int:
 
 
 @njit(cache=True)
+def _push(
+    head: np.ndarray, next_bin: np.ndarray, bits: np.ndarray, levels: np.ndarray, left: int, b: int
+) -> None:
+    top = head[left]
+    next_bin[b] = top
+    head[left] = b
+    if top < 0:
+        _bitset_set(bits, levels, left)
+
+
+@njit(cache=True)
 def best_fit_decreasing_bins(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, int]:
     """Bin of each item under best fit decreasing, and the number of bins (bins in opening order).
 
@@ -217,6 +249,12 @@ def best_fit_decreasing_bins(lengths: np.ndarray, capacity: int) -> tuple[np.nda
     least remaining capacity that still fits it, else to a new bin. Open bins with the same remaining
     capacity ``r`` sit on a stack ``head[r]``/``next_bin``; a 64-ary bitset over ``r`` finds the smallest
     ``r >= length`` in a few word operations. Lengths must lie in 1..capacity (checked by the caller).
+
+    Items of one length move in groups, which gives exactly the item-by-item result: once the tightest
+    room ``r`` for length ``L`` is known, (a) if ``r < 2L`` every bin on stack ``r`` takes one item and
+    drops to ``r - L < L``, so the next items take the next bins of the stack with no new search; (b) if
+    ``r >= 2L`` the bin keeps being the tightest fit, so it takes ``min(count, r // L)`` items at once;
+    (c) with no room anywhere, each new bin takes ``capacity // L`` items.
     Memory: the result (8 B/item) plus 8 B per item for the processing-order buffer and 8 B per bin.
     """
     n = lengths.shape[0]
@@ -227,38 +265,72 @@ def best_fit_decreasing_bins(lengths: np.ndarray, capacity: int) -> tuple[np.nda
     bits = np.zeros(levels[-1], dtype=np.uint64)
     head = np.full(capacity + 1, -1, dtype=np.int64)
     next_bin = np.empty(max(16, n // 8), dtype=np.int64)
-    # bins of the items in processing order (longest first); start[v] = first slot of length v
     slot_bin = np.empty(n, dtype=np.int64)
     nbins = 0
     k = 0
     for length in range(capacity, 0, -1):
         c = count[length]
-        for _ in range(c):
+        while c > 0:
             r = _bitset_successor(bits, levels, length)
             if r < 0:
-                b = nbins
-                nbins += 1
-                if nbins > next_bin.shape[0]:
-                    grown = np.empty(next_bin.shape[0] * 2, dtype=np.int64)
-                    grown[: next_bin.shape[0]] = next_bin
-                    next_bin = grown
-                left = capacity - length
+                per_bin = capacity // length
+                while c > 0:
+                    t = per_bin if per_bin < c else c
+                    b = nbins
+                    nbins += 1
+                    if nbins > next_bin.shape[0]:
+                        grown = np.empty(next_bin.shape[0] * 2, dtype=np.int64)
+                        grown[: next_bin.shape[0]] = next_bin
+                        next_bin = grown
+                    for _ in range(t):
+                        slot_bin[k] = b
+                        k += 1
+                    c -= t
+                    left = capacity - t * length
+                    if left > 0:
+                        _push(head, next_bin, bits, levels, left, b)
+            elif 2 * length > r:
+                left = r - length
+                b = head[r]
+                if left > 0:
+                    top = head[left]
+                    was_empty = top < 0
+                    while c > 0 and b >= 0:
+                        nb = next_bin[b]
+                        slot_bin[k] = b
+                        k += 1
+                        c -= 1
+                        next_bin[b] = top
+                        top = b
+                        b = nb
+                    head[left] = top
+                    if was_empty:
+                        _bitset_set(bits, levels, left)
+                else:
+                    while c > 0 and b >= 0:
+                        slot_bin[k] = b
+                        k += 1
+                        c -= 1
+                        b = next_bin[b]
+                head[r] = b
+                if b < 0:
+                    _bitset_clear(bits, levels, r)
             else:
                 b = head[r]
                 nb = next_bin[b]
                 head[r] = nb
                 if nb < 0:
                     _bitset_clear(bits, levels, r)
-                left = r - length
-            if left > 0:
-                top = head[left]
-                next_bin[b] = top
-                head[left] = b
-                if top < 0:
-                    _bitset_set(bits, levels, left)
-            slot_bin[k] = b
-            k += 1
-    # hand the slots of each length to its items in index order
+                t = r // length
+                if t > c:
+                    t = c
+                for _ in range(t):
+                    slot_bin[k] = b
+                    k += 1
+                c -= t
+                left = r - t * length
+                if left > 0:
+                    _push(head, next_bin, bits, levels, left, b)
     start = np.zeros(capacity + 2, dtype=np.int64)
     acc = 0
     for length in range(capacity, 0, -1):

@@ -117,9 +117,7 @@ def pack_lengths(
         from longpack.binpack import megatron
 
         histogram = np.bincount(arr, minlength=cap + 1)
-        flat, offsets, _ = megatron.create_packing_strategy_arrays(
-            histogram, cap, algorithm, rng=np.random.RandomState(seed)
-        )
+        flat, offsets = megatron._strategy_flat(histogram, cap, algorithm, np.random.RandomState(seed))
         return _kernels.assign_items_by_length(arr, flat, offsets, cap)
     bin_of, nbins = _kernels.best_fit_decreasing_bins(arr, cap)
     new_id = np.random.RandomState(seed).permutation(nbins).astype(np.int64, copy=False)

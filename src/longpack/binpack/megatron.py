@@ -76,7 +76,12 @@ def _resolve_rng(rng: np.random.RandomState | None) -> np.random.RandomState | A
 
 
 def _first_fit_arrays(ordered: np.ndarray, pack_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    bin_of, nbins = _kernels.first_fit_bins(ordered, pack_size)
+    # An int32 tree (one cache line per node) whenever every remaining capacity fits in it.
+    longest = int(ordered.max()) if ordered.size else 0
+    small = pack_size - longest > -(2**31) and pack_size < 2**31 - 1
+    unopened = np.iinfo(np.int32).min if small else np.iinfo(np.int64).min
+    dtype = np.int32 if small else np.int64
+    bin_of, nbins = _kernels.first_fit_bins(ordered, pack_size, dtype(unopened))
     return _kernels.group_by_bin(ordered, bin_of, nbins)
 
 
@@ -214,6 +219,14 @@ def create_packing_strategy_arrays(
     {'dataset_max_seqlen': 4, 'max_samples_per_bin': 2, 'packing_factor': 2.0, 'packing_efficiency': 91.67, 'pack_size': 6, 'min_packed_seqlen': 5}
     """
     size = _pack_size(pack_size)
+    flat, offsets = _strategy_flat(histogram, size, packing_algorithm, rng)
+    return flat, offsets, _metadata(flat, offsets, size)
+
+
+def _strategy_flat(
+    histogram: Any, pack_size: int, packing_algorithm: str, rng: np.random.RandomState | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``create_packing_strategy_arrays`` without the metadata (used by ``pack_lengths``)."""
     if packing_algorithm not in PACKING_ALGORITHMS:
         raise ValueError(
             f"unknown packing_algorithm {packing_algorithm!r}; choose one of {', '.join(PACKING_ALGORITHMS)}"
@@ -223,8 +236,8 @@ def create_packing_strategy_arrays(
         lengths = lengths[::-1].copy()  # ascending expansion reversed == stable descending sort
     elif packing_algorithm == "first_fit_shuffle":
         _resolve_rng(rng).shuffle(lengths)
-    flat, offsets, _ = _first_fit_arrays(lengths, size)
-    return flat, offsets, _metadata(flat, offsets, size)
+    flat, offsets, _ = _first_fit_arrays(lengths, pack_size)
+    return flat, offsets
 
 
 def create_packing_strategy(
