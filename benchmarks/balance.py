@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    PYTHONPATH=src python benchmarks/balance.py --quick             # 8 steps per case, 64 measured packs
+    PYTHONPATH=src python benchmarks/balance.py --quick             # 8 steps per case, 128 measured packs
     PYTHONPATH=src python benchmarks/balance.py                     # the full tables (several minutes)
     PYTHONPATH=src python benchmarks/balance.py --no-measured       # simulated tables only
 
@@ -368,7 +368,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="8 steps per simulated case, 64 measured packs")
+    parser.add_argument("--quick", action="store_true", help="8 steps per simulated case, 128 measured packs")
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     parser.add_argument("--capacities", type=int, nargs="+", default=[32768, 65536, 131072])
     parser.add_argument("--steps", type=int, default=16, help="global batches per simulated case")
@@ -381,7 +381,7 @@ def main() -> None:
     parser.add_argument("--plots", default="bench_out/balance", help="folder for PNG plots ('' = none)")
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.measure_packs, args.measure_repeats = 8, 64, 1
+        args.steps, args.measure_packs, args.measure_repeats = 8, 128, 1
     print(f"python {sys.version.split()[0]}, numpy {np.__version__}; shared, loaded machine: compare ratios")
     if not args.no_simulated:
         simulated(args)
