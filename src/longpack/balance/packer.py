@@ -7,17 +7,19 @@ this module planned for it.
 
 Three stages (numpy + numba; no I/O, no torch):
 
-1. **Fill.** Take the bin count ``B`` of best-fit decreasing (the tightest packer in ``longpack.binpack``).
-   Place items longest first, each into the open bin of **lowest current cost** that still has room (LPT
-   scheduling under a capacity constraint), opening a bin only when none has room. Long sequences land
-   in different packs and short ones top up the cheap packs, so pack costs come out as even as the
-   items allow while the pack count stays at (or within a few bins of) best-fit's.
+1. **Fill.** Best-fit decreasing's packs (``longpack.binpack``), or an even-cost fill with the same bin
+   count (``cost_balanced_bins``: items longest first, each into the open bin of **lowest current cost**
+   that still has room, a new bin only when none has). ``fill="auto"`` runs stages 2-3 on both and keeps
+   the one ``simulate_schedule`` finds faster: even costs help pure DP, while best-fit's uneven costs
+   leave light packs to pair with the unavoidably heavy ones (one long sequence alone) under PP.
 2. **Steps.** Sort packs by cost and cut them into ``GBS`` strata of ``steps`` packs; each step takes
    one pack of every stratum, the stratum-to-step matching drawn at random (seeded). Every global batch
    gets the same mix of heavy and light packs, and step order carries no length trend.
 3. **Ranks.** Inside a step, deal packs heaviest first to the least-loaded DP rank with a free slot, then
    swap pairs between the most and least loaded rank while that lowers the maximum; micro-batches of
-   ``MBS`` packs are formed the same way, and their order on a rank is shuffled (seeded).
+   ``MBS`` packs are formed the same way, and their order on a rank is shuffled (seeded). With PP, the
+   micro-batch order of every rank is searched with ``pipeline_makespan``, and packs are swapped between
+   a step's slowest rank and its fastest ranks while that shortens the step.
 """
 
 from __future__ import annotations
