@@ -252,14 +252,26 @@ MODEL = PackCostModel(linear=1.0, quadratic=1.0 / 256, per_sequence=2.0)
     dp=st.integers(1, 3),
     m=st.integers(1, 3),
     pp=st.sampled_from([1, 2]),
+    mbs=st.integers(1, 2),
+    sampler=st.sampled_from(["batch", "single"]),
     fill=st.sampled_from(["auto", "best_fit", "even_cost"]),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_balanced_pack_is_a_valid_deterministic_packing(
-    lengths: list[int], dp: int, m: int, pp: int, fill: str, seed: int
+    lengths: list[int], dp: int, m: int, pp: int, mbs: int, sampler: str, fill: str, seed: int
 ) -> None:
     cap = 256
-    kwargs = dict(cost_model=MODEL, dp=dp, gbs=dp * m, pp=pp, seed=seed, fill=fill, passes=1)
+    kwargs = dict(
+        cost_model=MODEL,
+        dp=dp,
+        gbs=dp * m * mbs,
+        micro_batch_size=mbs,
+        sampler=sampler,
+        pp=pp,
+        seed=seed,
+        fill=fill,
+        passes=1,
+    )
     bins = balanced_pack(lengths, cap, **kwargs)
     arr = np.asarray(lengths)
     assert bins.shape == arr.shape and bins.dtype == np.int64  # every item exactly once
@@ -313,6 +325,19 @@ def test_order_packs_is_a_permutation_with_partial_step() -> None:
     costs = np.random.default_rng(3).random(37)
     pos = order_packs(costs, dp=2, gbs=8, pp=2, seed=5)
     assert sorted(pos.tolist()) == list(range(37))
+    pos = order_packs(costs, dp=2, gbs=8, pp=2, schedule="interleaved", vpp=2, seed=5)
+    assert sorted(pos.tolist()) == list(range(37))
+
+
+def test_order_packs_evens_out_rank_work() -> None:
+    costs = np.random.default_rng(6).lognormal(0.0, 1.0, 256)
+    kw = dict(dp=4, pp=2, gbs=32)
+    ordered = np.empty_like(costs)
+    ordered[order_packs(costs, seed=0, **kw)] = costs
+    balanced = simulate_schedule(ordered, **kw)
+    as_given = simulate_schedule(costs, **kw)
+    assert balanced.rank_imbalance.max() < as_given.rank_imbalance.mean()
+    assert balanced.total_time < as_given.total_time
 
 
 def test_step_length_correlation_detects_sorted_order() -> None:

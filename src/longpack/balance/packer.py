@@ -369,7 +369,8 @@ def balanced_pack(
     their uneven costs leave light packs to pair with unavoidably heavy ones), ``"even_cost"``
     (``cost_balanced_bins``) or ``"auto"`` (both, keeping the one ``simulate_schedule`` finds faster;
     ties go to best-fit). Either uses best-fit decreasing's bin count (even-cost opens more only for
-    items that fit nowhere). See the module docstring for the ordering.
+    items that fit nowhere; ``"auto"`` drops it if that costs more than 0.5 % fill). See the module
+    docstring for the ordering.
 
     >>> m = PackCostModel(linear=1.0, quadratic=0.001)
     >>> bins = balanced_pack([900, 800, 100, 200, 500, 500, 400, 600], 1000, cost_model=m, dp=2, gbs=4)
@@ -389,9 +390,10 @@ def balanced_pack(
     if fill in ("auto", "best_fit"):
         candidates.append(reference)
     if fill in ("auto", "even_cost"):
-        candidates.append(
-            cost_balanced_bins(arr, cap, cost_model=cost_model, target_bins=int(reference.max()) + 1)
-        )
+        even = cost_balanced_bins(arr, cap, cost_model=cost_model, target_bins=int(reference.max()) + 1)
+        # auto never trades fill for balance beyond 0.5 % of best-fit's efficiency (issue 8's budget).
+        if fill == "even_cost" or (int(even.max()) + 1) * 0.995 <= int(reference.max()) + 1:
+            candidates.append(even)
     best: tuple[float, np.ndarray] | None = None
     for bins in candidates:
         costs = cost_model.cost(arr, bins)
