@@ -32,6 +32,7 @@ _COMMAND_MODULES = (
     "pack_cmd",
     "inspect_cmd",
     "sweep_cmd",
+    "balance_cmd",
 )
 
 

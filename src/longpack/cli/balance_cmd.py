@@ -1,0 +1,149 @@
+"""``longpack balance``: compare first-fit-shuffle, best-fit and workload-balanced packing of a length list."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import typer
+
+_MODEL_KEYS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab")
+
+
+def read_lengths(path: Path) -> np.ndarray:
+    """Lengths from ``.npy`` (1-D integers) or a text file with one integer per line (``#`` comments)."""
+    if path.suffix == ".npy":
+        arr = np.load(path, allow_pickle=False)
+        if arr.ndim != 1 or arr.dtype.kind not in "iu":
+            raise ValueError(f"{path}: expected a 1-D integer array, got dtype {arr.dtype} shape {arr.shape}")
+        return arr.astype(np.int64)
+    values: list[int] = []
+    with path.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            try:
+                values.append(int(text))
+            except ValueError:
+                raise ValueError(f"{path}:{number}: {text!r} is not an integer length") from None
+    return np.asarray(values, dtype=np.int64)
+
+
+def parse_model(spec: str) -> dict[str, Any]:
+    """``hidden=4096,layers=32,heads=32,kv_heads=8,ffn=14336,vocab=128256`` -> dict (kv_heads optional)."""
+    out: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or key not in _MODEL_KEYS:
+            raise ValueError(f"--model: {part!r} is not KEY=VALUE with KEY one of {', '.join(_MODEL_KEYS)}")
+        try:
+            out[key] = int(value)
+        except ValueError:
+            raise ValueError(f"--model: {key}={value!r} is not an integer") from None
+    missing = [k for k in _MODEL_KEYS if k not in out and k != "kv_heads"]
+    if missing:
+        raise ValueError(f"--model is missing {', '.join(missing)} (e.g. {_MODEL_KEYS[0]}=4096,...)")
+    return out
+
+
+def write_npy_atomic(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.save(fh, array, allow_pickle=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+_LENGTHS_ARG = typer.Argument(..., help="Runtime lengths: .npy, or text with one integer per line.")
+_OUT_OPT = typer.Option(None, "--out", help="Write the balanced bin_of_item (.npy); bin id = read order.")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("balance")
+    def balance(
+        lengths_file: Path = _LENGTHS_ARG,
+        capacity: int = typer.Option(..., "--capacity", help="Pack size in tokens."),
+        dp: int = typer.Option(..., "--dp", help="Data-parallel size."),
+        pp: int = typer.Option(1, "--pp", help="Pipeline-parallel size."),
+        gbs: int = typer.Option(..., "--gbs", help="Global batch size in packs."),
+        mbs: int = typer.Option(1, "--mbs", help="Micro-batch size in packs."),
+        schedule: str = typer.Option("1f1b", "--schedule", help="1f1b or interleaved."),
+        vpp: int = typer.Option(1, "--vpp", help="Virtual pipeline stages (interleaved schedule)."),
+        sampler: str = typer.Option(
+            "batch", "--sampler", help="batch (Megatron-Bridge SFT) or single (Megatron-LM)."
+        ),
+        model: str = typer.Option(
+            "hidden=4096,layers=32,heads=32,kv_heads=8,ffn=14336,vocab=128256",
+            "--model",
+            help="Dense model shape for the Megatron FLOP formula (default: Llama-3-8B).",
+        ),
+        tflops: float = typer.Option(
+            400.0, "--tflops", help="Effective TFLOP/s of one pack's TP x CP group."
+        ),
+        seed: int = typer.Option(0, "--seed"),
+        out: Path | None = _OUT_OPT,
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """Simulate a training pass (DP x PP) for three packers and optionally save the balanced packing."""
+        from longpack.balance import PackCostModel
+        from longpack.balance.report import compare_packings
+
+        try:
+            lengths = read_lengths(lengths_file)
+            cost_model = PackCostModel.from_dense_model(flops_per_second=tflops * 1e12, **parse_model(model))
+            reports = compare_packings(
+                lengths,
+                capacity,
+                cost_model=cost_model,
+                dp=dp,
+                pp=pp,
+                gbs=gbs,
+                micro_batch_size=mbs,
+                schedule=schedule,
+                vpp=vpp,
+                sampler=sampler,
+                seed=seed,
+            )
+        except (OSError, ValueError, TypeError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        ideal = next(r for r in reports if r.name == "best_fit").ideal_time
+        rows: list[dict[str, Any]] = [
+            {
+                "packing": r.name,
+                "packs": r.num_packs,
+                "fill": round(r.fill, 6),
+                "time_s": round(r.total_time, 6),
+                "vs_ideal": round(r.total_time / ideal, 6) if ideal > 0 else 1.0,
+                "rank_imbalance": round(r.rank_imbalance, 6),
+                "step_length_correlation": round(r.step_length_correlation, 6),
+            }
+            for r in reports
+        ]
+        if out is not None:
+            write_npy_atomic(out, next(r for r in reports if r.name == "balanced").bin_of_item)
+        if as_json:
+            typer.echo(json.dumps({"ideal_time_s": ideal, "packings": rows}, indent=2))
+            return
+        typer.echo(
+            f"{'packing':<18} {'packs':>7} {'fill %':>7} {'time s':>12} {'/ideal':>7} {'rank imb':>8} {'corr':>6}"
+        )
+        for row in rows:
+            typer.echo(
+                f"{row['packing']:<18} {row['packs']:>7} {100 * row['fill']:>7.2f} {row['time_s']:>12.3f} "
+                f"{row['vs_ideal']:>7.3f} {row['rank_imbalance']:>8.3f} {row['step_length_correlation']:>+6.2f}"
+            )
+        typer.echo(f"{'ideal':<18} {'':>7} {'':>7} {ideal:>12.3f} {1.0:>7.3f}")
+        if out is not None:
+            typer.echo(f"balanced bin_of_item written to {out} (bin k is the k-th pack read)")
