@@ -37,10 +37,12 @@ from longpack.balance.schedule import (
     positions_for_slots,
     simulate_schedule,
 )
+from longpack.balance.target import BalanceTarget
 
 __all__ = [
     "SAMPLERS",
     "SCHEDULES",
+    "BalanceTarget",
     "PackCostModel",
     "PackSlots",
     "ScheduleResult",

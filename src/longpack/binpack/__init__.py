@@ -11,6 +11,6 @@
 
 from __future__ import annotations
 
-from longpack.binpack._pack import ALGORITHMS, PackingStats, pack_lengths, packing_stats
+from longpack.binpack._pack import ALGORITHMS, BALANCED, PackingStats, pack_lengths, packing_stats
 
-__all__ = ["ALGORITHMS", "PackingStats", "pack_lengths", "packing_stats"]
+__all__ = ["ALGORITHMS", "BALANCED", "PackingStats", "pack_lengths", "packing_stats"]

@@ -18,6 +18,8 @@ ALGORITHMS: tuple[str, ...] = (
     "first_fit_decreasing",
     "first_fit_shuffle",
 )
+#: Workload-balanced packing; needs ``balance=`` (see ``pack_lengths``).
+BALANCED = "balanced"
 MEGATRON_ALGORITHMS: tuple[str, ...] = ("first_fit", "first_fit_decreasing", "first_fit_shuffle")
 
 
@@ -86,7 +88,12 @@ def validate_lengths(lengths: Any, capacity: int) -> np.ndarray:
 
 
 def pack_lengths(
-    lengths: Any, capacity: int, *, algorithm: str = "best_fit_decreasing", seed: int = 0
+    lengths: Any,
+    capacity: int,
+    *,
+    algorithm: str = "best_fit_decreasing",
+    seed: int = 0,
+    balance: Any = None,
 ) -> np.ndarray:
     """Assign each item a bin so that no bin's total length exceeds ``capacity``.
 
@@ -101,6 +108,11 @@ def pack_lengths(
       algorithm)[0][k]`` with the global RNG seeded by ``seed`` (so ``first_fit`` works on the
       ascending-sorted lengths, as Megatron's histogram expansion does). Bin ids are not permuted. Among
       items of equal length, the item with the lower index takes the earlier place in bin order.
+
+    * ``balanced``: workload-balanced packing (``longpack.balance.balanced_pack``) for the topology and
+      cost model in ``balance`` (a ``longpack.balance.BalanceTarget``): best-fit-level fill, and **bin ids
+      are the training order**, arranged so every DP rank of every step gets a near-equal share of work.
+      It is not in ``ALGORITHMS``, which lists the algorithms that need nothing but the lengths.
 
     Lengths must be integers in 1..capacity; anything else raises ``ValueError`` naming how many items
     are invalid and the first one (truncate, split or drop them first).
@@ -119,8 +131,34 @@ def pack_lengths(
             f"a common alignment such as pad_seq_to_mult)"
         )
     seed = _check_seed(seed)
+    if algorithm == BALANCED:
+        if balance is None:
+            raise ValueError(
+                'algorithm="balanced" needs balance=longpack.balance.BalanceTarget(...) '
+                "(the DP/PP/GBS topology and the pack cost model to balance for)"
+            )
+        # Imported here: balance builds on this module (best-fit packs are its starting point).
+        from longpack.balance import balanced_pack
+
+        return balanced_pack(
+            validate_lengths(lengths, cap),
+            cap,
+            cost_model=balance.cost_model,
+            dp=balance.dp,
+            gbs=balance.gbs,
+            micro_batch_size=balance.micro_batch_size,
+            sampler=balance.sampler,
+            pp=balance.pp,
+            schedule=balance.schedule,
+            vpp=balance.vpp,
+            seed=seed,
+        )
+    if balance is not None:
+        raise ValueError(f"balance= is only used with algorithm='balanced', not {algorithm!r}")
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+        raise ValueError(
+            f"unknown packing algorithm {algorithm!r}; choose one of {', '.join((*ALGORITHMS, BALANCED))}"
+        )
     arr = validate_lengths(lengths, cap)
     if arr.size == 0:
         return np.empty(0, dtype=np.int64)
