@@ -63,7 +63,16 @@ def inputs(tmp_path_factory) -> list[str]:
     ids = [[1 + (i * 7 + j) % 250 for j in range(2 + (i * 37) % 300)] for i in range(1500)]
     table = pa.table({"input_ids": ids})
     pq.write_table(table, d / "p.parquet", row_group_size=600)
+    val = tmp_path_factory.mktemp("val") / "val.jsonl"
+    val.write_text(
+        "".join(json.dumps({"prompt": f"v{i} " * (i % 40), "completion": "ok"}) + "\n" for i in range(400))
+    )
     return [str(d)]
+
+
+@pytest.fixture(scope="module")
+def val_input(inputs) -> str:
+    return str(next(Path(inputs[0]).parent.glob("val*/val.jsonl")))
 
 
 def pack(out: Path, inputs: list[str], *extra: str) -> dict:
@@ -101,11 +110,12 @@ def assert_same_bytes(a: Path, b: Path) -> None:
     "extra",
     [
         ("--algorithm", "first_fit_shuffle", "--val-fraction", "0.1", "--seed", "3"),
-        ("--pad-seq-to-mult", "8", "--overlength", "truncate", "--seq-length", "200"),
+        ("--pad-seq-to-mult", "8", "--overlength", "truncate", "--seq-length", "200", "--val-input", "VAL"),
     ],
-    ids=["megatron-exact-with-val", "truncate-mult8"],
+    ids=["megatron-exact-val-fraction", "truncate-mult8-val-input"],
 )
-def test_ray_output_is_byte_identical_to_local(ray_cluster, inputs, tmp_path: Path, extra) -> None:
+def test_ray_output_is_byte_identical_to_local(ray_cluster, inputs, val_input, tmp_path: Path, extra) -> None:
+    extra = tuple(val_input if x == "VAL" else x for x in extra)
     local = pack(tmp_path / "local", inputs, "--workers", "1", *extra)
     remote = pack(tmp_path / "ray", inputs, "--backend", "ray", *extra)
     assert_same_bytes(tmp_path / "local", tmp_path / "ray")
@@ -116,7 +126,7 @@ def test_ray_output_is_byte_identical_to_local(ray_cluster, inputs, tmp_path: Pa
     assert mem["worker_peak_rss_bytes"] and all(v > 0 for v in mem["worker_peak_rss_bytes"].values())
 
 
-def test_one_worker_and_a_worker_killed_once_give_the_same_bytes(ray_cluster, inputs, tmp_path: Path) -> None:
+def test_one_worker_killed_once_gives_the_same_bytes(ray_cluster, inputs, tmp_path: Path) -> None:
     from longpack.cluster import RayPacker
     from longpack.packed import PackSettings, Provenance, plan_splits
     from longpack.text import TextConfig
@@ -143,10 +153,8 @@ def test_one_worker_and_a_worker_killed_once_give_the_same_bytes(ray_cluster, in
             )
             packer.write_packed_output(out, splits, settings, provenance)
 
-    run(tmp_path / "one", workers=1)
-    assert_same_bytes(tmp_path / "local", tmp_path / "one")
     marker = tmp_path / "killed-once"
-    run(tmp_path / "killed", fail_once=str(marker))
+    run(tmp_path / "killed", workers=1, fail_once=str(marker))
     # A tokenize task and a write task each killed their worker once; Ray retried them.
     assert Path(f"{marker}.tokenize").exists() and Path(f"{marker}.write").exists()
     assert_same_bytes(tmp_path / "local", tmp_path / "killed")
@@ -157,8 +165,18 @@ def test_errors_leave_no_manifest(ray_cluster, inputs, tmp_path: Path) -> None:
     bad.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": "only"}\n')
     result = runner.invoke(
         app,
-        ["pack", str(bad), "--out", str(tmp_path / "o"), "--tokenizer", "bytes", "--seq-length", "64"]
-        + ["--backend", "ray"],
+        [
+            "pack",
+            str(bad),
+            "--out",
+            str(tmp_path / "o"),
+            "--tokenizer",
+            "bytes",
+            "--seq-length",
+            "64",
+            "--backend",
+            "ray",
+        ],
     )
     assert result.exit_code == 2
     assert f"{bad}:2: missing key 'completion'" in result.output

@@ -268,6 +268,13 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(summary, indent=2))
         else:
             _print_human(summary, manifest)
+            if ray_packer is not None:
+                mem = ray_packer.memory_report()
+                workers_mib = [round(v / 2**20) for v in mem["worker_peak_rss_bytes"].values()]
+                typer.echo(
+                    f"ray: peak RSS driver {mem['driver_peak_rss_bytes'] / 2**20:.0f} MiB, "
+                    f"{len(workers_mib)} worker processes, max {max(workers_mib, default=0)} MiB"
+                )
 
 
 def _write(out, splits, settings, provenance, overwrite, show_progress, write_packed_output):  # type: ignore[no-untyped-def]

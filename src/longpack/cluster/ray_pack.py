@@ -54,6 +54,11 @@ from longpack.samples import TokenizedSamples
 MAX_TASK_RETRIES = 3
 
 
+def _task_options() -> dict[str, Any]:
+    # Ray Data retries tasks forever by default; a task that kills its worker every time must end the run.
+    return {"max_retries": MAX_TASK_RETRIES}
+
+
 class RayBackendError(RuntimeError):
     """A Ray stage failed after its retries; nothing was finished (no manifest)."""
 
@@ -459,12 +464,12 @@ class RayPacker:
 
             def run() -> Any:
                 ds = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
-                    _tokenize_chunks,
+                    _tokenize_chunks,  # type: ignore[arg-type]
                     batch_size=1,
                     batch_format="numpy",
                     fn_kwargs={"config": config, "tokenizer": tok.spec, "fail_once": self.fail_once},
                     concurrency=self.workers,
-                    max_retries=MAX_TASK_RETRIES,
+                    ray_remote_args_fn=_task_options,
                 )
                 done = ds.materialize()
                 small = done.select_columns(
@@ -593,7 +598,7 @@ class RayPacker:
                     batch_format="numpy",
                     fn_kwargs={"routes_ref": routes_ref, "token_dtype": src.token_dtype},
                     concurrency=self.workers,
-                    max_retries=MAX_TASK_RETRIES,
+                    ray_remote_args_fn=_task_options,
                 )
                 return (
                     pieces.groupby("shard", num_partitions=max(1, n_shards))
@@ -607,7 +612,7 @@ class RayPacker:
                             "eos_id": eos_id,
                             "fail_once": self.fail_once,
                         },
-                        max_retries=MAX_TASK_RETRIES,
+                        ray_remote_args_fn=_task_options,
                     )
                     .take_all()
                 )
