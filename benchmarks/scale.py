@@ -56,13 +56,13 @@ def make_input(path: Path, n: int, seed: int = 0) -> int:
     return total
 
 
-def run_one(mode: str, src: str, out: str) -> dict:
+def run_one(mode: str, src: str, out: str, rows_per_shard: int | None = None) -> dict:
     """One measurement (in its own process): mode ``local`` or ``rayW``."""
     from longpack.packed import PackSettings, Provenance, plan_splits, write_packed_output
     from longpack.text import TextConfig, tokenize_inputs
 
     config = TextConfig(format="pretokenized")
-    settings = PackSettings(seq_length=SEQ_LENGTH, pack_size=PACK_SIZE)
+    settings = PackSettings(seq_length=SEQ_LENGTH, pack_size=PACK_SIZE, rows_per_shard=rows_per_shard)
     startup = 0.0
     report: dict = {}
     if mode == "local":
@@ -128,10 +128,13 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 5_000_000])
     ap.add_argument("--modes", nargs="+", default=["local", "ray1", "ray2"])
     ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument(
+        "--rows-per-shard", type=int, default=None, help="default: longpack's (~2**27 tokens per shard)"
+    )
     ap.add_argument("--run", nargs=3, metavar=("MODE", "SRC", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
-        print(json.dumps(run_one(*args.run)))
+        print(json.dumps(run_one(*args.run, rows_per_shard=args.rows_per_shard)))
         return
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="longpack-scale-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -143,7 +146,8 @@ def main() -> None:
         for mode in args.modes:
             out = workdir / f"out_{n}_{mode}"
             proc = subprocess.run(
-                [sys.executable, __file__, "--run", mode, str(src), str(out)],
+                [sys.executable, __file__, "--run", mode, str(src), str(out)]
+                + ([f"--rows-per-shard={args.rows_per_shard}"] if args.rows_per_shard else []),
                 capture_output=True,
                 text=True,
                 check=False,

@@ -264,8 +264,26 @@ def _route_chunks(batch: dict[str, np.ndarray], *, routes_ref: Any, token_dtype:
     }
 
 
+def _binary_values(column: Any, dtype: Any) -> np.ndarray:
+    """All values of an Arrow binary column, back to back, as one numpy view (no copy for one chunk).
+
+    >>> import pyarrow as pa
+    >>> _binary_values(pa.chunked_array([pa.array([b"\\x01\\x00", b"\\x02\\x00"])]), np.int16).tolist()
+    [1, 2]
+    """
+    import pyarrow as pa
+
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offset_type = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
+    offsets = np.frombuffer(arr.buffers()[1], dtype=offset_type)[arr.offset : arr.offset + len(arr) + 1]
+    data = arr.buffers()[2]
+    if data is None:
+        return np.zeros(0, dtype=dtype)
+    return np.frombuffer(data, dtype=np.uint8)[int(offsets[0]) : int(offsets[-1])].view(dtype)
+
+
 def _write_shard_group(
-    group: dict[str, np.ndarray],
+    group: Any,
     *,
     shards_ref: Any,
     out_dir: str,
@@ -273,17 +291,18 @@ def _write_shard_group(
     eos_id: int,
     fail_once: str | None,
 ) -> dict[str, Any]:
-    """map_groups UDF: every piece of one shard -> the shard's Parquet file (the local writer's code)."""
+    """map_groups UDF: every piece of one shard (an Arrow table) -> the shard's Parquet file, written by the
+    local backend's ``write_shard_file``. Pieces are read in place from Arrow buffers (no per-piece copy)."""
     import ray
 
-    shard = int(group["shard"][0])
+    shard = int(group.column("shard")[0].as_py())
     _maybe_fail_once(fail_once, "write", shard == 0)
     info = ray.get(shards_ref)[shard]
-    pos = np.concatenate([np.frombuffer(b, dtype=np.int64) for b in group["pos"]])
-    kept = np.concatenate([np.frombuffer(b, dtype=np.int64) for b in group["kept"]])
-    stored = np.concatenate([np.frombuffer(b, dtype=np.int64) for b in group["stored"]])
-    tokens = np.concatenate([np.frombuffer(b, dtype=token_dtype) for b in group["tokens"]])
-    mask = np.concatenate([np.frombuffer(b, dtype=np.uint8) for b in group["loss_mask"]])
+    pos = _binary_values(group.column("pos"), np.int64)
+    kept = _binary_values(group.column("kept"), np.int64)
+    stored = _binary_values(group.column("stored"), np.int64)
+    tokens = _binary_values(group.column("tokens"), np.dtype(token_dtype))
+    mask = _binary_values(group.column("loss_mask"), np.uint8)
     n = len(pos)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(kept, out=offsets[1:])
@@ -604,7 +623,7 @@ class RayPacker:
                     pieces.groupby("shard", num_partitions=max(1, n_shards))
                     .map_groups(
                         _write_shard_group,
-                        batch_format="numpy",
+                        batch_format="pyarrow",
                         fn_kwargs={
                             "shards_ref": shards_ref,
                             "out_dir": str(out.resolve()),
