@@ -156,7 +156,7 @@ def test_one_worker_killed_once_gives_the_same_bytes(ray_cluster, inputs, tmp_pa
     marker = tmp_path / "killed-once"
     run(tmp_path / "killed", workers=1, fail_once=str(marker))
     # A tokenize task and a write task each killed their worker once; Ray retried them.
-    assert Path(f"{marker}.tokenize").exists() and Path(f"{marker}.write").exists()
+    assert Path(f"{marker}.tokenize.0").exists() and Path(f"{marker}.write.0").exists()
     assert_same_bytes(tmp_path / "local", tmp_path / "killed")
 
 
@@ -181,3 +181,23 @@ def test_errors_leave_no_manifest(ray_cluster, inputs, tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert f"{bad}:2: missing key 'completion'" in result.output
     assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+def test_a_write_task_that_keeps_dying_fails_cleanly_without_manifest(ray_cluster, tmp_path: Path) -> None:
+    from longpack.cluster import RayBackendError, RayPacker
+    from longpack.cluster.ray_pack import MAX_TASK_RETRIES
+    from longpack.packed import PackSettings, Provenance, plan_splits
+    from longpack.text import TextConfig
+
+    src = tmp_path / "a.jsonl"
+    src.write_text("".join(json.dumps({"prompt": f"q{i}", "completion": "a"}) + "\n" for i in range(100)))
+    settings = PackSettings(seq_length=64)
+    marker = tmp_path / "dies"
+    with RayPacker() as packer:
+        res = packer.tokenize_inputs([str(src)], tokenizer="bytes", config=TextConfig())
+        splits = plan_splits(res.samples, settings, eos_id=res.tokenizer["eos_id"])
+        packer.fail_once, packer.fail_times = str(marker), MAX_TASK_RETRIES + 1
+        with pytest.raises(RayBackendError, match="write stage failed after retries: The worker died"):
+            packer.write_packed_output(tmp_path / "out", splits, settings, Provenance())
+    assert len(list(tmp_path.glob("dies.write.*"))) == MAX_TASK_RETRIES + 1  # every attempt ran and died
+    assert not (tmp_path / "out" / "manifest.json").exists()

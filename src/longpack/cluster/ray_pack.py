@@ -31,6 +31,7 @@ import json
 import os
 import resource
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,16 +80,18 @@ def _worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _maybe_fail_once(marker: str | None, stage: str, hit: bool) -> None:
-    if not marker or not hit:
+def _maybe_fail_once(fail: tuple[str, int] | None, stage: str, hit: bool) -> None:
+    """Test hook: kill this worker unless ``<prefix>.<stage>.<k>`` exists for every ``k < times``."""
+    if not fail or not hit:
         return
-    marker = f"{marker}.{stage}"
-    try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return
-    os.close(fd)
-    os._exit(17)
+    prefix, times = fail
+    for k in range(times):
+        try:
+            fd = os.open(f"{prefix}.{stage}.{k}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        os._exit(17)
 
 
 # ---------------------------------------------------------------------------------------------- stage 1
@@ -181,7 +184,7 @@ def _chunk_payloads(spec: dict[str, Any]) -> Iterator[tuple[int, Any]]:
 
 
 def _tokenize_chunks(
-    batch: dict[str, np.ndarray], *, config: Any, tokenizer: str, fail_once: str | None
+    batch: dict[str, np.ndarray], *, config: Any, tokenizer: str, fail_once: tuple[str, int] | None
 ) -> dict[str, Any]:
     """map_batches UDF: chunk descriptors -> one row per chunk with its tokens as flat bytes."""
     from longpack.text.pipeline import tokenize_chunk
@@ -245,8 +248,12 @@ def _route_chunks(batch: dict[str, np.ndarray], *, routes_ref: Any, token_dtype:
         shard = routes["shard"][ids]
         starts = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=starts[1:])
-        for s in np.unique(shard[shard >= 0]).tolist():
-            local = np.flatnonzero(shard == s)
+        # Packed samples grouped by shard (input order kept inside a shard): one sort, not a scan per shard.
+        by_shard = np.argsort(shard, kind="stable")
+        by_shard = by_shard[shard[by_shard] >= 0]
+        bounds = np.flatnonzero(np.diff(shard[by_shard])) + 1
+        for local in np.split(by_shard, bounds) if len(by_shard) else []:
+            s = int(shard[local[0]])
             kept = routes["kept"][ids[local]]
             # Only the kept prefix travels (truncated tails never leave the worker).
             take = np.repeat(starts[local], kept) + (
@@ -289,7 +296,7 @@ def _write_shard_group(
     out_dir: str,
     token_dtype: str,
     eos_id: int,
-    fail_once: str | None,
+    fail_once: tuple[str, int] | None,
 ) -> dict[str, Any]:
     """map_groups UDF: every piece of one shard (an Arrow table) -> the shard's Parquet file, written by the
     local backend's ``write_shard_file``. Pieces are read in place from Arrow buffers (no per-piece copy)."""
@@ -369,13 +376,18 @@ class RayPacker:
 
     address: str | None = None
     workers: int | None = None
-    # Test hook: a marker path prefix. The first attempt of the task for chunk 0 (finds no
-    # ``<prefix>.tokenize``) and for shard 0 (no ``<prefix>.write``) creates the file and kills its worker
-    # process, as a crashed node would; Ray retries the task.
+    # Test hook: a marker path prefix. The first ``fail_times`` attempts of the task for chunk 0 (tokenize)
+    # and for shard 0 (write) each create a marker ``<prefix>.<stage>.<k>`` and kill their worker process, as
+    # a crashed node would; Ray retries the task up to MAX_TASK_RETRIES times.
     fail_once: str | None = None
+    fail_times: int = 1
     _started: bool = False
     _rss: dict[str, int] = field(default_factory=dict)
     _sets: list[TokenizedDataset] = field(default_factory=list)
+
+    @property
+    def _fail(self) -> tuple[str, int] | None:
+        return (self.fail_once, self.fail_times) if self.fail_once else None
 
     def __enter__(self) -> RayPacker:
         try:
@@ -411,7 +423,11 @@ class RayPacker:
 
     def _run(self, what: str, fn: Callable[[], Any]) -> Any:
         try:
-            return fn()
+            with warnings.catch_warnings():
+                # Ray Data 2.60 deprecates per-task options without a named replacement for max_retries;
+                # pyproject pins ray < 2.64, where they are removed.
+                warnings.filterwarnings("ignore", message=r".*ray_remote_args.* is deprecated")
+                return fn()
         except Exception as exc:
             inner = _unwrap(exc)
             if inner is not exc:
@@ -486,7 +502,7 @@ class RayPacker:
                     _tokenize_chunks,  # type: ignore[arg-type]
                     batch_size=1,
                     batch_format="numpy",
-                    fn_kwargs={"config": config, "tokenizer": tok.spec, "fail_once": self.fail_once},
+                    fn_kwargs={"config": config, "tokenizer": tok.spec, "fail_once": self._fail},
                     concurrency=self.workers,
                     ray_remote_args_fn=_task_options,
                 )
@@ -629,7 +645,7 @@ class RayPacker:
                             "out_dir": str(out.resolve()),
                             "token_dtype": src.token_dtype,
                             "eos_id": eos_id,
-                            "fail_once": self.fail_once,
+                            "fail_once": self._fail,
                         },
                         ray_remote_args_fn=_task_options,
                     )
