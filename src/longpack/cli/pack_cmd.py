@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import tempfile
@@ -109,6 +110,14 @@ def register(app: typer.Typer) -> None:
             None, "--rows-per-shard", help="Rows per Parquet shard (default: ~2**27 tokens per shard)."
         ),
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output folder."),
+        backend: str = typer.Option(
+            "local", "--backend", help="local (this machine) | ray (tokenize and write on a Ray cluster)."
+        ),
+        ray_address: str | None = typer.Option(
+            None,
+            "--ray-address",
+            help="Ray cluster to join ('auto', 'ray://host:10001'); default: start one.",
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
         demo: bool = typer.Option(
             False,
@@ -135,6 +144,10 @@ def register(app: typer.Typer) -> None:
             raise _fail("--seq-length is required (the longest runtime length of one sample, e.g. 4096)")
         if val_inputs and val_fraction:
             raise _fail("give either --val-input or --val-fraction, not both")
+        if backend not in ("local", "ray"):
+            raise _fail(f"--backend {backend!r} is unknown; choose local or ray")
+        if ray_address is not None and backend != "ray":
+            raise _fail("--ray-address needs --backend ray")
         try:
             check_out_dir(out, overwrite)  # before the (long) tokenization, not after
         except OutputExistsError as exc:
@@ -177,7 +190,21 @@ def register(app: typer.Typer) -> None:
             )
         except (InputError, ValueError) as exc:
             raise _fail(str(exc)) from exc
-        with tempfile.TemporaryDirectory(prefix="longpack-demo-") as demo_dir:
+        from longpack.cluster.ray_pack import RayBackendError, RayPacker
+
+        ray_packer = None
+        if backend == "ray":
+            ray_packer = RayPacker(address=ray_address, workers=workers)
+            tokenize_inputs = ray_packer.tokenize_inputs  # type: ignore[assignment]
+        with (
+            contextlib.ExitStack() as stack,
+            tempfile.TemporaryDirectory(prefix="longpack-demo-") as demo_dir,
+        ):
+            if ray_packer is not None:
+                try:
+                    stack.enter_context(ray_packer)
+                except RayBackendError as exc:
+                    raise _fail(str(exc)) from exc
             demo_prefix = ""
             if demo:
                 inputs = [str(write_demo_dataset(Path(demo_dir) / "longpack-demo"))]
@@ -207,7 +234,7 @@ def register(app: typer.Typer) -> None:
                 splits = plan_splits(
                     train.samples, settings, eos_id=int(eos_id), validation=val.samples if val else None
                 )
-            except (InputError, OverlengthError, ValueError) as exc:
+            except (InputError, OverlengthError, ValueError, RayBackendError) as exc:
                 raise _fail(str(exc)) from exc
 
             malformed = train.malformed + (val.malformed if val else ())
@@ -232,16 +259,30 @@ def register(app: typer.Typer) -> None:
                 malformed=malformed,
             )
             try:
-                manifest = _write(
-                    out, splits, settings, provenance, overwrite, show_progress, write_packed_output
-                )
-            except OutputExistsError as exc:
+                if ray_packer is not None:
+                    manifest = ray_packer.write_packed_output(
+                        out, splits, settings, provenance, overwrite=overwrite
+                    )
+                else:
+                    manifest = _write(
+                        out, splits, settings, provenance, overwrite, show_progress, write_packed_output
+                    )
+            except (OutputExistsError, RayBackendError, InputError) as exc:
                 raise _fail(str(exc)) from exc
         summary = _summary(out, manifest, mult_source)
+        if ray_packer is not None:
+            summary["backend"] = {"name": "ray", **ray_packer.memory_report()}
         if as_json:
             typer.echo(json.dumps(summary, indent=2))
         else:
             _print_human(summary, manifest)
+            if ray_packer is not None:
+                mem = ray_packer.memory_report()
+                workers_mib = [round(v / 2**20) for v in mem["worker_peak_rss_bytes"].values()]
+                typer.echo(
+                    f"ray: peak RSS driver {mem['driver_peak_rss_bytes'] / 2**20:.0f} MiB, "
+                    f"{len(workers_mib)} worker processes, max {max(workers_mib, default=0)} MiB"
+                )
 
 
 def _write(out, splits, settings, provenance, overwrite, show_progress, write_packed_output):  # type: ignore[no-untyped-def]

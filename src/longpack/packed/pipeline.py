@@ -293,6 +293,54 @@ def _is_ours(name: str) -> bool:
     )
 
 
+def shard_layout(split_name: str, num_rows: int, settings: PackSettings) -> list[tuple[str, int, int]]:
+    """``(file name, first row, end row)`` of every shard of a split with ``num_rows`` rows.
+
+    >>> shard_layout("training", 1200, PackSettings(seq_length=8, rows_per_shard=500))  # doctest: +NORMALIZE_WHITESPACE
+    [('training_8.part-00000-of-00003.idx.parquet', 0, 500), ('training_8.part-00001-of-00003.idx.parquet', 500, 1000),
+     ('training_8.part-00002-of-00003.idx.parquet', 1000, 1200)]
+    """
+    rows_per_shard = settings.resolved_rows_per_shard
+    num_shards = max(1, -(-num_rows // rows_per_shard))
+    names = shard_names(split_name, settings.resolved_pack_size, num_shards)
+    return [
+        (names[i], i * rows_per_shard, min(num_rows, (i + 1) * rows_per_shard)) for i in range(num_shards)
+    ]
+
+
+def write_shard_file(
+    path: Path,
+    aligned: AlignedSamples,
+    plan: PackPlan,
+    lo: int,
+    hi: int,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Write rows ``lo:hi`` of ``plan`` to one Parquet file atomically, 500-row groups counted from ``lo``;
+    return its manifest record (``name``, ``rows``, ``stored_tokens``, ``size_bytes``, ``sha256``)."""
+    tmp = temp_path(path)
+    tokens = 0
+    try:
+        with open_parquet_writer(tmp) as writer:
+            for start in range(lo, hi, ROW_GROUP_SIZE):
+                stop = min(hi, start + ROW_GROUP_SIZE)
+                rows = fill_rows(aligned, plan, start, stop)
+                tokens += len(rows.input_ids)
+                writer.write_table(rows.to_arrow(), row_group_size=ROW_GROUP_SIZE)
+                if progress is not None:
+                    progress(stop - start)
+        commit_file(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {
+        "name": path.name,
+        "rows": hi - lo,
+        "stored_tokens": tokens,
+        "size_bytes": path.stat().st_size,
+        "sha256": sha256_file(path),
+    }
+
+
 def write_split_files(
     out_dir: Path,
     split: SplitPlan,
@@ -306,36 +354,12 @@ def write_split_files(
     Shards are independent files, so up to ``threads`` of them (default: cores, at most 4) are written at
     once: the numba fill and pyarrow's encoder both run without the GIL. The bytes do not depend on it.
     """
-    pack_size = settings.resolved_pack_size
-    rows_per_shard = settings.resolved_rows_per_shard
-    num_rows = split.plan.num_rows
-    num_shards = max(1, -(-num_rows // rows_per_shard))
-    names = shard_names(split.name, pack_size, num_shards)
+    layout = shard_layout(split.name, split.plan.num_rows, settings)
+    num_shards = len(layout)
 
     def write_shard(shard: int) -> dict[str, Any]:
-        lo, hi = shard * rows_per_shard, min(num_rows, (shard + 1) * rows_per_shard)
-        path = out_dir / names[shard]
-        tmp = temp_path(path)
-        tokens = 0
-        try:
-            with open_parquet_writer(tmp) as writer:
-                for start in range(lo, hi, ROW_GROUP_SIZE):
-                    stop = min(hi, start + ROW_GROUP_SIZE)
-                    rows = fill_rows(split.aligned, split.plan, start, stop)
-                    tokens += len(rows.input_ids)
-                    writer.write_table(rows.to_arrow(), row_group_size=ROW_GROUP_SIZE)
-                    if progress is not None:
-                        progress(stop - start)
-            commit_file(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return {
-            "name": names[shard],
-            "rows": hi - lo,
-            "stored_tokens": tokens,
-            "size_bytes": path.stat().st_size,
-            "sha256": sha256_file(path),
-        }
+        name, lo, hi = layout[shard]
+        return write_shard_file(out_dir / name, split.aligned, split.plan, lo, hi, progress)
 
     n_threads = min(num_shards, threads or min(4, os.cpu_count() or 1))
     if n_threads <= 1:
@@ -386,10 +410,28 @@ def write_packed_output(
     """
     out = Path(out_dir)
     _prepare_out_dir(out, overwrite)
-    pack_size = settings.resolved_pack_size
     files: dict[str, list[dict[str, Any]]] = {}
     for split in splits:
         files[split.name] = write_split_files(out, split, settings, progress)
+    return finish_packed_output(out, splits, settings, provenance, files)
+
+
+def prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
+    """Create ``out_dir`` (or empty it with ``overwrite``; manifest removed first), or raise
+    :class:`OutputExistsError`."""
+    _prepare_out_dir(out_dir, overwrite)
+
+
+def finish_packed_output(
+    out: Path,
+    splits: list[SplitPlan],
+    settings: PackSettings,
+    provenance: Provenance,
+    files: dict[str, list[dict[str, Any]]],
+) -> dict[str, Any]:
+    """After every shard is written (``files``: split name -> records of :func:`write_shard_file`), write
+    ``<N>_metadata.jsonl`` and then ``manifest.json``; return the manifest."""
+    pack_size = settings.resolved_pack_size
     meta_path = out / metadata_name(pack_size)
     atomic_write_bytes(meta_path, json.dumps([s.metadata for s in splits]).encode())
 

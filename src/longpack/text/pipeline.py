@@ -552,3 +552,33 @@ class _Bar:
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+# Per-chunk entry points for other executors (the Ray backend, ``longpack.cluster``): the same code the
+# local pool runs, so a chunk's samples do not depend on where it was tokenized.
+ChunkTokens = _ChunkOut
+
+
+def detect_file_format(path: Path, config: TextConfig) -> str | None:
+    """Format of one input file as ``tokenize_inputs`` decides it (``None`` for an empty file).
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "a.jsonl"; _ = p.write_text('{"prompt": "a", "completion": "b"}\\n')
+    >>> detect_file_format(p, TextConfig())
+    'prompt_completion'
+    """
+    return _file_format(path, input_kind(path), config)
+
+
+def tokenize_chunk(
+    *, kind: str, file: str, first_row: int, payload: Any, fmt: str, config: TextConfig, tokenizer: str
+) -> ChunkTokens:
+    """Parse and tokenize one chunk of rows (JSONL bytes starting at 1-based line ``first_row``, or an Arrow
+    record batch whose first row is 0-based row ``first_row``), exactly as ``tokenize_inputs`` does.
+
+    >>> c = tokenize_chunk(kind="jsonl", file="x.jsonl", first_row=1, payload=b'{"input_ids": [4, 5]}\\n',
+    ...     fmt="pretokenized", config=TextConfig(), tokenizer="bytes")
+    >>> c.tokens.tolist(), c.lengths.tolist(), c.rows.tolist()
+    ([4, 5], [2], [1])
+    """
+    return _process(_Job(kind, file, first_row, payload, fmt, config, tokenizer))
