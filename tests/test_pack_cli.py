@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -200,3 +201,48 @@ def test_overwrite_refuses_foreign_files_before_tokenizing(tmp_path: Path) -> No
     result = pack(str(missing), "--out", str(tmp_path / "o"), "--seq-length", "64", "--overwrite")
     assert result.exit_code == 2 and "notes.txt" in result.output
     assert (tmp_path / "o" / "notes.txt").exists()
+
+
+def test_pack_balance_writes_rows_in_balanced_training_order(tmp_path: Path) -> None:
+    from longpack.balance import BalanceTarget, simulate_schedule
+
+    rows = [
+        {"prompt": "q" * (5 + (i * 37) % 200), "completion": "a" * (3 + (i * 53) % 300)} for i in range(400)
+    ]
+    src = write_jsonl(tmp_path / "d.jsonl", rows)
+    spec = "dp=2,gbs=8,pp=2,linear=1.0,quadratic=0.01"
+    outs = {}
+    for name, extra in (("bfd", []), ("balanced", ["--balance", spec])):
+        out = tmp_path / name
+        result = pack(str(src), "--out", str(out), "--seq-length", "1024", "--json", *extra)
+        assert result.exit_code == 0, result.output
+        outs[name] = out
+    manifest = json.loads((outs["balanced"] / "manifest.json").read_text())
+    assert manifest["settings"]["algorithm"] == "balanced"
+    assert manifest["settings"]["balance"] == spec
+
+    target = BalanceTarget.parse(spec)
+
+    def step_time(out: Path) -> tuple[float, int]:
+        table = pq.read_table(out / "training_1024.idx.parquet")
+        costs = []
+        for ids, starts in zip(
+            table.column("input_ids").to_pylist(), table.column("seq_start_id").to_pylist(), strict=True
+        ):
+            bounds = [*starts, len(ids)]
+            lengths = [b - a - 1 for a, b in itertools.pairwise(bounds)]  # runtime lengths
+            costs.append(target.cost_model.pack_cost(lengths))
+        return simulate_schedule(costs, dp=2, pp=2, gbs=8).total_time, table.num_rows
+
+    balanced_time, balanced_rows = step_time(outs["balanced"])
+    bfd_time, bfd_rows = step_time(outs["bfd"])
+    assert balanced_rows <= bfd_rows * 1.005 + 1
+    assert balanced_time <= bfd_time
+
+
+def test_pack_balance_errors(tmp_path: Path) -> None:
+    src = write_jsonl(tmp_path / "d.jsonl", sft_rows(20))
+    bad = pack(str(src), "--out", str(tmp_path / "o"), "--seq-length", "128", "--balance", "dp=2")
+    assert bad.exit_code == 2 and "needs gbs=" in bad.output
+    lone = pack(str(src), "--out", str(tmp_path / "o2"), "--seq-length", "128", "--algorithm", "balanced")
+    assert lone.exit_code == 2 and "needs --balance" in lone.output

@@ -82,6 +82,12 @@ def register(app: typer.Typer) -> None:
             help="best_fit_decreasing | first_fit_shuffle (Megatron-Bridge's exact rows) | first_fit | "
             "first_fit_decreasing.",
         ),
+        balance: str | None = typer.Option(
+            None,
+            "--balance",
+            help="Workload-balanced packing for a training topology: dp=D,gbs=B[,pp=P,vpp=V,mbs=M],"
+            "model=M,gpu=G (planner catalog) or linear=..,quadratic=.. ; rows are written in training order.",
+        ),
         seed: int = typer.Option(0, "--seed", help="Seed of every random step (Megatron: dataset.seed)."),
         overlength: str = typer.Option(
             "drop", "--overlength", help="Samples longer than --seq-length: drop | truncate | error."
@@ -154,9 +160,15 @@ def register(app: typer.Typer) -> None:
             raise _fail(str(exc)) from exc
         mult, mult_source = _resolve_mult(pad_seq_to_mult, tp, cp, sp)
         try:
-            from longpack.binpack import ALGORITHMS
+            from longpack.binpack import ALGORITHMS, BALANCED
 
-            if algorithm not in ALGORITHMS:
+            if balance is not None:
+                if algorithm not in ("best_fit_decreasing", BALANCED):
+                    raise ValueError(f"--balance chooses the balanced packer; drop --algorithm {algorithm}")
+                algorithm = BALANCED
+            elif algorithm == BALANCED:
+                raise ValueError("--algorithm balanced needs --balance dp=..,gbs=..,model=..,gpu=..")
+            if algorithm not in (*ALGORITHMS, BALANCED):
                 raise ValueError(
                     f"--algorithm {algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}"
                 )
@@ -169,6 +181,7 @@ def register(app: typer.Typer) -> None:
                 overlength=overlength,
                 val_fraction=val_fraction,
                 rows_per_shard=rows_per_shard,
+                balance=balance,
             )
         except ValueError as exc:
             raise _fail(str(exc)) from exc

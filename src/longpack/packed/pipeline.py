@@ -68,6 +68,9 @@ class PackSettings:
     overlength: str = DEFAULT_OVERLENGTH
     val_fraction: float = 0.0
     rows_per_shard: int | None = None
+    #: ``--balance`` spec (``dp=8,pp=4,gbs=128,model=M,gpu=G``; see ``longpack.balance.BalanceTarget``)
+    #: for ``algorithm="balanced"``: packs are written in workload-balanced training order.
+    balance: str | None = None
 
     def __post_init__(self) -> None:
         if self.seq_length < 1:
@@ -87,6 +90,20 @@ class PackSettings:
             raise ValueError(f"val_fraction must lie in [0, 1), got {self.val_fraction}")
         if self.rows_per_shard is not None and self.rows_per_shard < 1:
             raise ValueError(f"rows_per_shard must be positive, got {self.rows_per_shard}")
+        if (self.algorithm == "balanced") != (self.balance is not None):
+            raise ValueError(
+                "algorithm='balanced' and a balance spec go together: give --balance dp=..,gbs=..,model=..,gpu=.."
+            )
+        if self.balance is not None:
+            self.balance_target()  # a bad spec fails here, before any tokenization
+
+    def balance_target(self) -> Any:
+        """The parsed ``balance`` spec (a ``longpack.balance.BalanceTarget``), or ``None``."""
+        if self.balance is None:
+            return None
+        from longpack.balance import BalanceTarget
+
+        return BalanceTarget.parse(self.balance)
 
     @property
     def resolved_pack_size(self) -> int:
@@ -174,7 +191,13 @@ def plan_split(
             "or empty); check --seq-length and --overlength"
         )
     lengths = aligned.runtime_lengths()
-    plan = plan_rows(lengths, settings.resolved_pack_size, algorithm=settings.algorithm, seed=settings.seed)
+    plan = plan_rows(
+        lengths,
+        settings.resolved_pack_size,
+        algorithm=settings.algorithm,
+        seed=settings.seed,
+        balance=settings.balance_target(),
+    )
     metadata = pack_metadata(lengths, plan, settings.resolved_pack_size)
     return SplitPlan(name=name, aligned=aligned, plan=plan, metadata=metadata, source_count=len(samples))
 

@@ -35,7 +35,12 @@ class PackPlan:
 
 
 def plan_rows(
-    lengths: np.ndarray, pack_size: int, *, algorithm: str = DEFAULT_ALGORITHM, seed: int = 0
+    lengths: np.ndarray,
+    pack_size: int,
+    *,
+    algorithm: str = DEFAULT_ALGORITHM,
+    seed: int = 0,
+    balance: Any = None,
 ) -> PackPlan:
     """Pack runtime ``lengths`` (each in ``1..pack_size``) into rows of at most ``pack_size`` tokens.
 
@@ -56,7 +61,10 @@ def plan_rows(
         return _megatron_rows(lengths, pack_size, seed)
     from longpack.binpack import pack_lengths
 
-    bins = np.asarray(pack_lengths(lengths, pack_size, algorithm=algorithm, seed=seed), dtype=np.int64)
+    # Rows are written in bin-id order; for "balanced" that order is the training order.
+    bins = np.asarray(
+        pack_lengths(lengths, pack_size, algorithm=algorithm, seed=seed, balance=balance), dtype=np.int64
+    )
     order = np.argsort(bins, kind="stable")
     counts = np.bincount(bins)
     counts = counts[counts > 0]  # dense rows even if bin ids skip values
