@@ -104,7 +104,7 @@ def test_packed_output_bytes_are_unchanged(
     monkeypatch.setattr(inputs_mod, "JSONL_CHUNK_BYTES", 1 << 16)
     files = _write_inputs(tmp_path / "in")
     names, algorithm = case.split(":")
-    # Parquet-only inputs with 2 workers: row groups decoded on threads (the JSONL case would start processes).
+    # Parquet-only inputs with 2 workers (inline either way; the JSONL case would start processes).
     workers = 1 if "jsonl" in names else 2
     got = _run([files[n] for n in names.split("+")], tmp_path / "out", algorithm, workers)
     assert got == EXPECTED[case]
