@@ -108,3 +108,15 @@ def test_packed_output_bytes_are_unchanged(
     workers = 1 if "jsonl" in names else 2
     got = _run([files[n] for n in names.split("+")], tmp_path / "out", algorithm, workers)
     assert got == EXPECTED[case]
+
+
+@pytest.mark.parametrize("reserve", [None, 0, 5, 1000])
+def test_growable_buffer_fills_in_place_with_any_reserve(reserve: int | None) -> None:
+    from longpack.text.pipeline import _Growable
+
+    buf = _Growable(np.int32, reserve)
+    parts = [np.arange(k, dtype=np.int64) for k in (3, 0, 70_000, 7)]  # cast while copying
+    for p in parts:
+        buf.extend(p)
+    out = buf.finish()
+    assert out.dtype == np.int32 and out.tolist() == np.concatenate(parts).tolist()
