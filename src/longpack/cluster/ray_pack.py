@@ -184,7 +184,12 @@ def _chunk_payloads(spec: dict[str, Any]) -> Iterator[tuple[int, Any]]:
 
 
 def _tokenize_chunks(
-    batch: dict[str, np.ndarray], *, config: Any, tokenizer: str, fail_once: tuple[str, int] | None
+    batch: dict[str, np.ndarray],
+    *,
+    config: Any,
+    tokenizer: str,
+    token_dtype: str,
+    fail_once: tuple[str, int] | None,
 ) -> dict[str, Any]:
     """map_batches UDF: chunk descriptors -> one row per chunk with its tokens as flat bytes."""
     from longpack.text.pipeline import tokenize_chunk
@@ -209,7 +214,8 @@ def _tokenize_chunks(
             for first, payload in _chunk_payloads(spec)
         ]
         out["chunk"].append(int(spec["chunk"]))
-        out["tokens"].append(b"".join(p.tokens.tobytes() for p in parts))
+        # One dtype for every chunk: readers may hand back int64 ids (e.g. straight from Parquet buffers).
+        out["tokens"].append(b"".join(p.tokens.astype(token_dtype, copy=False).tobytes() for p in parts))
         out["loss_mask"].append(b"".join(p.loss_mask.tobytes() for p in parts))
         out["lengths"].append(b"".join(p.lengths.astype(np.int64).tobytes() for p in parts))
         out["rows"].append(b"".join(p.rows.astype(np.int64).tobytes() for p in parts))
@@ -502,7 +508,12 @@ class RayPacker:
                     _tokenize_chunks,  # type: ignore[arg-type]
                     batch_size=1,
                     batch_format="numpy",
-                    fn_kwargs={"config": config, "tokenizer": tok.spec, "fail_once": self._fail},
+                    fn_kwargs={
+                        "config": config,
+                        "tokenizer": tok.spec,
+                        "token_dtype": token_dtype,
+                        "fail_once": self._fail,
+                    },
                     concurrency=self.workers,
                     ray_remote_args_fn=_task_options,
                 )

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import glob as globlib
 import hashlib
+import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -124,8 +126,41 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
-def open_parquet_writer(path: Path) -> pq.ParquetWriter:
-    """A writer with fixed options, so the same rows give the same bytes."""
+class HashingWriter(io.RawIOBase):
+    """A binary file wrapper that feeds every byte written to a sha256 (a written file need not be re-read).
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "x.bin"
+    >>> with open(p, "wb") as raw:
+    ...     w = HashingWriter(raw); _ = w.write(b"abc")
+    >>> w.hexdigest() == hashlib.sha256(p.read_bytes()).hexdigest()
+    True
+    """
+
+    def __init__(self, raw: Any) -> None:
+        super().__init__()
+        self._raw = raw
+        self._digest = hashlib.sha256()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._digest.update(data)
+        return int(self._raw.write(data))
+
+    def tell(self) -> int:
+        return int(self._raw.tell())
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
+
+
+def open_parquet_writer(path: Path | Any) -> pq.ParquetWriter:
+    """A writer with fixed options, so the same rows give the same bytes (``path``: a path or a binary file)."""
     from longpack.packed.rows import ARROW_SCHEMA
 
     # Dictionary pages only pay off for the 0/1 mask; token ids mostly fall back to plain after 1 MB anyway.

