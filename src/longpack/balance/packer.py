@@ -24,7 +24,6 @@ Three stages (numpy + numba; no I/O, no torch):
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import numpy as np
@@ -39,6 +38,7 @@ from longpack.balance.schedule import (
     positions_for_slots,
     simulate_schedule,
 )
+from longpack.binpack._pack import _check_capacity, _check_seed
 
 
 @njit(cache=True)
@@ -449,26 +449,6 @@ def step_length_correlation(lengths: Any, bin_of_item: Any, *, gbs: int) -> floa
     if mean.std() == 0:
         return 0.0
     return float(np.corrcoef(index, mean)[0, 1])
-
-
-def _check_capacity(capacity: Any) -> int:
-    try:
-        cap = operator.index(capacity)
-    except TypeError:
-        raise TypeError(f"capacity must be an integer, got {capacity!r}") from None
-    if cap < 1:
-        raise ValueError(f"capacity must be >= 1, got {cap}")
-    return cap
-
-
-def _check_seed(seed: Any) -> int:
-    try:
-        value = operator.index(seed)
-    except TypeError:
-        raise TypeError(f"seed must be a non-negative integer, got {seed!r}") from None
-    if value < 0:
-        raise ValueError(f"seed must be >= 0, got {value}")
-    return value
 
 
 def _check_lengths(lengths: Any, capacity: int) -> np.ndarray:

@@ -22,6 +22,37 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def text_config_or_exit(
+    *,
+    fmt: str,
+    prompt_key: str,
+    completion_key: str,
+    prompt_template: str,
+    separator: str,
+    prompt_completion_loss: str,
+    chat_loss: str,
+    messages_key: str,
+    skip_malformed: bool,
+) -> Any:
+    """The ``TextConfig`` of the text options ``pack`` and ``sweep`` share; a bad value exits 2."""
+    from longpack.text import InputError, TextConfig
+
+    try:
+        return TextConfig(
+            format=fmt,
+            prompt_key=prompt_key,
+            completion_key=completion_key,
+            prompt_template=prompt_template,
+            separator=separator,
+            prompt_completion_loss=prompt_completion_loss,
+            chat_loss=chat_loss,
+            messages_key=messages_key,
+            skip_malformed=skip_malformed,
+        )
+    except (InputError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+
+
 def _resolve_mult(pad_seq_to_mult: int | None, tp: int | None, cp: int | None, sp: bool) -> tuple[int, str]:
     from longpack.topology import TopologyError
     from longpack.topology import pad_seq_to_mult as derive
@@ -186,23 +217,20 @@ def register(app: typer.Typer) -> None:
         except ValueError as exc:
             raise _fail(str(exc)) from exc
 
-        from longpack.text import InputError, TextConfig, tokenize_inputs, write_demo_dataset
+        from longpack.text import InputError, tokenize_inputs, write_demo_dataset
 
         show_progress = not as_json and sys.stderr.isatty()
-        try:
-            config = TextConfig(
-                format=fmt,
-                prompt_key=prompt_key,
-                completion_key=completion_key,
-                prompt_template=prompt_template,
-                separator=separator,
-                prompt_completion_loss=prompt_completion_loss,
-                chat_loss=chat_loss,
-                messages_key=messages_key,
-                skip_malformed=skip_malformed,
-            )
-        except (InputError, ValueError) as exc:
-            raise _fail(str(exc)) from exc
+        config = text_config_or_exit(
+            fmt=fmt,
+            prompt_key=prompt_key,
+            completion_key=completion_key,
+            prompt_template=prompt_template,
+            separator=separator,
+            prompt_completion_loss=prompt_completion_loss,
+            chat_loss=chat_loss,
+            messages_key=messages_key,
+            skip_malformed=skip_malformed,
+        )
         from longpack.cluster.ray_pack import RayBackendError, RayPacker
 
         ray_packer = None

@@ -101,7 +101,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Pack at every candidate length with equal token slots per step; compare counts, fill, batch
         rules and (with --model/--gpu/--gpus) memory and real tokens/s; recommend a pack length."""
-        from longpack.cli.pack_cmd import resolve_pad_seq_to_mult
+        from longpack.cli.pack_cmd import resolve_pad_seq_to_mult, text_config_or_exit
         from longpack.sweep import PlannerSetup, SweepError, SweepSettings, parse_pack_lengths
         from longpack.topology import ParallelLayout, TopologyError
 
@@ -205,23 +205,20 @@ def register(app: typer.Typer) -> None:
 
         from longpack.packed import OverlengthError
         from longpack.sweep import sweep
-        from longpack.text import InputError, TextConfig, tokenize_inputs, write_demo_dataset
+        from longpack.text import InputError, tokenize_inputs, write_demo_dataset
 
         show_progress = not as_json and sys.stderr.isatty()
-        try:
-            config = TextConfig(
-                format=fmt,
-                prompt_key=prompt_key,
-                completion_key=completion_key,
-                prompt_template=prompt_template,
-                separator=separator,
-                prompt_completion_loss=prompt_completion_loss,
-                chat_loss=chat_loss,
-                messages_key=messages_key,
-                skip_malformed=skip_malformed,
-            )
-        except (InputError, ValueError) as exc:
-            raise _fail(str(exc)) from exc
+        config = text_config_or_exit(
+            fmt=fmt,
+            prompt_key=prompt_key,
+            completion_key=completion_key,
+            prompt_template=prompt_template,
+            separator=separator,
+            prompt_completion_loss=prompt_completion_loss,
+            chat_loss=chat_loss,
+            messages_key=messages_key,
+            skip_malformed=skip_malformed,
+        )
         with tempfile.TemporaryDirectory(prefix="longpack-demo-") as demo_dir:
             if demo:
                 inputs = [str(write_demo_dataset(Path(demo_dir) / "longpack-demo"))]
