@@ -47,6 +47,7 @@ class CalibrationPoint:
     tflops: float | None
     memory_gib: float | None
     superseded: bool
+    memory_rank: str = "hot"
 
 
 def _precision(raw: str, gpu_arch: str) -> str:
@@ -114,6 +115,35 @@ def _graphs(point: dict[str, Any], settings: dict[str, str]) -> str:
     return "none"
 
 
+def _measured_memory(result: dict[str, Any]) -> tuple[float | None, str]:
+    """Measured peak memory in GiB and which pipeline rank it describes (``first``, ``last``, ``hot``).
+
+    Units: Megatron-Bridge logs ``mem-max-allocated-gigabytes`` from ``torch.cuda.memory_stats()``
+    in decimal GB (1e9 B); the skills cards quote those values as "GB" and, where they mean GiB,
+    say so (Nemotron-3-Nano study: "66.297 GB after iteration 1 ... about 72.9 GiB allocated").
+    Rank: the Bridge/Megatron memory scalars in the training log summary, TensorBoard and W&B are
+    written by the last global rank only (Megatron ``global_vars``: the TensorBoard / W&B writers
+    exist on ``rank == world_size - 1``; ``training_log`` uses ``print_rank_last``), and with
+    Megatron's rank order (pp outermost) that rank sits on the LAST pipeline stage. Evidence in
+    the data: Llama-3-70B PR #3107 "58.8 GB (OOM on rank 0)" — a run whose rank 0 ran out of 80 GB
+    while the logged peak was 58.8 GB. So ``mem_peak_GB`` / ``mem_allocated_GB`` are compared with
+    the last stage, ``mem_peak_allocated_GiB_rank0`` with rank 0, and a paper's per-GPU figure
+    (``mem_per_gpu_GB``) with the most loaded rank.
+
+    >>> gib, rank = _measured_memory({"mem_peak_GB": 58.8})
+    >>> round(gib, 2), rank
+    (54.76, 'last')
+    >>> _measured_memory({"mem_peak_allocated_GiB_rank0": 62.166})
+    (62.166, 'first')
+    """
+    if isinstance(result.get("mem_peak_allocated_GiB_rank0"), int | float):
+        return float(result["mem_peak_allocated_GiB_rank0"]), "first"
+    for key, rank in (("mem_peak_GB", "last"), ("mem_allocated_GB", "last"), ("mem_per_gpu_GB", "hot")):
+        if isinstance(result.get(key), int | float):
+            return float(result[key]) * 1e9 / GIB, rank
+    return None, "hot"
+
+
 def normalize_point(point: dict[str, Any]) -> CalibrationPoint:
     """Turn one raw calibration mapping into planner inputs; raises ``ValueError`` naming what is missing."""
     pid = str(point.get("id", "?"))
@@ -162,15 +192,7 @@ def normalize_point(point: dict[str, Any]) -> CalibrationPoint:
         cp_comm_type="auto",
     )
     tflops = result.get("tflops_per_gpu")
-    mem = None
-    if isinstance(result.get("mem_peak_allocated_GiB_rank0"), int | float):
-        mem = float(result["mem_peak_allocated_GiB_rank0"])
-    elif isinstance(result.get("mem_peak_GB"), int | float):
-        mem = float(result["mem_peak_GB"]) * 1e9 / GIB
-    elif isinstance(result.get("mem_allocated_GB"), int | float):
-        mem = float(result["mem_allocated_GB"]) * 1e9 / GIB
-    elif isinstance(result.get("mem_per_gpu_GB"), int | float):
-        mem = float(result["mem_per_gpu_GB"]) * 1e9 / GIB
+    mem, mem_rank = _measured_memory(result)
     return CalibrationPoint(
         id=pid,
         model=model.name,
@@ -182,6 +204,7 @@ def normalize_point(point: dict[str, Any]) -> CalibrationPoint:
         tflops=float(tflops) if isinstance(tflops, int | float) else None,
         memory_gib=mem,
         superseded=bool(point.get("superseded_by_newer_release")),
+        memory_rank=mem_rank,
     )
 
 
@@ -249,8 +272,15 @@ def evaluate_point(point: CalibrationPoint, params: TimeModelParams | None = Non
             params=params,
         )
         pred_t = est.tflops_per_gpu
+        p = point.plan.layout.pp
+        ranks = {"first": (0,), "last": (p - 1,)}.get(point.memory_rank)  # None: most loaded
         mem = estimate_memory(
-            model, point.plan, seq_length=point.seq_length, gbs=point.gbs, options=point.options
+            model,
+            point.plan,
+            seq_length=point.seq_length,
+            gbs=point.gbs,
+            options=point.options,
+            ranks=ranks,
         )
         pred_m = mem.total_gib
     except PlanError:
