@@ -161,3 +161,17 @@ def test_stage_counts_partition_the_layers(layers, pp, vpp, last_extra) -> None:
 def test_bad_batch_names_the_fix() -> None:
     with pytest.raises(PlanError, match="gbs=10 is not divisible"):
         _mem(QWEN30, n=16, ep=16, gbs=10)
+
+
+def test_layernorm_recompute_skips_norms_fused_into_te_linears() -> None:
+    # Megatron's TE spec fuses the GQA input norm and the dense pre-MLP norm into the next GEMM
+    # (IdentityOp modules, skipped by `layernorm` recompute); MLA's input norm and the MoE pre-router
+    # norm are separate modules that it does drop.
+    kw = dict(n=32, tp=4, pp=4, vpp=5, s=4096, gbs=32, precision="fp8")
+    base = _mem(LLAMA70, recompute=("core_attn",), **kw)
+    with_norm = _mem(LLAMA70, recompute=("core_attn", "layernorm"), **kw)
+    assert with_norm.activations == pytest.approx(base.activations)
+    dsv3 = dict(n=256, pp=4, vpp=4, ep=64, s=4096)
+    assert _mem(DSV3, recompute=("layernorm",), **dsv3).activations < _mem(DSV3, **dsv3).activations
+    moe_norm = [t for t in layer_activation_terms(QWEN30, 0, "hybridep") if "layernorm" in t.removed_by]
+    assert [t.name for t in moe_norm] == ["pre_mlp_norm_out"]

@@ -190,7 +190,11 @@ def test_representative_long_context_recipes_are_feasible_and_near_best(
     base = _options_for(req, plan, normalize_recompute(recompute), offload)
     opts = TrainingOptions(**{**base.__dict__, "dispatcher": dispatcher})
     recipe = evaluate_layout(req, plan, opts)
-    assert recipe.memory.total_gib <= req.memory_budget_gib
+    # issue 6: "feasible (memory under the GPU's)": the estimate (which already budgets the CUDA
+    # context, NCCL, dispatcher buffers and 5 % fragmentation) stays under the GPU's usable memory.
+    # Qwen3-235B lands at ~178 GiB of 184 — above the search's default 95 % headroom since fused
+    # TE norms are no longer (wrongly) counted as dropped by `layernorm` recompute.
+    assert recipe.memory.total_gib <= req.gpu.usable_memory_gib
     best = search(req, top_k=1).candidates[0]
     assert recipe.time.step_time <= best.time.step_time / 0.9
 

@@ -56,6 +56,18 @@ class ActivationTerm:
     etp_split: bool = False
 
 
+# Attention output O: fused/flash attention saves O for its backward and the output projection saves
+# its GEMM input. Under FP8 GEMMs one might expect a BF16 O (attention) plus an FP8 copy
+# (projection), which `core_attn` recompute would halve; the Llama-3-70B FP8 measurements show no
+# such saving ([mlp] 55.6 GB = [mlp, core_attn] 55.6 GB, calibration cp239/cp240), so O is counted
+# once, as a GEMM input, and `core_attn` drops only the softmax statistics.
+def _attention_output_terms(o_width: int, num_heads: int) -> list[ActivationTerm]:
+    return [
+        ActivationTerm("attn_out", o_width, (), None),
+        ActivationTerm("softmax_lse", num_heads, ("core_attn",), 4.0),
+    ]
+
+
 def layer_activation_terms(model: ModelSpec, index: int, dispatcher: str) -> list[ActivationTerm]:
     """Saved-for-backward tensors of decoder layer ``index`` (spec §B.3.2 table).
 
@@ -66,9 +78,19 @@ def layer_activation_terms(model: ModelSpec, index: int, dispatcher: str) -> lis
     """
     h = model.hidden_size
     att = model.attention
+    # Megatron-Core's TE layer spec fuses a norm into the following GEMM (TELayerNormColumnParallelLinear)
+    # wherever nothing else reads the norm output: the input norm of GQA attention and the pre-MLP norm
+    # of a dense MLP; those norms are IdentityOp modules and `layernorm` recompute skips them
+    # (TransformerLayer.__init__: recompute_input_layernorm / recompute_pre_mlp_layernorm only "if not
+    # isinstance(..., IdentityOp)"). The fused module still saves the norm input and its output (the GEMM
+    # input, FP8 under FP8 recipes). MLA's input norm and the MoE pre-router norm are separate TENorm
+    # modules, which `layernorm` does recompute. Measured: Llama-3-70B FP8 [core_attn, layernorm] peaks
+    # at 59.6 GB vs 58.8 GB for [core_attn] (calibration cp241 vs cp238) — no saving.
+    gqa = model.layer_is_softmax_attention(index) and att.kind != "mla"
+    input_norm_recompute: tuple[str, ...] = () if gqa else ("layernorm",)
     terms: list[ActivationTerm] = [
         ActivationTerm("input_norm_in", h, ()),
-        ActivationTerm("input_norm_out", h, ("layernorm",), None),
+        ActivationTerm("input_norm_out", h, input_norm_recompute, None),
     ]
     if not model.layer_is_softmax_attention(index):
         g = model.gdn
@@ -91,21 +113,20 @@ def layer_activation_terms(model: ModelSpec, index: int, dispatcher: str) -> lis
             ActivationTerm("q_up", att.q_width, ("mla_up_proj",)),
             ActivationTerm("k_up", att.kv_width, ("mla_up_proj",)),
             ActivationTerm("v_up", att.v_width, ("mla_up_proj",)),
-            ActivationTerm("attn_out", att.o_width, (), None),
-            ActivationTerm("softmax_lse", att.num_heads, (), 4.0),
+            *_attention_output_terms(att.o_width, att.num_heads),
         ]
     else:
         gate = att.q_width if att.output_gate else 0
         terms += [
             ActivationTerm("qkv", att.q_width + 2 * att.kv_width + gate, ()),
-            ActivationTerm("attn_out", att.o_width, (), None),
-            ActivationTerm("softmax_lse", att.num_heads, (), 4.0),
+            *_attention_output_terms(att.o_width, att.num_heads),
         ]
+    moe_layer = model.layer_is_moe(index)
     terms += [
         ActivationTerm("pre_mlp_norm_in", h, ()),
-        ActivationTerm("pre_mlp_norm_out", h, ("layernorm",), None),
+        ActivationTerm("pre_mlp_norm_out", h, ("layernorm",) if moe_layer else (), None),
     ]
-    if model.layer_is_moe(index):
+    if moe_layer:
         assert model.moe is not None
         moe = model.moe
         k, fe = moe.top_k, moe.moe_ffn_hidden_size
