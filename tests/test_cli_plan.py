@@ -89,6 +89,10 @@ def test_plan_evaluate_reports_error_distribution() -> None:
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     assert doc["tflops"]["n"] > 100 and 0 < doc["tflops"]["median_ape"] < 1
+    by_id = {p["id"]: p for p in doc["points"]}
+    # Bridge-logged memory is the last pipeline stage's; the rank-0 GiB figure is rank 0's
+    assert by_id["cp238"]["memory_rank"] == 3 and by_id["cp213"]["memory_rank"] == 0
+    assert by_id["cp238"]["tflops_error"] is not None and by_id["cp239"]["memory_rank"] == 3
     res = runner.invoke(app, ["plan", "evaluate"])
     assert "median APE" in res.output
 

@@ -482,7 +482,7 @@ def evaluate_cmd(
                 f"{r.predicted_tflops:.0f}" if r.predicted_tflops else "-",
                 f"{r.tflops_error:+.0%}" if r.tflops_error is not None else "-",
                 f"{r.measured_memory_gib:.1f}" if r.measured_memory_gib else "-",
-                f"{r.predicted_memory_gib:.1f}"
+                f"{r.predicted_memory_gib:.1f} (rank {r.memory_rank})"
                 if r.memory_error is not None and r.predicted_memory_gib
                 else "-",
             )

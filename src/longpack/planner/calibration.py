@@ -254,6 +254,7 @@ class PointResult:
     measured_memory_gib: float | None
     predicted_memory_gib: float | None
     memory_error: float | None
+    memory_rank: int | None = None  # pipeline rank the memory prediction describes
 
 
 def evaluate_point(point: CalibrationPoint, params: TimeModelParams | None = None) -> PointResult:
@@ -261,6 +262,7 @@ def evaluate_point(point: CalibrationPoint, params: TimeModelParams | None = Non
     model = load_model(point.model)
     gpu = load_gpu(point.gpu)
     pred_t = pred_m = None
+    pred_rank: int | None = None
     try:
         est = estimate_time(
             model,
@@ -283,6 +285,7 @@ def evaluate_point(point: CalibrationPoint, params: TimeModelParams | None = Non
             ranks=ranks,
         )
         pred_m = mem.total_gib
+        pred_rank = mem.rank
     except PlanError:
         pass
     t_err = pred_t / point.tflops - 1 if pred_t is not None and point.tflops else None
@@ -299,6 +302,7 @@ def evaluate_point(point: CalibrationPoint, params: TimeModelParams | None = Non
         measured_memory_gib=point.memory_gib,
         predicted_memory_gib=pred_m,
         memory_error=m_err,
+        memory_rank=pred_rank if point.memory_gib else None,
     )
 
 
