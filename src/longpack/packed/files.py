@@ -159,13 +159,17 @@ class HashingWriter(io.RawIOBase):
         return self._digest.hexdigest()
 
 
-def open_parquet_writer(path: Path | Any) -> pq.ParquetWriter:
+def open_parquet_writer(path: Path | Any, *, ids_dtype: str = "int64") -> pq.ParquetWriter:
     """A writer with fixed options, so the same rows give the same bytes (``path``: a path or a binary file)."""
-    from longpack.packed.rows import ARROW_SCHEMA
+    from longpack.packed.rows import arrow_schema
 
     # Dictionary pages only pay off for the 0/1 mask; token ids mostly fall back to plain after 1 MB anyway.
     return pq.ParquetWriter(
-        path, ARROW_SCHEMA, compression="snappy", use_dictionary=["loss_mask"], write_statistics=False
+        path,
+        arrow_schema(ids_dtype),
+        compression="snappy",
+        use_dictionary=["loss_mask"],
+        write_statistics=False,
     )
 
 
