@@ -380,18 +380,23 @@ def write_shard_file(
     filler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="longpack-fill")
     try:
         with open(tmp, "wb") as raw:
-            sink = HashingWriter(raw)
-            with open_parquet_writer(sink, ids_dtype=ids_dtype) as writer:
-                pending = filler.submit(fill, *groups[0]) if groups else None
-                for k, (start, stop) in enumerate(groups):
-                    assert pending is not None
-                    rows = pending.result()
-                    pending = filler.submit(fill, *groups[k + 1]) if k + 1 < len(groups) else None
-                    tokens += len(rows.input_ids)
-                    writer.write_table(rows.to_arrow(), row_group_size=ROW_GROUP_SIZE)
-                    del rows
-                    if progress is not None:
-                        progress(stop - start)
+            # Hashing and writing the file overlap with the encoding of the next pages (own thread).
+            sink = HashingWriter(raw, background=True)
+            try:
+                with open_parquet_writer(sink, ids_dtype=ids_dtype) as writer:
+                    pending = filler.submit(fill, *groups[0]) if groups else None
+                    for k, (start, stop) in enumerate(groups):
+                        assert pending is not None
+                        rows = pending.result()
+                        pending = filler.submit(fill, *groups[k + 1]) if k + 1 < len(groups) else None
+                        tokens += len(rows.input_ids)
+                        writer.write_table(rows.to_arrow(), row_group_size=ROW_GROUP_SIZE)
+                        del rows
+                        if progress is not None:
+                            progress(stop - start)
+            finally:
+                sink.close()  # drains the queue before the file is closed
+
         commit_file(tmp, path)
     finally:
         filler.shutdown(wait=True, cancel_futures=True)
