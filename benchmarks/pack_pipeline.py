@@ -8,7 +8,8 @@ Each measurement runs in a fresh subprocess (so peak RSS is that run's own). Inp
   docstrings, tokenized with the built-in ``qwen3`` tokenizer.
 
 longpack: ``tokenize_inputs`` -> ``plan_splits`` (best_fit_decreasing, and first_fit_shuffle) ->
-``write_packed_output``. Baseline (spec §2.2-2.7, Megatron-Bridge ``data/packing``): rows read into Python
+``write_packed_output`` (``input_ids`` int64 by default; ``--ids-dtypes int64,int32`` adds the opt-in
+``--ids-dtype int32`` runs). Baseline (spec §2.2-2.7, Megatron-Bridge ``data/packing``): rows read into Python
 dicts of lists (pre-tokenized) or tokenized one sample at a time (text, serial, as ``num_tokenizer_workers``
 defaults on main), ``create_hist`` into per-length lists, ``first_fit_shuffle`` with the O(N log N) segment
 tree first fit, ``fill_packing_strategy`` with per-length permutations and Python list extends, one
@@ -16,6 +17,7 @@ tree first fit, ``fill_packing_strategy`` with per-length permutations and Pytho
 
     python benchmarks/pack_pipeline.py                        # 100k, both inputs, ours + baseline
     python benchmarks/pack_pipeline.py --sizes 1000000 --inputs pretokenized --baseline-max 300000
+    python benchmarks/pack_pipeline.py --inputs pretokenized --repeats 3 --ids-dtypes int64,int32
     python benchmarks/pack_pipeline.py --pack-only 1000000 --algorithm first_fit_shuffle   # pack stage alone
 
 Peak RSS is compared with the token data size (int32 tokens + uint8 mask = 5 bytes per stored token). It is
@@ -111,7 +113,7 @@ def make_text(path: Path, n: int, seed: int = 0) -> None:
 # Runs (each in its own process).
 
 
-def run_ours(kind: str, path: Path, out: Path, algorithm: str) -> dict:
+def run_ours(kind: str, path: Path, out: Path, algorithm: str, ids_dtype: str = "int64") -> dict:
     from longpack.packed import PackSettings, Provenance, plan_splits, write_packed_output
     from longpack.text import TextConfig, tokenize_inputs
 
@@ -120,7 +122,9 @@ def run_ours(kind: str, path: Path, out: Path, algorithm: str) -> dict:
     result = tokenize_inputs([str(path)], tokenizer="qwen3", config=TextConfig(format=fmt), workers=None)
     t1 = time.perf_counter()
     eos = int(result.tokenizer["eos_id"])
-    settings = PackSettings(seq_length=SEQ_LENGTH, algorithm=algorithm, overlength="drop")
+    settings = PackSettings(
+        seq_length=SEQ_LENGTH, algorithm=algorithm, overlength="drop", ids_dtype=ids_dtype
+    )
     splits = plan_splits(result.samples, settings, eos_id=eos)
     manifest = write_packed_output(out, splits, settings, Provenance(inputs=result.inputs), overwrite=True)
     t2 = time.perf_counter()
@@ -312,7 +316,8 @@ def child(args: argparse.Namespace) -> None:
     if args.impl == "baseline":
         result = run_baseline(args.kind, path, out)
     else:
-        result = run_ours(args.kind, path, out, args.impl.split(":", 1)[1])
+        _, algorithm, *dtype = args.impl.split(":")
+        result = run_ours(args.kind, path, out, algorithm, *dtype)
     # Main process plus the largest *direct* child (ru_maxrss of children is the largest reaped child's peak).
     # The text layer's workers are forkserver children, not ours, so "+worker" reads 0 for them.
     # The main peak is VmHWM, the high-water mark of this process's own memory map: ru_maxrss survives
@@ -368,6 +373,15 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument(
+        "--ids-dtypes",
+        default="int64",
+        help="input_ids types to run ours with (int64, int32 or both: 'int64,int32'); int32 rows are "
+        "named ours:ALGORITHM:int32.",
+    )
+    parser.add_argument(
+        "--algorithms", default="best_fit_decreasing,first_fit_shuffle", help="Our algorithms to run."
+    )
+    parser.add_argument(
         "--pack-only", type=int, default=0, help="Only the pack stage on N in-memory samples (no reading)."
     )
     parser.add_argument("--algorithm", default="best_fit_decreasing", help="With --pack-only.")
@@ -385,7 +399,7 @@ def main() -> None:
         return
     print(f"cores: {os.cpu_count()} (shared machine); seq_length {SEQ_LENGTH}")
     header = (
-        f"{'input':<13}{'N':>9}  {'implementation':<26}{'seconds':>9}{'read+tok':>9}{'pack+write':>11}"
+        f"{'input':<13}{'N':>9}  {'implementation':<32}{'seconds':>9}{'read+tok':>9}{'pack+write':>11}"
         f"{'samples/s':>11}{'RSS main':>10}{'+worker':>9}{'(main+w)/data':>15}"
     )
     print(header)
@@ -398,7 +412,11 @@ def main() -> None:
                     make_pretokenized(src, n)
                 else:
                     make_text(src, n)
-                impls = ["ours:best_fit_decreasing", "ours:first_fit_shuffle"]
+                impls = [
+                    f"ours:{alg}" + ("" if dtype == "int64" else f":{dtype}")
+                    for dtype in args.ids_dtypes.split(",")
+                    for alg in args.algorithms.split(",")
+                ]
                 if n <= args.baseline_max:
                     impls.append("baseline")
                 results = {}
@@ -411,7 +429,7 @@ def main() -> None:
                     results[impl] = r
                     data = r["stored_tokens"] * 5
                     print(
-                        f"{kind:<13}{n:>9}  {impl:<26}{r['seconds']:>9.2f}{r['tokenize_seconds']:>9.2f}"
+                        f"{kind:<13}{n:>9}  {impl:<32}{r['seconds']:>9.2f}{r['tokenize_seconds']:>9.2f}"
                         f"{r['seconds'] - r['tokenize_seconds']:>11.2f}{r['samples'] / r['seconds']:>11.0f}"
                         f"{r['peak_rss_main_bytes'] / 2**30:>9.2f}G{r['peak_rss_worker_bytes'] / 2**30:>8.2f}G"
                         f"{r['peak_rss_bytes'] / data:>15.2f}",

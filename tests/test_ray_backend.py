@@ -111,8 +111,9 @@ def assert_same_bytes(a: Path, b: Path) -> None:
     [
         ("--algorithm", "first_fit_shuffle", "--val-fraction", "0.1", "--seed", "3"),
         ("--pad-seq-to-mult", "8", "--overlength", "truncate", "--seq-length", "200", "--val-input", "VAL"),
+        ("--ids-dtype", "int32", "--pad-seq-to-mult", "4"),
     ],
-    ids=["megatron-exact-val-fraction", "truncate-mult8-val-input"],
+    ids=["megatron-exact-val-fraction", "truncate-mult8-val-input", "ids-int32"],
 )
 def test_ray_output_is_byte_identical_to_local(ray_cluster, inputs, val_input, tmp_path: Path, extra) -> None:
     extra = tuple(val_input if x == "VAL" else x for x in extra)
@@ -121,6 +122,9 @@ def test_ray_output_is_byte_identical_to_local(ray_cluster, inputs, val_input, t
     assert_same_bytes(tmp_path / "local", tmp_path / "ray")
     assert len(local["splits"]["training"]["files"]) > 2  # several shards, written by different tasks
     assert local["counts"]["malformed"] == 1
+    if "int32" in extra:
+        first = tmp_path / "ray" / local["splits"]["training"]["files"][0]
+        assert pq.read_schema(first).field("input_ids").type == pa.list_(pa.int32())
     mem = remote["backend"]
     assert mem["name"] == "ray" and mem["driver_peak_rss_bytes"] > 0
     assert mem["worker_peak_rss_bytes"] and all(v > 0 for v in mem["worker_peak_rss_bytes"].values())

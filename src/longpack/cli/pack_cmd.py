@@ -155,6 +155,12 @@ def register(app: typer.Typer) -> None:
             "--ray-address",
             help="Ray cluster to join ('auto', 'ray://host:10001'); default: start one.",
         ),
+        ids_dtype: str = typer.Option(
+            "int64",
+            "--ids-dtype",
+            help="Parquet type of input_ids: int64 (as Megatron-Bridge writes) or int32 (opt-in, smaller and "
+            "faster to write; Megatron-Bridge reads any integer type; needs a vocab that fits in int32).",
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
         demo: bool = typer.Option(
             False,
@@ -164,7 +170,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Tokenize SFT data and write Megatron-Bridge packed Parquet, metadata and a manifest."""
         from longpack.packed import OutputExistsError, OverlengthError, PackSettings, Provenance
-        from longpack.packed.pipeline import check_out_dir, plan_splits, write_packed_output
+        from longpack.packed.pipeline import check_ids_dtype, check_out_dir, plan_splits, write_packed_output
 
         inputs = list(inputs or [])
         val_inputs = list(val_input or [])
@@ -213,6 +219,7 @@ def register(app: typer.Typer) -> None:
                 val_fraction=val_fraction,
                 rows_per_shard=rows_per_shard,
                 balance=balance,
+                ids_dtype=ids_dtype,
             )
         except ValueError as exc:
             raise _fail(str(exc)) from exc
@@ -272,6 +279,7 @@ def register(app: typer.Typer) -> None:
                 eos_id = train.tokenizer.get("eos_id")
                 if eos_id is None:
                     raise InputError(f"tokenizer {tokenizer!r} has no EOS id; packing pads with EOS")
+                check_ids_dtype(settings.ids_dtype, train.tokenizer.get("vocab_size"))
                 splits = plan_splits(
                     train.samples, settings, eos_id=int(eos_id), validation=val.samples if val else None
                 )

@@ -303,6 +303,7 @@ def _write_shard_group(
     token_dtype: str,
     eos_id: int,
     fail_once: tuple[str, int] | None,
+    ids_dtype: str = "int64",
 ) -> dict[str, Any]:
     """map_groups UDF: every piece of one shard (an Arrow table) -> the shard's Parquet file, written by the
     local backend's ``write_shard_file``. Pieces are read in place from Arrow buffers (no per-piece copy)."""
@@ -344,7 +345,9 @@ def _write_shard_group(
         dropped_reason=(),
     )
     plan = PackPlan(order=np.arange(n, dtype=np.int64), row_offsets=info["row_offsets"])
-    record = write_shard_file(Path(out_dir) / info["name"], aligned, plan, 0, plan.num_rows)
+    record = write_shard_file(
+        Path(out_dir) / info["name"], aligned, plan, 0, plan.num_rows, ids_dtype=ids_dtype
+    )
     return {
         "shard": np.array([shard]),
         "record": np.array([json.dumps(record)], dtype=object),
@@ -657,6 +660,7 @@ class RayPacker:
                             "token_dtype": src.token_dtype,
                             "eos_id": eos_id,
                             "fail_once": self._fail,
+                            "ids_dtype": settings.ids_dtype,
                         },
                         ray_remote_args_fn=_task_options,
                     )

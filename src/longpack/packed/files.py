@@ -18,7 +18,9 @@ import glob as globlib
 import hashlib
 import io
 import os
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -129,43 +131,89 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
 class HashingWriter(io.RawIOBase):
     """A binary file wrapper that feeds every byte written to a sha256 (a written file need not be re-read).
 
+    With ``background=True`` the hashing and the file write run on one helper thread, in write order, so
+    they overlap with whatever produces the bytes (Parquet encoding): ``write`` returns at once. The bytes
+    and the digest are the same either way; :meth:`flush` and :meth:`hexdigest` wait for the queue (and
+    raise a write error from it).
+
     >>> import tempfile
     >>> p = Path(tempfile.mkdtemp()) / "x.bin"
     >>> with open(p, "wb") as raw:
-    ...     w = HashingWriter(raw); _ = w.write(b"abc")
-    >>> w.hexdigest() == hashlib.sha256(p.read_bytes()).hexdigest()
-    True
+    ...     w = HashingWriter(raw, background=True); _ = w.write(b"abc"); _ = w.write(b"de"); w.flush()
+    >>> w.hexdigest() == hashlib.sha256(p.read_bytes()).hexdigest(), p.read_bytes(), w.tell()
+    (True, b'abcde', 5)
     """
 
-    def __init__(self, raw: Any) -> None:
+    # Writes queued at most (each one Parquet page or footer piece), so a slow disk holds back the encoder
+    # instead of letting encoded bytes pile up in memory.
+    MAX_QUEUED = 64
+
+    def __init__(self, raw: Any, *, background: bool = False) -> None:
         super().__init__()
         self._raw = raw
         self._digest = hashlib.sha256()
+        self._pos = int(raw.tell())
+        self._pool: ThreadPoolExecutor | None = None
+        self._queued: deque[Future[None]] = deque()
+        if background:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="longpack-hash-write")
 
     def writable(self) -> bool:
         return True
 
-    def write(self, data: Any) -> int:
+    def _consume(self, data: Any) -> None:
         self._digest.update(data)
-        return int(self._raw.write(data))
+        self._raw.write(data)
+
+    def write(self, data: Any) -> int:
+        n = memoryview(data).nbytes
+        if self._pool is None:
+            self._consume(data)
+        else:
+            # pyarrow hands over immutable ``bytes``; anything else is copied before it is queued.
+            self._queued.append(
+                self._pool.submit(self._consume, data if isinstance(data, bytes) else bytes(data))
+            )
+            while len(self._queued) > self.MAX_QUEUED:
+                self._queued.popleft().result()
+        self._pos += n
+        return n
+
+    def _drain(self) -> None:
+        while self._queued:
+            self._queued.popleft().result()
 
     def tell(self) -> int:
-        return int(self._raw.tell())
+        return self._pos
 
     def flush(self) -> None:
+        self._drain()
         self._raw.flush()
 
+    def close(self) -> None:
+        try:
+            self._drain()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+            super().close()
+
     def hexdigest(self) -> str:
+        self._drain()
         return self._digest.hexdigest()
 
 
-def open_parquet_writer(path: Path | Any) -> pq.ParquetWriter:
+def open_parquet_writer(path: Path | Any, *, ids_dtype: str = "int64") -> pq.ParquetWriter:
     """A writer with fixed options, so the same rows give the same bytes (``path``: a path or a binary file)."""
-    from longpack.packed.rows import ARROW_SCHEMA
+    from longpack.packed.rows import arrow_schema
 
     # Dictionary pages only pay off for the 0/1 mask; token ids mostly fall back to plain after 1 MB anyway.
     return pq.ParquetWriter(
-        path, ARROW_SCHEMA, compression="snappy", use_dictionary=["loss_mask"], write_statistics=False
+        path,
+        arrow_schema(ids_dtype),
+        compression="snappy",
+        use_dictionary=["loss_mask"],
+        write_statistics=False,
     )
 
 

@@ -38,6 +38,7 @@ from longpack.packed.rows import PackedRows, fill_rows
 from longpack.samples import TokenizedSamples
 
 MANIFEST_FORMAT = "longpack.packed/1"
+IDS_DTYPES = ("int64", "int32")
 # Entries listed one by one in the manifest; beyond this, counts only (the CLI says so).
 MAX_LISTED = 100_000
 
@@ -72,8 +73,14 @@ class PackSettings:
     #: ``--balance`` spec (``dp=8,pp=4,gbs=128,model=M,gpu=G``; see ``longpack.balance.BalanceTarget``)
     #: for ``algorithm="balanced"``: packs are written in workload-balanced training order.
     balance: str | None = None
+    #: Parquet type of ``input_ids``: ``int64`` (what Megatron-Bridge's own packer writes) or the opt-in
+    #: ``int32`` (its reader accepts any integer type, spec §2.7; encodes ~2x faster). ``int32`` needs a
+    #: vocabulary that fits in int32 (:func:`check_ids_dtype`).
+    ids_dtype: str = "int64"
 
     def __post_init__(self) -> None:
+        if self.ids_dtype not in IDS_DTYPES:
+            raise ValueError(f"ids_dtype must be one of {IDS_DTYPES}, got {self.ids_dtype!r}")
         if self.seq_length < 1:
             raise ValueError(f"seq_length must be positive, got {self.seq_length}")
         if self.pack_size is not None and self.pack_size < 1:
@@ -113,6 +120,22 @@ class PackSettings:
     @property
     def resolved_rows_per_shard(self) -> int:
         return self.rows_per_shard or default_rows_per_shard(self.resolved_pack_size)
+
+
+def check_ids_dtype(ids_dtype: str, vocab_size: int | None) -> None:
+    """Refuse ``int32`` ``input_ids`` for a vocabulary whose ids do not all fit in int32.
+
+    >>> check_ids_dtype("int32", 151_669)
+    >>> check_ids_dtype("int32", 2**31 + 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: --ids-dtype int32 cannot hold this tokenizer's ids (vocab_size 2147483649 > 2147483648); use --ids-dtype int64
+    """
+    if ids_dtype == "int32" and vocab_size is not None and vocab_size > 2**31:
+        raise ValueError(
+            f"--ids-dtype int32 cannot hold this tokenizer's ids (vocab_size {vocab_size} > {2**31}); "
+            "use --ids-dtype int64"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -339,33 +362,41 @@ def write_shard_file(
     lo: int,
     hi: int,
     progress: Callable[[int], None] | None = None,
+    *,
+    ids_dtype: str = "int64",
 ) -> dict[str, Any]:
     """Write rows ``lo:hi`` of ``plan`` to one Parquet file atomically, 500-row groups counted from ``lo``;
-    return its manifest record (``name``, ``rows``, ``stored_tokens``, ``size_bytes``, ``sha256``)."""
+    return its manifest record (``name``, ``rows``, ``stored_tokens``, ``size_bytes``, ``sha256``).
+    ``ids_dtype`` is the Parquet type of ``input_ids`` (``int64`` or ``int32``)."""
     tmp = temp_path(path)
     tokens = 0
     groups = [(start, min(hi, start + ROW_GROUP_SIZE)) for start in range(lo, hi, ROW_GROUP_SIZE)]
 
     def fill(start: int, stop: int) -> PackedRows:
-        return fill_rows(aligned, plan, start, stop)
+        return fill_rows(aligned, plan, start, stop, ids_dtype=ids_dtype)
 
     # The next row group is filled (numba, no GIL) while this one is encoded; the file is hashed as it
     # is written, so it is never read back.
     filler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="longpack-fill")
     try:
         with open(tmp, "wb") as raw:
-            sink = HashingWriter(raw)
-            with open_parquet_writer(sink) as writer:
-                pending = filler.submit(fill, *groups[0]) if groups else None
-                for k, (start, stop) in enumerate(groups):
-                    assert pending is not None
-                    rows = pending.result()
-                    pending = filler.submit(fill, *groups[k + 1]) if k + 1 < len(groups) else None
-                    tokens += len(rows.input_ids)
-                    writer.write_table(rows.to_arrow(), row_group_size=ROW_GROUP_SIZE)
-                    del rows
-                    if progress is not None:
-                        progress(stop - start)
+            # Hashing and writing the file overlap with the encoding of the next pages (own thread).
+            sink = HashingWriter(raw, background=True)
+            try:
+                with open_parquet_writer(sink, ids_dtype=ids_dtype) as writer:
+                    pending = filler.submit(fill, *groups[0]) if groups else None
+                    for k, (start, stop) in enumerate(groups):
+                        assert pending is not None
+                        rows = pending.result()
+                        pending = filler.submit(fill, *groups[k + 1]) if k + 1 < len(groups) else None
+                        tokens += len(rows.input_ids)
+                        writer.write_table(rows.to_arrow(), row_group_size=ROW_GROUP_SIZE)
+                        del rows
+                        if progress is not None:
+                            progress(stop - start)
+            finally:
+                sink.close()  # drains the queue before the file is closed
+
         commit_file(tmp, path)
     finally:
         filler.shutdown(wait=True, cancel_futures=True)
@@ -397,7 +428,9 @@ def write_split_files(
 
     def write_shard(shard: int) -> dict[str, Any]:
         name, lo, hi = layout[shard]
-        return write_shard_file(out_dir / name, split.aligned, split.plan, lo, hi, progress)
+        return write_shard_file(
+            out_dir / name, split.aligned, split.plan, lo, hi, progress, ids_dtype=settings.ids_dtype
+        )
 
     n_threads = min(num_shards, threads or min(4, os.cpu_count() or 1))
     if n_threads <= 1:

@@ -24,11 +24,22 @@ ARROW_SCHEMA = pa.schema(
 )
 
 
+def arrow_schema(ids_dtype: str = "int64") -> pa.Schema:
+    """The packed-file schema with ``input_ids`` as ``list<ids_dtype>`` (``int64`` is :data:`ARROW_SCHEMA`).
+
+    >>> str(arrow_schema("int32").field("input_ids").type)
+    'list<item: int32>'
+    """
+    if ids_dtype == "int64":
+        return ARROW_SCHEMA
+    return ARROW_SCHEMA.set(0, pa.field("input_ids", pa.list_(pa.from_numpy_dtype(np.dtype(ids_dtype)))))
+
+
 @dataclass(frozen=True, kw_only=True)
 class PackedRows:
     """Rows ``lo..hi`` of a plan as flat arrays.
 
-    ``input_ids`` int64 and ``loss_mask`` int8 share ``row_offsets`` (int64 ``[R+1]``); ``seq_start_id``
+    ``input_ids`` int64 (or int32, as asked) and ``loss_mask`` int8 share ``row_offsets`` (int64 ``[R+1]``); ``seq_start_id``
     int64 uses ``start_offsets`` (int64 ``[R+1]``).
     """
 
@@ -46,20 +57,27 @@ class PackedRows:
                 pa.array(offsets.astype(np.int32)), pa.array(values, type=typ), type=pa.list_(typ)
             )
 
+        ids_type = pa.from_numpy_dtype(self.input_ids.dtype)
         return pa.Table.from_arrays(
             [
-                lists(self.row_offsets, self.input_ids, pa.int64()),
+                lists(self.row_offsets, self.input_ids, ids_type),
                 lists(self.row_offsets, self.loss_mask, pa.int8()),
                 lists(self.start_offsets, self.seq_start_id, pa.int64()),
             ],
-            schema=ARROW_SCHEMA,
+            schema=arrow_schema(str(self.input_ids.dtype)),
         )
 
 
 def fill_rows(
-    aligned: AlignedSamples, plan: PackPlan, lo: int = 0, hi: int | None = None, *, compiled: bool = True
+    aligned: AlignedSamples,
+    plan: PackPlan,
+    lo: int = 0,
+    hi: int | None = None,
+    *,
+    compiled: bool = True,
+    ids_dtype: str = "int64",
 ) -> PackedRows:
-    """Materialize rows ``lo:hi`` of ``plan`` (all rows by default).
+    """Materialize rows ``lo:hi`` of ``plan`` (all rows by default); ``input_ids`` of type ``ids_dtype``.
 
     ``compiled=False`` uses the pure-numpy formulation (same output; the tests compare both).
 
@@ -87,7 +105,7 @@ def fill_rows(
     if compiled:
         from longpack.packed._kernels import fill_tokens_and_mask
 
-        input_ids = np.empty(int(item_ends[-1]) if len(items) else 0, dtype=np.int64)
+        input_ids = np.empty(int(item_ends[-1]) if len(items) else 0, dtype=ids_dtype)
         rolled = np.empty(len(input_ids), dtype=np.int8)
         fill_tokens_and_mask(
             aligned.samples.tokens,
@@ -101,6 +119,7 @@ def fill_rows(
         )
     else:
         input_ids, rolled = _fill_numpy(aligned, src_start, kept, stored, item_starts, item_ends)
+        input_ids = input_ids.astype(ids_dtype, copy=False)
 
     # Row offsets (in tokens) and per-row sample starts.
     items_per_row = np.diff(plan.row_offsets[lo : hi + 1])
