@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from longpack.cli import options as opt
+
 DEMO_TOKENIZER = "qwen3"
 DEMO_SEQ_LENGTH = 4096
 SHOWN = 10
@@ -127,22 +129,16 @@ def register(app: typer.Typer) -> None:
         val_input: Annotated[
             list[str] | None, typer.Option("--val-input", help="Validation inputs (repeatable).")
         ] = None,
-        workers: int | None = typer.Option(
-            None, "--workers", help="Tokenizer processes (default: all cores)."
-        ),
-        fmt: str = typer.Option(
-            "auto", "--format", help="auto | prompt_completion | chat | sharegpt | pretokenized."
-        ),
-        prompt_key: str = typer.Option("prompt", "--prompt-key"),
-        completion_key: str = typer.Option("completion", "--completion-key"),
-        prompt_template: str = typer.Option("{prompt}", "--prompt-template"),
-        separator: str = typer.Option("", "--separator"),
-        prompt_completion_loss: str = typer.Option(
-            "completion", "--prompt-completion-loss", help="completion | full."
-        ),
-        chat_loss: str = typer.Option("assistant", "--chat-loss", help="assistant | last_turn | full."),
-        messages_key: str = typer.Option("messages", "--messages-key"),
-        skip_malformed: bool = typer.Option(False, "--skip-malformed", help="Skip and count malformed rows."),
+        workers: opt.Workers = None,
+        fmt: opt.Format = "auto",
+        prompt_key: opt.PromptKey = "prompt",
+        completion_key: opt.CompletionKey = "completion",
+        prompt_template: opt.PromptTemplate = "{prompt}",
+        separator: opt.Separator = "",
+        prompt_completion_loss: opt.PromptCompletionLoss = "completion",
+        chat_loss: opt.ChatLoss = "assistant",
+        messages_key: opt.MessagesKey = "messages",
+        skip_malformed: opt.SkipMalformed = False,
         rows_per_shard: int | None = typer.Option(
             None, "--rows-per-shard", help="Rows per Parquet shard (default: ~2**27 tokens per shard)."
         ),

@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
+from longpack.cli import options as opt
+
 DEMO_TOKENIZER = "qwen3"
 
 
@@ -55,22 +57,16 @@ def register(app: typer.Typer) -> None:
         overlength: str = typer.Option(
             "drop", "--overlength", help="Samples longer than a pack: drop | truncate | error."
         ),
-        workers: int | None = typer.Option(
-            None, "--workers", help="Tokenizer processes (default: all cores)."
-        ),
-        fmt: str = typer.Option(
-            "auto", "--format", help="auto | prompt_completion | chat | sharegpt | pretokenized."
-        ),
-        prompt_key: str = typer.Option("prompt", "--prompt-key"),
-        completion_key: str = typer.Option("completion", "--completion-key"),
-        prompt_template: str = typer.Option("{prompt}", "--prompt-template"),
-        separator: str = typer.Option("", "--separator"),
-        prompt_completion_loss: str = typer.Option(
-            "completion", "--prompt-completion-loss", help="completion | full."
-        ),
-        chat_loss: str = typer.Option("assistant", "--chat-loss", help="assistant | last_turn | full."),
-        messages_key: str = typer.Option("messages", "--messages-key"),
-        skip_malformed: bool = typer.Option(False, "--skip-malformed", help="Skip and count malformed rows."),
+        workers: opt.Workers = None,
+        fmt: opt.Format = "auto",
+        prompt_key: opt.PromptKey = "prompt",
+        completion_key: opt.CompletionKey = "completion",
+        prompt_template: opt.PromptTemplate = "{prompt}",
+        separator: opt.Separator = "",
+        prompt_completion_loss: opt.PromptCompletionLoss = "completion",
+        chat_loss: opt.ChatLoss = "assistant",
+        messages_key: opt.MessagesKey = "messages",
+        skip_malformed: opt.SkipMalformed = False,
         model: str | None = typer.Option(
             None, "--model", help="Planner model (catalog name or config.json) for memory and tokens/s."
         ),
