@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from longpack.errors import ConfigError
 from longpack.packed.align import OVERLENGTH_POLICIES, OverlengthError, align_samples, runtime_cap
 from longpack.packed.pipeline import PackSettings, plan_split
 from longpack.packed.plan import DEFAULT_ALGORITHM
@@ -56,7 +57,7 @@ PACK_LENGTH_WARNING = (
 )
 
 
-class SweepError(ValueError):
+class SweepError(ConfigError):
     """A sweep setting that cannot work (the message names the option, the value and the fix)."""
 
 

@@ -15,8 +15,10 @@ import math
 import re
 from dataclasses import dataclass
 
+from longpack.errors import ConfigError
 
-class TopologyError(ValueError):
+
+class TopologyError(ConfigError):
     """A parallel layout that cannot exist (a size does not divide the world, a size is not positive)."""
 
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from longpack.errors import BackendError
 from longpack.packed.align import AlignedSamples
 from longpack.packed.pipeline import (
     PackSettings,
@@ -60,7 +61,7 @@ def _task_options() -> dict[str, Any]:
     return {"max_retries": MAX_TASK_RETRIES}
 
 
-class RayBackendError(RuntimeError):
+class RayBackendError(BackendError):
     """A Ray stage failed after its retries; nothing was finished (no manifest)."""
 
 

@@ -60,6 +60,7 @@ from megatron.energon.task_encoder.base import get_stateless
 from megatron.energon.worker import WorkerConfig
 
 from longpack import binpack
+from longpack.errors import OnlineError
 from longpack.online.packer import OVERLENGTH_POLICIES, aligned_length, select_packs
 
 LOADER_STATE_FORMAT = "longpack.online.energon.loader_state/1"
@@ -260,7 +261,7 @@ class LongpackPackingMixin:
 # ---------------------------------------------------------------------------------------------- loader state
 
 
-class LoaderStateMismatch(ValueError):
+class LoaderStateMismatch(OnlineError):
     """A saved loader state whose configuration differs from the loader it is restored into."""
 
 

@@ -42,6 +42,7 @@ from typing import Any, Literal
 import numpy as np
 
 from longpack import binpack
+from longpack.errors import OnlineError
 
 Overlength = Literal["truncate", "drop", "error"]
 OVERLENGTH_POLICIES: tuple[str, ...] = ("truncate", "drop", "error")
@@ -58,7 +59,7 @@ STATE_CONFIG_FIELDS: tuple[str, ...] = (
 )
 
 
-class OnlineStateError(ValueError):
+class OnlineStateError(OnlineError):
     """A saved packer state that does not fit this packer or this stream."""
 
 

@@ -14,8 +14,9 @@ from longpack.packed.align import (
     align_samples,
     runtime_cap,
 )
-from longpack.packed.files import MANIFEST_NAME, resolve_parquet_spec, validate_rows
+from longpack.packed.files import resolve_parquet_spec, validate_rows
 from longpack.packed.inspect import inspect_output, plot_output
+from longpack.packed.manifest import MANIFEST_NAME, PackManifest
 from longpack.packed.pipeline import (
     OutputExistsError,
     PackSettings,
@@ -37,6 +38,7 @@ __all__ = [
     "AlignedSamples",
     "OutputExistsError",
     "OverlengthError",
+    "PackManifest",
     "PackPlan",
     "PackSettings",
     "PackedRows",

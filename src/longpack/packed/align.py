@@ -22,13 +22,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from longpack.errors import InputError
 from longpack.samples import TokenizedSamples
 
 OVERLENGTH_POLICIES = ("drop", "truncate", "error")
 DEFAULT_OVERLENGTH = "drop"
 
 
-class OverlengthError(ValueError):
+class OverlengthError(InputError):
     """Over-long samples were found and the policy is ``error``."""
 
 

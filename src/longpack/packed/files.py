@@ -29,7 +29,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 ROW_GROUP_SIZE = 500
-MANIFEST_NAME = "manifest.json"
 SPLITS = ("training", "validation")
 REQUIRED_COLUMNS = ("input_ids", "loss_mask", "seq_start_id")
 

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from longpack.packed.files import (
-    MANIFEST_NAME,
     REQUIRED_COLUMNS,
     ROW_GROUP_SIZE,
     SPLITS,
@@ -23,6 +22,7 @@ from longpack.packed.files import (
     sha256_file,
     validate_rows,
 )
+from longpack.packed.manifest import MANIFEST_NAME
 from longpack.packed.plan import PackPlan, pack_metadata
 
 HISTOGRAM_BINS = 10

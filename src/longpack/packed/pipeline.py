@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 import longpack
+from longpack.errors import OutputExistsError as _OutputExistsError
 from longpack.packed.align import DEFAULT_OVERLENGTH, OVERLENGTH_POLICIES, AlignedSamples, align_samples
 from longpack.packed.files import (
-    MANIFEST_NAME,
     ROW_GROUP_SIZE,
     HashingWriter,
     atomic_write_bytes,
@@ -33,17 +33,17 @@ from longpack.packed.files import (
     split_spec,
     temp_path,
 )
+from longpack.packed.manifest import MANIFEST_FORMAT, MANIFEST_NAME, PackManifest
 from longpack.packed.plan import DEFAULT_ALGORITHM, MEGATRON_ALGORITHM, PackPlan, pack_metadata, plan_rows
 from longpack.packed.rows import PackedRows, fill_rows
 from longpack.samples import TokenizedSamples
 
-MANIFEST_FORMAT = "longpack.packed/1"
 IDS_DTYPES = ("int64", "int32")
 # Entries listed one by one in the manifest; beyond this, counts only (the CLI says so).
 MAX_LISTED = 100_000
 
 
-class OutputExistsError(FileExistsError):
+class OutputExistsError(_OutputExistsError):
     """The output folder exists and ``overwrite`` was not given."""
 
 
@@ -544,5 +544,5 @@ def finish_packed_output(
         "metadata_file": {"name": meta_path.name, "sha256": sha256_file(meta_path)},
         "megatron_bridge": megatron,
     }
-    atomic_write_bytes(out / MANIFEST_NAME, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    atomic_write_bytes(out / MANIFEST_NAME, PackManifest.from_dict(manifest).to_json_bytes())
     return manifest

@@ -24,8 +24,10 @@ from typing import Any
 
 import yaml
 
+from longpack.errors import CatalogError as _CatalogError
 
-class CatalogError(ValueError):
+
+class CatalogError(_CatalogError):
     """A model or GPU that is not in the catalog, or a config file that cannot describe a model."""
 
 

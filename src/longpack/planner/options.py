@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from longpack.errors import PlanError as _PlanError
 from longpack.topology import ParallelLayout
 
 PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
@@ -32,7 +33,7 @@ _RECOMPUTE_ALIASES = {"norm": "layernorm", "up_proj": "mla_up_proj", "attn": "co
 CP_COMM_TYPES = ("p2p", "a2a", "a2a+p2p", "auto")
 
 
-class PlanError(ValueError):
+class PlanError(_PlanError):
     """An option or layout the planner cannot evaluate (the message names the field and the fix)."""
 
 

@@ -29,11 +29,12 @@ from typing import Any
 
 import yaml
 
+from longpack.errors import ConfigError as _ConfigError
 from longpack.rules.families import ModelFamily, find_family
 from longpack.topology import ParallelLayout, TopologyError, collate_pad_multiple
 
 
-class ConfigError(ValueError):
+class ConfigError(_ConfigError):
     """A config that cannot be read (bad file, bad override, a value of the wrong type)."""
 
 

@@ -20,8 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from longpack.errors import PackedDataError as _PackedDataError
 
-class PackedDataError(ValueError):
+
+class PackedDataError(_PackedDataError):
     """The packed folder cannot be read (missing, no Parquet and no metadata, bad columns)."""
 
 

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from longpack.errors import BatchError
+
 __all__ = [
     "CollateError",
     "PackMetadataSummary",
@@ -39,7 +41,7 @@ __all__ = [
 ]
 
 
-class CollateError(ValueError):
+class CollateError(BatchError):
     """A packed row or a collate setting that cannot produce a valid THD batch."""
 
 

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from longpack.errors import BatchError
+
 __all__ = [
     "CONTEXT_PARALLEL_SKIP_KEYS",
     "ContextParallelError",
@@ -52,7 +54,7 @@ CONTEXT_PARALLEL_SKIP_KEYS = frozenset(
 )
 
 
-class ContextParallelError(ValueError):
+class ContextParallelError(BatchError):
     """A batch or a sequence that cannot be split over the requested CP group."""
 
 

@@ -38,6 +38,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from longpack.errors import PackedDataError
+
 __all__ = [
     "REQUIRED_COLUMNS",
     "PackedDataset",
@@ -54,7 +56,7 @@ _PARQUET_SUFFIXES = (".parquet", ".pq")
 _GLOB_MAGIC = ("*", "?", "[")
 
 
-class PackedParquetError(ValueError):
+class PackedParquetError(PackedDataError):
     """A packed Parquet path, file or row that Megatron-Bridge could not read."""
 
 

@@ -24,12 +24,14 @@ from typing import Any
 
 import torch
 
+from longpack.errors import BatchError
+
 __all__ = ["InBatchPackingError", "build_thd_row", "pack_right_padded_batch"]
 
 _RESERVED = frozenset({"position_ids", "labels", "loss_mask", "attention_mask", "padding_mask"})
 
 
-class InBatchPackingError(ValueError):
+class InBatchPackingError(BatchError):
     """Rows that cannot be packed into one THD row (empty rows, wrong shapes, too long)."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from longpack.errors import InputError as _InputError
 
-class InputError(ValueError):
+
+class InputError(_InputError):
     """A problem with the user's input data or tokenizer, with its location (``file:line``) and the fix.
 
     The CLI turns it into exit code 2. Example::
@@ -13,5 +15,5 @@ class InputError(ValueError):
     """
 
 
-class RowError(ValueError):
+class RowError(_InputError):
     """One malformed row; the reader adds ``file:line`` and the fix (or skips it with ``skip_malformed``)."""

@@ -1,0 +1,76 @@
+"""The one exception base of longpack and its subclasses, one per layer.
+
+Every failure a user can cause (bad data, a bad setting, an output folder that cannot be written, a
+packed folder that cannot be read, a layout that cannot fit) raises a :class:`LongpackError`. Its message
+names what it is about (``file:line``, the field and its value) and the fix. The CLI prints the message
+and exits with code 2; any other exception is a bug in longpack and is reported as one.
+
+The subclasses also derive from the built-in type callers caught before this module existed
+(``ValueError``, ``FileExistsError``, ``RuntimeError``), so ``except ValueError`` keeps working.
+
+>>> try:
+...     raise ConfigError("pack.seq_length: must be a positive integer, got 0; pass e.g. seq_length=4096")
+... except LongpackError as exc:
+...     print(type(exc).__name__, "|", exc)
+ConfigError | pack.seq_length: must be a positive integer, got 0; pass e.g. seq_length=4096
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "BatchError",
+    "CatalogError",
+    "ConfigError",
+    "InputError",
+    "LongpackError",
+    "OnlineError",
+    "OutputError",
+    "OutputExistsError",
+    "PackedDataError",
+    "PlanError",
+]
+
+
+class LongpackError(Exception):
+    """Base of every user-facing longpack failure; the message says what, where and how to fix it."""
+
+
+class InputError(LongpackError, ValueError):
+    """Input data or a tokenizer cannot be used: a file, a row (``file:line``), a column, a template."""
+
+
+class ConfigError(LongpackError, ValueError):
+    """A setting is invalid: the message names the field (or config key with ``file:line``) and value."""
+
+
+class OutputError(LongpackError, OSError):
+    """An output path cannot be written (not a folder, not writable, locked by another run, disk full)."""
+
+
+class OutputExistsError(OutputError, FileExistsError):
+    """The output folder exists and overwriting it was not asked for (or is refused)."""
+
+
+class PackedDataError(LongpackError, ValueError):
+    """A packed folder or file cannot be read as packed data: missing, unfinished, corrupt or mismatched."""
+
+
+class BatchError(LongpackError, ValueError):
+    """Rows cannot become a THD batch (collate, in-batch packing, context-parallel split)."""
+
+
+class OnlineError(LongpackError, ValueError):
+    """The online packer was given invalid samples or a state that does not match it."""
+
+
+class CatalogError(ConfigError):
+    """A model or GPU is not in the catalog, or a catalog / ``config.json`` entry is invalid."""
+
+
+class PlanError(ConfigError):
+    """A planning request cannot be answered: invalid sizes, or no layout fits (with the reasons)."""
+
+
+class BackendError(LongpackError, RuntimeError):
+    """An execution backend (Ray) failed in a way the user can act on (cannot connect, task kept failing)."""

@@ -1,0 +1,227 @@
+"""``manifest.json`` of a packed output folder as typed records (written last; its absence = unfinished).
+
+The manifest is the folder's own account of itself: the settings that shaped the files, where every
+sample came from, every truncated / dropped / malformed sample, and the bytes of every file. One
+:class:`PackManifest` reads and writes it; :meth:`PackManifest.to_json_bytes` gives exactly the bytes
+``longpack pack`` writes (keys sorted, two-space indent, one trailing newline), and a manifest read back
+writes the same bytes again. Keys this version does not know are kept (``extra``), never dropped.
+
+>>> m = PackManifest.from_dict({"format": "longpack.packed/1", "settings": {"pack_size": 8,
+...     "pad_seq_to_mult": 2}, "tokenizer": {"eos_id": 2}, "splits": {"training": {"rows": 3,
+...     "files": [{"name": "training_8.idx.parquet", "rows": 3}]}}, "future_key": 1})
+>>> m.pack_size, m.pad_seq_to_mult, m.eos_id, m.split_names, m.splits["training"].file_names
+(8, 2, 2, ('training',), ('training_8.idx.parquet',))
+>>> PackManifest.from_dict(m.to_dict()) == m, m.extra
+(True, {'future_key': 1})
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from longpack.errors import PackedDataError
+
+__all__ = ["MANIFEST_FORMAT", "MANIFEST_NAME", "FileRecord", "PackManifest", "SplitRecord"]
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "longpack.packed/1"
+
+
+def _known(data: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, Any]]:
+    known = {k: data[k] for k in keys if k in data}
+    extra = {k: v for k, v in data.items() if k not in keys}
+    return known, extra
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileRecord:
+    """One written data file: name (relative to the folder), rows, stored tokens, size and sha256."""
+
+    name: str
+    rows: int = 0
+    stored_tokens: int = 0
+    size_bytes: int = 0
+    sha256: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    _KEYS = ("name", "rows", "stored_tokens", "size_bytes", "sha256")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FileRecord:
+        known, extra = _known(data, cls._KEYS)
+        return cls(**known, extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**{k: getattr(self, k) for k in self._KEYS}, **self.extra}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitRecord:
+    """One split (``training`` / ``validation``): its files, metadata entry, counts and listed samples.
+
+    ``truncated`` / ``dropped`` list samples one by one (``source`` = ``file:line``, ``stored_length``, ...)
+    up to the manifest's listing cap; ``truncated_count`` / ``dropped_count`` are always complete.
+    """
+
+    name: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    files: tuple[FileRecord, ...] = ()
+    samples_in: int = 0
+    samples_packed: int = 0
+    rows: int = 0
+    runtime_tokens: int = 0
+    stored_tokens: int = 0
+    alignment_pad_tokens: int = 0
+    fill_mean: float = 0.0
+    truncated_count: int = 0
+    dropped_count: int = 0
+    truncated: tuple[dict[str, Any], ...] = ()
+    dropped: tuple[dict[str, Any], ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    _KEYS = (
+        "metadata",
+        "files",
+        "samples_in",
+        "samples_packed",
+        "rows",
+        "runtime_tokens",
+        "stored_tokens",
+        "alignment_pad_tokens",
+        "fill_mean",
+        "truncated_count",
+        "dropped_count",
+        "truncated",
+        "dropped",
+    )
+
+    @property
+    def file_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.files)
+
+    @classmethod
+    def from_dict(cls, name: str, data: Mapping[str, Any]) -> SplitRecord:
+        known, extra = _known(data, cls._KEYS)
+        known["files"] = tuple(FileRecord.from_dict(f) for f in known.get("files", ()))
+        for key in ("truncated", "dropped"):
+            known[key] = tuple(known.get(key, ()))
+        return cls(name=name, **known, extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: getattr(self, k) for k in self._KEYS}
+        out["files"] = [f.to_dict() for f in self.files]
+        out["truncated"] = list(self.truncated)
+        out["dropped"] = list(self.dropped)
+        return {**out, **self.extra}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackManifest:
+    """The whole ``manifest.json``; see the module docstring for an example."""
+
+    format: str = MANIFEST_FORMAT
+    versions: dict[str, Any] = field(default_factory=dict)
+    #: Every packing setting (``pack_size``, ``pad_seq_to_mult``, ``seq_length``, ``algorithm``, ``seed``,
+    #: ``overlength``, ``ids_dtype``, ...) plus ``text`` (how rows became tokens).
+    settings: dict[str, Any] = field(default_factory=dict)
+    inputs: tuple[dict[str, Any], ...] = ()
+    tokenizer: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, Any] = field(default_factory=dict)
+    malformed: tuple[dict[str, Any], ...] = ()
+    splits: dict[str, SplitRecord] = field(default_factory=dict)
+    metadata_file: dict[str, Any] = field(default_factory=dict)
+    megatron_bridge: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    _KEYS = (
+        "format",
+        "versions",
+        "settings",
+        "inputs",
+        "tokenizer",
+        "counts",
+        "malformed",
+        "splits",
+        "metadata_file",
+        "megatron_bridge",
+    )
+
+    # -- what readers need most ---------------------------------------------------------------------
+    @property
+    def pack_size(self) -> int | None:
+        value = self.settings.get("pack_size")
+        return int(value) if isinstance(value, int) else None
+
+    @property
+    def pad_seq_to_mult(self) -> int | None:
+        value = self.settings.get("pad_seq_to_mult")
+        return int(value) if isinstance(value, int) else None
+
+    @property
+    def eos_id(self) -> int | None:
+        value = self.tokenizer.get("eos_id")
+        return int(value) if isinstance(value, int) else None
+
+    @property
+    def split_names(self) -> tuple[str, ...]:
+        return tuple(self.splits)
+
+    # -- (de)serialization --------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PackManifest:
+        if not isinstance(data, Mapping):
+            raise PackedDataError(f"{MANIFEST_NAME} must hold a JSON object, got {type(data).__name__}")
+        known, extra = _known(data, cls._KEYS)
+        splits = known.get("splits", {})
+        if not isinstance(splits, Mapping) or not all(isinstance(v, Mapping) for v in splits.values()):
+            raise PackedDataError(f"{MANIFEST_NAME}: 'splits' must map split names to objects")
+        known["splits"] = {name: SplitRecord.from_dict(name, rec) for name, rec in splits.items()}
+        for key in ("inputs", "malformed"):
+            known[key] = tuple(known.get(key, ()))
+        return cls(**known, extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: getattr(self, k) for k in self._KEYS}
+        out["inputs"] = list(self.inputs)
+        out["malformed"] = list(self.malformed)
+        out["splits"] = {name: rec.to_dict() for name, rec in self.splits.items()}
+        return {**out, **self.extra}
+
+    def to_json_bytes(self) -> bytes:
+        """The bytes of ``manifest.json`` (what ``longpack pack`` writes)."""
+        return (json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def read(cls, path: str | Path) -> PackManifest:
+        """Read a ``manifest.json`` file (or the one in a folder); a clear :class:`PackedDataError` if it
+        is missing, not UTF-8 JSON, or not shaped like a manifest."""
+        p = Path(path)
+        if p.is_dir():
+            p = p / MANIFEST_NAME
+        try:
+            text = p.read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise PackedDataError(
+                f"{p}: no {MANIFEST_NAME}: the output is unfinished (an interrupted or still-running "
+                "`longpack pack`); pack it again"
+            ) from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PackedDataError(f"{p}: cannot read {MANIFEST_NAME} ({exc})") from exc
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise PackedDataError(
+                f"{p}: {MANIFEST_NAME} is not valid JSON ({exc}); pack the folder again"
+            ) from exc
+        try:
+            return cls.from_dict(data)
+        except PackedDataError as exc:
+            raise PackedDataError(f"{p}: {exc}") from exc
+        except (TypeError, ValueError) as exc:
+            raise PackedDataError(
+                f"{p}: {MANIFEST_NAME} is not shaped like a longpack manifest ({exc})"
+            ) from exc
