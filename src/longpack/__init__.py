@@ -28,7 +28,19 @@ _LAZY = {
     "LongpackError": "longpack.errors",
 }
 
-__all__ = ["__version__", *_LAZY]
+__all__ = [
+    "CheckConfig",
+    "CheckResult",
+    "LocalExecutor",
+    "LongpackError",
+    "PackConfig",
+    "PackResult",
+    "PlanConfig",
+    "PlanResult",
+    "SweepConfig",
+    "SweepResult",
+    "__version__",
+]
 
 if TYPE_CHECKING:
     from longpack.errors import LongpackError

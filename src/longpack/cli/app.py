@@ -19,6 +19,18 @@ from typer.core import TyperGroup
 import longpack
 from longpack.errors import LongpackError
 
+COMMAND_ORDER = (
+    "pack",
+    "inspect",
+    "sweep",
+    "check",
+    "plan",
+    "balance",
+    "online-sim",
+    "thd-batch",
+    "cp-check",
+    "topology",
+)
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3
 REPORT_URL_HINT = "please report it with the command you ran and `longpack --debug ...`'s traceback"
@@ -32,11 +44,20 @@ class LongpackGroup(TyperGroup):
         super().__init__(*args, **kwargs)
         _flags_as_flags(self)
 
+    def list_commands(self, ctx: Any) -> list[str]:
+        """Commands in the order a user meets them (typer would list sub-apps such as ``plan`` last)."""
+        names = super().list_commands(ctx)
+        order = {name: i for i, name in enumerate(COMMAND_ORDER)}
+        return sorted(names, key=lambda n: order.get(n, len(order)))
+
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException, KeyboardInterrupt):  # usage errors, exits
             raise
+        except BrokenPipeError:  # the reader went away (`longpack ... | head`): stop quietly
+            _silence_stdout()
+            raise typer.Exit(1) from None
         except LongpackError as exc:
             from longpack.cli.options import cli_message
 
@@ -51,6 +72,15 @@ class LongpackGroup(TyperGroup):
             else:
                 typer.echo("(run again with `longpack --debug ...` for the traceback)", err=True)
             raise typer.Exit(EXIT_INTERNAL_ERROR) from exc
+
+
+def _silence_stdout() -> None:
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test runner's buffer)
+        pass
 
 
 def _debug(ctx: Any) -> bool:
@@ -91,7 +121,7 @@ def version() -> None:
     typer.echo(longpack.__version__)
 
 
-# One module per command, in the order a user meets them; each defines ``register(app)``.
+# One module per command (listed in help in COMMAND_ORDER); each defines ``register(app)``.
 _COMMAND_MODULES = (
     "pack_cmd",
     "inspect_cmd",
@@ -111,6 +141,15 @@ def _flags_as_flags(command: Any) -> None:
     for param in command.params:
         if getattr(param, "is_flag", False) and param.metavar is None:
             param.metavar = ""
+    make_help_option = command.get_help_option
+
+    def get_help_option(ctx: Any) -> Any:  # --help is made per call, not kept in params
+        option = make_help_option(ctx)
+        if option is not None and option.metavar is None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = get_help_option
     for sub in getattr(command, "commands", {}).values():
         _flags_as_flags(sub)
 

@@ -46,7 +46,9 @@ Tokenizer = Annotated[
 ]
 PadSeqToMult = Annotated[
     int | None,
-    typer.Option("--pad-seq-to-mult", help="Per-sample alignment multiple (default: from --tp/--cp/--sp, else 1)."),
+    typer.Option(
+        "--pad-seq-to-mult", help="Per-sample alignment multiple (default: from --tp/--cp/--sp, else 1)."
+    ),
 ]
 Tp = Annotated[int | None, typer.Option("--tp", help="Tensor parallel size (derives --pad-seq-to-mult).")]
 Cp = Annotated[int | None, typer.Option("--cp", help="Context parallel size (derives --pad-seq-to-mult).")]

@@ -49,7 +49,8 @@ def register(app: typer.Typer) -> None:
             Path, typer.Option("--out", help="Output folder (must not exist unless --overwrite).")
         ],
         inputs: Annotated[
-            list[str] | None, typer.Argument(help="JSONL / Parquet files, folders or globs.")
+            list[str] | None,
+            typer.Argument(metavar="[INPUT]...", help="JSONL / Parquet files, folders or globs."),
         ] = None,
         tokenizer: opt.Tokenizer = None,
         seq_length: int | None = typer.Option(

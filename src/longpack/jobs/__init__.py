@@ -34,7 +34,18 @@ _LAZY = {
     "SweepResult": "longpack.jobs.sweep",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "CheckConfig",
+    "CheckResult",
+    "LocalExecutor",
+    "PackConfig",
+    "PackExecutor",
+    "PackResult",
+    "PlanConfig",
+    "PlanResult",
+    "SweepConfig",
+    "SweepResult",
+]
 
 if TYPE_CHECKING:
     from longpack.jobs.check import CheckConfig, CheckResult

@@ -45,7 +45,7 @@ def resolve_pad_seq_to_mult(
     >>> resolve_pad_seq_to_mult(8, 2, None, False)
     Traceback (most recent call last):
     ...
-    longpack.errors.ConfigError: give either pad_seq_to_mult or tp/cp/sp, not both
+    longpack.errors.ConfigError: give either pad_seq_to_mult or tp, cp and sp, not both
     """
     from longpack.topology import TopologyError
     from longpack.topology import pad_seq_to_mult as derive
@@ -53,11 +53,13 @@ def resolve_pad_seq_to_mult(
     if pad_seq_to_mult is not None:
         if tp is not None or cp is not None or sp:
             raise ConfigError(
-                "give either pad_seq_to_mult or tp/cp/sp, not both", fields=("pad_seq_to_mult", "tp", "cp", "sp")
+                "give either pad_seq_to_mult or tp, cp and sp, not both",
+                fields=("pad_seq_to_mult", "tp", "cp", "sp"),
             )
         if not isinstance(pad_seq_to_mult, int) or pad_seq_to_mult < 1:
             raise ConfigError(
-                f"pad_seq_to_mult must be a positive integer, got {pad_seq_to_mult!r}", fields="pad_seq_to_mult"
+                f"pad_seq_to_mult must be a positive integer, got {pad_seq_to_mult!r}",
+                fields="pad_seq_to_mult",
             )
         return pad_seq_to_mult, f"given: pad_seq_to_mult {pad_seq_to_mult}"
     if tp is None and cp is None and not sp:
@@ -147,7 +149,7 @@ class PackConfig:
                 set_(self, "seq_length", DEMO_SEQ_LENGTH)
         elif not self.inputs:
             raise ConfigError(
-                "give at least one of inputs (file, folder or glob), or demo=True", fields=("inputs", "demo")
+                "no inputs: give at least one input file, folder or glob in inputs, or set demo=True", fields=("inputs", "demo")
             )
         if self.tokenizer is None:
             raise ConfigError(
@@ -180,7 +182,9 @@ class PackConfig:
                 "workers goes to the executor object given as backend, not next to it", fields="workers"
             )
         if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
-            raise ConfigError(f"workers must be a positive integer or None, got {self.workers!r}", fields="workers")
+            raise ConfigError(
+                f"workers must be a positive integer or None, got {self.workers!r}", fields="workers"
+            )
         if self.overlength not in OVERLENGTH_POLICIES:
             raise ConfigError(
                 f"overlength must be one of {', '.join(OVERLENGTH_POLICIES)}, got {self.overlength!r}",
@@ -205,20 +209,21 @@ class PackConfig:
             algorithm = BALANCED
         elif algorithm == BALANCED:
             raise ConfigError(
-                "algorithm 'balanced' needs balance (dp=..,gbs=..,model=..,gpu=..)", fields=("algorithm", "balance")
+                "algorithm 'balanced' needs balance (dp=..,gbs=..,model=..,gpu=..)",
+                fields=("algorithm", "balance"),
             )
         if algorithm not in (*ALGORITHMS, BALANCED):
             raise ConfigError(
-                f"algorithm {algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}", fields="algorithm"
+                f"algorithm {algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}",
+                fields="algorithm",
             )
         balance = self.balance
         if isinstance(balance, str):
             try:
                 balance_target(balance)  # a bad spec fails now, before any tokenization
-            except ConfigError:
-                raise
             except ValueError as exc:
-                raise ConfigError(str(exc), fields="balance") from exc
+                # The spec parser speaks of the CLI flag; the job speaks of its field.
+                raise ConfigError(str(exc).replace("--balance", "balance"), fields="balance") from exc
         assert self.seq_length is not None
         return PackSettings(
             seq_length=self.seq_length,
@@ -300,7 +305,9 @@ class PackConfig:
                 train = replace(train, samples=replace(train.samples, files=files))
             eos_id = train.tokenizer.get("eos_id")
             if eos_id is None:
-                raise InputError(f"tokenizer {tokenizer.name!r} has no EOS id; packing pads with EOS", fields="tokenizer")
+                raise InputError(
+                    f"tokenizer {tokenizer.name!r} has no EOS id; packing pads with EOS", fields="tokenizer"
+                )
             check_ids_dtype(settings.ids_dtype, train.tokenizer.get("vocab_size"))
             splits = plan_splits(
                 train.samples, settings, eos_id=int(eos_id), validation=val.samples if val else None

@@ -56,7 +56,8 @@ def parse_layout(text: str, *, world_size: int) -> tuple[Any, dict[str, int]]:
     )
     if "dp" in values and values["dp"] != lay.dp:
         raise PlanError(
-            f"layout dp={values['dp']} but {world_size} GPUs with this layout give DP {lay.dp}", fields="layout"
+            f"layout dp={values['dp']} but {world_size} GPUs with this layout give DP {lay.dp}",
+            fields="layout",
         )
     return PlanLayout(layout=lay, mbs=values.get("mbs", 1)), values
 

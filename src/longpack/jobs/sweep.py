@@ -721,13 +721,14 @@ class SweepConfig:
         if self.demo:
             if self.inputs:
                 raise SweepError(
-                    "demo=True sweeps the built-in data set; give no inputs with it", fields=("demo", "inputs")
+                    "demo=True sweeps the built-in data set; give no inputs with it",
+                    fields=("demo", "inputs"),
                 )
             if self.tokenizer is None:
                 set_(self, "tokenizer", DEMO_TOKENIZER)
         elif not self.inputs:
             raise SweepError(
-                "give at least one of inputs (file, folder or glob), or demo=True", fields=("inputs", "demo")
+                "no inputs: give at least one input file, folder or glob in inputs, or set demo=True", fields=("inputs", "demo")
             )
         if self.tokenizer is None:
             raise SweepError(
@@ -745,7 +746,9 @@ class SweepConfig:
                 "layout needs gpus (the layout's DP follows from the GPU count)", fields=("layout", "gpus")
             )
         if self.layout is not None and (self.tp is not None or self.cp is not None or self.sp):
-            raise SweepError("give either layout or tp/cp/sp, not both", fields=("layout", "tp", "cp", "sp"))
+            raise SweepError(
+                "give either layout or tp, cp and sp, not both", fields=("layout", "tp", "cp", "sp")
+            )
         lengths = (
             parse_pack_lengths(self.pack_lengths)
             if isinstance(self.pack_lengths, str)
@@ -863,7 +866,9 @@ class SweepConfig:
             )
         eos_id = tokenized.tokenizer.get("eos_id")
         if eos_id is None:
-            raise InputError(f"tokenizer {tokenizer.name!r} has no EOS id; packing pads with EOS", fields="tokenizer")
+            raise InputError(
+                f"tokenizer {tokenizer.name!r} has no EOS id; packing pads with EOS", fields="tokenizer"
+            )
         planner = self.planner
         cluster: ParallelLayout | None = self._cluster  # type: ignore[attr-defined]
         # with the planner, a layout fixes DP only when ``layout`` pins it (else the planner picks PP)

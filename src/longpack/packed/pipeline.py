@@ -82,7 +82,8 @@ class PackSettings:
     def __post_init__(self) -> None:
         if self.ids_dtype not in IDS_DTYPES:
             raise ConfigError(
-                f"ids_dtype must be one of {', '.join(IDS_DTYPES)}, got {self.ids_dtype!r}", fields="ids_dtype"
+                f"ids_dtype must be one of {', '.join(IDS_DTYPES)}, got {self.ids_dtype!r}",
+                fields="ids_dtype",
             )
         if self.seq_length < 1:
             raise ConfigError(f"seq_length must be positive, got {self.seq_length}", fields="seq_length")
@@ -105,7 +106,9 @@ class PackSettings:
                 fields="overlength",
             )
         if not 0.0 <= self.val_fraction < 1.0:
-            raise ConfigError(f"val_fraction must lie in [0, 1), got {self.val_fraction}", fields="val_fraction")
+            raise ConfigError(
+                f"val_fraction must lie in [0, 1), got {self.val_fraction}", fields="val_fraction"
+            )
         if self.rows_per_shard is not None and self.rows_per_shard < 1:
             raise ConfigError(
                 f"rows_per_shard must be positive, got {self.rows_per_shard}", fields="rows_per_shard"

@@ -732,14 +732,12 @@ def as_tokenizer(tokenizer: str | Path | Tokenizer | Any) -> Tokenizer:
     try:
         from tokenizers import Tokenizer as RustTokenizer
     except ImportError:  # pragma: no cover - depends on the install
-        RustTokenizer = None  # type: ignore[assignment,misc]  # noqa: N806
+        RustTokenizer = None  # type: ignore[assignment,misc]
     if RustTokenizer is not None and isinstance(tokenizer, RustTokenizer):
         return HFTokenizer.from_object(tokenizer)
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if RustTokenizer is not None and isinstance(backend, RustTokenizer):
-        config = {
-            key: getattr(tokenizer, key, None) for key in ("eos_token", "bos_token", "chat_template")
-        }
+        config = {key: getattr(tokenizer, key, None) for key in ("eos_token", "bos_token", "chat_template")}
         name = getattr(tokenizer, "name_or_path", None) or None
         return HFTokenizer.from_object(backend, config={k: v for k, v in config.items() if v}, name=name)
     if hasattr(tokenizer, "convert_tokens_to_ids") and hasattr(tokenizer, "is_fast"):

@@ -159,7 +159,10 @@ class WorkerPool:
         )
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-c", code], stdin=subprocess.DEVNULL, pass_fds=(job_r, res_w), close_fds=True
+                [sys.executable, "-c", code],
+                stdin=subprocess.DEVNULL,
+                pass_fds=(job_r, res_w),
+                close_fds=True,
             )
         finally:
             os.close(job_r)
@@ -206,7 +209,9 @@ class WorkerPool:
                     )
                     future.set_exception(WorkerError(self._broken))
                     continue
-                except BaseException as exc:  # a job that does not pickle, or an answer that does not unpickle
+                except (
+                    BaseException
+                ) as exc:  # a job that does not pickle, or an answer that does not unpickle
                     future.set_exception(exc)
                     continue
                 if answer[0] == "ok":
