@@ -18,7 +18,6 @@ import longpack
 from longpack.cli.app import app
 from longpack.errors import ConfigError, LongpackError
 from longpack.jobs import CheckConfig, PackConfig, PlanConfig, SweepConfig
-from longpack.text import TextConfig
 from longpack.text import inputs as inputs_mod
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +25,10 @@ runner = CliRunner()
 
 
 def write_sft(path: Path, n: int = 300) -> Path:
-    rows = [{"prompt": f"question {i} " * (1 + i % 5), "completion": f"answer {i} " * (1 + i % 7)} for i in range(n)]
+    rows = [
+        {"prompt": f"question {i} " * (1 + i % 5), "completion": f"answer {i} " * (1 + i % 7)}
+        for i in range(n)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -50,17 +52,59 @@ def same_files(a: Path, b: Path, *, skip: tuple[str, ...] = ()) -> list[str]:
         ({"demo": True, "inputs": ["a.jsonl"]}, "demo", "give no inputs"),
         ({"inputs": ["a"], "seq_length": 8}, "tokenizer", "tokenizer is required"),
         ({"inputs": ["a"], "tokenizer": "bytes"}, "seq_length", "seq_length is required"),
-        ({"inputs": ["a"], "tokenizer": "bytes", "seq_length": 0}, "seq_length", "seq_length must be positive"),
-        ({"inputs": ["a"], "tokenizer": "bytes", "seq_length": 64, "pack_size": 32}, "seq_length", "pack_size"),
-        ({"inputs": ["a"], "tokenizer": "bytes", "seq_length": 8, "pad_seq_to_mult": 4, "cp": 2}, "pad_seq_to_mult", "not both"),
-        ({"inputs": ["a"], "tokenizer": "bytes", "seq_length": 8, "val_fraction": 0.1, "val_inputs": ["b"]}, "val_inputs", "not both"),
-        ({"inputs": ["a"], "tokenizer": "bytes", "seq_length": 8, "val_fraction": 1.5}, "val_fraction", "[0, 1)"),
-        ({"inputs": ["a"], "tokenizer": "bytes", "seq_length": 8, "overlength": "shrink"}, "overlength", "shrink"),
-        ({"inputs": ["a"], "tokenizer": "bytes", "seq_length": 8, "algorithm": "magic"}, "algorithm", "magic"),
-        ({"inputs": ["a"], "tokenizer": "bytes", "seq_length": 8, "ids_dtype": "uint8"}, "ids_dtype", "uint8"),
+        (
+            {"inputs": ["a"], "tokenizer": "bytes", "seq_length": 0},
+            "seq_length",
+            "seq_length must be positive",
+        ),
+        (
+            {"inputs": ["a"], "tokenizer": "bytes", "seq_length": 64, "pack_size": 32},
+            "seq_length",
+            "pack_size",
+        ),
+        (
+            {"inputs": ["a"], "tokenizer": "bytes", "seq_length": 8, "pad_seq_to_mult": 4, "cp": 2},
+            "pad_seq_to_mult",
+            "not both",
+        ),
+        (
+            {
+                "inputs": ["a"],
+                "tokenizer": "bytes",
+                "seq_length": 8,
+                "val_fraction": 0.1,
+                "val_inputs": ["b"],
+            },
+            "val_inputs",
+            "not both",
+        ),
+        (
+            {"inputs": ["a"], "tokenizer": "bytes", "seq_length": 8, "val_fraction": 1.5},
+            "val_fraction",
+            "[0, 1)",
+        ),
+        (
+            {"inputs": ["a"], "tokenizer": "bytes", "seq_length": 8, "overlength": "shrink"},
+            "overlength",
+            "shrink",
+        ),
+        (
+            {"inputs": ["a"], "tokenizer": "bytes", "seq_length": 8, "algorithm": "magic"},
+            "algorithm",
+            "magic",
+        ),
+        (
+            {"inputs": ["a"], "tokenizer": "bytes", "seq_length": 8, "ids_dtype": "uint8"},
+            "ids_dtype",
+            "uint8",
+        ),
         ({"inputs": ["a"], "tokenizer": "bytes", "seq_length": 8, "backend": "spark"}, "backend", "spark"),
         ({"inputs": ["a"], "tokenizer": "bytes", "seq_length": 8, "workers": 0}, "workers", "workers"),
-        ({"inputs": ["a"], "tokenizer": "bytes", "seq_length": 8, "rows_per_shard": 0}, "rows_per_shard", "rows_per_shard"),
+        (
+            {"inputs": ["a"], "tokenizer": "bytes", "seq_length": 8, "rows_per_shard": 0},
+            "rows_per_shard",
+            "rows_per_shard",
+        ),
         ({"inputs": ["a"], "tokenizer": "bytes", "seq_length": 8, "balance": "dp=2"}, "balance", "gbs"),
         ({"inputs": 3, "tokenizer": "bytes", "seq_length": 8}, "inputs", "inputs must be"),
     ],
@@ -169,7 +213,18 @@ def test_sweep_plan_check_configs_equal_their_cli(tmp_path: Path) -> None:
     assert json.loads(cli.output) == json.loads(json.dumps(swept.as_dict()))
     assert [c.pack_length for c in swept.candidates] == [512, 1024] and swept.input["rows_read"] == 200
 
-    args = ["--model", "llama3_1_8b", "--gpu", "H100_SXM", "--gpus", "8", "--seq-length", "8192", "--top", "3"]
+    args = [
+        "--model",
+        "llama3_1_8b",
+        "--gpu",
+        "H100_SXM",
+        "--gpus",
+        "8",
+        "--seq-length",
+        "8192",
+        "--top",
+        "3",
+    ]
     cli = runner.invoke(app, ["plan", *args, "--json"])
     assert cli.exit_code == 0, cli.output
     planned = PlanConfig(model="llama3_1_8b", gpu="H100_SXM", gpus=8, seq_length=8192, top=3).run()
@@ -195,7 +250,9 @@ def _rust_tokenizer():  # type: ignore[no-untyped-def]
     return tok
 
 
-def test_tokenizer_object_packs_the_same_rows_as_its_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tokenizer_object_packs_the_same_rows_as_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(inputs_mod, "JSONL_CHUNK_BYTES", 2048)  # many chunks: the worker pool really runs
     src = write_sft(tmp_path / "d.jsonl")
     rust = _rust_tokenizer()
@@ -219,7 +276,9 @@ def test_longpack_tokenizer_object_and_bad_objects(tmp_path: Path) -> None:
     from longpack.text.tokenizers import BytesTokenizer
 
     src = write_sft(tmp_path / "d.jsonl", 50)
-    spec = PackConfig(inputs=[str(src)], out=tmp_path / "a", tokenizer="bytes", seq_length=64, workers=1).run()
+    spec = PackConfig(
+        inputs=[str(src)], out=tmp_path / "a", tokenizer="bytes", seq_length=64, workers=1
+    ).run()
     obj = PackConfig(inputs=[str(src)], out=tmp_path / "b", tokenizer=BytesTokenizer(), seq_length=64).run()
     same_files(tmp_path / "a", tmp_path / "b")
     assert spec.counts == obj.counts
@@ -273,7 +332,9 @@ def test_cli_version_help_choices_flags_and_order() -> None:
     assert "drop|truncate|error" in helps and "local|ray" in helps and "int64|int32" in helps
     assert "<bool>" not in helps and "--overwrite " in helps
     balance_help = runner.invoke(app, ["balance", "--help"], terminal_width=200).output
-    assert "--model-shape" in balance_help and "--pack-size" in balance_help and "--capacity" not in balance_help
+    assert (
+        "--model-shape" in balance_help and "--pack-size" in balance_help and "--capacity" not in balance_help
+    )
 
 
 def test_old_flag_spellings_still_work_with_a_warning(tmp_path: Path) -> None:
@@ -283,6 +344,7 @@ def test_old_flag_spellings_still_work_with_a_warning(tmp_path: Path) -> None:
     old = runner.invoke(app, ["online-sim", "--capacity", "100", "--lengths", str(lengths), "--json"])
     assert new.exit_code == old.exit_code == 0
     assert "--capacity is deprecated; use --pack-size" in old.output
+
     def fills(doc: dict) -> list:  # every row but its timing (packs_per_s)
         return [{k: v for k, v in row.items() if k != "packs_per_s"} for row in doc["rows"]]
 

@@ -196,7 +196,9 @@ def test_a_write_task_that_keeps_dying_fails_cleanly_without_manifest(ray_cluste
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
-def test_val_inputs_and_object_tokenizer_on_ray_match_local(ray_cluster, inputs, val_input, tmp_path: Path) -> None:
+def test_val_inputs_and_object_tokenizer_on_ray_match_local(
+    ray_cluster, inputs, val_input, tmp_path: Path
+) -> None:
     """The validation split indexes its own tokenized set (no call-order rule), and a tokenizer object
     travels to the Ray workers."""
     from longpack.cluster import RayExecutor

@@ -69,9 +69,7 @@ def test_thd_batch_table_and_errors(packed_file):
          "--pad-to-max-length", "--cp", "2", "--tp", "4", "--sp"],
     )  # fmt: skip
     assert sp.exit_code == 2 and "not a multiple of 8 = lcm(2*CP, CP*TP)" in sp.output
-    missing = runner.invoke(
-        app, ["thd-batch", "nowhere.idx.parquet", "--pack-size", "16", "--eos-id", "2"]
-    )
+    missing = runner.invoke(app, ["thd-batch", "nowhere.idx.parquet", "--pack-size", "16", "--eos-id", "2"])
     assert missing.exit_code == 2 and "not found" in missing.output
 
 

@@ -12,9 +12,6 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from longpack.cli.app import app
-from longpack.packed.pipeline import PackSettings, plan_split
-from longpack.planner.catalog import load_gpu, load_model
-from longpack.samples import TokenizedSamples
 from longpack.jobs.sweep import (
     PACK_LENGTH_WARNING,
     Candidate,
@@ -27,6 +24,9 @@ from longpack.jobs.sweep import (
     recommend,
     sweep,
 )
+from longpack.packed.pipeline import PackSettings, plan_split
+from longpack.planner.catalog import load_gpu, load_model
+from longpack.samples import TokenizedSamples
 from longpack.topology import ParallelLayout
 
 runner = CliRunner()

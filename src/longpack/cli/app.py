@@ -75,12 +75,12 @@ class LongpackGroup(TyperGroup):
 
 
 def _silence_stdout() -> None:
+    import contextlib
     import os
 
-    try:
+    # (OSError, ValueError, AttributeError): stdout is not a real file (a test runner's buffer)
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):  # not a real file (a test runner's buffer)
-        pass
 
 
 def _debug(ctx: Any) -> bool:

@@ -59,11 +59,14 @@ def parse_model_shape(spec: str) -> dict[str, Any]:
         try:
             out[key] = int(value)
         except ValueError:
-            raise ConfigError(f"model_shape: {key}={value!r} is not an integer", fields="model_shape") from None
+            raise ConfigError(
+                f"model_shape: {key}={value!r} is not an integer", fields="model_shape"
+            ) from None
     missing = [k for k in _MODEL_KEYS if k not in out and k != "kv_heads"]
     if missing:
         raise ConfigError(
-            f"model_shape is missing {', '.join(missing)} (e.g. {_MODEL_KEYS[0]}=4096,...)", fields="model_shape"
+            f"model_shape is missing {', '.join(missing)} (e.g. {_MODEL_KEYS[0]}=4096,...)",
+            fields="model_shape",
         )
     return out
 
@@ -99,7 +102,8 @@ def register(app: typer.Typer) -> None:
         schedule: Annotated[opt.Schedule, typer.Option("--schedule", help="Pipeline schedule.")] = "1f1b",
         vpp: int = typer.Option(1, "--vpp", help="Virtual pipeline stages (interleaved schedule)."),
         sampler: Annotated[
-            opt.Sampler, typer.Option("--sampler", help="batch (Megatron-Bridge SFT) or single (Megatron-LM).")
+            opt.Sampler,
+            typer.Option("--sampler", help="batch (Megatron-Bridge SFT) or single (Megatron-LM)."),
         ] = "batch",
         model_shape: str = typer.Option(
             "hidden=4096,layers=32,heads=32,kv_heads=8,ffn=14336,vocab=128256",

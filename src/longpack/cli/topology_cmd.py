@@ -7,7 +7,6 @@ import json
 import typer
 
 from longpack.cli import options as opt
-
 from longpack.topology import ParallelLayout
 
 

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from longpack.errors import ConfigError, InputError
 from longpack.text.rows import TextConfig
@@ -149,7 +149,8 @@ class PackConfig:
                 set_(self, "seq_length", DEMO_SEQ_LENGTH)
         elif not self.inputs:
             raise ConfigError(
-                "no inputs: give at least one input file, folder or glob in inputs, or set demo=True", fields=("inputs", "demo")
+                "no inputs: give at least one input file, folder or glob in inputs, or set demo=True",
+                fields=("inputs", "demo"),
             )
         if self.tokenizer is None:
             raise ConfigError(
@@ -285,7 +286,7 @@ class PackConfig:
         executor = self.executor()
         with contextlib.ExitStack() as stack:
             stack.enter_context(executor)
-            inputs = list(self.inputs)
+            inputs = list(cast(tuple[str, ...], self.inputs))  # normalized in __post_init__
             demo_prefix = ""
             if self.demo:
                 demo_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="longpack-demo-"))
@@ -297,7 +298,10 @@ class PackConfig:
             val, val_handle = (None, None)
             if self.val_inputs:
                 val, val_handle = executor.tokenize(
-                    list(self.val_inputs), tokenizer=tokenizer, config=self.text, progress=self.progress
+                    list(cast(tuple[str, ...], self.val_inputs)),
+                    tokenizer=tokenizer,
+                    config=self.text,
+                    progress=self.progress,
                 )
             if demo_prefix:
                 # Temp paths would make every demo output differ; name the built-in data instead.

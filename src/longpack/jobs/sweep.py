@@ -35,7 +35,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -728,7 +728,8 @@ class SweepConfig:
                 set_(self, "tokenizer", DEMO_TOKENIZER)
         elif not self.inputs:
             raise SweepError(
-                "no inputs: give at least one input file, folder or glob in inputs, or set demo=True", fields=("inputs", "demo")
+                "no inputs: give at least one input file, folder or glob in inputs, or set demo=True",
+                fields=("inputs", "demo"),
             )
         if self.tokenizer is None:
             raise SweepError(
@@ -858,7 +859,7 @@ class SweepConfig:
 
         tokenizer = as_tokenizer(self.tokenizer)
         with tempfile.TemporaryDirectory(prefix="longpack-demo-") as demo_dir:
-            inputs = list(self.inputs)
+            inputs = list(cast(tuple[str, ...], self.inputs))  # normalized in __post_init__
             if self.demo:
                 inputs = [str(write_demo_dataset(Path(demo_dir) / "longpack-demo"))]
             tokenized = tokenize_inputs(

@@ -217,9 +217,9 @@ class WorkerPool:
                 if answer[0] == "ok":
                     future.set_result(answer[1])
                 else:
-                    exc = answer[1]
-                    exc.__cause__ = _RemoteTraceback(answer[2])
-                    future.set_exception(exc)
+                    raised = answer[1]
+                    raised.__cause__ = _RemoteTraceback(answer[2])
+                    future.set_exception(raised)
         finally:
             with contextlib.suppress(OSError):
                 jobs.close()
