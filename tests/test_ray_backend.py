@@ -219,3 +219,29 @@ def test_val_inputs_and_object_tokenizer_on_ray_match_local(
     assert_same_bytes(tmp_path / "local", tmp_path / "ray")
     assert local.counts == remote.counts and set(remote.splits) == {"training", "validation"}
     assert remote.backend is not None and remote.backend["name"] == "ray" and local.backend is None
+
+
+def test_in_memory_tokenizer_object_is_shipped_to_ray_workers(ray_cluster, tmp_path: Path) -> None:
+    """A ``tokenizers.Tokenizer`` that exists only in this process reaches the Ray tasks (pickled) and gives
+    the rows the local pool gives."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+
+    from longpack.cluster import RayExecutor
+    from longpack.jobs import PackConfig
+
+    words = ["q", "a", *map(str, range(100))]
+    rust = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]"))
+    rust.pre_tokenizer = pre_tokenizers.Whitespace()
+    rust.add_special_tokens([AddedToken("</s>", special=True)])
+    src = tmp_path / "a.jsonl"
+    src.write_text(
+        "".join(
+            json.dumps({"prompt": f"q {i % 100} " * (1 + i % 9), "completion": "a " * (1 + i % 13)}) + "\n"
+            for i in range(3000)
+        )
+    )
+    common = dict(inputs=[str(src)], tokenizer=rust, seq_length=128, rows_per_shard=50)
+    local = PackConfig(out=tmp_path / "local", workers=1, **common).run()
+    PackConfig(out=tmp_path / "ray", backend=RayExecutor(workers=2), **common).run()
+    assert_same_bytes(tmp_path / "local", tmp_path / "ray")
+    assert local.tokenizer["eos_id"] == rust.token_to_id("</s>") and local.counts["packed"] == 3000

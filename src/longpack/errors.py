@@ -3,7 +3,8 @@
 Every failure a user can cause (bad data, a bad setting, an output folder that cannot be written, a
 packed folder that cannot be read, a layout that cannot fit) raises a :class:`LongpackError`. Its message
 names what it is about (``file:line``, the field and its value) and the fix. The CLI prints the message
-and exits with code 2; any other exception is a bug in longpack and is reported as one.
+(field names spelled as its flags) and exits with code 2; any other exception is a bug in longpack and is
+reported as one (exit code 3).
 
 The subclasses also derive from the built-in type callers caught before this module existed
 (``ValueError``, ``FileExistsError``, ``RuntimeError``), so ``except ValueError`` keeps working.
