@@ -803,7 +803,8 @@ def load_tokenizer(spec: str) -> Tokenizer:
                 tried.append(f"{tj} (folder exists, file missing)")
                 raise InputError(
                     f"tokenizer {spec!r} not found; tried: {'; '.join(tried)}. Put a tokenizer.json in the "
-                    "folder (only fast HF tokenizers are supported)"
+                    "folder (only fast HF tokenizers are supported)",
+                    fields="tokenizer",
                 )
             config = path / "tokenizer_config.json"
             tok = HFTokenizer(tj, config if config.is_file() else None, str(path.resolve()))
@@ -811,7 +812,8 @@ def load_tokenizer(spec: str) -> Tokenizer:
             tried += [f"file {path} (does not exist)", f"folder {path}/tokenizer.json (does not exist)"]
             raise InputError(
                 f"tokenizer {spec!r} not found; tried: {'; '.join(tried)}. Nothing is downloaded: pass 'qwen3', "
-                "'bytes', a tokenizer.json or a local HF model folder"
+                "'bytes', a tokenizer.json or a local HF model folder",
+                fields="tokenizer",
             )
     _CACHE[spec] = tok
     return tok
