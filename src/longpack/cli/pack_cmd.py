@@ -193,7 +193,9 @@ def register(app: typer.Typer) -> None:
             raise _fail(str(exc)) from exc
         mult, mult_source = _resolve_mult(pad_seq_to_mult, tp, cp, sp)
         try:
-            from longpack.binpack import ALGORITHMS, BALANCED
+            from longpack.binpack import ALGORITHMS
+            from longpack.packed.plan import BALANCED_ALGORITHM as BALANCED
+            from longpack.planner.balance_costs import parse_balance_spec
 
             if balance is not None:
                 if algorithm not in ("best_fit_decreasing", BALANCED):
@@ -214,7 +216,7 @@ def register(app: typer.Typer) -> None:
                 overlength=overlength,
                 val_fraction=val_fraction,
                 rows_per_shard=rows_per_shard,
-                balance=balance,
+                balance=parse_balance_spec(balance) if balance is not None else None,
                 ids_dtype=ids_dtype,
             )
         except ValueError as exc:
