@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-import longpack
+from longpack._version import __version__
 from longpack.errors import OutputExistsError as _OutputExistsError
 from longpack.packed.align import DEFAULT_OVERLENGTH, OVERLENGTH_POLICIES, AlignedSamples, align_samples
 from longpack.packed.files import (
@@ -458,7 +458,7 @@ def versions() -> dict[str, str]:
     import pyarrow
 
     return {
-        "longpack": longpack.__version__,
+        "longpack": __version__,
         "numpy": np.__version__,
         "pyarrow": pyarrow.__version__,
         "python": ".".join(map(str, sys.version_info[:3])),
