@@ -27,8 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
 
+from longpack._optional import require
 from longpack.balance.cost import PackCostModel
 from longpack.balance.schedule import (
     SAMPLERS,
@@ -40,6 +40,8 @@ from longpack.balance.schedule import (
 )
 from longpack.balance.target import BalanceTarget
 from longpack.binpack import check_capacity, check_seed, pack_lengths, validate_lengths
+
+njit = require("numba", "pack", purpose="the balanced packer").njit
 
 
 @njit(cache=True)

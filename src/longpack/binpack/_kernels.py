@@ -10,8 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
-from numba.cpython.unsafe.numbers import trailing_zeros
+
+from longpack._optional import require
+
+njit = require("numba", "pack", purpose="packing (longpack's compiled kernels)").njit
+trailing_zeros = require("numba.cpython.unsafe.numbers", "pack").trailing_zeros
 
 # ----------------------------------------------------------------------------------------------
 # First fit (Megatron semantics): lowest-index open bin whose remaining capacity is >= the length.

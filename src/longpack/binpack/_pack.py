@@ -8,7 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from longpack.binpack import _kernels
+
+def _compiled() -> Any:
+    """The numba kernels, imported on first use, so that ``import longpack.binpack`` (names, constants,
+    checks) works without numba and a missing numba is reported when packing starts."""
+    from longpack.binpack import _kernels
+
+    return _kernels
+
 
 #: Names accepted by ``pack_lengths(..., algorithm=...)``. The last three reproduce Megatron-Bridge's
 #: bins exactly (compatibility mode); ``best_fit_decreasing`` packs tightest and is the default.
@@ -94,7 +101,7 @@ def validate_lengths(lengths: Any, capacity: int) -> np.ndarray:
             raise ValueError("lengths do not fit in int64")
         arr = arr.astype(np.int64)
     arr = np.ascontiguousarray(arr)
-    bad, first = _kernels.count_invalid(arr, 1, capacity)
+    bad, first = _compiled().count_invalid(arr, 1, capacity)
     if bad:
         raise ValueError(
             f"{bad} of {len(arr)} lengths are outside 1..{capacity} (capacity {capacity}); first at index "
@@ -149,10 +156,10 @@ def pack_lengths(
 
         histogram = np.bincount(arr, minlength=cap + 1)
         flat, offsets = megatron._strategy_flat(histogram, cap, algorithm, np.random.RandomState(seed))
-        return _kernels.assign_items_by_length(arr, flat, offsets, cap)
-    bin_of, nbins = _kernels.best_fit_decreasing_bins(arr, cap)
+        return _compiled().assign_items_by_length(arr, flat, offsets, cap)
+    bin_of, nbins = _compiled().best_fit_decreasing_bins(arr, cap)
     new_id = np.random.RandomState(seed).permutation(nbins).astype(np.int64, copy=False)
-    _kernels.relabel_in_place(bin_of, new_id)
+    _compiled().relabel_in_place(bin_of, new_id)
     return bin_of
 
 
