@@ -285,18 +285,10 @@ def fill_order(lengths: Any, lengths_in_bin_order: Any, rng: np.random.RandomSta
     histogram = np.bincount(arr)
     if not np.array_equal(np.bincount(slots, minlength=len(histogram)), histogram):
         raise ValueError("lengths_in_bin_order is not a rearrangement of lengths")
-    _resolve_rng(rng)
-    by_length = np.argsort(arr, kind="stable")  # Megatron appends items to sequences[L] in input order
+    generator = _resolve_rng(rng)
     starts = np.zeros(len(histogram) + 1, dtype=np.int64)
     np.cumsum(histogram, out=starts[1:])
-    popped = np.empty(len(arr), dtype=np.int64)
-    for length in np.flatnonzero(histogram).tolist():
-        group = by_length[starts[length] : starts[length + 1]]
-        perm = rng.permutation(len(group))
-        # Pops from the end: the k-th use of this length takes permuted[-1 - k].
-        popped[starts[length] : starts[length + 1]] = group[perm][::-1]
-    # The k-th occurrence of length L in bin order gets the k-th popped item of length L.
-    occurrence = np.argsort(slots, kind="stable")
-    order = np.empty(len(arr), dtype=np.int64)
-    order[occurrence] = popped
-    return order
+    perms = np.empty(len(arr), dtype=np.int64)
+    for length in np.flatnonzero(histogram).tolist():  # ascending length order, as Megatron draws
+        perms[starts[length] : starts[length + 1]] = generator.permutation(int(histogram[length]))
+    return _kernels.fill_items_by_length(arr, slots, perms, starts)
