@@ -186,7 +186,9 @@ def simulated(args: argparse.Namespace) -> None:
             for name in ("first_fit_shuffle", "best_fit", "balanced"):
                 t0 = time.perf_counter()
                 if name == "balanced":
-                    bins = balanced_pack(lengths, capacity, BalanceTarget(cost_model=model, **layout), seed=args.seed)
+                    bins = balanced_pack(
+                        lengths, capacity, BalanceTarget(cost_model=model, **layout), seed=args.seed
+                    )
                 else:
                     algo = "best_fit_decreasing" if name == "best_fit" else name
                     bins = pack_lengths(lengths, capacity, algorithm=algo, seed=args.seed)

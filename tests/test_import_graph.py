@@ -198,7 +198,9 @@ def test_no_import_cycle_between_longpack_modules() -> None:
 def test_every_unit_is_in_the_table() -> None:
     units = {unit_of(m) for m in MODULES}
     missing = sorted(units - ALLOWED.keys())
-    assert not missing, f"new top-level unit(s) {missing}: add them to ALLOWED with the layers they may import"
+    assert not missing, (
+        f"new top-level unit(s) {missing}: add them to ALLOWED with the layers they may import"
+    )
 
 
 def test_imports_run_the_way_the_design_draws_them() -> None:

