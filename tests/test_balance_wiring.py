@@ -50,7 +50,8 @@ def test_pack_settings_take_a_typed_target_only() -> None:
     target = parse_balance_spec("dp=2,gbs=4,linear=1,quadratic=0.01")
     assert PackSettings(seq_length=64, algorithm="balanced", balance=target).balance is target
     with pytest.raises(ValueError, match=r"must be a longpack\.balance\.BalanceTarget"):
-        PackSettings(seq_length=64, algorithm="balanced", balance="dp=2,gbs=4,linear=1,quadratic=0.01")  # type: ignore[arg-type]
+        text = "dp=2,gbs=4,linear=1,quadratic=0.01"
+        PackSettings(seq_length=64, algorithm="balanced", balance=text)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="go together"):
         PackSettings(seq_length=64, balance=target)
 

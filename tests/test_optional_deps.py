@@ -1,4 +1,4 @@
-"""Extras: ``check`` and ``plan`` run without the packing and tokenizer stack; ``pack`` names the missing extra.
+"""Extras: ``check`` and ``plan`` run without the packing and tokenizer stack; ``pack`` names the extra.
 
 Each case runs the real console entry point (``longpack.cli.app.main``) in a fresh interpreter whose
 import system reports the listed packages as not installed (a meta-path finder raising

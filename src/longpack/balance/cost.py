@@ -251,7 +251,7 @@ class PackCostModel:
         gated_mlp: bool = True,
     ) -> PackCostModel:
         """``from_flops`` with the FLOP split of ``megatron_dense_flops`` (for a catalog model and GPU,
-        ``longpack.planner.balance_costs.pack_cost_model`` derives the rates from the planner's fitted time model).
+        ``longpack.planner.balance_costs.pack_cost_model`` takes the rates from the planner's time model).
 
         >>> m = PackCostModel.from_dense_model(hidden=4096, layers=32, heads=32, kv_heads=8, ffn=14336,
         ...                                    vocab=128256, flops_per_second=400e12)

@@ -1,9 +1,9 @@
 """Workload-balanced packing: fill packs like best-fit, even out their cost, and order them for training.
 
 ``balanced_pack(lengths, capacity, target, *, seed) -> bin_of_item`` (``target``: a ``BalanceTarget``, the
-topology and pack cost model) where **bin ids are the training order**: bin ``k`` is the ``k``-th pack the data loader reads. Write packs in ascending bin id
-and Megatron's sequential samplers (``pack_slots``) give every DP rank of every global batch the work
-this module planned for it.
+topology and pack cost model) where **bin ids are the training order**: bin ``k`` is the ``k``-th pack the
+data loader reads. Write packs in ascending bin id and Megatron's sequential samplers (``pack_slots``) give
+every DP rank of every global batch the work this module planned for it.
 
 Three stages (numpy + numba; no I/O, no torch):
 
@@ -374,7 +374,8 @@ def balanced_pack(
     if not isinstance(target, BalanceTarget):
         raise TypeError(
             f"target must be a longpack.balance.BalanceTarget, got {type(target).__name__} "
-            "(read a 'dp=..,gbs=..,model=..,gpu=..' text with longpack.planner.balance_costs.parse_balance_spec)"
+            "(read a 'dp=..,gbs=..,model=..,gpu=..' text with "
+            "longpack.planner.balance_costs.parse_balance_spec)"
         )
     if fill not in FILLS:
         raise ValueError(f"unknown fill {fill!r}; choose one of {FILLS}")

@@ -3,8 +3,8 @@
 ``BalanceTarget`` is what ``longpack.balance.balanced_pack(lengths, capacity, target, seed=...)`` takes.
 It is typed: a cost model object and integers, no text to interpret. The text form
 ``dp=8,pp=4,gbs=128,model=qwen3_30b_a3b,gpu=h100`` (``longpack pack --balance``) is read by
-``longpack.planner.balance_costs.parse_balance_spec``, which builds the cost model from the planner's catalogs;
-``spec`` keeps that text so a pack manifest can record it.
+``longpack.planner.balance_costs.parse_balance_spec``, which builds the cost model from the planner's
+catalogs; ``spec`` keeps that text so a pack manifest can record it.
 
 >>> t = BalanceTarget(cost_model=PackCostModel(linear=1.0, quadratic=0.001), dp=2, gbs=4)
 >>> t.dp, t.pp, t.gbs, t.schedule
@@ -29,9 +29,9 @@ class BalanceTarget:
     ``dp`` data-parallel ranks, ``pp`` pipeline stages (``vpp`` virtual stages per rank with the
     ``interleaved`` schedule), ``gbs`` packs per global batch, ``micro_batch_size`` packs per micro-batch
     and ``sampler`` (how the global batch is dealt to DP ranks; see ``longpack.balance.schedule``).
-    ``spec`` is the text the target was read from (``longpack.planner.balance_costs.parse_balance_spec``); when the
-    target is built in code it is filled with an equivalent text (explicit cost coefficients) that
-    ``parse_balance_spec`` reads back. It is a record only: it is not compared and never interpreted.
+    ``spec`` is the text the target was read from (``longpack.planner.balance_costs.parse_balance_spec``);
+    when the target is built in code it is filled with an equivalent text (explicit cost coefficients)
+    that ``parse_balance_spec`` reads back. It is a record only: it is not compared and never interpreted.
     """
 
     cost_model: PackCostModel
@@ -48,7 +48,8 @@ class BalanceTarget:
         if not isinstance(self.cost_model, PackCostModel):
             raise ConfigError(
                 f"BalanceTarget.cost_model must be a PackCostModel, got {type(self.cost_model).__name__}; "
-                "build one with PackCostModel(...) or longpack.planner.balance_costs.pack_cost_model(model=..., gpu=...)"
+                "build one with PackCostModel(...) or "
+                "longpack.planner.balance_costs.pack_cost_model(model=..., gpu=...)"
             )
         for name in ("dp", "gbs", "pp", "vpp", "micro_batch_size"):
             value = getattr(self, name)
@@ -82,5 +83,6 @@ class BalanceTarget:
         return (
             f"dp={self.dp},gbs={self.gbs},pp={self.pp},vpp={self.vpp},mbs={self.micro_batch_size},"
             f"schedule={self.schedule},sampler={self.sampler},linear={float(m.linear)!r},"
-            f"quadratic={float(m.quadratic)!r},per_sequence={float(m.per_sequence)!r},per_pack={float(m.per_pack)!r}"
+            f"quadratic={float(m.quadratic)!r},per_sequence={float(m.per_sequence)!r},"
+            f"per_pack={float(m.per_pack)!r}"
         )

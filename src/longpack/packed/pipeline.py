@@ -80,8 +80,8 @@ class PackSettings:
     overlength: str = DEFAULT_OVERLENGTH
     val_fraction: float = 0.0
     rows_per_shard: int | None = None
-    #: Topology and cost model for ``algorithm="balanced"`` (a ``longpack.balance.BalanceTarget``; the
-    #: ``dp=8,pp=4,gbs=128,model=M,gpu=G`` text is read by ``longpack.planner.balance_costs.parse_balance_spec``):
+    #: Topology and cost model for ``algorithm="balanced"`` (a ``longpack.balance.BalanceTarget``; the text
+    #: ``dp=8,pp=4,gbs=128,model=M,gpu=G`` is read by ``longpack.planner.balance_costs.parse_balance_spec``):
     #: packs are written in workload-balanced training order. The manifest records ``balance.spec``.
     balance: BalanceTarget | None = None
     #: Parquet type of ``input_ids``: ``int64`` (what Megatron-Bridge's own packer writes) or the opt-in
