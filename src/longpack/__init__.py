@@ -1,3 +1,5 @@
 """longpack: packed sequences, THD batches, config checks and layout planning for Megatron-style training."""
 
-__version__ = "0.1.0"
+from longpack._version import __version__
+
+__all__ = ["__version__"]

@@ -47,7 +47,13 @@ _register_commands()
 
 
 def main() -> None:
-    app()
+    from longpack.errors import MissingDependencyError
+
+    try:
+        app()
+    except MissingDependencyError as exc:  # an extra is not installed: say which, no traceback
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -83,6 +83,15 @@ def resolve_pad_seq_to_mult(
     return _resolve_mult(pad_seq_to_mult, tp, cp, sp)
 
 
+def _balance_target(spec: str | None) -> Any:
+    """The ``--balance`` text as a ``longpack.balance.BalanceTarget`` (imported only when given)."""
+    if spec is None:
+        return None
+    from longpack.planner.balance_costs import parse_balance_spec
+
+    return parse_balance_spec(spec)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("pack")
     def pack(
@@ -193,7 +202,8 @@ def register(app: typer.Typer) -> None:
             raise _fail(str(exc)) from exc
         mult, mult_source = _resolve_mult(pad_seq_to_mult, tp, cp, sp)
         try:
-            from longpack.binpack import ALGORITHMS, BALANCED
+            from longpack.binpack import ALGORITHMS
+            from longpack.packed.plan import BALANCED_ALGORITHM as BALANCED
 
             if balance is not None:
                 if algorithm not in ("best_fit_decreasing", BALANCED):
@@ -214,7 +224,7 @@ def register(app: typer.Typer) -> None:
                 overlength=overlength,
                 val_fraction=val_fraction,
                 rows_per_shard=rows_per_shard,
-                balance=balance,
+                balance=_balance_target(balance),
                 ids_dtype=ids_dtype,
             )
         except ValueError as exc:
