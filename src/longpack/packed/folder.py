@@ -62,6 +62,7 @@ from longpack.packed.files import (
     sha256_file,
 )
 from longpack.packed.manifest import MANIFEST_NAME, PackManifest, SplitRecord
+from longpack.packed.plan import PackPlan, pack_metadata
 
 __all__ = [
     "ListColumn",
@@ -784,8 +785,6 @@ class PackedFolder:
         problems = list(self._problems)
         if not verify:
             return problems
-        from longpack.packed.plan import PackPlan, pack_metadata
-
         for name, s in self.splits.items():
             scan = self.scan(name, verify=True)
             problems += [f"{name}: {e}" for e in scan.problems]

@@ -159,7 +159,8 @@ class PackedDataset:
                 validate_row(item)
             except PackedDataError as exc:
                 raise PackedDataError(
-                    f"{self.files[file_index]}: row {idx - self._file_offsets[file_index]}: {exc}"
+                    f"{self.files[file_index]}: row {idx - self._file_offsets[file_index]}: {exc} (Megatron-Bridge's "
+                    "validate_row refuses this row); pack the data again"
                 ) from exc
         ids = item["input_ids"].astype(np.int64, copy=False)
         loss = np.zeros(ids.size, np.int64) if is_padding else item["loss_mask"].astype(np.int64)
