@@ -168,6 +168,11 @@ def write_packed(
     return folder
 
 
+def named(folder: Path) -> str:
+    """Megatron-Bridge writes no manifest.json: its files are checked by naming them (a glob)."""
+    return str(folder / "*.idx.parquet")
+
+
 SMALL = [
     "longpack.world_size=16",
     "longpack.model_family=llama3_1_8b",
@@ -190,7 +195,7 @@ def test_packed_folder_aligned_passes(tmp_path: Path) -> None:
     folder = write_packed(
         tmp_path / "tok_pad_seq_to_mult4_sft_abcdefabcdef", [[33, 65, 17], [129], [9, 9, 9]], 128
     )
-    code, out = run(*SMALL, "--packed", str(folder), "--json")
+    code, out = run(*SMALL, "--packed", named(folder), "--json")
     data = json.loads(out)
     assert code == 0, out
     assert (
@@ -202,7 +207,7 @@ def test_packed_folder_aligned_passes(tmp_path: Path) -> None:
 
 def test_packed_folder_misaligned_and_wrong_size_fail(tmp_path: Path) -> None:
     folder = write_packed(tmp_path / "p", [[33, 66], [10, 9]], 256)
-    code, out = run(*SMALL, "--packed", str(folder), "--json")
+    code, out = run(*SMALL, "--packed", named(folder), "--json")
     assert code == 1
     found = {f["id"]: f for f in json.loads(out)["findings"]}
     assert "LP-DATA-002" in found and "N=256" in found["LP-DATA-002"]["message"]
@@ -216,23 +221,28 @@ def test_packed_folder_without_metadata_with_pad_cu_seqlens(tmp_path: Path) -> N
         "dataset.offline_packing_specs.pad_cu_seqlens=true",
         "dataset.dataset_kwargs.pad_to_max_length=true",
     ]
-    code, out = run(*SMALL, *extra, "--packed", str(folder), "--json")
+    code, out = run(*SMALL, *extra, "--packed", named(folder), "--json")
     assert code == 1
     assert "LP-DATA-001" in {f["id"] for f in json.loads(out)["findings"]}
-    # Without pad_cu_seqlens a missing metadata file is fine; the manifest is optional too.
-    code, _ = run(*SMALL, "--packed", str(folder))
+    # Without pad_cu_seqlens a missing metadata file is fine; named files need no manifest.
+    code, _ = run(*SMALL, "--packed", named(folder))
     assert code == 0
+    # The folder itself has no manifest.json: an unfinished `longpack pack` output, refused.
+    code, out = run(*SMALL, "--packed", str(folder))
+    assert code == 2 and "unfinished" in out
 
 
 def test_inspect_packed_dir_reads_manifest_and_over_capacity(tmp_path: Path) -> None:
     folder = write_packed(tmp_path / "p", [[65, 57, 9], [33]], 128)
-    (folder / "manifest.json").write_text(json.dumps({"packing": {"pad_seq_to_mult": 8}}))
+    files = [{"name": "training_128.idx.parquet"}]
+    manifest = {"settings": {"pad_seq_to_mult": 8}, "splits": {"training": {"files": files}}}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
     summary = inspect_packed_dir(folder, multiple=8)
     assert summary.recorded_pad_seq_to_mult == 8
     assert summary.rows_over_pack_size == 0 and summary.max_row_runtime_tokens == 64 + 56 + 8
     assert summary.segment_length_gcd == 8 and summary.misaligned_segments == 0
     folder2 = write_packed(tmp_path / "q", [[129, 9]], 128)
-    assert inspect_packed_dir(folder2, multiple=8).rows_over_pack_size == 1
+    assert inspect_packed_dir(named(folder2), multiple=8).rows_over_pack_size == 1
 
 
 def test_inspect_packed_dir_errors(tmp_path: Path) -> None:
@@ -243,7 +253,7 @@ def test_inspect_packed_dir_errors(tmp_path: Path) -> None:
     bad.mkdir()
     pq.write_table(pa.table({"input_ids": pa.array([[1, 2]])}), bad / "training_8.idx.parquet")
     with pytest.raises(PackedDataError, match="missing required columns"):
-        inspect_packed_dir(bad)
+        inspect_packed_dir(bad / "training_8.idx.parquet")
 
 
 def test_list_rules_markdown_has_every_rule() -> None:
@@ -257,7 +267,7 @@ def test_list_rules_markdown_has_every_rule() -> None:
 def test_packed_sp_alignment_is_a_warning_when_2cp_holds(tmp_path: Path) -> None:
     # TP4 CP2 SP: THD needs 2*CP = 4 per sequence (hard), the docs ask for lcm(4, 8) = 8.
     folder = write_packed(tmp_path / "p", [[5, 13, 9], [129]], 128)
-    code, out = run(*SMALL, "model.tensor_model_parallel_size=4", "--packed", str(folder), "--json")
+    code, out = run(*SMALL, "model.tensor_model_parallel_size=4", "--packed", named(folder), "--json")
     data = json.loads(out)
     assert code == 0, out
     warned = {f["id"]: f for f in data["findings"] if f["severity"] == "warning"}
@@ -268,7 +278,7 @@ def test_packed_sp_alignment_is_a_warning_when_2cp_holds(tmp_path: Path) -> None
         "model.tensor_model_parallel_size=4",
         "model.context_parallel_size=4",
         "--packed",
-        str(folder),
+        named(folder),
         "--json",
     )
     errors = {f["id"] for f in json.loads(out)["findings"] if f["severity"] == "error"}
