@@ -968,5 +968,7 @@ def test_rule_fires_and_nearest_config_passes(case: Case) -> None:
         assert text in finding.fix, f"{text!r} not in fix {finding.fix!r}"
     for key in _keys_named(finding.fix):
         assert _is_read(key), f"fix names {key!r}, which no rule reads"
+    for key in finding.keys:  # the keys a finding points at are where its file:line comes from
+        assert _is_read(key), f"finding points at {key!r}, which no rule reads"
     passing = findings_of(case.base, case.fix, packed_fix)
     assert case.rule_id not in [f.rule_id for f in passing], passing

@@ -76,3 +76,17 @@ def test_records_have_the_shape_the_docs_read() -> None:
     assert RULES["LP-CP-001"].check is cp.cp_seq_length
     with pytest.raises(KeyError, match="--list-rules"):
         RULES["LP-NOPE-001"]
+
+
+def test_quoted_key_names_are_keys_longpack_reads() -> None:
+    from longpack.rules import declared_keys
+    from longpack.rules.checks import common
+    from longpack.rules.config import DECLARED
+
+    quoted = {name: value for name, value in vars(common).items() if name.startswith("K_")}
+    unread = {
+        name: key
+        for name, key in quoted.items()
+        if key not in declared_keys() and not any(key.startswith(leaf + ".") for leaf in DECLARED.leaves)
+    }
+    assert len(quoted) > 20 and unread == {}

@@ -150,7 +150,7 @@ def _divisors(n: int) -> list[int]:
 
 
 def recompute_ladder(model: ModelSpec) -> list[tuple[str, ...]]:
-    """Recompute settings ordered from cheapest to most memory-saving (spec §C.5 preferences:
+    """Recompute settings ordered from cheapest to most memory-saving (the preferences of the NVIDIA recipes:
     MoE ``moe_act``, then ``layernorm``, MLA ``mla_up_proj``, dense ``mlp``, whole ``moe``, then full;
     core attention is never recomputed by choice).
 
