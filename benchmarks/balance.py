@@ -53,6 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from longpack.balance import (
+    BalanceTarget,
     PackCostModel,
     ScheduleResult,
     balanced_pack,
@@ -185,7 +186,9 @@ def simulated(args: argparse.Namespace) -> None:
             for name in ("first_fit_shuffle", "best_fit", "balanced"):
                 t0 = time.perf_counter()
                 if name == "balanced":
-                    bins = balanced_pack(lengths, capacity, cost_model=model, seed=args.seed, **layout)
+                    bins = balanced_pack(
+                        lengths, capacity, BalanceTarget(cost_model=model, **layout), seed=args.seed
+                    )
                 else:
                     algo = "best_fit_decreasing" if name == "best_fit" else name
                     bins = pack_lengths(lengths, capacity, algorithm=algo, seed=args.seed)
@@ -335,7 +338,7 @@ def measured(args: argparse.Namespace) -> None:
     (calibration,) = time_packings(timer, [calibration_packs], min(2, args.measure_repeats), args.seed)
     fitted = PackCostModel.fit(calibration_packs, calibration)
     t0 = time.perf_counter()
-    bal = balanced_pack(lengths, cap, cost_model=fitted, seed=args.seed, **layout)
+    bal = balanced_pack(lengths, cap, BalanceTarget(cost_model=fitted, **layout), seed=args.seed)
     bal_s = time.perf_counter() - t0
     # Measurement run: all three packings, interleaved.
     ffs_times, bf_times, bal_times = time_packings(

@@ -90,9 +90,10 @@ def main() -> None:
         folder = Path(tmp)
         write_folder(folder, args.rows, args.pack, seed=0)
         size_mb = sum(p.stat().st_size for p in folder.iterdir()) / 1e6
-        fast = median_time(lambda: inspect_packed_dir(folder, multiple=8), args.repeats)
+        named = folder / f"training_{args.pack}.idx.parquet"  # Bridge-style data: no manifest, named
+        fast = median_time(lambda: inspect_packed_dir(named, multiple=8), args.repeats)
         slow = median_time(lambda: python_scan(folder, 8), max(1, args.repeats // 2))
-        summary = inspect_packed_dir(folder, multiple=8)
+        summary = inspect_packed_dir(named, multiple=8)
         assert summary.misaligned_segments == python_scan(folder, 8) == 0
         print(
             f"--packed scan {args.rows} rows x {args.pack} tokens ({summary.segments} sequences, {size_mb:.1f} MB): "

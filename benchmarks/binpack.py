@@ -11,7 +11,8 @@ capacity), uniform 1..capacity, bimodal (70 % lognormal median 150 sigma 0.5 + 3
 Rows, all in this process on the same input:
 * ``bfd``: ``pack_lengths(algorithm="best_fit_decreasing")`` (the default), bin ids permuted, assignment array
   included.
-* ``ffs``: ``pack_lengths(algorithm="first_fit_shuffle")``, Megatron-Bridge's bins, item assignment included.
+* ``ffs``: ``pack_lengths(algorithm="first_fit_shuffle")``, Megatron-Bridge's bins and rows (its fill step picks
+  each item), assignment array included.
 * ``ffs.arrays``: ``megatron.create_packing_strategy_arrays`` (what the pack pipeline calls).
 * ``py-segtree-ffs``: a pure-Python segment-tree first fit after ``np.random.shuffle`` of the ascending length
   list, written from the spec (what Megatron-Bridge runs today). Checked to give identical bins to ``ffs``.

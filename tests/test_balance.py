@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from longpack.balance import (
+    BalanceTarget,
     PackCostModel,
     balanced_pack,
     cost_balanced_bins,
@@ -261,18 +262,11 @@ def test_balanced_pack_is_a_valid_deterministic_packing(
     lengths: list[int], dp: int, m: int, pp: int, mbs: int, sampler: str, fill: str, seed: int
 ) -> None:
     cap = 256
-    kwargs = dict(
-        cost_model=MODEL,
-        dp=dp,
-        gbs=dp * m * mbs,
-        micro_batch_size=mbs,
-        sampler=sampler,
-        pp=pp,
-        seed=seed,
-        fill=fill,
-        passes=1,
+    target = BalanceTarget(
+        cost_model=MODEL, dp=dp, gbs=dp * m * mbs, micro_batch_size=mbs, sampler=sampler, pp=pp
     )
-    bins = balanced_pack(lengths, cap, **kwargs)
+    kwargs = dict(seed=seed, fill=fill, passes=1)
+    bins = balanced_pack(lengths, cap, target, **kwargs)
     arr = np.asarray(lengths)
     assert bins.shape == arr.shape and bins.dtype == np.int64  # every item exactly once
     nbins = int(bins.max()) + 1
@@ -282,7 +276,7 @@ def test_balanced_pack_is_a_valid_deterministic_packing(
     if fill != "even_cost":  # even_cost alone may open a bin for an item that fits nowhere
         efficiency = packing_stats(arr, bins, cap).efficiency
         assert nbins <= best_fit.num_bins or efficiency >= best_fit.efficiency - 0.005
-    np.testing.assert_array_equal(bins, balanced_pack(lengths, cap, **kwargs))  # determinism
+    np.testing.assert_array_equal(bins, balanced_pack(lengths, cap, target, **kwargs))  # determinism
 
 
 def test_cost_balanced_bins_even_out_costs() -> None:
@@ -303,7 +297,7 @@ def test_balanced_pack_beats_best_fit_under_dp_and_pp() -> None:
     model = PackCostModel(linear=1.0, quadratic=1.0 / 256)
     kw = dict(dp=4, pp=2, gbs=32)
     best = pack_lengths(lengths, cap, seed=3)
-    bal = balanced_pack(lengths, cap, cost_model=model, seed=3, **kw)
+    bal = balanced_pack(lengths, cap, BalanceTarget(cost_model=model, **kw), seed=3)
     t_best = simulate_schedule(model.cost(lengths, best), **kw)
     t_bal = simulate_schedule(model.cost(lengths, bal), **kw)
     gap_closed = (t_best.total_time - t_bal.total_time) / (t_best.total_time - t_best.ideal_time)
@@ -314,8 +308,9 @@ def test_balanced_pack_beats_best_fit_under_dp_and_pp() -> None:
 def test_balanced_pack_seed_changes_order_not_packs() -> None:
     rng = np.random.default_rng(2)
     lengths = rng.integers(1, 512, 400)
-    a = balanced_pack(lengths, 512, cost_model=MODEL, dp=2, gbs=8, seed=0, fill="best_fit")
-    b = balanced_pack(lengths, 512, cost_model=MODEL, dp=2, gbs=8, seed=1, fill="best_fit")
+    target = BalanceTarget(cost_model=MODEL, dp=2, gbs=8)
+    a = balanced_pack(lengths, 512, target, seed=0, fill="best_fit")
+    b = balanced_pack(lengths, 512, target, seed=1, fill="best_fit")
     assert not np.array_equal(a, b)
     assert int(a.max()) == int(b.max())
 
@@ -344,17 +339,22 @@ def test_step_length_correlation_detects_sorted_order() -> None:
     lengths = rng.integers(1, 1000, 2000)
     sorted_bins = np.argsort(np.argsort(-lengths, kind="stable"))  # longest first: one item per bin
     assert step_length_correlation(lengths, sorted_bins, gbs=50) < -0.9
-    bal = balanced_pack(lengths, 1000, cost_model=MODEL, dp=2, gbs=16, seed=0)
+    bal = balanced_pack(lengths, 1000, BalanceTarget(cost_model=MODEL, dp=2, gbs=16), seed=0)
     assert abs(step_length_correlation(lengths, bal, gbs=16)) < 0.5
 
 
 def test_balanced_pack_rejects_bad_input() -> None:
+    one = BalanceTarget(cost_model=MODEL, dp=1, gbs=1)
     with pytest.raises(ValueError, match=r"outside 1\.\.10"):
-        balanced_pack([5, 11], 10, cost_model=MODEL, dp=1, gbs=1)
+        balanced_pack([5, 11], 10, one, seed=0)
     with pytest.raises(ValueError, match="fill"):
-        balanced_pack([5], 10, cost_model=MODEL, dp=1, gbs=1, fill="worst")
+        balanced_pack([5], 10, one, seed=0, fill="worst")
     with pytest.raises(ValueError, match="divisible"):
-        balanced_pack([5, 5], 10, cost_model=MODEL, dp=2, gbs=3)
+        BalanceTarget(cost_model=MODEL, dp=2, gbs=3)
+    with pytest.raises(TypeError, match="parse_balance_spec"):
+        balanced_pack([5], 10, "dp=1,gbs=1,linear=1,quadratic=0", seed=0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="seed must be in"):
+        balanced_pack([5], 10, one, seed=-1)
 
 
 # ----------------------------------------------------------------------------------------------------------

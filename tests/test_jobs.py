@@ -4,6 +4,7 @@ multiprocessing start method; the README's three-line example runs; ``import lon
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -432,10 +433,13 @@ def test_readme_example_runs_as_a_script(tmp_path: Path, start_method: str) -> N
     )
     done = _run_script(runner_script, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    counts = eval(done.stdout.strip().splitlines()[-1])  # the printed dict
+    out = tmp_path / "out" / "demo"
+    manifest = json.loads((out / "manifest.json").read_text())
+    counts = manifest["counts"]
     assert counts["samples_read"] == 12000 and counts["packed"] + counts["dropped"] == 12000
-    manifest = json.loads((tmp_path / "out" / "demo" / "manifest.json").read_text())
-    assert manifest["counts"] == counts and manifest["inputs"][0]["path"].startswith("<longpack-demo>")
+    printed_counts, printed_out = done.stdout.strip().rsplit(" ", 1)
+    assert ast.literal_eval(printed_counts) == counts and printed_out == str(out.resolve())
+    assert manifest["inputs"][0]["path"].startswith("<longpack-demo>")
 
 
 def test_import_longpack_stays_light() -> None:

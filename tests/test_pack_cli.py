@@ -204,7 +204,8 @@ def test_overwrite_refuses_foreign_files_before_tokenizing(tmp_path: Path) -> No
 
 
 def test_pack_balance_writes_rows_in_balanced_training_order(tmp_path: Path) -> None:
-    from longpack.balance import BalanceTarget, simulate_schedule
+    from longpack.balance import simulate_schedule
+    from longpack.planner.balance_costs import parse_balance_spec
 
     rows = [
         {"prompt": "q" * (5 + (i * 37) % 200), "completion": "a" * (3 + (i * 53) % 300)} for i in range(400)
@@ -221,7 +222,7 @@ def test_pack_balance_writes_rows_in_balanced_training_order(tmp_path: Path) -> 
     assert manifest["settings"]["algorithm"] == "balanced"
     assert manifest["settings"]["balance"] == spec
 
-    target = BalanceTarget.parse(spec)
+    target = parse_balance_spec(spec)
 
     def step_time(out: Path) -> tuple[float, int]:
         table = pq.read_table(out / "training_1024.idx.parquet")

@@ -27,7 +27,7 @@ from longpack.packed import (
     pack_metadata,
     plan_rows,
     plan_splits,
-    resolve_parquet_spec,
+    resolve_packed_parquet_paths,
     validate_rows,
     write_packed_output,
 )
@@ -435,22 +435,22 @@ def test_validate_rows_cases_from_spec() -> None:
     assert "not non-decreasing" in validate_rows(_table([1, 2, 3, 4], [0] * 4, [0, 3, 1]))[0]
 
 
-def test_resolve_parquet_spec_cases(tmp_path: Path) -> None:
+def test_resolve_packed_parquet_paths_cases(tmp_path: Path) -> None:
     for i in range(3):
         pq.write_table(_table([1, 2], [0, 0], [0]), tmp_path / f"shard_{i}.idx.parquet")
-    assert resolve_parquet_spec(tmp_path / "shard_1.idx.parquet") == [tmp_path / "shard_1.idx.parquet"]
-    assert [p.name for p in resolve_parquet_spec(str(tmp_path / "shard_*.idx.parquet"))] == [
+    names = lambda spec: [Path(p).name for p in resolve_packed_parquet_paths(spec)]  # noqa: E731
+    assert resolve_packed_parquet_paths(tmp_path / "shard_1.idx.parquet") == [
+        str(tmp_path / "shard_1.idx.parquet")
+    ]
+    assert names(str(tmp_path / "shard_*.idx.parquet")) == [
         "shard_0.idx.parquet",
         "shard_1.idx.parquet",
         "shard_2.idx.parquet",
     ]
-    assert [p.name for p in resolve_parquet_spec(str(tmp_path / "shard_[01].idx.parquet"))] == [
-        "shard_0.idx.parquet",
-        "shard_1.idx.parquet",
-    ]
-    assert len(resolve_parquet_spec(tmp_path)) == 3
+    assert names(str(tmp_path / "shard_[01].idx.parquet")) == ["shard_0.idx.parquet", "shard_1.idx.parquet"]
+    assert len(resolve_packed_parquet_paths(tmp_path)) == 3
     with pytest.raises(ValueError, match="not found"):
-        resolve_parquet_spec(tmp_path / "missing.idx.parquet")
+        resolve_packed_parquet_paths(tmp_path / "missing.idx.parquet")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="No Parquet files found"):
-        resolve_parquet_spec(tmp_path / "empty")
+        resolve_packed_parquet_paths(tmp_path / "empty")

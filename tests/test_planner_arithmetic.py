@@ -103,7 +103,9 @@ def test_packed_flops_never_exceed_one_long_sequence(lengths: list[int]) -> None
     assert b.total == pytest.approx(packed)
 
 
-@pytest.mark.parametrize("name", ["deepseek_v3", "qwen3_30b_a3b", "llama3_1_8b", "qwen3_next_80b_a3b"])
+@pytest.mark.parametrize(
+    "name", ["deepseek_v3", "qwen3_30b_a3b", "llama3_1_8b", "qwen3_8b", "qwen3_next_80b_a3b"]
+)
 def test_hf_config_matches_catalog(name: str) -> None:
     from_hf = load_model(str(HF / f"{name}.json"))
     catalog = load_model(name)

@@ -241,3 +241,164 @@ def test_dataset_kwargs_pad_to_max_length_is_a_bool() -> None:
     assert s.dataset.fixed_width is False
     with pytest.raises(ConfigError, match="pad_to_max_length is true or false"):
         setup_from_mapping({"dataset": {"dataset_kwargs": {"pad_to_max_length": "maybe"}}})
+
+
+# --- wrongly shaped values are errors with file:line, not silently OK --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        (
+            "model.context_parallel_size={a: 1}",
+            r"model\.context_parallel_size=\{'a': 1\}.*expected an integer",
+        ),
+        ("model.sequence_parallel=[1]", r"model\.sequence_parallel=\[1\].*expected true or false"),
+        ("model.cp_comm_type=[[a2a]]", r"model\.cp_comm_type=.*expected a string or a list of strings"),
+        ("model.hierarchical_context_parallel_sizes=[2, x]", r"expected a list of integers"),
+        (
+            "dataset.offline_packing_specs=5",
+            r"dataset\.offline_packing_specs=5 \(override .*\): expected a mapping",
+        ),
+        ("dataset.dataset_kwargs=[1]", r"dataset\.dataset_kwargs=\[1\].*expected a mapping"),
+        ("train=5", r"train=5 \(override 'train=5'\): expected a mapping of train\.\* keys"),
+        ("model.dist_train=yes", r"model\.dist_train=True \(override .*\): expected a mapping"),
+        ("longpack.world_size=many", r"longpack\.world_size='many'.*expected an integer"),
+        (
+            "validation.eval_micro_batch_size=1.5",
+            r"validation\.eval_micro_batch_size=1\.5.*expected an integer",
+        ),
+    ],
+)
+def test_wrongly_shaped_override_is_an_error(override: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        setup_from_mapping({}, overrides=[override])
+
+
+def test_wrongly_shaped_file_values_name_file_and_line(tmp_path: Path) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text("model:\n  seq_length: 4096\ntrain: 5\n")
+    with pytest.raises(ConfigError, match=r"train=5 \(bad\.yaml:3\): expected a mapping"):
+        load_setup(p)
+    p.write_text("model:\n  context_parallel_size:\n    a: 1\n")
+    with pytest.raises(ConfigError, match=r"model\.context_parallel_size=\{'a': 1\} \(bad\.yaml:2\)"):
+        load_setup(p)
+    p.write_text("model: [1, 2]\n")
+    with pytest.raises(ConfigError, match=r"model=\[1, 2\] \(bad\.yaml:1\): expected a mapping"):
+        load_setup(p)
+
+
+def test_null_sections_and_unknown_keys_are_still_fine() -> None:
+    loaded = setup_from_mapping({"train": None, "model": {"foo": {"bar": 1}}, "dataset": {"kind": "x"}})
+    assert loaded.setup.micro_batch_size == 1
+    assert loaded.ignored_keys == ("dataset.kind", "model.foo.bar", "train")
+    assert (
+        loaded.setup.dataset.kind is DatasetKind.SFT
+    )  # "kind" is not a Bridge key: never read from a config
+
+
+def test_both_spellings_of_the_packing_specs_are_refused() -> None:
+    with pytest.raises(ConfigError, match="keep one"):
+        setup_from_mapping(
+            {
+                "dataset": {
+                    "offline_packing_specs": {"packed_sequence_size": 8},
+                    "packed_sequence_specs": {"packed_sequence_size": 8},
+                }
+            }
+        )
+
+
+def test_keys_read_for_inference_are_not_reported_as_ignored() -> None:
+    loaded = setup_from_mapping({"tokenizer": {"hf_tokenizer_path": "Qwen/Qwen3-8B"}})
+    assert loaded.setup.family is not None and loaded.setup.family.name == "qwen3_8b"
+    assert loaded.ignored_keys == ()
+
+
+def test_both_spellings_of_a_key_are_read() -> None:
+    s = setup_from_mapping(
+        {"model": {"cuda_graph_modules": ["attn"]}, "train": {"eval_micro_batch_size": 2}}
+    ).setup
+    assert s.model.cuda_graph_scope == ("attn",) and s.eval_micro_batch_size == 2
+    s = setup_from_mapping({"validation": {"eval_micro_batch_size": 3}}).setup
+    assert s.eval_micro_batch_size == 3
+
+
+# --- YAML aliases --------------------------------------------------------------------------------
+
+
+def _alias_bomb(levels: int) -> str:
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, levels):
+        prev, cur = chr(96 + i), chr(97 + i)
+        lines.append(f"{cur}: &{cur} [{','.join(['*' + prev] * 9)}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_alias_bomb_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "bomb.yaml"
+    p.write_text(_alias_bomb(9))  # 9**9 = 387M strings from < 400 bytes
+    assert len(p.read_bytes()) < 400
+    with pytest.raises(ConfigError, match=r"bomb\.yaml:\d+: YAML aliases expand this document to more than"):
+        load_setup(p)
+    with pytest.raises(ConfigError, match="YAML aliases expand"):
+        apply_overrides(
+            {},
+            [
+                "model.x=[&a [1,1,1,1,1,1,1,1,1,1], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a], "
+                "&c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c], "
+                "&e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d], [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]]"
+            ],
+        )
+
+
+def test_yaml_recursive_alias_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "loop.yaml"
+    p.write_text("model:\n  x: &a [1, *a]\n")
+    with pytest.raises(ConfigError, match=r"loop\.yaml:2: a YAML alias refers to the node that contains it"):
+        load_setup(p)
+
+
+def test_ordinary_aliases_still_load(tmp_path: Path) -> None:
+    p = tmp_path / "anchors.yaml"
+    p.write_text(
+        "defaults: &len {seq_length: 8192}\nmodel:\n  <<: *len\n  context_parallel_size: 2\n"
+        "dataset:\n  <<: *len\n"
+    )
+    s = load_setup(p).setup
+    assert s.model.seq_length == 8192 and s.dataset.seq_length == 8192 and s.cp == 2
+
+
+# --- zero sizes ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "model.context_parallel_size",
+        "model.tensor_model_parallel_size",
+        "model.pipeline_model_parallel_size",
+        "model.expert_model_parallel_size",
+    ],
+)
+def test_zero_sizes_are_findings_never_zero_division(key: str) -> None:
+    s = setup_from_mapping({}, overrides=[f"{key}=0", "model.seq_length=4096"], world_size=8).setup
+    assert s.layout is None and s.required_pad_seq_to_mult == 1
+    assert (s.dp is None) == (key != "model.expert_model_parallel_size")
+    findings = run_rules(s)
+    assert [f.rule_id for f in findings if f.severity == "error"] == ["LP-CFG-001"]
+    assert key in findings[0].message
+
+
+def test_check_cli_reports_a_zero_size(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from longpack.cli.app import app
+
+    result = CliRunner().invoke(app, ["check", "model.context_parallel_size=0", "--gpus", "8", "--json"])
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.output)
+    assert data["summary"]["dp"] is None
+    assert [f["id"] for f in data["findings"] if f["severity"] == "error"] == ["LP-CFG-001"]
+    result = CliRunner().invoke(app, ["check", "model.context_parallel_size=0", "--gpus", "8"])
+    assert result.exit_code == 1 and "LP-CFG-001" in result.output

@@ -3,12 +3,14 @@ config that does not."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from longpack.rules import RULES
+from longpack.rules import RULES, declared_keys
+from longpack.rules.config import DECLARED
 from longpack.rules.packed_data import SegmentExample
 from rule_bases import BASES, findings_of, packed_summary
 
@@ -35,6 +37,8 @@ class Case:
     says: tuple[str, ...]
     packed_fail: dict[str, Any] | None = None
     packed_fix: dict[str, Any] | None = field(default=None)
+    #: What the finding's fix must say: the key to change and/or the concrete value.
+    fix_says: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return self.rule_id
@@ -47,6 +51,7 @@ CASES = [
         ["model.context_parallel_size=0"],
         ["model.context_parallel_size=2"],
         ("context_parallel_size=0",),
+        fix_says=("model.context_parallel_size", ">= 1"),
     ),
     Case(
         "LP-CFG-001",
@@ -54,14 +59,23 @@ CASES = [
         ["dataset.pad_to_multiple_of=-3"],
         ["dataset.pad_to_multiple_of=3"],
         ("pad_to_multiple_of=-3",),
+        fix_says=("dataset.pad_to_multiple_of", ">= 1"),
     ),
-    Case("LP-CFG-002", "SFT", ["~longpack.world_size"], ["longpack.world_size=16"], ("world size unknown",)),
+    Case(
+        "LP-CFG-002",
+        "SFT",
+        ["~longpack.world_size"],
+        ["longpack.world_size=16"],
+        ("world size unknown",),
+        fix_says=("--gpus N", "longpack.world_size=N"),
+    ),
     Case(
         "LP-CFG-003",
         "SFT",
         ["~longpack.model_family"],
         ["model.num_layers=32", "model.num_attention_heads=32"],
         ("num_layers=None",),
+        fix_says=("model.num_layers", "--model"),
     ),
     Case(
         "LP-TOPO-001",
@@ -69,6 +83,7 @@ CASES = [
         ["longpack.world_size=10"],
         ["longpack.world_size=24"],
         ("world size 10", "TP*CP*PP = 2*2*1 = 4"),
+        fix_says=("multiple of 4 GPUs", "divides 10"),
     ),
     Case(
         "LP-TOPO-002",
@@ -76,6 +91,7 @@ CASES = [
         ["model.expert_model_parallel_size=16", "model.expert_tensor_parallel_size=null"],
         ["model.expert_model_parallel_size=16", "model.expert_tensor_parallel_size=1"],
         ("EP*ETP = 16*2 = 32", "N/PP = 16/1 = 16", "defaults to TP=2"),
+        fix_says=("model.expert_tensor_parallel_size=1",),
     ),
     Case(
         "LP-TOPO-003",
@@ -83,6 +99,7 @@ CASES = [
         ["model.expert_model_parallel_size=3"],
         ["model.expert_model_parallel_size=8"],
         ("num_moe_experts=128", "EP=3"),
+        fix_says=("divisors of 128", "1, 2, 4"),
     ),
     Case(
         "LP-TOPO-003",
@@ -90,6 +107,7 @@ CASES = [
         ["model.expert_model_parallel_size=2"],
         ["model.expert_model_parallel_size=1"],
         ("expert_model_parallel_size=2", "no experts"),
+        fix_says=("model.expert_model_parallel_size=1",),
     ),
     Case(
         "LP-TOPO-004",
@@ -97,6 +115,7 @@ CASES = [
         ["model.tensor_model_parallel_size=3", "longpack.world_size=12"],
         ["model.tensor_model_parallel_size=4", "longpack.world_size=16"],
         ("num_attention_heads=32", "TP=3"),
+        fix_says=("TP dividing 32",),
     ),
     Case(
         "LP-TOPO-005",
@@ -104,6 +123,7 @@ CASES = [
         ["model.num_query_groups=2", "model.tensor_model_parallel_size=4"],
         ["model.num_query_groups=8", "model.tensor_model_parallel_size=4"],
         ("num_query_groups (KV heads)=2", "TP=4"),
+        fix_says=("TP dividing 2",),
     ),
     Case(
         "LP-TOPO-006",
@@ -111,6 +131,7 @@ CASES = [
         ["model.tensor_model_parallel_size=1"],
         ["model.tensor_model_parallel_size=1", "model.sequence_parallel=false"],
         ("TP=1",),
+        fix_says=("model.sequence_parallel=false",),
     ),
     Case(
         "LP-SP-001",
@@ -118,6 +139,7 @@ CASES = [
         ["model.tensor_model_parallel_size=4", *seq(8196)],
         ["model.tensor_model_parallel_size=4", *seq(8192)],
         ("8196/2 = 4098", "TP=4"),
+        fix_says=("divisible by CP*TP = 8",),
     ),
     Case(
         "LP-PP-001",
@@ -125,6 +147,7 @@ CASES = [
         ["model.pipeline_model_parallel_size=2", "model.virtual_pipeline_model_parallel_size=3"],
         ["model.pipeline_model_parallel_size=2", "model.virtual_pipeline_model_parallel_size=2"],
         ("num_layers=32", "PP*VPP = 2*3 = 6"),
+        fix_says=("model.pipeline_model_parallel_layout='Et*4|(t*6|)*4t*4L'", "6 stages"),
     ),
     Case(
         "LP-PP-002",
@@ -132,6 +155,7 @@ CASES = [
         ["model.pipeline_model_parallel_size=2", "model.pipeline_model_parallel_layout=Et*16|t*15L"],
         ["model.pipeline_model_parallel_size=2", "model.pipeline_model_parallel_layout=Et*16|t*16L"],
         ("places 31 decoder layers", "num_layers=32"),
+        fix_says=("model.pipeline_model_parallel_layout='Et*16|t*16L'",),
     ),
     Case(
         "LP-PP-002",
@@ -139,6 +163,7 @@ CASES = [
         ["model.pipeline_model_parallel_size=2", "model.pipeline_model_parallel_layout=Ex*16|t*16L"],
         ["model.pipeline_model_parallel_size=2", "model.pipeline_model_parallel_layout=Et*16|t*16L"],
         ("unknown layer character 'x'",),
+        fix_says=("E, t, m, L",),
     ),
     Case(
         "LP-PP-003",
@@ -154,6 +179,7 @@ CASES = [
             "model.num_layers_in_first_pipeline_stage=5",
         ],
         ("25 layers left for the 3 middle",),
+        fix_says=("model.num_layers_in_first/last_pipeline_stage", "'Et*7|(t*9|)*2t*7L'"),
     ),
     Case(
         "LP-PP-004",
@@ -165,6 +191,7 @@ CASES = [
             "model.account_for_loss_in_pipeline_split=true",
         ],
         ("=33", "PP*VPP = 2*1 = 2"),
+        fix_says=("model.pipeline_model_parallel_layout='Et*16|t*16L'",),
     ),
     Case(
         "LP-PP-005",
@@ -176,6 +203,7 @@ CASES = [
         ],
         ["model.pipeline_model_parallel_size=2", "model.pipeline_model_parallel_layout=Et*16|t*16L"],
         ("pipeline_model_parallel_layout is combined",),
+        fix_says=("keep only the layout",),
     ),
     Case(
         "LP-PP-006",
@@ -183,14 +211,23 @@ CASES = [
         ["model.virtual_pipeline_model_parallel_size=2"],
         ["model.virtual_pipeline_model_parallel_size=null"],
         ("virtual_pipeline_model_parallel_size=2",),
+        fix_says=("model.virtual_pipeline_model_parallel_size=null",),
     ),
-    Case("LP-CP-001", "SFT", seq(8190), seq(8192), ("seq_length=8190", "2*CP = 4")),
+    Case(
+        "LP-CP-001",
+        "SFT",
+        seq(8190),
+        seq(8192),
+        ("seq_length=8190", "2*CP = 4"),
+        fix_says=("model.seq_length", "multiple of 4 (e.g. 8192)"),
+    ),
     Case(
         "LP-CP-002",
         "SFT",
         ["model.calculate_per_token_loss=false"],
         ["model.calculate_per_token_loss=true"],
         ("CP=2", "calculate_per_token_loss=False"),
+        fix_says=("model.calculate_per_token_loss=true",),
     ),
     Case(
         "LP-CP-003",
@@ -198,6 +235,7 @@ CASES = [
         ["ddp.average_in_collective=true"],
         ["ddp.average_in_collective=false"],
         ("CP=2", "average_in_collective=True"),
+        fix_says=("ddp.average_in_collective=false",),
     ),
     Case(
         "LP-CP-004",
@@ -205,6 +243,7 @@ CASES = [
         ["model.cp_comm_type=a2a", "model.num_query_groups=2"],
         ["model.cp_comm_type=p2p", "model.num_query_groups=2"],
         ("num_query_groups (KV heads)/TP = 2/2 = 1", "'a2a'"),
+        fix_says=("cp_comm_type p2p", "dividing 1"),
     ),
     Case(
         "LP-CP-005",
@@ -212,6 +251,7 @@ CASES = [
         ["model.cp_comm_type=a2a+p2p", "model.hierarchical_context_parallel_sizes=[2,2]"],
         ["model.cp_comm_type=a2a+p2p", "model.hierarchical_context_parallel_sizes=[2,1]"],
         ("[2, 2]", "CP=2"),
+        fix_says=("product is 2", "[2, 1]"),
     ),
     Case(
         "LP-CP-006",
@@ -219,6 +259,7 @@ CASES = [
         ["model.cp_comm_type=a2a+p2p"],
         ["model.cp_comm_type=a2a+p2p", "model.hierarchical_context_parallel_sizes=[2,1]"],
         ("a2a+p2p",),
+        fix_says=("model.hierarchical_context_parallel_sizes=", "CP=2"),
     ),
     Case(
         "LP-CP-007",
@@ -226,6 +267,7 @@ CASES = [
         ["model.tensor_model_parallel_size=4", "model.seq_length=8196", "dataset.seq_length=8196"],
         ["model.tensor_model_parallel_size=4", "model.seq_length=8192", "dataset.seq_length=8192"],
         ("dataset.seq_length=8196", "8 (= lcm(2*CP=4, CP*TP=8)"),
+        fix_says=("dataset.seq_length", "multiple of 8"),
     ),
     Case(
         "LP-CP-008",
@@ -233,6 +275,7 @@ CASES = [
         ["model.context_parallel_size=4", "longpack.world_size=32"],
         ["model.context_parallel_size=2", "longpack.world_size=32"],
         ("8192 / CP 4 = 2048",),
+        fix_says=("CP=2",),
     ),
     Case(
         "LP-BATCH-001",
@@ -240,6 +283,7 @@ CASES = [
         ["train.global_batch_size=10"],
         ["train.global_batch_size=12"],
         ("global_batch_size=10", "MBS*DP = 1*4 = 4"),
+        fix_says=("GBS = 8 or 12",),
     ),
     Case(
         "LP-BATCH-002",
@@ -247,6 +291,7 @@ CASES = [
         ["train.global_batch_size=2"],
         ["train.global_batch_size=4"],
         ("global_batch_size=2 < MBS*DP = 1*4 = 4",),
+        fix_says=("train.global_batch_size", "multiple of 4"),
     ),
     Case(
         "LP-BATCH-003",
@@ -254,6 +299,7 @@ CASES = [
         ["validation.eval_global_batch_size=6"],
         ["validation.eval_global_batch_size=8"],
         ("eval global batch 6", "1*4 = 4"),
+        fix_says=("validation.eval_global_batch_size", "multiple of 4"),
     ),
     Case(
         "LP-PACK-001",
@@ -261,6 +307,7 @@ CASES = [
         ["dataset.enable_in_batch_packing=true"],
         ["dataset.enable_in_batch_packing=false"],
         ("enable_in_batch_packing=True",),
+        fix_says=("keep one", "offline packing", "in-batch packing"),
     ),
     Case(
         "LP-PACK-002",
@@ -268,6 +315,7 @@ CASES = [
         ["~dataset.offline_packing_specs"],
         ["~dataset.offline_packing_specs", "dataset.enable_offline_packing=false"],
         ("offline_packing_specs is not set",),
+        fix_says=("dataset.offline_packing_specs.packed_sequence_size=",),
     ),
     Case(
         "LP-PACK-003",
@@ -275,6 +323,7 @@ CASES = [
         ["dataset.enable_offline_packing=false"],
         NO_OFFLINE,
         ("enable_offline_packing=False",),
+        fix_says=("dataset.enable_offline_packing=true", "~dataset.offline_packing_specs"),
     ),
     Case(
         "LP-PACK-004",
@@ -282,6 +331,7 @@ CASES = [
         ["dataset.offline_packing_specs.packed_sequence_size=0"],
         ["dataset.offline_packing_specs.packed_sequence_size=8192"],
         ("packed_sequence_size=0",),
+        fix_says=("dataset.offline_packing_specs.packed_sequence_size",),
     ),
     Case(
         "LP-PACK-005",
@@ -289,6 +339,7 @@ CASES = [
         ["train.micro_batch_size=4", "train.global_batch_size=32"],
         ["train.micro_batch_size=1", "train.global_batch_size=8"],
         ("micro_batch_size=4",),
+        fix_says=("train.micro_batch_size=1", "train.global_batch_size=8", "packed_sequence_size=32768"),
     ),
     Case(
         "LP-PACK-006",
@@ -296,14 +347,23 @@ CASES = [
         ["train.micro_batch_size=1", "train.global_batch_size=8"],
         ["train.micro_batch_size=2", "train.global_batch_size=16"],
         ("micro_batch_size=1",),
+        fix_says=("train.micro_batch_size >= 2",),
     ),
-    Case("LP-PACK-007", "SFT", [PCU], [PCU, PTML], ("pad_cu_seqlens=True",)),
+    Case(
+        "LP-PACK-007",
+        "SFT",
+        [PCU],
+        [PCU, PTML],
+        ("pad_cu_seqlens=True",),
+        fix_says=("dataset.dataset_kwargs.pad_to_max_length=true",),
+    ),
     Case(
         "LP-PACK-008",
         "SFT",
         ["dataset.offline_packing_specs.pad_seq_to_mult=2"],
         ["dataset.offline_packing_specs.pad_seq_to_mult=4"],
         ("pad_seq_to_mult=2", "2*CP = 4"),
+        fix_says=("dataset.offline_packing_specs.pad_seq_to_mult=4",),
     ),
     Case(
         "LP-PACK-008",
@@ -311,6 +371,7 @@ CASES = [
         ["dataset.offline_packing_specs.pad_seq_to_mult=null"],
         ["dataset.offline_packing_specs.pad_seq_to_mult=4"],
         ("None",),
+        fix_says=("dataset.offline_packing_specs.pad_seq_to_mult=4",),
     ),
     Case(
         "LP-PACK-016",
@@ -318,6 +379,7 @@ CASES = [
         ["model.tensor_model_parallel_size=4"],
         ["model.tensor_model_parallel_size=4", "dataset.offline_packing_specs.pad_seq_to_mult=8"],
         ("pad_seq_to_mult=4", "8 (= lcm(2*CP=4, CP*TP=8)", "TP=4"),
+        fix_says=("dataset.offline_packing_specs.pad_seq_to_mult=8",),
     ),
     Case(
         "LP-PACK-009",
@@ -325,6 +387,7 @@ CASES = [
         ["dataset.offline_packing_specs.pad_seq_to_mult=8"],
         ["dataset.offline_packing_specs.pad_seq_to_mult=4"],
         ("pad_seq_to_mult=8", "the 4"),
+        fix_says=("dataset.offline_packing_specs.pad_seq_to_mult=4",),
     ),
     Case(
         "LP-PACK-010",
@@ -332,6 +395,7 @@ CASES = [
         ["dataset.offline_packing_specs.packed_sequence_size=16384"],
         ["dataset.offline_packing_specs.packed_sequence_size=8192"],
         ("packed_sequence_size=16384", "seq_length=8192"),
+        fix_says=("dataset.offline_packing_specs.packed_sequence_size=8192",),
     ),
     Case(
         "LP-PACK-011",
@@ -339,6 +403,7 @@ CASES = [
         ["dataset.offline_packing_specs.max_single_sequence_length=9000"],
         ["dataset.offline_packing_specs.max_single_sequence_length=8188"],
         ("max_single_sequence_length=9000", "packed_sequence_size=8192"),
+        fix_says=("max_single_sequence_length <= 8192",),
     ),
     Case(
         "LP-PACK-012",
@@ -346,6 +411,7 @@ CASES = [
         ["dataset.offline_packing_specs.packed_sequence_size=8190"],
         ["dataset.offline_packing_specs.packed_sequence_size=8192"],
         ("packed_sequence_size=8190", "multiple of 4"),
+        fix_says=("packed_sequence_size", "multiple of 4"),
     ),
     Case(
         "LP-PACK-013",
@@ -353,6 +419,7 @@ CASES = [
         ["dataset.dataset_kwargs.pad_seq_length_to_mult=6"],
         ["dataset.dataset_kwargs.pad_seq_length_to_mult=8"],
         ("pad_seq_length_to_mult=6",),
+        fix_says=("dataset.dataset_kwargs.pad_seq_length_to_mult=12",),
     ),
     Case(
         "LP-PACK-014",
@@ -360,6 +427,7 @@ CASES = [
         ["model.pipeline_model_parallel_size=2", "longpack.world_size=32"],
         ["model.pipeline_model_parallel_size=2", "longpack.world_size=32", "dataset.pad_to_max_length=true"],
         ("PP=2",),
+        fix_says=("dataset.pad_to_max_length=true",),
     ),
     Case(
         "LP-PACK-015",
@@ -379,9 +447,15 @@ CASES = [
             "dataset.dataloader_type=single",
         ],
         ("dataloader_type='batch'",),
+        fix_says=("dataset.dataloader_type=single",),
     ),
     Case(
-        "LP-MTP-001", "SFT", ["model.mtp_num_layers=1"], ["model.mtp_num_layers=null"], ("mtp_num_layers=1",)
+        "LP-MTP-001",
+        "SFT",
+        ["model.mtp_num_layers=1"],
+        ["model.mtp_num_layers=null"],
+        ("mtp_num_layers=1",),
+        fix_says=("model.mtp_num_layers=null",),
     ),
     Case(
         "LP-CG-001",
@@ -389,6 +463,7 @@ CASES = [
         ["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[mlp]"],
         ["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[mlp]", PTML],
         ("cuda_graph_impl='transformer_engine'", "['mlp']"),
+        fix_says=("dataset.dataset_kwargs.pad_to_max_length=true",),
     ),
     Case(
         "LP-CG-002",
@@ -396,6 +471,7 @@ CASES = [
         ["model.cuda_graph_impl=transformer_engine", PTML],
         ["model.cuda_graph_impl=transformer_engine", PTML, PCU],
         ("whole layer", "pad_cu_seqlens=False"),
+        fix_says=("dataset.offline_packing_specs.pad_cu_seqlens=true", "model.cuda_graph_scope=[mlp]"),
     ),
     Case(
         "LP-CG-003",
@@ -408,6 +484,7 @@ CASES = [
             "rerun_state_machine.check_for_nan_in_loss=false",
         ],
         ("check_for_nan_in_loss=True",),
+        fix_says=("rerun_state_machine.check_for_nan_in_loss=false",),
     ),
     Case(
         "LP-CG-004",
@@ -415,6 +492,7 @@ CASES = [
         ["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[attn,moe_router]", PTML, PCU],
         ["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[attn]", PTML, PCU],
         ("moe_router",),
+        fix_says=("model.cuda_graph_scope=[attn]", "model.cuda_graph_impl=none"),
     ),
     Case(
         "LP-CG-005",
@@ -422,6 +500,7 @@ CASES = [
         ["model.cuda_graph_impl=local"],
         ["model.cuda_graph_impl=none"],
         ("cuda_graph_impl='local'",),
+        fix_says=("model.cuda_graph_impl=none",),
     ),
     Case(
         "LP-CG-005",
@@ -429,6 +508,7 @@ CASES = [
         ["model.cuda_graph_impl=local"],
         ["model.cuda_graph_impl=local", PTML],
         ("cuda_graph_impl='local'",),
+        fix_says=("dataset.dataset_kwargs.pad_to_max_length=true",),
     ),
     Case(
         "LP-EN-001",
@@ -436,6 +516,7 @@ CASES = [
         ["train.micro_batch_size=2", "dataset.micro_batch_size=2"],
         ["train.micro_batch_size=1", "dataset.micro_batch_size=1"],
         ("train.micro_batch_size=2", "packing_buffer_size=16"),
+        fix_says=("train.micro_batch_size=1",),
     ),
     Case(
         "LP-EN-002",
@@ -443,6 +524,7 @@ CASES = [
         ["dataset.micro_batch_size=2"],
         ["dataset.micro_batch_size=1"],
         ("dataset.micro_batch_size=2",),
+        fix_says=("dataset.micro_batch_size=1",),
     ),
     Case(
         "LP-EN-002",
@@ -450,6 +532,7 @@ CASES = [
         ["validation.eval_micro_batch_size=2"],
         ["validation.eval_micro_batch_size=1"],
         ("validation.eval_micro_batch_size=2",),
+        fix_says=("validation.eval_micro_batch_size=1",),
     ),
     Case(
         "LP-EN-003",
@@ -457,6 +540,7 @@ CASES = [
         ["model.calculate_per_token_loss=false"],
         ["model.calculate_per_token_loss=true"],
         ("calculate_per_token_loss=False",),
+        fix_says=("model.calculate_per_token_loss=true",),
     ),
     Case(
         "LP-EN-004",
@@ -464,6 +548,7 @@ CASES = [
         ["ddp.average_in_collective=true"],
         ["ddp.average_in_collective=false"],
         ("average_in_collective=True",),
+        fix_says=("ddp.average_in_collective=false",),
     ),
     Case(
         "LP-EN-005",
@@ -471,6 +556,7 @@ CASES = [
         ["model.mtp_num_layers=1"],
         ["model.mtp_num_layers=null"],
         ("mtp_num_layers=1",),
+        fix_says=("model.mtp_num_layers=null", "dataset.packing_buffer_size=null"),
     ),
     Case(
         "LP-EN-006",
@@ -478,6 +564,7 @@ CASES = [
         ["model.cuda_graph_impl=local"],
         ["model.cuda_graph_impl=none"],
         ("cuda_graph_impl='local'",),
+        fix_says=("model.cuda_graph_impl=none", "model.vision_cuda_graph_impl=none"),
     ),
     Case(
         "LP-EN-006",
@@ -485,6 +572,7 @@ CASES = [
         ["model.vision_cuda_graph_impl=transformer_engine"],
         ["model.vision_cuda_graph_impl=none"],
         ("vision_cuda_graph_impl='transformer_engine'",),
+        fix_says=("model.cuda_graph_impl=none", "model.vision_cuda_graph_impl=none"),
     ),
     Case(
         "LP-EN-007",
@@ -492,6 +580,7 @@ CASES = [
         ["dist_train.use_dist_train=true"],
         ["dist_train.use_dist_train=false"],
         ("use_dist_train=True",),
+        fix_says=("dist_train.use_dist_train=false",),
     ),
     Case(
         "LP-EN-008",
@@ -499,6 +588,7 @@ CASES = [
         ["model.pipeline_model_parallel_size=2"],
         ["model.pipeline_model_parallel_size=1"],
         ("pipeline_model_parallel_size=2",),
+        fix_says=("model.pipeline_model_parallel_size=1",),
     ),
     Case(
         "LP-EN-009",
@@ -506,6 +596,7 @@ CASES = [
         ["model.overlap_moe_expert_parallel_comm=true"],
         ["model.overlap_moe_expert_parallel_comm=false"],
         ("overlap_moe_expert_parallel_comm",),
+        fix_says=("model.overlap_moe_expert_parallel_comm=false", "model.delay_wgrad_compute=false"),
     ),
     Case(
         "LP-EN-010",
@@ -513,6 +604,7 @@ CASES = [
         ["dataset.enable_in_batch_packing=true"],
         ["dataset.enable_in_batch_packing=false"],
         ("enable_in_batch_packing=True",),
+        fix_says=("dataset.enable_in_batch_packing=false",),
     ),
     Case(
         "LP-EN-011",
@@ -520,6 +612,7 @@ CASES = [
         ["dataset.defer_in_batch_packing_to_step=true"],
         ["dataset.defer_in_batch_packing_to_step=false"],
         ("defer_in_batch_packing_to_step=True",),
+        fix_says=("dataset.defer_in_batch_packing_to_step=false",),
     ),
     Case(
         "LP-EN-012",
@@ -527,6 +620,7 @@ CASES = [
         ["dataset.packing_buffer_size=0"],
         ["dataset.packing_buffer_size=16"],
         ("packing_buffer_size=0",),
+        fix_says=("dataset.packing_buffer_size=16",),
     ),
     Case(
         "LP-EN-013",
@@ -536,6 +630,7 @@ CASES = [
             "dataset.task_encoder._target_=megatron.bridge.data.builders.energon.QwenVLEnergonTaskEncoderConfig"
         ],
         ("HFEnergonTaskEncoderConfig",),
+        fix_says=("QwenVLEnergonTaskEncoderConfig",),
     ),
     Case(
         "LP-EN-014",
@@ -543,6 +638,7 @@ CASES = [
         ["dataset.dataset_kwargs={batch_size: 4}"],
         ["dataset.dataset_kwargs={handler: warn_and_continue}"],
         ("['batch_size']",),
+        fix_says=("micro_batch_size, packing_buffer_size",),
     ),
     Case(
         "LP-EN-015",
@@ -550,6 +646,7 @@ CASES = [
         ["dataset.packing_buffer_size=4"],
         ["dataset.packing_buffer_size=16"],
         ("packing_buffer_size=4",),
+        fix_says=("8-16 candidates",),
     ),
     Case(
         "LP-MOE-001",
@@ -557,6 +654,7 @@ CASES = [
         ["model.sequence_parallel=false"],
         ["model.sequence_parallel=true"],
         ("EP=8 and TP=2",),
+        fix_says=("model.sequence_parallel=true",),
     ),
     Case(
         "LP-MOE-002",
@@ -564,6 +662,7 @@ CASES = [
         [*HYBRIDEP, PTML, *seq(8196)],
         [*HYBRIDEP, PTML, *seq(8192)],
         ("8196 tokens", "128"),
+        fix_says=("multiple of 128",),
     ),
     Case(
         "LP-MOE-003",
@@ -571,6 +670,7 @@ CASES = [
         [*HYBRIDEP, "model.cuda_graph_impl=local"],
         [*HYBRIDEP, "model.cuda_graph_impl=local", PTML],
         ("HybridEP with CUDA graphs",),
+        fix_says=("dataset.dataset_kwargs.pad_to_max_length=true",),
     ),
     Case(
         "LP-MOE-004",
@@ -578,6 +678,7 @@ CASES = [
         ["model.moe_expert_capacity_factor=1.0"],
         ["model.moe_expert_capacity_factor=null"],
         ("moe_expert_capacity_factor=1.0",),
+        fix_says=("model.moe_expert_capacity_factor=null",),
     ),
     Case(
         "LP-MODEL-001",
@@ -585,6 +686,11 @@ CASES = [
         ["longpack.model_family=qwen3_next_80b_a3b"],
         ["longpack.model_family=qwen3_next_80b_a3b", *NO_OFFLINE],
         ("Qwen3-Next", "NOT supported"),
+        fix_says=(
+            "Qwen3-Next-80B-A3B unpacked",
+            "dataset.enable_offline_packing=false",
+            "~dataset.offline_packing_specs",
+        ),
     ),
     Case(
         "LP-MODEL-001",
@@ -592,6 +698,11 @@ CASES = [
         ["longpack.model_family=glm_4_5"],
         ["longpack.model_family=glm_4_5", *NO_OFFLINE],
         ("GLM-4.5", "offline packing"),
+        fix_says=(
+            "GLM-4.5 355B unpacked",
+            "dataset.enable_offline_packing=false",
+            "~dataset.offline_packing_specs",
+        ),
     ),
     Case(
         "LP-MODEL-002",
@@ -599,6 +710,7 @@ CASES = [
         ["longpack.model_family=qwen3_5_vl"],
         ["longpack.model_family=qwen3_5_vl", "dataset.defer_in_batch_packing_to_step=true"],
         ("Qwen3.5-VL",),
+        fix_says=("dataset.defer_in_batch_packing_to_step=true",),
     ),
     Case(
         "LP-MODEL-002",
@@ -606,6 +718,7 @@ CASES = [
         ["longpack.model_family=glm_4_5v"],
         ["longpack.model_family=glm_4_5v", "dataset.enable_in_batch_packing=false"],
         ("GLM-4.5V",),
+        fix_says=("dataset.enable_in_batch_packing=false",),
     ),
     Case(
         "LP-MODEL-003",
@@ -613,6 +726,7 @@ CASES = [
         ["longpack.model_family=qwen3_omni"],
         ["longpack.model_family=qwen3_omni", "dataset.enable_in_batch_packing=false"],
         ("Qwen3-Omni",),
+        fix_says=("dataset.enable_offline_packing=false", "dataset.packing_buffer_size=null"),
     ),
     Case(
         "LP-SEQ-001",
@@ -620,14 +734,23 @@ CASES = [
         ["dataset.seq_length=4096"],
         ["dataset.seq_length=8192"],
         ("model.seq_length=8192", "dataset.seq_length=4096"),
+        fix_says=("model.seq_length=4096", "dataset.seq_length=8192"),
     ),
-    Case("LP-EN-016", "ENERGON", ["dataset.do_test=true"], ["dataset.do_test=false"], ("do_test=True",)),
+    Case(
+        "LP-EN-016",
+        "ENERGON",
+        ["dataset.do_test=true"],
+        ["dataset.do_test=false"],
+        ("do_test=True",),
+        fix_says=("dataset.do_test=false",),
+    ),
     Case(
         "LP-EN-017",
         "ENERGON",
         ["dataset.shuffle_buffer_size=0"],
         ["dataset.shuffle_buffer_size=100"],
         ("shuffle_buffer_size=0",),
+        fix_says=("dataset.shuffle_buffer_size", ">= 1"),
     ),
     Case(
         "LP-EN-017",
@@ -635,8 +758,16 @@ CASES = [
         ["dataset.path=' '"],
         ["dataset.path=/data/energon"],
         ("dataset.path is empty",),
+        fix_says=("dataset.path",),
     ),
-    Case("LP-EN-017", "ENERGON", ["dataset.num_workers=-1"], ["dataset.num_workers=0"], ("num_workers=-1",)),
+    Case(
+        "LP-EN-017",
+        "ENERGON",
+        ["dataset.num_workers=-1"],
+        ["dataset.num_workers=0"],
+        ("num_workers=-1",),
+        fix_says=("dataset.num_workers", ">= 0"),
+    ),
     # --- packed data (rules that also take the packed folder) ---
     Case(
         "LP-DATA-001",
@@ -646,8 +777,18 @@ CASES = [
         ("no <N>_metadata.jsonl",),
         {"metadata_path": None},
         {},
+        fix_says=("metadata file", "packed_metadata_path"),
     ),
-    Case("LP-DATA-002", "SFT", [], [], ("N=4096", "packed_sequence_size=8192"), {"pack_size": 4096}, {}),
+    Case(
+        "LP-DATA-002",
+        "SFT",
+        [],
+        [],
+        ("N=4096", "packed_sequence_size=8192"),
+        {"pack_size": 4096},
+        {},
+        fix_says=("packed_sequence_size=8192", "dataset.offline_packing_specs.packed_sequence_size=4096"),
+    ),
     Case(
         "LP-DATA-003",
         "SFT",
@@ -656,6 +797,7 @@ CASES = [
         ("N=16384", "seq_length=8192"),
         {"pack_size": 16384},
         {"pack_size": 16384},
+        fix_says=("N=8192",),
     ),
     Case(
         "LP-DATA-004",
@@ -671,6 +813,7 @@ CASES = [
             ),
         },
         {},
+        fix_says=("dataset.offline_packing_specs.pad_seq_to_mult=4",),
     ),
     Case(
         "LP-DATA-004",
@@ -680,6 +823,7 @@ CASES = [
         ("share only the factor 2",),
         {"checked_multiple": 1, "segment_length_gcd": 2},
         {"checked_multiple": 1, "segment_length_gcd": 8},
+        fix_says=("dataset.offline_packing_specs.pad_seq_to_mult=4",),
     ),
     Case(
         "LP-DATA-010",
@@ -694,6 +838,7 @@ CASES = [
             },
         },
         {"misaligned_by_multiple": {4: 0, 8: 0}},
+        fix_says=("pad_seq_to_mult=8",),
     ),
     Case(
         "LP-DATA-005",
@@ -703,6 +848,7 @@ CASES = [
         ("2 packed rows", "N=8192", "max 8200"),
         {"rows_over_pack_size": 2, "max_row_runtime_tokens": 8200},
         {},
+        fix_says=("never exceed the pack size",),
     ),
     Case(
         "LP-DATA-006",
@@ -712,8 +858,18 @@ CASES = [
         ("N=8190", "multiple of 4"),
         {"pack_size": 8190},
         {"pack_size": 8192},
+        fix_says=("multiple of 4",),
     ),
-    Case("LP-DATA-007", "SFT", NO_OFFLINE, [], ("does not enable offline packing",), {}, {}),
+    Case(
+        "LP-DATA-007",
+        "SFT",
+        NO_OFFLINE,
+        [],
+        ("does not enable offline packing",),
+        {},
+        {},
+        fix_says=("dataset.enable_offline_packing=true", "packed_sequence_size=8192"),
+    ),
     Case(
         "LP-DATA-008",
         "SFT",
@@ -722,6 +878,7 @@ CASES = [
         ("micro_batch_size=2",),
         {},
         {},
+        fix_says=("train.micro_batch_size=1",),
     ),
     Case(
         "LP-DATA-009",
@@ -731,8 +888,48 @@ CASES = [
         ("pad_seq_to_mult=2", "another topology"),
         {"recorded_pad_seq_to_mult": 2},
         {},
+        fix_says=("pad_seq_to_mult=4",),
     ),
 ]
+
+
+# Severities as designed, written out here rather than read from the registry: run_rules copies the
+# registry's severity into each finding, so comparing with the registry could never fail.
+ERRORS = """
+LP-CFG-001 LP-TOPO-001 LP-TOPO-002 LP-TOPO-003 LP-TOPO-004 LP-TOPO-005 LP-SP-001 LP-PP-001 LP-PP-002
+LP-PP-003 LP-PP-004 LP-PP-005 LP-PP-006 LP-CP-001 LP-CP-002 LP-CP-003 LP-CP-004 LP-CP-005 LP-CP-006
+LP-CP-007 LP-SEQ-001 LP-BATCH-001 LP-BATCH-002 LP-BATCH-003 LP-PACK-001 LP-PACK-002 LP-PACK-003
+LP-PACK-004 LP-PACK-005 LP-PACK-006 LP-PACK-007 LP-PACK-008 LP-PACK-011 LP-PACK-012 LP-PACK-013
+LP-PACK-015 LP-MTP-001 LP-CG-001 LP-CG-002 LP-CG-003 LP-CG-004 LP-EN-001 LP-EN-002 LP-EN-003 LP-EN-004
+LP-EN-005 LP-EN-006 LP-EN-007 LP-EN-008 LP-EN-010 LP-EN-011 LP-EN-012 LP-EN-013 LP-EN-014 LP-EN-016
+LP-EN-017 LP-MOE-001 LP-MOE-002 LP-MOE-003 LP-MODEL-001 LP-MODEL-002 LP-MODEL-003 LP-DATA-001
+LP-DATA-002 LP-DATA-004 LP-DATA-005 LP-DATA-006 LP-DATA-008
+"""
+WARNINGS = """
+LP-TOPO-006 LP-PACK-016 LP-PACK-010 LP-CG-005 LP-EN-009 LP-MOE-004 LP-DATA-003 LP-DATA-010 LP-DATA-007
+LP-DATA-009
+"""
+INFOS = "LP-CFG-002 LP-CFG-003 LP-CP-008 LP-PACK-009 LP-PACK-014 LP-EN-015"
+EXPECTED_SEVERITY = {
+    rule_id: severity
+    for severity, ids in (("error", ERRORS), ("warning", WARNINGS), ("info", INFOS))
+    for rule_id in ids.split()
+}
+
+# Config keys quoted in fixes: each must be one longpack reads (a typo would send users to a dead key).
+KEY_RE = re.compile(
+    r"(?<![\w/])(?:model|train|validation|dataset|ddp|dist|rerun_state_machine|comm_overlap|dist_train|longpack)"
+    r"(?:\.[A-Za-z_]+)+(?![\w/])"
+)
+
+
+def _keys_named(text: str) -> list[str]:
+    return KEY_RE.findall(text)
+
+
+def _is_read(key: str) -> bool:
+    # inside a mapping kept whole (dataset.dataset_kwargs.*) any key is the dataset's own
+    return key in declared_keys() or any(key.startswith(k + ".") for k in DECLARED.leaves)
 
 
 @pytest.mark.parametrize("base", sorted(BASES))
@@ -740,8 +937,21 @@ def test_every_base_config_is_clean(base: str) -> None:
     assert findings_of(base) == []
 
 
-def test_every_rule_has_a_case() -> None:
-    assert {c.rule_id for c in CASES} == set(RULES)
+def test_every_rule_has_a_case_and_an_expected_severity() -> None:
+    assert {c.rule_id for c in CASES} == set(RULES.ids()) == set(EXPECTED_SEVERITY)
+    assert all(c.fix_says for c in CASES)
+
+
+def test_registry_severities_are_the_designed_ones() -> None:
+    assert {r.id: r.severity.value for r in RULES} == EXPECTED_SEVERITY
+
+
+@pytest.mark.parametrize("rule", list(RULES), ids=RULES.ids())
+def test_rule_records_document_the_rule(rule) -> None:
+    assert rule.description and rule.title and rule.source and rule.fix
+    assert rule.family in {f.name for f in RULES.families}
+    for key in _keys_named(rule.fix):
+        assert _is_read(key), f"{rule.id} fix names {key!r}, which no rule reads"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.rule_id}-{i}" for i, c in enumerate(CASES)])
@@ -751,9 +961,14 @@ def test_rule_fires_and_nearest_config_passes(case: Case) -> None:
     fired = [f for f in findings_of(case.base, case.fail, packed_fail) if f.rule_id == case.rule_id]
     assert fired, f"{case.rule_id} did not fire for {case.fail}"
     finding = fired[0]
-    assert finding.severity == RULES[case.rule_id].severity
+    assert finding.severity.value == EXPECTED_SEVERITY[case.rule_id]
     for text in case.says:
         assert text in finding.message, f"{text!r} not in {finding.message!r}"
-    assert finding.fix
+    for text in case.fix_says:
+        assert text in finding.fix, f"{text!r} not in fix {finding.fix!r}"
+    for key in _keys_named(finding.fix):
+        assert _is_read(key), f"fix names {key!r}, which no rule reads"
+    for key in finding.keys:  # the keys a finding points at are where its file:line comes from
+        assert _is_read(key), f"finding points at {key!r}, which no rule reads"
     passing = findings_of(case.base, case.fix, packed_fix)
     assert case.rule_id not in [f.rule_id for f in passing], passing

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from longpack.catalog import find_family
 from longpack.rules import DatasetKind, DatasetSettings, TrainingSetup, load_setup, run_rules
-from longpack.rules.families import find_family
 from longpack.topology import ParallelLayout
 from rule_bases import findings_of, setup_of
 

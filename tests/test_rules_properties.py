@@ -83,7 +83,7 @@ def test_packed_scan_matches_plain_scan(rows: list[list[int]], multiple: int, fi
                 folder / f"training_{f}_64.idx.parquet",
                 row_group_size=3,
             )
-        summary = inspect_packed_dir(folder, multiple=multiple)
+        summary = inspect_packed_dir(f"{folder}/*.parquet", multiple=multiple)
         assert (summary.rows, summary.segments, summary.misaligned_segments) == _reference_scan(
             folder, multiple
         )

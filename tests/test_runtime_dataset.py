@@ -208,7 +208,7 @@ def test_dataloader_with_two_workers(tmp_path):
         rows.append({"input_ids": ids, "loss_mask": [0] + [1] * (len(ids) - 1), "seq_start_id": [0, a + 1]})
     write_packed(tmp_path / "shard_0.idx.parquet", rows[:7], row_group_size=3)
     write_packed(tmp_path / "shard_1.idx.parquet", rows[7:], row_group_size=3)
-    ds = PackedDataset(str(tmp_path))
+    ds = PackedDataset(str(tmp_path / "shard_*.idx.parquet"))  # Bridge-written shards: named by a glob
     ds[0]  # open a reader in the parent before the fork: workers must not reuse it
     collate = PackedCollator(max_seq_length=16, eos_id=eos, pad_to_max_length=True)
     loader = torch.utils.data.DataLoader(ds, batch_size=3, num_workers=2, collate_fn=collate)

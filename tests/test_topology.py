@@ -55,7 +55,7 @@ def test_layout_rejects_non_dividing_sizes_with_the_numbers() -> None:
 
 # --- pipeline layouts --------------------------------------------------------------------------------
 
-from longpack.rules.checks import suggest_layout  # noqa: E402
+from longpack.rules import suggest_layout  # noqa: E402
 from longpack.topology import collate_pad_multiple, parse_pipeline_layout, pipeline_split  # noqa: E402
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "ConfigError",
     "InputError",
     "LongpackError",
+    "MissingDependencyError",
     "OnlineError",
     "OutputError",
     "OutputExistsError",
@@ -106,3 +107,8 @@ class PlanError(ConfigError):
 
 class BackendError(LongpackError, RuntimeError):
     """An execution backend (Ray) failed in a way the user can act on (cannot connect, task kept failing)."""
+
+
+class MissingDependencyError(LongpackError, ImportError):
+    """An optional package is not installed; the message names the extra that installs it
+    (``pip install 'longpack[pack]'``)."""

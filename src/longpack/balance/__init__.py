@@ -6,12 +6,17 @@ under data and pipeline parallelism the slowest micro-batch and the slowest rank
 - ``PackCostModel``: ``cost = per_pack + per_sequence·k + linear·Σ L + quadratic·Σ L²``, from FLOPs
   (``from_flops``, ``from_dense_model``) or fitted to measured times (``fit``).
 - ``simulate_schedule``: step times for DP × PP (1F1B / interleaved) and the perfectly balanced ideal.
+- ``BalanceTarget``: the topology (DP, PP, VPP, GBS, MBS, sampler, schedule) and the cost model.
 - ``balanced_pack``: best-fit-level fill with even pack costs; **bin ids are the training order**.
 
->>> from longpack.balance import PackCostModel, balanced_pack, simulate_schedule
+Imports ``longpack.binpack`` only. Cost models from the planner's catalogs and the ``--balance`` text are
+built by ``longpack.planner.balance_costs`` (``pack_cost_model``, ``parse_balance_spec``), which imports
+this package.
+
+>>> from longpack.balance import BalanceTarget, PackCostModel, balanced_pack, simulate_schedule
 >>> model = PackCostModel(linear=1.0, quadratic=0.001)
 >>> lengths = [900, 800, 100, 200, 500, 500, 400, 600]
->>> bins = balanced_pack(lengths, 1000, cost_model=model, dp=2, gbs=4)
+>>> bins = balanced_pack(lengths, 1000, BalanceTarget(cost_model=model, dp=2, gbs=4), seed=0)
 >>> result = simulate_schedule(model.cost(lengths, bins), dp=2, pp=1, gbs=4)
 >>> result.num_steps, round(result.efficiency, 3)
 (1, 0.982)

@@ -237,45 +237,6 @@ class PackCostModel:
         )
 
     @classmethod
-    def from_planner(
-        cls, *, model: str, gpu: str, precision: str = "bf16", tp: int = 1, cp: int = 1
-    ) -> PackCostModel:
-        """Cost in seconds from ``longpack.planner``'s FLOP and time models (planner.md §A.2, §C.1).
-
-        FLOPs: the planner's Megatron FLOPs per token split into the part that does not depend on the
-        context (GEMMs, logits, linear-attention chunks) and the core-attention slope ``6·C_core·L_attn``
-        per token per unit of context (a causal sequence of length ``L`` costs ``slope·L²``). Rates: the
-        GPU's BF16 peak times the planner's fitted GEMM efficiency (times its FP8 speed-up for ``fp8``/
-        ``mxfp8``) for the linear part and its fitted attention efficiency for core attention, times
-        ``tp·cp`` (the GPUs that run one pack). ``model`` is a catalog name or an HF ``config.json``.
-
-        >>> m = PackCostModel.from_planner(model="qwen3_30b_a3b", gpu="h100")
-        >>> round(m.pack_cost([32768]) / m.pack_cost([1024] * 32), 2)  # one 32K doc vs 32 x 1K
-        4.13
-        """
-        from longpack.planner.arithmetic import flops_breakdown
-        from longpack.planner.catalog import load_gpu, load_model
-        from longpack.planner.timing import fitted_params
-
-        spec, device, params = load_model(model), load_gpu(gpu), fitted_params()
-        at1 = flops_breakdown(spec, 1)
-        at2 = flops_breakdown(spec, 2)
-        slope = at2.attention - at1.attention  # FLOPs per token per token of context
-        constant = at1.dense_gemm + at1.expert_gemm + at1.logits + (at1.attention - slope)
-        group = max(1, int(tp)) * max(1, int(cp))
-        bf16 = device.peak_tflops("bf16") * 1e12
-        speedup = {"bf16": 1.0, "fp8": params.fp8_speedup, "mxfp8": params.fp8_speedup_blackwell}
-        if precision not in speedup:
-            raise ValueError(f"precision {precision!r} is unknown; choose one of {', '.join(speedup)}")
-        return cls.from_flops(
-            linear_flops_per_token=constant,
-            # slope·L² = pair·L²/2 over the L(L+1)/2 causal pairs of a sequence
-            attention_flops_per_token_pair=2.0 * slope,
-            flops_per_second=bf16 * params.eta_gemm * speedup[precision] * group,
-            attention_flops_per_second=bf16 * params.eta_attention * group,
-        )
-
-    @classmethod
     def from_dense_model(
         cls,
         *,
@@ -289,7 +250,8 @@ class PackCostModel:
         head_dim: int | None = None,
         gated_mlp: bool = True,
     ) -> PackCostModel:
-        """``from_flops`` with the FLOP split of ``megatron_dense_flops`` (usable without the planner).
+        """``from_flops`` with the FLOP split of ``megatron_dense_flops`` (for a catalog model and GPU,
+        ``longpack.planner.balance_costs.pack_cost_model`` takes the rates from the planner's time model).
 
         >>> m = PackCostModel.from_dense_model(hidden=4096, layers=32, heads=32, kv_heads=8, ffn=14336,
         ...                                    vocab=128256, flops_per_second=400e12)

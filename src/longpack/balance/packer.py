@@ -1,9 +1,9 @@
 """Workload-balanced packing: fill packs like best-fit, even out their cost, and order them for training.
 
-``balanced_pack(lengths, capacity, *, cost_model, dp, gbs, ...) -> bin_of_item`` where **bin ids are the
-training order**: bin ``k`` is the ``k``-th pack the data loader reads. Write packs in ascending bin id
-and Megatron's sequential samplers (``pack_slots``) give every DP rank of every global batch the work
-this module planned for it.
+``balanced_pack(lengths, capacity, target, *, seed) -> bin_of_item`` (``target``: a ``BalanceTarget``, the
+topology and pack cost model) where **bin ids are the training order**: bin ``k`` is the ``k``-th pack the
+data loader reads. Write packs in ascending bin id and Megatron's sequential samplers (``pack_slots``) give
+every DP rank of every global batch the work this module planned for it.
 
 Three stages (numpy + numba; no I/O, no torch):
 
@@ -27,8 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
 
+from longpack._optional import require
 from longpack.balance.cost import PackCostModel
 from longpack.balance.schedule import (
     SAMPLERS,
@@ -38,7 +38,10 @@ from longpack.balance.schedule import (
     positions_for_slots,
     simulate_schedule,
 )
-from longpack.binpack._pack import _check_capacity, _check_seed
+from longpack.balance.target import BalanceTarget
+from longpack.binpack import check_capacity, check_seed, pack_lengths, validate_lengths
+
+njit = require("numba", "pack", purpose="the balanced packer").njit
 
 
 @njit(cache=True)
@@ -114,13 +117,11 @@ def cost_balanced_bins(
     >>> cost_balanced_bins([6, 5, 3, 2, 2, 2], 10, cost_model=m).tolist()  # 3 bins, costs 42, 30, 30
     [0, 1, 2, 2, 2, 2]
     """
-    cap = _check_capacity(capacity)
-    arr = _check_lengths(lengths, cap)
+    cap = check_capacity(capacity)
+    arr = np.asarray(validate_lengths(lengths, cap), dtype=np.int64)
     if arr.size == 0:
         return np.empty(0, dtype=np.int64)
     if target_bins is None:
-        from longpack.binpack import pack_lengths
-
         target_bins = int(pack_lengths(arr, cap, algorithm="best_fit_decreasing").max()) + 1
     item_cost = cost_model.sequence_cost(arr)
     order = np.lexsort((np.arange(arr.size), -arr)).astype(np.int64)  # longest first, ties by index
@@ -167,7 +168,7 @@ def order_packs(
         raise ValueError(f"unknown sampler {sampler!r}; choose one of {SAMPLERS}")
     if pp > 1:
         pipeline_makespan(np.ones(m), pp=pp, schedule=schedule, vpp=vpp)  # validates pp/vpp/schedule early
-    rng = np.random.default_rng(_check_seed(seed))
+    rng = np.random.default_rng(check_seed(seed))
     n = costs.size
     full_steps, rest = divmod(n, gbs)
     by_cost = np.lexsort((np.arange(n), -costs))  # heaviest first, ties by pack id
@@ -345,25 +346,18 @@ FILLS = ("auto", "best_fit", "even_cost")
 def balanced_pack(
     lengths: Any,
     capacity: int,
+    target: BalanceTarget,
     *,
-    cost_model: PackCostModel,
-    dp: int,
-    gbs: int,
-    micro_batch_size: int = 1,
-    sampler: str = "batch",
-    pp: int = 1,
-    schedule: str = "1f1b",
-    vpp: int = 1,
-    seed: int = 0,
+    seed: int,
     fill: str = "auto",
     passes: int = 2,
 ) -> np.ndarray:
     """Pack ``lengths`` into bins of ``capacity`` and number the bins in workload-balanced training order.
 
-    Returns ``bin_of_item`` (np.int64, dense ids). **Bin ``k`` is the ``k``-th pack consumed**; with
-    ``dp``, ``gbs``, ``micro_batch_size``, ``sampler``, ``pp``, ``schedule`` and ``vpp`` as in training,
-    every DP rank of every global batch gets a near-equal share of the step's time under ``cost_model``.
-    Same inputs and seed give the same output.
+    Returns ``bin_of_item`` (np.int64, dense ids). **Bin ``k`` is the ``k``-th pack consumed**; with the
+    topology of ``target`` (``dp``, ``gbs``, ``micro_batch_size``, ``sampler``, ``pp``, ``schedule``,
+    ``vpp``) as in training, every DP rank of every global batch gets a near-equal share of the step's
+    time under ``target.cost_model``. Same inputs and seed give the same output.
 
     ``fill`` picks the packs before ordering: ``"best_fit"`` (best-fit decreasing's packs: tightest, and
     their uneven costs leave light packs to pair with unavoidably heavy ones), ``"even_cost"``
@@ -372,19 +366,34 @@ def balanced_pack(
     items that fit nowhere; ``"auto"`` drops it if that costs more than 0.5 % fill). See the module
     docstring for the ordering.
 
-    >>> m = PackCostModel(linear=1.0, quadratic=0.001)
-    >>> bins = balanced_pack([900, 800, 100, 200, 500, 500, 400, 600], 1000, cost_model=m, dp=2, gbs=4)
+    >>> t = BalanceTarget(cost_model=PackCostModel(linear=1.0, quadratic=0.001), dp=2, gbs=4)
+    >>> bins = balanced_pack([900, 800, 100, 200, 500, 500, 400, 600], 1000, t, seed=0)
     >>> sorted(np.bincount(bins, weights=[900, 800, 100, 200, 500, 500, 400, 600]).tolist())
     [1000.0, 1000.0, 1000.0, 1000.0]
     """
+    if not isinstance(target, BalanceTarget):
+        raise TypeError(
+            f"target must be a longpack.balance.BalanceTarget, got {type(target).__name__} "
+            "(read a 'dp=..,gbs=..,model=..,gpu=..' text with "
+            "longpack.planner.balance_costs.parse_balance_spec)"
+        )
     if fill not in FILLS:
         raise ValueError(f"unknown fill {fill!r}; choose one of {FILLS}")
-    cap = _check_capacity(capacity)
-    arr = _check_lengths(lengths, cap)
+    cap = check_capacity(capacity)
+    seed = check_seed(seed)
+    arr = np.asarray(validate_lengths(lengths, cap), dtype=np.int64)
     if arr.size == 0:
         return np.empty(0, dtype=np.int64)
-    from longpack.binpack import pack_lengths
-
+    cost_model = target.cost_model
+    layout: dict[str, Any] = dict(
+        dp=target.dp,
+        gbs=target.gbs,
+        micro_batch_size=target.micro_batch_size,
+        sampler=target.sampler,
+        pp=target.pp,
+        schedule=target.schedule,
+        vpp=target.vpp,
+    )
     reference = pack_lengths(arr, cap, algorithm="best_fit_decreasing", seed=0)
     candidates = []
     if fill in ("auto", "best_fit"):
@@ -397,30 +406,10 @@ def balanced_pack(
     best: tuple[float, np.ndarray] | None = None
     for bins in candidates:
         costs = cost_model.cost(arr, bins)
-        position = order_packs(
-            costs,
-            dp=dp,
-            gbs=gbs,
-            micro_batch_size=micro_batch_size,
-            sampler=sampler,
-            pp=pp,
-            schedule=schedule,
-            vpp=vpp,
-            seed=seed,
-            passes=passes,
-        )
+        position = order_packs(costs, seed=seed, passes=passes, **layout)
         ordered = np.empty_like(costs)
         ordered[position] = costs
-        total = simulate_schedule(
-            ordered,
-            dp=dp,
-            pp=pp,
-            gbs=gbs,
-            micro_batch_size=micro_batch_size,
-            schedule=schedule,
-            vpp=vpp,
-            sampler=sampler,
-        ).total_time
+        total = simulate_schedule(ordered, **layout).total_time
         if best is None or total < best[0]:
             best = (total, position[bins])
     assert best is not None
@@ -438,7 +427,7 @@ def step_length_correlation(lengths: Any, bin_of_item: Any, *, gbs: int) -> floa
     -0.9979487157886733
     """
     arr = np.asarray(lengths, dtype=np.float64)
-    step = np.asarray(bin_of_item, dtype=np.int64) // _check_capacity(gbs)
+    step = np.asarray(bin_of_item, dtype=np.int64) // check_capacity(gbs, "gbs")
     n_steps = int(step.max()) + 1 if step.size else 0
     if n_steps < 3:
         return 0.0
@@ -449,17 +438,3 @@ def step_length_correlation(lengths: Any, bin_of_item: Any, *, gbs: int) -> floa
     if mean.std() == 0:
         return 0.0
     return float(np.corrcoef(index, mean)[0, 1])
-
-
-def _check_lengths(lengths: Any, capacity: int) -> np.ndarray:
-    arr = np.asarray(lengths)
-    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-        raise ValueError(f"lengths must be a 1-D array of integers, got dtype {arr.dtype} shape {arr.shape}")
-    arr = np.ascontiguousarray(arr, dtype=np.int64)
-    bad = np.flatnonzero((arr < 1) | (arr > capacity))
-    if bad.size:
-        raise ValueError(
-            f"{bad.size} of {arr.size} lengths are outside 1..{capacity} (capacity {capacity}); first at index "
-            f"{bad[0]}: {int(arr[bad[0]])}. Truncate, split or drop those items before packing."
-        )
-    return arr

@@ -10,6 +10,8 @@ import numpy as np
 from longpack.balance.cost import PackCostModel
 from longpack.balance.packer import balanced_pack, step_length_correlation
 from longpack.balance.schedule import simulate_schedule
+from longpack.balance.target import BalanceTarget
+from longpack.binpack import pack_lengths
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,16 +52,15 @@ def compare_packings(
     >>> reports[2].total_time <= reports[1].total_time
     True
     """
-    from longpack.binpack import pack_lengths
-
     arr = np.asarray(lengths, dtype=np.int64)
     layout: dict[str, Any] = dict(
         dp=dp, pp=pp, gbs=gbs, micro_batch_size=micro_batch_size, schedule=schedule, vpp=vpp
     )
+    target = BalanceTarget(cost_model=cost_model, sampler=sampler, **layout)
     packings = {
         "first_fit_shuffle": pack_lengths(arr, capacity, algorithm="first_fit_shuffle", seed=seed),
         "best_fit": pack_lengths(arr, capacity, algorithm="best_fit_decreasing", seed=seed),
-        "balanced": balanced_pack(arr, capacity, cost_model=cost_model, sampler=sampler, seed=seed, **layout),
+        "balanced": balanced_pack(arr, capacity, target, seed=seed),
     }
     out = []
     for name, bins in packings.items():

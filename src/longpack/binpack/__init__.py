@@ -1,7 +1,8 @@
-"""Bin packing on length arrays (numpy + numba; no I/O, no torch).
+"""Bin packing on length arrays (numpy + numba; no I/O, no torch). Knows lengths only.
 
-``pack_lengths(lengths, capacity, *, algorithm, seed) -> bin_of_item`` (np.int64, dense bin ids) and
-``packing_stats``. ``longpack.binpack.megatron`` holds the Megatron-Bridge compatible list/array API.
+``pack_lengths(lengths, capacity, *, algorithm, seed) -> bin_of_item`` (np.int64, dense bin ids),
+``pack_bins`` (the same bins with the order of the items inside each: packed rows) and ``packing_stats``.
+``longpack.binpack.megatron`` holds the Megatron-Bridge compatible list/array API.
 
 >>> from longpack.binpack import pack_lengths, packing_stats
 >>> bins = pack_lengths([700, 300, 500, 500, 1000], 1000, seed=0)
@@ -11,6 +12,28 @@
 
 from __future__ import annotations
 
-from longpack.binpack._pack import ALGORITHMS, BALANCED, PackingStats, pack_lengths, packing_stats
+from longpack.binpack._pack import (
+    ALGORITHMS,
+    MAX_CAPACITY,
+    BinContents,
+    PackingStats,
+    check_capacity,
+    check_seed,
+    pack_bins,
+    pack_lengths,
+    packing_stats,
+    validate_lengths,
+)
 
-__all__ = ["ALGORITHMS", "BALANCED", "PackingStats", "pack_lengths", "packing_stats"]
+__all__ = [
+    "ALGORITHMS",
+    "MAX_CAPACITY",
+    "BinContents",
+    "PackingStats",
+    "check_capacity",
+    "check_seed",
+    "pack_bins",
+    "pack_lengths",
+    "packing_stats",
+    "validate_lengths",
+]

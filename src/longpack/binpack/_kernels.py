@@ -10,8 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
-from numba.cpython.unsafe.numbers import trailing_zeros
+
+from longpack._optional import require
+
+njit = require("numba", "pack", purpose="packing (longpack's compiled kernels)").njit
+trailing_zeros = require("numba.cpython.unsafe.numbers", "pack").trailing_zeros
 
 # ----------------------------------------------------------------------------------------------
 # First fit (Megatron semantics): lowest-index open bin whose remaining capacity is >= the length.
@@ -158,6 +161,34 @@ def assign_items_by_length(
         bin_of_item[i] = occ_bin[start[v]]
         start[v] += 1
     return bin_of_item
+
+
+@njit(cache=True)
+def fill_items_by_length(
+    lengths: np.ndarray, flat: np.ndarray, perms: np.ndarray, starts: np.ndarray
+) -> np.ndarray:
+    """Item of every slot of ``flat`` (lengths in bin order), as Megatron-Bridge's fill step picks it.
+
+    ``starts`` is the cumulative histogram of ``lengths`` ([V+1]); ``perms[starts[v]:starts[v+1]]`` is
+    the permutation drawn for length ``v``. Items of a length in input order, permuted, are popped from
+    the end: the ``k``-th slot of length ``v`` gets item ``group_v[perm_v[count_v - 1 - k]]``.
+    """
+    n = lengths.shape[0]
+    nv = starts.shape[0] - 1
+    by_length = np.empty(n, dtype=np.int64)
+    cursor = starts[:-1].copy()
+    for i in range(n):
+        v = lengths[i]
+        by_length[cursor[v]] = i
+        cursor[v] += 1
+    used = np.zeros(nv, dtype=np.int64)
+    order = np.empty(n, dtype=np.int64)
+    for p in range(n):
+        v = flat[p]
+        k = used[v]
+        used[v] = k + 1
+        order[p] = by_length[starts[v] + perms[starts[v + 1] - 1 - k]]
+    return order
 
 
 # ----------------------------------------------------------------------------------------------

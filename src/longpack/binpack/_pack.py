@@ -1,4 +1,4 @@
-"""``pack_lengths`` and ``packing_stats``: the public entry points of ``longpack.binpack``."""
+"""``pack_lengths``, ``pack_bins`` and ``packing_stats``: the public entry points of ``longpack.binpack``."""
 
 from __future__ import annotations
 
@@ -8,9 +8,16 @@ from typing import Any
 
 import numpy as np
 
-from longpack.binpack import _kernels
 
-#: Names accepted by ``pack_lengths(..., algorithm=...)``. The first three reproduce Megatron-Bridge's
+def _compiled() -> Any:
+    """The numba kernels, imported on first use, so that ``import longpack.binpack`` (names, constants,
+    checks) works without numba and a missing numba is reported when packing starts."""
+    from longpack.binpack import _kernels
+
+    return _kernels
+
+
+#: Names accepted by ``pack_lengths(..., algorithm=...)``. The last three reproduce Megatron-Bridge's
 #: bins exactly (compatibility mode); ``best_fit_decreasing`` packs tightest and is the default.
 ALGORITHMS: tuple[str, ...] = (
     "best_fit_decreasing",
@@ -18,18 +25,25 @@ ALGORITHMS: tuple[str, ...] = (
     "first_fit_decreasing",
     "first_fit_shuffle",
 )
-#: Workload-balanced packing; needs ``balance=`` (see ``pack_lengths``).
-BALANCED = "balanced"
 MEGATRON_ALGORITHMS: tuple[str, ...] = ("first_fit", "first_fit_decreasing", "first_fit_shuffle")
 
 
-def _check_capacity(capacity: Any) -> int:
+def check_capacity(capacity: Any, name: str = "capacity") -> int:
+    """``capacity`` as an ``int`` >= 1, or ``TypeError`` / ``ValueError`` naming it.
+
+    >>> check_capacity(8)
+    8
+    >>> check_capacity(0, "gbs")
+    Traceback (most recent call last):
+    ...
+    ValueError: gbs must be >= 1, got 0
+    """
     try:
         cap = operator.index(capacity)
     except TypeError:
-        raise TypeError(f"capacity must be an integer, got {capacity!r}") from None
+        raise TypeError(f"{name} must be an integer, got {capacity!r}") from None
     if cap < 1:
-        raise ValueError(f"capacity must be >= 1, got {cap}")
+        raise ValueError(f"{name} must be >= 1, got {cap}")
     return cap
 
 
@@ -38,7 +52,16 @@ def _check_capacity(capacity: Any) -> int:
 MAX_CAPACITY = 2**25
 
 
-def _check_seed(seed: Any) -> int:
+def check_seed(seed: Any) -> int:
+    """``seed`` as an ``int`` in ``0..2**32-1`` (what ``np.random.RandomState`` takes), or an error.
+
+    >>> check_seed(7)
+    7
+    >>> check_seed(-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: seed must be in 0..2**32-1, got -1
+    """
     try:
         value = operator.index(seed)
     except TypeError:
@@ -78,7 +101,7 @@ def validate_lengths(lengths: Any, capacity: int) -> np.ndarray:
             raise ValueError("lengths do not fit in int64")
         arr = arr.astype(np.int64)
     arr = np.ascontiguousarray(arr)
-    bad, first = _kernels.count_invalid(arr, 1, capacity)
+    bad, first = _compiled().count_invalid(arr, 1, capacity)
     if bad:
         raise ValueError(
             f"{bad} of {len(arr)} lengths are outside 1..{capacity} (capacity {capacity}); first at index "
@@ -93,7 +116,6 @@ def pack_lengths(
     *,
     algorithm: str = "best_fit_decreasing",
     seed: int = 0,
-    balance: Any = None,
 ) -> np.ndarray:
     """Assign each item a bin so that no bin's total length exceeds ``capacity``.
 
@@ -106,16 +128,17 @@ def pack_lengths(
     * ``first_fit``, ``first_fit_decreasing``, ``first_fit_shuffle``: Megatron-Bridge compatibility.
       Bin ``k`` holds exactly the lengths of Megatron's ``create_packing_strategy(histogram, capacity,
       algorithm)[0][k]`` with the global RNG seeded by ``seed`` (so ``first_fit`` works on the
-      ascending-sorted lengths, as Megatron's histogram expansion does). Bin ids are not permuted. Among
-      items of equal length, the item with the lower index takes the earlier place in bin order.
-
-    * ``balanced``: workload-balanced packing (``longpack.balance.balanced_pack``) for the topology and
-      cost model in ``balance`` (a ``longpack.balance.BalanceTarget``): best-fit-level fill, and **bin ids
-      are the training order**, arranged so every DP rank of every step gets a near-equal share of work.
-      It is not in ``ALGORITHMS``, which lists the algorithms that need nothing but the lengths.
+      ascending-sorted lengths, as Megatron's histogram expansion does). Bin ids are not permuted.
+    * Which of several items of equal length goes where: for ``first_fit_shuffle``, exactly the item
+      Megatron-Bridge's ``fill_packing_strategy`` puts there (its RNG, after the shuffle, draws
+      ``permutation(count)`` of each length's items in ascending length order, and each bin pops from
+      the end; ``longpack.binpack.megatron.fill_order``), so these bins are Megatron-Bridge's packed rows.
+      For ``first_fit`` and ``first_fit_decreasing``, the item with the lower index takes the earlier
+      place in bin order.
 
     Lengths must be integers in 1..capacity; anything else raises ``ValueError`` naming how many items
-    are invalid and the first one (truncate, split or drop them first).
+    are invalid and the first one (truncate, split or drop them first). Workload-balanced packing (bins
+    in training order for a DP/PP topology) is ``longpack.balance.balanced_pack``.
 
     >>> pack_lengths([3, 5, 2, 6], 8, algorithm="first_fit_decreasing").tolist()
     [1, 1, 0, 0]
@@ -123,55 +146,113 @@ def pack_lengths(
     >>> sorted(np.bincount(bins, weights=[3, 5, 2, 6]).tolist())
     [8.0, 8.0]
     """
-    cap = _check_capacity(capacity)
+    arr, cap, seed = _checked(lengths, capacity, algorithm, seed)
+    if arr.size == 0:
+        return np.empty(0, dtype=np.int64)
+    if algorithm == "first_fit_shuffle":
+        return _megatron_fill(arr, cap, seed).bin_of_item()
+    if algorithm in MEGATRON_ALGORITHMS:
+        from longpack.binpack import megatron
+
+        histogram = np.bincount(arr, minlength=cap + 1)
+        flat, offsets = megatron._strategy_flat(histogram, cap, algorithm, np.random.RandomState(seed))
+        return _compiled().assign_items_by_length(arr, flat, offsets, cap)
+    bin_of, nbins = _compiled().best_fit_decreasing_bins(arr, cap)
+    new_id = np.random.RandomState(seed).permutation(nbins).astype(np.int64, copy=False)
+    _compiled().relabel_in_place(bin_of, new_id)
+    return bin_of
+
+
+@dataclass(frozen=True, kw_only=True)
+class BinContents:
+    """The items of every bin, bin after bin: bin ``b`` holds ``items[offsets[b]:offsets[b + 1]]``.
+
+    ``items`` (int64 ``[N]``) is a permutation of the item indices, in bin order and, inside a bin, in
+    the order the items are laid out (a packed row's order); ``offsets`` (int64 ``[B+1]``) starts at 0.
+
+    >>> c = BinContents.from_bin_of_item(np.array([1, 0, 1]))
+    >>> c.items.tolist(), c.offsets.tolist(), c.bin_of_item().tolist()
+    ([1, 0, 2], [0, 1, 3], [1, 0, 1])
+    """
+
+    items: np.ndarray
+    offsets: np.ndarray
+
+    @property
+    def num_bins(self) -> int:
+        return len(self.offsets) - 1
+
+    def bin_of_item(self) -> np.ndarray:
+        """``bin_of_item`` (np.int64 ``[N]``) of these bins, as ``pack_lengths`` returns it."""
+        out = np.empty(len(self.items), dtype=np.int64)
+        out[self.items] = np.repeat(np.arange(self.num_bins, dtype=np.int64), np.diff(self.offsets))
+        return out
+
+    @classmethod
+    def from_bin_of_item(cls, bin_of_item: Any) -> BinContents:
+        """Bins in ascending id, items of a bin in ascending index (ids that hold no item are skipped)."""
+        bins = np.asarray(bin_of_item, dtype=np.int64)
+        items = np.argsort(bins, kind="stable").astype(np.int64, copy=False)
+        counts = np.bincount(bins) if bins.size else np.zeros(0, dtype=np.int64)
+        counts = counts[counts > 0]
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return cls(items=items, offsets=offsets)
+
+
+def pack_bins(
+    lengths: Any,
+    capacity: int,
+    *,
+    algorithm: str = "best_fit_decreasing",
+    seed: int = 0,
+) -> BinContents:
+    """``pack_lengths`` with the order of the items inside each bin: the rows a packer writes.
+
+    Same bins as ``pack_lengths(lengths, capacity, algorithm=algorithm, seed=seed)`` (its
+    ``bin_of_item()`` is that array). Inside a bin, ``first_fit_shuffle`` lays items out in
+    Megatron-Bridge's order (its first fit's order of lengths, each length's item as its fill step
+    picks it): bins, in-bin order and items are Megatron-Bridge's packed rows. The other algorithms keep
+    the input order inside a bin.
+
+    >>> c = pack_bins([3, 5, 2], 6, algorithm="first_fit_decreasing")
+    >>> [c.items[c.offsets[b] : c.offsets[b + 1]].tolist() for b in range(c.num_bins)]
+    [[1], [0, 2]]
+    """
+    arr, cap, seed = _checked(lengths, capacity, algorithm, seed)
+    if arr.size == 0:
+        return BinContents(items=np.zeros(0, np.int64), offsets=np.zeros(1, np.int64))
+    if algorithm == "first_fit_shuffle":
+        return _megatron_fill(arr, cap, seed)
+    return BinContents.from_bin_of_item(pack_lengths(arr, cap, algorithm=algorithm, seed=seed))
+
+
+def _checked(lengths: Any, capacity: Any, algorithm: str, seed: Any) -> tuple[np.ndarray, int, int]:
+    cap = check_capacity(capacity)
     if cap > MAX_CAPACITY:
         raise ValueError(
             f"capacity {cap} is above the supported {MAX_CAPACITY} tokens: working memory grows with the "
             f"capacity (8 B per possible length); pack in smaller units (e.g. divide lengths and capacity by "
             f"a common alignment such as pad_seq_to_mult)"
         )
-    seed = _check_seed(seed)
-    if algorithm == BALANCED:
-        if balance is None:
-            raise ValueError(
-                'algorithm="balanced" needs balance=longpack.balance.BalanceTarget(...) '
-                "(the DP/PP/GBS topology and the pack cost model to balance for)"
-            )
-        # Imported here: balance builds on this module (best-fit packs are its starting point).
-        from longpack.balance import balanced_pack
-
-        return balanced_pack(
-            validate_lengths(lengths, cap),
-            cap,
-            cost_model=balance.cost_model,
-            dp=balance.dp,
-            gbs=balance.gbs,
-            micro_batch_size=balance.micro_batch_size,
-            sampler=balance.sampler,
-            pp=balance.pp,
-            schedule=balance.schedule,
-            vpp=balance.vpp,
-            seed=seed,
-        )
-    if balance is not None:
-        raise ValueError(f"balance= is only used with algorithm='balanced', not {algorithm!r}")
+    value = check_seed(seed)
     if algorithm not in ALGORITHMS:
         raise ValueError(
-            f"unknown packing algorithm {algorithm!r}; choose one of {', '.join((*ALGORITHMS, BALANCED))}"
+            f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)} "
+            "(workload-balanced packing is longpack.balance.balanced_pack)"
         )
-    arr = validate_lengths(lengths, cap)
-    if arr.size == 0:
-        return np.empty(0, dtype=np.int64)
-    if algorithm in MEGATRON_ALGORITHMS:
-        from longpack.binpack import megatron
+    return validate_lengths(lengths, cap), cap, value
 
-        histogram = np.bincount(arr, minlength=cap + 1)
-        flat, offsets = megatron._strategy_flat(histogram, cap, algorithm, np.random.RandomState(seed))
-        return _kernels.assign_items_by_length(arr, flat, offsets, cap)
-    bin_of, nbins = _kernels.best_fit_decreasing_bins(arr, cap)
-    new_id = np.random.RandomState(seed).permutation(nbins).astype(np.int64, copy=False)
-    _kernels.relabel_in_place(bin_of, new_id)
-    return bin_of
+
+def _megatron_fill(arr: np.ndarray, cap: int, seed: int) -> BinContents:
+    """``first_fit_shuffle`` as Megatron-Bridge packs and fills: one ``RandomState(seed)`` plays its
+    seeded global RNG, for the shuffle and then for the per-length permutations of the fill step."""
+    from longpack.binpack import megatron
+
+    rng = np.random.RandomState(seed)
+    histogram = np.bincount(arr, minlength=cap + 1)
+    flat, offsets = megatron._strategy_flat(histogram, cap, "first_fit_shuffle", rng)
+    return BinContents(items=megatron.fill_order(arr, flat, rng), offsets=offsets)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,7 +282,7 @@ def packing_stats(lengths: Any, bin_of_item: Any, capacity: int) -> PackingStats
     >>> (s.num_bins, s.lower_bound, s.efficiency, s.min_bin_fill, s.max_bin_fill, s.max_items_per_bin)
     (2, 3, 1.0625, 8, 9, 2)
     """
-    cap = _check_capacity(capacity)
+    cap = check_capacity(capacity)
     arr = np.asarray(lengths, dtype=np.int64)
     bins = np.asarray(bin_of_item, dtype=np.int64)
     if arr.ndim != 1 or bins.shape != arr.shape:

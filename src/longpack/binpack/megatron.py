@@ -12,8 +12,8 @@ Same bins, bin order and in-bin order as Megatron-Bridge's ``first_fit``, ``firs
   shuffling a Python list draw the same numbers from a legacy ``RandomState``, so the permutation matches.
 
 The RNG is consumed exactly as Megatron consumes the global RNG (one ``shuffle`` of N items, nothing for
-the other algorithms), so a caller can continue with ``rng.permutation(count)`` per length for the fill
-step (spec §2.6).
+the other algorithms), so ``fill_order`` can continue with ``rng.permutation(count)`` per length for
+the fill step (Megatron-Bridge's ``fill_packing_strategy``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ __all__ = [
     "PACKING_ALGORITHMS",
     "create_packing_strategy",
     "create_packing_strategy_arrays",
+    "fill_order",
     "first_fit",
     "first_fit_decreasing",
     "first_fit_shuffle",
@@ -258,3 +259,36 @@ def create_packing_strategy(
     """
     flat, offsets, meta = create_packing_strategy_arrays(histogram, pack_size, packing_algorithm, rng=rng)
     return _split(flat.tolist(), offsets), meta
+
+
+def fill_order(lengths: Any, lengths_in_bin_order: Any, rng: np.random.RandomState) -> np.ndarray:
+    """Which item fills each slot of a packing of lengths, as Megatron-Bridge's ``fill_packing_strategy``.
+
+    ``lengths[i]`` is item ``i``'s length; ``lengths_in_bin_order`` the packing's lengths, bin after bin
+    (``create_packing_strategy_arrays(...)[0]``), a rearrangement of ``lengths``. Megatron keeps each
+    length's items in input order, draws ``rng.permutation(count)`` for every length present in
+    ascending length order (continuing the RNG that shuffled, for ``first_fit_shuffle``), and each bin,
+    in bin order, pops the items of a length from the end of that length's permuted list. Returns the
+    item index of every slot (np.int64, a permutation of ``0..N-1``).
+
+    >>> fill_order([2, 3, 2], [3, 2, 2], np.random.RandomState(0)).tolist()
+    [1, 0, 2]
+    """
+    arr = _as_lengths(lengths, "lengths")
+    slots = _as_lengths(lengths_in_bin_order, "lengths_in_bin_order")
+    if len(slots) != len(arr):
+        raise ValueError(
+            f"lengths_in_bin_order must hold as many entries as lengths: got {len(slots)} for {len(arr)}"
+        )
+    if arr.size == 0:
+        return np.empty(0, dtype=np.int64)
+    histogram = np.bincount(arr)
+    if not np.array_equal(np.bincount(slots, minlength=len(histogram)), histogram):
+        raise ValueError("lengths_in_bin_order is not a rearrangement of lengths")
+    generator = _resolve_rng(rng)
+    starts = np.zeros(len(histogram) + 1, dtype=np.int64)
+    np.cumsum(histogram, out=starts[1:])
+    perms = np.empty(len(arr), dtype=np.int64)
+    for length in np.flatnonzero(histogram).tolist():  # ascending length order, as Megatron draws
+        perms[starts[length] : starts[length + 1]] = generator.permutation(int(histogram[length]))
+    return _kernels.fill_items_by_length(arr, slots, perms, starts)

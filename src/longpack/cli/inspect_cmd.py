@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
         verify: bool = typer.Option(
             False,
             "--verify",
-            help="Check every row (spec §2.7 validate_row, alignment, pack size) and the "
+            help="Check every row (Megatron-Bridge validate_row, alignment, pack size) and the "
             "manifest against the files (hashes, counts, metadata).",
         ),
         plot: Annotated[

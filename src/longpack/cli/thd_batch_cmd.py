@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from longpack.packed.folder import PackedFolder
 
 
 def register(app: typer.Typer) -> None:
     @app.command("thd-batch")
     def thd_batch(
-        path: str = typer.Argument(..., help="Packed Parquet file, folder or glob of shards."),
+        path: str = typer.Argument(
+            ..., help="Output folder of `longpack pack`, or a packed Parquet file or glob of shards."
+        ),
+        split: str | None = typer.Option(
+            None,
+            "--split",
+            help="[training|validation] Split of a folder that holds both (default training).",
+        ),
         index: int = typer.Option(
             0, "--index", help="First row (negative = padding row, as the sampler pads)."
         ),
@@ -22,9 +32,15 @@ def register(app: typer.Typer) -> None:
             None, "--pack-size", help="packed_sequence_size (the collate's max_seq_length; required)."
         ),
         max_seq_length: int | None = typer.Option(None, "--max-seq-length", hidden=True),
-        eos_id: int = typer.Option(..., "--eos-id", help="The tokenizer's EOS id (pads tokens and labels)."),
-        pad_seq_to_mult: int = typer.Option(
-            1, "--pad-seq-to-mult", help="Per-sequence alignment of the packs."
+        eos_id: int | None = typer.Option(
+            None,
+            "--eos-id",
+            help="The tokenizer's EOS id (pads tokens and labels); default: the one manifest.json records.",
+        ),
+        pad_seq_to_mult: int | None = typer.Option(
+            None,
+            "--pad-seq-to-mult",
+            help="Per-sequence alignment of the packs; default: the recorded one (manifest.json), else 1.",
         ),
         pad_to_max_length: bool = typer.Option(False, "--pad-to-max-length/--no-pad-to-max-length"),
         metadata: str | None = typer.Option(
@@ -42,6 +58,8 @@ def register(app: typer.Typer) -> None:
         With --cp > 1, shows the zigzag shard of each CP rank: tokens held, real (non-padding) tokens,
         supervised tokens. A batch that cannot be split names the sequence and the multiple it needs.
         """
+        from longpack.errors import PackedDataError
+        from longpack.packed.folder import PackedFolder
         from longpack.runtime.collate import CollateError, collate_packed
         from longpack.runtime.context_parallel import (
             ContextParallelError,
@@ -49,7 +67,7 @@ def register(app: typer.Typer) -> None:
             physical_cu_seqlens,
             shard_batch,
         )
-        from longpack.runtime.dataset import PackedDataset, PackedParquetError
+        from longpack.runtime.dataset import PackedDataset
 
         if max_seq_length is not None:
             typer.echo("warning: --max-seq-length is deprecated; use --pack-size", err=True)
@@ -59,7 +77,11 @@ def register(app: typer.Typer) -> None:
 
             raise ConfigError("pack_size is required (packed_sequence_size)", fields="pack_size")
         try:
-            ds = PackedDataset(path)
+            folder = PackedFolder.open(path, split=split)
+            if split is None and folder.kind == "folder" and len(folder.split_names) > 1:
+                split = "training"
+            eos_id, pad_seq_to_mult = _recorded_settings(folder, eos_id, pad_seq_to_mult)
+            ds = PackedDataset(folder, split=split)
             rows = [ds[i] for i in range(index, index + batch_size)]
             batch = collate_packed(
                 rows,
@@ -99,7 +121,7 @@ def register(app: typer.Typer) -> None:
                         }
                     )
                 info["cp_ranks"] = ranks
-        except (PackedParquetError, CollateError, ContextParallelError, IndexError) as exc:
+        except (PackedDataError, CollateError, ContextParallelError, IndexError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc
         if as_json:
@@ -120,3 +142,30 @@ def register(app: typer.Typer) -> None:
                 f"{'cp rank ' + str(entry['cp_rank']):>22}: {entry['tokens']} tokens, {entry['real_tokens']} real, "
                 f"{entry['supervised_tokens']} supervised"
             )
+
+
+def _recorded_settings(
+    folder: PackedFolder, eos_id: int | None, pad_seq_to_mult: int | None
+) -> tuple[int, int]:
+    """The EOS id and ``pad_seq_to_mult`` to collate with: as typed, else as the packed data records them;
+    a typed value that contradicts the record is refused (the batch would not be the one Bridge builds)."""
+    from longpack.errors import PackedDataError
+
+    recorded_eos, recorded_mult = folder.eos_id, folder.pad_seq_to_mult
+    if eos_id is None:
+        if recorded_eos is None:
+            raise PackedDataError(f"{folder.spec}: no manifest.json records the EOS id; pass --eos-id")
+        eos_id = recorded_eos
+    elif recorded_eos is not None and eos_id != recorded_eos:
+        raise PackedDataError(
+            f"--eos-id {eos_id} but {folder.spec} was packed with eos_id={recorded_eos} (manifest.json); "
+            f"drop --eos-id or pass {recorded_eos}"
+        )
+    if pad_seq_to_mult is None:
+        pad_seq_to_mult = recorded_mult or 1
+    elif recorded_mult is not None and pad_seq_to_mult != recorded_mult:
+        raise PackedDataError(
+            f"--pad-seq-to-mult {pad_seq_to_mult} but {folder.spec} was packed with pad_seq_to_mult="
+            f"{recorded_mult}; drop --pad-seq-to-mult or pass {recorded_mult}"
+        )
+    return eos_id, pad_seq_to_mult

@@ -197,8 +197,9 @@ class PackConfig:
 
     def _pack_settings(self, mult: int) -> Any:
         """The packed layer's settings; the algorithm and the balance spec are settled here, once."""
-        from longpack.binpack import ALGORITHMS, BALANCED
+        from longpack.binpack import ALGORITHMS
         from longpack.packed.pipeline import PackSettings
+        from longpack.packed.plan import BALANCED_ALGORITHM as BALANCED
 
         algorithm = self.algorithm
         if self.balance is not None:
@@ -218,13 +219,7 @@ class PackConfig:
                 f"algorithm {algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}",
                 fields="algorithm",
             )
-        balance = self.balance
-        if isinstance(balance, str):
-            try:
-                balance_target(balance)  # a bad spec fails now, before any tokenization
-            except ValueError as exc:
-                # The spec parser speaks of the CLI flag; the job speaks of its field.
-                raise ConfigError(str(exc).replace("--balance", "balance"), fields="balance") from exc
+        balance = balance_target(self.balance)  # a bad spec fails now, before any tokenization
         assert self.seq_length is not None
         return PackSettings(
             seq_length=self.seq_length,
@@ -354,14 +349,32 @@ class PackConfig:
         )
 
 
-def balance_target(spec: Any) -> Any:
+def balance_target(balance: Any) -> Any:
     """The one place a ``balance`` value becomes a ``longpack.balance.BalanceTarget``: a target is kept, a
-    ``dp=..,gbs=..`` spec string is parsed, ``None`` stays ``None``."""
-    if spec is None or not isinstance(spec, str):
-        return spec
+    ``dp=..,gbs=..`` spec string is read by the planner (``parse_balance_spec``: it builds the cost model
+    from the catalog), ``None`` stays ``None``.
+
+    >>> balance_target("dp=2,gbs=4,linear=1.0,quadratic=0.001").dp
+    2
+    """
+    if balance is None:
+        return None
     from longpack.balance import BalanceTarget
 
-    return BalanceTarget.parse(spec)
+    if isinstance(balance, BalanceTarget):
+        return balance
+    if not isinstance(balance, str):
+        raise ConfigError(
+            f"balance must be a longpack.balance.BalanceTarget or its 'dp=..,gbs=..' spec, got "
+            f"{type(balance).__name__}",
+            fields="balance",
+        )
+    from longpack.planner.balance_costs import parse_balance_spec
+
+    try:
+        return parse_balance_spec(balance)
+    except ValueError as exc:
+        raise ConfigError(str(exc), fields="balance") from exc
 
 
 @dataclass(frozen=True, kw_only=True)

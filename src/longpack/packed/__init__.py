@@ -3,7 +3,7 @@
 numpy + pyarrow only (no torch). Pipeline: :func:`align_samples` (spec §2.3) -> :func:`plan_rows`
 (``longpack.binpack``; ``first_fit_shuffle`` = Megatron-Bridge's exact rows) -> :func:`fill_rows` (§2.6) ->
 :func:`write_packed_output` (§2.7 files, ``<N>_metadata.jsonl``, ``manifest.json`` last) ->
-:func:`inspect_output`.
+:func:`inspect_output`. :class:`PackedFolder` is the one reader of that output (folder, file or glob).
 """
 
 from longpack.packed.align import (
@@ -14,7 +14,8 @@ from longpack.packed.align import (
     align_samples,
     runtime_cap,
 )
-from longpack.packed.files import resolve_parquet_spec, validate_rows
+from longpack.packed.files import resolve_packed_parquet_paths
+from longpack.packed.folder import PackedFolder, validate_row, validate_rows
 from longpack.packed.inspect import inspect_output, plot_output
 from longpack.packed.manifest import MANIFEST_NAME, PackManifest
 from longpack.packed.pipeline import (
@@ -41,6 +42,7 @@ __all__ = [
     "PackManifest",
     "PackPlan",
     "PackSettings",
+    "PackedFolder",
     "PackedRows",
     "Provenance",
     "SplitPlan",
@@ -52,8 +54,9 @@ __all__ = [
     "plan_split",
     "plan_splits",
     "plot_output",
-    "resolve_parquet_spec",
+    "resolve_packed_parquet_paths",
     "runtime_cap",
+    "validate_row",
     "validate_rows",
     "write_packed_output",
 ]

@@ -7,7 +7,10 @@ token and mask value once, which is what makes filling 1M samples take seconds, 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from longpack._optional import require
+
+njit = require("numba", "pack", purpose="packing (longpack's compiled kernels)").njit
 
 
 @njit(cache=True, nogil=True)

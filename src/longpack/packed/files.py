@@ -1,4 +1,4 @@
-"""Packed Parquet files on disk: names, atomic writes, path specs, row checks (spec §2.7). No torch.
+"""Packed Parquet files on disk: names, atomic writes, and Megatron-Bridge's path rule. No torch.
 
 Layout of one output folder (``N`` = pack size, in runtime tokens)::
 
@@ -9,28 +9,32 @@ Layout of one output folder (``N`` = pack size, in runtime tokens)::
     manifest.json                            written last; its absence marks an unfinished output
 
 The glob ``training_<N>*.idx.parquet`` matches both forms, and Megatron-Bridge's reader sorts a glob, so it
-is always a valid ``packed_train_data_path``.
+is always a valid ``packed_train_data_path``. Reading a folder back is
+:class:`longpack.packed.folder.PackedFolder`'s job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob as globlib
 import hashlib
 import io
 import os
+import time
 from collections import deque
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
+
+from longpack.errors import PackedDataError
 
 ROW_GROUP_SIZE = 500
 SPLITS = ("training", "validation")
+#: The columns Megatron-Bridge reads; any other column is ignored.
 REQUIRED_COLUMNS = ("input_ids", "loss_mask", "seq_start_id")
+PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
 def default_rows_per_shard(pack_size: int) -> int:
@@ -216,98 +220,115 @@ def open_parquet_writer(path: Path | Any, *, ids_dtype: str = "int64") -> pq.Par
     )
 
 
-def resolve_parquet_spec(spec: str | Path) -> list[Path]:
-    """Resolve a packed-Parquet path spec as Megatron-Bridge's reader does (spec §2.7).
+# -- Megatron-Bridge's path rule ---------------------------------------------------------------------
+# Bridge (``data/packing/paths.py``) reads every Parquet file a spec names: a folder gives all its
+# ``*.parquet``/``*.pq`` files, so training and validation shards in one folder are read together. longpack's
+# own reader (:class:`longpack.packed.folder.PackedFolder`) opens a folder per split instead and uses this
+# rule only for what a user names explicitly (a file or a glob), where it must read what Bridge would read.
 
-    A file is returned as is, a folder yields its sorted ``*.parquet``/``*.pq`` files, a glob is expanded,
-    filtered to Parquet names and sorted. Nothing found raises ``ValueError``.
+
+def is_parquet_name(path: str | os.PathLike[str]) -> bool:
+    """True for a name ending ``.parquet`` or ``.pq``, any case.
+
+    >>> [is_parquet_name(p) for p in ("a.idx.parquet", "B.PQ", "a.npy")]
+    [True, True, False]
+    """
+    return str(path).lower().endswith(PARQUET_SUFFIXES)
+
+
+def is_packed_parquet_file(path: str | os.PathLike[str]) -> bool:
+    """True for Megatron-Bridge packed Parquet names: ``*.idx.parquet`` or ``*.idx.pq``, any case.
+
+    >>> [is_packed_parquet_file(p) for p in ("data.idx.parquet", "DATA.IDX.PQ", "data.parquet")]
+    [True, True, False]
+    """
+    return str(path).lower().endswith((".idx.parquet", ".idx.pq"))
+
+
+def _has_glob_magic(spec: str) -> bool:
+    return any(ch in spec for ch in "*?[")
+
+
+def is_packed_parquet_spec(spec: str | os.PathLike[str]) -> bool:
+    """Whether a path spec names packed Parquet data (Bridge's test): a Parquet name, a Parquet glob, a folder,
+    or anything that resolves to Parquet files.
+
+    >>> is_packed_parquet_spec("shards/part_*.parquet"), is_packed_parquet_spec("train.npy")
+    (True, False)
+    """
+    text = os.fspath(spec)
+    lowered = text.lower()
+    if is_parquet_name(text) or os.path.isdir(text):
+        return True
+    if _has_glob_magic(text) and (".parquet" in lowered or ".pq" in lowered):
+        return True
+    try:
+        return bool(resolve_packed_parquet_paths(text))
+    except PackedDataError:
+        return False
+
+
+def resolve_packed_parquet_paths(spec: str | os.PathLike[str]) -> list[str]:
+    """The Parquet files a spec names, exactly as Megatron-Bridge resolves ``packed_train_data_path``.
+
+    - A literal path whose only glob character is ``[`` and that is an existing Parquet file: itself.
+    - A glob: the matches ending ``.parquet``/``.pq``, **sorted**; none is an error.
+    - A folder: the sorted union of its ``*.parquet`` and ``*.pq`` files (every split!); none is an error.
+    - A single file: ``[]`` without a Parquet extension; an error if it does not exist.
+
+    Errors are :class:`~longpack.errors.PackedDataError` with Bridge's wording.
 
     >>> import tempfile
-    >>> d = Path(tempfile.mkdtemp())
+    >>> d = tempfile.mkdtemp()
     >>> for name in ("b.idx.parquet", "a.idx.parquet", "notes.txt"):
-    ...     _ = (d / name).write_bytes(b"")
-    >>> [p.name for p in resolve_parquet_spec(d)], [p.name for p in resolve_parquet_spec(f"{d}/*.idx.parquet")]
-    (['a.idx.parquet', 'b.idx.parquet'], ['a.idx.parquet', 'b.idx.parquet'])
+    ...     _ = open(os.path.join(d, name), "wb").close()
+    >>> [os.path.basename(p) for p in resolve_packed_parquet_paths(d)], resolve_packed_parquet_paths("x.npy")
+    (['a.idx.parquet', 'b.idx.parquet'], [])
     """
-    text = str(spec)
-    path = Path(text)
-    is_parquet = text.lower().endswith((".parquet", ".pq"))
-    if path.is_file() and is_parquet:
-        return [path]
-    if path.is_dir():
-        found = sorted(p for p in path.iterdir() if p.name.lower().endswith((".parquet", ".pq")))
+    text = os.fspath(spec)
+    if "[" in text and not any(ch in text for ch in "*?") and os.path.isfile(text) and is_parquet_name(text):
+        return [text]
+    if _has_glob_magic(text):
+        matches = sorted(p for p in globlib.glob(text) if is_parquet_name(p))
+        if not matches:
+            raise PackedDataError(f"No Parquet files found matching pattern: {text}")
+        return matches
+    if os.path.isdir(text):
+        base = globlib.escape(text)
+        found = sorted(
+            set(globlib.glob(os.path.join(base, "*.parquet"))) | set(globlib.glob(os.path.join(base, "*.pq")))
+        )
         if not found:
-            raise ValueError(f"No Parquet files found in directory {text}")
+            raise PackedDataError(f"No Parquet files found in directory: {text}")
         return found
-    if globlib.has_magic(text):
-        found = sorted(Path(p) for p in globlib.glob(text) if p.lower().endswith((".parquet", ".pq")))
-        if not found:
-            raise ValueError(f"No Parquet files found matching pattern {text}")
-        return found
-    if not is_parquet:
+    if not is_parquet_name(text):
         return []
-    raise ValueError(f"Packed Parquet file not found: {text}")
+    if not os.path.isfile(text):
+        raise PackedDataError(f"Packed Parquet file not found: {text}")
+    return [text]
 
 
-def iter_row_groups(path: Path, columns: tuple[str, ...] = REQUIRED_COLUMNS) -> Iterator[pa.Table]:
-    """Yield each row group of a packed Parquet file as a table of ``columns``."""
-    reader = pq.ParquetFile(path)
-    missing = [c for c in columns if c not in reader.schema_arrow.names]
-    if missing:
-        raise ValueError(f"{path}: missing required columns {missing}")
-    for i in range(reader.num_row_groups):
-        yield reader.read_row_group(i, columns=list(columns))
+def resolve_packed_parquet_paths_with_retry(
+    spec: str | os.PathLike[str], *, attempts: int = 10, sleep_s: float = 1.0
+) -> list[str]:
+    """:func:`resolve_packed_parquet_paths` with retries for NFS caches (Megatron-Bridge issue #4207).
 
-
-def list_offsets_values(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets int64 ``[R+1]`` starting at 0, flat values) of a list column.
-
-    >>> offsets, values = list_offsets_values(pa.array([[1, 2], [], [3]]))
-    >>> offsets.tolist(), values.tolist()
-    ([0, 2, 2, 3], [1, 2, 3])
+    Before each retry (sleeping ``attempt * sleep_s``) it lists the nearest existing ancestor folder, which
+    refreshes NFS attribute caches, as Bridge does at dataset build time.
     """
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    offsets = np.asarray(arr.offsets, dtype=np.int64)
-    values = np.asarray(arr.flatten())
-    return offsets - offsets[0], values
-
-
-def validate_rows(table: pa.Table) -> list[str]:
-    """Row invariants of Megatron-Bridge's ``validate_row`` (spec §2.7), checked for every row at once.
-
-    Returns one message per broken rule with the first offending row (empty list = all rows valid).
-
-    >>> t = pa.table({"input_ids": [[1, 2, 3], [4, 5]], "loss_mask": [[0, 1, 0], [1]],
-    ...               "seq_start_id": [[0, 1], [1]]})
-    >>> validate_rows(t)  # doctest: +NORMALIZE_WHITESPACE
-    ['row 1: loss_mask length 1 != input_ids length 2', 'row 1: seq_start_id must start with 0']
-    """
-    ids_off, _ = list_offsets_values(table.column("input_ids"))
-    mask_off, _ = list_offsets_values(table.column("loss_mask"))
-    start_off, starts = list_offsets_values(table.column("seq_start_id"))
-    ids_len = np.diff(ids_off)
-    mask_len = np.diff(mask_off)
-    start_len = np.diff(start_off)
-    errors = []
-    bad = np.flatnonzero(ids_len != mask_len)
-    if len(bad):
-        r = int(bad[0])
-        errors.append(f"row {r}: loss_mask length {int(mask_len[r])} != input_ids length {int(ids_len[r])}")
-    first = np.full(len(start_len), -1, dtype=np.int64)
-    has = start_len > 0
-    first[has] = starts[start_off[:-1][has]]
-    bad = np.flatnonzero(first != 0)
-    if len(bad):
-        errors.append(f"row {int(bad[0])}: seq_start_id must start with 0")
-    if len(starts):
-        row_of = np.repeat(np.arange(len(start_len)), start_len)
-        bad = np.flatnonzero(starts >= ids_len[row_of])
-        if len(bad):
-            r = int(row_of[bad[0]])
-            errors.append(f"row {r}: seq_start_id {int(starts[bad[0]])} >= len(input_ids) {int(ids_len[r])}")
-        step = np.diff(starts)
-        same_row = row_of[1:] == row_of[:-1]
-        bad = np.flatnonzero(same_row & (step < 0))
-        if len(bad):
-            errors.append(f"row {int(row_of[bad[0]])}: seq_start_id is not non-decreasing")
-    return errors
+    last: PackedDataError | None = None
+    for attempt in range(attempts):
+        try:
+            return resolve_packed_parquet_paths(spec)
+        except PackedDataError as exc:
+            last = exc
+            if attempt + 1 == attempts:
+                break
+            ancestor = Path(os.fspath(spec)).parent
+            while not ancestor.exists() and ancestor != ancestor.parent:
+                ancestor = ancestor.parent
+            with contextlib.suppress(OSError):
+                os.listdir(ancestor)
+            time.sleep((attempt + 1) * sleep_s)
+    assert last is not None
+    raise last

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-import longpack
+from longpack._version import __version__
 from longpack.errors import ConfigError, InputError
 from longpack.errors import OutputExistsError as _OutputExistsError
 from longpack.packed.align import DEFAULT_OVERLENGTH, OVERLENGTH_POLICIES, AlignedSamples, align_samples
@@ -35,9 +35,19 @@ from longpack.packed.files import (
     temp_path,
 )
 from longpack.packed.manifest import MANIFEST_FORMAT, MANIFEST_NAME, PackManifest
-from longpack.packed.plan import DEFAULT_ALGORITHM, MEGATRON_ALGORITHM, PackPlan, pack_metadata, plan_rows
+from longpack.packed.plan import (
+    BALANCED_ALGORITHM,
+    DEFAULT_ALGORITHM,
+    MEGATRON_ALGORITHM,
+    PackPlan,
+    pack_metadata,
+    plan_rows,
+)
 from longpack.packed.rows import PackedRows, fill_rows
 from longpack.samples import TokenizedSamples
+
+if TYPE_CHECKING:
+    from longpack.balance import BalanceTarget
 
 IDS_DTYPES = ("int64", "int32")
 # Entries listed one by one in the manifest; beyond this, counts only (the CLI says so).
@@ -71,9 +81,10 @@ class PackSettings:
     overlength: str = DEFAULT_OVERLENGTH
     val_fraction: float = 0.0
     rows_per_shard: int | None = None
-    #: ``--balance`` spec (``dp=8,pp=4,gbs=128,model=M,gpu=G``; see ``longpack.balance.BalanceTarget``)
-    #: for ``algorithm="balanced"``: packs are written in workload-balanced training order.
-    balance: Any = None  # str | BalanceTarget | None
+    #: Topology and cost model for ``algorithm="balanced"`` (a ``longpack.balance.BalanceTarget``; the text
+    #: ``dp=8,pp=4,gbs=128,model=M,gpu=G`` is read by ``longpack.planner.balance_costs.parse_balance_spec``):
+    #: packs are written in workload-balanced training order. The manifest records ``balance.spec``.
+    balance: BalanceTarget | None = None
     #: Parquet type of ``input_ids``: ``int64`` (what Megatron-Bridge's own packer writes) or the opt-in
     #: ``int32`` (its reader accepts any integer type, spec §2.7; encodes ~2x faster). ``int32`` needs a
     #: vocabulary that fits in int32 (:func:`check_ids_dtype`).
@@ -113,21 +124,21 @@ class PackSettings:
             raise ConfigError(
                 f"rows_per_shard must be positive, got {self.rows_per_shard}", fields="rows_per_shard"
             )
-        if (self.algorithm == "balanced") != (self.balance is not None):
+        if (self.algorithm == BALANCED_ALGORITHM) != (self.balance is not None):
             raise ConfigError(
-                "algorithm='balanced' and a balance spec go together: give balance dp=..,gbs=..,model=..,gpu=..",
+                "algorithm='balanced' and a balance target go together: give balance dp=..,gbs=..,model=..,gpu=..",
                 fields=("balance", "algorithm"),
             )
         if self.balance is not None:
-            self.balance_target()  # a bad spec fails here, before any tokenization
+            from longpack.balance import BalanceTarget
 
-    def balance_target(self) -> Any:
-        """The parsed ``balance`` spec (a ``longpack.balance.BalanceTarget``), or ``None``."""
-        if self.balance is None or not isinstance(self.balance, str):
-            return self.balance
-        from longpack.balance import BalanceTarget
-
-        return BalanceTarget.parse(self.balance)
+            if not isinstance(self.balance, BalanceTarget):
+                raise ConfigError(
+                    f"balance must be a longpack.balance.BalanceTarget, got {type(self.balance).__name__} "
+                    "(read a 'dp=..,gbs=..,model=..,gpu=..' text with "
+                    "longpack.planner.balance_costs.parse_balance_spec)",
+                    fields="balance",
+                )
 
     @property
     def resolved_pack_size(self) -> int:
@@ -238,7 +249,7 @@ def plan_split(
         settings.resolved_pack_size,
         algorithm=settings.algorithm,
         seed=settings.seed,
-        balance=settings.balance_target(),
+        balance=settings.balance,
     )
     metadata = pack_metadata(lengths, plan, settings.resolved_pack_size)
     return SplitPlan(name=name, aligned=aligned, plan=plan, metadata=metadata, source_count=len(samples))
@@ -470,7 +481,7 @@ def versions() -> dict[str, str]:
     import pyarrow
 
     return {
-        "longpack": longpack.__version__,
+        "longpack": __version__,
         "numpy": np.__version__,
         "pyarrow": pyarrow.__version__,
         "python": ".".join(map(str, sys.version_info[:3])),
@@ -542,6 +553,7 @@ def finish_packed_output(
         "versions": versions(),
         "settings": {
             **asdict(settings),
+            "balance": settings.balance.spec if settings.balance is not None else None,
             "pack_size": pack_size,
             "rows_per_shard": settings.resolved_rows_per_shard,
             "row_group_size": ROW_GROUP_SIZE,

@@ -3,23 +3,27 @@
 A :class:`PackPlan` is two arrays: ``order`` (the kept-sample positions, row after row) and
 ``row_offsets`` (row ``j`` holds ``order[row_offsets[j]:row_offsets[j+1]]``). Lengths are runtime tokens.
 
-``first_fit_shuffle`` reproduces Megatron-Bridge's rows exactly (spec §2.2-2.6): one
-``np.random.RandomState(seed)`` plays the part of Megatron's seeded global RNG; it shuffles the ascending
-length list and first-fits it (``longpack.binpack.megatron``), then draws ``permutation(count)`` for every
-length in ascending order, and each bin pops the items of a length from the end of that permuted list.
-The other algorithms use ``longpack.binpack.pack_lengths``; rows follow bin ids and samples keep input
-order inside a row.
+Rows are ``longpack.binpack.pack_bins``'s bins, so one algorithm name means the same bins and items
+everywhere: ``first_fit_shuffle`` reproduces Megatron-Bridge's rows exactly (its shuffle, first fit and
+fill step; see ``longpack.binpack.megatron.fill_order``); the other algorithms write rows in bin-id order
+with samples in input order inside a row. ``balanced`` (with a ``longpack.balance.BalanceTarget``) writes
+``longpack.balance.balanced_pack``'s bins in bin-id order, which is the training order.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from longpack.balance import BalanceTarget
+
 MEGATRON_ALGORITHM = "first_fit_shuffle"
 DEFAULT_ALGORITHM = "best_fit_decreasing"
+#: Workload-balanced rows for a training topology (``plan_rows(..., balance=BalanceTarget(...))``).
+BALANCED_ALGORITHM = "balanced"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,9 +44,12 @@ def plan_rows(
     *,
     algorithm: str = DEFAULT_ALGORITHM,
     seed: int = 0,
-    balance: Any = None,
+    balance: BalanceTarget | None = None,
 ) -> PackPlan:
     """Pack runtime ``lengths`` (each in ``1..pack_size``) into rows of at most ``pack_size`` tokens.
+
+    ``algorithm`` is one of ``longpack.binpack.ALGORITHMS`` (rows = ``pack_bins``), or ``"balanced"``
+    together with ``balance`` (rows = ``balanced_pack``'s bins in training order).
 
     >>> p = plan_rows(np.array([3, 5, 2]), 6, algorithm="first_fit_decreasing")
     >>> [p.order[p.row_offsets[j]:p.row_offsets[j + 1]].tolist() for j in range(p.num_rows)]
@@ -51,56 +58,32 @@ def plan_rows(
     lengths = np.asarray(lengths, dtype=np.int64)
     if pack_size < 1:
         raise ValueError(f"pack_size must be positive, got {pack_size}")
+    if (algorithm == BALANCED_ALGORITHM) != (balance is not None):
+        raise ValueError(
+            f"algorithm={BALANCED_ALGORITHM!r} and balance=BalanceTarget(...) go together "
+            f"(got algorithm={algorithm!r}, balance={'a target' if balance is not None else None})"
+        )
     if len(lengths) == 0:
         return PackPlan(order=np.zeros(0, np.int64), row_offsets=np.zeros(1, np.int64))
     if int(lengths.min()) < 1 or int(lengths.max()) > pack_size:
         raise ValueError(
             f"lengths must lie in 1..{pack_size} (pack size); got {int(lengths.min())}..{int(lengths.max())}"
         )
-    if algorithm == MEGATRON_ALGORITHM:
-        return _megatron_rows(lengths, pack_size, seed)
-    from longpack.binpack import pack_lengths
+    from longpack.binpack import BinContents, pack_bins
 
-    # Rows are written in bin-id order; for "balanced" that order is the training order.
-    bins = np.asarray(
-        pack_lengths(lengths, pack_size, algorithm=algorithm, seed=seed, balance=balance), dtype=np.int64
-    )
-    order = np.argsort(bins, kind="stable")
-    counts = np.bincount(bins)
-    counts = counts[counts > 0]  # dense rows even if bin ids skip values
-    row_offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=row_offsets[1:])
-    return PackPlan(order=order.astype(np.int64), row_offsets=row_offsets)
+    if balance is not None:
+        from longpack.balance import balanced_pack
 
-
-def _megatron_rows(lengths: np.ndarray, pack_size: int, seed: int) -> PackPlan:
-    from longpack.binpack.megatron import create_packing_strategy_arrays
-
-    rng = np.random.RandomState(seed)
-    histogram = np.bincount(lengths, minlength=pack_size + 1)
-    lengths_in_bin_order, bin_offsets, _ = create_packing_strategy_arrays(
-        histogram, pack_size, MEGATRON_ALGORITHM, rng=rng
-    )
-    lengths_in_bin_order = np.asarray(lengths_in_bin_order, dtype=np.int64)
-    # Items of each length in input order (Megatron appends them to ``sequences[L]`` in dataset order).
-    by_length = np.argsort(lengths, kind="stable")
-    starts = np.zeros(len(histogram) + 1, dtype=np.int64)
-    np.cumsum(histogram, out=starts[1:])
-    popped = np.empty(len(lengths), dtype=np.int64)
-    for length in np.flatnonzero(histogram).tolist():
-        group = by_length[starts[length] : starts[length + 1]]
-        perm = rng.permutation(len(group))
-        # Pops from the end: the k-th use of this length takes permuted[-1 - k].
-        popped[starts[length] : starts[length + 1]] = group[perm][::-1]
-    # The k-th occurrence of length L in bin order gets the k-th popped item of length L.
-    occurrence = np.argsort(lengths_in_bin_order, kind="stable")
-    order = np.empty(len(lengths), dtype=np.int64)
-    order[occurrence] = popped
-    return PackPlan(order=order, row_offsets=np.asarray(bin_offsets, dtype=np.int64))
+        # Rows are written in bin-id order, which balanced_pack makes the training order.
+        bins = BinContents.from_bin_of_item(balanced_pack(lengths, pack_size, balance, seed=seed))
+    else:
+        bins = pack_bins(lengths, pack_size, algorithm=algorithm, seed=seed)
+    return PackPlan(order=bins.items, row_offsets=bins.offsets)
 
 
 def pack_metadata(lengths: np.ndarray, plan: PackPlan, pack_size: int) -> dict[str, Any]:
-    """The per-split metadata dict of spec §2.5, from runtime ``lengths`` and a plan.
+    """Megatron-Bridge's per-split pack metadata dict (``create_packing_strategy``), from runtime ``lengths``
+    and a plan.
 
     >>> lengths = np.array([4, 3, 2])
     >>> plan = PackPlan(order=np.array([0, 2, 1]), row_offsets=np.array([0, 2, 3]))

@@ -2,7 +2,10 @@
 
 Modules: ``catalog`` (models and GPUs from package data or a Hugging Face ``config.json``),
 ``arithmetic`` (parameters, Megatron FLOPs per token), ``options`` (training options, pipeline stage
-layout), ``memory`` (per-GPU memory on the hottest rank), ``timing`` (step time, TFLOP/s), ``search``
+layout), ``layers`` (layer kinds, saved tensors, stage split: shared by the next two), ``memory``
+(per-GPU memory on the hottest rank), ``timing`` (step time, TFLOP/s), ``search``
 (valid layouts ranked by step time), ``overrides`` (Megatron-Bridge ``key=value``), ``calibration``
-(predicted vs published runs, fitting the time model's constants). CLI: ``longpack plan``.
+(predicted vs published runs, fitting the time model's constants), ``balance_costs`` (pack cost models
+and ``--balance`` targets for ``longpack.balance``; imported on its own, so planning never loads the
+packer). CLI: ``longpack plan``.
 """

@@ -1,11 +1,14 @@
 """Layout search: enumerate valid TP/CP/EP/ETP/PP/VPP/DP/MBS layouts, pick the cheapest recompute /
 offload setting that fits each, rank by estimated step time.
 
-Constraints (spec ``planner.md`` §C.5): ``N = t·c·p·D = u·e·p·D_e``; ``t`` divides the attention heads
-and KV heads and stays inside the NVLink domain; ``e`` divides the experts; ``s`` is a multiple of
-``pad_seq_to_mult`` (``2c``, and ``c·t`` with SP); ``GBS = m·MBS·D``; interleaving needs ``p > 1`` and
-``m ≥ p``; EP overlap needs ``e > 1``, VPP when ``p > 1`` and no ``moe``/full recompute; optimizer
-offload needs the distributed optimizer; DeepEP is not used on NVL72 systems (HybridEP instead).
+Constraints: ``N = t·c·p·D = u·e·p·D_e``; ``t`` divides the attention heads and KV heads and stays inside
+the NVLink domain; ``e`` divides the experts; ``s`` is a multiple of ``pad_seq_to_mult`` (``2c``, and
+``c·t`` with SP); ``GBS = m·MBS·D``; interleaving needs ``p > 1`` and ``m ≥ p``; EP overlap needs
+``e > 1``, VPP when ``p > 1`` and no ``moe``/full recompute; optimizer offload needs the distributed
+optimizer; DeepEP is not used on NVL72 systems (HybridEP instead). The Megatron constraints are the
+predicates of :mod:`longpack.rules` (``LP-TOPO-001``..``005``, ``LP-SP-001``, ``LP-CP-001``,
+``LP-PP-006``, ``LP-BATCH-001``/``002``), so the search and ``longpack check`` cannot disagree;
+:func:`layout_findings` then runs every rule on the ranked layouts as a second opinion.
 
 >>> from longpack.planner.catalog import load_model, load_gpu
 >>> req = SearchRequest(model=load_model("qwen3_30b_a3b"), gpu=load_gpu("H100"), num_gpus=16,
@@ -21,11 +24,21 @@ import functools
 import math
 from dataclasses import dataclass, field, replace
 
-from longpack.planner.catalog import GPUSpec, ModelSpec
+from longpack.catalog import GPUSpec, ModelFamily, ModelSpec
 from longpack.planner.memory import MemoryBreakdown, estimate_memory, stage_counts_for
 from longpack.planner.options import PlanError, PlanLayout, TrainingOptions, layout_string
 from longpack.planner.timing import TimeBreakdown, TimeModelParams, best_cp_comm_type, estimate_time
-from longpack.rules import Finding, TrainingSetup, find_family, has_errors, run_rules
+from longpack.rules import Finding, TrainingSetup, has_errors, run_rules
+from longpack.rules.checks.batch import gbs_covers_dp, gbs_divisible
+from longpack.rules.checks.cp import cp_divides_seq_length
+from longpack.rules.checks.pipeline import vpp_has_pp
+from longpack.rules.checks.topology import (
+    ep_divides_experts,
+    expert_grid_fits,
+    mp_divides_world,
+    sp_splits_cp_shard,
+    tp_divides,
+)
 from longpack.topology import ParallelLayout, TopologyError
 
 VPP_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -137,7 +150,7 @@ def _divisors(n: int) -> list[int]:
 
 
 def recompute_ladder(model: ModelSpec) -> list[tuple[str, ...]]:
-    """Recompute settings ordered from cheapest to most memory-saving (spec §C.5 preferences:
+    """Recompute settings ordered from cheapest to most memory-saving (the preferences of the NVIDIA recipes:
     MoE ``moe_act``, then ``layernorm``, MLA ``mla_up_proj``, dense ``mlp``, whole ``moe``, then full;
     core attention is never recomputed by choice).
 
@@ -171,6 +184,10 @@ def default_dispatcher(gpu: GPUSpec, ep: int) -> str:
     return "hybridep" if gpu.nvlink_domain > 8 else "deepep"
 
 
+#: Fewest tokens per CP rank the search considers (a planner choice, not a Megatron rule).
+MIN_TOKENS_PER_CP_RANK = 256
+
+
 def enumerate_layouts(req: SearchRequest) -> list[PlanLayout]:
     """Every parallel layout (with MBS) that satisfies the hard constraints."""
     model, n, s = req.model, req.num_gpus, req.seq_length
@@ -179,22 +196,30 @@ def enumerate_layouts(req: SearchRequest) -> list[PlanLayout]:
     tps = [
         t
         for t in _pow2_upto(min(req.max_tp, req.gpu.nvlink_domain))
-        if att.num_heads % t == 0 and (att.kind == "mla" or att.num_kv_heads % t == 0) and n % t == 0
+        if tp_divides(att.num_heads, tp=t)
+        and (att.kind == "mla" or tp_divides(att.num_kv_heads, tp=t))
+        and mp_divides_world(n, tp=t, cp=1, pp=1)
     ]
     if req.tp is not None:
         tps = [req.tp]
     out: list[PlanLayout] = []
     for t in tps:
-        cps = [c for c in _pow2_upto(n // t) if s % (2 * c if c > 1 else 1) == 0 and s // c >= 256]
+        cps = [
+            c
+            for c in _pow2_upto(n // t)
+            if cp_divides_seq_length(s, cp=c) and s // c >= MIN_TOKENS_PER_CP_RANK
+        ]
         if req.cp is not None:
             cps = [req.cp]
         for c in cps:
             sp = t > 1
-            if sp and s % math.lcm(2 * c if c > 1 else 1, c * t) != 0:
+            # with SP the sequence splits over CP and then TP: 2c | s (LP-CP-001) and ct | s (LP-SP-001);
+            # a pinned CP without SP is left to layout_findings, which reports LP-CP-001
+            if sp and not (cp_divides_seq_length(s, cp=c) and sp_splits_cp_shard(s, tp=t, cp=c, sp=sp)):
+                continue
+            if not mp_divides_world(n, tp=t, cp=c, pp=1):
                 continue
             rest = n // (t * c)
-            if n % (t * c):
-                continue
             pps = [p for p in _divisors(rest) if p <= model.num_layers]
             if req.pp is not None:
                 pps = [req.pp] if rest % req.pp == 0 else []
@@ -204,13 +229,14 @@ def enumerate_layouts(req: SearchRequest) -> list[PlanLayout]:
                 if req.mbs is not None:
                     mbss = [req.mbs]
                 for b in mbss:
-                    if gbs % (b * d):
+                    if not (gbs_divisible(gbs, mbs=b, dp=d) and gbs_covers_dp(gbs, mbs=b, dp=d)):
                         continue
                     m = gbs // (b * d)
+                    # interleaving needs PP (LP-PP-006) and, in Megatron's schedule, m >= p micro-batches
                     vpps = [
                         v
                         for v in VPP_CHOICES
-                        if (v == 1 or (p > 1 and m >= p)) and p * v <= model.num_layers + 2
+                        if vpp_has_pp(v, pp=p) and (v == 1 or m >= p) and p * v <= model.num_layers + 2
                     ]
                     if req.vpp is not None:
                         vpps = [req.vpp] if req.vpp in vpps or req.vpp == 1 else []
@@ -225,7 +251,8 @@ def enumerate_layouts(req: SearchRequest) -> list[PlanLayout]:
                                 (e, u)
                                 for u in etps
                                 for e in _divisors(model.moe.num_experts)
-                                if (n // p) % (e * u) == 0
+                                if ep_divides_experts(model.moe.num_experts, ep=e)
+                                and expert_grid_fits(n, pp=p, ep=e, etp=u)
                             ]
                             if req.ep is not None:
                                 eps = [(e, u) for e, u in eps if e == req.ep]
@@ -363,25 +390,19 @@ def evaluate_layout(
 
 def layout_findings(req: SearchRequest, cand: Candidate) -> tuple[Finding, ...]:
     """What ``longpack check`` says of a candidate: the Megatron topology, batch, CP and pipeline rules
-    run on the layout as Megatron-Bridge would receive it (pretraining data, the model's shape).
+    run on the layout as Megatron-Bridge would receive it (pretraining data, the model's shape from its
+    catalog family).
 
     The search enumerates only layouts it believes valid; this is the independent second opinion, so a
     planner bug cannot recommend a layout that Megatron would refuse at start-up.
     """
-    lay = cand.plan.layout
-    att = req.model.attention
     setup = TrainingSetup.from_layout(
-        lay,
+        cand.plan.layout,
         seq_length=req.seq_length,
-        family=find_family(req.model.name),
+        family=ModelFamily.of_model(req.model),
         micro_batch_size=cand.plan.mbs,
         global_batch_size=req.global_batch,
         dataset_kind="pretraining",
-        num_layers=req.model.num_layers,
-        num_attention_heads=att.num_heads,
-        num_query_groups=None if att.kind == "mla" else att.num_kv_heads,
-        num_moe_experts=req.model.moe.num_experts if req.model.moe is not None else None,
-        mtp_num_layers=req.model.mtp_layers or None,
         pipeline_model_parallel_layout=cand.pipeline_layout,
     )
     return tuple(run_rules(setup))

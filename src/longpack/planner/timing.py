@@ -31,7 +31,12 @@ from longpack.planner.arithmetic import (
     mtp_extra_params,
 )
 from longpack.planner.catalog import GPUSpec, ModelSpec
-from longpack.planner.memory import layer_activation_terms, num_microbatches, stage_counts_for
+from longpack.planner.layers import (
+    layer_activation_terms,
+    num_microbatches,
+    rank_kinds,
+    stage_counts_for,
+)
 from longpack.planner.options import PlanLayout, TrainingOptions
 
 # Link efficiencies (hardware_catalog.yaml planner_constants.nccl_busbw_efficiency).
@@ -139,23 +144,6 @@ def _param_totals(model: ModelSpec) -> tuple[float, float]:
     )
     expert = sum(layer_params(model, i).expert for i in range(model.num_layers))
     return float(dense), float(expert)
-
-
-@functools.lru_cache(maxsize=256)
-def kind_representatives(model: ModelSpec) -> tuple[int, ...]:
-    """For each layer index (MTP included), the first index of a layer of the same kind (MoE or dense
-    FFN × softmax or linear attention): per-layer costs only depend on the kind.
-
-    >>> from longpack.planner.catalog import load_model
-    >>> kind_representatives(load_model("deepseek_v3"))[:5]
-    (0, 0, 0, 3, 3)
-    """
-    first: dict[tuple[bool, bool], int] = {}
-    out = []
-    for i in range(model.num_layers):
-        key = (model.layer_is_moe(i), model.layer_is_softmax_attention(i))
-        out.append(first.setdefault(key, i))
-    return tuple(out)
 
 
 def _rho(x: int) -> float:
@@ -332,12 +320,10 @@ def estimate_time(
         overhead = prm.layer_overhead_us * 1e-6 * graph[options.cuda_graphs]
         return compute, re, tp, cp, ep, overhead
 
-    from longpack.planner.memory import _rank_kinds
-
     per_rank = []
     for r in range(p):
         tot = [0.0] * 6
-        for i, count in _rank_kinds(model, counts, r, p, v):
+        for i, count in rank_kinds(model, counts, r, p, v):
             for k, x in enumerate(layer_time(i)):
                 tot[k] += count * x
         if r == p - 1:

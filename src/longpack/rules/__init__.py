@@ -1,7 +1,9 @@
 """Configuration rules for packed, long-context and MoE training with Megatron-Bridge.
 
 Load a config (:func:`load_setup`) or build a setup from a layout (:meth:`TrainingSetup.from_layout`),
-then :func:`run_rules`. Every rule lives in :mod:`longpack.rules.checks` and is listed in :data:`RULES`.
+then :func:`run_rules`. The rules live in :mod:`longpack.rules.checks`, one module per family, and are
+listed in :data:`RULES` (iterate it for :class:`Rule` records: id, family, severity, title, source,
+scope, description, fix).
 
 >>> from longpack.topology import ParallelLayout
 >>> setup = TrainingSetup.from_layout(ParallelLayout(world_size=8, cp=2), seq_length=4094)
@@ -9,8 +11,10 @@ then :func:`run_rules`. Every rule lives in :mod:`longpack.rules.checks` and is 
 ['LP-CP-001', 'LP-CP-002']
 """
 
-from longpack.rules import checks as _checks  # noqa: F401  (registers the rules)
-from longpack.rules.checks import has_errors, run_rules, suggest_layout
+from typing import Any
+
+from longpack.catalog import ModelFamily, find_family, list_families
+from longpack.rules.checks.pipeline import suggest_layout
 from longpack.rules.config import (
     ConfigError,
     DatasetKind,
@@ -20,15 +24,25 @@ from longpack.rules.config import (
     OfflinePackingSpecs,
     TrainingSetup,
     apply_overrides,
+    declared_keys,
     load_setup,
     setup_from_mapping,
 )
-from longpack.rules.families import FAMILIES, ModelFamily, find_family
 from longpack.rules.packed_data import PackedDataError, PackedDataSummary, inspect_packed_dir
-from longpack.rules.registry import RULES, Finding, Rule, Severity, Violation
+from longpack.rules.registry import Finding, Rule, RuleFamily, RuleSet, Severity, Violation
+from longpack.rules.runner import FAMILY_MODULES, RULES, has_errors, run_rules
+
+
+def __getattr__(name: str) -> Any:
+    # FAMILIES reads the catalog; do it on first use, not on import
+    if name == "FAMILIES":
+        return list_families()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "FAMILIES",
+    "FAMILY_MODULES",
     "RULES",
     "ConfigError",
     "DatasetKind",
@@ -41,13 +55,17 @@ __all__ = [
     "PackedDataError",
     "PackedDataSummary",
     "Rule",
+    "RuleFamily",
+    "RuleSet",
     "Severity",
     "TrainingSetup",
     "Violation",
     "apply_overrides",
+    "declared_keys",
     "find_family",
     "has_errors",
     "inspect_packed_dir",
+    "list_families",
     "load_setup",
     "run_rules",
     "setup_from_mapping",

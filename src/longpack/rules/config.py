@@ -8,6 +8,11 @@ listed in :attr:`LoadedSetup.ignored_keys`, never fatal. Overrides are Hydra-sty
 dotted keys (``+key=value`` and ``++key=value`` also set, ``~key`` deletes); values parse as YAML
 scalars (``8`` is an int, ``true`` a bool, ``null`` None, ``[attn,mlp]`` a list).
 
+Every key longpack reads is declared once, as a field of the pydantic dataclasses below: its name (or
+``validation_alias`` for other spellings and for keys outside the field's own section), its type and its
+default. A value of the wrong type or shape (``model.context_parallel_size={a: 1}``, ``train: 5``) is a
+:class:`ConfigError` naming the key, the value and its ``file:line``.
+
 >>> loaded = setup_from_mapping(
 ...     {"model": {"context_parallel_size": 2, "seq_length": 4096}, "train": {"micro_batch_size": 1}},
 ...     overrides=["model.tensor_model_parallel_size=2", "longpack.world_size=8"],
@@ -15,27 +20,32 @@ scalars (``8`` is an int, ``true`` a bool, ``null`` None, ``[attn,mlp]`` a list)
 >>> s = loaded.setup
 >>> s.world_size, s.model.tensor_model_parallel_size, s.model.context_parallel_size, s.model_seq_length
 (8, 2, 2, 4096)
+>>> setup_from_mapping({"train": 5})
+Traceback (most recent call last):
+...
+longpack.rules.config_file.ConfigError: train=5: expected a mapping of train.* keys
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import functools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+import typing
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
+from pydantic import AliasChoices, AliasPath, ConfigDict, Field, PlainValidator, SkipValidation, TypeAdapter
+from pydantic import ValidationError as _ValidationError
+from pydantic.dataclasses import dataclass
+from pydantic.fields import FieldInfo
 
-from longpack.errors import ConfigError as _ConfigError
-from longpack.rules.families import ModelFamily, find_family
+from longpack.catalog import ModelFamily, find_family
+from longpack.rules.config_file import ConfigError, apply_overrides, flatten, read_config_file
+from longpack.rules.packed_data import PackedDataSummary
 from longpack.topology import ParallelLayout, TopologyError, collate_pad_multiple
-
-
-class ConfigError(_ConfigError):
-    """A config that cannot be read (bad file, bad override, a value of the wrong type)."""
 
 
 class DatasetKind(StrEnum):
@@ -75,7 +85,25 @@ _DATASET_TARGETS: tuple[tuple[str, DatasetKind], ...] = (
     ("MockGPTDatasetConfig", DatasetKind.PRETRAINING),
 )
 
-#: Keys Energon's builder owns; ``dataset.dataset_kwargs`` may not override them (energon spec §C.1).
+#: Keys read to recognize the model family, in the order they are tried.
+FAMILY_KEYS = (
+    "longpack.model_family",
+    "model.hf_model_id",
+    "model.hf_path",
+    "tokenizer.tokenizer_model",
+    "tokenizer.hf_tokenizer_path",
+    "model._target_",
+)
+#: Keys read to tell the dataset kind (besides the dataset fields themselves).
+KIND_KEYS = (
+    "longpack.dataset_kind",
+    "dataset._target_",
+    "dataset.offline_packing_specs._target_",
+    "dataset.packed_sequence_specs._target_",
+)
+
+#: Keys Energon's builder owns; ``dataset.dataset_kwargs`` may not override them (Megatron-Bridge
+#: ``EnergonDatasetConfig.validate``).
 ENERGON_BUILDER_OWNED_KWARGS = (
     "batch_size",
     "max_samples_per_sequence",
@@ -87,40 +115,215 @@ ENERGON_BUILDER_OWNED_KWARGS = (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
+# --- value types: how a config value becomes a field value ---------------------------------------
+# The conversions are Bridge-tolerant (``"8"`` and ``8.0`` are 8, ``"true"`` is True, a null bool is
+# False); anything else raises ValueError("<what was expected>"), which becomes a ConfigError.
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+            return int(v)
+        raise ValueError("an integer")
+    return v
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else _int(v)
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if v is None:
+        return False
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    raise ValueError("true or false")
+
+
+def _opt_bool(v: Any) -> bool | None:
+    return None if v is None else _bool(v)
+
+
+def _opt_str(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, str | int | float):
+        return str(v)
+    raise ValueError("a string")
+
+
+def _graph_impl(v: Any) -> str:
+    s = _opt_str(v)
+    return "none" if s is None or s == "" else s
+
+
+def _opt_float(v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError("a number or null")
+    return float(v)
+
+
+def _opt_int_tuple(v: Any) -> tuple[int, ...] | None:
+    if v is None:
+        return None
+    if isinstance(v, str | bytes) or not isinstance(v, Sequence):
+        raise ValueError("a list of integers")
+    try:
+        return tuple(_int(x) for x in v)
+    except ValueError:
+        raise ValueError("a list of integers") from None
+
+
+def _str_tuple(v: Any) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    if isinstance(v, str):
+        return (v,)
+    if isinstance(v, Sequence) and not isinstance(v, bytes):
+        if any(isinstance(x, Mapping | Sequence) and not isinstance(x, str) for x in v):
+            raise ValueError("a string or a list of strings")
+        return tuple(str(x) for x in v)
+    raise ValueError("a string or a list of strings")
+
+
+def _comm_types(v: Any) -> tuple[str, ...]:
+    return tuple(t.lower() for t in _str_tuple(v))
+
+
+def _scope(v: Any) -> tuple[str, ...]:
+    # "full" (old default) and [] both mean the whole layer; the rules treat () as whole layer.
+    items = tuple(s.strip().lower() for s in _str_tuple(v))
+    return tuple(s for s in items if s not in ("full", ""))
+
+
+def _layout(v: Any) -> str | tuple[tuple[str, ...], ...] | None:
+    if v is None or isinstance(v, str):
+        return v or None
+    if isinstance(v, Sequence) and all(isinstance(row, Sequence) and not isinstance(row, str) for row in v):
+        return tuple(tuple(str(x) for x in row) for row in v)
+    raise ValueError("a layout string such as 'Et|(tt|)*30mL' or a list of lists of layer names")
+
+
+def _mapping(v: Any) -> Mapping[str, Any]:
+    if v is None:
+        return {}
+    if isinstance(v, Mapping):
+        return dict(v)
+    raise ValueError("a mapping")
+
+
+def _dataset_kwargs(v: Any) -> Mapping[str, Any]:
+    kwargs = dict(_mapping(v))
+    if "pad_to_max_length" in kwargs:
+        try:
+            kwargs["pad_to_max_length"] = _bool(kwargs["pad_to_max_length"])
+        except ValueError:
+            raise ValueError("a mapping whose pad_to_max_length is true or false") from None
+    return kwargs
+
+
+def _kind(v: Any) -> DatasetKind:
+    try:
+        return DatasetKind(str(v))
+    except ValueError:
+        raise ValueError(f"one of {', '.join(k.value for k in DatasetKind)}") from None
+
+
+Int = Annotated[int, PlainValidator(_int)]
+OptInt = Annotated[int | None, PlainValidator(_opt_int)]
+Bool = Annotated[bool, PlainValidator(_bool)]
+OptBool = Annotated[bool | None, PlainValidator(_opt_bool)]
+OptStr = Annotated[str | None, PlainValidator(_opt_str)]
+OptFloat = Annotated[float | None, PlainValidator(_opt_float)]
+#: A mapping kept whole (its inner keys are the dataset's own kwargs, not config keys).
+KwargsMapping = Annotated[Mapping[str, Any], PlainValidator(_dataset_kwargs)]
+
+
+class _Derived:
+    """Field marker: longpack derives the value (inferred, or given in Python); no config key sets it."""
+
+    def __repr__(self) -> str:
+        return "DERIVED"
+
+
+DERIVED = _Derived()
+
+_SETTINGS = ConfigDict(validate_by_name=True, validate_by_alias=True, extra="ignore")
+
+
+def _paths(alias: Any) -> list[tuple[str, ...]]:
+    if alias is None:
+        return []
+    if isinstance(alias, str):
+        return [(alias,)]
+    if isinstance(alias, AliasPath):
+        return [tuple(str(p) for p in alias.path)]
+    if isinstance(alias, AliasChoices):
+        return [p for choice in alias.choices for p in _paths(choice)]
+    raise TypeError(f"unexpected alias {alias!r}")  # pragma: no cover - only the kinds above are declared
+
+
+def _fields(cls: type) -> dict[str, FieldInfo]:
+    return dict(cls.__pydantic_fields__)  # type: ignore[attr-defined]
+
+
+def _is_derived(info: FieldInfo) -> bool:
+    return any(m is DERIVED for m in info.metadata)
+
+
+# --- the settings -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, config=_SETTINGS)
 class ModelSettings:
     """``model.*``: parallel sizes, architecture, loss and CUDA-graph settings (Megatron-Core names)."""
 
-    tensor_model_parallel_size: int = 1
-    pipeline_model_parallel_size: int = 1
-    virtual_pipeline_model_parallel_size: int | None = None
-    context_parallel_size: int = 1
-    expert_model_parallel_size: int = 1
-    expert_tensor_parallel_size: int | None = None
-    sequence_parallel: bool = False
-    hierarchical_context_parallel_sizes: tuple[int, ...] | None = None
-    cp_comm_type: tuple[str, ...] = ()
-    pipeline_model_parallel_layout: str | tuple[tuple[str, ...], ...] | None = None
-    num_layers_in_first_pipeline_stage: int | None = None
-    num_layers_in_last_pipeline_stage: int | None = None
-    account_for_embedding_in_pipeline_split: bool = False
-    account_for_loss_in_pipeline_split: bool = False
-    num_layers: int | None = None
-    num_attention_heads: int | None = None
-    num_query_groups: int | None = None
-    num_moe_experts: int | None = None
-    mtp_num_layers: int | None = None
-    seq_length: int | None = None
-    calculate_per_token_loss: bool = False
-    cuda_graph_impl: str = "none"
+    tensor_model_parallel_size: Int = 1
+    pipeline_model_parallel_size: Int = 1
+    virtual_pipeline_model_parallel_size: OptInt = None
+    context_parallel_size: Int = 1
+    expert_model_parallel_size: Int = 1
+    expert_tensor_parallel_size: OptInt = None
+    sequence_parallel: Bool = False
+    hierarchical_context_parallel_sizes: Annotated[tuple[int, ...] | None, PlainValidator(_opt_int_tuple)] = (
+        None
+    )
+    #: Lower-cased; a single string is a one-element list.
+    cp_comm_type: Annotated[tuple[str, ...], PlainValidator(_comm_types)] = ()
+    pipeline_model_parallel_layout: Annotated[
+        str | tuple[tuple[str, ...], ...] | None, PlainValidator(_layout)
+    ] = None
+    num_layers_in_first_pipeline_stage: OptInt = None
+    num_layers_in_last_pipeline_stage: OptInt = None
+    account_for_embedding_in_pipeline_split: Bool = False
+    account_for_loss_in_pipeline_split: Bool = False
+    num_layers: OptInt = None
+    num_attention_heads: OptInt = None
+    num_query_groups: OptInt = None
+    num_moe_experts: OptInt = None
+    mtp_num_layers: OptInt = None
+    seq_length: OptInt = None
+    calculate_per_token_loss: Bool = False
+    cuda_graph_impl: Annotated[str, PlainValidator(_graph_impl)] = "none"
     #: Normalized: ``()`` = whole layer; ``("full_iteration",)`` = full-iteration graph (old spelling).
-    cuda_graph_scope: tuple[str, ...] = ()
-    vision_cuda_graph_impl: str | None = None
-    moe_token_dispatcher_type: str | None = None
-    moe_flex_dispatcher_backend: str | None = None
-    moe_expert_capacity_factor: float | None = None
-    overlap_moe_expert_parallel_comm: bool = False
-    delay_wgrad_compute: bool = False
+    #: ``cuda_graph_modules`` is Megatron-Core's newer name (it wins when both are given).
+    cuda_graph_scope: Annotated[tuple[str, ...], PlainValidator(_scope)] = Field(
+        default=(), validation_alias=AliasChoices("cuda_graph_modules", "cuda_graph_scope")
+    )
+    vision_cuda_graph_impl: OptStr = None
+    moe_token_dispatcher_type: OptStr = None
+    moe_flex_dispatcher_backend: OptStr = None
+    moe_expert_capacity_factor: OptFloat = None
+    overlap_moe_expert_parallel_comm: Bool = False
+    delay_wgrad_compute: Bool = False
 
     @property
     def full_iteration_graph(self) -> bool:
@@ -141,47 +344,51 @@ class ModelSettings:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, config=_SETTINGS)
 class OfflinePackingSpecs:
-    """``dataset.offline_packing_specs.*`` (Bridge ``PackedSequenceSpecs``, spec §1)."""
+    """``dataset.offline_packing_specs.*`` (Megatron-Bridge ``PackedSequenceSpecs``)."""
 
-    packed_sequence_size: int = -1
-    max_single_sequence_length: int | None = None
-    pad_cu_seqlens: bool = False
-    pad_seq_to_mult: int | None = 1
-    packed_metadata_path: str | None = None
+    packed_sequence_size: Int = -1
+    max_single_sequence_length: OptInt = None
+    pad_cu_seqlens: Bool = False
+    pad_seq_to_mult: OptInt = 1
+    packed_metadata_path: OptStr = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, config=_SETTINGS)
 class DatasetSettings:
     """``dataset.*`` for every dataset kind (fields a kind lacks keep their defaults)."""
 
-    kind: DatasetKind = DatasetKind.SFT
-    seq_length: int | None = None
-    enable_offline_packing: bool = False
-    offline_packing_specs: OfflinePackingSpecs | None = None
-    dataset_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: Inferred from ``dataset._target_`` and the keys present, or given (``longpack.dataset_kind``).
+    kind: Annotated[DatasetKind, PlainValidator(_kind), DERIVED] = DatasetKind.SFT
+    seq_length: OptInt = None
+    enable_offline_packing: Bool = False
+    #: ``packed_sequence_specs`` is the Megatron-Bridge v0.5.1 name.
+    offline_packing_specs: OfflinePackingSpecs | None = Field(
+        default=None, validation_alias=AliasChoices("offline_packing_specs", "packed_sequence_specs")
+    )
+    dataset_kwargs: KwargsMapping = Field(default_factory=dict)
     #: The config's own attribute (DirectHF, Energon, MockVLM); ``None`` when absent.
-    pad_to_max_length: bool | None = None
-    enable_in_batch_packing: bool = False
-    defer_in_batch_packing_to_step: bool = False
-    in_batch_packing_pad_to_multiple_of: int = 1
-    pad_to_multiple_of: int = 128
-    packing_buffer_size: int | None = None
-    micro_batch_size: int | None = None
-    task_encoder_target: str | None = None
-    dataloader_type: str | None = None
-    # Energon fields validated by EnergonDatasetConfig.validate (energon spec C.1).
-    path: str | None = None
-    do_test: bool | None = None
-    num_workers: int | None = None
-    num_val_workers: int | None = None
-    shuffle_buffer_size: int | None = None
-    max_samples_per_sequence: int | None = None
+    pad_to_max_length: OptBool = None
+    enable_in_batch_packing: Bool = False
+    defer_in_batch_packing_to_step: Bool = False
+    in_batch_packing_pad_to_multiple_of: Int = 1
+    pad_to_multiple_of: Int = 128
+    packing_buffer_size: OptInt = None
+    micro_batch_size: OptInt = None
+    task_encoder_target: OptStr = Field(default=None, validation_alias=AliasPath("task_encoder", "_target_"))
+    dataloader_type: OptStr = None
+    # Energon fields validated by Megatron-Bridge EnergonDatasetConfig.validate.
+    path: OptStr = None
+    do_test: OptBool = None
+    num_workers: OptInt = None
+    num_val_workers: OptInt = None
+    shuffle_buffer_size: OptInt = None
+    max_samples_per_sequence: OptInt = None
 
     @property
     def fixed_width(self) -> bool:
-        """``pad_to_max_length`` from the attribute or from ``dataset_kwargs`` (either counts, spec §6.3)."""
+        """``pad_to_max_length`` from the attribute or from ``dataset_kwargs`` (either counts)."""
         return bool(self.pad_to_max_length) or bool(self.dataset_kwargs.get("pad_to_max_length", False))
 
     @property
@@ -196,7 +403,7 @@ class DatasetSettings:
 
     @property
     def energon_packing(self) -> bool:
-        """Native Energon packing is on iff ``packing_buffer_size is not None`` (energon spec §C.1)."""
+        """Native Energon packing is on iff ``packing_buffer_size is not None``."""
         return self.kind is DatasetKind.ENERGON and self.packing_buffer_size is not None
 
     @property
@@ -205,7 +412,7 @@ class DatasetSettings:
         return self.offline_packing or self.enable_in_batch_packing or self.energon_packing
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, config=ConfigDict(**_SETTINGS, arbitrary_types_allowed=True))
 class TrainingSetup:
     """Everything the rules look at. Build it from a file with :func:`load_setup`, from a mapping with
     :func:`setup_from_mapping`, or from a layout with :meth:`from_layout` (no file needed).
@@ -215,21 +422,52 @@ class TrainingSetup:
     (4, 4)
     """
 
-    world_size: int | None = None
-    family: ModelFamily | None = None
-    model: ModelSettings = field(default_factory=ModelSettings)
-    micro_batch_size: int = 1
-    global_batch_size: int | None = None
-    eval_micro_batch_size: int | None = None
-    eval_global_batch_size: int | None = None
-    eval_context_parallel_size: int | None = None
-    dataset: DatasetSettings = field(default_factory=DatasetSettings)
-    average_in_collective: bool = False
-    check_for_nan_in_loss: bool = True
-    comm_overlap_moe_ep: bool = False
-    use_dist_train: bool = False
+    world_size: OptInt = Field(default=None, validation_alias=AliasPath("longpack", "world_size"))
+    #: Recognized from the config (``longpack.model_family``, HF ids, ``model._target_``) or given.
+    family: Annotated[ModelFamily | None, DERIVED, SkipValidation] = None
+    model: ModelSettings = dataclasses.field(default_factory=ModelSettings)
+    micro_batch_size: Int = Field(default=1, validation_alias=AliasPath("train", "micro_batch_size"))
+    global_batch_size: OptInt = Field(default=None, validation_alias=AliasPath("train", "global_batch_size"))
+    # Bridge moved these from train.* to validation.*; the train.* spelling wins when both are given.
+    eval_micro_batch_size: OptInt = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            AliasPath("train", "eval_micro_batch_size"), AliasPath("validation", "eval_micro_batch_size")
+        ),
+    )
+    eval_global_batch_size: OptInt = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            AliasPath("train", "eval_global_batch_size"), AliasPath("validation", "eval_global_batch_size")
+        ),
+    )
+    eval_context_parallel_size: OptInt = Field(
+        default=None, validation_alias=AliasPath("dist", "eval_context_parallel_size")
+    )
+    dataset: DatasetSettings = dataclasses.field(default_factory=DatasetSettings)
+    average_in_collective: Bool = Field(
+        default=False, validation_alias=AliasPath("ddp", "average_in_collective")
+    )
+    check_for_nan_in_loss: Bool = Field(
+        default=True, validation_alias=AliasPath("rerun_state_machine", "check_for_nan_in_loss")
+    )
+    #: ``comm_overlap.*`` spellings of the MoE EP-overlap flags (Bridge ``CommOverlapConfig``).
+    comm_overlap_moe_expert_parallel_comm: Bool = Field(
+        default=False, validation_alias=AliasPath("comm_overlap", "overlap_moe_expert_parallel_comm")
+    )
+    comm_overlap_delay_wgrad_compute: Bool = Field(
+        default=False, validation_alias=AliasPath("comm_overlap", "delay_wgrad_compute")
+    )
+    use_dist_train: Bool = Field(
+        default=False,
+        validation_alias=AliasChoices(
+            AliasPath("model", "dist_train", "use_dist_train"), AliasPath("dist_train", "use_dist_train")
+        ),
+    )
     #: Dotted key -> "file:line" (or "override 'k=v'") where the value came from.
-    sources: Mapping[str, str] = field(default_factory=dict)
+    sources: Annotated[Mapping[str, str], DERIVED, SkipValidation] = Field(default_factory=dict)
+    #: The packed folder the run reads (``longpack check --packed``); the packed-data rules need it.
+    packed: Annotated[PackedDataSummary | None, DERIVED, SkipValidation] = None
 
     @classmethod
     def from_layout(
@@ -246,8 +484,9 @@ class TrainingSetup:
     ) -> TrainingSetup:
         """A setup from a :class:`ParallelLayout` (what the planner and ``longpack pack`` hold).
 
-        ``model_fields`` are further :class:`ModelSettings` fields (``num_layers=61``, ...);
-        ``dataset`` (or just ``dataset_kind``) describes the data side.
+        ``model_fields`` are further :class:`ModelSettings` fields (``num_layers=61``, ...); the
+        architecture the family knows fills the ones not given. ``dataset`` (or just ``dataset_kind``)
+        describes the data side.
 
         >>> TrainingSetup.from_layout(ParallelLayout(world_size=8, tp=2), num_layers=32).model.num_layers
         32
@@ -307,6 +546,16 @@ class TrainingSetup:
         return self.model.sequence_parallel
 
     @property
+    def comm_overlap_moe_ep(self) -> bool:
+        """MoE EP overlap or delayed wgrad requested through ``comm_overlap.*``."""
+        return self.comm_overlap_moe_expert_parallel_comm or self.comm_overlap_delay_wgrad_compute
+
+    @property
+    def sizes_positive(self) -> bool:
+        """TP, CP and PP are all >= 1 (the derived values below need it; ``LP-CFG-001`` reports others)."""
+        return min(self.tp, self.cp, self.pp) >= 1
+
+    @property
     def layout(self) -> ParallelLayout | None:
         """The parallel layout, or ``None`` when the world size is unknown or the sizes do not fit it."""
         if self.world_size is None:
@@ -328,8 +577,14 @@ class TrainingSetup:
 
     @property
     def dp(self) -> int | None:
-        """Dense data-parallel size, ``None`` if unknown or not integral."""
-        if self.world_size is None or self.world_size % (self.tp * self.cp * self.pp):
+        """Dense data-parallel size, ``None`` if unknown, not integral, or the sizes are not positive.
+
+        >>> TrainingSetup(world_size=8, model=ModelSettings(context_parallel_size=0)).dp is None
+        True
+        """
+        if self.world_size is None or not self.sizes_positive:
+            return None
+        if self.world_size % (self.tp * self.cp * self.pp):
             return None
         return self.world_size // (self.tp * self.cp * self.pp)
 
@@ -348,14 +603,14 @@ class TrainingSetup:
     def required_cp_multiple(self) -> int:
         """What THD context parallelism itself needs of every packed sequence: ``2*CP`` (lcm over training
         and evaluation CP), 1 without CP. With SP the docs ask for :attr:`required_pad_seq_to_mult`, but
-        SP only constrains whole rows (energon spec D.8)."""
+        SP only constrains whole rows."""
         cps = {self.cp} | ({self.eval_context_parallel_size} if self.eval_context_parallel_size else set())
         return math.lcm(*(2 * c if c > 1 else 1 for c in cps))
 
     @property
     def effective_pad_to_multiple_of(self) -> int:
         """Width multiple Bridge uses for unpacked DirectHF/Energon/MockVLM rows:
-        ``lcm(dataset.pad_to_multiple_of, required multiple)`` (spec §6.8)."""
+        ``lcm(dataset.pad_to_multiple_of, required multiple)``."""
         return math.lcm(max(1, self.dataset.pad_to_multiple_of), self.required_pad_seq_to_mult)
 
     @property
@@ -381,7 +636,7 @@ class TrainingSetup:
         return [f"{k} @ {self.sources[k]}" for k in keys if k in self.sources]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LoadedSetup:
     """A setup read from a file: the setup plus what longpack did not use."""
 
@@ -392,332 +647,110 @@ class LoadedSetup:
     notes: tuple[str, ...] = ()
 
 
-# --- reading files --------------------------------------------------------------------------------
+# --- the declared keys ----------------------------------------------------------------------------
 
 
-class _TolerantLoader(yaml.SafeLoader):
-    """SafeLoader that turns unknown tags (``!!python/name:torch.bfloat16``) into their text."""
+@dataclasses.dataclass(frozen=True)
+class _Declared:
+    keys: frozenset[str]  # every dotted key some field reads (all spellings)
+    sections: frozenset[str]  # dotted keys that must hold a mapping when present
+    leaves: frozenset[str]  # mapping-valued keys kept whole (dataset.dataset_kwargs)
 
 
-def _construct_unknown(loader: yaml.SafeLoader, tag_suffix: str, node: yaml.Node) -> Any:
-    if isinstance(node, yaml.ScalarNode):
-        return f"<{node.tag} {node.value}>".strip()
-    if isinstance(node, yaml.SequenceNode):
-        return loader.construct_sequence(node, deep=True)
-    return loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-
-
-_TolerantLoader.add_multi_constructor("!", _construct_unknown)
-_TolerantLoader.add_multi_constructor("tag:yaml.org,2002:python/", _construct_unknown)
-
-
-def _node_lines(node: yaml.Node, prefix: str, out: dict[str, int]) -> None:
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = str(key_node.value)
-            path = f"{prefix}.{key}" if prefix else key
-            out[path] = key_node.start_mark.line + 1
-            _node_lines(value_node, path, out)
-
-
-def read_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, str]]:
-    """Read a YAML or JSON config: ``(mapping, {dotted key: "file:line"})``.
-
-    Raises :class:`ConfigError` naming the file (and line, for YAML syntax errors).
-    """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {p}: {exc.strerror or exc}") from exc
-    lines: dict[str, int] = {}
-    if p.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{p}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
-    else:
-        try:
-            loader = _TolerantLoader(text)
-            try:
-                node = loader.get_single_node()
-                data = loader.construct_document(node) if node is not None else None
-            finally:
-                loader.dispose()
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
-            raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from exc
-        if node is not None:
-            _node_lines(node, "", lines)
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"{p}: the top level must be a mapping of sections (model:, train:, ...), got {type(data).__name__}"
-        )
-    return data, {k: f"{p.name}:{n}" for k, n in lines.items()}
-
-
-def apply_overrides(
-    data: Mapping[str, Any], overrides: Iterable[str], sources: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """Apply Hydra-style overrides to a nested mapping (returns a new mapping).
-
-    >>> apply_overrides({"model": {"cp": 1}}, ["model.cp=4", "+train.mbs=2", "~model.cp", "a.b=[1, 2]"])
-    {'model': {}, 'train': {'mbs': 2}, 'a': {'b': [1, 2]}}
-    >>> apply_overrides({}, ["model.seq_length"])
-    Traceback (most recent call last):
-    ...
-    longpack.rules.config.ConfigError: override 'model.seq_length': expected key=value (or ~key to delete)
-    """
-    result: dict[str, Any] = json.loads(json.dumps(data, default=str))  # deep copy, plain types
-    for raw in overrides:
-        text = raw.strip()
-        if text.startswith("~"):
-            path = text[1:].split("=", 1)[0].strip()
-            _delete(result, path.split("."))
-            if sources is not None:
-                sources.pop(path, None)
+def _walk(cls: type, prefix: tuple[str, ...], keys: set[str], sections: set[str], leaves: set[str]) -> None:
+    for name, info in _fields(cls).items():
+        if _is_derived(info):
             continue
-        if "=" not in text:
-            raise ConfigError(f"override {raw!r}: expected key=value (or ~key to delete)")
-        key, value_text = text.split("=", 1)
-        key = key.lstrip("+").strip()
-        if not key or any(not part for part in key.split(".")):
-            raise ConfigError(f"override {raw!r}: empty key part in {key!r}")
-        try:
-            value = yaml.safe_load(value_text) if value_text.strip() else ""
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"override {raw!r}: value is not a YAML scalar or list: {exc}") from exc
-        node = result
-        parts = key.split(".")
-        for part in parts[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = {}
-                node[part] = child
-            node = child
-        node[parts[-1]] = value
-        if sources is not None:
-            sources[key] = f"override {raw!r}"
-    return result
-
-
-def _delete(node: dict[str, Any], parts: list[str]) -> None:
-    for part in parts[:-1]:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            return
-        node = child
-    node.pop(parts[-1], None)
-
-
-# --- converting values ----------------------------------------------------------------------------
-
-
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        path = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, dict) and path not in _DICT_VALUED:
-            nested = _flatten(value, path)
+        for path in _paths(info.validation_alias) or [(name,)]:
+            full = prefix + path
+            for i in range(1, len(full)):
+                sections.add(".".join(full[:i]))
+            dotted = ".".join(full)
+            keys.add(dotted)
+            annotation = info.annotation
+            nested = [
+                a for a in getattr(annotation, "__args__", (annotation,)) if hasattr(a, "__pydantic_fields__")
+            ]
             if nested:
-                out.update(nested)
-            else:
-                out[path] = value
-        else:
-            out[path] = value
-    return out
+                _walk(typing.cast(type, nested[0]), full, keys, sections, leaves)
+            elif any(getattr(m, "func", None) is _dataset_kwargs for m in info.metadata):
+                leaves.add(dotted)
 
 
-_DICT_VALUED = {"dataset.dataset_kwargs"}
+def _declared() -> _Declared:
+    keys: set[str] = set()
+    sections: set[str] = set()
+    leaves: set[str] = set()
+    _walk(TrainingSetup, (), keys, sections, leaves)
+    for key in (*FAMILY_KEYS, *KIND_KEYS):
+        keys.add(key)
+        parts = key.split(".")
+        sections.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    # a nested settings object is itself a key (given as null or {}), not only a section
+    return _Declared(frozenset(keys), frozenset(sections), frozenset(leaves))
 
 
-def _conv_int(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
-        if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-            return int(v)
-        raise TypeError("an integer")
-    return v
+DECLARED = _declared()
 
 
-def _conv_opt_int(v: Any) -> int | None:
-    return None if v is None else _conv_int(v)
+def declared_keys() -> list[str]:
+    """Every dotted config key longpack reads, sorted (other keys are reported as ignored).
+
+    >>> keys = declared_keys()
+    >>> [k for k in ("train.micro_batch_size", "model.cuda_graph_modules", "dataset.kind") if k in keys]
+    ['train.micro_batch_size', 'model.cuda_graph_modules']
+    """
+    return sorted(DECLARED.keys)
 
 
-def _conv_bool(v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    if v is None:
-        return False
-    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
-        return v.strip().lower() == "true"
-    if isinstance(v, int) and v in (0, 1):
-        return bool(v)
-    raise TypeError("true or false")
+# --- building a setup -----------------------------------------------------------------------------
 
 
-def _conv_opt_str(v: Any) -> str | None:
-    if v is None:
-        return None
-    if isinstance(v, str | int | float):
-        return str(v)
-    raise TypeError("a string")
+def _error_text(exc: _ValidationError, prefix: tuple[str, ...], sources: Mapping[str, str]) -> str:
+    err = exc.errors(include_url=False)[0]
+    loc = prefix + tuple(str(p) for p in err["loc"] if not isinstance(p, int))
+    key = ".".join(loc)
+    if err["type"] == "value_error" and "error" in err.get("ctx", {}):
+        expected = str(err["ctx"]["error"])
+    elif err["type"] in ("dataclass_type", "dataclass_exact_type", "dict_type", "model_type"):
+        expected = f"a mapping of {key}.* keys"
+    else:
+        expected = str(err["msg"]).lower()
+    where = f" ({sources[key]})" if key in sources else ""
+    return f"{key}={err['input']!r}{where}: expected {expected}"
 
 
-def _conv_str_default_none(v: Any) -> str:
-    s = _conv_opt_str(v)
-    return "none" if s is None or s == "" else s
+@functools.cache
+def _adapter(cls: type) -> TypeAdapter[Any]:
+    return TypeAdapter(cls)
 
 
-def _conv_float_opt(v: Any) -> float | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise TypeError("a number or null")
-    return float(v)
-
-
-def _conv_int_tuple_opt(v: Any) -> tuple[int, ...] | None:
-    if v is None:
-        return None
-    if isinstance(v, str | bytes) or not isinstance(v, Sequence):
-        raise TypeError("a list of integers")
-    return tuple(_conv_int(x) for x in v)
-
-
-def _conv_str_tuple(v: Any) -> tuple[str, ...]:
-    if v is None:
-        return ()
-    if isinstance(v, str):
-        return (v,)
-    if isinstance(v, Sequence):
-        return tuple(str(x) for x in v)
-    raise TypeError("a string or a list of strings")
-
-
-def _conv_scope(v: Any) -> tuple[str, ...]:
-    # "full" (old default) and [] both mean the whole layer; the rules treat () as whole layer.
-    items = tuple(s.strip().lower() for s in _conv_str_tuple(v))
-    return tuple(s for s in items if s not in ("full", ""))
-
-
-def _conv_layout(v: Any) -> str | tuple[tuple[str, ...], ...] | None:
-    if v is None or isinstance(v, str):
-        return v or None
-    if isinstance(v, Sequence) and all(isinstance(row, Sequence) and not isinstance(row, str) for row in v):
-        return tuple(tuple(str(x) for x in row) for row in v)
-    raise TypeError("a layout string such as 'Et|(tt|)*30mL' or a list of lists of layer names")
-
-
-def _conv_mapping(v: Any) -> Mapping[str, Any]:
-    if v is None:
-        return {}
-    if isinstance(v, Mapping):
-        return dict(v)
-    raise TypeError("a mapping")
-
-
-def _conv_dataset_kwargs(v: Any) -> Mapping[str, Any]:
-    kwargs = dict(_conv_mapping(v))
-    if "pad_to_max_length" in kwargs:
-        try:
-            kwargs["pad_to_max_length"] = _conv_bool(kwargs["pad_to_max_length"])
-        except TypeError:
-            raise TypeError("a mapping whose pad_to_max_length is true or false") from None
-    return kwargs
-
-
-Converter = Callable[[Any], Any]
-
-_MODEL_KEYS: dict[str, Converter] = {
-    "tensor_model_parallel_size": _conv_int,
-    "pipeline_model_parallel_size": _conv_int,
-    "virtual_pipeline_model_parallel_size": _conv_opt_int,
-    "context_parallel_size": _conv_int,
-    "expert_model_parallel_size": _conv_int,
-    "expert_tensor_parallel_size": _conv_opt_int,
-    "sequence_parallel": _conv_bool,
-    "hierarchical_context_parallel_sizes": _conv_int_tuple_opt,
-    "cp_comm_type": _conv_str_tuple,
-    "pipeline_model_parallel_layout": _conv_layout,
-    "num_layers_in_first_pipeline_stage": _conv_opt_int,
-    "num_layers_in_last_pipeline_stage": _conv_opt_int,
-    "account_for_embedding_in_pipeline_split": _conv_bool,
-    "account_for_loss_in_pipeline_split": _conv_bool,
-    "num_layers": _conv_opt_int,
-    "num_attention_heads": _conv_opt_int,
-    "num_query_groups": _conv_opt_int,
-    "num_moe_experts": _conv_opt_int,
-    "mtp_num_layers": _conv_opt_int,
-    "seq_length": _conv_opt_int,
-    "calculate_per_token_loss": _conv_bool,
-    "cuda_graph_impl": _conv_str_default_none,
-    "cuda_graph_scope": _conv_scope,
-    "cuda_graph_modules": _conv_scope,  # Megatron-Core's newer name for cuda_graph_scope
-    "vision_cuda_graph_impl": _conv_opt_str,
-    "moe_token_dispatcher_type": _conv_opt_str,
-    "moe_flex_dispatcher_backend": _conv_opt_str,
-    "moe_expert_capacity_factor": _conv_float_opt,
-    "overlap_moe_expert_parallel_comm": _conv_bool,
-    "delay_wgrad_compute": _conv_bool,
-}
-
-_SPECS_KEYS: dict[str, Converter] = {
-    "packed_sequence_size": _conv_int,
-    "max_single_sequence_length": _conv_opt_int,
-    "pad_cu_seqlens": _conv_bool,
-    "pad_seq_to_mult": _conv_opt_int,
-    "packed_metadata_path": _conv_opt_str,
-}
-
-_DATASET_KEYS: dict[str, Converter] = {
-    "seq_length": _conv_opt_int,
-    "enable_offline_packing": _conv_bool,
-    "dataset_kwargs": _conv_dataset_kwargs,
-    "pad_to_max_length": lambda v: None if v is None else _conv_bool(v),
-    "enable_in_batch_packing": _conv_bool,
-    "defer_in_batch_packing_to_step": _conv_bool,
-    "in_batch_packing_pad_to_multiple_of": _conv_int,
-    "pad_to_multiple_of": _conv_int,
-    "packing_buffer_size": _conv_opt_int,
-    "micro_batch_size": _conv_opt_int,
-    "dataloader_type": _conv_opt_str,
-    "path": _conv_opt_str,
-    "do_test": lambda v: None if v is None else _conv_bool(v),
-    "num_workers": _conv_opt_int,
-    "num_val_workers": _conv_opt_int,
-    "shuffle_buffer_size": _conv_opt_int,
-    "max_samples_per_sequence": _conv_opt_int,
-}
-
-_OTHER_KEYS: dict[str, tuple[str, Converter]] = {
-    "train.micro_batch_size": ("micro_batch_size", _conv_int),
-    "train.global_batch_size": ("global_batch_size", _conv_opt_int),
-    "validation.eval_micro_batch_size": ("eval_micro_batch_size", _conv_opt_int),
-    "validation.eval_global_batch_size": ("eval_global_batch_size", _conv_opt_int),
-    "train.eval_micro_batch_size": ("eval_micro_batch_size", _conv_opt_int),
-    "train.eval_global_batch_size": ("eval_global_batch_size", _conv_opt_int),
-    "dist.eval_context_parallel_size": ("eval_context_parallel_size", _conv_opt_int),
-    "ddp.average_in_collective": ("average_in_collective", _conv_bool),
-    "rerun_state_machine.check_for_nan_in_loss": ("check_for_nan_in_loss", _conv_bool),
-    "dist_train.use_dist_train": ("use_dist_train", _conv_bool),
-    "model.dist_train.use_dist_train": ("use_dist_train", _conv_bool),
-}
-
-_COMM_OVERLAP_KEYS = ("comm_overlap.overlap_moe_expert_parallel_comm", "comm_overlap.delay_wgrad_compute")
-_LONGPACK_KEYS = ("longpack.world_size", "longpack.model_family", "longpack.dataset_kind")
-
-
-def _convert(key: str, value: Any, conv: Converter, sources: Mapping[str, str]) -> Any:
+def _validated(
+    cls: type, payload: Mapping[str, Any], prefix: tuple[str, ...], sources: Mapping[str, str]
+) -> Any:
     try:
-        return conv(value)
-    except (TypeError, ValueError) as exc:
-        where = f" ({sources[key]})" if key in sources else ""
-        raise ConfigError(f"{key}={value!r}{where}: expected {exc}") from None
+        return _adapter(cls).validate_python(payload)
+    except _ValidationError as exc:
+        raise ConfigError(_error_text(exc, prefix, sources)) from None
+
+
+def _check_shapes(data: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """Sections longpack reads must be mappings (``train: 5`` is an error, not an empty train section)."""
+    for section in sorted(DECLARED.sections):
+        node: Any = data
+        for part in section.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                node = None
+                break
+            node = node[part]
+        if node is not None and not isinstance(node, Mapping):
+            where = f" ({sources[section]})" if section in sources else ""
+            raise ConfigError(f"{section}={node!r}{where}: expected a mapping of {section}.* keys")
+
+
+def _section(data: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key)
+    return dict(value) if isinstance(value, Mapping) else {}
 
 
 def _infer_kind(flat: Mapping[str, Any]) -> tuple[DatasetKind, str]:
@@ -741,14 +774,7 @@ def _infer_kind(flat: Mapping[str, Any]) -> tuple[DatasetKind, str]:
 
 
 def _infer_family(flat: Mapping[str, Any]) -> tuple[ModelFamily | None, str | None]:
-    for key in (
-        "longpack.model_family",
-        "model.hf_model_id",
-        "model.hf_path",
-        "tokenizer.tokenizer_model",
-        "tokenizer.hf_tokenizer_path",
-        "model._target_",
-    ):
+    for key in FAMILY_KEYS:
         value = flat.get(key)
         if isinstance(value, str) and value:
             family = find_family(value)
@@ -770,7 +796,30 @@ def _fill_from_family(model: ModelSettings, family: ModelFamily | None) -> Model
             updates[name] = getattr(family, name)
     if model.mtp_num_layers is None and family.mtp_num_layers:
         updates["mtp_num_layers"] = family.mtp_num_layers
-    return replace(model, **updates) if updates else model
+    return dataclasses.replace(model, **updates) if updates else model
+
+
+def _dataset(
+    data: Mapping[str, Any], flat: Mapping[str, Any], kind: DatasetKind, src: Mapping[str, str]
+) -> DatasetSettings:
+    derived = {name for name, info in _fields(DatasetSettings).items() if _is_derived(info)}
+    section = {k: v for k, v in _section(data, "dataset").items() if k not in derived}
+    both = [k for k in ("offline_packing_specs", "packed_sequence_specs") if section.get(k) is not None]
+    if len(both) == 2:
+        raise ConfigError(
+            "dataset.offline_packing_specs and dataset.packed_sequence_specs are both set (the second is the "
+            "Megatron-Bridge v0.5.1 name of the first): keep one"
+        )
+    dataset: DatasetSettings = _validated(DatasetSettings, section, ("dataset",), src)
+    updates: dict[str, Any] = {"kind": kind}
+    specs = dataset.offline_packing_specs
+    if (
+        "dataset.packed_sequence_specs.packed_sequence_size" in flat
+        and "enable_offline_packing" not in section
+    ):
+        # v0.5.1 configs: packing was on when packed_sequence_size > 0.
+        updates["enable_offline_packing"] = specs is not None and specs.packed_sequence_size > 0
+    return dataclasses.replace(dataset, **updates)
 
 
 def setup_from_mapping(
@@ -789,95 +838,30 @@ def setup_from_mapping(
     >>> loaded = setup_from_mapping({"model": {"num_layers": 4, "foo": 1}, "optimizer": {"lr": 1e-4}})
     >>> loaded.ignored_keys
     ('model.foo', 'optimizer.lr')
+    >>> setup_from_mapping({"model": {"context_parallel_size": {"a": 1}}})
+    Traceback (most recent call last):
+    ...
+    longpack.rules.config_file.ConfigError: model.context_parallel_size={'a': 1}: expected an integer
     """
     src: dict[str, str] = dict(sources or {})
     merged = apply_overrides(data, overrides, src)
-    flat = _flatten(merged)
-    used: set[str] = set()
+    _check_shapes(merged, src)
+    flat = flatten(merged, DECLARED.leaves)
 
-    model_values: dict[str, Any] = {}
-    for name, conv in _MODEL_KEYS.items():
-        key = f"model.{name}"
-        if key in flat:
-            used.add(key)
-            target = "cuda_graph_scope" if name == "cuda_graph_modules" else name
-            model_values[target] = _convert(key, flat[key], conv, src)
-    if "cp_comm_type" in model_values:
-        model_values["cp_comm_type"] = tuple(t.lower() for t in model_values["cp_comm_type"])
-    try:
-        model = ModelSettings(**model_values)
-    except TypeError as exc:  # pragma: no cover - guarded by the key table
-        raise ConfigError(str(exc)) from exc
-
-    # Dataset
-    specs_values: dict[str, Any] = {}
-    specs_present = False
-    for prefix in ("dataset.offline_packing_specs", "dataset.packed_sequence_specs"):
-        if prefix in flat:
-            used.add(prefix)
-            specs_present = specs_present or flat[prefix] is not None
-        for name, conv in _SPECS_KEYS.items():
-            key = f"{prefix}.{name}"
-            if key in flat:
-                used.add(key)
-                specs_present = True
-                specs_values[name] = _convert(key, flat[key], conv, src)
-        if any(k.startswith(prefix + ".") for k in flat):
-            specs_present = True
-            used.update(k for k in flat if k == f"{prefix}._target_")
-    ds_values: dict[str, Any] = {}
-    for name, conv in _DATASET_KEYS.items():
-        key = f"dataset.{name}"
-        if key in flat:
-            used.add(key)
-            ds_values[name] = _convert(key, flat[key], conv, src)
-    te_target = flat.get("dataset.task_encoder._target_")
-    if te_target is not None:
-        used.add("dataset.task_encoder._target_")
-        ds_values["task_encoder_target"] = str(te_target)
-    if (
-        "dataset.packed_sequence_specs.packed_sequence_size" in flat
-        and "dataset.enable_offline_packing" not in flat
-    ):
-        # v0.5.1 configs: packing was on when packed_sequence_size > 0.
-        ds_values["enable_offline_packing"] = specs_values.get("packed_sequence_size", -1) > 0
     notes: list[str] = []
     if dataset_kind is not None:
         kind = DatasetKind(str(dataset_kind))
     elif "longpack.dataset_kind" in flat:
         try:
-            kind = DatasetKind(str(flat["longpack.dataset_kind"]))
-        except ValueError:
+            kind = _kind(flat["longpack.dataset_kind"])
+        except ValueError as exc:
+            where = f" ({src['longpack.dataset_kind']})" if "longpack.dataset_kind" in src else ""
             raise ConfigError(
-                f"longpack.dataset_kind={flat['longpack.dataset_kind']!r}: expected one of "
-                f"{', '.join(k.value for k in DatasetKind)}"
+                f"longpack.dataset_kind={flat['longpack.dataset_kind']!r}{where}: expected {exc}"
             ) from None
     else:
         kind, note = _infer_kind(flat)
         notes.append(note)
-    used.add("dataset._target_")
-    dataset = DatasetSettings(
-        kind=kind,
-        offline_packing_specs=OfflinePackingSpecs(**specs_values) if specs_present else None,
-        **ds_values,
-    )
-
-    top: dict[str, Any] = {}
-    for key, (attr, conv) in _OTHER_KEYS.items():
-        if key in flat:
-            used.add(key)
-            top[attr] = _convert(key, flat[key], conv, src)
-    comm = False
-    for key in _COMM_OVERLAP_KEYS:
-        if key in flat:
-            used.add(key)
-            comm = comm or _convert(key, flat[key], _conv_bool, src)
-    top["comm_overlap_moe_ep"] = comm
-
-    # longpack section and explicit arguments
-    used.update(k for k in _LONGPACK_KEYS if k in flat)
-    if world_size is None and "longpack.world_size" in flat:
-        world_size = _convert("longpack.world_size", flat["longpack.world_size"], _conv_opt_int, src)
     family: ModelFamily | None
     if model_family is not None:
         family = find_family(model_family)
@@ -889,15 +873,22 @@ def setup_from_mapping(
         family, note_f = _infer_family(flat)
         if note_f:
             notes.append(note_f)
-    for key in ("model.hf_model_id", "model.hf_path", "tokenizer.tokenizer_model", "model._target_"):
-        if key in flat:
-            used.add(key)
-    model = _fill_from_family(model, family)
 
-    ignored = tuple(sorted(k for k in flat if k not in used))
-    setup = TrainingSetup(
-        world_size=world_size, family=family, model=model, dataset=dataset, sources=src, **top
-    )
+    # the whole setup in one validation: model.*, train.*, ... by their declared keys
+    payload: dict[str, Any] = {
+        k: ({} if v is None else v) for k, v in merged.items() if k in DECLARED.sections and k != "dataset"
+    }
+    payload["dataset"] = _dataset(merged, flat, kind, src)
+    setup: TrainingSetup = _validated(TrainingSetup, payload, (), src)
+    updates: dict[str, Any] = {
+        "model": _fill_from_family(setup.model, family),
+        "family": family,
+        "sources": src,
+    }
+    if world_size is not None:
+        updates["world_size"] = world_size
+    setup = dataclasses.replace(setup, **updates)
+    ignored = tuple(sorted(k for k in flat if k not in DECLARED.keys))
     return LoadedSetup(setup=setup, ignored_keys=ignored, notes=tuple(notes))
 
 
@@ -922,7 +913,7 @@ def load_setup(
 
 
 def equivalent_offline_config(micro_batch_size: int, global_batch_size: int | None, packed_size: int) -> str:
-    """Bridge's suggested MBS=1 equivalent of an offline-packed config with MBS>1 (spec §6.12).
+    """Bridge's suggested MBS=1 equivalent of an offline-packed config with MBS>1.
 
     >>> equivalent_offline_config(4, 32, 512)
     'train.micro_batch_size=1 train.global_batch_size=8 dataset.offline_packing_specs.packed_sequence_size=2048'
@@ -939,7 +930,10 @@ def equivalent_offline_config(micro_batch_size: int, global_batch_size: int | No
 
 
 __all__ = [
+    "DECLARED",
     "ENERGON_BUILDER_OWNED_KWARGS",
+    "FAMILY_KEYS",
+    "KIND_KEYS",
     "ConfigError",
     "DatasetKind",
     "DatasetSettings",
@@ -948,6 +942,7 @@ __all__ = [
     "OfflinePackingSpecs",
     "TrainingSetup",
     "apply_overrides",
+    "declared_keys",
     "equivalent_offline_config",
     "load_setup",
     "read_config_file",

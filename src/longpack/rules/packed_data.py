@@ -1,18 +1,16 @@
-"""Read what the packed-data rules need from a packed output folder (Megatron-Bridge layout).
+"""Read what the packed-data rules need from packed data (``longpack check --packed``).
 
-The folder holds ``training_<N>.idx.parquet`` / ``validation_<N>.idx.parquet`` (columns ``input_ids``,
-``loss_mask``, ``seq_start_id``), ``<N>_metadata.jsonl`` (one JSON array of per-split dicts with
-``max_samples_per_bin``, ``dataset_max_seqlen``, ``min_packed_seqlen``, ``pack_size`` ...; spec
-``megatron-packing.md`` §2.5 and §2.7) and, when longpack wrote it, a ``manifest.json``. The metadata
-file is the key; a missing manifest is fine. Only row lengths (from ``loss_mask``, else ``input_ids``) and
-``seq_start_id`` are read.
+The data is opened with :class:`longpack.packed.PackedFolder`, the one reader of the format: the output
+folder of ``longpack pack`` (``manifest.json`` required: a folder without one is unfinished and refused),
+or the files Megatron-Bridge wrote, named by a file or a glob (Bridge writes no manifest). Both splits are
+checked; only row lengths (``loss_mask`` offsets) and ``seq_start_id`` are read. ``<N>_metadata.jsonl`` holds
+one JSON array of per-split dicts (``max_samples_per_bin``, ``dataset_max_seqlen``, ``min_packed_seqlen``,
+``pack_size`` ...).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,16 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from longpack.errors import PackedDataError as _PackedDataError
+from longpack.errors import PackedDataError
 
-
-class PackedDataError(_PackedDataError):
-    """The packed folder cannot be read (missing, no Parquet and no metadata, bad columns)."""
+__all__ = ["PackedDataError", "PackedDataSummary", "SegmentExample", "inspect_packed_dir"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class SegmentExample:
-    """One packed sequence, to quote in a message."""
+    """One packed sequence, to quote in a message (``row``: the row within ``file``)."""
 
     file: str
     row: int
@@ -42,13 +38,13 @@ class PackedDataSummary:
     """What the packed-data rules check, gathered in one pass over the folder."""
 
     path: str
-    #: Pack size N (``pack_size`` in the metadata, else from file names); ``None`` if nowhere.
+    #: Pack size N of the data (manifest, else metadata, else file names); ``None`` if nowhere.
     pack_size: int | None
     metadata_path: str | None
     metadata: tuple[dict[str, Any], ...]
     parquet_files: tuple[str, ...]
     manifest: dict[str, Any] | None
-    #: ``pad_seq_to_mult`` recorded in the folder name (``..._pad_seq_to_mult<P>_sft_...``) or manifest.
+    #: ``pad_seq_to_mult`` recorded in the manifest, else in the folder name (``..._pad_seq_to_mult<P>_sft_...``).
     recorded_pad_seq_to_mult: int | None
     rows: int
     segments: int
@@ -71,162 +67,65 @@ class PackedDataSummary:
         return self.misaligned_by_multiple.get(multiple)
 
 
-_META_RE = re.compile(r"^(\d+)_metadata\.jsonl$")
-_PARQUET_RE = re.compile(r"_(\d+)\.idx\.(parquet|pq)$", re.IGNORECASE)
-_DIR_MULT_RE = re.compile(r"_pad_seq_to_mult(\d+|None)_")
-
-
-def _find_key(obj: Any, names: tuple[str, ...]) -> Any:
-    if isinstance(obj, dict):
-        for name in names:
-            if name in obj:
-                return obj[name]
-        for value in obj.values():
-            found = _find_key(value, names)
-            if found is not None:
-                return found
-    return None
-
-
 def inspect_packed_dir(
-    path: str | Path, *, multiple: int | Sequence[int] = 1, pack_size_hint: int | None = None
+    path: str | Path,
+    *,
+    multiple: int | Sequence[int] = 1,
+    pack_size_hint: int | None = None,
+    allow_unfinished: bool = False,
 ) -> PackedDataSummary:
-    """Summarize a packed folder: pack size, metadata, and segment alignment against ``multiple`` (one
+    """Summarize packed data: pack size, metadata, and segment alignment against ``multiple`` (one
     multiple, or several: the first is the primary one reported in ``misaligned_segments``).
 
-    ``pack_size_hint`` picks among several ``<N>_metadata.jsonl`` files. Raises
-    :class:`PackedDataError` when there is nothing to check.
+    ``path`` is a folder, a file or a glob (see :class:`~longpack.packed.PackedFolder`); ``pack_size_hint``
+    picks among several ``<N>_metadata.jsonl`` files. Raises :class:`PackedDataError` when the data cannot
+    be read, or is an unfinished folder (no ``manifest.json``) and ``allow_unfinished`` is not set.
+
+    >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
+    >>> d = Path(tempfile.mkdtemp())
+    >>> pq.write_table(pa.table({"input_ids": [[7, 7, 2, 7, 7, 7, 2]], "loss_mask": [[1] * 7],
+    ...                          "seq_start_id": [[0, 3]]}), d / "training_8.idx.parquet")
+    >>> s = inspect_packed_dir(d / "training_8.idx.parquet", multiple=2)
+    >>> s.pack_size, s.rows, s.segments, s.misaligned_segments, s.first_misaligned.runtime_length
+    (8, 1, 2, 1, 3)
     """
-    import pyarrow.parquet as pq
+    from longpack.packed.folder import PackedFolder
 
-    root = Path(path)
-    if not root.exists():
-        raise PackedDataError(f"packed data {root}: no such file or folder")
-    if root.is_file():
-        folder, parquet = root.parent, [root]
-    else:
-        folder = root
-        parquet = sorted(
-            p for p in folder.iterdir() if p.suffix.lower() in (".parquet", ".pq") and p.is_file()
-        )
-    metas = sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := _META_RE.match(p.name)))
-    if not parquet and not metas:
-        raise PackedDataError(
-            f"packed data {root}: no *.parquet files and no <N>_metadata.jsonl; point --packed at the "
-            "folder `longpack pack` (or Megatron-Bridge) wrote"
-        )
-    meta_path: Path | None = None
-    if metas:
-        chosen = [p for n, p in metas if n == pack_size_hint] or [metas[0][1]]
-        meta_path = chosen[0]
-    metadata: list[dict[str, Any]] = []
-    if meta_path is not None:
-        try:
-            loaded = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise PackedDataError(f"{meta_path}: not a JSON array of metadata dicts ({exc})") from exc
-        if not isinstance(loaded, list) or not all(isinstance(x, dict) for x in loaded):
-            raise PackedDataError(
-                f"{meta_path}: must hold one JSON array of dicts (Bridge: 'invalid packing_metadata_file!')"
-            )
-        metadata = loaded
-
-    pack_size: int | None = None
-    for entry in metadata:
-        if isinstance(entry.get("pack_size"), int):
-            pack_size = entry["pack_size"]
-            break
-    if pack_size is None and meta_path is not None:
-        pack_size = int(_META_RE.match(meta_path.name).group(1))  # type: ignore[union-attr]
-    if pack_size is None:
-        for p in parquet:
-            if m := _PARQUET_RE.search(p.name):
-                pack_size = int(m.group(1))
-                break
-
-    manifest: dict[str, Any] | None = None
-    manifest_path = folder / "manifest.json"
-    if manifest_path.is_file():
-        try:
-            loaded_manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-            manifest = loaded_manifest if isinstance(loaded_manifest, dict) else None
-        except (OSError, json.JSONDecodeError):
-            manifest = None
-    if pack_size is None and manifest is not None:
-        value = _find_key(manifest, ("pack_size", "packed_sequence_size"))
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            pack_size = value
-    recorded: int | None = None
-    if manifest is not None:
-        value = _find_key(manifest, ("pad_seq_to_mult",))
-        if isinstance(value, int) and not isinstance(value, bool):
-            recorded = value
-    if recorded is None and (m := _DIR_MULT_RE.search(folder.name + "_")) and m.group(1) != "None":
-        recorded = int(m.group(1))
-
+    folder = PackedFolder.open(path, allow_unfinished=allow_unfinished, pack_size=pack_size_hint)
+    pack_size = folder.pack_size
     wanted = [multiple] if isinstance(multiple, int) else list(multiple)
     checks = list(dict.fromkeys(max(1, int(m)) for m in wanted)) or [1]
     bad_counts = dict.fromkeys(checks, 0)
     firsts: dict[int, SegmentExample] = {}
-    rows = segments = over = 0
-    max_row = 0
-    gcd = 0
-    for file in parquet:
-        try:
-            pf = pq.ParquetFile(file)
-            names = set(pf.schema_arrow.names)
-            missing = {"input_ids", "seq_start_id"} - names
-            if missing:
-                raise PackedDataError(f"{file}: missing required columns {sorted(missing)}")
-            # Row lengths come from loss_mask (int8, same length as input_ids in Bridge's format) when it is
-            # there: decoding it costs a quarter of the int64 input_ids.
-            length_column = "loss_mask" if "loss_mask" in names else "input_ids"
-            batches = pf.iter_batches(columns=[length_column, "seq_start_id"], batch_size=4096)
-            for batch in batches:
-                ids = batch.column(0)
-                starts_col = batch.column(1)
-                row_len = np.asarray(ids.value_lengths().to_numpy(zero_copy_only=False), dtype=np.int64)
-                counts = np.asarray(starts_col.value_lengths().to_numpy(zero_copy_only=False), dtype=np.int64)
-                starts = np.asarray(starts_col.flatten().to_numpy(zero_copy_only=False), dtype=np.int64)
-                n = len(row_len)
-                row_of = np.repeat(np.arange(n), counts)
-                ends = np.empty_like(starts)
-                ends[:-1] = starts[1:]
-                last = np.cumsum(counts) - 1
-                ends[last[counts > 0]] = row_len[counts > 0]
-                runtime = ends - starts - 1
-                for m_check in checks:
-                    bad = np.flatnonzero(runtime % m_check != 0)
-                    if m_check not in firsts and bad.size:
-                        i = int(bad[0])
-                        r = int(row_of[i])
-                        seg = i - int(np.cumsum(counts)[r] - counts[r])
-                        firsts[m_check] = SegmentExample(
-                            file=file.name, row=rows + r, segment=seg, runtime_length=int(runtime[i])
-                        )
-                    bad_counts[m_check] += int(bad.size)
-                row_runtime = row_len - counts
-                if pack_size is not None:
-                    over += int(np.count_nonzero(row_runtime > pack_size))
-                if n:
-                    max_row = max(max_row, int(row_runtime.max()))
-                if runtime.size:
-                    gcd = math.gcd(gcd, int(np.gcd.reduce(np.abs(runtime))))
-                rows += n
-                segments += int(starts.size)
-        except PackedDataError:
-            raise
-        except Exception as exc:  # pyarrow raises many types for unreadable files
-            raise PackedDataError(f"{file}: cannot read packed Parquet ({exc})") from exc
-
+    rows = segments = over = max_row = gcd = 0
+    for split in folder.split_names:
+        scan = folder.scan(split)
+        runtime = scan.sample_runtime
+        for m_check in checks:
+            bad = np.flatnonzero(runtime % m_check != 0)
+            if m_check not in firsts and bad.size:
+                file, row, seg = scan.locate_sample(int(bad[0]))
+                firsts[m_check] = SegmentExample(
+                    file=file, row=row, segment=seg, runtime_length=int(runtime[bad[0]])
+                )
+            bad_counts[m_check] += int(bad.size)
+        row_runtime = scan.row_runtime
+        if pack_size is not None:
+            over += int(np.count_nonzero(row_runtime > pack_size))
+        if row_runtime.size:
+            max_row = max(max_row, int(row_runtime.max()))
+        if runtime.size:
+            gcd = math.gcd(gcd, int(np.gcd.reduce(np.abs(runtime))))
+        rows += scan.rows
+        segments += scan.samples
     return PackedDataSummary(
-        path=str(root),
+        path=str(path),
         pack_size=pack_size,
-        metadata_path=str(meta_path) if meta_path is not None else None,
-        metadata=tuple(metadata),
-        parquet_files=tuple(str(p) for p in parquet),
-        manifest=manifest,
-        recorded_pad_seq_to_mult=recorded,
+        metadata_path=None if folder.metadata_path is None else str(folder.metadata_path),
+        metadata=folder.metadata,
+        parquet_files=tuple(str(p) for p in folder.all_files),
+        manifest=None if folder.manifest is None else folder.manifest.to_dict(),
+        recorded_pad_seq_to_mult=folder.pad_seq_to_mult,
         rows=rows,
         segments=segments,
         checked_multiple=checks[0],

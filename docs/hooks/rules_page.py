@@ -1,0 +1,165 @@
+"""mkdocs hook: the rules reference page (``reference/rules.md``), generated from the rule registry.
+
+Nothing is written to ``docs/``: :func:`on_files` adds the page to the build in memory, so the page
+always lists exactly the rules of the code being documented. :func:`render` is plain Python (no mkdocs)
+so a test can check the page without building the site.
+
+The generator reads only these attributes of each record in ``longpack.rules.RULES``: ``id``,
+``severity`` (an enum with ``.value`` or a string), ``title``, ``source`` and ``scope``; ``fix`` and
+``description`` are shown when a record has them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+PAGE = "reference/rules.md"
+
+# Rule families by id prefix, in the order a reader meets them; an unknown prefix gets its own section.
+FAMILIES = {
+    "CFG": "Basic input",
+    "TOPO": "Topology",
+    "SP": "Sequence parallelism",
+    "PP": "Pipeline parallelism",
+    "CP": "Context parallelism",
+    "SEQ": "Sequence lengths",
+    "BATCH": "Batch sizes",
+    "PACK": "Packing",
+    "MTP": "Multi-token prediction",
+    "CG": "CUDA graphs",
+    "EN": "Megatron-Energon packing",
+    "MOE": "Mixture of Experts",
+    "MODEL": "Model families",
+    "DATA": "Packed data (`--packed`)",
+}
+
+# Where a rule comes from, in upstream terms. The registry may name a source by a section of longpack's
+# research notes (``§6.10``, ``C.2``); those tokens are shown as the upstream code or document they stand for.
+UPSTREAM = {
+    "§1": "Bridge `PackedSequenceSpecs`",
+    "§2.1": "Bridge offline packing (output files)",
+    "§2.6": "Bridge `fill_packing_strategy`",
+    "§3.1": "Bridge `build_gpt_sft_split`",
+    "§3.4": "Bridge packed `collate_fn`",
+    "§3.5": "Bridge `GPTSFTPackedDataset` (metadata)",
+    "§5.2": "Bridge `gpt_step` CP split",
+    "§5.4": "Bridge `gpt_step` forward",
+    "§5.5": "Bridge THD micro-batches (MBS 1)",
+    "§6.16": "Bridge MTP docs",
+    "§6.17": "Bridge recipes (model opt-outs)",
+    "§6": "Bridge `ConfigContainer.validate`",
+    "§8": "Bridge docs (recommended settings)",
+    "§9.9": "TransformerEngine THD split",
+    "C.1": "Bridge `EnergonDatasetConfig.validate`",
+    "C.2": "Bridge `ConfigContainer.validate` (Energon)",
+    "D.7": "TransformerEngine / MCore CP communication",
+    "D.8": "MCore sequence parallelism",
+}
+_TOKEN = re.compile(r"^(§\d+(?:\.\d+)?|[A-F]\.\d+)\s*(.*)$")
+
+
+def upstream_source(source: str) -> str:
+    """The ``source`` of a rule in upstream terms.
+
+    >>> upstream_source("§6.10")
+    'Bridge `ConfigContainer.validate`'
+    >>> upstream_source("§6.6, C.2")
+    'Bridge `ConfigContainer.validate`; Bridge `ConfigContainer.validate` (Energon)'
+    >>> upstream_source("§8 (performance guide)"), upstream_source("MCore attention")
+    ('Bridge docs (recommended settings) (performance guide)', 'MCore attention')
+    """
+    parts: list[str] = []
+    for part in (p.strip() for p in source.split(",")):
+        match = _TOKEN.match(part)
+        if match is None:
+            text = part
+        else:
+            token, rest = match.groups()
+            name = UPSTREAM.get(token) or UPSTREAM.get(token.split(".")[0]) or token
+            rest = "" if rest == "(docs)" else rest
+            text = f"{name} {rest}".strip()
+        if text and text not in parts:
+            parts.append(text)
+    return "; ".join(parts)
+
+
+def _family(rule_id: str) -> str:
+    parts = rule_id.split("-")
+    return parts[1] if len(parts) > 2 else rule_id
+
+
+def _cell(text: Any) -> str:
+    # Titles hold products such as TP*CP*PP, which Markdown would read as emphasis.
+    return str(text).replace("|", "\\|").replace("*", "\\*").replace("\n", " ")
+
+
+def render(rules: Any = None) -> str:
+    """The Markdown of the rules page (``rules``: the registry mapping; default ``longpack.rules.RULES``)."""
+    if rules is None:
+        from longpack.rules import RULES as rules
+    records = list(rules.values())
+    by_family: dict[str, list[Any]] = {}
+    for record in records:
+        by_family.setdefault(_family(record.id), []).append(record)
+    order = [f for f in FAMILIES if f in by_family] + [f for f in by_family if f not in FAMILIES]
+    show_fix = any(getattr(r, "fix", None) for r in records)
+    severities = [getattr(r.severity, "value", r.severity) for r in records]
+
+    out = [
+        "# Rules",
+        "",
+        f"`longpack check` knows {len(records)} rules: {severities.count('error')} errors, "
+        f"{severities.count('warning')} warnings and {severities.count('info')} infos. This page is generated "
+        "from the rule registry (`longpack.rules.RULES`) when the site is built; `longpack check --list-rules` "
+        "prints the same list (`--json` for machines). Rule ids are stable and never reused.",
+        "",
+        "An **error** makes `longpack check` exit with code 1 (Megatron would refuse the config or fail at "
+        "run time); a **warning** is a likely problem; an **info** is advice. Rules marked *packed data* run "
+        "only with `--packed DIR`. Each finding also carries a message quoting the values involved, the "
+        "config keys with the `file:line` or override they came from, and a concrete fix.",
+        "",
+    ]
+    for family in order:
+        out += [f"## {FAMILIES.get(family, family)} {{#family-{family.lower()}}}", ""]
+        header = ["id", "severity", "what it checks", "applies to", "source"] + (["fix"] if show_fix else [])
+        out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for r in by_family[family]:
+            title = getattr(r, "description", None) or r.title
+            cells = [
+                f'<a id="{r.id.lower()}"></a>`{r.id}`',
+                getattr(r.severity, "value", r.severity),
+                _cell(title),
+                "packed data" if getattr(r, "scope", "config") == "packed" else "config",
+                _cell(upstream_source(getattr(r, "source", ""))),
+            ]
+            if show_fix:
+                cells.append(_cell(getattr(r, "fix", "") or ""))
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    out += [
+        "## Sources {#sources}",
+        "",
+        "- **Bridge `ConfigContainer.validate`**, **`EnergonDatasetConfig.validate`**, "
+        "**`GPTSFTDatasetConfig.validate`**: checks Megatron-Bridge runs when a training starts; longpack runs "
+        "them before any GPU is allocated.",
+        "- **Bridge docs (recommended settings)**: requirements Megatron-Bridge's documentation states but its "
+        "code does not check (GBS vs DP, `pad_seq_to_mult` vs the topology, equal lengths, HybridEP widths, "
+        "CUDA graphs with variable shapes).",
+        "- **Bridge recipes**: model families whose recipes turn packing off.",
+        "- **Bridge packed `collate_fn`, `gpt_step`, TransformerEngine THD split**: what the runtime needs of "
+        "the packed data (see [THD batches](thd-batch.md)).",
+        "- **MCore**: Megatron-Core's own configuration checks (`TransformerConfig`, `ModelParallelConfig`, "
+        "`parallel_state`, pipeline layouts).",
+        "- **longpack**: advice about what the check itself could not see.",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def on_files(files: Any, config: Any) -> Any:
+    """mkdocs event: add the generated page to the build."""
+    from mkdocs.structure.files import File
+
+    files.append(File.generated(config, PAGE, content=render()))
+    return files

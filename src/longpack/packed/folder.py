@@ -1,0 +1,905 @@
+"""The one reader of packed output: :class:`PackedFolder` opens a folder, a file or a glob and answers what is
+in it (splits, files, ``<N>_metadata.jsonl``, ``manifest.json``, pack size, row and sample lengths) and what
+is wrong with it (:meth:`PackedFolder.validate`). ``longpack inspect``, ``longpack check --packed``, the
+runtime dataset and the THD collate all read through it. numpy + pyarrow only (no torch).
+
+How a spec is opened:
+
+- **A folder** is read split by split: ``training_<N>*.idx.parquet`` and ``validation_<N>*.idx.parquet`` are
+  never mixed (Megatron-Bridge, given a folder, reads every ``*.parquet`` in it, both splits together).
+  The files of a split are the ones ``manifest.json`` lists. A folder without a manifest is an unfinished
+  ``longpack pack`` (the manifest is written last) and is refused unless ``allow_unfinished=True``.
+- **A file or a glob** names the files: they are resolved with Megatron-Bridge's own rule
+  (:func:`~longpack.packed.files.resolve_packed_parquet_paths`: sorted glob, literal ``[``, missing = error) and
+  read as named, so a glob reads what Bridge would read. Files Megatron-Bridge wrote carry no manifest; named
+  this way they are read without one. A manifest next to them still gives the pack size, ``pad_seq_to_mult``
+  and the EOS id.
+
+Reading rows goes through a small per-format row source (:class:`ParquetRowSource`: whole row groups as
+flat Arrow offsets + values), so a second on-disk format can sit next to it (``PackedFolder.format``).
+
+>>> import tempfile
+>>> from longpack.packed.pipeline import PackSettings, Provenance, plan_splits, write_packed_output
+>>> from longpack.samples import TokenizedSamples
+>>> s = TokenizedSamples(tokens=np.array([5, 6, 2, 7, 2, 8, 8, 2], np.int32),
+...     loss_mask=np.ones(8, np.uint8), offsets=np.array([0, 3, 5, 8]),
+...     source_file=np.zeros(3, np.int32), source_row=np.array([1, 2, 3]), files=("a.jsonl",))
+>>> out = Path(tempfile.mkdtemp()) / "packed"
+>>> settings = PackSettings(seq_length=4, val_fraction=0.34)
+>>> _ = write_packed_output(out, plan_splits(s, settings, eos_id=2), settings,
+...                         Provenance(tokenizer={"eos_id": 2}))
+>>> folder = PackedFolder.open(out)
+>>> folder.split_names, folder.pack_size, folder.eos_id, [p.name for p in folder.files("validation")]
+(('training', 'validation'), 4, 2, ['validation_4.idx.parquet'])
+>>> folder.sample_lengths("training").tolist(), folder.validate(verify=True)
+([2, 1], [])
+>>> PackedFolder.open(out, split="training").split_names
+('training',)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from longpack.errors import PackedDataError
+from longpack.packed.files import (
+    REQUIRED_COLUMNS,
+    ROW_GROUP_SIZE,
+    SPLITS,
+    is_parquet_name,
+    metadata_name,
+    resolve_packed_parquet_paths,
+    sha256_file,
+)
+from longpack.packed.manifest import MANIFEST_NAME, PackManifest, SplitRecord
+from longpack.packed.plan import PackPlan, pack_metadata
+
+__all__ = [
+    "ListColumn",
+    "PackedFolder",
+    "PackedSplit",
+    "ParquetRowSource",
+    "SplitScan",
+    "list_column",
+    "read_metadata_file",
+    "validate_row",
+    "validate_rows",
+]
+
+_SHARD_RE = re.compile(
+    r"^(?P<split>[^_]+)_(?P<n>\d+)(?:\.part-(?P<part>\d+)-of-(?P<parts>\d+))?\.idx\.(?:parquet|pq)$", re.I
+)
+_META_RE = re.compile(r"^(\d+)_metadata\.jsonl$")
+# Megatron-Bridge's default folder: <tok>_pad_seq_to_mult<P>_sft_<fp12>.
+_DIR_MULT_RE = re.compile(r"_pad_seq_to_mult(\d+|None)_")
+_DAMAGED = "the file is damaged or incompletely copied: copy it again, or pack again"
+_INCOMPLETE = "the folder is incomplete (a failed copy or a deleted file): copy it again, or pack again"
+#: Split name of named files whose names carry no split (``shard_0.parquet``).
+UNSPLIT = "files"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Flat list columns and the row checks of Megatron-Bridge's ``validate_row``.
+
+
+class ListColumn(NamedTuple):
+    """A list column as ``offsets`` (int64 ``[R+1]``, starting at 0) and the flat ``values`` of its rows."""
+
+    offsets: np.ndarray
+    values: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def list_column(column: pa.ChunkedArray | pa.Array, where: str = "column") -> ListColumn:
+    """Offsets and values of a list column without per-row Python objects; a clear error for anything else.
+
+    >>> c = list_column(pa.array([[1, 2], [], [3]]))
+    >>> c.offsets.tolist(), c.values.tolist(), c.lengths.tolist()
+    ([0, 2, 2, 3], [1, 2, 3], [2, 0, 1])
+    """
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+        raise PackedDataError(
+            f"{where} has type {arr.type}, expected a list column; write it with `longpack pack`"
+        )
+    if arr.null_count or arr.values.null_count:
+        raise PackedDataError(f"{where} holds nulls; a packed row needs a value at every position")
+    offsets = np.asarray(arr.offsets, dtype=np.int64)
+    base, end = int(offsets[0]), int(offsets[-1])
+    values = arr.values.to_numpy(zero_copy_only=False)[base:end]
+    return ListColumn(offsets - base, values)
+
+
+def _preview(values: np.ndarray) -> str:
+    shown = [int(v) for v in values[:8]]
+    return str(shown) if len(values) <= 8 else f"{str(shown)[:-1]}, ...]"
+
+
+def _row_checks(
+    ids_len: np.ndarray, mask_len: np.ndarray, start_offsets: np.ndarray, starts: np.ndarray
+) -> list[tuple[int, str]]:
+    """(first offending row, message) for each broken rule of Megatron-Bridge's ``validate_row``."""
+    problems: list[tuple[int, str]] = []
+    bad = np.flatnonzero(ids_len != mask_len)
+    if bad.size:
+        r = int(bad[0])
+        problems.append((r, f"loss_mask length {int(mask_len[r])} != input_ids length {int(ids_len[r])}"))
+    n_starts = np.diff(start_offsets)
+    first = np.full(len(n_starts), -1, dtype=np.int64)
+    has = n_starts > 0
+    first[has] = starts[start_offsets[:-1][has]]
+    bad = np.flatnonzero(first != 0)
+    if bad.size:
+        r = int(bad[0])
+        row_starts = starts[start_offsets[r] : start_offsets[r + 1]]
+        problems.append((r, f"seq_start_id must start with 0, got {_preview(row_starts)}"))
+    if starts.size:
+        row_of = np.repeat(np.arange(len(n_starts)), n_starts)
+        bad = np.flatnonzero(starts >= ids_len[row_of])
+        if bad.size:
+            r = int(row_of[bad[0]])
+            problems.append(
+                (r, f"seq_start_id value {int(starts[bad[0]])} is >= len(input_ids)={int(ids_len[r])}")
+            )
+        bad = np.flatnonzero((row_of[1:] == row_of[:-1]) & (np.diff(starts) < 0))
+        if bad.size:
+            r = int(row_of[bad[0]])
+            row_starts = starts[start_offsets[r] : start_offsets[r + 1]]
+            problems.append((r, f"seq_start_id {_preview(row_starts)} is not non-decreasing"))
+    return problems
+
+
+def validate_rows(table: pa.Table) -> list[str]:
+    """The row invariants of Megatron-Bridge's ``validate_row``, checked for every row of a table at once.
+
+    One message per broken rule, naming the first offending row (empty list = all rows valid).
+
+    >>> t = pa.table({"input_ids": [[1, 2, 3], [4, 5]], "loss_mask": [[0, 1, 0], [1]],
+    ...               "seq_start_id": [[0, 1], [1]]})
+    >>> validate_rows(t)
+    ['row 1: loss_mask length 1 != input_ids length 2', 'row 1: seq_start_id must start with 0, got [1]']
+    """
+    ids = list_column(table.column("input_ids"), "input_ids")
+    mask = list_column(table.column("loss_mask"), "loss_mask")
+    starts = list_column(table.column("seq_start_id"), "seq_start_id")
+    checks = _row_checks(ids.lengths, mask.lengths, starts.offsets, starts.values.astype(np.int64))
+    return [f"row {r}: {message}" for r, message in checks]
+
+
+def validate_row(row: Mapping[str, Any]) -> None:
+    """Check one stored row (Megatron-Bridge ``validate_row``); raise :class:`PackedDataError` on the first
+    broken rule.
+
+    >>> validate_row({"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1], "seq_start_id": [0, 2]})
+    >>> validate_row({"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1], "seq_start_id": [0, 5]})
+    Traceback (most recent call last):
+    ...
+    longpack.errors.PackedDataError: seq_start_id value 5 is >= len(input_ids)=3
+    """
+    starts = np.asarray(row["seq_start_id"], dtype=np.int64).reshape(-1)
+    checks = _row_checks(
+        np.array([len(row["input_ids"])]),
+        np.array([len(row["loss_mask"])]),
+        np.array([0, starts.size]),
+        starts,
+    )
+    if checks:
+        raise PackedDataError(checks[0][1])
+
+
+def _sample_runtime(row_len: np.ndarray, start_offsets: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Runtime length (stored - 1) of every sample: each ends where the next starts, the last at the row end."""
+    n_starts = np.diff(start_offsets)
+    ends = np.empty_like(starts)
+    if starts.size:
+        ends[:-1] = starts[1:]
+        ends[start_offsets[1:][n_starts > 0] - 1] = row_len[n_starts > 0]
+    return ends - starts - 1
+
+
+def read_metadata_file(path: str | Path) -> tuple[dict[str, Any], ...]:
+    """The entries of a ``<N>_metadata.jsonl`` file: one JSON array of per-split dicts (training first).
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "8_metadata.jsonl"
+    >>> _ = p.write_text('[{"pack_size": 8, "max_samples_per_bin": 2}]')
+    >>> read_metadata_file(p)
+    ({'pack_size': 8, 'max_samples_per_bin': 2},)
+    """
+    p = Path(path)
+    try:
+        loaded = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise PackedDataError(
+            f"{p}: no such metadata file; pack again so <N>_metadata.jsonl is written (or point at it)"
+        ) from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise PackedDataError(f"{p}: not a JSON array of metadata dicts ({exc}); pack again") from exc
+    if not isinstance(loaded, list) or not all(isinstance(x, dict) for x in loaded):
+        raise PackedDataError(
+            f"{p}: must hold one JSON array of dicts (Bridge: 'invalid packing_metadata_file!'); pack again"
+        )
+    return tuple(loaded)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Row sources: one per on-disk format.
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+class ParquetRowSource:
+    """One packed Parquet file: rows per row group (from the footer) and reads of whole row groups.
+
+    The file handle is opened lazily, once per process (a ``DataLoader`` worker forked from a parent that
+    read rows opens its own), and is not pickled.
+    """
+
+    format: ClassVar[str] = "parquet"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            with pq.ParquetFile(self.path) as reader:
+                names = set(reader.schema_arrow.names)
+                meta = reader.metadata
+                self.group_rows = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
+        except FileNotFoundError as exc:
+            raise PackedDataError(f"{self.path}: no such file") from exc
+        except (OSError, pa.ArrowException) as exc:
+            raise PackedDataError(
+                f"{self.path}: cannot open as Parquet ({_one_line(exc)}); {_DAMAGED}"
+            ) from exc
+        missing = [c for c in REQUIRED_COLUMNS if c not in names]
+        if missing:
+            raise PackedDataError(
+                f"{self.path}: missing required columns {missing}; a packed file needs "
+                f"{list(REQUIRED_COLUMNS)} (write it with `longpack pack`)"
+            )
+        self.num_rows = sum(self.group_rows)
+        self._pid: int | None = None
+        self._reader: pq.ParquetFile | None = None
+
+    def group_start(self, group: int) -> int:
+        """The file row number of a row group's first row."""
+        return sum(self.group_rows[:group])
+
+    def read_group(self, group: int, columns: Sequence[str] = REQUIRED_COLUMNS) -> dict[str, ListColumn]:
+        """One row group's ``columns``; a damaged page is a :class:`PackedDataError` naming file and rows."""
+        if self._pid != os.getpid() or self._reader is None:
+            self._reader = pq.ParquetFile(self.path)
+            self._pid = os.getpid()
+        try:
+            table = self._reader.read_row_group(group, columns=list(columns))
+        except (OSError, pa.ArrowException) as exc:
+            first = self.group_start(group)
+            raise PackedDataError(
+                f"{self.path}: row group {group} (rows {first}-{first + self.group_rows[group] - 1}) cannot be "
+                f"read ({_one_line(exc)}); {_DAMAGED}"
+            ) from exc
+        return {
+            name: list_column(table.column(name), f"{self.path}: row group {group}: column {name!r}")
+            for name in columns
+        }
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+        self._reader = None
+        self._pid = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_reader": None, "_pid": None}
+
+
+#: Row-source class of each on-disk format (a second format adds its class here).
+ROW_SOURCES: dict[str, type[ParquetRowSource]] = {"parquet": ParquetRowSource}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Splits and what a scan of their rows gives.
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackedSplit:
+    """One split as opened: its data files in row order, its manifest record and metadata entry."""
+
+    name: str
+    files: tuple[Path, ...]
+    #: The manifest's record of this split (``None`` without a manifest).
+    record: SplitRecord | None = None
+    #: This split's entry of ``<N>_metadata.jsonl`` (``None`` if there is no file or no entry).
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitScan:
+    """Lengths of every row and sample of a split, read from the list offsets (tokens never become Python
+    objects); with ``verified``, also every row check that failed."""
+
+    name: str
+    files: tuple[str, ...]
+    #: Rows in each file, in file order.
+    file_rows: tuple[int, ...]
+    #: Stored tokens of each row (int64 ``[R]``).
+    row_stored: np.ndarray
+    #: Samples of each row (int64 ``[R]``).
+    samples_per_row: np.ndarray
+    #: Runtime length (stored - 1) of each sample, row after row (int64 ``[S]``).
+    sample_runtime: np.ndarray
+    supervised_tokens: int
+    verified: bool
+    problems: tuple[str, ...] = ()
+
+    @property
+    def rows(self) -> int:
+        return len(self.row_stored)
+
+    @property
+    def samples(self) -> int:
+        return len(self.sample_runtime)
+
+    @property
+    def stored_tokens(self) -> int:
+        return int(self.row_stored.sum())
+
+    @property
+    def row_runtime(self) -> np.ndarray:
+        """Runtime tokens of each row (stored minus one per sample)."""
+        return self.row_stored - self.samples_per_row
+
+    def locate_sample(self, index: int) -> tuple[str, int, int]:
+        """``(file name, row in that file, sample in that row)`` of a sample number."""
+        row = int(np.searchsorted(np.cumsum(self.samples_per_row), index, side="right"))
+        sample = index - int(self.samples_per_row[:row].sum())
+        file_ends = np.cumsum(self.file_rows)
+        file_index = int(np.searchsorted(file_ends, row, side="right"))
+        return self.files[file_index], row - int(file_ends[file_index] - self.file_rows[file_index]), sample
+
+
+# ---------------------------------------------------------------------------------------------------
+# The folder.
+
+
+def _split_of(name: str, known: Sequence[str]) -> str | None:
+    prefix = name.split("_", 1)[0]
+    return prefix if prefix in known and "_" in name else None
+
+
+def _pack_size_of(name: str) -> int | None:
+    m = _SHARD_RE.match(name)
+    return int(m.group("n")) if m else None
+
+
+def _missing_parts(paths: Sequence[Path]) -> list[str]:
+    """Shard names ``<split>_<N>.part-i-of-k`` absent from a set that holds some shard of that series."""
+    have: dict[tuple[str, str, int], set[int]] = {}
+    suffix: dict[tuple[str, str, int], str] = {}
+    for p in paths:
+        m = _SHARD_RE.match(p.name)
+        if m and m.group("parts"):
+            key = (m.group("split"), m.group("n"), int(m.group("parts")))
+            have.setdefault(key, set()).add(int(m.group("part")))
+            suffix[key] = p.name[p.name.lower().rindex(".idx.") :]
+    missing = []
+    for (split, n, parts), found in sorted(have.items()):
+        for i in range(parts):
+            if i not in found:
+                missing.append(f"{split}_{n}.part-{i:05d}-of-{parts:05d}{suffix[(split, n, parts)]}")
+    return missing
+
+
+class PackedFolder:
+    """Packed data opened from a folder, a file or a glob; see the module docstring. Use :meth:`open`."""
+
+    #: The on-disk format of the data files (``"parquet"``: Megatron-Bridge's main format).
+    format: str
+    #: What was opened: ``"folder"`` (split by split) or ``"files"`` (a file, a glob or a list, as named).
+    kind: str
+    spec: str
+    #: The folder holding the files (and the manifest and metadata); ``None`` for files in several folders.
+    root: Path | None
+    manifest: PackManifest | None
+    metadata_path: Path | None
+    #: Entries of ``<N>_metadata.jsonl`` (empty without one).
+    metadata: tuple[dict[str, Any], ...]
+    splits: dict[str, PackedSplit]
+
+    def __init__(self) -> None:  # use open()
+        self.format = "parquet"
+        self.kind = "files"
+        self.spec = ""
+        self.root = None
+        self.manifest = None
+        self.metadata_path = None
+        self.metadata = ()
+        self.splits = {}
+        self._named: tuple[Path, ...] = ()
+        self._known: list[str] = list(SPLITS)
+        self._names: list[str] = []
+        self._on_disk: dict[str, list[str]] = {}
+        self._pack_size_from_names: int | None = None
+        self._allow_unfinished = False
+        self._problems: list[str] = []
+        self._sources: dict[Path, ParquetRowSource] = {}
+        self._scans: dict[str, SplitScan] = {}
+
+    # -- opening ------------------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        split: str | None = None,
+        allow_unfinished: bool = False,
+        pack_size: int | None = None,
+    ) -> PackedFolder:
+        """Open packed data; raise :class:`PackedDataError` if it cannot be read.
+
+        - ``spec``: the output folder, one file, a glob of shards, or a list of files (read in that order).
+        - ``split``: expose only this split (``"training"`` / ``"validation"``); ``None`` exposes every split.
+          Named files whose names carry no split form the split ``"files"``.
+        - ``allow_unfinished``: open a folder without ``manifest.json``, or with missing shards, and report
+          that in :meth:`validate` instead of refusing it (``longpack inspect`` does).
+        - ``pack_size``: the pack size expected; picks among several ``<N>_metadata.jsonl`` (and shard sets
+          ``<split>_<N>*``) in a Megatron-Bridge folder that holds more than one.
+        """
+        self = cls()
+        self._allow_unfinished = allow_unfinished
+        globbed = False
+        if isinstance(spec, str | os.PathLike):
+            self.spec = os.fspath(spec)
+            if os.path.isdir(self.spec):
+                self.kind, self.root = "folder", Path(self.spec)
+            else:
+                self._named = tuple(Path(p) for p in self._resolve_named(self.spec))
+                globbed = not os.path.isfile(self.spec)
+        else:
+            self._named = tuple(Path(p) for p in spec)
+            self.spec = ", ".join(map(str, self._named))
+            if not self._named:
+                raise PackedDataError("no packed files given: name at least one Parquet file")
+        if self.kind == "files":
+            parents = {p.parent for p in self._named}
+            self.root = parents.pop() if len(parents) == 1 else None
+        self.manifest = self._read_manifest()
+        if self.manifest is not None:
+            self._known = list(dict.fromkeys([*self.manifest.split_names, *SPLITS]))
+        if self.root is not None:
+            self._names = sorted(p.name for p in self.root.iterdir() if p.is_file())
+        for name in self._names:
+            if is_parquet_name(name) and not name.startswith(".") and (s := _split_of(name, self._known)):
+                self._on_disk.setdefault(s, []).append(name)
+        if self.kind == "folder":
+            self._open_folder(pack_size)
+        else:
+            self._open_named(globbed)
+        self._read_metadata(pack_size)
+        if split is not None:
+            if split not in self.splits:
+                held = ", ".join(self.splits) or "no split"
+                raise PackedDataError(
+                    f"{self.spec}: no {split!r} split here (it holds {held}); pass one of those as split"
+                )
+            self.splits = {split: self.splits[split]}
+        for opened in self.splits.values():
+            for path in opened.files:
+                self._sources.setdefault(path, ROW_SOURCES[self.format](path))
+        return self
+
+    def _resolve_named(self, text: str) -> list[str]:
+        if not os.path.exists(text) and not any(ch in text for ch in "*?[") and not is_parquet_name(text):
+            raise PackedDataError(
+                f"packed data {text}: no such file or folder; point at the folder `longpack pack` wrote, "
+                "one of its .idx.parquet files, or a glob of shards"
+            )
+        found = resolve_packed_parquet_paths(text)
+        if not found:
+            raise PackedDataError(
+                f"{text}: not packed Parquet data (expected a .parquet/.pq file, a folder or a glob of shards)"
+            )
+        return found
+
+    def _read_manifest(self) -> PackManifest | None:
+        if self.root is None or not (self.root / MANIFEST_NAME).is_file():
+            return None
+        try:
+            return PackManifest.read(self.root / MANIFEST_NAME)
+        except PackedDataError as exc:
+            if not self._allow_unfinished:
+                raise
+            self._problems.append(str(exc))
+            return None
+
+    def _refuse_or_note(self, problem: str, fix: str) -> None:
+        if not self._allow_unfinished:
+            raise PackedDataError(f"{self.spec}: {problem}; {fix}")
+        self._problems.append(problem)
+
+    def _open_folder(self, pack_size_hint: int | None) -> None:
+        assert self.root is not None
+        root, manifest = self.root, self.manifest
+        parquet = [n for n in self._names if is_parquet_name(n) and not n.startswith(".")]
+        if manifest is None and not parquet:
+            raise PackedDataError(
+                f"packed data {root}: no *.parquet files and no {MANIFEST_NAME}; point at the folder "
+                "`longpack pack` (or Megatron-Bridge) wrote"
+            )
+        if manifest is not None:
+            for name, record in manifest.splits.items():
+                listed = [root / f.name for f in record.files]
+                for path in listed:
+                    if not path.is_file():
+                        self._refuse_or_note(
+                            f"{name}: the manifest lists {path.name} but it is missing", _DAMAGED
+                        )
+                if present := tuple(p for p in listed if p.is_file()):
+                    self.splits[name] = PackedSplit(name=name, files=present, record=record)
+            for name in self._on_disk:
+                if name not in manifest.splits:
+                    self._refuse_or_note(
+                        f"{name}: files present but the manifest lists no such split",
+                        "the folder mixes outputs: pack again into a fresh folder",
+                    )
+        else:
+            example = f"{root}/training_*.idx.parquet" if "training" in self._on_disk else f"{root}/*.parquet"
+            self._refuse_or_note(
+                f"no {MANIFEST_NAME}: this output is unfinished (an interrupted or still-running `longpack "
+                "pack`)",
+                "pack it again into a fresh folder; to read files Megatron-Bridge wrote (it writes no "
+                f"manifest), name them with a glob such as {example}",
+            )
+            # A Megatron-Bridge folder holds one shard set per pack size: read one of them.
+            sizes = sorted({n for names in self._on_disk.values() for x in names if (n := _pack_size_of(x))})
+            if pack_size_hint in sizes or len(sizes) == 1:
+                self._pack_size_from_names = pack_size_hint if pack_size_hint in sizes else sizes[0]
+            elif sizes:
+                raise PackedDataError(
+                    f"{root}: holds packs of several pack sizes ({', '.join(map(str, sizes))}); pass the one "
+                    "you mean as pack_size"
+                )
+            for name in self._known:
+                files = [root / x for x in self._on_disk.get(name, ()) if self._same_pack_size(x)]
+                if files:
+                    self.splits[name] = PackedSplit(name=name, files=tuple(files))
+                for missing in _missing_parts(files):
+                    self._refuse_or_note(f"{name}: shard {missing} is missing", _INCOMPLETE)
+        if not self.splits:
+            others = [n for n in parquet if _split_of(n, self._known) is None]
+            shown = (
+                f" (it holds {', '.join(others[:3])}{' ...' if len(others) > 3 else ''})" if others else ""
+            )
+            self._refuse_or_note(
+                f"no training_*/validation_* packed files here{shown}",
+                f"name the files with a glob such as {root}/*.parquet to read them as Megatron-Bridge does",
+            )
+
+    def _same_pack_size(self, name: str) -> bool:
+        return _pack_size_of(name) in (None, self._pack_size_from_names)
+
+    def _open_named(self, globbed: bool) -> None:
+        records = self.manifest.splits if self.manifest is not None else {}
+        groups: dict[str, list[Path]] = {}
+        for path in self._named:
+            groups.setdefault(_split_of(path.name, self._known) or UNSPLIT, []).append(path)
+        self.splits = {
+            name: PackedSplit(name=name, files=tuple(paths), record=records.get(name))
+            for name, paths in groups.items()
+        }
+        if globbed:  # a glob that matches part of a shard series missed the rest
+            for missing in _missing_parts(self._named):
+                self._refuse_or_note(f"shard {missing} is missing from the files named", _INCOMPLETE)
+        sizes = {n for p in self._named if (n := _pack_size_of(p.name))}
+        self._pack_size_from_names = sizes.pop() if len(sizes) == 1 else None
+
+    def _read_metadata(self, pack_size_hint: int | None) -> None:
+        if self.root is None:
+            return
+        wanted = self.manifest.metadata_file.get("name") if self.manifest is not None else None
+        n = (
+            pack_size_hint
+            or (self.manifest.pack_size if self.manifest else None)
+            or self._pack_size_from_names
+        )
+        by_n = sorted((int(m.group(1)), x) for x in self._names if (m := _META_RE.match(x)))
+        names = [x for _, x in by_n]
+        for candidate in (wanted, metadata_name(n) if n else None, names[0] if names else None):
+            if candidate in names:
+                self.metadata_path = self.root / candidate
+                break
+        if self.metadata_path is not None:
+            try:
+                self.metadata = read_metadata_file(self.metadata_path)
+            except PackedDataError as exc:
+                if not self._allow_unfinished:
+                    raise
+                self._problems.append(str(exc))
+        # Entries follow the splits the folder holds, in writing order (training first).
+        if self.manifest is not None:
+            order = [s for s in self._known if s in self.manifest.splits]
+        else:
+            order = [s for s in self._known if any(map(self._same_pack_size, self._on_disk.get(s, ())))]
+        for name, s in self.splits.items():
+            if name in order and order.index(name) < len(self.metadata):
+                self.splits[name] = PackedSplit(
+                    name=name, files=s.files, record=s.record, metadata=self.metadata[order.index(name)]
+                )
+
+    # -- what the data is ---------------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        """Whether a manifest vouches for the files (``longpack pack`` writes it last)."""
+        return self.manifest is not None
+
+    @property
+    def split_names(self) -> tuple[str, ...]:
+        return tuple(self.splits)
+
+    @property
+    def all_files(self) -> tuple[Path, ...]:
+        """Every data file opened: as named for a file or glob, split after split for a folder."""
+        if self.kind == "files":
+            kept = {p for s in self.splits.values() for p in s.files}
+            return tuple(p for p in self._named if p in kept)
+        return tuple(p for s in self.splits.values() for p in s.files)
+
+    def files(self, split: str | None = None) -> tuple[Path, ...]:
+        """The data files of ``split`` in row order. ``split`` may be left out for named files (all of them,
+        as Megatron-Bridge reads them) or a folder holding one split; a folder holding both needs it."""
+        if split is not None:
+            return self._split(split).files
+        if self.kind == "files" or len(self.splits) == 1:
+            return self.all_files
+        held = ", ".join(f"{n} ({self.source_rows(n)} rows)" for n in self.splits)
+        raise PackedDataError(
+            f"{self.spec} holds {held}; a reader takes one split: pass split='training' or split='validation'"
+        )
+
+    def sources(self, split: str | None = None) -> list[ParquetRowSource]:
+        """The row source of each file of :meth:`files` (footers already read)."""
+        return [self._sources[p] for p in self.files(split)]
+
+    def source_rows(self, split: str) -> int:
+        """Rows of a split, from the file footers."""
+        return sum(self._sources[p].num_rows for p in self._split(split).files)
+
+    @property
+    def pack_size(self) -> int | None:
+        """N: from the manifest, else the metadata entries, else the metadata file name, else shard names."""
+        if self.manifest is not None and self.manifest.pack_size:
+            return self.manifest.pack_size
+        for entry in self.metadata:
+            value = entry.get("pack_size")
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        if self.metadata_path is not None:
+            m = _META_RE.match(self.metadata_path.name)
+            assert m is not None
+            return int(m.group(1))
+        return self._pack_size_from_names
+
+    @property
+    def pad_seq_to_mult(self) -> int | None:
+        """From the manifest, else from a Megatron-Bridge folder name (``..._pad_seq_to_mult<P>_sft_...``)."""
+        if self.manifest is not None and self.manifest.pad_seq_to_mult is not None:
+            return self.manifest.pad_seq_to_mult
+        if self.root is not None:
+            m = _DIR_MULT_RE.search(self.root.name + "_")
+            if m and m.group(1) != "None":
+                return int(m.group(1))
+        return None
+
+    @property
+    def eos_id(self) -> int | None:
+        """The tokenizer's EOS id (also the pad id), from the manifest."""
+        return None if self.manifest is None else self.manifest.eos_id
+
+    def _split(self, name: str) -> PackedSplit:
+        if name not in self.splits:
+            raise PackedDataError(
+                f"{self.spec}: no {name!r} split (it holds {', '.join(self.splits) or 'none'})"
+            )
+        return self.splits[name]
+
+    # -- rows ---------------------------------------------------------------------------------------
+    def scan(self, split: str, *, verify: bool = False) -> SplitScan:
+        """Read every row group of a split once (``loss_mask`` and ``seq_start_id``; with ``verify`` also
+        ``input_ids`` and every row check). Cached: a verified scan also answers unverified requests."""
+        cached = self._scans.get(split)
+        if cached is not None and (cached.verified or not verify):
+            return cached
+        s = self._split(split)
+        pack_size, multiple = self.pack_size, self.pad_seq_to_mult or 1
+        columns = REQUIRED_COLUMNS if verify else ("loss_mask", "seq_start_id")
+        stored, per_row, runtime, problems = [], [], [], []
+        supervised = 0
+        for path in s.files:
+            source = self._sources[path]
+            first = 0
+            for group, n in enumerate(source.group_rows):
+                cols = source.read_group(group, columns)
+                mask, starts_col = cols["loss_mask"], cols["seq_start_id"]
+                row_len = cols["input_ids"].lengths if verify else mask.lengths
+                starts = starts_col.values.astype(np.int64, copy=False)
+                n_starts = starts_col.lengths
+                seg = _sample_runtime(row_len, starts_col.offsets, starts)
+                stored.append(row_len)
+                per_row.append(n_starts)
+                runtime.append(seg)
+                supervised += int(np.count_nonzero(mask.values))  # positions that train (0/1 mask)
+                if verify:
+                    where = f"{path.name} row group {group}"
+                    problems += _group_problems(
+                        where, first, row_len, mask, starts_col.offsets, starts, seg, pack_size, multiple
+                    )
+                    if n > ROW_GROUP_SIZE:
+                        problems.append(f"{where}: {n} rows > row group size {ROW_GROUP_SIZE}")
+                first += n
+        empty = np.zeros(0, np.int64)
+        scan = SplitScan(
+            name=split,
+            files=tuple(p.name for p in s.files),
+            file_rows=tuple(self._sources[p].num_rows for p in s.files),
+            row_stored=np.concatenate(stored).astype(np.int64) if stored else empty,
+            samples_per_row=np.concatenate(per_row).astype(np.int64) if per_row else empty,
+            sample_runtime=np.concatenate(runtime).astype(np.int64) if runtime else empty,
+            supervised_tokens=supervised,
+            verified=verify,
+            problems=tuple(problems),
+        )
+        self._scans[split] = scan
+        return scan
+
+    def row_lengths(self, split: str) -> np.ndarray:
+        """Stored tokens of every row of a split (int64)."""
+        return self.scan(split).row_stored
+
+    def sample_lengths(self, split: str) -> np.ndarray:
+        """Runtime length of every packed sample of a split, row after row (int64)."""
+        return self.scan(split).sample_runtime
+
+    # -- checks -------------------------------------------------------------------------------------
+    def validate(self, *, verify: bool = False) -> list[str]:
+        """What is wrong with the data, one message each (empty = nothing found).
+
+        Always: an unreadable or missing manifest, missing shards, files the manifest does not know. With
+        ``verify`` (what ``longpack inspect --verify`` checks): every row (Megatron-Bridge's ``validate_row``,
+        alignment to ``pad_seq_to_mult``, pack size, 0/1 loss mask ending in 0 per sample), the metadata entry
+        recomputed from the rows, and the manifest against the files (sizes, sha256, counts, metadata).
+        """
+        problems = list(self._problems)
+        if not verify:
+            return problems
+        for name, s in self.splits.items():
+            scan = self.scan(name, verify=True)
+            problems += [f"{name}: {e}" for e in scan.problems]
+            size = self.pack_size or (int(scan.row_runtime.max()) if scan.rows else 1)
+            if scan.samples and s.metadata is not None and (scan.samples_per_row > 0).all():
+                plan = PackPlan(
+                    order=np.arange(scan.samples, dtype=np.int64),
+                    row_offsets=np.concatenate([[0], np.cumsum(scan.samples_per_row)]).astype(np.int64),
+                )
+                recomputed = pack_metadata(scan.sample_runtime, plan, size)
+                if s.metadata != recomputed:
+                    problems.append(f"{name}: metadata file entry {s.metadata} != files give {recomputed}")
+            if s.record is not None:
+                problems += self._check_record(s, scan)
+        if self.manifest is not None and self.kind == "folder":
+            problems += self._check_manifest_files()
+        return problems
+
+    def _check_record(self, s: PackedSplit, scan: SplitScan) -> list[str]:
+        record, problems = s.record, []
+        assert record is not None
+        if self.kind == "folder":
+            listed, held = list(record.file_names), self._on_disk.get(s.name, [])
+            if listed != held:
+                problems.append(f"{s.name}: manifest lists files {listed}, folder holds {held}")
+        by_name = {f.name: f for f in record.files}
+        for path in s.files:
+            entry = by_name.get(path.name)
+            if entry is None:
+                problems.append(f"{s.name}: {path.name} is not listed in the manifest")
+            elif path.stat().st_size != entry.size_bytes or sha256_file(path) != entry.sha256:
+                problems.append(f"{s.name}: {path.name} differs from the manifest (size or sha256)")
+        if self.kind == "files" and set(by_name) != {p.name for p in s.files}:
+            return problems  # a subset of the split was named: its counts are not the split's
+        for what, expected, found in (
+            ("rows", record.rows, scan.rows),
+            ("samples", record.samples_packed, scan.samples),
+            ("stored tokens", record.stored_tokens, scan.stored_tokens),
+        ):
+            if expected != found:
+                problems.append(f"{s.name}: manifest says {expected} {what}, files hold {found}")
+        return problems
+
+    def _check_manifest_files(self) -> list[str]:
+        assert self.manifest is not None and self.root is not None
+        problems = []
+        for split, record in self.manifest.splits.items():
+            if not any((self.root / f.name).is_file() for f in record.files) and not self._on_disk.get(split):
+                problems.append(f"{split}: the manifest lists this split but no files are present")
+        meta_record = self.manifest.metadata_file
+        pack_size = self.manifest.pack_size
+        name: str | None = meta_record.get("name") or (metadata_name(pack_size) if pack_size else None)
+        if name is None or not (self.root / name).is_file():
+            problems.append(f"metadata file {name} is missing")
+        elif sha256_file(self.root / name) != meta_record.get("sha256"):
+            problems.append(f"{name} differs from the manifest (sha256)")
+        elif self.metadata_path is not None and self.metadata_path.name == name:
+            expected = [self.manifest.splits[s].metadata for s in SPLITS if s in self.manifest.splits]
+            if list(self.metadata) != expected:
+                problems.append(f"{name} does not match the manifest's per-split metadata")
+        return problems
+
+    def close(self) -> None:
+        """Close every open file handle (reading again reopens them)."""
+        for source in self._sources.values():
+            source.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_scans": {}}
+
+    def __repr__(self) -> str:
+        splits = ", ".join(f"{n}: {len(s.files)} file(s)" for n, s in self.splits.items())
+        return f"PackedFolder({self.spec!r}, format={self.format!r}, {splits}, finished={self.finished})"
+
+
+def _group_problems(
+    where: str,
+    first_row: int,
+    row_len: np.ndarray,
+    mask: ListColumn,
+    start_offsets: np.ndarray,
+    starts: np.ndarray,
+    seg_runtime: np.ndarray,
+    pack_size: int | None,
+    multiple: int,
+) -> list[str]:
+    """Every check ``inspect --verify`` runs on one row group; rows are numbered within the file."""
+    problems = [
+        f"{where}: row {first_row + r}: {message}"
+        for r, message in _row_checks(row_len, mask.lengths, start_offsets, starts)
+    ]
+    if not starts.size:
+        return problems
+    n_starts = np.diff(start_offsets)
+    row_of = np.repeat(np.arange(len(n_starts)), n_starts)
+    if (seg_runtime < 1).any():
+        r = int(row_of[np.flatnonzero(seg_runtime < 1)[0]])
+        problems.append(f"{where}: row {first_row + r} has a sample whose runtime length is < 1")
+    if multiple > 1 and (seg_runtime % multiple).any():
+        r = int(row_of[np.flatnonzero(seg_runtime % multiple)[0]])
+        problems.append(
+            f"{where}: row {first_row + r} has a sample whose runtime length is not a multiple of "
+            f"pad_seq_to_mult={multiple}"
+        )
+    over = row_len - n_starts > pack_size if pack_size is not None else np.zeros(0, bool)
+    if over.any():
+        r = int(np.flatnonzero(over)[0])
+        problems.append(f"{where}: row {first_row + r} holds more than pack_size={pack_size} runtime tokens")
+    values = mask.values
+    if values.size and ((values != 0) & (values != 1)).any():
+        problems.append(f"{where}: loss_mask holds values other than 0/1")
+    if values.size and np.array_equal(mask.lengths, row_len):
+        last_pos = mask.offsets[:-1][row_of] + starts + seg_runtime  # each sample's last stored position
+        inside = (last_pos >= 0) & (last_pos < values.size)
+        if values[last_pos[inside]].any():
+            r = int(row_of[np.flatnonzero(inside)[np.flatnonzero(values[last_pos[inside]])[0]]])
+            problems.append(f"{where}: row {first_row + r}: a sample's last loss_mask position is not 0")
+    return problems

@@ -1,0 +1,239 @@
+"""Context parallelism and sequence lengths: CP splits, loss settings, all-to-all and collate multiples.
+
+>>> cp_divides_seq_length(8192, cp=2), cp_divides_seq_length(8190, cp=2), cp_divides_seq_length(7, cp=1)
+(True, False, True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from longpack.rules.checks.common import (
+    INFO,
+    K_AIC,
+    K_CP,
+    K_DSEQ,
+    K_PTL,
+    K_SEQ,
+    K_SP,
+    K_TP,
+    E,
+    V,
+    multiple_text,
+)
+from longpack.rules.config import TrainingSetup
+from longpack.rules.registry import RuleFamily, Violation
+
+FAMILY = RuleFamily("cp", "Context parallelism and sequence lengths")
+
+
+def cp_divides_seq_length(seq_length: int, *, cp: int) -> bool:
+    """With CP > 1 every sequence splits into ``2*CP`` chunks (zigzag load balance), so ``2*CP`` divides
+    the sequence length (``LP-CP-001``)."""
+    return cp <= 1 or seq_length % (2 * cp) == 0
+
+
+@FAMILY.rule(
+    "LP-CP-001",
+    E,
+    "model.seq_length divisible by 2*CP when CP > 1",
+    "§6.10",
+    fix="set model.seq_length and dataset.seq_length to a multiple of 2*CP",
+)
+def cp_seq_length(s: TrainingSetup) -> Iterator[Violation]:
+    """Megatron-Bridge asserts ``seq_length % (2*CP) == 0``: context parallelism cuts every sequence into
+    ``2*CP`` chunks and gives each CP rank one from the front and one from the back."""
+    seq = s.model_seq_length
+    if seq and not cp_divides_seq_length(seq, cp=s.cp):
+        up = -(-seq // (2 * s.cp)) * 2 * s.cp
+        yield V(
+            f"seq_length={seq} is not divisible by 2*CP = {2 * s.cp} (Bridge: 'Sequence length must be "
+            "divisible by 2 * context parallel size')",
+            f"set model.seq_length and dataset.seq_length to a multiple of {2 * s.cp} (e.g. {up})",
+            K_SEQ,
+            K_CP,
+        )
+
+
+@FAMILY.rule(
+    "LP-CP-002",
+    E,
+    "finetuning with CP > 1 needs calculate_per_token_loss=True",
+    "§6.11",
+    fix="set model.calculate_per_token_loss=true",
+)
+def cp_per_token_loss(s: TrainingSetup) -> Iterator[Violation]:
+    """With CP a rank can hold only masked (prompt) tokens; averaging its loss per rank divides by zero.
+    Megatron-Bridge asserts per-token loss for every finetuning dataset with CP > 1."""
+    if s.cp > 1 and s.dataset.kind.is_finetuning and not s.model.calculate_per_token_loss:
+        yield V(
+            f"CP={s.cp} with a {s.dataset.kind} dataset and calculate_per_token_loss=False: a CP rank "
+            "whose tokens are all masked produces a NaN loss",
+            "set model.calculate_per_token_loss=true",
+            K_PTL,
+            K_CP,
+        )
+
+
+@FAMILY.rule(
+    "LP-CP-003",
+    E,
+    "finetuning with CP > 1 needs ddp.average_in_collective=False",
+    "§6.11",
+    fix="set ddp.average_in_collective=false",
+)
+def cp_average_in_collective(s: TrainingSetup) -> Iterator[Violation]:
+    """Per-token loss sums tokens over ranks; averaging inside the gradient collective would divide twice.
+    Megatron-Bridge asserts it off for finetuning with CP > 1."""
+    if s.cp > 1 and s.dataset.kind.is_finetuning and s.average_in_collective:
+        yield V(
+            f"CP={s.cp} with a {s.dataset.kind} dataset and ddp.average_in_collective=True",
+            "set ddp.average_in_collective=false",
+            K_AIC,
+            K_CP,
+        )
+
+
+def _a2a_level(s: TrainingSetup) -> tuple[int, str] | None:
+    types = set(s.model.cp_comm_type)
+    if "a2a" in types:
+        return s.cp, "a2a over the whole CP group"
+    if "a2a+p2p" in types and s.model.hierarchical_context_parallel_sizes:
+        return s.model.hierarchical_context_parallel_sizes[0], "the a2a level of a2a+p2p"
+    return None
+
+
+@FAMILY.rule(
+    "LP-CP-004",
+    E,
+    "CP all-to-all needs heads/TP and KV heads/TP divisible by the a2a size",
+    "D.7",
+    fix="use cp_comm_type p2p, or a2a+p2p with an a2a level dividing the heads per TP rank, or change TP",
+)
+def cp_a2a_heads(s: TrainingSetup) -> Iterator[Violation]:
+    """All-to-all context parallelism (Ulysses style) trades the sequence split for a head split, so the
+    heads of each TP rank must divide by the all-to-all group size."""
+    level = _a2a_level(s)
+    if level is None or s.cp == 1:
+        return
+    size, what = level
+    for name, key, n in (
+        ("num_attention_heads", "model.num_attention_heads", s.model.num_attention_heads),
+        ("num_query_groups (KV heads)", "model.num_query_groups", s.model.num_query_groups),
+    ):
+        if not n or n % s.tp:
+            continue
+        local = n // s.tp
+        if local % size:
+            yield V(
+                f"{name}/TP = {n}/{s.tp} = {local} is not divisible by {size} ({what}, cp_comm_type="
+                f"{list(s.model.cp_comm_type)})",
+                f"use cp_comm_type p2p (or a2a+p2p with a smaller a2a level dividing {local}), or change TP",
+                "model.cp_comm_type",
+                key,
+                K_TP,
+            )
+
+
+@FAMILY.rule(
+    "LP-CP-005",
+    E,
+    "hierarchical_context_parallel_sizes multiply to CP",
+    "D.7",
+    fix="give model.hierarchical_context_parallel_sizes whose product is CP",
+)
+def cp_hierarchy_product(s: TrainingSetup) -> Iterator[Violation]:
+    """Hierarchical CP (``a2a+p2p``) nests an all-to-all group inside a ring; the level sizes multiply to
+    the CP size."""
+    sizes = s.model.hierarchical_context_parallel_sizes
+    if sizes and math.prod(sizes) != s.cp:
+        yield V(
+            f"hierarchical_context_parallel_sizes={list(sizes)} multiply to {math.prod(sizes)}, not CP={s.cp}",
+            f"give sizes whose product is {s.cp}, e.g. [{min(8, s.cp)}, {s.cp // min(8, s.cp)}] for a2a+p2p",
+            "model.hierarchical_context_parallel_sizes",
+            K_CP,
+        )
+
+
+@FAMILY.rule(
+    "LP-CP-006",
+    E,
+    "cp_comm_type a2a+p2p needs hierarchical_context_parallel_sizes",
+    "D.7",
+    fix="set model.hierarchical_context_parallel_sizes=[a2a_size, p2p_size] with product CP",
+)
+def cp_hierarchy_required(s: TrainingSetup) -> Iterator[Violation]:
+    """``a2a+p2p`` needs to know how the CP group splits into its all-to-all and ring levels."""
+    if "a2a+p2p" in s.model.cp_comm_type and not s.model.hierarchical_context_parallel_sizes:
+        yield V(
+            "cp_comm_type uses a2a+p2p but hierarchical_context_parallel_sizes is not set",
+            f"set model.hierarchical_context_parallel_sizes=[a2a_size, p2p_size] with product CP (CP={s.cp})",
+            "model.cp_comm_type",
+            "model.hierarchical_context_parallel_sizes",
+        )
+
+
+@FAMILY.rule(
+    "LP-CP-007",
+    E,
+    "DirectHF/Energon/MockVLM seq_length divisible by the CP/SP collate multiple",
+    "§6.8, C.2",
+    fix="set dataset.seq_length (and model.seq_length) to a multiple of lcm(2*CP, CP*TP with SP)",
+)
+def cp_collate_multiple(s: TrainingSetup) -> Iterator[Violation]:
+    """Megatron-Bridge pads DirectHF, Energon and MockVLM rows to ``lcm(2*CP, CP*TP with SP)`` and
+    requires ``dataset.seq_length`` to be a multiple of it."""
+    if not s.dataset.kind.has_pad_to_max_length_attr:
+        return
+    seq = s.dataset.seq_length if s.dataset.seq_length is not None else s.model.seq_length
+    m = s.required_pad_seq_to_mult
+    if seq and m > 1 and seq % m:
+        yield V(
+            f"dataset.seq_length={seq} is not divisible by the CP/SP collate padding multiple {multiple_text(s)}",
+            f"set dataset.seq_length (and model.seq_length) to a multiple of {m}",
+            K_DSEQ,
+            K_CP,
+            K_TP,
+            K_SP,
+        )
+
+
+@FAMILY.rule(
+    "LP-CP-008",
+    INFO,
+    "CP shards of at least ~4096 tokens (docs rule of thumb)",
+    "§8",
+    fix="use CP ~ seq_length/4096 and spend the other GPUs on data parallelism",
+)
+def cp_shard_size(s: TrainingSetup) -> Iterator[Violation]:
+    """The Megatron-Bridge performance guide suggests CP ~ seq_len/4096 (4096-8192 tokens per shard);
+    smaller shards spend more time communicating than computing."""
+    seq = s.model_seq_length
+    if s.cp > 1 and seq and seq // s.cp < 4096:
+        yield V(
+            f"seq_length {seq} / CP {s.cp} = {seq // s.cp} tokens per CP rank; the docs suggest CP ~ "
+            "seq_len/4096 and 4096-8192 tokens per shard (CP pays off from ~8K)",
+            f"consider CP={max(1, seq // 4096)} and spend the GPUs on DP",
+            K_CP,
+        )
+
+
+@FAMILY.rule(
+    "LP-SEQ-001",
+    E,
+    "model.seq_length equals dataset.seq_length",
+    "§6.14",
+    fix="set model.seq_length and dataset.seq_length to the same value",
+)
+def seq_lengths_match(s: TrainingSetup) -> Iterator[Violation]:
+    """Megatron-Bridge asserts that the model and dataset sequence lengths match."""
+    ms, ds = s.model.seq_length, s.dataset.seq_length
+    if ms is not None and ds is not None and ms != ds:
+        yield V(
+            f"model.seq_length={ms} differs from dataset.seq_length={ds} (Bridge: 'Please ensure sequence length "
+            "configuration in model config and dataset config match')",
+            f"set both to the same value (model.seq_length={ds} or dataset.seq_length={ms})",
+            K_SEQ,
+            K_DSEQ,
+        )

@@ -1,0 +1,288 @@
+"""Packed data against the config (``longpack check --packed DIR``): pack size, metadata, and whether every
+packed sequence splits for the topology.
+
+These rules read :attr:`TrainingSetup.packed`, the summary :func:`longpack.rules.packed_data.inspect_packed_dir`
+makes of the folder; they run only when it is there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from longpack.rules.checks.common import (
+    HYBRIDEP_CHUNK,
+    K_CP,
+    K_DSEQ,
+    K_MBS,
+    K_OFF,
+    K_PCU,
+    K_PSM,
+    K_PSS,
+    K_SP,
+    E,
+    V,
+    W,
+    fixed_width,
+    multiple_text,
+    packed_size,
+    pad_cu,
+)
+from longpack.rules.config import TrainingSetup
+from longpack.rules.packed_data import PackedDataSummary
+from longpack.rules.registry import RuleFamily, Violation
+
+FAMILY = RuleFamily("packed_data", "Packed data against the config")
+
+
+@FAMILY.rule(
+    "LP-DATA-001",
+    E,
+    "metadata file present when pad_cu_seqlens",
+    "§3.1, §3.5",
+    fix="re-run the packing step so it writes <N>_metadata.jsonl (or set packed_metadata_path)",
+    scope="packed",
+)
+def data_metadata(s: TrainingSetup) -> Iterator[Violation]:
+    """Padded ``cu_seqlens`` take their length from the metadata file; Bridge requires it with
+    ``pad_cu_seqlens``."""
+    p = s.packed
+    if p is None:
+        return
+    if pad_cu(s) and p.metadata_path is None:
+        yield V(
+            f"pad_cu_seqlens=True but {p.path} has no <N>_metadata.jsonl (Bridge: 'a metadata json file is "
+            "required when pad_cu_seqlens is enabled')",
+            "re-run the packing step so it writes the metadata file (or set packed_metadata_path)",
+            K_PCU,
+        )
+
+
+@FAMILY.rule(
+    "LP-DATA-002",
+    E,
+    "pack size of the data equals packed_sequence_size",
+    "§2.1",
+    fix="repack with the config's packed_sequence_size into a fresh folder (or set it to the data's)",
+    scope="packed",
+)
+def data_pack_size(s: TrainingSetup) -> Iterator[Violation]:
+    """Bridge finds the packed files by pack size; data packed for another size is another dataset."""
+    p = s.packed
+    if p is None:
+        return
+    pss = packed_size(s)
+    if p.pack_size is not None and pss and pss > 0 and p.pack_size != pss:
+        yield V(
+            f"{p.path} was packed for N={p.pack_size} tokens but packed_sequence_size={pss}",
+            f"repack with packed_sequence_size={pss} into a fresh folder (or set {K_PSS}={p.pack_size})",
+            K_PSS,
+        )
+
+
+@FAMILY.rule(
+    "LP-DATA-003",
+    W,
+    "pack size of the data equals seq_length",
+    "§8",
+    fix="keep model, dataset and packed lengths equal: repack with N = seq_length",
+    scope="packed",
+)
+def data_seq_length(s: TrainingSetup) -> Iterator[Violation]:
+    """The docs keep the model, dataset and packed lengths equal."""
+    p = s.packed
+    if p is None:
+        return
+    seq = s.dataset.seq_length if s.dataset.seq_length is not None else s.model.seq_length
+    pss = packed_size(s)
+    if p.pack_size is not None and seq and p.pack_size != seq and (pss is None or pss == p.pack_size):
+        yield V(
+            f"{p.path} was packed for N={p.pack_size} tokens but seq_length={seq}",
+            f"keep model, dataset and packed lengths equal: repack with N={seq}",
+            K_DSEQ,
+        )
+
+
+def _misaligned(p: PackedDataSummary, multiple: int) -> tuple[bool, str]:
+    """Whether some packed sequence is not a multiple of ``multiple``, and how to say so."""
+    count = p.misaligned_count(multiple)
+    if count is None:  # not scanned for this multiple: the gcd of all lengths still decides
+        return (
+            p.segment_length_gcd % multiple != 0,
+            f"packed sequence lengths share only the factor {p.segment_length_gcd}",
+        )
+    ex = p.first_misaligned_by_multiple.get(multiple) or (
+        p.first_misaligned if multiple == p.checked_multiple else None
+    )
+    where = ""
+    if ex is not None:
+        where = f"; first: {ex.file} row {ex.row} sequence {ex.segment} has {ex.runtime_length} tokens"
+    return count > 0, f"{count} of {p.segments} packed sequences are not a multiple of {multiple}{where}"
+
+
+@FAMILY.rule(
+    "LP-DATA-004",
+    E,
+    "every packed sequence splits into 2*CP equal chunks",
+    "§5.2, §9.9",
+    fix="repack with pad_seq_to_mult = lcm(2*CP, CP*TP with SP) into a fresh folder",
+    scope="packed",
+)
+def data_alignment(s: TrainingSetup) -> Iterator[Violation]:
+    """THD context parallelism splits every packed sequence into ``2*CP`` equal chunks; a sequence of
+    another length fails the split at run time."""
+    p = s.packed
+    if p is None:
+        return
+    c, m = s.required_cp_multiple, s.required_pad_seq_to_mult
+    bad, text = _misaligned(p, c)
+    if bad:
+        yield V(
+            f"{text} (2*CP = {c} for CP={s.cp}): the THD context-parallel split fails on them",
+            f"repack with pad_seq_to_mult={m} into a fresh folder (longpack pack ... or {K_PSM}={m})",
+            K_PSM,
+            K_CP,
+        )
+
+
+@FAMILY.rule(
+    "LP-DATA-010",
+    W,
+    "every packed sequence a multiple of the documented lcm(2*CP, CP*TP)",
+    "§8",
+    fix="repack with pad_seq_to_mult = lcm(2*CP, CP*TP with SP) into a fresh folder",
+    scope="packed",
+)
+def data_alignment_docs(s: TrainingSetup) -> Iterator[Violation]:
+    """With sequence parallelism the docs pad every sequence to ``lcm(2*CP, CP*TP)``; less works only while
+    every row width is a multiple of it."""
+    p = s.packed
+    if p is None:
+        return
+    c, m = s.required_cp_multiple, s.required_pad_seq_to_mult
+    if m == c or _misaligned(p, c)[0]:
+        return
+    bad, text = _misaligned(p, m)
+    if bad:
+        yield V(
+            f"{text} (= {multiple_text(s)}): this works only while every row width is a multiple of {m}",
+            f"repack with pad_seq_to_mult={m} into a fresh folder",
+            K_PSM,
+            K_SP,
+        )
+
+
+@FAMILY.rule(
+    "LP-DATA-005",
+    E,
+    "no packed row exceeds the pack size",
+    "§2.6, §3.4",
+    fix="repack: the packing step must never exceed the pack size",
+    scope="packed",
+)
+def data_over_capacity(s: TrainingSetup) -> Iterator[Violation]:
+    """The packed collate asserts that no row is wider than the pack size."""
+    p = s.packed
+    if p is None:
+        return
+    if p.rows_over_pack_size:
+        yield V(
+            f"{p.rows_over_pack_size} packed rows hold more than N={p.pack_size} runtime tokens (max "
+            f"{p.max_row_runtime_tokens}); the collate asserts W <= max_seq_length",
+            "repack: the packing step must never exceed the pack size",
+            K_PSS,
+        )
+
+
+@FAMILY.rule(
+    "LP-DATA-006",
+    E,
+    "fixed packed width divisible by the multiple (and 128 for HybridEP)",
+    "§5.2, §8",
+    fix="repack with a pack size that is a multiple of the topology multiple (and of 128 with HybridEP)",
+    scope="packed",
+)
+def data_fixed_width(s: TrainingSetup) -> Iterator[Violation]:
+    """When rows are used at their fixed width (``pad_to_max_length``, CUDA graphs, HybridEP) the pack size
+    itself must split for CP/SP (and into HybridEP's 128-token chunks)."""
+    p = s.packed
+    if p is None:
+        return
+    n, m = p.pack_size, s.required_pad_seq_to_mult
+    if n is None or packed_size(s) == n:  # the config rules LP-PACK-012 / LP-MOE-002 already cover this width
+        return
+    needs_fixed = fixed_width(s) or s.model.training_cuda_graph or s.model.uses_hybridep
+    if not needs_fixed:
+        return
+    need = math.lcm(m, HYBRIDEP_CHUNK) if s.model.uses_hybridep else m
+    if n % need:
+        yield V(
+            f"{p.path} packs to N={n}, used as a fixed width, which is not a multiple of {need}",
+            f"repack with a pack size that is a multiple of {need}",
+            K_PSS,
+        )
+
+
+@FAMILY.rule(
+    "LP-DATA-007",
+    W,
+    "packed data used with offline packing enabled",
+    "§6.2",
+    fix="set dataset.enable_offline_packing=true and packed_sequence_size to the data's pack size",
+    scope="packed",
+)
+def data_flag(s: TrainingSetup) -> Iterator[Violation]:
+    """A packed folder is read only when the config turns offline packing on."""
+    p = s.packed
+    if p is None:
+        return
+    if not s.dataset.offline_packing:
+        yield V(
+            f"--packed {p.path} given but the config does not enable offline packing",
+            f"set {K_OFF}=true {K_PSS}={p.pack_size or '<N>'}",
+            K_OFF,
+        )
+
+
+@FAMILY.rule(
+    "LP-DATA-008",
+    E,
+    "packed data needs micro_batch_size=1",
+    "§5.5",
+    fix="set train.micro_batch_size=1 and raise the pack size instead",
+    scope="packed",
+)
+def data_mbs(s: TrainingSetup) -> Iterator[Violation]:
+    """A THD batch takes one packed row per micro-batch."""
+    p = s.packed
+    if p is None:
+        return
+    if not s.dataset.offline_packing and s.micro_batch_size > 1:
+        yield V(
+            f"packed rows with micro_batch_size={s.micro_batch_size}: THD batches take one packed row per microbatch",
+            "set train.micro_batch_size=1 and raise the pack size instead",
+            K_MBS,
+        )
+
+
+@FAMILY.rule(
+    "LP-DATA-009",
+    W,
+    "recorded pad_seq_to_mult matches the topology",
+    "§2.1, §8",
+    fix="rebuild with the topology's pad_seq_to_mult into a fresh folder",
+    scope="packed",
+)
+def data_recorded_mult(s: TrainingSetup) -> Iterator[Violation]:
+    """The folder records the ``pad_seq_to_mult`` it was built with; another topology needs a rebuild."""
+    p = s.packed
+    if p is None:
+        return
+    r, m = p.recorded_pad_seq_to_mult, s.required_pad_seq_to_mult
+    if r is not None and r % m:
+        yield V(
+            f"{p.path} records pad_seq_to_mult={r} but this topology needs a multiple of {multiple_text(s)}: it was "
+            "built for another topology",
+            f"rebuild with pad_seq_to_mult={m} into a fresh folder",
+            K_PSM,
+        )

@@ -1,0 +1,244 @@
+"""Reading config files and Hydra-style overrides into a nested mapping, with the ``file:line`` of each key.
+
+YAML is read with a safe loader that keeps unknown tags as text (Megatron-Bridge dumps carry
+``!!python/name:torch.bfloat16``) and refuses alias expansion beyond a budget: a few hundred bytes of
+nested aliases (an "alias bomb") would otherwise expand to billions of nodes when the mapping is
+copied, flattened or located.
+
+>>> data = load_yaml_text("model: {cp: &c 2, tp: *c}", where="c.yaml")
+>>> data
+{'model': {'cp': 2, 'tp': 2}}
+>>> bomb = "a: &a [x, x, x, x, x, x, x, x, x]\\n" + "".join(
+...     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\\n" for i in range(8))
+>>> load_yaml_text(bomb, where="bomb.yaml")
+Traceback (most recent call last):
+...
+longpack.rules.config_file.ConfigError: bomb.yaml:6: YAML aliases expand this document to more than 200000 nodes; write the values out instead of nesting aliases
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from longpack.errors import ConfigError as _ConfigError
+
+#: Nodes a document may expand to through aliases (a full Megatron-Bridge dump has a few thousand).
+MAX_EXPANDED_NODES = 200_000
+
+
+class ConfigError(_ConfigError):
+    """A config that cannot be read (bad file, bad override, a value of the wrong type or shape)."""
+
+
+class _TolerantLoader(yaml.SafeLoader):
+    """SafeLoader that turns unknown tags (``!!python/name:torch.bfloat16``) into their text."""
+
+
+def _construct_unknown(loader: yaml.SafeLoader, tag_suffix: str, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        return f"<{node.tag} {node.value}>".strip()
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+
+
+_TolerantLoader.add_multi_constructor("!", _construct_unknown)
+_TolerantLoader.add_multi_constructor("tag:yaml.org,2002:python/", _construct_unknown)
+
+
+def _check_expansion(root: yaml.Node, where: str) -> None:
+    """Refuse documents whose aliases expand past :data:`MAX_EXPANDED_NODES` or refer to themselves.
+
+    Sizes are memoized per node, so the check is linear in the document even when the expansion is not.
+    """
+    size: dict[int, int] = {}
+    on_path: set[int] = set()
+
+    def children(node: yaml.Node) -> list[yaml.Node]:
+        if isinstance(node, yaml.MappingNode):
+            return [n for pair in node.value for n in pair]
+        if isinstance(node, yaml.SequenceNode):
+            return list(node.value)
+        return []
+
+    # iterative post-order walk (deep nesting must not hit Python's recursion limit)
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            on_path.discard(key)
+            total = 1 + sum(size[id(c)] for c in children(node))
+            if total > MAX_EXPANDED_NODES:
+                line = node.start_mark.line + 1
+                raise ConfigError(
+                    f"{where}:{line}: YAML aliases expand this document to more than {MAX_EXPANDED_NODES} "
+                    "nodes; write the values out instead of nesting aliases"
+                )
+            size[key] = total
+            continue
+        if key in size:
+            continue
+        if key in on_path:
+            raise ConfigError(
+                f"{where}:{node.start_mark.line + 1}: a YAML alias refers to the node that contains it "
+                "(a recursive structure); write the values out"
+            )
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children(node) if id(c) not in size)
+
+
+def _compose(text: str, where: str) -> tuple[Any, yaml.Node | None]:
+    try:
+        loader = _TolerantLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is not None:
+                _check_expansion(node, where)
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"{where}:{mark.line + 1}" if mark is not None else where
+        raise ConfigError(f"{at}: invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+    return data, node
+
+
+def load_yaml_text(text: str, *, where: str) -> Any:
+    """Parse one YAML document with the tolerant, alias-limited loader (``where`` names it in errors)."""
+    return _compose(text, where)[0]
+
+
+def _node_lines(node: yaml.Node, prefix: str, out: dict[str, int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            path = f"{prefix}.{key}" if prefix else key
+            out[path] = key_node.start_mark.line + 1
+            _node_lines(value_node, path, out)
+
+
+def read_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """Read a YAML or JSON config: ``(mapping, {dotted key: "file:line"})``.
+
+    Raises :class:`ConfigError` naming the file (and line, for YAML syntax errors and alias bombs).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {p}: {exc.strerror or exc}") from exc
+    lines: dict[str, int] = {}
+    if p.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{p}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
+    else:
+        data, node = _compose(text, str(p))
+        if node is not None:
+            _node_lines(node, "", lines)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{p}: the top level must be a mapping of sections (model:, train:, ...), got {type(data).__name__}"
+        )
+    return data, {k: f"{p.name}:{n}" for k, n in lines.items()}
+
+
+def apply_overrides(
+    data: Mapping[str, Any], overrides: Iterable[str], sources: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Apply Hydra-style overrides to a nested mapping (returns a new mapping).
+
+    ``key=value``, ``+key=value`` and ``++key=value`` set (values parse as YAML: ``8`` is an int, ``true``
+    a bool, ``null`` None, ``[attn,mlp]`` a list); ``~key`` deletes.
+
+    >>> apply_overrides({"model": {"cp": 1}}, ["model.cp=4", "+train.mbs=2", "~model.cp", "a.b=[1, 2]"])
+    {'model': {}, 'train': {'mbs': 2}, 'a': {'b': [1, 2]}}
+    >>> apply_overrides({}, ["model.seq_length"])
+    Traceback (most recent call last):
+    ...
+    longpack.rules.config_file.ConfigError: override 'model.seq_length': expected key=value (or ~key to delete)
+    """
+    result: dict[str, Any] = json.loads(json.dumps(data, default=str))  # deep copy, plain types
+    for raw in overrides:
+        text = raw.strip()
+        if text.startswith("~"):
+            path = text[1:].split("=", 1)[0].strip()
+            _delete(result, path.split("."))
+            if sources is not None:
+                sources.pop(path, None)
+            continue
+        if "=" not in text:
+            raise ConfigError(f"override {raw!r}: expected key=value (or ~key to delete)")
+        key, value_text = text.split("=", 1)
+        key = key.lstrip("+").strip()
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {raw!r}: empty key part in {key!r}")
+        try:
+            value = load_yaml_text(value_text, where="value") if value_text.strip() else ""
+        except ConfigError as exc:
+            raise ConfigError(f"override {raw!r}: value is not a YAML scalar or list: {exc}") from exc
+        node = result
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[parts[-1]] = value
+        if sources is not None:
+            sources[key] = f"override {raw!r}"
+    return result
+
+
+def _delete(node: dict[str, Any], parts: list[str]) -> None:
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            return
+        node = child
+    node.pop(parts[-1], None)
+
+
+def flatten(
+    data: Mapping[str, Any], leaves: frozenset[str] = frozenset(), prefix: str = ""
+) -> dict[str, Any]:
+    """Dotted keys of a nested mapping; keys in ``leaves`` keep their mapping value whole, and an empty
+    mapping is a key of its own.
+
+    >>> flatten({"a": {"b": 1, "c": {}}, "d": {"e": 2}}, leaves=frozenset({"d"}))
+    {'a.b': 1, 'a.c': {}, 'd': {'e': 2}}
+    """
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and path not in leaves:
+            nested = flatten(value, leaves, path)
+            if nested:
+                out.update(nested)
+            else:
+                out[path] = value
+        else:
+            out[path] = value
+    return out
+
+
+__all__ = [
+    "MAX_EXPANDED_NODES",
+    "ConfigError",
+    "apply_overrides",
+    "flatten",
+    "load_yaml_text",
+    "read_config_file",
+]

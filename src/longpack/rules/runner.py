@@ -1,0 +1,89 @@
+"""The rule set (built from an explicit list of family modules) and the runner.
+
+>>> from longpack.rules.config import setup_from_mapping
+>>> s = setup_from_mapping({"model": {"context_parallel_size": 3, "seq_length": 256, "calculate_per_token_loss": True}}).setup
+>>> [f.rule_id for f in run_rules(s) if f.severity == "error"]
+['LP-CP-001']
+>>> RULES["LP-CP-001"].family, len(RULES) == sum(len(f.rules) for f in RULES.families)
+('cp', True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from longpack.rules.checks import (
+    batch,
+    cp,
+    cuda_graphs,
+    energon,
+    family,
+    inputs,
+    moe,
+    packed_data,
+    packing,
+    pipeline,
+    topology,
+)
+from longpack.rules.config import TrainingSetup
+from longpack.rules.packed_data import PackedDataSummary
+from longpack.rules.registry import Finding, RuleSet, Severity, sorted_findings
+
+#: The rule families, in the order ``longpack check --list-rules`` prints them.
+FAMILY_MODULES = (
+    inputs,
+    topology,
+    pipeline,
+    cp,
+    batch,
+    packing,
+    cuda_graphs,
+    energon,
+    moe,
+    family,
+    packed_data,
+)
+
+#: Every rule: iterate for :class:`~longpack.rules.registry.Rule` records, ``RULES[id]`` for one.
+RULES = RuleSet(module.FAMILY for module in FAMILY_MODULES)
+
+
+def run_rules(
+    setup: TrainingSetup, packed: PackedDataSummary | None = None, *, select: set[str] | None = None
+) -> list[Finding]:
+    """Run every rule (or those in ``select``) and return findings, errors first.
+
+    ``packed`` (a summary of the packed folder the run reads) enables the packed-data rules; it may also
+    come in as ``setup.packed``. When a size is not positive (``LP-CFG-001``), only the ``LP-CFG`` rules
+    run: the others would divide by it.
+    """
+    if packed is not None:
+        setup = dataclasses.replace(setup, packed=packed)
+    findings: list[Finding] = []
+    basic_broken = bool(inputs.non_positive_sizes(setup))
+    for r in RULES:
+        if select is not None and r.id not in select:
+            continue
+        if basic_broken and r.family != inputs.FAMILY.name:
+            continue
+        if r.scope == "packed" and setup.packed is None:
+            continue
+        for v in r.check(setup):
+            findings.append(
+                Finding(
+                    rule_id=r.id,
+                    severity=r.severity,
+                    title=r.title,
+                    message=v.message,
+                    fix=v.fix,
+                    keys=v.keys,
+                    where=tuple(setup.where(*v.keys)),
+                )
+            )
+    return sorted_findings(findings)
+
+
+def has_errors(findings: Iterable[Finding]) -> bool:
+    """Whether any finding is an error (``longpack check`` then exits 1)."""
+    return any(f.severity is Severity.ERROR for f in findings)

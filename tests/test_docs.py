@@ -1,0 +1,162 @@
+"""The README and the docs site: size, commands that exist, links that resolve, the generated rules page.
+
+The site itself is built by ``mkdocs build --strict`` in ``.ci/run`` (broken links and anchors fail it);
+these tests cover what that build cannot see: the README (not part of the site), the CLI behind the
+commands the docs show, and the rules page generator run against the real registry.
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from longpack.cli.app import app
+from longpack.rules import RULES
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+INSTALL_AND_DEMO = 'pip install -e ".[all]" && longpack pack --demo --out out/demo'
+TEST_COMMAND = "python -m pytest -q -n 2"
+
+
+def load_hook(name: str) -> ModuleType:
+    path = DOCS / "hooks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"longpack_docs_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def code_blocks(markdown: str) -> list[str]:
+    return re.findall(r"^```[a-z]*\n(.*?)^```", markdown, flags=re.S | re.M)
+
+
+def shown_commands(block: str) -> set[str]:
+    """Sub-commands of every ``longpack <cmd>`` in a shell block (comments ignored)."""
+    code = "\n".join(line.split("#", 1)[0] for line in block.splitlines())
+    return set(re.findall(r"\blongpack ([a-z][a-z-]*)", code))
+
+
+def test_readme_is_small() -> None:
+    size = len(README.read_bytes())
+    assert size < 10_000, f"README.md is {size} bytes; move material into docs/ (limit 10,000)"
+
+
+def test_readme_opens_with_install_demo_and_test_command() -> None:
+    first = code_blocks(README.read_text())[0]
+    lines = [line for line in first.splitlines() if not line.startswith("#")]
+    assert INSTALL_AND_DEMO in lines[0], lines[0]
+    assert lines[1].endswith(TEST_COMMAND), lines[1]
+    # The README promises that this is the command CI runs.
+    assert TEST_COMMAND in (ROOT / ".ci" / "run").read_text()
+
+
+@pytest.mark.parametrize("cmd", sorted(set().union(*map(shown_commands, code_blocks(README.read_text())))))
+def test_readme_commands_exist(cmd: str) -> None:
+    result = CliRunner().invoke(app, [cmd, "--help"])
+    assert result.exit_code == 0, f"`longpack {cmd} --help` failed: {result.output}"
+
+
+def test_readme_shows_the_first_commands() -> None:
+    first = shown_commands(code_blocks(README.read_text())[0])
+    assert first == {"pack"}, first
+    assert {"check", "plan", "inspect"} <= set().union(*map(shown_commands, code_blocks(README.read_text())))
+
+
+def test_every_guide_command_exists() -> None:
+    guides = sorted((DOCS / "guide").glob("*.md"))
+    commands = {p.stem.removesuffix("-ray") for p in guides}
+    runner = CliRunner()
+    for cmd in sorted(commands):
+        result = runner.invoke(app, [cmd, "--help"])
+        assert result.exit_code == 0, f"docs/guide/{cmd}.md: `longpack {cmd} --help` failed"
+
+
+def test_readme_links_resolve() -> None:
+    text = README.read_text()
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if "://" not in link]
+    assert local, "the README links to the docs pages"
+    for link in local:
+        assert (ROOT / link).is_file(), f"README links to {link}, which does not exist"
+
+
+def test_readme_example_is_the_tested_script() -> None:
+    text = README.read_text()
+    python = [b for b in code_blocks(text) if "import longpack" in b]
+    assert python, "the README shows packing the demo from Python"
+    body = [line.split("#", 1)[0].strip() for line in python[0].splitlines()]
+    body = [line for line in body if line]
+    assert len(body) <= 3, body
+    script = ROOT / "examples" / "pack_demo.py"
+    if not script.exists():
+        pytest.skip("examples/pack_demo.py is not there yet (the jobs layer adds it)")
+    source = script.read_text()
+    # The README's statements are the script's (which needs no __main__ guard: see tests/test_jobs.py).
+    statements = [line.split("#", 1)[0].strip() for line in source.splitlines()]
+    assert [line for line in statements if line] == body
+
+
+def test_nav_and_pages_agree() -> None:
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+
+    def walk(entries: list[object]) -> list[str]:
+        pages: list[str] = []
+        for entry in entries:
+            value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+            pages += walk(value) if isinstance(value, list) else [str(value)]
+        return pages
+
+    rules_page = load_hook("rules_page").PAGE
+    nav = set(walk(config["nav"]))
+    on_disk = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md") if "hooks" not in p.parts}
+    assert rules_page in nav and not (DOCS / rules_page).exists(), "the rules page is generated, not stored"
+    assert nav - {rules_page} == on_disk
+
+
+def test_docs_cite_no_outside_files() -> None:
+    pattern = re.compile(r"spec\b[^\n]{0,40}§|§\s*\d|\.\./shared|shared/(specs|data)|specs/")
+    for page in [README, *DOCS.rglob("*.md")]:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            assert not pattern.search(line), f"{page.relative_to(ROOT)}:{number}: {line.strip()}"
+
+
+def test_rules_page_lists_every_rule() -> None:
+    hook = load_hook("rules_page")
+    page = hook.render()
+    for rule_id, rule in RULES.items():
+        row = f'<a id="{rule_id.lower()}"></a>`{rule_id}` | {rule.severity.value} |'
+        assert row in page, rule_id
+    assert "§" not in page, "sources are shown in upstream terms"
+    assert f"knows {len(RULES)} rules" in page
+
+
+def test_rules_page_shows_fix_when_records_have_one() -> None:
+    hook = load_hook("rules_page")
+    rule = next(iter(RULES.values()))
+
+    class WithFix:
+        id, severity, title, source, scope = rule.id, rule.severity, rule.title, rule.source, rule.scope
+        fix = "set model.x to 1"
+
+    page = hook.render({rule.id: WithFix()})
+    assert "| fix |" in page and "set model.x to 1 |" in page
+    assert "| fix |" not in hook.render({rule.id: rule}) or getattr(rule, "fix", None)
+
+
+@pytest.mark.parametrize("name", ["rules_page", "griffe_docstrings"])
+def test_hook_doctests(name: str) -> None:
+    pytest.importorskip("griffe") if name == "griffe_docstrings" else None
+    result = doctest.testmod(load_hook(name))
+    assert result.attempted > 0 and result.failed == 0
