@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -58,23 +59,29 @@ def make_input(path: Path, n: int, seed: int = 0) -> int:
 
 def run_one(mode: str, src: str, out: str, rows_per_shard: int | None = None) -> dict:
     """One measurement (in its own process): mode ``local`` or ``rayW``."""
-    from longpack.packed import PackSettings, Provenance, plan_splits, write_packed_output
-    from longpack.text import TextConfig, tokenize_inputs
+    from longpack.jobs import LocalExecutor, PackConfig
+    from longpack.text import TextConfig
 
-    config = TextConfig(format="pretokenized")
-    settings = PackSettings(seq_length=SEQ_LENGTH, pack_size=PACK_SIZE, rows_per_shard=rows_per_shard)
+    job = PackConfig(
+        inputs=[src],
+        out=out,
+        tokenizer="bytes",
+        seq_length=SEQ_LENGTH,
+        pack_size=PACK_SIZE,
+        rows_per_shard=rows_per_shard,
+        text=TextConfig(format="pretokenized"),
+        overwrite=True,
+    )
     startup = 0.0
     report: dict = {}
     if mode == "local":
         t0 = time.perf_counter()
-        res = tokenize_inputs([src], tokenizer="bytes", config=config)
-        splits = plan_splits(res.samples, settings, eos_id=res.tokenizer["eos_id"])
-        write_packed_output(out, splits, settings, _provenance(res, config, Provenance))
+        result = replace(job, backend=LocalExecutor()).run()
         wall = time.perf_counter() - t0
     else:
         import ray
 
-        from longpack.cluster import RayPacker
+        from longpack.cluster import RayExecutor
 
         workers = int(mode.removeprefix("ray"))
         t0 = time.perf_counter()
@@ -87,32 +94,19 @@ def run_one(mode: str, src: str, out: str, rows_per_shard: int | None = None) ->
         )
         startup = time.perf_counter() - t0
         t0 = time.perf_counter()
-        with RayPacker() as packer:
-            res = packer.tokenize_inputs([src], tokenizer="bytes", config=config)
-            splits = plan_splits(res.samples, settings, eos_id=res.tokenizer["eos_id"])
-            packer.write_packed_output(out, splits, settings, _provenance(res, config, Provenance))
-            wall = time.perf_counter() - t0
-            report = packer.memory_report()
+        result = replace(job, backend=RayExecutor()).run()
+        wall = time.perf_counter() - t0
+        report = result.backend or {}
         ray.shutdown()
     return {
         "mode": mode,
         "wall_s": wall,
         "startup_s": startup,
-        "samples": len(res.samples),
+        "samples": result.counts["samples_read"],
         "driver_peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "worker_peak_rss": max(report.get("worker_peak_rss_bytes", {}).values(), default=0),
         "worker_processes": len(report.get("worker_peak_rss_bytes", {})),
     }
-
-
-def _provenance(res, config, provenance_cls):  # type: ignore[no-untyped-def]
-    return provenance_cls(
-        inputs=res.inputs,
-        tokenizer=res.tokenizer,
-        text_settings={k: getattr(config, k) for k in config.__dataclass_fields__},
-        rows_read=res.rows_read,
-        malformed=res.malformed,
-    )
 
 
 def output_digest(out: Path) -> str:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from longpack.jobs.sweep import PlannerSetup, SweepSettings, pack_candidate, sweep
 from longpack.planner.catalog import load_gpu, load_model
 from longpack.samples import TokenizedSamples
-from longpack.sweep import PlannerSetup, SweepSettings, pack_candidate, sweep
 from longpack.text import TextConfig, tokenize_inputs, write_demo_dataset
 
 LENGTHS = (2048, 4096, 8192, 16384)

@@ -377,7 +377,7 @@ def test_cli_balance_writes_training_ordered_bins(tmp_path) -> None:
     args = [
         "balance",
         str(src),
-        "--capacity",
+        "--pack-size",
         "4096",
         "--dp",
         "2",
@@ -405,5 +405,5 @@ def test_cli_balance_names_bad_line(tmp_path) -> None:
 
     src = tmp_path / "lengths.txt"
     src.write_text("12\nseven\n")
-    result = CliRunner().invoke(app, ["balance", str(src), "--capacity", "64", "--dp", "1", "--gbs", "1"])
+    result = CliRunner().invoke(app, ["balance", str(src), "--pack-size", "64", "--dp", "1", "--gbs", "1"])
     assert result.exit_code == 2 and "lengths.txt:2" in result.output

@@ -95,7 +95,6 @@ def test_no_config_file_only_overrides_and_gpus() -> None:
         ("/nonexistent/config.yaml",),
         (str(EXAMPLES / "llama3_8b_sft_cp4_good.yaml"), "train.micro_batch_size=two"),
         (str(EXAMPLES / "llama3_8b_sft_cp4_good.yaml"), "model.seq_length"),
-        (str(EXAMPLES / "llama3_8b_sft_cp4_good.yaml"), "--dataset-kind", "web"),
         (str(EXAMPLES / "llama3_8b_sft_cp4_good.yaml"), "--model", "gpt5"),
         (str(EXAMPLES / "llama3_8b_sft_cp4_good.yaml"), "--packed", "/nonexistent/packed"),
     ],
@@ -106,6 +105,11 @@ def test_unreadable_input_exits_2_with_reason(args: tuple[str, ...]) -> None:
     assert "error:" in out
     code, out = run(*args, "--json")
     assert code == 2 and json.loads(out)["input_error"]
+
+
+def test_unknown_dataset_kind_is_refused_by_its_choices() -> None:
+    code, out = run(str(EXAMPLES / "llama3_8b_sft_cp4_good.yaml"), "--dataset-kind", "web")
+    assert code == 2 and "'web' is not one of" in out and "'energon'" in out
 
 
 def test_list_rules() -> None:

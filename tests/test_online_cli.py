@@ -17,7 +17,7 @@ def test_online_sim_json_from_lengths_file(tmp_path) -> None:
     path = tmp_path / "lengths.txt"
     path.write_text("# runtime lengths\n700\n500\n300\n500\n1000\n")
     result = runner.invoke(
-        app, ["online-sim", "--capacity", "1000", "--lengths", str(path), "--buffer-sizes", "2,5", "--json"]
+        app, ["online-sim", "--pack-size", "1000", "--lengths", str(path), "--buffer-sizes", "2,5", "--json"]
     )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
@@ -29,7 +29,7 @@ def test_online_sim_json_from_lengths_file(tmp_path) -> None:
 def test_online_sim_bad_lengths_file_names_line(tmp_path) -> None:
     path = tmp_path / "lengths.txt"
     path.write_text("12\nabc\n")
-    result = runner.invoke(app, ["online-sim", "--capacity", "100", "--lengths", str(path)])
+    result = runner.invoke(app, ["online-sim", "--pack-size", "100", "--lengths", str(path)])
     assert result.exit_code == 2
     assert f"{path}:2: expected one runtime length" in result.output
 
@@ -39,7 +39,7 @@ def test_online_sim_table_on_synthetic_workload() -> None:
         app,
         [
             "online-sim",
-            "--capacity",
+            "--pack-size",
             "2048",
             "--workload",
             "bimodal",

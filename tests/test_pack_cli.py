@@ -133,7 +133,7 @@ def test_bad_options_exit_2(tmp_path: Path) -> None:
     for extra, needle in [
         (["--pad-seq-to-mult", "4", "--cp", "2"], "not both"),
         (["--algorithm", "magic"], "magic"),
-        (["--pack-size", "32"], "must not exceed pack_size"),
+        (["--pack-size", "32"], "must not exceed --pack-size"),
         (["--overlength", "shrink"], "overlength"),
     ]:
         result = pack(str(src), "--out", out, "--seq-length", "64", *extra)
@@ -245,5 +245,6 @@ def test_pack_balance_errors(tmp_path: Path) -> None:
     src = write_jsonl(tmp_path / "d.jsonl", sft_rows(20))
     bad = pack(str(src), "--out", str(tmp_path / "o"), "--seq-length", "128", "--balance", "dp=2")
     assert bad.exit_code == 2 and "needs gbs=" in bad.output
+    # "balanced" is not an --algorithm choice: --balance alone chooses the balanced packer.
     lone = pack(str(src), "--out", str(tmp_path / "o2"), "--seq-length", "128", "--algorithm", "balanced")
-    assert lone.exit_code == 2 and "needs --balance" in lone.output
+    assert lone.exit_code == 2 and "'balanced' is not one of" in lone.output

@@ -362,7 +362,7 @@ def test_validation_input_split(tmp_path: Path) -> None:
 def test_existing_output_refused_and_overwrite_guard(tmp_path: Path) -> None:
     samples = make_samples([[1, 2, EOS], [3, EOS]])
     pack_to(tmp_path / "o", samples, seq_length=8)
-    with pytest.raises(OutputExistsError, match="--overwrite"):
+    with pytest.raises(OutputExistsError, match="overwrite=True"):
         pack_to(tmp_path / "o", samples, seq_length=8)
     pack_to(tmp_path / "o", samples, seq_length=8, overwrite=True)
     (tmp_path / "o" / "notes.txt").write_text("mine")

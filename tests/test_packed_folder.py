@@ -353,7 +353,7 @@ def test_check_inspect_and_collate_metadata_read_the_folder(two_splits: Path) ->
 
 
 def test_thd_batch_takes_eos_and_alignment_from_the_manifest(two_splits: Path) -> None:
-    base = ["thd-batch", str(two_splits), "--max-seq-length", "32", "--pad-to-max-length", "--json"]
+    base = ["thd-batch", str(two_splits), "--pack-size", "32", "--pad-to-max-length", "--json"]
     result = runner.invoke(app, base)
     assert result.exit_code == 0, result.output
     info = json.loads(result.output)

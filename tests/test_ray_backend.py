@@ -7,6 +7,7 @@ Skipped when Ray Data is not installed (``pip install 'longpack[ray]'``).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -131,34 +132,21 @@ def test_ray_output_is_byte_identical_to_local(ray_cluster, inputs, val_input, t
 
 
 def test_one_worker_killed_once_gives_the_same_bytes(ray_cluster, inputs, tmp_path: Path) -> None:
-    from longpack.cluster import RayPacker
-    from longpack.packed import PackSettings, Provenance, plan_splits
+    from longpack.cluster import RayExecutor
+    from longpack.jobs import PackConfig
     from longpack.text import TextConfig
 
     pack(tmp_path / "local", inputs, "--workers", "1")
-    config = TextConfig(skip_malformed=True)
-    settings = PackSettings(seq_length=1024, rows_per_shard=60)
-
-    def run(out: Path, **kw) -> None:
-        with RayPacker(**kw) as packer:
-            res = packer.tokenize_inputs(inputs, tokenizer="bytes", config=config)
-            splits = plan_splits(res.samples, settings, eos_id=res.tokenizer["eos_id"])
-            provenance = Provenance(
-                inputs=res.inputs,
-                tokenizer=res.tokenizer,
-                text_settings={
-                    **{k: getattr(config, k) for k in config.__dataclass_fields__},
-                    "detected_format": res.format,
-                    "validation_detected_format": None,
-                    "demo": False,
-                },
-                rows_read=res.rows_read,
-                malformed=res.malformed,
-            )
-            packer.write_packed_output(out, splits, settings, provenance)
-
     marker = tmp_path / "killed-once"
-    run(tmp_path / "killed", workers=1, fail_once=str(marker))
+    PackConfig(
+        inputs=inputs,
+        out=tmp_path / "killed",
+        tokenizer="bytes",
+        seq_length=1024,
+        rows_per_shard=60,
+        text=TextConfig(skip_malformed=True),
+        backend=RayExecutor(workers=1, fail_once=str(marker)),
+    ).run()
     # A tokenize task and a write task each killed their worker once; Ray retried them.
     assert Path(f"{marker}.tokenize.0").exists() and Path(f"{marker}.write.0").exists()
     assert_same_bytes(tmp_path / "local", tmp_path / "killed")
@@ -188,20 +176,72 @@ def test_errors_leave_no_manifest(ray_cluster, inputs, tmp_path: Path) -> None:
 
 
 def test_a_write_task_that_keeps_dying_fails_cleanly_without_manifest(ray_cluster, tmp_path: Path) -> None:
-    from longpack.cluster import RayBackendError, RayPacker
+    from longpack.cluster import RayBackendError, RayExecutor
     from longpack.cluster.ray_pack import MAX_TASK_RETRIES
-    from longpack.packed import PackSettings, Provenance, plan_splits
-    from longpack.text import TextConfig
+    from longpack.jobs import PackConfig
 
     src = tmp_path / "a.jsonl"
     src.write_text("".join(json.dumps({"prompt": f"q{i}", "completion": "a"}) + "\n" for i in range(100)))
-    settings = PackSettings(seq_length=64)
     marker = tmp_path / "dies"
-    with RayPacker() as packer:
-        res = packer.tokenize_inputs([str(src)], tokenizer="bytes", config=TextConfig())
-        splits = plan_splits(res.samples, settings, eos_id=res.tokenizer["eos_id"])
-        packer.fail_once, packer.fail_times = str(marker), MAX_TASK_RETRIES + 1
-        with pytest.raises(RayBackendError, match="write stage failed after retries: The worker died"):
-            packer.write_packed_output(tmp_path / "out", splits, settings, Provenance())
+
+    class DiesWhileWriting(RayExecutor):
+        def write(self, *args, **kwargs):  # tokenizing succeeds; every write attempt of shard 0 dies
+            self.fail_once, self.fail_times = str(marker), MAX_TASK_RETRIES + 1
+            return super().write(*args, **kwargs)
+
+    config = PackConfig(inputs=[str(src)], out=tmp_path / "out", tokenizer="bytes", seq_length=64)
+    with pytest.raises(RayBackendError, match="write stage failed after retries: The worker died"):
+        replace(config, backend=DiesWhileWriting()).run()
     assert len(list(tmp_path.glob("dies.write.*"))) == MAX_TASK_RETRIES + 1  # every attempt ran and died
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_val_inputs_and_object_tokenizer_on_ray_match_local(
+    ray_cluster, inputs, val_input, tmp_path: Path
+) -> None:
+    """The validation split indexes its own tokenized set (no call-order rule), and a tokenizer object
+    travels to the Ray workers."""
+    from longpack.cluster import RayExecutor
+    from longpack.jobs import PackConfig
+    from longpack.text import TextConfig
+    from longpack.text.tokenizers import BytesTokenizer
+
+    common = dict(
+        inputs=inputs,
+        val_inputs=[val_input],
+        tokenizer=BytesTokenizer(),
+        seq_length=512,
+        rows_per_shard=40,
+        text=TextConfig(skip_malformed=True),
+    )
+    local = PackConfig(out=tmp_path / "local", workers=1, **common).run()
+    remote = PackConfig(out=tmp_path / "ray", backend=RayExecutor(workers=2), **common).run()
+    assert_same_bytes(tmp_path / "local", tmp_path / "ray")
+    assert local.counts == remote.counts and set(remote.splits) == {"training", "validation"}
+    assert remote.backend is not None and remote.backend["name"] == "ray" and local.backend is None
+
+
+def test_in_memory_tokenizer_object_is_shipped_to_ray_workers(ray_cluster, tmp_path: Path) -> None:
+    """A ``tokenizers.Tokenizer`` that exists only in this process reaches the Ray tasks (pickled) and gives
+    the rows the local pool gives."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+
+    from longpack.cluster import RayExecutor
+    from longpack.jobs import PackConfig
+
+    words = ["q", "a", *map(str, range(100))]
+    rust = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]"))
+    rust.pre_tokenizer = pre_tokenizers.Whitespace()
+    rust.add_special_tokens([AddedToken("</s>", special=True)])
+    src = tmp_path / "a.jsonl"
+    src.write_text(
+        "".join(
+            json.dumps({"prompt": f"q {i % 100} " * (1 + i % 9), "completion": "a " * (1 + i % 13)}) + "\n"
+            for i in range(3000)
+        )
+    )
+    common = dict(inputs=[str(src)], tokenizer=rust, seq_length=128, rows_per_shard=50)
+    local = PackConfig(out=tmp_path / "local", workers=1, **common).run()
+    PackConfig(out=tmp_path / "ray", backend=RayExecutor(workers=2), **common).run()
+    assert_same_bytes(tmp_path / "local", tmp_path / "ray")
+    assert local.tokenizer["eos_id"] == rust.token_to_id("</s>") and local.counts["packed"] == 3000

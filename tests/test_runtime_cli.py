@@ -31,7 +31,7 @@ def packed_file(tmp_path):
 def test_thd_batch_json_with_cp(packed_file):
     result = runner.invoke(
         app,
-        ["thd-batch", str(packed_file), "--max-seq-length", "16", "--eos-id", "2", "--pad-seq-to-mult", "4",
+        ["thd-batch", str(packed_file), "--pack-size", "16", "--eos-id", "2", "--pad-seq-to-mult", "4",
          "--pad-to-max-length", "--cp", "2", "--json"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -46,14 +46,14 @@ def test_thd_batch_json_with_cp(packed_file):
 
 
 def test_thd_batch_table_and_errors(packed_file):
-    result = runner.invoke(app, ["thd-batch", str(packed_file), "--max-seq-length", "16", "--eos-id", "2"])
+    result = runner.invoke(app, ["thd-batch", str(packed_file), "--pack-size", "16", "--eos-id", "2"])
     assert result.exit_code == 0 and "cu_seqlens_q" in result.output
     bad = runner.invoke(
         app,
         [
             "thd-batch",
             str(packed_file),
-            "--max-seq-length",
+            "--pack-size",
             "16",
             "--eos-id",
             "2",
@@ -65,13 +65,11 @@ def test_thd_batch_table_and_errors(packed_file):
     assert bad.exit_code == 2 and "sequence 0 has padded length 4, not a multiple of 8" in bad.output
     sp = runner.invoke(
         app,
-        ["thd-batch", str(packed_file), "--max-seq-length", "16", "--eos-id", "2", "--pad-seq-to-mult", "4",
+        ["thd-batch", str(packed_file), "--pack-size", "16", "--eos-id", "2", "--pad-seq-to-mult", "4",
          "--pad-to-max-length", "--cp", "2", "--tp", "4", "--sp"],
     )  # fmt: skip
     assert sp.exit_code == 2 and "not a multiple of 8 = lcm(2*CP, CP*TP)" in sp.output
-    missing = runner.invoke(
-        app, ["thd-batch", "nowhere.idx.parquet", "--max-seq-length", "16", "--eos-id", "2"]
-    )
+    missing = runner.invoke(app, ["thd-batch", "nowhere.idx.parquet", "--pack-size", "16", "--eos-id", "2"])
     assert missing.exit_code == 2 and "not found" in missing.output
 
 

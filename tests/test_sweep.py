@@ -1,4 +1,4 @@
-"""``longpack.sweep`` and ``longpack sweep``: counts, batch rules, planner recommendation, CLI."""
+"""``longpack.jobs.sweep`` and ``longpack sweep``: counts, batch rules, planner recommendation, CLI."""
 
 from __future__ import annotations
 
@@ -12,10 +12,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from longpack.cli.app import app
-from longpack.packed.pipeline import PackSettings, plan_split
-from longpack.planner.catalog import load_gpu, load_model
-from longpack.samples import TokenizedSamples
-from longpack.sweep import (
+from longpack.jobs.sweep import (
     PACK_LENGTH_WARNING,
     Candidate,
     Estimate,
@@ -27,6 +24,9 @@ from longpack.sweep import (
     recommend,
     sweep,
 )
+from longpack.packed.pipeline import PackSettings, plan_split
+from longpack.planner.catalog import load_gpu, load_model
+from longpack.samples import TokenizedSamples
 from longpack.topology import ParallelLayout
 
 runner = CliRunner()
@@ -260,7 +260,7 @@ def test_recommendation_is_the_fastest_candidate_that_fits(rows: list[tuple[floa
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("", "--pack-lengths is empty"),
+        ("", "pack_lengths is empty"),
         ("2048,abc", "'abc' is not a positive integer"),
         ("2048,0", "'0' is not a positive integer"),
         ("4096,4k", "4096 more than once"),
@@ -276,7 +276,7 @@ def test_settings_errors() -> None:
         SweepSettings(pack_lengths=(2048, 3000))
     with pytest.raises(SweepError, match="shorter than pad_seq_to_mult 8"):
         SweepSettings(pack_lengths=(4, 8), token_slots=8, pad_seq_to_mult=8)
-    with pytest.raises(SweepError, match="--overlength must be one of"):
+    with pytest.raises(SweepError, match="overlength must be one of"):
         SweepSettings(pack_lengths=(8,), token_slots=8, overlength="split")
 
 
@@ -300,7 +300,7 @@ def test_cli_json(data: Path) -> None:
             str(data),
             "--tokenizer",
             "bytes",
-            "--pack-lengths",
+            "--pack-size",
             "256,512,1k",
             "--token-slots",
             "4096",
@@ -333,7 +333,7 @@ def test_cli_planner_and_plot(data: Path, tmp_path: Path) -> None:
         str(data),
         "--tokenizer",
         "bytes",
-        "--pack-lengths",
+        "--pack-size",
         "1024,2048",
         "--token-slots",
         "8192",
@@ -359,18 +359,18 @@ def test_cli_planner_and_plot(data: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--pack-lengths", "2048,x"], "'x' is not a positive integer"),
-        (["--pack-lengths", "3000"], "--token-slots 65536 is not divisible by pack length 3000"),
+        (["--pack-size", "2048,x"], "'x' is not a positive integer"),
+        (["--pack-size", "3000"], "--token-slots 65536 is not divisible by pack length 3000"),
         (["--token-slots", "0"], "--token-slots must be a positive integer"),
-        (["--tp", "2", "--pad-seq-to-mult", "4"], "either --pad-seq-to-mult or --tp/--cp/--sp"),
+        (["--tp", "2", "--pad-seq-to-mult", "4"], "either --pad-seq-to-mult or --tp, --cp and --sp"),
         (["--model", "llama3_1_8b"], "--model, --gpu and --gpus go together"),
         (["--layout", "tp=2"], "--layout needs --gpus"),
         (["--layout", "tp=1,mbs=2", "--gpus", "8"], "micro_batch_size 1"),
         (["--gpus", "8", "--tp", "3"], "world_size=8 is not divisible"),
         (["--model", "nope", "--gpu", "H100_SXM", "--gpus", "8"], "nope"),
-        (["--overlength", "split"], "--overlength must be one of"),
+        (["--overlength", "split"], "'split' is not one of"),
         (["--plot", "/no/such/folder/x.png"], "does not exist"),
-        (["--pack-lengths", "256", "--token-slots", "4096", "--overlength", "error"], "pack length 256: "),
+        (["--pack-size", "256", "--token-slots", "4096", "--overlength", "error"], "pack length 256: "),
     ],
 )
 def test_cli_bad_input(data: Path, extra: list[str], message: str) -> None:
@@ -385,7 +385,7 @@ def test_cli_pinned_layout_json(data: Path) -> None:
         str(data),
         "--tokenizer",
         "bytes",
-        "--pack-lengths",
+        "--pack-size",
         "1024,2048",
         "--token-slots",
         "8192",
@@ -404,4 +404,4 @@ def test_cli_pinned_layout_json(data: Path) -> None:
 
 def test_cli_needs_input() -> None:
     res = runner.invoke(app, ["sweep", "--tokenizer", "bytes"])
-    assert res.exit_code == 2 and "give at least one INPUT" in res.output
+    assert res.exit_code == 2 and "no INPUT: give at least one input" in res.output

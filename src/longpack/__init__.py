@@ -1,5 +1,66 @@
-"""longpack: packed sequences, THD batches, config checks and layout planning for Megatron-style training."""
+"""longpack: packed sequences, THD batches, config checks and layout planning for Megatron-style training.
+
+The jobs are one import away and load their dependencies only when used (``import longpack`` stays
+light: no numba, pyarrow or torch)::
+
+    import longpack
+    result = longpack.PackConfig(demo=True, out="out/demo").run()
+    print(result.counts)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from longpack._version import __version__
 
-__all__ = ["__version__"]
+# name -> module that defines it; imported on first attribute access (PEP 562).
+_LAZY = {
+    "PackConfig": "longpack.jobs.pack",
+    "PackResult": "longpack.jobs.pack",
+    "SweepConfig": "longpack.jobs.sweep",
+    "SweepResult": "longpack.jobs.sweep",
+    "PlanConfig": "longpack.jobs.plan",
+    "PlanResult": "longpack.jobs.plan",
+    "CheckConfig": "longpack.jobs.check",
+    "CheckResult": "longpack.jobs.check",
+    "LocalExecutor": "longpack.jobs.executors",
+    "LongpackError": "longpack.errors",
+}
+
+__all__ = [
+    "CheckConfig",
+    "CheckResult",
+    "LocalExecutor",
+    "LongpackError",
+    "PackConfig",
+    "PackResult",
+    "PlanConfig",
+    "PlanResult",
+    "SweepConfig",
+    "SweepResult",
+    "__version__",
+]
+
+if TYPE_CHECKING:
+    from longpack.errors import LongpackError
+    from longpack.jobs.check import CheckConfig, CheckResult
+    from longpack.jobs.executors import LocalExecutor
+    from longpack.jobs.pack import PackConfig, PackResult
+    from longpack.jobs.plan import PlanConfig, PlanResult
+    from longpack.jobs.sweep import SweepConfig, SweepResult
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'longpack' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -3,7 +3,8 @@
 Every failure a user can cause (bad data, a bad setting, an output folder that cannot be written, a
 packed folder that cannot be read, a layout that cannot fit) raises a :class:`LongpackError`. Its message
 names what it is about (``file:line``, the field and its value) and the fix. The CLI prints the message
-and exits with code 2; any other exception is a bug in longpack and is reported as one.
+(field names spelled as its flags) and exits with code 2; any other exception is a bug in longpack and is
+reported as one (exit code 3).
 
 The subclasses also derive from the built-in type callers caught before this module existed
 (``ValueError``, ``FileExistsError``, ``RuntimeError``), so ``except ValueError`` keeps working.
@@ -16,6 +17,8 @@ ConfigError | pack.seq_length: must be a positive integer, got 0; pass e.g. seq_
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "BackendError",
@@ -34,7 +37,36 @@ __all__ = [
 
 
 class LongpackError(Exception):
-    """Base of every user-facing longpack failure; the message says what, where and how to fix it."""
+    """Base of every user-facing longpack failure; the message says what, where and how to fix it.
+
+    ``fields`` names the settings the message is about, as Python names (``seq_length``, ``text.format``);
+    a front end that spells them differently (the CLI: ``--seq-length``) translates those names in the
+    message. The message itself speaks of fields, never of one front end's flags.
+
+    >>> e = LongpackError("seq_length must be positive, got 0", fields="seq_length")
+    >>> e.fields, e.field, str(e)
+    (('seq_length',), 'seq_length', 'seq_length must be positive, got 0')
+    >>> import pickle; pickle.loads(pickle.dumps(e)).fields  # survives worker processes
+    ('seq_length',)
+    """
+
+    def __init__(self, *args: object, fields: str | tuple[str, ...] = ()) -> None:
+        super().__init__(*args)
+        self.fields: tuple[str, ...] = (fields,) if isinstance(fields, str) else tuple(fields)
+
+    @property
+    def field(self) -> str | None:
+        """The first (main) field the message is about, or ``None``."""
+        return self.fields[0] if self.fields else None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.fields), self.__dict__)
+
+
+def _rebuild(cls: type[LongpackError], args: tuple[object, ...], fields: tuple[str, ...]) -> LongpackError:
+    exc = cls.__new__(cls, *args)
+    LongpackError.__init__(exc, *args, fields=fields)
+    return exc
 
 
 class InputError(LongpackError, ValueError):

@@ -6,10 +6,12 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import typer
+
+from longpack.cli import options as opt
 
 _MODEL_KEYS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab")
 
@@ -34,20 +36,38 @@ def read_lengths(path: Path) -> np.ndarray:
     return np.asarray(values, dtype=np.int64)
 
 
-def parse_model(spec: str) -> dict[str, Any]:
-    """``hidden=4096,layers=32,heads=32,kv_heads=8,ffn=14336,vocab=128256`` -> dict (kv_heads optional)."""
+def parse_model_shape(spec: str) -> dict[str, Any]:
+    """``hidden=4096,layers=32,heads=32,kv_heads=8,ffn=14336,vocab=128256`` -> dict (kv_heads optional).
+
+    >>> parse_model_shape("hidden=8,layers=2,heads=2,ffn=16,vocab=100")["ffn"]
+    16
+    >>> parse_model_shape("hidden=8")
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: model_shape is missing layers, heads, ffn, vocab (e.g. hidden=4096,...)
+    """
+    from longpack.errors import ConfigError
+
     out: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         key, sep, value = part.partition("=")
         if not sep or key not in _MODEL_KEYS:
-            raise ValueError(f"--model: {part!r} is not KEY=VALUE with KEY one of {', '.join(_MODEL_KEYS)}")
+            raise ConfigError(
+                f"model_shape: {part!r} is not KEY=VALUE with KEY one of {', '.join(_MODEL_KEYS)}",
+                fields="model_shape",
+            )
         try:
             out[key] = int(value)
         except ValueError:
-            raise ValueError(f"--model: {key}={value!r} is not an integer") from None
+            raise ConfigError(
+                f"model_shape: {key}={value!r} is not an integer", fields="model_shape"
+            ) from None
     missing = [k for k in _MODEL_KEYS if k not in out and k != "kv_heads"]
     if missing:
-        raise ValueError(f"--model is missing {', '.join(missing)} (e.g. {_MODEL_KEYS[0]}=4096,...)")
+        raise ConfigError(
+            f"model_shape is missing {', '.join(missing)} (e.g. {_MODEL_KEYS[0]}=4096,...)",
+            fields="model_shape",
+        )
     return out
 
 
@@ -73,38 +93,53 @@ def register(app: typer.Typer) -> None:
     @app.command("balance")
     def balance(
         lengths_file: Path = _LENGTHS_ARG,
-        capacity: int = typer.Option(..., "--capacity", help="Pack size in tokens."),
+        pack_size: int | None = typer.Option(None, "--pack-size", help="Pack size in tokens (required)."),
+        capacity: int | None = typer.Option(None, "--capacity", hidden=True),
         dp: int = typer.Option(..., "--dp", help="Data-parallel size."),
         pp: int = typer.Option(1, "--pp", help="Pipeline-parallel size."),
         gbs: int = typer.Option(..., "--gbs", help="Global batch size in packs."),
         mbs: int = typer.Option(1, "--mbs", help="Micro-batch size in packs."),
-        schedule: str = typer.Option("1f1b", "--schedule", help="1f1b or interleaved."),
+        schedule: Annotated[opt.Schedule, typer.Option("--schedule", help="Pipeline schedule.")] = "1f1b",
         vpp: int = typer.Option(1, "--vpp", help="Virtual pipeline stages (interleaved schedule)."),
-        sampler: str = typer.Option(
-            "batch", "--sampler", help="batch (Megatron-Bridge SFT) or single (Megatron-LM)."
-        ),
-        model: str = typer.Option(
+        sampler: Annotated[
+            opt.Sampler,
+            typer.Option("--sampler", help="batch (Megatron-Bridge SFT) or single (Megatron-LM)."),
+        ] = "batch",
+        model_shape: str = typer.Option(
             "hidden=4096,layers=32,heads=32,kv_heads=8,ffn=14336,vocab=128256",
-            "--model",
+            "--model-shape",
             help="Dense model shape for the Megatron FLOP formula (default: Llama-3-8B).",
         ),
         tflops: float = typer.Option(
             400.0, "--tflops", help="Effective TFLOP/s of one pack's TP x CP group."
         ),
-        seed: int = typer.Option(0, "--seed"),
+        seed: opt.Seed = 0,
         out: Path | None = _OUT_OPT,
-        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        as_json: opt.Json = False,
     ) -> None:
         """Simulate a training pass (DP x PP) for three packers and optionally save the balanced packing."""
         from longpack.balance import PackCostModel
         from longpack.balance.report import compare_packings
+        from longpack.errors import ConfigError, InputError
 
+        if capacity is not None:
+            typer.echo("warning: --capacity is deprecated; use --pack-size", err=True)
+            pack_size = pack_size or capacity
+        if pack_size is None:
+            raise ConfigError("pack_size is required (the pack size in tokens)", fields="pack_size")
         try:
             lengths = read_lengths(lengths_file)
-            cost_model = PackCostModel.from_dense_model(flops_per_second=tflops * 1e12, **parse_model(model))
+        except OSError as exc:
+            raise InputError(f"{lengths_file}: cannot read ({exc})") from exc
+        except ValueError as exc:
+            raise InputError(str(exc)) from exc
+        try:
+            cost_model = PackCostModel.from_dense_model(
+                flops_per_second=tflops * 1e12, **parse_model_shape(model_shape)
+            )
             reports = compare_packings(
                 lengths,
-                capacity,
+                pack_size,
                 cost_model=cost_model,
                 dp=dp,
                 pp=pp,
@@ -115,9 +150,10 @@ def register(app: typer.Typer) -> None:
                 sampler=sampler,
                 seed=seed,
             )
-        except (OSError, ValueError, TypeError) as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from exc
+        except ValueError as exc:  # the balance layer's own messages (capacity, dp, gbs, ...)
+            if isinstance(exc, ConfigError):
+                raise
+            raise ConfigError(str(exc)) from exc
         ideal = next(r for r in reports if r.name == "best_fit").ideal_time
         rows: list[dict[str, Any]] = [
             {

@@ -1,4 +1,5 @@
-"""``longpack check``: every packing, context-parallel and batch rule, before a GPU is touched.
+"""``longpack check``: every packing, context-parallel and batch rule, before a GPU is touched
+(parse -> ``CheckConfig`` -> run -> print).
 
 Exit codes: 0 = no error-severity finding, 1 = at least one error, 2 = the input cannot be read.
 """
@@ -12,10 +13,15 @@ from typing import Annotated, Any
 
 import typer
 
+from longpack.cli import options as opt
+
 EXIT_OK, EXIT_ERRORS, EXIT_UNREADABLE = 0, 1, 2
 
 
-def _fail_input(message: str, as_json: bool) -> typer.Exit:
+def _fail_input(exc: Exception, as_json: bool) -> typer.Exit:
+    from longpack.cli.options import cli_message
+
+    message = cli_message(str(exc), getattr(exc, "fields", ()))
     if as_json:
         typer.echo(json.dumps({"ok": False, "exit_code": EXIT_UNREADABLE, "input_error": message}, indent=2))
     else:
@@ -87,29 +93,6 @@ def _list_families(as_json: bool) -> None:
         )
 
 
-def _summary(setup: Any) -> dict[str, Any]:
-    m = setup.model
-    return {
-        "world_size": setup.world_size,
-        "tp": setup.tp,
-        "cp": setup.cp,
-        "pp": setup.pp,
-        "vpp": m.virtual_pipeline_model_parallel_size,
-        "ep": setup.ep,
-        "etp": setup.etp,
-        "sp": setup.sp,
-        "dp": setup.dp,
-        "edp": None if setup.layout is None else setup.layout.edp,
-        "pad_seq_to_mult_required": setup.required_pad_seq_to_mult,
-        "dataset_kind": setup.dataset.kind.value,
-        "model_family": None if setup.family is None else setup.family.name,
-        "seq_length": setup.model_seq_length,
-        "packed_width": setup.packed_width,
-        "micro_batch_size": setup.micro_batch_size,
-        "global_batch_size": setup.global_batch_size,
-    }
-
-
 def register(app: typer.Typer) -> None:
     @app.command(
         "check",
@@ -125,20 +108,21 @@ def register(app: typer.Typer) -> None:
                 "(model.context_parallel_size=8, +key=value, ~key).",
             ),
         ] = None,
-        gpus: int | None = typer.Option(None, "--gpus", help="World size (number of GPUs)."),
-        model: str | None = typer.Option(None, "--model", help="Model family (see --list-families)."),
-        dataset_kind: str | None = typer.Option(
-            None,
-            "--dataset-kind",
-            help="sft | direct_hf | energon | mock_vlm | pretraining (default: inferred).",
+        gpus: opt.Gpus = None,
+        model: str | None = typer.Option(
+            None, "--model", help="Model: a catalog id (see --list-families) for the model rules."
         ),
+        dataset_kind: Annotated[
+            opt.DatasetKindChoice | None,
+            typer.Option("--dataset-kind", help="Megatron-Bridge dataset config (default: inferred)."),
+        ] = None,
         packed: Annotated[
             Path | None,
             typer.Option(
                 "--packed", help="Packed output folder to check against the config (metadata + Parquet)."
             ),
         ] = None,
-        as_json: bool = typer.Option(False, "--json", help="Print JSON for machines."),
+        as_json: opt.Json = False,
         list_rules: bool = typer.Option(False, "--list-rules", help="List every rule and exit."),
         list_families: bool = typer.Option(
             False, "--list-families", help="List known model families and exit."
@@ -150,15 +134,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Check a Megatron-Bridge training config (plus overrides, GPU count and packed data) against every
         packing, context-parallel, batch, CUDA-graph, Energon, MoE and pipeline rule."""
-        from longpack.rules import (
-            ConfigError,
-            PackedDataError,
-            has_errors,
-            inspect_packed_dir,
-            load_setup,
-            run_rules,
-            setup_from_mapping,
-        )
+        from longpack.errors import LongpackError
+        from longpack.jobs.check import CheckConfig
 
         if list_rules:
             _list_rules(as_json, markdown)
@@ -171,73 +148,32 @@ def register(app: typer.Typer) -> None:
         if items and "=" not in items[0] and not items[0].startswith("~"):
             config_path = items.pop(0)
         try:
-            if config_path is not None:
-                loaded = load_setup(
-                    config_path, items, world_size=gpus, dataset_kind=dataset_kind, model_family=model
-                )
-            else:
-                loaded = setup_from_mapping(
-                    {}, overrides=items, world_size=gpus, dataset_kind=dataset_kind, model_family=model
-                )
-        except ConfigError as exc:
-            raise _fail_input(str(exc), as_json) from exc
-        except ValueError as exc:  # e.g. an unknown --dataset-kind
-            raise _fail_input(str(exc), as_json) from exc
-        setup = loaded.setup
-        summary_packed = None
-        if packed is not None:
-            try:
-                pss = setup.dataset.offline_packing_specs
-                summary_packed = inspect_packed_dir(
-                    packed,
-                    multiple=(setup.required_cp_multiple, setup.required_pad_seq_to_mult),
-                    pack_size_hint=None if pss is None else pss.packed_sequence_size,
-                )
-            except PackedDataError as exc:
-                raise _fail_input(str(exc), as_json) from exc
-        findings = run_rules(setup, summary_packed)
-        code = EXIT_ERRORS if has_errors(findings) else EXIT_OK
+            result = CheckConfig(
+                config=config_path,
+                overrides=tuple(items),
+                gpus=gpus,
+                model=model,
+                dataset_kind=dataset_kind,
+                packed=packed,
+            ).run()
+        except LongpackError as exc:
+            raise _fail_input(exc, as_json) from exc
         if as_json:
-            out: dict[str, Any] = {
-                "config": config_path,
-                "overrides": items,
-                "ok": code == EXIT_OK,
-                "exit_code": code,
-                "summary": _summary(setup),
-                "counts": {
-                    s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")
-                },
-                "findings": [f.to_dict() for f in findings],
-                "notes": list(loaded.notes),
-                "ignored_keys": list(loaded.ignored_keys),
-            }
-            if summary_packed is not None:
-                out["packed"] = {
-                    "path": summary_packed.path,
-                    "pack_size": summary_packed.pack_size,
-                    "metadata": summary_packed.metadata_path,
-                    "parquet_files": len(summary_packed.parquet_files),
-                    "rows": summary_packed.rows,
-                    "sequences": summary_packed.segments,
-                    "misaligned_sequences": summary_packed.misaligned_segments,
-                    "manifest": summary_packed.manifest is not None,
-                }
-            typer.echo(json.dumps(out, indent=2))
-            raise typer.Exit(code)
-        _print_human(config_path, setup, findings, loaded, summary_packed, show_ignored)
-        raise typer.Exit(code)
+            typer.echo(json.dumps(result.as_dict(), indent=2))
+        else:
+            _print_human(result, show_ignored)
+        raise typer.Exit(result.exit_code)
 
 
-def _print_human(
-    config_path: str | None, setup: Any, findings: list[Any], loaded: Any, packed: Any, show_ignored: bool
-) -> None:
+def _print_human(result: Any, show_ignored: bool) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
+    config_path, findings, loaded, packed = result.config, result.findings, result.loaded, result.packed
     console = Console(width=max(100, Console().width), soft_wrap=False, highlight=False)
-    s = _summary(setup)
+    s = result.summary()
     console.print(
         f"[bold]{escape(config_path or '(no config file)')}[/]: {s['world_size'] or '?'} GPUs  TP{s['tp']} CP{s['cp']} "
         f"PP{s['pp']}{'' if not s['vpp'] else ' VPP' + str(s['vpp'])} EP{s['ep']} ETP{s['etp']}"

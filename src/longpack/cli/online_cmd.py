@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from longpack import binpack
+from longpack.cli import options as opt
 
 
 def _read_lengths(path: Path) -> list[int]:
@@ -33,27 +34,39 @@ def _read_lengths(path: Path) -> list[int]:
 def register(app: typer.Typer) -> None:
     @app.command("online-sim")
     def online_sim(
-        capacity: int = typer.Option(..., "--capacity", help="Pack capacity in runtime tokens (seq_length)."),
-        buffer_sizes: str = typer.Option("8,16,64,256,1024,4096", "--buffer-sizes", help="Comma-separated."),
-        workload: str = typer.Option(
-            "lognormal", "--workload", help="Synthetic workload: lognormal or bimodal."
+        pack_size: int | None = typer.Option(
+            None, "--pack-size", help="Pack size in runtime tokens (seq_length; required)."
         ),
+        capacity: int | None = typer.Option(None, "--capacity", hidden=True),
+        buffer_sizes: str = typer.Option("8,16,64,256,1024,4096", "--buffer-sizes", help="Comma-separated."),
+        workload: Annotated[
+            opt.Workload, typer.Option("--workload", help="Synthetic workload of sample lengths.")
+        ] = "lognormal",
         lengths_file: Path | None = typer.Option(  # noqa: B008
             None, "--lengths", help="Text file with one runtime length per line (instead of --workload)."
         ),
         samples: int = typer.Option(20000, "--samples", help="Number of synthetic samples."),
-        pad_to_multiple_of: int = typer.Option(
-            1, "--pad-to-multiple-of", help="Per-sample alignment (2*CP ...)."
+        pad_seq_to_mult: int = typer.Option(
+            1, "--pad-seq-to-mult", help="Per-sample alignment multiple (2*CP ...)."
         ),
-        algorithm: str = typer.Option(
-            "best_fit_decreasing", "--algorithm", help=f"One of {binpack.ALGORITHMS}."
-        ),
-        seed: int = typer.Option(0, "--seed"),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        pad_to_multiple_of: int | None = typer.Option(None, "--pad-to-multiple-of", hidden=True),
+        algorithm: opt.AlgorithmOpt = "best_fit_decreasing",
+        seed: opt.Seed = 0,
+        as_json: opt.Json = False,
     ) -> None:
         """Simulate Energon-style online packing for several buffer sizes; compare with offline best fit."""
+        from longpack.errors import ConfigError, LongpackError
         from longpack.online.simulate import simulate, smallest_buffer_within, synthetic_lengths
 
+        if capacity is not None:
+            typer.echo("warning: --capacity is deprecated; use --pack-size", err=True)
+            pack_size = pack_size or capacity
+        if pad_to_multiple_of is not None:
+            typer.echo("warning: --pad-to-multiple-of is deprecated; use --pad-seq-to-mult", err=True)
+            pad_seq_to_mult = pad_to_multiple_of
+        if pack_size is None:
+            raise ConfigError("pack_size is required (pack size in runtime tokens)", fields="pack_size")
+        capacity = pack_size
         try:
             sizes = [int(x) for x in buffer_sizes.split(",") if x.strip()]
             if not sizes or min(sizes) < 1:
@@ -68,13 +81,14 @@ def register(app: typer.Typer) -> None:
                 lengths,
                 capacity,
                 sizes,
-                pad_to_multiple_of=pad_to_multiple_of,
+                pad_to_multiple_of=pad_seq_to_mult,
                 algorithm=algorithm,
                 seed=seed,
             )
         except (ValueError, OSError) as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from exc
+            if isinstance(exc, LongpackError):
+                raise
+            raise ConfigError(str(exc)) from exc
         best = smallest_buffer_within(rows)
         if as_json:
             report = {
@@ -86,7 +100,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(report, indent=2))
             return
         typer.echo(
-            f"{source}, capacity {capacity}, pad_to_multiple_of {pad_to_multiple_of}, algorithm {algorithm}"
+            f"{source}, pack size {capacity}, pad_seq_to_mult {pad_seq_to_mult}, algorithm {algorithm}"
         )
         typer.echo(
             f"{'buffer':>7} {'online fill':>11} {'packs':>7} {'offline fill':>12} {'packs':>7} {'ratio':>7}"

@@ -9,13 +9,16 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import typer
 
-from longpack.planner.catalog import CatalogError, list_gpus, list_models, load_gpu, load_model
-from longpack.planner.options import PlanError, PlanLayout, TrainingOptions, normalize_recompute
-from longpack.topology import ParallelLayout, TopologyError
+from longpack.cli import options as opt
+from longpack.jobs.plan import candidate_dict, parse_layout
+from longpack.planner.catalog import list_gpus, list_models, load_gpu, load_model
+from longpack.planner.options import TrainingOptions, normalize_recompute
+
+__all__ = ["parse_layout", "plan_app", "register", "write_png_atomic"]
 
 plan_app = typer.Typer(
     name="plan",
@@ -23,52 +26,6 @@ plan_app = typer.Typer(
     invoke_without_command=True,
     no_args_is_help=False,
 )
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(2)
-
-
-def _candidate_dict(cand: Any, req: Any) -> dict[str, Any]:
-    from longpack.planner.overrides import to_overrides
-
-    lay = cand.plan.layout
-    return {
-        "layout": {
-            "tp": lay.tp,
-            "cp": lay.cp,
-            "ep": lay.ep,
-            "etp": lay.expert_tp,
-            "pp": lay.pp,
-            "vpp": cand.plan.vpp,
-            "dp": lay.dp,
-            "edp": lay.edp,
-            "mbs": cand.plan.mbs,
-            "sp": lay.sp,
-            "pipeline_layout": cand.pipeline_layout,
-        },
-        "options": {
-            "precision": cand.options.precision,
-            "recompute": list(cand.options.recompute),
-            "optimizer_offload": cand.options.optimizer_offload,
-            "dispatcher": cand.options.dispatcher,
-            "ep_overlap": cand.options.ep_overlap,
-            "cp_comm_type": cand.options.cp_comm_type,
-        },
-        "memory": cand.memory.as_dict(),
-        "time": cand.time.as_dict(),
-        "reasons": list(cand.reasons),
-        "overrides": to_overrides(
-            cand.plan,
-            cand.options,
-            seq_length=req.seq_length,
-            gbs=req.global_batch,
-            pipeline_layout=cand.pipeline_layout,
-            hopper=not req.gpu.is_blackwell,
-            moe=req.model.moe is not None,
-        ),
-    }
 
 
 def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
@@ -120,7 +77,7 @@ def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
         return
     if show_best:
         best = result.candidates[0]
-        d = _candidate_dict(best, req)
+        d = candidate_dict(best, req)
         console.print(f"[bold]Best: {best.plan.label}[/bold]")
         for reason in best.reasons:
             console.print(f"  - {reason}")
@@ -153,7 +110,8 @@ def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
         console.print(to_python_snippet(d["overrides"]), markup=False, highlight=False)
 
 
-def _write_atomic_png(fig: Any, path: Path) -> None:
+def write_png_atomic(fig: Any, path: Path) -> None:
+    """Save a matplotlib figure as a PNG atomically (temp file, fsync, rename), without a timestamp."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
     os.close(fd)
     try:
@@ -212,7 +170,7 @@ def _plot(req_kwargs: dict[str, Any], seq_length: int, path: Path) -> list[dict[
     ax2.set_ylabel("GiB per GPU", color="tab:red")
     ax1.set_title(f"{req_kwargs['model'].name} on {req_kwargs['num_gpus']}x{req_kwargs['gpu'].name}")
     fig.tight_layout()
-    _write_atomic_png(fig, path)
+    write_png_atomic(fig, path)
     plt.close(fig)
     return rows
 
@@ -221,33 +179,33 @@ def _plot(req_kwargs: dict[str, Any], seq_length: int, path: Path) -> list[dict[
 def plan(
     ctx: typer.Context,
     model: str | None = typer.Option(
-        None, "--model", help=f"Catalog model ({', '.join(list_models())}) or a config.json path."
+        None, "--model", help=f"Model: a catalog id ({', '.join(list_models())}) or a config.json path."
     ),
     gpu: str | None = typer.Option(None, "--gpu", help=f"GPU type ({', '.join(list_gpus())})."),
-    gpus: int | None = typer.Option(None, "--gpus", help="Number of GPUs."),
+    gpus: opt.Gpus = None,
     seq_length: int | None = typer.Option(
         None, "--seq-length", help="Sequence length (tokens per packed row)."
     ),
     gbs: int | None = typer.Option(
         None, "--gbs", help="Global batch size in sequences (default ≈ 16M tokens per step)."
     ),
-    precision: str = typer.Option(
-        "bf16", "--precision", help="bf16, fp8 (Hopper blockwise), mxfp8 or nvfp4."
-    ),
+    precision: Annotated[
+        opt.Precision, typer.Option("--precision", help="Training precision (fp8: Hopper blockwise).")
+    ] = "bf16",
     top: int = typer.Option(10, "--top", help="Show the best K layouts."),
     headroom: float = typer.Option(
         0.95, "--headroom", help="Fraction of usable GPU memory a layout may use."
     ),
-    dispatcher: str | None = typer.Option(
-        None, "--dispatcher", help="alltoall, allgather, deepep, hybridep (default by GPU)."
-    ),
+    dispatcher: Annotated[
+        opt.Dispatcher | None, typer.Option("--dispatcher", help="MoE token dispatcher (default by GPU).")
+    ] = None,
     recompute: str | None = typer.Option(
         None, "--recompute", help="Pin recompute modules, e.g. 'moe_act,layernorm' or 'full'."
     ),
     offload: bool = typer.Option(True, "--offload/--no-offload", help="Allow optimizer CPU offload."),
-    optimizer: str = typer.Option(
-        "adam", "--optimizer", help="adam, adam_bf16_states (precision-aware) or muon."
-    ),
+    optimizer: Annotated[
+        opt.Optimizer, typer.Option("--optimizer", help="adam_bf16_states: precision-aware Adam.")
+    ] = "adam",
     imbalance: float = typer.Option(
         1.0, "--imbalance", help="Routing imbalance on the hot expert rank (1.0 = balanced)."
     ),
@@ -256,7 +214,7 @@ def plan(
     pp: int | None = typer.Option(None, "--pp", help="Pin PP."),
     ep: int | None = typer.Option(None, "--ep", help="Pin EP."),
     mbs: int | None = typer.Option(None, "--mbs", help="Pin the micro-batch size."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: opt.Json = False,
     plot: str | None = typer.Option(
         None, "--plot", help="Write a PNG of TFLOP/s and memory vs sequence length."
     ),
@@ -264,162 +222,122 @@ def plan(
     """Rank every layout that fits by estimated step time and print Megatron-Bridge overrides."""
     if ctx.invoked_subcommand is not None:
         return
+    from longpack.errors import ConfigError
+    from longpack.jobs.plan import PlanConfig
+
     missing = [
         n
-        for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq-length", seq_length))
+        for n, v in (("model", model), ("gpu", gpu), ("gpus", gpus), ("seq_length", seq_length))
         if v is None
     ]
     if missing:
-        raise _fail(
-            f"missing {', '.join(missing)}; e.g. longpack plan --model deepseek_v3 --gpu H100 --gpus 256 --seq-length 131072"
+        raise ConfigError(
+            f"missing {', '.join(missing)}; e.g. longpack plan --model deepseek_v3 --gpu H100 --gpus 256 "
+            "--seq-length 131072",
+            fields=tuple(missing),
         )
-    from longpack.planner.search import SearchRequest, search
-
     assert model is not None and gpu is not None and gpus is not None and seq_length is not None
-    try:
-        kwargs: dict[str, Any] = {
-            "model": load_model(model),
-            "gpu": load_gpu(gpu),
-            "num_gpus": gpus,
-            "seq_length": seq_length,
-            "gbs": gbs,
-            "precision": precision.lower(),
-            "headroom": headroom,
-            "dispatcher": dispatcher,
-            "recompute": normalize_recompute(recompute) if recompute is not None else None,
-            "allow_offload": offload,
-            "optimizer": optimizer,
-            "imbalance": imbalance,
-            "tp": tp,
-            "cp": cp,
-            "pp": pp,
-            "ep": ep,
-            "mbs": mbs,
-        }
-        req = SearchRequest(**kwargs)
-        TrainingOptions(precision=req.precision, optimizer=optimizer, dispatcher=dispatcher or "alltoall")
-        result = search(req, top_k=top)
-    except (CatalogError, PlanError, TopologyError) as exc:
-        raise _fail(str(exc)) from exc
-    plot_rows = _plot(kwargs, seq_length, Path(plot)) if plot is not None else None
+    config = PlanConfig(
+        model=model,
+        gpu=gpu,
+        gpus=gpus,
+        seq_length=seq_length,
+        gbs=gbs,
+        precision=precision,
+        headroom=headroom,
+        dispatcher=dispatcher,
+        recompute=recompute,
+        offload=offload,
+        optimizer=optimizer,
+        imbalance=imbalance,
+        tp=tp,
+        cp=cp,
+        pp=pp,
+        ep=ep,
+        mbs=mbs,
+        top=top,
+    )
+    result = config.run()
+    req = result.request
+    plot_rows = _plot(config.request_kwargs(), seq_length, Path(plot)) if plot is not None else None
     if as_json:
-        doc = {
-            "request": {
-                "model": req.model.name,
-                "gpu": req.gpu.name,
-                "gpus": req.num_gpus,
-                "seq_length": req.seq_length,
-                "gbs": req.global_batch,
-                "precision": req.precision,
-                "memory_budget_gib": round(req.memory_budget_gib, 3),
-            },
-            "layouts_considered": result.layouts_considered,
-            "layouts_feasible": result.layouts_feasible,
-            "rejected": result.rejected,
-            "candidates": [_candidate_dict(c, req) for c in result.candidates],
-        }
+        doc = result.as_dict()
         if plot_rows is not None:
             doc["plot"] = {"path": str(plot), "points": plot_rows}
         typer.echo(json.dumps(doc, indent=2))
     else:
-        _print_candidates(result, req)
+        _print_candidates(result.search, req)
         if plot is not None:
             typer.echo(f"wrote {plot}")
-    if not result.candidates:
+    if not result.ok:
         raise typer.Exit(1)
-
-
-def parse_layout(text: str, *, world_size: int) -> tuple[PlanLayout, dict[str, int]]:
-    """``"tp=1,cp=32,ep=32,pp=8,vpp=4"`` -> layout (SP on when TP > 1; ETP defaults to 1 for MoE)."""
-    values: dict[str, int] = {}
-    for part in text.replace(" ", "").split(","):
-        if not part:
-            continue
-        key, sep, raw = part.partition("=")
-        if not sep or key not in ("tp", "cp", "ep", "etp", "pp", "vpp", "mbs", "dp"):
-            raise PlanError(f"--layout part {part!r} is not key=value with key in tp,cp,ep,etp,pp,vpp,mbs")
-        try:
-            values[key] = int(raw)
-        except ValueError as exc:
-            raise PlanError(f"--layout {key}={raw!r} is not an integer") from exc
-    tp = values.get("tp", 1)
-    lay = ParallelLayout(
-        world_size=world_size,
-        tp=tp,
-        cp=values.get("cp", 1),
-        pp=values.get("pp", 1),
-        vpp=values["vpp"] if values.get("vpp", 1) > 1 else None,
-        ep=values.get("ep", 1),
-        etp=values.get("etp", 1),
-        sp=tp > 1,
-    )
-    if "dp" in values and values["dp"] != lay.dp:
-        raise PlanError(f"--layout dp={values['dp']} but {world_size} GPUs with this layout give DP {lay.dp}")
-    return PlanLayout(layout=lay, mbs=values.get("mbs", 1)), values
 
 
 @plan_app.command("estimate")
 def estimate(
-    model: str = typer.Option(..., "--model"),
-    gpu: str = typer.Option(..., "--gpu"),
-    gpus: int = typer.Option(..., "--gpus"),
-    seq_length: int = typer.Option(..., "--seq-length"),
+    model: str = typer.Option(..., "--model", help="Model: a catalog id or a config.json path."),
+    gpu: str = typer.Option(..., "--gpu", help="GPU type."),
+    gpus: int = typer.Option(..., "--gpus", help="Number of GPUs."),
+    seq_length: int = typer.Option(..., "--seq-length", help="Sequence length (tokens per packed row)."),
     layout: str = typer.Option(..., "--layout", help="e.g. 'tp=1,cp=32,ep=32,pp=8,vpp=4,mbs=1'"),
-    gbs: int | None = typer.Option(None, "--gbs"),
-    precision: str = typer.Option("bf16", "--precision"),
+    gbs: int | None = typer.Option(None, "--gbs", help="Global batch size in sequences."),
+    precision: Annotated[opt.Precision, typer.Option("--precision", help="Training precision.")] = "bf16",
     recompute: str = typer.Option("", "--recompute", help="e.g. 'mla_up_proj,layernorm,moe,mlp' or 'full'."),
     offload: float = typer.Option(0.0, "--offload", help="Optimizer CPU offload fraction 0..1."),
-    dispatcher: str | None = typer.Option(None, "--dispatcher"),
-    optimizer: str = typer.Option("adam", "--optimizer"),
-    cp_comm_type: str = typer.Option("auto", "--cp-comm-type", help="p2p, a2a, a2a+p2p or auto."),
+    dispatcher: Annotated[
+        opt.Dispatcher | None, typer.Option("--dispatcher", help="MoE token dispatcher (default by GPU).")
+    ] = None,
+    optimizer: Annotated[opt.Optimizer, typer.Option("--optimizer", help="Optimizer.")] = "adam",
+    cp_comm_type: Annotated[
+        Literal["auto", "p2p", "a2a", "a2a+p2p"], typer.Option("--cp-comm-type", help="CP communication.")
+    ] = "auto",
     ep_overlap: bool | None = typer.Option(
         None, "--ep-overlap/--no-ep-overlap", help="Default: on where allowed."
     ),
-    imbalance: float = typer.Option(1.0, "--imbalance"),
-    headroom: float = typer.Option(0.95, "--headroom"),
-    as_json: bool = typer.Option(False, "--json"),
+    imbalance: float = typer.Option(1.0, "--imbalance", help="Routing imbalance on the hot expert rank."),
+    headroom: float = typer.Option(
+        0.95, "--headroom", help="Fraction of usable GPU memory a layout may use."
+    ),
+    as_json: opt.Json = False,
 ) -> None:
     """Memory and time of one given layout."""
     from longpack.planner.search import SearchRequest, default_dispatcher, evaluate_layout
     from longpack.planner.timing import best_cp_comm_type
 
-    try:
-        m, g = load_model(model), load_gpu(gpu)
-        plan_layout, _ = parse_layout(layout, world_size=gpus)
-        req = SearchRequest(
-            model=m,
-            gpu=g,
-            num_gpus=gpus,
-            seq_length=seq_length,
-            gbs=gbs,
-            precision=precision.lower(),
-            headroom=headroom,
-        )
-        rec = normalize_recompute(recompute)
-        lay = plan_layout.layout
-        overlap_ok = (
-            m.moe is not None
-            and lay.ep > 1
-            and (lay.pp == 1 or plan_layout.vpp > 1)
-            and "moe" not in rec
-            and rec != ("full",)
-        )
-        opts = TrainingOptions(
-            precision=precision.lower(),
-            recompute=rec,
-            optimizer_offload=offload,
-            dispatcher=dispatcher or default_dispatcher(g, lay.ep * lay.expert_tp),
-            optimizer=optimizer,
-            ep_overlap=overlap_ok if ep_overlap is None else ep_overlap,
-            cp_comm_type=best_cp_comm_type(m, g, plan_layout, seq_length=seq_length)
-            if cp_comm_type == "auto"
-            else cp_comm_type,
-            imbalance=imbalance,
-        )
-        cand = evaluate_layout(req, plan_layout, opts)
-    except (CatalogError, PlanError, TopologyError) as exc:
-        raise _fail(str(exc)) from exc
-    d = _candidate_dict(cand, req)
+    m, g = load_model(model), load_gpu(gpu)
+    plan_layout, _ = parse_layout(layout, world_size=gpus)
+    req = SearchRequest(
+        model=m,
+        gpu=g,
+        num_gpus=gpus,
+        seq_length=seq_length,
+        gbs=gbs,
+        precision=precision.lower(),
+        headroom=headroom,
+    )
+    rec = normalize_recompute(recompute)
+    lay = plan_layout.layout
+    overlap_ok = (
+        m.moe is not None
+        and lay.ep > 1
+        and (lay.pp == 1 or plan_layout.vpp > 1)
+        and "moe" not in rec
+        and rec != ("full",)
+    )
+    opts = TrainingOptions(
+        precision=precision.lower(),
+        recompute=rec,
+        optimizer_offload=offload,
+        dispatcher=dispatcher or default_dispatcher(g, lay.ep * lay.expert_tp),
+        optimizer=optimizer,
+        ep_overlap=overlap_ok if ep_overlap is None else ep_overlap,
+        cp_comm_type=best_cp_comm_type(m, g, plan_layout, seq_length=seq_length)
+        if cp_comm_type == "auto"
+        else cp_comm_type,
+        imbalance=imbalance,
+    )
+    cand = evaluate_layout(req, plan_layout, opts)
+    d = candidate_dict(cand, req)
     d["fits"] = cand.memory.total_gib <= req.memory_budget_gib
     d["memory_budget_gib"] = round(req.memory_budget_gib, 3)
     if as_json:
@@ -449,16 +367,13 @@ def evaluate_cmd(
     calibration: str | None = typer.Option(
         None, "--calibration", help="Calibration YAML (default: the packaged file)."
     ),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: opt.Json = False,
     show_points: bool = typer.Option(False, "--points", help="List every point."),
 ) -> None:
     """Predicted vs measured TFLOP/s/GPU (and memory) with median / p90 absolute percentage error."""
-    from longpack.planner.calibration import evaluate, load_points
+    from longpack.planner.calibration import evaluate
 
-    try:
-        points, skipped = load_points(calibration)
-    except ValueError as exc:
-        raise _fail(str(exc)) from exc
+    points, skipped = _load_points(calibration)
     summary = evaluate(points, skipped)
     if as_json:
         typer.echo(json.dumps(summary.as_dict(), indent=2, default=float))
@@ -512,12 +427,9 @@ def fit_cmd(
     rounds: int = typer.Option(8, "--rounds", help="Coordinate-search rounds (the shipped fit used 8)."),
 ) -> None:
     """Refit the time model's free constants on a calibration file and write them as YAML."""
-    from longpack.planner.calibration import evaluate, fit_params, load_points, write_fit
+    from longpack.planner.calibration import evaluate, fit_params, write_fit
 
-    try:
-        points, skipped = load_points(calibration)
-    except ValueError as exc:
-        raise _fail(str(exc)) from exc
+    points, skipped = _load_points(calibration)
     params, loss = fit_params(points, rounds=rounds)
     write_fit(params, out, loss=loss, source=str(calibration or "calibration_points.yaml"))
     summary = evaluate(points, skipped, params=params)
@@ -525,6 +437,18 @@ def fit_cmd(
         f"wrote {out}: mean |log error| {loss:.4f}; TFLOP/s median APE {summary.tflops_median_ape:.1%}, "
         f"p90 {summary.tflops_p90_ape:.1%} over {summary.tflops_n} points"
     )
+
+
+def _load_points(calibration: str | None) -> Any:
+    from longpack.errors import ConfigError, LongpackError
+    from longpack.planner.calibration import load_points
+
+    try:
+        return load_points(calibration)
+    except LongpackError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(str(exc), fields="calibration") from exc
 
 
 def register(app: typer.Typer) -> None:

@@ -1,10 +1,10 @@
-"""``longpack sweep``: choose the pack length at equal token slots per step (thin: parse, call, print)."""
+"""``longpack sweep``: choose the pack size at equal token slots per step (parse -> ``SweepConfig`` ->
+run -> print)."""
 
 from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,51 +12,39 @@ import typer
 
 from longpack.cli import options as opt
 
-DEMO_TOKENIZER = "qwen3"
 
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(2)
+def _deprecated(old: str, new: str) -> None:
+    typer.echo(f"warning: {old} is deprecated; use {new}", err=True)
 
 
 def register(app: typer.Typer) -> None:
     @app.command("sweep")
     def sweep_command(
         inputs: Annotated[
-            list[str] | None, typer.Argument(help="JSONL / Parquet files, folders or globs.")
+            list[str] | None,
+            typer.Argument(metavar="[INPUT]...", help="JSONL / Parquet files, folders or globs."),
         ] = None,
-        pack_lengths: str = typer.Option(
+        pack_size: str = typer.Option(
             "2048,4096,8192,16384",
-            "--pack-lengths",
-            help="Candidate pack lengths (packed_sequence_size = seq_length), comma-separated; 8k = 8192.",
+            "--pack-size",
+            help="Candidate pack sizes (packed_sequence_size = seq_length), comma-separated; 8k = 8192.",
         ),
+        pack_lengths: str | None = typer.Option(None, "--pack-lengths", hidden=True),
         token_slots: int = typer.Option(
             65536,
             "--token-slots",
-            help="packed_sequence_size x global_batch_size, equal for every candidate (GBS = slots / length).",
+            help="packed_sequence_size x global_batch_size, equal for every candidate (GBS = slots / size).",
         ),
-        tokenizer: str | None = typer.Option(
-            None, "--tokenizer", help="tokenizer.json, HF model folder, 'qwen3' or 'bytes'."
-        ),
-        pad_seq_to_mult: int | None = typer.Option(
-            None,
-            "--pad-seq-to-mult",
-            help="Per-sample alignment multiple (default: from --tp/--cp/--sp or --layout, else 1).",
-        ),
-        tp: int | None = typer.Option(None, "--tp", help="Tensor parallel size (derives pad_seq_to_mult)."),
-        cp: int | None = typer.Option(None, "--cp", help="Context parallel size (derives pad_seq_to_mult)."),
-        sp: bool = typer.Option(False, "--sp", help="Sequence parallelism on (derives pad_seq_to_mult)."),
-        algorithm: str = typer.Option(
-            "best_fit_decreasing",
-            "--algorithm",
-            help="best_fit_decreasing | first_fit_shuffle (Megatron-Bridge's exact rows) | first_fit | "
-            "first_fit_decreasing.",
-        ),
-        seed: int = typer.Option(0, "--seed", help="Seed of every random step (Megatron: dataset.seed)."),
-        overlength: str = typer.Option(
-            "drop", "--overlength", help="Samples longer than a pack: drop | truncate | error."
-        ),
+        tokenizer: opt.Tokenizer = None,
+        pad_seq_to_mult: opt.PadSeqToMult = None,
+        tp: opt.Tp = None,
+        cp: opt.Cp = None,
+        sp: opt.Sp = False,
+        algorithm: opt.AlgorithmOpt = "best_fit_decreasing",
+        seed: opt.Seed = 0,
+        overlength: Annotated[
+            opt.Overlength, typer.Option("--overlength", help="Samples longer than a pack.")
+        ] = "drop",
         workers: opt.Workers = None,
         fmt: opt.Format = "auto",
         prompt_key: opt.PromptKey = "prompt",
@@ -67,17 +55,13 @@ def register(app: typer.Typer) -> None:
         chat_loss: opt.ChatLoss = "assistant",
         messages_key: opt.MessagesKey = "messages",
         skip_malformed: opt.SkipMalformed = False,
-        model: str | None = typer.Option(
-            None, "--model", help="Planner model (catalog name or config.json) for memory and tokens/s."
-        ),
-        gpu: str | None = typer.Option(None, "--gpu", help="GPU type (e.g. H100_SXM, H200, B200)."),
-        gpus: int | None = typer.Option(
-            None, "--gpus", help="Number of GPUs (gives DP for the batch rules; needed with --model)."
-        ),
+        model: opt.ModelId = None,
+        gpu: opt.Gpu = None,
+        gpus: opt.Gpus = None,
         layout: str | None = typer.Option(
             None, "--layout", help="Pin the layout, e.g. 'tp=2,cp=1,pp=2,ep=8' (SP on when TP > 1)."
         ),
-        precision: str = typer.Option("bf16", "--precision", help="bf16, fp8, mxfp8 or nvfp4."),
+        precision: Annotated[opt.Precision, typer.Option("--precision", help="Training precision.")] = "bf16",
         headroom: float = typer.Option(
             0.95, "--headroom", help="Fraction of usable GPU memory a layout may use."
         ),
@@ -87,163 +71,62 @@ def register(app: typer.Typer) -> None:
             help="Pin recompute modules ('none', 'layernorm,mlp', 'full'; default: cheapest that fits).",
         ),
         offload: bool = typer.Option(True, "--offload/--no-offload", help="Allow optimizer CPU offload."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        as_json: opt.Json = False,
         plot: str | None = typer.Option(
-            None, "--plot", help="Write a PNG: real tokens/s, memory and truncation vs pack length."
+            None, "--plot", help="Write a PNG: real tokens/s, memory and truncation vs pack size."
         ),
         demo: bool = typer.Option(
             False, "--demo", help="Sweep the built-in demo SFT data (default --tokenizer qwen3)."
         ),
     ) -> None:
-        """Pack at every candidate length with equal token slots per step; compare counts, fill, batch
-        rules and (with --model/--gpu/--gpus) memory and real tokens/s; recommend a pack length."""
-        from longpack.cli.pack_cmd import resolve_pad_seq_to_mult, text_config_or_exit
-        from longpack.sweep import PlannerSetup, SweepError, SweepSettings, parse_pack_lengths
-        from longpack.topology import ParallelLayout, TopologyError
+        """Pack at every candidate size with equal token slots per step; compare counts, fill, batch
+        rules and (with --model/--gpu/--gpus) memory and real tokens/s; recommend a pack size."""
+        from longpack.cli.pack_cmd import text_config
+        from longpack.errors import ConfigError
+        from longpack.jobs.sweep import SweepConfig
 
-        inputs = list(inputs or [])
-        if demo:
-            if inputs:
-                raise _fail("--demo sweeps the built-in data set; give no INPUT with it")
-            tokenizer = tokenizer or DEMO_TOKENIZER
-        if not inputs and not demo:
-            raise _fail("give at least one INPUT (file, folder or glob), or --demo")
-        if tokenizer is None:
-            raise _fail("--tokenizer is required (a tokenizer.json, an HF model folder, 'qwen3' or 'bytes')")
-        if (model is None) != (gpu is None) or (model is not None and gpus is None):
-            raise _fail(
-                "--model, --gpu and --gpus go together (e.g. --model llama3_1_8b --gpu H100 --gpus 8)"
-            )
-        if layout is not None and gpus is None:
-            raise _fail("--layout needs --gpus (the layout's DP follows from the GPU count)")
-        if layout is not None and (tp is not None or cp is not None or sp):
-            raise _fail("give either --layout or --tp/--cp/--sp, not both")
+        if pack_lengths is not None:
+            _deprecated("--pack-lengths", "--pack-size")
+            pack_size = pack_lengths
         if plot is not None and not Path(plot).parent.is_dir():
-            raise _fail(f"--plot {plot}: folder {Path(plot).parent} does not exist")
-
-        pins: dict[str, int] = {}
-        cluster: ParallelLayout | None = None
-        try:
-            if layout is not None:
-                from longpack.cli.plan_cmd import parse_layout
-                from longpack.planner.options import PlanError
-
-                assert gpus is not None
-                try:
-                    plan_layout, _ = parse_layout(layout, world_size=gpus)
-                except PlanError as exc:
-                    raise _fail(str(exc)) from exc
-                if plan_layout.mbs != 1:
-                    raise _fail(
-                        f"--layout mbs={plan_layout.mbs}: offline packed data needs micro_batch_size 1 "
-                        "(LP-PACK-005); drop mbs from --layout"
-                    )
-                cluster = plan_layout.layout
-                mult = pad_seq_to_mult or cluster.pad_seq_to_mult
-                mult_source = (
-                    f"--pad-seq-to-mult {mult}"
-                    if pad_seq_to_mult
-                    else f"from --layout ({cluster.pad_seq_to_mult})"
-                )
-                pins = {
-                    "tp": cluster.tp,
-                    "cp": cluster.cp,
-                    "pp": cluster.pp,
-                    "vpp": cluster.vpp or 1,
-                    "ep": cluster.ep,
-                    "etp": cluster.expert_tp,
-                }
-            else:
-                if model is not None and (tp or 1) > 1 and not sp and pad_seq_to_mult is None:
-                    raise _fail(
-                        f"--tp {tp} with --model: the planner runs TP > 1 with sequence parallelism; add --sp "
-                        "so the data is aligned for it"
-                    )
-                mult, mult_source = resolve_pad_seq_to_mult(pad_seq_to_mult, tp, cp, sp)
-                pins = {"tp": tp or 1, "cp": cp or 1}
-                if gpus is not None:
-                    cluster = ParallelLayout(world_size=gpus, tp=tp or 1, cp=cp or 1, sp=sp)
-            from longpack.binpack import ALGORITHMS
-
-            if algorithm not in ALGORITHMS:
-                raise SweepError(
-                    f"--algorithm {algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}"
-                )
-            settings = SweepSettings(
-                pack_lengths=parse_pack_lengths(pack_lengths),
-                token_slots=token_slots,
-                pad_seq_to_mult=mult,
-                algorithm=algorithm,
-                seed=seed,
-                overlength=overlength,
-            )
-            planner = None
-            if model is not None:
-                from longpack.planner.catalog import CatalogError, load_gpu, load_model
-                from longpack.planner.options import PlanError, normalize_recompute
-
-                assert gpu is not None and gpus is not None
-                try:
-                    planner = PlannerSetup(
-                        recompute=None if recompute is None else normalize_recompute(recompute),
-                        allow_offload=offload,
-                        model=load_model(model),
-                        gpu=load_gpu(gpu),
-                        num_gpus=gpus,
-                        pins=pins,
-                        precision=precision.lower(),
-                        headroom=headroom,
-                    )
-                except (CatalogError, PlanError) as exc:
-                    raise _fail(str(exc)) from exc
-        except (SweepError, TopologyError) as exc:
-            raise _fail(str(exc)) from exc
-
-        from longpack.packed import OverlengthError
-        from longpack.sweep import sweep
-        from longpack.text import InputError, tokenize_inputs, write_demo_dataset
-
-        show_progress = not as_json and sys.stderr.isatty()
-        config = text_config_or_exit(
-            fmt=fmt,
-            prompt_key=prompt_key,
-            completion_key=completion_key,
-            prompt_template=prompt_template,
-            separator=separator,
-            prompt_completion_loss=prompt_completion_loss,
-            chat_loss=chat_loss,
-            messages_key=messages_key,
-            skip_malformed=skip_malformed,
+            raise ConfigError(f"plot {plot}: folder {Path(plot).parent} does not exist", fields="plot")
+        config = SweepConfig(
+            inputs=list(inputs or []),
+            tokenizer=tokenizer,
+            demo=demo,
+            pack_lengths=pack_size,
+            token_slots=token_slots,
+            pad_seq_to_mult=pad_seq_to_mult,
+            tp=tp,
+            cp=cp,
+            sp=sp,
+            layout=layout,
+            algorithm=algorithm,
+            seed=seed,
+            overlength=overlength,
+            text=text_config(
+                fmt=fmt,
+                prompt_key=prompt_key,
+                completion_key=completion_key,
+                prompt_template=prompt_template,
+                separator=separator,
+                prompt_completion_loss=prompt_completion_loss,
+                chat_loss=chat_loss,
+                messages_key=messages_key,
+                skip_malformed=skip_malformed,
+            ),
+            workers=workers,
+            model=model,
+            gpu=gpu,
+            gpus=gpus,
+            precision=precision,
+            headroom=headroom,
+            recompute=recompute,
+            offload=offload,
+            progress=not as_json and sys.stderr.isatty(),
         )
-        with tempfile.TemporaryDirectory(prefix="longpack-demo-") as demo_dir:
-            if demo:
-                inputs = [str(write_demo_dataset(Path(demo_dir) / "longpack-demo"))]
-            try:
-                tokenized = tokenize_inputs(
-                    inputs, tokenizer=tokenizer, config=config, workers=workers, progress=show_progress
-                )
-                eos_id = tokenized.tokenizer.get("eos_id")
-                if eos_id is None:
-                    raise InputError(f"tokenizer {tokenizer!r} has no EOS id; packing pads with EOS")
-                # with the planner, a layout fixes DP only when --layout pins it (else the planner picks PP)
-                fixed = cluster if planner is None or layout is not None else None
-                result = sweep(tokenized.samples, settings, eos_id=int(eos_id), layout=fixed, planner=planner)
-            except (InputError, OverlengthError, SweepError, TopologyError) as exc:
-                raise _fail(str(exc)) from exc
-        doc: dict[str, Any] = {
-            "input": {
-                "demo": demo,
-                "format": tokenized.format,
-                "tokenizer": tokenized.tokenizer.get("name", tokenizer),
-                "rows_read": tokenized.rows_read,
-                "malformed": len(tokenized.malformed),
-            },
-            "pad_seq_to_mult_source": mult_source,
-            "gpus": gpus,
-            "model": None if planner is None else planner.model.name,
-            "gpu": None if planner is None else planner.gpu.name,
-            **result.as_dict(),
-        }
+        result = config.run()
+        doc = result.as_dict()
         if plot is not None:
             _plot(result, Path(plot), title=_title(doc))
             doc["plot"] = str(plot)
@@ -251,7 +134,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(doc, indent=2))
         else:
             _print_human(result, doc)
-        if planner is not None and result.recommendation is None:
+        if config.planner is not None and result.recommendation is None:
             raise typer.Exit(1)
 
 
@@ -265,7 +148,7 @@ def _print_human(result: Any, doc: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from longpack.sweep import nice_int
+    from longpack.jobs.sweep import nice_int
 
     console = Console(width=None if sys.stdout.isatty() else 150)
     inp = doc["input"]
@@ -383,7 +266,7 @@ def _plot(result: Any, path: Path, *, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from longpack.cli.plan_cmd import _write_atomic_png
+    from longpack.cli.plan_cmd import write_png_atomic
 
     cands = result.candidates
     xs = [c.pack_length for c in cands]
@@ -443,6 +326,6 @@ def _plot(result: Any, path: Path, *, title: str) -> None:
     ax_list[0].set_title(title, fontsize=10)
     fig.tight_layout()
     try:
-        _write_atomic_png(fig, path)
+        write_png_atomic(fig, path)
     finally:
         plt.close(fig)

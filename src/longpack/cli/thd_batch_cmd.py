@@ -28,7 +28,10 @@ def register(app: typer.Typer) -> None:
         batch_size: int = typer.Option(
             1, "--batch-size", help="Rows per collate call (GBS/DP in Megatron-Bridge)."
         ),
-        max_seq_length: int = typer.Option(..., "--max-seq-length", help="packed_sequence_size."),
+        pack_size: int | None = typer.Option(
+            None, "--pack-size", help="packed_sequence_size (the collate's max_seq_length; required)."
+        ),
+        max_seq_length: int | None = typer.Option(None, "--max-seq-length", hidden=True),
         eos_id: int | None = typer.Option(
             None,
             "--eos-id",
@@ -66,6 +69,13 @@ def register(app: typer.Typer) -> None:
         )
         from longpack.runtime.dataset import PackedDataset
 
+        if max_seq_length is not None:
+            typer.echo("warning: --max-seq-length is deprecated; use --pack-size", err=True)
+            pack_size = pack_size or max_seq_length
+        if pack_size is None:
+            from longpack.errors import ConfigError
+
+            raise ConfigError("pack_size is required (packed_sequence_size)", fields="pack_size")
         try:
             folder = PackedFolder.open(path, split=split)
             if split is None and folder.kind == "folder" and len(folder.split_names) > 1:
@@ -75,7 +85,7 @@ def register(app: typer.Typer) -> None:
             rows = [ds[i] for i in range(index, index + batch_size)]
             batch = collate_packed(
                 rows,
-                max_seq_length=max_seq_length,
+                max_seq_length=pack_size,
                 eos_id=eos_id,
                 pad_seq_to_mult=pad_seq_to_mult,
                 pad_to_max_length=pad_to_max_length or metadata is not None,

@@ -6,7 +6,8 @@ import json
 
 import typer
 
-from longpack.topology import ParallelLayout, TopologyError
+from longpack.cli import options as opt
+from longpack.topology import ParallelLayout
 
 
 def register(app: typer.Typer) -> None:
@@ -20,14 +21,10 @@ def register(app: typer.Typer) -> None:
         ep: int = typer.Option(1, "--ep"),
         etp: int | None = typer.Option(None, "--etp"),
         sp: bool = typer.Option(False, "--sp/--no-sp", help="Sequence parallelism."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        as_json: opt.Json = False,
     ) -> None:
         """Print DP, expert DP and the THD alignment (pad_seq_to_mult) of a layout."""
-        try:
-            layout = ParallelLayout(world_size=gpus, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, sp=sp)
-        except TopologyError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from exc
+        layout = ParallelLayout(world_size=gpus, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, sp=sp)
         info = {
             "world_size": layout.world_size,
             "tp": layout.tp,

@@ -1,6 +1,9 @@
-"""``longpack pack --backend ray``: tokenize everywhere, pack globally, write everywhere (Ray Data).
+"""The Ray executor of the pack job (``longpack pack --backend ray``, ``PackConfig(backend="ray")``):
+tokenize everywhere, pack globally, write everywhere (Ray Data).
 
-Three stages, each a Ray Data job; only lengths and sample ids ever reach the driver:
+:class:`RayExecutor` runs the two heavy steps of ``longpack.jobs.PackConfig`` (see
+``longpack.jobs.executors``); the job itself, its checks, the plan and the manifest are the same as on the
+local executor. Three stages, each a Ray Data job; only lengths and sample ids ever reach the driver:
 
 1. **Tokenize** (workers). The driver cuts the inputs into the same chunks as the local backend (JSONL:
    ~1 MiB cut at a newline, with its first line number; Parquet: one row group) while it hashes them for the
@@ -9,13 +12,13 @@ Three stages, each a Ray Data job; only lengths and sample ids ever reach the dr
    ``longpack.text.pipeline.tokenize_chunk`` (the local backend's per-chunk code). The tokenized chunks stay
    in the Ray object store (spilled to disk when it fills); the driver pulls only the ``lengths`` and
    ``rows`` columns.
-2. **Pack** (driver). :meth:`RayPacker.tokenize` returns a :class:`~longpack.text.TokenizeResult` whose
+2. **Pack** (driver). :meth:`RayExecutor.tokenize` returns a :class:`~longpack.text.TokenizeResult` whose
    samples carry real offsets and provenance over a zero-byte token view (``np.broadcast_to``), so the local
    backend's ``plan_splits`` (alignment, over-long policy, validation carve-out, bin packing) runs unchanged.
 3. **Route and write** (workers). Every packed sample gets ``(shard, position in shard)``; a ``map_batches``
    step cuts each tokenized chunk into per-shard pieces, ``groupby("shard").map_groups`` brings a shard's
    pieces together on one worker, which fills and writes the shard with the local backend's
-   ``write_shard_file``. The driver then writes metadata and the manifest (``finish_packed_output``), last.
+   ``write_shard_file``. The job then writes metadata and the manifest on the driver, last.
 
 Same inputs, settings and seed -> the same bytes as the local backend, for any worker count: chunks are cut
 and numbered on the driver, samples are numbered by chunk, the plan is global, and each shard is written by
@@ -32,7 +35,7 @@ import os
 import resource
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,15 +44,7 @@ import numpy as np
 
 from longpack.errors import BackendError
 from longpack.packed.align import AlignedSamples
-from longpack.packed.pipeline import (
-    PackSettings,
-    Provenance,
-    SplitPlan,
-    finish_packed_output,
-    prepare_out_dir,
-    shard_layout,
-    write_shard_file,
-)
+from longpack.packed.pipeline import PackSettings, SplitPlan, shard_layout, write_shard_file
 from longpack.packed.plan import PackPlan
 from longpack.samples import TokenizedSamples
 
@@ -188,7 +183,7 @@ def _tokenize_chunks(
     batch: dict[str, np.ndarray],
     *,
     config: Any,
-    tokenizer: str,
+    tokenizer: Any,
     token_dtype: str,
     fail_once: tuple[str, int] | None,
 ) -> dict[str, Any]:
@@ -362,13 +357,13 @@ def _write_shard_group(
 
 def _unwrap(exc: BaseException) -> BaseException:
     """The user-level exception inside Ray's wrappers (RayTaskError, UserCodeException), if any."""
-    from longpack.text.errors import InputError
+    from longpack.errors import LongpackError
 
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
-        if isinstance(cur, InputError | RayBackendError):
+        if isinstance(cur, LongpackError):
             return cur
         cause = getattr(cur, "cause", None)
         cur = cause if isinstance(cause, BaseException) else (cur.__cause__ or cur.__context__)
@@ -376,12 +371,17 @@ def _unwrap(exc: BaseException) -> BaseException:
 
 
 @dataclass
-class RayPacker:
-    """A connection to a Ray cluster that tokenizes and writes for ``longpack pack``.
+class RayExecutor:
+    """A connection to a Ray cluster that tokenizes and writes for the pack job.
 
     ``address=None`` joins the running cluster of this process (``ray.init`` already called) or starts a
     local one; ``"auto"`` or ``"ray://host:10001"`` joins an existing cluster. ``workers`` caps concurrent
-    tasks per stage (``None``: as many as the cluster has CPUs). Use as a context manager.
+    tasks per stage (``None``: as many as the cluster has CPUs). The job uses it as a context manager.
+
+    >>> import longpack
+    >>> config = longpack.PackConfig(demo=True, out="out/demo", backend=RayExecutor(address="auto"))
+    >>> config.backend.name
+    'ray'
     """
 
     address: str | None = None
@@ -393,13 +393,13 @@ class RayPacker:
     fail_times: int = 1
     _started: bool = False
     _rss: dict[str, int] = field(default_factory=dict)
-    _sets: list[TokenizedDataset] = field(default_factory=list)
+    name = "ray"
 
     @property
     def _fail(self) -> tuple[str, int] | None:
         return (self.fail_once, self.fail_times) if self.fail_once else None
 
-    def __enter__(self) -> RayPacker:
+    def __enter__(self) -> RayExecutor:
         try:
             import ray
             import ray.data
@@ -424,6 +424,10 @@ class RayPacker:
         for w, r in zip(workers, rss, strict=True):
             self._rss[str(w)] = max(self._rss.get(str(w), 0), int(r))
 
+    def report(self) -> dict[str, Any]:
+        """For the job's result: :meth:`memory_report`."""
+        return self.memory_report()
+
     def memory_report(self) -> dict[str, Any]:
         """Peak RSS in bytes: the driver, and every worker process that ran a task (``host:pid``)."""
         return {
@@ -444,53 +448,21 @@ class RayPacker:
                 raise inner from exc
             raise RayBackendError(f"Ray {what} stage failed after retries: {exc}") from exc
 
-    def tokenize_inputs(
-        self,
-        inputs: list[str],
-        *,
-        tokenizer: str,
-        config: Any,
-        workers: int | None = None,
-        progress: bool = False,
-    ) -> Any:
-        """Drop-in for ``longpack.text.tokenize_inputs`` (lengths-only samples); the first call is the
-        training set, a second one the validation set, for :meth:`write_packed_output`."""
-        result, tokenized = self.tokenize(inputs, tokenizer=tokenizer, config=config)
-        self._sets.append(tokenized)
-        return result
-
-    def write_packed_output(
-        self,
-        out_dir: str | Path,
-        splits: list[SplitPlan],
-        settings: PackSettings,
-        provenance: Provenance,
-        *,
-        overwrite: bool = False,
-    ) -> dict[str, Any]:
-        """Drop-in for ``longpack.packed.write_packed_output`` after :meth:`tokenize_inputs` calls."""
-        if not self._sets:
-            raise RayBackendError("call tokenize_inputs before write_packed_output")
-        val = self._sets[1] if len(self._sets) > 1 else self._sets[0]
-        return self.write(
-            out_dir,
-            splits,
-            settings,
-            provenance,
-            sources={"training": self._sets[0], "validation": val},
-            overwrite=overwrite,
-        )
-
-    def tokenize(self, inputs: list[str], *, tokenizer: str, config: Any) -> tuple[Any, TokenizedDataset]:
+    def tokenize(
+        self, inputs: Sequence[str], *, tokenizer: Any, config: Any, progress: bool = False
+    ) -> tuple[Any, TokenizedDataset]:
         """Tokenize ``inputs`` on the workers; return the local backend's ``TokenizeResult`` shape with a
-        lengths-only sample set (offsets, provenance; tokens a zero-byte view) and the cluster-held tokens."""
+        lengths-only sample set (offsets, provenance; tokens a zero-byte view) and the cluster-held tokens.
+        ``tokenizer``: a spec or a loaded tokenizer (``longpack.text.tokenizers.as_tokenizer``); Ray Data
+        draws its own progress bars (on a terminal), so ``progress`` is not used."""
         import ray.data
 
-        from longpack.text import InputError, TokenizeResult, load_tokenizer, resolve_inputs
+        from longpack.text import InputError, TokenizeResult, resolve_inputs
         from longpack.text.inputs import input_kind
         from longpack.text.pipeline import detect_file_format
+        from longpack.text.tokenizers import as_tokenizer
 
-        tok = load_tokenizer(tokenizer)
+        tok = as_tokenizer(tokenizer)
         paths = resolve_inputs(inputs)
         kinds = [input_kind(p) for p in paths]
         formats = [detect_file_format(p, config) for p in paths]
@@ -514,7 +486,7 @@ class RayPacker:
                     batch_format="numpy",
                     fn_kwargs={
                         "config": config,
-                        "tokenizer": tok.spec,
+                        "tokenizer": tok.portable(),
                         "token_dtype": token_dtype,
                         "fail_once": self._fail,
                     },
@@ -589,25 +561,28 @@ class RayPacker:
 
     def write(
         self,
-        out_dir: str | Path,
-        splits: list[SplitPlan],
+        out: Path,
+        splits: Sequence[SplitPlan],
         settings: PackSettings,
-        provenance: Provenance,
         *,
-        sources: dict[str, TokenizedDataset],
-        overwrite: bool = False,
-    ) -> dict[str, Any]:
-        """Route every packed sample to its shard, write the shards on the workers, then metadata and the
-        manifest on the driver. ``sources`` maps each split name to the tokenized set its samples index."""
+        sources: Mapping[str, TokenizedDataset],
+        progress: bool = False,
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Route every packed sample to its shard and write the shards on the workers, into the existing
+        folder ``out``; return split name -> shard file records. ``sources`` maps each split name to the
+        tokenized set (from :meth:`tokenize`) its samples index."""
         import ray
 
-        out = Path(out_dir)
-        prepare_out_dir(out, overwrite)
+        out = Path(out)
         shard_info: list[dict[str, Any]] = []
         shard_split: list[str] = []
         by_source: dict[int, tuple[TokenizedDataset, dict[str, np.ndarray]]] = {}
         eos_id = splits[0].aligned.eos_id
         for split in splits:
+            if split.name not in sources or not isinstance(sources[split.name], TokenizedDataset):
+                raise RayBackendError(
+                    f"split {split.name!r}: no tokenized set from this executor's tokenize() was given for it"
+                )
             src = sources[split.name]
             n_samples = len(split.aligned.samples)
             if id(src) not in by_source:
@@ -680,4 +655,4 @@ class RayPacker:
         files: dict[str, list[dict[str, Any]]] = {s.name: [] for s in splits}
         for i, name in enumerate(shard_split):
             files[name].append(written[i])
-        return finish_packed_output(out, splits, settings, provenance, files)
+        return files

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from longpack.errors import InputError
+from longpack.errors import ConfigError, InputError
 from longpack.samples import TokenizedSamples
 
 OVERLENGTH_POLICIES = ("drop", "truncate", "error")
@@ -47,9 +47,10 @@ def runtime_cap(max_seq_length: int, pad_seq_to_mult: int) -> int:
         return max_seq_length
     cap = (max_seq_length // pad_seq_to_mult) * pad_seq_to_mult
     if cap == 0:
-        raise ValueError(
+        raise ConfigError(
             f"max_seq_length ({max_seq_length}) must be at least the effective padding multiple "
-            f"({pad_seq_to_mult}); raise --seq-length or lower --pad-seq-to-mult"
+            f"({pad_seq_to_mult}); raise seq_length or lower pad_seq_to_mult",
+            fields=("seq_length", "pad_seq_to_mult"),
         )
     return cap
 
@@ -159,7 +160,8 @@ def align_samples(
         )
         raise OverlengthError(
             f"{len(bad)} sample(s) are longer than the runtime cap {cap} (max_seq_length={max_seq_length}, "
-            f"pad_seq_to_mult={m}): {shown}; use --overlength truncate or drop, or raise --seq-length"
+            f"pad_seq_to_mult={m}): {shown}; use overlength truncate or drop, or raise seq_length",
+            fields=("overlength", "seq_length"),
         )
     if overlength == "truncate":
         keep = ~empty

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from longpack._version import __version__
+from longpack.errors import ConfigError, InputError
 from longpack.errors import OutputExistsError as _OutputExistsError
 from longpack.packed.align import DEFAULT_OVERLENGTH, OVERLENGTH_POLICIES, AlignedSamples, align_samples
 from longpack.packed.files import (
@@ -69,7 +70,7 @@ class PackSettings:
     >>> PackSettings(seq_length=4096, pack_size=2048)
     Traceback (most recent call last):
     ...
-    ValueError: seq_length (4096) must not exceed pack_size (2048): a sample longer than a pack cannot be packed; lower --seq-length or raise --pack-size
+    longpack.errors.ConfigError: seq_length (4096) must not exceed pack_size (2048): a sample longer than a pack cannot be packed; lower seq_length or raise pack_size
     """
 
     seq_length: int
@@ -91,36 +92,52 @@ class PackSettings:
 
     def __post_init__(self) -> None:
         if self.ids_dtype not in IDS_DTYPES:
-            raise ValueError(f"ids_dtype must be one of {IDS_DTYPES}, got {self.ids_dtype!r}")
+            raise ConfigError(
+                f"ids_dtype must be one of {', '.join(IDS_DTYPES)}, got {self.ids_dtype!r}",
+                fields="ids_dtype",
+            )
         if self.seq_length < 1:
-            raise ValueError(f"seq_length must be positive, got {self.seq_length}")
+            raise ConfigError(f"seq_length must be positive, got {self.seq_length}", fields="seq_length")
         if self.pack_size is not None and self.pack_size < 1:
-            raise ValueError(f"pack_size must be positive, got {self.pack_size}")
+            raise ConfigError(f"pack_size must be positive, got {self.pack_size}", fields="pack_size")
         if self.seq_length > self.resolved_pack_size:
-            raise ValueError(
+            raise ConfigError(
                 f"seq_length ({self.seq_length}) must not exceed pack_size ({self.resolved_pack_size}): a "
-                "sample longer than a pack cannot be packed; lower --seq-length or raise --pack-size"
+                "sample longer than a pack cannot be packed; lower seq_length or raise pack_size",
+                fields=("seq_length", "pack_size"),
             )
         if self.pad_seq_to_mult < 1:
-            raise ValueError(f"pad_seq_to_mult must be a positive integer, got {self.pad_seq_to_mult}")
+            raise ConfigError(
+                f"pad_seq_to_mult must be a positive integer, got {self.pad_seq_to_mult}",
+                fields="pad_seq_to_mult",
+            )
         if self.overlength not in OVERLENGTH_POLICIES:
-            raise ValueError(f"overlength must be one of {OVERLENGTH_POLICIES}, got {self.overlength!r}")
+            raise ConfigError(
+                f"overlength must be one of {', '.join(OVERLENGTH_POLICIES)}, got {self.overlength!r}",
+                fields="overlength",
+            )
         if not 0.0 <= self.val_fraction < 1.0:
-            raise ValueError(f"val_fraction must lie in [0, 1), got {self.val_fraction}")
+            raise ConfigError(
+                f"val_fraction must lie in [0, 1), got {self.val_fraction}", fields="val_fraction"
+            )
         if self.rows_per_shard is not None and self.rows_per_shard < 1:
-            raise ValueError(f"rows_per_shard must be positive, got {self.rows_per_shard}")
+            raise ConfigError(
+                f"rows_per_shard must be positive, got {self.rows_per_shard}", fields="rows_per_shard"
+            )
         if (self.algorithm == BALANCED_ALGORITHM) != (self.balance is not None):
-            raise ValueError(
-                "algorithm='balanced' and a balance target go together: give --balance dp=..,gbs=..,model=..,gpu=.."
+            raise ConfigError(
+                "algorithm='balanced' and a balance target go together: give balance dp=..,gbs=..,model=..,gpu=..",
+                fields=("balance", "algorithm"),
             )
         if self.balance is not None:
             from longpack.balance import BalanceTarget
 
             if not isinstance(self.balance, BalanceTarget):
-                raise ValueError(
+                raise ConfigError(
                     f"balance must be a longpack.balance.BalanceTarget, got {type(self.balance).__name__} "
                     "(read a 'dp=..,gbs=..,model=..,gpu=..' text with "
-                    "longpack.planner.balance_costs.parse_balance_spec)"
+                    "longpack.planner.balance_costs.parse_balance_spec)",
+                    fields="balance",
                 )
 
     @property
@@ -139,12 +156,13 @@ def check_ids_dtype(ids_dtype: str, vocab_size: int | None) -> None:
     >>> check_ids_dtype("int32", 2**31 + 1)
     Traceback (most recent call last):
     ...
-    ValueError: --ids-dtype int32 cannot hold this tokenizer's ids (vocab_size 2147483649 > 2147483648); use --ids-dtype int64
+    longpack.errors.ConfigError: ids_dtype int32 cannot hold this tokenizer's ids (vocab_size 2147483649 > 2147483648); use ids_dtype int64
     """
     if ids_dtype == "int32" and vocab_size is not None and vocab_size > 2**31:
-        raise ValueError(
-            f"--ids-dtype int32 cannot hold this tokenizer's ids (vocab_size {vocab_size} > {2**31}); "
-            "use --ids-dtype int64"
+        raise ConfigError(
+            f"ids_dtype int32 cannot hold this tokenizer's ids (vocab_size {vocab_size} > {2**31}); "
+            "use ids_dtype int64",
+            fields="ids_dtype",
         )
 
 
@@ -220,9 +238,10 @@ def plan_split(
             overlength=settings.overlength,
         )
     if len(aligned) == 0:
-        raise ValueError(
+        raise InputError(
             f"{name}: no samples left to pack ({len(samples)} read, {len(aligned.dropped)} dropped as too long "
-            "or empty); check --seq-length and --overlength"
+            "or empty); check seq_length and overlength",
+            fields=("seq_length", "overlength"),
         )
     lengths = aligned.runtime_lengths()
     plan = plan_rows(
@@ -253,7 +272,9 @@ def plan_splits(
     [('training', 2), ('validation', 1)]
     """
     if validation is not None and settings.val_fraction > 0:
-        raise ValueError("give either a validation input or a validation fraction, not both")
+        raise ConfigError(
+            "give either val_inputs or val_fraction, not both", fields=("val_inputs", "val_fraction")
+        )
     if validation is not None:
         return [
             plan_split("training", train, settings, eos_id=eos_id),
@@ -271,7 +292,7 @@ def plan_splits(
     k = len(aligned)
     n_val = min(max(1, round(settings.val_fraction * k)), k - 1)
     if k < 2:
-        raise ValueError(f"--val-fraction needs at least 2 packable samples, got {k}")
+        raise InputError(f"val_fraction needs at least 2 packable samples, got {k}", fields="val_fraction")
     chosen = np.zeros(k, dtype=bool)
     chosen[np.random.default_rng(settings.seed).permutation(k)[:n_val]] = True
     train_plan = plan_split(
@@ -321,16 +342,18 @@ def _prepare_out_dir(out_dir: Path, overwrite: bool, *, dry_run: bool = False) -
     if out_dir.exists():
         if not overwrite:
             raise OutputExistsError(
-                f"output folder {out_dir} already exists; pass --overwrite to replace it or choose a new --out"
+                f"output folder {out_dir} already exists; set overwrite=True to replace it or choose a new out",
+                fields=("out", "overwrite"),
             )
         if not out_dir.is_dir():
-            raise OutputExistsError(f"--out {out_dir} exists and is not a folder")
+            raise OutputExistsError(f"out {out_dir} exists and is not a folder", fields="out")
         foreign = sorted(p.name for p in out_dir.iterdir() if not (p.is_file() and _is_ours(p.name)))
         if foreign:
             shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
             raise OutputExistsError(
-                f"--overwrite refused: {out_dir} holds files longpack did not write ({shown}); "
-                "choose an empty or new --out"
+                f"overwrite refused: {out_dir} holds files longpack did not write ({shown}); "
+                "choose an empty or new out",
+                fields=("overwrite", "out"),
             )
         if dry_run:
             return

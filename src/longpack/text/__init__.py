@@ -5,7 +5,9 @@ Public API::
     TextConfig, TokenizeResult, InputError
     resolve_inputs(inputs) -> list[Path]
     load_tokenizer("bytes" | "qwen3" | "path/tokenizer.json" | "hf/model/folder") -> Tokenizer
-    tokenize_inputs(inputs, tokenizer=..., config=TextConfig(), workers=None, progress=False) -> TokenizeResult
+    as_tokenizer(spec | Tokenizer | tokenizers.Tokenizer | transformers fast tokenizer) -> Tokenizer
+    tokenize_inputs(inputs, tokenizer=spec or object, config=TextConfig(), workers=None, progress=False)
+        -> TokenizeResult  (worker processes never import the caller's __main__: safe in plain scripts)
     write_demo_dataset(folder, n=12000, seed=0) -> folder;  demo_inputs() -> [file, ...]
 
 Example::
@@ -23,13 +25,14 @@ from longpack.text.errors import InputError
 from longpack.text.inputs import resolve_inputs
 from longpack.text.pipeline import TokenizeResult, tokenize_inputs
 from longpack.text.rows import TextConfig
-from longpack.text.tokenizers import Tokenizer, load_tokenizer
+from longpack.text.tokenizers import Tokenizer, as_tokenizer, load_tokenizer
 
 __all__ = [
     "InputError",
     "TextConfig",
     "TokenizeResult",
     "Tokenizer",
+    "as_tokenizer",
     "demo_inputs",
     "load_tokenizer",
     "resolve_inputs",

@@ -4,6 +4,10 @@ The main process reads the files sequentially and cuts them into chunks (raw JSO
 line number, or Arrow record batches of Parquet rows); worker processes parse and tokenize each chunk and
 send back flat numpy arrays (tokens, loss mask, lengths, rows). Results are joined in chunk order, so the
 output does not depend on the worker count.
+
+The workers are :class:`longpack.text.workers.WorkerPool` processes: plain interpreters that import only
+longpack, so a script calling this without an ``if __name__ == "__main__":`` guard works under every
+multiprocessing start method (``spawn`` and ``forkserver`` would run such a script again in each child).
 """
 
 from __future__ import annotations
@@ -13,13 +17,12 @@ import contextlib
 import hashlib
 import json
 import mmap
-import multiprocessing as mp
 import os
 import re
 import warnings
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ import numpy as np
 
 from longpack.samples import TokenizedSamples
 from longpack.text import inputs as _inputs
+from longpack.text import workers as _workers
 from longpack.text.errors import InputError
 from longpack.text.inputs import (
     first_jsonl_rows,
@@ -37,7 +41,7 @@ from longpack.text.inputs import (
     sha256_file,
 )
 from longpack.text.rows import RowError, TextConfig, detect_format, sample_from_row
-from longpack.text.tokenizers import Tokenizer, load_tokenizer
+from longpack.text.tokenizers import Tokenizer, as_tokenizer, load_tokenizer, register_tokenizer
 
 _SKIP_HINT = "fix the row or pass --skip-malformed (TextConfig.skip_malformed=True) to skip and count it"
 
@@ -72,7 +76,7 @@ class _Job:
     payload: Any  # bytes | pyarrow.RecordBatch
     fmt: str
     config: TextConfig
-    tokenizer: str
+    tokenizer: str  # spec: loaded (or registered) in the process that runs the job
 
 
 @dataclass(frozen=True)
@@ -447,15 +451,16 @@ def default_workers() -> int:
 def tokenize_inputs(
     inputs: Sequence[str],
     *,
-    tokenizer: str,
+    tokenizer: str | Tokenizer | Any,
     config: TextConfig,
     workers: int | None = None,
     progress: bool = False,
 ) -> TokenizeResult:
     """Read and tokenize every row of ``inputs`` (files, folders, globs) into flat buffers.
 
-    ``workers`` processes (default: all cores; 1 runs inline) tokenize chunks of rows; the result is
-    byte-identical for any worker count. Bad rows raise ``InputError`` naming ``file:line`` (unless
+    ``tokenizer`` is a spec string (``"qwen3"``, ``"bytes"``, a ``tokenizer.json`` or a model folder) or a
+    loaded tokenizer (see :func:`longpack.text.tokenizers.as_tokenizer`). ``workers`` processes (default:
+    all cores; 1 runs inline) tokenize chunks of rows; the result is byte-identical for any worker count. Bad rows raise ``InputError`` naming ``file:line`` (unless
     ``config.skip_malformed``); no rows at all, or no usable sample, is an ``InputError`` too.
 
         >>> import tempfile, pathlib
@@ -469,11 +474,11 @@ def tokenize_inputs(
         >>> r.format, r.rows_read, r.samples.tokens.tolist(), r.samples.loss_mask.tolist(), len(r.malformed)
         ('prompt_completion', 2, [97, 98, 258], [0, 1, 1], 1)
     """
-    tok = load_tokenizer(tokenizer)
+    tok = register_tokenizer(as_tokenizer(tokenizer))
     paths = resolve_inputs(inputs)
     n_workers = default_workers() if workers is None else int(workers)
     if n_workers < 1:
-        raise InputError(f"workers={workers} must be >= 1 (or None for all cores)")
+        raise InputError(f"workers={workers} must be >= 1 (or None for all cores)", fields="workers")
     kinds = [input_kind(p) for p in paths]
     formats = [_file_format(p, k, config) for p, k in zip(paths, kinds, strict=True)]
     hashers = [hashlib.sha256() for _ in paths]
@@ -522,12 +527,14 @@ def tokenize_inputs(
                 sink.add(i, _process(job))
                 bar.advance(nbytes)
         else:
-            # forkserver: workers start from a clean process that imported this module once (no fork of a
-            # parent holding threads or a used Rust tokenizer); each loads the tokenizer as it starts.
-            ctx = mp.get_context("forkserver")
-            ctx.set_forkserver_preload(["longpack.text.pipeline"])
-            with ProcessPoolExecutor(
-                max_workers=n_workers, mp_context=ctx, initializer=load_tokenizer, initargs=(tok.spec,)
+            # Fresh interpreters, not forks of this process (no fork of a parent holding threads or a used
+            # Rust tokenizer) and not multiprocessing children (which would run the caller's __main__ again);
+            # each loads the tokenizer as it starts.
+            with _workers.WorkerPool(
+                n_workers,
+                target="longpack.text.pipeline:_process",
+                initializer="longpack.text.tokenizers:register_tokenizer",
+                initargs=(tok.portable(),),
             ) as pool:
                 pending: deque[tuple[int, Future[_ChunkOut], int]] = deque()
                 try:
@@ -540,7 +547,7 @@ def tokenize_inputs(
                             sink.add(i, _process(job))
                             bar.advance(nbytes)
                             continue
-                        pending.append((i, pool.submit(_process, job), nbytes))
+                        pending.append((i, pool.submit(job), nbytes))
                         while len(pending) > 2 * n_workers + 2:
                             fi, fut, nb = pending.popleft()
                             sink.add(fi, fut.result())
@@ -550,7 +557,7 @@ def tokenize_inputs(
                         sink.add(fi, fut.result())
                         bar.advance(nb)
                 except BaseException:
-                    pool.shutdown(wait=True, cancel_futures=True)
+                    pool.shutdown(cancel=True)
                     raise
     finally:
         bar.close()
@@ -645,14 +652,23 @@ def detect_file_format(path: Path, config: TextConfig) -> str | None:
 
 
 def tokenize_chunk(
-    *, kind: str, file: str, first_row: int, payload: Any, fmt: str, config: TextConfig, tokenizer: str
+    *,
+    kind: str,
+    file: str,
+    first_row: int,
+    payload: Any,
+    fmt: str,
+    config: TextConfig,
+    tokenizer: str | Tokenizer,
 ) -> ChunkTokens:
     """Parse and tokenize one chunk of rows (JSONL bytes starting at 1-based line ``first_row``, or an Arrow
     record batch whose first row is 0-based row ``first_row``), exactly as ``tokenize_inputs`` does.
+    ``tokenizer``: a spec string or what :meth:`~longpack.text.tokenizers.Tokenizer.portable` gave.
 
     >>> c = tokenize_chunk(kind="jsonl", file="x.jsonl", first_row=1, payload=b'{"input_ids": [4, 5]}\\n',
     ...     fmt="pretokenized", config=TextConfig(), tokenizer="bytes")
     >>> c.tokens.tolist(), c.lengths.tolist(), c.rows.tolist()
     ([4, 5], [2], [1])
     """
-    return _process(_Job(kind, file, first_row, payload, fmt, config, tokenizer))
+    spec = register_tokenizer(tokenizer).spec
+    return _process(_Job(kind, file, first_row, payload, fmt, config, spec))

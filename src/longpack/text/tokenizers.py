@@ -243,6 +243,11 @@ class Tokenizer(ABC):
     def special_tokens(self) -> dict[str, int]:
         """Added/special tokens: text -> id."""
 
+    def portable(self) -> str | Tokenizer:
+        """What a worker process needs to get this tokenizer back: ``spec`` when :func:`load_tokenizer`
+        rebuilds it from that string (built-ins, files), else the tokenizer itself (pickled)."""
+        return self
+
     @cached_property
     def skipped_ids(self) -> np.ndarray:
         """Ids never trained on (spec §2.3 "skipped" tokens), sorted int64."""
@@ -309,6 +314,9 @@ class BytesTokenizer(_TableTokenizer):
 
     def __init__(self) -> None:
         self._byte_len = np.array([1] * 256 + [len(s.encode()) for s in self._SPECIALS], dtype=np.int64)
+
+    def portable(self) -> str:
+        return self.spec
 
     @property
     def special_tokens(self) -> dict[str, int]:
@@ -379,6 +387,9 @@ class Qwen3Tokenizer(_TableTokenizer):
         # The BPE ranks (~0.3-1.5 s to load) are read on first encode: pretokenized inputs only need the
         # vocabulary size and EOS.
         self._enc_loaded: Any = None
+
+    def portable(self) -> str:
+        return self.spec
 
     @property
     def _enc(self) -> Any:
@@ -466,12 +477,8 @@ class HFTokenizer(Tokenizer):
     def __init__(self, tokenizer_file: Path, config_file: Path | None, spec: str | None = None) -> None:
         RustTokenizer = require("tokenizers", "text", purpose="a tokenizer.json tokenizer").Tokenizer
 
-        self._file = tokenizer_file
-        self._config_file = config_file
-        self.spec = spec or str(tokenizer_file.resolve())
-        self.name = str(tokenizer_file.parent if tokenizer_file.name == "tokenizer.json" else tokenizer_file)
         try:
-            self._tok = RustTokenizer.from_file(str(tokenizer_file))
+            rust = RustTokenizer.from_file(str(tokenizer_file))
         except Exception as e:
             raise InputError(f"{tokenizer_file}: not a valid HF tokenizer.json ({e})") from e
         config: dict[str, Any] = {}
@@ -480,6 +487,71 @@ class HFTokenizer(Tokenizer):
                 config = json.loads(config_file.read_text(encoding="utf-8"))
             except (OSError, ValueError) as e:
                 raise InputError(f"{config_file}: cannot read tokenizer config ({e})") from e
+        self._files: dict[str, Path | bytes] = {tokenizer_file.name: tokenizer_file}
+        if config_file is not None:
+            self._files[config_file.name] = config_file
+        self._from_file = True
+        self._setup(
+            rust,
+            config,
+            spec=spec or str(tokenizer_file.resolve()),
+            name=str(tokenizer_file.parent if tokenizer_file.name == "tokenizer.json" else tokenizer_file),
+            where=str(tokenizer_file),
+            config_label=str(config_file) if config_file is not None else "the tokenizer config",
+            eos_hint="put a tokenizer_config.json with an 'eos_token' next to it",
+        )
+
+    @classmethod
+    def from_object(
+        cls, rust: Any, *, config: dict[str, Any] | None = None, name: str | None = None
+    ) -> HFTokenizer:
+        """An HF tokenizer from a loaded ``tokenizers.Tokenizer`` and the settings ``tokenizer_config.json``
+        would hold (``eos_token``, ``bos_token``, ``chat_template``). The object is copied, never changed.
+
+        >>> from tokenizers import Tokenizer, models, pre_tokenizers, processors
+        >>> rust = Tokenizer(models.WordLevel({"a": 0, "b": 1, "</s>": 2}, unk_token="a"))
+        >>> rust.pre_tokenizer, rust.post_processor = pre_tokenizers.Whitespace(), processors.ByteLevel()
+        >>> tok = HFTokenizer.from_object(rust, config={"eos_token": "</s>"})
+        >>> tok.encode("b a b"), tok.eos_id, tok.spec.startswith("object:")
+        ([1, 0, 1], 2, True)
+        >>> rust.post_processor is not None  # the caller's object is untouched (longpack drops its copy's)
+        True
+        """
+        from tokenizers import Tokenizer as RustTokenizer
+
+        text = rust.to_str()
+        settings = dict(config or {})
+        key = hashlib.sha256((text + json.dumps(settings, sort_keys=True, default=str)).encode()).hexdigest()
+        self = cls.__new__(cls)
+        self._files = {"tokenizer.json": text.encode()}
+        self._from_file = False
+        self._setup(
+            RustTokenizer.from_str(text),
+            settings,
+            spec=f"object:{key[:16]}",
+            name=name or "tokenizers.Tokenizer (in memory)",
+            where=name or "the given tokenizer object",
+            config_label="the tokenizer's settings",
+            eos_hint="add the EOS token as a special token (tokenizer.add_special_tokens(['</s>'])) or pass "
+            "a transformers tokenizer whose eos_token is set",
+        )
+        return self
+
+    def _setup(
+        self,
+        rust: Any,
+        config: dict[str, Any],
+        *,
+        spec: str,
+        name: str,
+        where: str,
+        config_label: str,
+        eos_hint: str,
+    ) -> None:
+        self._tok = rust
+        self._config_label = config_label
+        self.spec = spec
+        self.name = name
         self._config = config
         # Only ever encoded with add_special_tokens=False, where a post-processor adds nothing but may trim
         # offsets (ByteLevel trim_offsets makes a lone "Ġ" zero-width), which would hide tokens from the
@@ -488,7 +560,7 @@ class HFTokenizer(Tokenizer):
         self._specials = {t.content: i for i, t in self._tok.get_added_tokens_decoder().items()}
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         eos_text = _token_text(config.get("eos_token"))
-        tried = [f"eos_token {eos_text!r} from {config_file}"] if eos_text else []
+        tried = [f"eos_token {eos_text!r} from {config_label}"] if eos_text else []
         if eos_text is None:
             for cand in ("</s>", "<|endoftext|>", "<eos>", "<|end_of_text|>"):
                 tried.append(f"added token {cand!r}")
@@ -498,8 +570,8 @@ class HFTokenizer(Tokenizer):
         eos = self._tok.token_to_id(eos_text) if eos_text else None
         if eos is None:
             raise InputError(
-                f"{tokenizer_file}: cannot find the EOS token (tried {', '.join(tried)}); put a "
-                "tokenizer_config.json with an 'eos_token' next to it"
+                f"{where}: cannot find the EOS token (tried {', '.join(tried)}); {eos_hint}",
+                fields="tokenizer",
             )
         self.eos_id = int(eos)
         self._eos_text = eos_text
@@ -510,6 +582,14 @@ class HFTokenizer(Tokenizer):
             template = named.get("default")
         self._template_src: str | None = template if isinstance(template, str) else None
         self._template: Any = None
+
+    def portable(self) -> str | HFTokenizer:
+        return self.spec if self._from_file else self
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_template"] = None  # compiled jinja: rebuilt on first use
+        return state
 
     @property
     def special_tokens(self) -> dict[str, int]:
@@ -560,7 +640,7 @@ class HFTokenizer(Tokenizer):
             try:
                 self._template = env.from_string(self._template_src)
             except jinja2.TemplateError as e:
-                raise InputError(f"{self._config_file}: chat_template does not compile ({e})") from e
+                raise InputError(f"{self._config_label}: chat_template does not compile ({e})") from e
         return self._template
 
     def render_chat(self, messages: Sequence[Message]) -> list[Piece]:
@@ -603,13 +683,17 @@ class HFTokenizer(Tokenizer):
         return [(text, -1)]
 
     def identity(self) -> dict[str, Any]:
-        files = {self._file.name: _sha256_file(self._file)}
-        if self._config_file is not None:
-            files[self._config_file.name] = _sha256_file(self._config_file)
-        out: dict[str, Any] = {
-            "kind": "hf",
-            "name": self.name,
-            "path": self.spec,
+        files = {
+            label: _sha256_file(src) if isinstance(src, Path) else hashlib.sha256(src).hexdigest()
+            for label, src in self._files.items()
+        }
+        out: dict[str, Any] = {"kind": "hf", "name": self.name}
+        if self._from_file:
+            out["path"] = self.spec
+        else:
+            # No file: the hash is of the tokenizer's JSON (``Tokenizer.to_str()``), not of a file on disk.
+            out["source"] = "in-memory tokenizer object (sha256 of its JSON)"
+        out |= {
             "files": files,
             "eos_id": self.eos_id,
             "eos_token": self._eos_text,
@@ -621,6 +705,66 @@ class HFTokenizer(Tokenizer):
 
 
 _CACHE: dict[str, Tokenizer] = {}
+
+
+def as_tokenizer(tokenizer: str | Path | Tokenizer | Any) -> Tokenizer:
+    """A longpack :class:`Tokenizer` from a spec string (see :func:`load_tokenizer`) or a loaded tokenizer:
+    longpack's own, a ``tokenizers.Tokenizer``, or a ``transformers`` fast tokenizer
+    (``PreTrainedTokenizerFast``: its ``backend_tokenizer``, ``eos_token``, ``bos_token`` and
+    ``chat_template`` are used; ``transformers`` itself is never imported here).
+
+    >>> as_tokenizer("bytes").eos_id
+    258
+    >>> from tokenizers import Tokenizer as Rust, models
+    >>> rust = Rust(models.WordLevel({"x": 0}, unk_token="x"))
+    >>> rust.add_special_tokens(["</s>"])
+    1
+    >>> as_tokenizer(rust).eos_id
+    1
+    >>> as_tokenizer(42)
+    Traceback (most recent call last):
+    ...
+    longpack.text.errors.InputError: tokenizer: cannot use an object of type int; pass a spec string ('qwen3', 'bytes', a tokenizer.json or a model folder), a tokenizers.Tokenizer or a transformers fast tokenizer
+    """
+    if isinstance(tokenizer, Tokenizer):
+        return tokenizer
+    if isinstance(tokenizer, str | Path):
+        return load_tokenizer(str(tokenizer))
+    try:
+        from tokenizers import Tokenizer as RustTokenizer
+    except ImportError:  # pragma: no cover - depends on the install
+        RustTokenizer = None  # type: ignore[assignment,misc]
+    if RustTokenizer is not None and isinstance(tokenizer, RustTokenizer):
+        return HFTokenizer.from_object(tokenizer)
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if RustTokenizer is not None and isinstance(backend, RustTokenizer):
+        config = {key: getattr(tokenizer, key, None) for key in ("eos_token", "bos_token", "chat_template")}
+        name = getattr(tokenizer, "name_or_path", None) or None
+        return HFTokenizer.from_object(backend, config={k: v for k, v in config.items() if v}, name=name)
+    if hasattr(tokenizer, "convert_tokens_to_ids") and hasattr(tokenizer, "is_fast"):
+        raise InputError(
+            f"tokenizer: {type(tokenizer).__name__} is a slow (Python) transformers tokenizer; load the fast "
+            "one (AutoTokenizer.from_pretrained(..., use_fast=True)) or pass its tokenizer.json",
+            fields="tokenizer",
+        )
+    raise InputError(
+        f"tokenizer: cannot use an object of type {type(tokenizer).__name__}; pass a spec string ('qwen3', "
+        "'bytes', a tokenizer.json or a model folder), a tokenizers.Tokenizer or a transformers fast tokenizer",
+        fields="tokenizer",
+    )
+
+
+def register_tokenizer(tokenizer: str | Tokenizer) -> Tokenizer:
+    """Make a tokenizer handed to a worker process (what :meth:`Tokenizer.portable` gave) loadable there by
+    its ``spec``; a string is loaded. Returns the tokenizer.
+
+    >>> register_tokenizer("bytes").spec
+    'bytes'
+    """
+    if isinstance(tokenizer, str):
+        return load_tokenizer(tokenizer)
+    _CACHE[tokenizer.spec] = tokenizer
+    return tokenizer
 
 
 def load_tokenizer(spec: str) -> Tokenizer:
@@ -637,6 +781,12 @@ def load_tokenizer(spec: str) -> Tokenizer:
     """
     if spec in _CACHE:
         return _CACHE[spec]
+    if spec.startswith("object:"):
+        raise InputError(
+            f"tokenizer {spec!r} names an in-memory tokenizer object this process does not hold; pass the "
+            "object itself (or a tokenizer.json path)",
+            fields="tokenizer",
+        )
     tok: Tokenizer
     if spec == "bytes":
         tok = BytesTokenizer()
@@ -654,7 +804,8 @@ def load_tokenizer(spec: str) -> Tokenizer:
                 tried.append(f"{tj} (folder exists, file missing)")
                 raise InputError(
                     f"tokenizer {spec!r} not found; tried: {'; '.join(tried)}. Put a tokenizer.json in the "
-                    "folder (only fast HF tokenizers are supported)"
+                    "folder (only fast HF tokenizers are supported)",
+                    fields="tokenizer",
                 )
             config = path / "tokenizer_config.json"
             tok = HFTokenizer(tj, config if config.is_file() else None, str(path.resolve()))
@@ -662,7 +813,8 @@ def load_tokenizer(spec: str) -> Tokenizer:
             tried += [f"file {path} (does not exist)", f"folder {path}/tokenizer.json (does not exist)"]
             raise InputError(
                 f"tokenizer {spec!r} not found; tried: {'; '.join(tried)}. Nothing is downloaded: pass 'qwen3', "
-                "'bytes', a tokenizer.json or a local HF model folder"
+                "'bytes', a tokenizer.json or a local HF model folder",
+                fields="tokenizer",
             )
     _CACHE[spec] = tok
     return tok

@@ -14,7 +14,8 @@ used, from samples tokenized once:
   at the packed context ``Σ Lᵢ² / Σ Lᵢ``), the throughput in *real* (non-padding) tokens per second, and a
   recommendation: the highest real tokens/s among the candidates that fit.
 
-Pure: no I/O; the CLI (``longpack sweep``) tokenizes and prints.
+:func:`sweep` is pure (no I/O); :class:`SweepConfig` is the job: it tokenizes the inputs once and sweeps
+(``longpack sweep`` parses its flags into one and prints the result).
 
 >>> import numpy as np
 >>> from longpack.samples import TokenizedSamples
@@ -31,13 +32,14 @@ Pure: no I/O; the CLI (``longpack sweep``) tokenizes and prints.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
-from longpack.errors import ConfigError
+from longpack.errors import ConfigError, InputError
 from longpack.packed.align import OVERLENGTH_POLICIES, OverlengthError, align_samples, runtime_cap
 from longpack.packed.pipeline import PackSettings, plan_split
 from longpack.packed.plan import DEFAULT_ALGORITHM
@@ -45,6 +47,7 @@ from longpack.planner.catalog import GPUSpec, ModelSpec
 from longpack.planner.options import PlanError, PlanLayout
 from longpack.rules import TrainingSetup, run_rules
 from longpack.samples import TokenizedSamples
+from longpack.text.rows import TextConfig
 from longpack.topology import ParallelLayout, TopologyError
 
 DEFAULT_PACK_LENGTHS = (2048, 4096, 8192, 16384)
@@ -58,7 +61,7 @@ PACK_LENGTH_WARNING = (
 
 
 class SweepError(ConfigError):
-    """A sweep setting that cannot work (the message names the option, the value and the fix)."""
+    """A sweep setting that cannot work (the message names the field, the value and the fix)."""
 
 
 def parse_pack_lengths(text: str) -> tuple[int, ...]:
@@ -69,7 +72,7 @@ def parse_pack_lengths(text: str) -> tuple[int, ...]:
     >>> parse_pack_lengths("2048,x")
     Traceback (most recent call last):
     ...
-    longpack.sweep.SweepError: --pack-lengths: 'x' is not a positive integer (e.g. --pack-lengths 2048,4096,8192)
+    longpack.jobs.sweep.SweepError: pack_lengths: 'x' is not a positive integer (e.g. pack_lengths 2048,4096,8192)
     """
     values: list[int] = []
     for raw in text.split(","):
@@ -80,14 +83,21 @@ def parse_pack_lengths(text: str) -> tuple[int, ...]:
         digits = part[:-1] if scale > 1 else part
         if not digits.isdigit() or int(digits) < 1:
             raise SweepError(
-                f"--pack-lengths: {raw.strip()!r} is not a positive integer (e.g. --pack-lengths 2048,4096,8192)"
+                f"pack_lengths: {raw.strip()!r} is not a positive integer (e.g. pack_lengths 2048,4096,8192)",
+                fields="pack_lengths",
             )
         values.append(int(digits) * scale)
     if not values:
-        raise SweepError("--pack-lengths is empty; give a comma-separated list such as 2048,4096,8192,16384")
+        raise SweepError(
+            "pack_lengths is empty; give a comma-separated list such as 2048,4096,8192,16384",
+            fields="pack_lengths",
+        )
     dupes = sorted({v for v in values if values.count(v) > 1})
     if dupes:
-        raise SweepError(f"--pack-lengths lists {', '.join(map(str, dupes))} more than once; give each once")
+        raise SweepError(
+            f"pack_lengths lists {', '.join(map(str, dupes))} more than once; give each once",
+            fields="pack_lengths",
+        )
     return tuple(sorted(values))
 
 
@@ -100,7 +110,7 @@ class SweepSettings:
     >>> SweepSettings(pack_lengths=(3000,), token_slots=65536)
     Traceback (most recent call last):
     ...
-    longpack.sweep.SweepError: --token-slots 65536 is not divisible by pack length 3000 (GBS = token slots / pack length must be a whole number); use pack lengths that divide 65536 or --token-slots 3000*GBS, e.g. 66000
+    longpack.jobs.sweep.SweepError: token_slots 65536 is not divisible by pack length 3000 (GBS = token slots / pack length must be a whole number); use pack lengths that divide 65536 or token_slots 3000*GBS, e.g. 66000
     """
 
     pack_lengths: tuple[int, ...]
@@ -112,29 +122,41 @@ class SweepSettings:
 
     def __post_init__(self) -> None:
         if not self.pack_lengths:
-            raise SweepError("give at least one pack length (--pack-lengths 2048,4096,8192,16384)")
+            raise SweepError(
+                "give at least one pack length (pack_lengths 2048,4096,8192,16384)", fields="pack_lengths"
+            )
         if self.token_slots < 1:
-            raise SweepError(f"--token-slots must be a positive integer, got {self.token_slots}")
+            raise SweepError(
+                f"token_slots must be a positive integer, got {self.token_slots}", fields="token_slots"
+            )
         if self.pad_seq_to_mult < 1:
-            raise SweepError(f"pad_seq_to_mult must be a positive integer, got {self.pad_seq_to_mult}")
+            raise SweepError(
+                f"pad_seq_to_mult must be a positive integer, got {self.pad_seq_to_mult}",
+                fields="pad_seq_to_mult",
+            )
         if self.overlength not in OVERLENGTH_POLICIES:
             raise SweepError(
-                f"--overlength must be one of {', '.join(OVERLENGTH_POLICIES)}, got {self.overlength!r}"
+                f"overlength must be one of {', '.join(OVERLENGTH_POLICIES)}, got {self.overlength!r}",
+                fields="overlength",
             )
         for length in self.pack_lengths:
             if length < 2:
-                raise SweepError(f"pack length {length} is too short; use at least 2 tokens")
+                raise SweepError(
+                    f"pack length {length} is too short; use at least 2 tokens", fields="pack_lengths"
+                )
             if self.token_slots % length:
                 gbs_up = -(-self.token_slots // length)
                 raise SweepError(
-                    f"--token-slots {self.token_slots} is not divisible by pack length {length} (GBS = token "
+                    f"token_slots {self.token_slots} is not divisible by pack length {length} (GBS = token "
                     f"slots / pack length must be a whole number); use pack lengths that divide "
-                    f"{self.token_slots} or --token-slots {length}*GBS, e.g. {length * gbs_up}"
+                    f"{self.token_slots} or token_slots {length}*GBS, e.g. {length * gbs_up}",
+                    fields=("token_slots", "pack_lengths"),
                 )
             if self.pad_seq_to_mult > length:
                 raise SweepError(
                     f"pack length {length} is shorter than pad_seq_to_mult {self.pad_seq_to_mult}; drop it "
-                    "from --pack-lengths or lower TP/CP"
+                    "from pack_lengths or lower TP/CP",
+                    fields=("pack_lengths", "pad_seq_to_mult"),
                 )
 
     def gbs(self, pack_length: int) -> int:
@@ -161,7 +183,7 @@ class PlannerSetup:
 
     def __post_init__(self) -> None:
         if self.num_gpus < 1:
-            raise SweepError(f"--gpus must be a positive integer, got {self.num_gpus}")
+            raise SweepError(f"gpus must be a positive integer, got {self.num_gpus}", fields="gpus")
         bad = sorted(set(self.pins) - {"tp", "cp", "pp", "vpp", "ep", "etp"})
         if bad:
             raise SweepError(f"cannot pin {', '.join(bad)}; pin only tp, cp, pp, vpp, ep, etp")
@@ -295,15 +317,30 @@ class Recommendation:
 
 @dataclass(frozen=True, kw_only=True)
 class SweepResult:
+    """Every candidate, packed (and estimated), and the recommendation. The sweep job fills in where the
+    samples came from (``input``), where ``pad_seq_to_mult`` came from, and the planner's model / GPU."""
+
     settings: SweepSettings
     read: int
     candidates: tuple[Candidate, ...]
     recommendation: Recommendation | None
     warning: str = PACK_LENGTH_WARNING
+    #: ``demo``, ``format``, ``tokenizer``, ``rows_read``, ``malformed`` (set by :class:`SweepConfig`).
+    input: dict[str, Any] | None = None
+    pad_seq_to_mult_source: str | None = None
+    gpus: int | None = None
+    model: str | None = None
+    gpu: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        """What ``longpack sweep --json`` prints."""
         s = self.settings
         return {
+            "input": self.input,
+            "pad_seq_to_mult_source": self.pad_seq_to_mult_source,
+            "gpus": self.gpus,
+            "model": self.model,
+            "gpu": self.gpu,
             "settings": {
                 "pack_lengths": list(s.pack_lengths),
                 "token_slots": s.token_slots,
@@ -342,15 +379,16 @@ def _check_alignment(settings: SweepSettings, layout: ParallelLayout) -> None:
     if settings.pad_seq_to_mult % layout.pad_seq_to_mult:
         raise SweepError(
             f"pad_seq_to_mult {settings.pad_seq_to_mult} is not a multiple of {layout.pad_seq_to_mult}, what "
-            f"TP={layout.tp} CP={layout.cp} SP={layout.sp} need; use --pad-seq-to-mult "
-            f"{layout.pad_seq_to_mult} or derive it from --tp/--cp/--sp"
+            f"TP={layout.tp} CP={layout.cp} SP={layout.sp} need; use pad_seq_to_mult "
+            f"{layout.pad_seq_to_mult} or derive it from tp/cp/sp",
+            fields="pad_seq_to_mult",
         )
 
 
 def pack_candidate(
     samples: TokenizedSamples, settings: SweepSettings, pack_length: int, *, eos_id: int
 ) -> Candidate:
-    """Align and pack ``samples`` at one pack length, as ``longpack pack --seq-length L`` would.
+    """Align and pack ``samples`` at one pack length, as the pack job with ``seq_length=L`` would.
 
     >>> lens = np.array([9, 5, 5, 3])
     >>> offsets = np.concatenate([[0], np.cumsum(lens)])
@@ -377,7 +415,7 @@ def pack_candidate(
             overlength=settings.overlength,
         )
     except OverlengthError as exc:
-        raise OverlengthError(f"pack length {pack_length}: {exc}") from exc
+        raise OverlengthError(f"pack length {pack_length}: {exc}", fields=exc.fields) from exc
     runtime_in = samples.runtime_lengths()
     read = len(samples)
     truncated = len(aligned.truncated)
@@ -632,3 +670,222 @@ def nice_int(x: float) -> str:
         if abs(x) >= scale:
             return f"{x / scale:.3g}{suffix}"
     return f"{x:.0f}" if math.isfinite(x) else str(x)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepConfig:
+    """Everything ``longpack sweep`` takes; validated on construction, run with :meth:`run`.
+
+    Data and packing as in :class:`~longpack.jobs.PackConfig` (``inputs`` or ``demo``, ``tokenizer``,
+    ``text``, ``pad_seq_to_mult`` or ``tp``/``cp``/``sp``, ``algorithm``, ``seed``, ``overlength``,
+    ``workers``); the candidates: ``pack_lengths`` (ints, or a ``"2048,4096,8k"`` string) at ``token_slots``
+    per step. With ``gpus`` the batch rules get a DP; with ``model``, ``gpu`` and ``gpus`` the planner
+    estimates memory and real tokens/s and a pack length is recommended. ``layout`` (``"tp=2,pp=2"``)
+    pins the planner's layout and derives ``pad_seq_to_mult`` from it.
+
+    >>> SweepConfig(demo=True, model="llama3_1_8b", gpu="H100_SXM")
+    Traceback (most recent call last):
+    ...
+    longpack.jobs.sweep.SweepError: model, gpu and gpus go together (e.g. model llama3_1_8b, gpu H100, gpus 8)
+    """
+
+    inputs: Sequence[str | Path] | str | Path = ()
+    tokenizer: Any = None
+    demo: bool = False
+    pack_lengths: Sequence[int] | str = DEFAULT_PACK_LENGTHS
+    token_slots: int = DEFAULT_TOKEN_SLOTS
+    pad_seq_to_mult: int | None = None
+    tp: int | None = None
+    cp: int | None = None
+    sp: bool = False
+    layout: str | None = None
+    algorithm: str = DEFAULT_ALGORITHM
+    seed: int = 0
+    overlength: str = "drop"
+    text: TextConfig = field(default_factory=TextConfig)
+    workers: int | None = None
+    model: str | None = None
+    gpu: str | None = None
+    gpus: int | None = None
+    precision: str = "bf16"
+    headroom: float = 0.95
+    recompute: str | Sequence[str] | None = None
+    offload: bool = True
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        from longpack.jobs.pack import DEMO_TOKENIZER, _paths, resolve_pad_seq_to_mult
+
+        set_ = object.__setattr__
+        set_(self, "inputs", _paths(self.inputs, "inputs"))
+        if self.demo:
+            if self.inputs:
+                raise SweepError(
+                    "demo=True sweeps the built-in data set; give no inputs with it",
+                    fields=("demo", "inputs"),
+                )
+            if self.tokenizer is None:
+                set_(self, "tokenizer", DEMO_TOKENIZER)
+        elif not self.inputs:
+            raise SweepError(
+                "no inputs: give at least one input file, folder or glob in inputs, or set demo=True",
+                fields=("inputs", "demo"),
+            )
+        if self.tokenizer is None:
+            raise SweepError(
+                "tokenizer is required (a tokenizer.json, an HF model folder, 'qwen3', 'bytes' or a loaded "
+                "tokenizer)",
+                fields="tokenizer",
+            )
+        if (self.model is None) != (self.gpu is None) or (self.model is not None and self.gpus is None):
+            raise SweepError(
+                "model, gpu and gpus go together (e.g. model llama3_1_8b, gpu H100, gpus 8)",
+                fields=("model", "gpu", "gpus"),
+            )
+        if self.layout is not None and self.gpus is None:
+            raise SweepError(
+                "layout needs gpus (the layout's DP follows from the GPU count)", fields=("layout", "gpus")
+            )
+        if self.layout is not None and (self.tp is not None or self.cp is not None or self.sp):
+            raise SweepError(
+                "give either layout or tp, cp and sp, not both", fields=("layout", "tp", "cp", "sp")
+            )
+        lengths = (
+            parse_pack_lengths(self.pack_lengths)
+            if isinstance(self.pack_lengths, str)
+            else tuple(sorted(int(x) for x in self.pack_lengths))
+        )
+        set_(self, "pack_lengths", lengths)
+
+        pins: dict[str, int] = {}
+        cluster: ParallelLayout | None = None
+        if self.layout is not None:
+            from longpack.jobs.plan import parse_layout
+
+            assert self.gpus is not None
+            plan_layout, _ = parse_layout(self.layout, world_size=self.gpus)
+            if plan_layout.mbs != 1:
+                raise SweepError(
+                    f"layout mbs={plan_layout.mbs}: offline packed data needs micro_batch_size 1 "
+                    "(LP-PACK-005); drop mbs from layout",
+                    fields="layout",
+                )
+            cluster = plan_layout.layout
+            mult = self.pad_seq_to_mult or cluster.pad_seq_to_mult
+            source = (
+                f"given: pad_seq_to_mult {mult}"
+                if self.pad_seq_to_mult
+                else f"from layout ({cluster.pad_seq_to_mult})"
+            )
+            pins = {
+                "tp": cluster.tp,
+                "cp": cluster.cp,
+                "pp": cluster.pp,
+                "vpp": cluster.vpp or 1,
+                "ep": cluster.ep,
+                "etp": cluster.expert_tp,
+            }
+        else:
+            if self.model is not None and (self.tp or 1) > 1 and not self.sp and self.pad_seq_to_mult is None:
+                raise SweepError(
+                    f"tp {self.tp} with model: the planner runs TP > 1 with sequence parallelism; set sp so "
+                    "the data is aligned for it",
+                    fields=("tp", "sp"),
+                )
+            mult, source = resolve_pad_seq_to_mult(self.pad_seq_to_mult, self.tp, self.cp, self.sp)
+            pins = {"tp": self.tp or 1, "cp": self.cp or 1}
+            if self.gpus is not None:
+                try:
+                    cluster = ParallelLayout(
+                        world_size=self.gpus, tp=self.tp or 1, cp=self.cp or 1, sp=self.sp
+                    )
+                except TopologyError as exc:
+                    raise SweepError(str(exc), fields=("gpus", "tp", "cp")) from exc
+        from longpack.binpack import ALGORITHMS
+
+        if self.algorithm not in ALGORITHMS:
+            raise SweepError(
+                f"algorithm {self.algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}",
+                fields="algorithm",
+            )
+        settings = SweepSettings(
+            pack_lengths=lengths,
+            token_slots=self.token_slots,
+            pad_seq_to_mult=mult,
+            algorithm=self.algorithm,
+            seed=self.seed,
+            overlength=self.overlength,
+        )
+        planner = None
+        if self.model is not None:
+            from longpack.planner.catalog import load_gpu, load_model
+            from longpack.planner.options import normalize_recompute
+
+            assert self.gpu is not None and self.gpus is not None
+            recompute = self.recompute
+            if recompute is not None and not isinstance(recompute, str):
+                recompute = ",".join(recompute) or "none"
+            planner = PlannerSetup(
+                recompute=None if recompute is None else normalize_recompute(recompute),
+                allow_offload=self.offload,
+                model=load_model(self.model),
+                gpu=load_gpu(self.gpu),
+                num_gpus=self.gpus,
+                pins=pins,
+                precision=self.precision.lower(),
+                headroom=self.headroom,
+            )
+        set_(self, "_settings", settings)
+        set_(self, "_planner", planner)
+        set_(self, "_cluster", cluster)
+        set_(self, "_mult_source", source)
+
+    @property
+    def settings(self) -> SweepSettings:
+        """The candidates and the packing settings every candidate shares."""
+        return self._settings  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def planner(self) -> PlannerSetup | None:
+        """Model, GPU and pins for the planner (``None`` without ``model``)."""
+        return self._planner  # type: ignore[attr-defined,no-any-return]
+
+    def run(self) -> SweepResult:
+        """Tokenize the inputs once, then pack (and estimate) every candidate."""
+        import tempfile
+
+        from longpack.text import tokenize_inputs, write_demo_dataset
+        from longpack.text.tokenizers import as_tokenizer
+
+        tokenizer = as_tokenizer(self.tokenizer)
+        with tempfile.TemporaryDirectory(prefix="longpack-demo-") as demo_dir:
+            inputs = list(cast(tuple[str, ...], self.inputs))  # normalized in __post_init__
+            if self.demo:
+                inputs = [str(write_demo_dataset(Path(demo_dir) / "longpack-demo"))]
+            tokenized = tokenize_inputs(
+                inputs, tokenizer=tokenizer, config=self.text, workers=self.workers, progress=self.progress
+            )
+        eos_id = tokenized.tokenizer.get("eos_id")
+        if eos_id is None:
+            raise InputError(
+                f"tokenizer {tokenizer.name!r} has no EOS id; packing pads with EOS", fields="tokenizer"
+            )
+        planner = self.planner
+        cluster: ParallelLayout | None = self._cluster  # type: ignore[attr-defined]
+        # with the planner, a layout fixes DP only when ``layout`` pins it (else the planner picks PP)
+        fixed = cluster if planner is None or self.layout is not None else None
+        result = sweep(tokenized.samples, self.settings, eos_id=int(eos_id), layout=fixed, planner=planner)
+        return replace(
+            result,
+            input={
+                "demo": self.demo,
+                "format": tokenized.format,
+                "tokenizer": tokenized.tokenizer.get("name", tokenizer.name),
+                "rows_read": tokenized.rows_read,
+                "malformed": len(tokenized.malformed),
+            },
+            pad_seq_to_mult_source=self._mult_source,  # type: ignore[attr-defined]
+            gpus=self.gpus,
+            model=None if planner is None else planner.model.name,
+            gpu=None if planner is None else planner.gpu.name,
+        )

@@ -1,0 +1,70 @@
+"""One entry point per job: a frozen, keyword-only config validated on construction, and ``.run()``
+returning a typed result. The CLI is a thin front end over these; Python users call them directly.
+
+- :class:`PackConfig` -> :class:`PackResult`: SFT data -> Megatron-Bridge packed Parquet + manifest.
+- :class:`SweepConfig` -> :class:`SweepResult`: compare pack sizes at equal token slots per step.
+- :class:`PlanConfig` -> :class:`PlanResult`: rank parallel layouts by estimated step time.
+- :class:`CheckConfig` -> :class:`CheckResult`: run every configuration rule on a training config.
+
+The jobs may import every library layer (nothing below imports them); heavy dependencies are imported
+when a job runs, not when this package is imported.
+
+>>> from longpack.jobs import CheckConfig
+>>> r = CheckConfig(overrides=("model.context_parallel_size=2",), gpus=8).run()
+>>> r.exit_code, [f.rule_id for f in r.findings if f.severity.value == "error"]
+(1, ['LP-CP-002'])
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+# name -> defining module, imported on first access: ``longpack.jobs.CheckConfig`` must not pull in the
+# packing stack (numba, pyarrow) that ``PackConfig`` needs.
+_LAZY = {
+    "CheckConfig": "longpack.jobs.check",
+    "CheckResult": "longpack.jobs.check",
+    "LocalExecutor": "longpack.jobs.executors",
+    "PackExecutor": "longpack.jobs.executors",
+    "PackConfig": "longpack.jobs.pack",
+    "PackResult": "longpack.jobs.pack",
+    "PlanConfig": "longpack.jobs.plan",
+    "PlanResult": "longpack.jobs.plan",
+    "SweepConfig": "longpack.jobs.sweep",
+    "SweepResult": "longpack.jobs.sweep",
+}
+
+__all__ = [
+    "CheckConfig",
+    "CheckResult",
+    "LocalExecutor",
+    "PackConfig",
+    "PackExecutor",
+    "PackResult",
+    "PlanConfig",
+    "PlanResult",
+    "SweepConfig",
+    "SweepResult",
+]
+
+if TYPE_CHECKING:
+    from longpack.jobs.check import CheckConfig, CheckResult
+    from longpack.jobs.executors import LocalExecutor, PackExecutor
+    from longpack.jobs.pack import PackConfig, PackResult
+    from longpack.jobs.plan import PlanConfig, PlanResult
+    from longpack.jobs.sweep import SweepConfig, SweepResult
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'longpack.jobs' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -1,0 +1,171 @@
+"""The check job: every configuration rule of ``longpack.rules`` on a training config (``longpack check``).
+
+A thin typed entry point over ``longpack.rules.load_setup`` / ``setup_from_mapping`` and ``run_rules``:
+:class:`CheckConfig` names the config file, the Hydra-style overrides, the GPU count, the model and an
+optional packed folder; :meth:`~CheckConfig.run` returns a :class:`CheckResult`.
+
+>>> r = CheckConfig(overrides=("model.context_parallel_size=2", "model.seq_length=4097"), gpus=8).run()
+>>> r.ok, sorted({f.rule_id for f in r.findings if f.severity.value == "error"})[:1]
+(False, ['LP-CP-001'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from longpack.errors import ConfigError
+
+__all__ = ["EXIT_ERRORS", "EXIT_OK", "CheckConfig", "CheckResult"]
+
+EXIT_OK, EXIT_ERRORS = 0, 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckConfig:
+    """What to check: ``config`` (a YAML/JSON file, Megatron-Bridge dumps welcome; ``None`` for overrides
+    only), ``overrides`` (``model.context_parallel_size=8``, ``+key=value``, ``~key``), ``gpus`` (world
+    size), ``model`` (a catalog model id), ``dataset_kind`` (default: inferred) and ``packed`` (a packed
+    output folder to check against the config)."""
+
+    config: str | Path | None = None
+    overrides: Sequence[str] = ()
+    gpus: int | None = None
+    model: str | None = None
+    dataset_kind: str | None = None
+    packed: str | Path | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.overrides, str):
+            object.__setattr__(self, "overrides", (self.overrides,))
+        else:
+            object.__setattr__(self, "overrides", tuple(self.overrides))
+        if self.gpus is not None and (not isinstance(self.gpus, int) or self.gpus < 1):
+            raise ConfigError(f"gpus must be a positive integer, got {self.gpus!r}", fields="gpus")
+
+    def run(self) -> CheckResult:
+        """Load the setup, inspect ``packed`` (if given) and run every rule.
+
+        A config that cannot be read, or a packed folder that cannot be inspected, raises a
+        ``longpack.errors.LongpackError`` (``ConfigError``, ``PackedDataError``).
+        """
+        from longpack.rules import inspect_packed_dir, load_setup, run_rules, setup_from_mapping
+
+        common: dict[str, Any] = {
+            "world_size": self.gpus,
+            "dataset_kind": self.dataset_kind,
+            "model_family": self.model,
+        }
+        try:
+            if self.config is not None:
+                loaded = load_setup(self.config, self.overrides, **common)
+            else:
+                loaded = setup_from_mapping({}, overrides=self.overrides, **common)
+        except ConfigError:
+            raise
+        except ValueError as exc:  # e.g. an unknown dataset kind
+            raise ConfigError(str(exc), fields="dataset_kind") from exc
+        setup = loaded.setup
+        packed = None
+        if self.packed is not None:
+            pss = setup.dataset.offline_packing_specs
+            packed = inspect_packed_dir(
+                self.packed,
+                multiple=(setup.required_cp_multiple, setup.required_pad_seq_to_mult),
+                pack_size_hint=None if pss is None else pss.packed_sequence_size,
+            )
+        findings = run_rules(setup, packed)
+        return CheckResult(
+            config=None if self.config is None else str(self.config),
+            overrides=tuple(self.overrides),
+            loaded=loaded,
+            packed=packed,
+            findings=tuple(findings),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckResult:
+    """The findings (errors first) of every rule, the setup they were run on (``loaded.setup``, with the
+    loader's ``notes`` and ``ignored_keys``) and the packed-folder summary, if one was checked."""
+
+    config: str | None
+    overrides: tuple[str, ...]
+    loaded: Any  # longpack.rules.LoadedSetup
+    findings: tuple[Any, ...] = ()
+    packed: Any = None  # longpack.rules.PackedDataSummary | None
+
+    @property
+    def setup(self) -> Any:
+        return self.loaded.setup
+
+    @property
+    def ok(self) -> bool:
+        """No error-severity finding."""
+        from longpack.rules import has_errors
+
+        return not has_errors(self.findings)
+
+    @property
+    def exit_code(self) -> int:
+        """``longpack check``'s exit code: 0 no errors, 1 at least one error."""
+        return EXIT_OK if self.ok else EXIT_ERRORS
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {
+            s: sum(1 for f in self.findings if f.severity.value == s) for s in ("error", "warning", "info")
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """The parallel layout and batch the rules saw."""
+        setup = self.setup
+        m = setup.model
+        return {
+            "world_size": setup.world_size,
+            "tp": setup.tp,
+            "cp": setup.cp,
+            "pp": setup.pp,
+            "vpp": m.virtual_pipeline_model_parallel_size,
+            "ep": setup.ep,
+            "etp": setup.etp,
+            "sp": setup.sp,
+            "dp": setup.dp,
+            "edp": None if setup.layout is None else setup.layout.edp,
+            "pad_seq_to_mult_required": setup.required_pad_seq_to_mult,
+            "dataset_kind": setup.dataset.kind.value,
+            "model_family": None if setup.family is None else setup.family.name,
+            "seq_length": setup.model_seq_length,
+            "packed_width": setup.packed_width,
+            "micro_batch_size": setup.micro_batch_size,
+            "global_batch_size": setup.global_batch_size,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        """What ``longpack check --json`` prints."""
+        out: dict[str, Any] = {
+            "config": self.config,
+            "overrides": list(self.overrides),
+            "ok": self.ok,
+            "exit_code": self.exit_code,
+            "summary": self.summary(),
+            "counts": self.counts,
+            "findings": [f.to_dict() for f in self.findings],
+            "notes": list(self.loaded.notes),
+            "ignored_keys": list(self.loaded.ignored_keys),
+        }
+        p = self.packed
+        if p is not None:
+            out["packed"] = {
+                "path": p.path,
+                "pack_size": p.pack_size,
+                "metadata": p.metadata_path,
+                "parquet_files": len(p.parquet_files),
+                "rows": p.rows,
+                "sequences": p.segments,
+                "misaligned_sequences": p.misaligned_segments,
+                "manifest": p.manifest is not None,
+            }
+        return out

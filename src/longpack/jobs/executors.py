@@ -1,0 +1,144 @@
+"""Who runs the heavy steps of the pack job: this machine (:class:`LocalExecutor`) or a Ray cluster
+(``longpack.cluster.RayExecutor``). Both are handed to the same job (:class:`longpack.jobs.PackConfig`).
+
+The pack job has five steps; an executor runs the two that scale with the data, the driver the rest:
+
+1. check the settings and the output folder (driver);
+2. **tokenize** the inputs in chunks (executor): :meth:`PackExecutor.tokenize` returns the
+   ``TokenizeResult`` the driver plans with, and a handle to the tokens wherever the executor keeps them;
+3. align and **plan** the rows of every split (driver, ``longpack.packed.plan_splits``);
+4. **write** the shards of every split (executor): :meth:`PackExecutor.write` is told which tokenized set
+   each split's samples index (``sources``), so nothing depends on the order of earlier calls;
+5. write ``<N>_metadata.jsonl`` and, last, ``manifest.json`` (driver).
+
+The same inputs and settings give the same bytes on every executor and for any worker count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["LocalExecutor", "PackExecutor"]
+
+
+@runtime_checkable
+class PackExecutor(Protocol):
+    """What the pack job needs from an executor. Used as a context manager around the job's steps."""
+
+    #: Short name (``"local"``, ``"ray"``), shown in results.
+    name: str
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> Any: ...
+
+    def tokenize(
+        self, inputs: Sequence[str], *, tokenizer: Any, config: Any, progress: bool = False
+    ) -> tuple[Any, Any]:
+        """``(TokenizeResult, handle)``: the samples the driver plans with (their tokens may stay with the
+        executor) and what :meth:`write` needs to find those tokens again."""
+        ...
+
+    def write(
+        self,
+        out: Path,
+        splits: Sequence[Any],
+        settings: Any,
+        *,
+        sources: Mapping[str, Any],
+        progress: bool = False,
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Write every shard of every split (``SplitPlan``) into the existing folder ``out``; ``sources``
+        maps each split name to the handle :meth:`tokenize` returned for the samples it indexes. Returns
+        split name -> one manifest record per shard file, in shard order."""
+        ...
+
+    def report(self) -> dict[str, Any] | None:
+        """What the executor wants in the job's result (e.g. peak memory per worker), or ``None``."""
+        ...
+
+
+class LocalExecutor:
+    """This machine: tokenizer worker processes (``workers``, default all cores) and shard-writer threads.
+
+    >>> ex = LocalExecutor(workers=2)
+    >>> ex.name, ex.workers, isinstance(ex, PackExecutor)
+    ('local', 2, True)
+    """
+
+    name = "local"
+
+    def __init__(self, *, workers: int | None = None, write_threads: int | None = None) -> None:
+        self.workers = workers
+        self.write_threads = write_threads
+
+    def __enter__(self) -> LocalExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def tokenize(
+        self, inputs: Sequence[str], *, tokenizer: Any, config: Any, progress: bool = False
+    ) -> tuple[Any, Any]:
+        from longpack.text import tokenize_inputs
+
+        result = tokenize_inputs(
+            list(inputs), tokenizer=tokenizer, config=config, workers=self.workers, progress=progress
+        )
+        return result, result.samples
+
+    def write(
+        self,
+        out: Path,
+        splits: Sequence[Any],
+        settings: Any,
+        *,
+        sources: Mapping[str, Any],
+        progress: bool = False,
+    ) -> dict[str, list[dict[str, Any]]]:
+        from longpack.packed.pipeline import write_split_files
+
+        # The split plans carry their samples (tokens included): ``sources`` is not needed here.
+        with _WriteBar(progress, total=sum(s.plan.num_rows for s in splits)) as advance:
+            return {
+                split.name: write_split_files(out, split, settings, advance, threads=self.write_threads)
+                for split in splits
+            }
+
+    def report(self) -> None:
+        return None
+
+
+class _WriteBar:
+    """A rich progress bar over written rows, only on a terminal and only when asked."""
+
+    def __init__(self, enabled: bool, total: int) -> None:
+        self._progress: Any = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            console = Console(stderr=True)
+            if console.is_terminal:
+                self._progress = Progress(
+                    TextColumn("writing packed rows"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeRemainingColumn(),
+                    console=console,
+                    transient=True,
+                )
+                self._task = self._progress.add_task("write", total=total)
+
+    def __enter__(self) -> Any:
+        if self._progress is None:
+            return None
+        self._progress.start()
+        return lambda n: self._progress.advance(self._task, n)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()

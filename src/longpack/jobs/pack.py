@@ -1,0 +1,455 @@
+"""The pack job: SFT data -> Megatron-Bridge packed Parquet, metadata and a manifest, in one call.
+
+>>> import tempfile, pathlib, json
+>>> src = pathlib.Path(tempfile.mkdtemp()) / "sft.jsonl"
+>>> _ = src.write_text("".join(json.dumps({"prompt": f"q{i}", "completion": "a" * i}) + "\\n" for i in range(1, 30)))
+>>> r = PackConfig(inputs=[str(src)], out=src.parent / "packed", tokenizer="bytes", seq_length=64).run()
+>>> r.counts["packed"], r.splits["training"].rows, r.megatron_bridge["packed_sequence_size"]
+(29, 9, 64)
+>>> PackConfig(inputs=[str(src)], out="o", tokenizer="bytes", seq_length=64, val_fraction=0.1,
+...            val_inputs=[str(src)])
+Traceback (most recent call last):
+...
+longpack.errors.ConfigError: give either val_inputs or val_fraction, not both
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, cast
+
+from longpack.errors import ConfigError, InputError
+from longpack.text.rows import TextConfig
+
+__all__ = ["DEMO_SEQ_LENGTH", "DEMO_TOKENIZER", "PackConfig", "PackResult", "resolve_pad_seq_to_mult"]
+
+DEMO_TOKENIZER = "qwen3"
+DEMO_SEQ_LENGTH = 4096
+DEMO_LABEL = "<longpack-demo>"
+BACKENDS = ("local", "ray")
+DEFAULT_ALGORITHM = "best_fit_decreasing"
+OVERLENGTH_POLICIES = ("drop", "truncate", "error")  # as longpack.packed.align (checked there too)
+
+
+def resolve_pad_seq_to_mult(
+    pad_seq_to_mult: int | None, tp: int | None, cp: int | None, sp: bool
+) -> tuple[int, str]:
+    """``(pad_seq_to_mult, where it came from)``: given, derived from TP/CP/SP, or 1.
+
+    >>> resolve_pad_seq_to_mult(None, 2, 2, True)
+    (4, 'lcm(2*CP if CP>1 else 1, CP*TP if SP and TP>1 else 1) with TP=2 CP=2 SP=True')
+    >>> resolve_pad_seq_to_mult(8, 2, None, False)
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: give either pad_seq_to_mult or tp, cp and sp, not both
+    """
+    from longpack.topology import TopologyError
+    from longpack.topology import pad_seq_to_mult as derive
+
+    if pad_seq_to_mult is not None:
+        if tp is not None or cp is not None or sp:
+            raise ConfigError(
+                "give either pad_seq_to_mult or tp, cp and sp, not both",
+                fields=("pad_seq_to_mult", "tp", "cp", "sp"),
+            )
+        if not isinstance(pad_seq_to_mult, int) or pad_seq_to_mult < 1:
+            raise ConfigError(
+                f"pad_seq_to_mult must be a positive integer, got {pad_seq_to_mult!r}",
+                fields="pad_seq_to_mult",
+            )
+        return pad_seq_to_mult, f"given: pad_seq_to_mult {pad_seq_to_mult}"
+    if tp is None and cp is None and not sp:
+        return 1, "default: no pad_seq_to_mult, tp, cp or sp given"
+    try:
+        value = derive(tp=tp or 1, cp=cp or 1, sp=sp)
+    except TopologyError as exc:
+        raise ConfigError(str(exc), fields=("tp", "cp")) from exc
+    source = f"lcm(2*CP if CP>1 else 1, CP*TP if SP and TP>1 else 1) with TP={tp or 1} CP={cp or 1} SP={sp}"
+    return value, source
+
+
+def _paths(value: Any, name: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str | Path):
+        return (str(value),)
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise ConfigError(
+            f"{name} must be a path or a list of paths, got {type(value).__name__}", fields=name
+        ) from None
+    if not all(isinstance(p, str | Path) for p in items):
+        raise ConfigError(f"{name} must hold paths (str or Path), got {items!r}", fields=name)
+    return tuple(str(p) for p in items)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackConfig:
+    """Everything ``longpack pack`` takes; validated on construction (the one place), run with :meth:`run`.
+
+    - ``inputs``: JSONL / Parquet files, folders or globs (or ``demo=True`` for the built-in data);
+      ``val_inputs`` the same for a validation split, or ``val_fraction`` to carve one out of ``inputs``.
+    - ``tokenizer``: a spec (``"qwen3"``, ``"bytes"``, a ``tokenizer.json``, an HF model folder) or a loaded
+      tokenizer (``transformers`` fast tokenizer, ``tokenizers.Tokenizer``, ``longpack.text.Tokenizer``).
+    - ``seq_length``: the longest runtime length of one sample; ``pack_size``: ``packed_sequence_size``
+      (default ``seq_length``).
+    - ``pad_seq_to_mult``, or ``tp`` / ``cp`` / ``sp`` to derive it (default 1).
+    - ``algorithm``, ``balance`` (a ``longpack.balance.BalanceTarget`` or its ``dp=..,gbs=..`` spec:
+      workload-balanced rows in training order), ``seed``, ``overlength`` (``drop | truncate | error``).
+    - ``text``: how rows become samples (:class:`~longpack.text.TextConfig`, one object shared with the
+      sweep job, recorded as a unit in the manifest).
+    - ``rows_per_shard``, ``overwrite``, ``ids_dtype`` (``int64`` | ``int32``).
+    - ``backend``: ``"local"``, ``"ray"`` or an executor object (:class:`~longpack.jobs.LocalExecutor`,
+      ``longpack.cluster.RayExecutor(address=...)``); ``workers`` caps its parallelism (with a name only).
+    - ``progress``: rich progress bars on stderr when it is a terminal.
+    """
+
+    out: str | Path
+    inputs: Sequence[str | Path] | str | Path = ()
+    tokenizer: Any = None
+    seq_length: int | None = None
+    pack_size: int | None = None
+    pad_seq_to_mult: int | None = None
+    tp: int | None = None
+    cp: int | None = None
+    sp: bool = False
+    algorithm: str = DEFAULT_ALGORITHM
+    balance: Any = None
+    seed: int = 0
+    overlength: str = "drop"
+    val_fraction: float = 0.0
+    val_inputs: Sequence[str | Path] | str | Path = ()
+    text: TextConfig = field(default_factory=TextConfig)
+    rows_per_shard: int | None = None
+    overwrite: bool = False
+    ids_dtype: str = "int64"
+    backend: Any = "local"
+    workers: int | None = None
+    demo: bool = False
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: normalized values are set once, here
+        set_(self, "inputs", _paths(self.inputs, "inputs"))
+        set_(self, "val_inputs", _paths(self.val_inputs, "val_inputs"))
+        set_(self, "out", Path(self.out))
+        if self.demo:
+            if self.inputs:
+                raise ConfigError(
+                    "demo=True packs the built-in data set; give no inputs with it", fields=("demo", "inputs")
+                )
+            if self.tokenizer is None:
+                set_(self, "tokenizer", DEMO_TOKENIZER)
+            if self.seq_length is None:
+                set_(self, "seq_length", DEMO_SEQ_LENGTH)
+        elif not self.inputs:
+            raise ConfigError(
+                "no inputs: give at least one input file, folder or glob in inputs, or set demo=True",
+                fields=("inputs", "demo"),
+            )
+        if self.tokenizer is None:
+            raise ConfigError(
+                "tokenizer is required (a tokenizer.json, an HF model folder, 'qwen3', 'bytes' or a loaded "
+                "tokenizer)",
+                fields="tokenizer",
+            )
+        if self.seq_length is None:
+            raise ConfigError(
+                "seq_length is required (the longest runtime length of one sample, e.g. 4096)",
+                fields="seq_length",
+            )
+        if self.val_inputs and self.val_fraction:
+            raise ConfigError(
+                "give either val_inputs or val_fraction, not both", fields=("val_inputs", "val_fraction")
+            )
+        if not isinstance(self.text, TextConfig):
+            raise ConfigError(
+                f"text must be a longpack.text.TextConfig, got {type(self.text).__name__}", fields="text"
+            )
+        if isinstance(self.backend, str):
+            if self.backend not in BACKENDS:
+                raise ConfigError(
+                    f"backend {self.backend!r} is unknown; choose one of {', '.join(BACKENDS)} (or pass an "
+                    "executor object)",
+                    fields="backend",
+                )
+        elif self.workers is not None:
+            raise ConfigError(
+                "workers goes to the executor object given as backend, not next to it", fields="workers"
+            )
+        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
+            raise ConfigError(
+                f"workers must be a positive integer or None, got {self.workers!r}", fields="workers"
+            )
+        if self.overlength not in OVERLENGTH_POLICIES:
+            raise ConfigError(
+                f"overlength must be one of {', '.join(OVERLENGTH_POLICIES)}, got {self.overlength!r}",
+                fields="overlength",
+            )
+        mult, source = resolve_pad_seq_to_mult(self.pad_seq_to_mult, self.tp, self.cp, self.sp)
+        set_(self, "_mult_source", source)
+        set_(self, "_settings", self._pack_settings(mult))
+
+    def _pack_settings(self, mult: int) -> Any:
+        """The packed layer's settings; the algorithm and the balance spec are settled here, once."""
+        from longpack.binpack import ALGORITHMS
+        from longpack.packed.pipeline import PackSettings
+        from longpack.packed.plan import BALANCED_ALGORITHM as BALANCED
+
+        algorithm = self.algorithm
+        if self.balance is not None:
+            if algorithm not in (DEFAULT_ALGORITHM, BALANCED):
+                raise ConfigError(
+                    f"balance chooses the balanced packer; drop algorithm {algorithm!r}",
+                    fields=("balance", "algorithm"),
+                )
+            algorithm = BALANCED
+        elif algorithm == BALANCED:
+            raise ConfigError(
+                "algorithm 'balanced' needs balance (dp=..,gbs=..,model=..,gpu=..)",
+                fields=("algorithm", "balance"),
+            )
+        if algorithm not in (*ALGORITHMS, BALANCED):
+            raise ConfigError(
+                f"algorithm {algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}",
+                fields="algorithm",
+            )
+        balance = balance_target(self.balance)  # a bad spec fails now, before any tokenization
+        assert self.seq_length is not None
+        return PackSettings(
+            seq_length=self.seq_length,
+            pack_size=self.pack_size,
+            pad_seq_to_mult=mult,
+            algorithm=algorithm,
+            seed=self.seed,
+            overlength=self.overlength,
+            val_fraction=self.val_fraction,
+            rows_per_shard=self.rows_per_shard,
+            balance=balance,
+            ids_dtype=self.ids_dtype,
+        )
+
+    @property
+    def settings(self) -> Any:
+        """The ``longpack.packed.PackSettings`` this job writes with."""
+        return self._settings  # type: ignore[attr-defined]
+
+    @property
+    def pad_seq_to_mult_source(self) -> str:
+        """Where ``pad_seq_to_mult`` came from (given, derived from TP/CP/SP, or the default)."""
+        return self._mult_source  # type: ignore[attr-defined]
+
+    def executor(self) -> Any:
+        """The executor ``backend`` names (a new one per call), or the executor object given."""
+        if not isinstance(self.backend, str):
+            return self.backend
+        if self.backend == "ray":
+            from longpack.cluster.ray_pack import RayExecutor
+
+            return RayExecutor(workers=self.workers)
+        from longpack.jobs.executors import LocalExecutor
+
+        return LocalExecutor(workers=self.workers)
+
+    def run(self) -> PackResult:
+        """Tokenize, plan and write; return the manifest (and a summary) of the finished folder.
+
+        The output folder is checked before the (long) tokenization; the manifest is written last, so an
+        interrupted run leaves a folder that reads as unfinished.
+        """
+        from longpack.packed.manifest import PackManifest
+        from longpack.packed.pipeline import (
+            Provenance,
+            check_ids_dtype,
+            check_out_dir,
+            finish_packed_output,
+            plan_splits,
+            prepare_out_dir,
+        )
+        from longpack.text import write_demo_dataset
+        from longpack.text.tokenizers import as_tokenizer
+
+        out = Path(self.out)
+        settings = self.settings
+        check_out_dir(out, self.overwrite)
+        tokenizer = as_tokenizer(self.tokenizer)
+        executor = self.executor()
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(executor)
+            inputs = list(cast(tuple[str, ...], self.inputs))  # normalized in __post_init__
+            demo_prefix = ""
+            if self.demo:
+                demo_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="longpack-demo-"))
+                inputs = [str(write_demo_dataset(Path(demo_dir) / "longpack-demo"))]
+                demo_prefix = demo_dir
+            train, train_handle = executor.tokenize(
+                inputs, tokenizer=tokenizer, config=self.text, progress=self.progress
+            )
+            val, val_handle = (None, None)
+            if self.val_inputs:
+                val, val_handle = executor.tokenize(
+                    list(cast(tuple[str, ...], self.val_inputs)),
+                    tokenizer=tokenizer,
+                    config=self.text,
+                    progress=self.progress,
+                )
+            if demo_prefix:
+                # Temp paths would make every demo output differ; name the built-in data instead.
+                files = tuple(f.replace(demo_prefix, DEMO_LABEL) for f in train.samples.files)
+                train = replace(train, samples=replace(train.samples, files=files))
+            eos_id = train.tokenizer.get("eos_id")
+            if eos_id is None:
+                raise InputError(
+                    f"tokenizer {tokenizer.name!r} has no EOS id; packing pads with EOS", fields="tokenizer"
+                )
+            check_ids_dtype(settings.ids_dtype, train.tokenizer.get("vocab_size"))
+            splits = plan_splits(
+                train.samples, settings, eos_id=int(eos_id), validation=val.samples if val else None
+            )
+            provenance = self._provenance(train, val, demo_prefix, Provenance)
+            prepare_out_dir(out, self.overwrite)
+            # The validation split indexes the validation set, or (val_fraction) the training set.
+            sources = {"training": train_handle, "validation": val_handle if val else train_handle}
+            files_written = executor.write(out, splits, settings, sources=sources, progress=self.progress)
+            manifest = finish_packed_output(out, splits, settings, provenance, files_written)
+            report = executor.report()
+        return PackResult(
+            out=out.resolve(),
+            manifest=PackManifest.from_dict(manifest),
+            pad_seq_to_mult_source=self.pad_seq_to_mult_source,
+            backend=None if report is None else {"name": executor.name, **report},
+        )
+
+    def _provenance(self, train: Any, val: Any, demo_prefix: str, provenance_cls: Any) -> Any:
+        malformed = train.malformed + (val.malformed if val else ())
+        inputs_info = train.inputs + (val.inputs if val else ())
+        if demo_prefix:
+
+            def relabel(text: str) -> str:
+                return text.replace(demo_prefix, DEMO_LABEL)
+
+            inputs_info = tuple({**d, "path": relabel(d["path"])} for d in inputs_info)
+            malformed = tuple((relabel(src), reason) for src, reason in malformed)
+        return provenance_cls(
+            inputs=inputs_info,
+            tokenizer=train.tokenizer,
+            text_settings={
+                **{f.name: getattr(self.text, f.name) for f in fields(self.text)},
+                "detected_format": train.format,
+                "validation_detected_format": val.format if val else None,
+                "demo": self.demo,
+            },
+            rows_read=train.rows_read + (val.rows_read if val else 0),
+            malformed=malformed,
+        )
+
+
+def balance_target(balance: Any) -> Any:
+    """The one place a ``balance`` value becomes a ``longpack.balance.BalanceTarget``: a target is kept, a
+    ``dp=..,gbs=..`` spec string is read by the planner (``parse_balance_spec``: it builds the cost model
+    from the catalog), ``None`` stays ``None``.
+
+    >>> balance_target("dp=2,gbs=4,linear=1.0,quadratic=0.001").dp
+    2
+    """
+    if balance is None:
+        return None
+    from longpack.balance import BalanceTarget
+
+    if isinstance(balance, BalanceTarget):
+        return balance
+    if not isinstance(balance, str):
+        raise ConfigError(
+            f"balance must be a longpack.balance.BalanceTarget or its 'dp=..,gbs=..' spec, got "
+            f"{type(balance).__name__}",
+            fields="balance",
+        )
+    from longpack.planner.balance_costs import parse_balance_spec
+
+    try:
+        return parse_balance_spec(balance)
+    except ValueError as exc:
+        raise ConfigError(str(exc), fields="balance") from exc
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackResult:
+    """A finished pack: its folder, its manifest (:class:`longpack.packed.manifest.PackManifest`, what
+    ``manifest.json`` holds) and what the CLI prints about it (:meth:`summary`).
+
+    ``counts``, ``splits``, ``settings`` and ``tokenizer`` are the manifest's; ``megatron_bridge`` holds
+    the ``dataset.offline_packing_specs`` for Megatron-Bridge with absolute paths.
+    """
+
+    out: Path
+    manifest: Any  # PackManifest
+    pad_seq_to_mult_source: str = ""
+    #: The executor's report (``{"name": "ray", "driver_peak_rss_bytes": ..., ...}``), or ``None`` (local).
+    backend: dict[str, Any] | None = None
+
+    @property
+    def counts(self) -> dict[str, Any]:
+        """``rows_read``, ``malformed``, ``samples_read``, ``packed``, ``truncated``, ``dropped``, ``rows``."""
+        counts: dict[str, Any] = self.manifest.counts
+        return counts
+
+    @property
+    def splits(self) -> dict[str, Any]:
+        """Split name -> ``SplitRecord`` (files, rows, metadata, truncated / dropped samples)."""
+        splits: dict[str, Any] = self.manifest.splits
+        return splits
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        settings: dict[str, Any] = self.manifest.settings
+        return settings
+
+    @property
+    def tokenizer(self) -> dict[str, Any]:
+        tokenizer: dict[str, Any] = self.manifest.tokenizer
+        return tokenizer
+
+    @property
+    def megatron_bridge(self) -> dict[str, Any]:
+        """``dataset.offline_packing_specs`` for Megatron-Bridge, paths made absolute."""
+        mb = dict(self.manifest.megatron_bridge)
+        for key in ("packed_train_data_path", "packed_val_data_path", "packed_metadata_path"):
+            if key in mb:
+                mb[key] = str(self.out / mb[key])
+        return mb
+
+    def summary(self) -> dict[str, Any]:
+        """What ``longpack pack --json`` prints."""
+        settings = self.settings
+        doc: dict[str, Any] = {
+            "out": str(self.out),
+            "finished": True,
+            "format": settings["text"].get("detected_format"),
+            "tokenizer": self.tokenizer,
+            "pad_seq_to_mult": settings["pad_seq_to_mult"],
+            "pad_seq_to_mult_source": self.pad_seq_to_mult_source,
+            "algorithm": settings["algorithm"],
+            "seed": settings["seed"],
+            "counts": self.counts,
+            "splits": {
+                name: {
+                    "metadata": s.metadata,
+                    "rows": s.rows,
+                    "samples_packed": s.samples_packed,
+                    "fill_mean": s.fill_mean,
+                    "files": list(s.file_names),
+                    "truncated": s.truncated_count,
+                    "dropped": s.dropped_count,
+                }
+                for name, s in self.splits.items()
+            },
+            "megatron_bridge": self.megatron_bridge,
+        }
+        if self.backend is not None:
+            doc["backend"] = self.backend
+        return doc

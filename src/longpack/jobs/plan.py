@@ -1,0 +1,222 @@
+"""The plan job: rank every parallel layout that fits by estimated step time (``longpack plan``).
+
+A thin typed entry point over ``longpack.planner.search``: :class:`PlanConfig` gathers the request, its
+:meth:`~PlanConfig.run` returns a :class:`PlanResult` (the ranked candidates, each with its
+Megatron-Bridge overrides).
+
+>>> r = PlanConfig(model="llama3_1_8b", gpu="H100_SXM", gpus=8, seq_length=8192, top=2).run()
+>>> r.ok, len(r.candidates) <= 2, r.as_dict()["request"]["gpus"]
+(True, True, 8)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from longpack.errors import ConfigError
+
+__all__ = ["PlanConfig", "PlanResult", "candidate_dict", "parse_layout"]
+
+
+def parse_layout(text: str, *, world_size: int) -> tuple[Any, dict[str, int]]:
+    """``"tp=1,cp=32,ep=32,pp=8,vpp=4"`` -> ``(PlanLayout, values)`` (SP on when TP > 1; ETP defaults to
+    1 for MoE).
+
+    >>> plan, values = parse_layout("tp=2,pp=2", world_size=8)
+    >>> plan.layout.dp, plan.layout.sp, values
+    (2, True, {'tp': 2, 'pp': 2})
+    """
+    from longpack.planner.options import PlanError, PlanLayout
+    from longpack.topology import ParallelLayout
+
+    values: dict[str, int] = {}
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        key, sep, raw = part.partition("=")
+        if not sep or key not in ("tp", "cp", "ep", "etp", "pp", "vpp", "mbs", "dp"):
+            raise PlanError(
+                f"layout part {part!r} is not key=value with key in tp,cp,ep,etp,pp,vpp,mbs", fields="layout"
+            )
+        try:
+            values[key] = int(raw)
+        except ValueError as exc:
+            raise PlanError(f"layout {key}={raw!r} is not an integer", fields="layout") from exc
+    tp = values.get("tp", 1)
+    lay = ParallelLayout(
+        world_size=world_size,
+        tp=tp,
+        cp=values.get("cp", 1),
+        pp=values.get("pp", 1),
+        vpp=values["vpp"] if values.get("vpp", 1) > 1 else None,
+        ep=values.get("ep", 1),
+        etp=values.get("etp", 1),
+        sp=tp > 1,
+    )
+    if "dp" in values and values["dp"] != lay.dp:
+        raise PlanError(
+            f"layout dp={values['dp']} but {world_size} GPUs with this layout give DP {lay.dp}",
+            fields="layout",
+        )
+    return PlanLayout(layout=lay, mbs=values.get("mbs", 1)), values
+
+
+def candidate_dict(cand: Any, req: Any) -> dict[str, Any]:
+    """One planner candidate as ``longpack plan --json`` prints it: layout, options, memory, time, reasons
+    and the Megatron-Bridge overrides."""
+    from longpack.planner.overrides import to_overrides
+
+    lay = cand.plan.layout
+    return {
+        "layout": {
+            "tp": lay.tp,
+            "cp": lay.cp,
+            "ep": lay.ep,
+            "etp": lay.expert_tp,
+            "pp": lay.pp,
+            "vpp": cand.plan.vpp,
+            "dp": lay.dp,
+            "edp": lay.edp,
+            "mbs": cand.plan.mbs,
+            "sp": lay.sp,
+            "pipeline_layout": cand.pipeline_layout,
+        },
+        "options": {
+            "precision": cand.options.precision,
+            "recompute": list(cand.options.recompute),
+            "optimizer_offload": cand.options.optimizer_offload,
+            "dispatcher": cand.options.dispatcher,
+            "ep_overlap": cand.options.ep_overlap,
+            "cp_comm_type": cand.options.cp_comm_type,
+        },
+        "memory": cand.memory.as_dict(),
+        "time": cand.time.as_dict(),
+        "reasons": list(cand.reasons),
+        "overrides": to_overrides(
+            cand.plan,
+            cand.options,
+            seq_length=req.seq_length,
+            gbs=req.global_batch,
+            pipeline_layout=cand.pipeline_layout,
+            hopper=not req.gpu.is_blackwell,
+            moe=req.model.moe is not None,
+        ),
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanConfig:
+    """A layout search: ``model`` (catalog id or ``config.json``), ``gpu`` type, ``gpus``, ``seq_length``
+    and optional ``gbs`` (default about 16M tokens per step), ``precision``, memory ``headroom``,
+    ``dispatcher``, ``recompute`` (pinned modules), ``offload`` (allow optimizer CPU offload),
+    ``optimizer``, routing ``imbalance``, pins ``tp`` / ``cp`` / ``pp`` / ``ep`` / ``mbs``, and ``top`` (how
+    many candidates to keep). The catalog entries are loaded and checked on construction.
+    """
+
+    model: str
+    gpu: str
+    gpus: int
+    seq_length: int
+    gbs: int | None = None
+    precision: str = "bf16"
+    headroom: float = 0.95
+    dispatcher: str | None = None
+    recompute: str | None = None
+    offload: bool = True
+    optimizer: str = "adam"
+    imbalance: float = 1.0
+    tp: int | None = None
+    cp: int | None = None
+    pp: int | None = None
+    ep: int | None = None
+    mbs: int | None = None
+    top: int = 10
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.top, int) or self.top < 1:
+            raise ConfigError(f"top must be a positive integer, got {self.top!r}", fields="top")
+        object.__setattr__(self, "_request", self._build_request())
+
+    def request_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of the planner's ``SearchRequest`` (catalog entries loaded)."""
+        from longpack.planner.catalog import load_gpu, load_model
+        from longpack.planner.options import normalize_recompute
+
+        return {
+            "model": load_model(self.model),
+            "gpu": load_gpu(self.gpu),
+            "num_gpus": self.gpus,
+            "seq_length": self.seq_length,
+            "gbs": self.gbs,
+            "precision": self.precision.lower(),
+            "headroom": self.headroom,
+            "dispatcher": self.dispatcher,
+            "recompute": normalize_recompute(self.recompute) if self.recompute is not None else None,
+            "allow_offload": self.offload,
+            "optimizer": self.optimizer,
+            "imbalance": self.imbalance,
+            "tp": self.tp,
+            "cp": self.cp,
+            "pp": self.pp,
+            "ep": self.ep,
+            "mbs": self.mbs,
+        }
+
+    def _build_request(self) -> Any:
+        from longpack.planner.options import TrainingOptions
+        from longpack.planner.search import SearchRequest
+
+        req = SearchRequest(**self.request_kwargs())
+        # Checks precision / optimizer / dispatcher names now, with the options' own messages.
+        TrainingOptions(
+            precision=req.precision, optimizer=self.optimizer, dispatcher=self.dispatcher or "alltoall"
+        )
+        return req
+
+    @property
+    def request(self) -> Any:
+        """The planner's ``SearchRequest``."""
+        return self._request  # type: ignore[attr-defined]
+
+    def run(self) -> PlanResult:
+        from longpack.planner.search import search
+
+        return PlanResult(request=self.request, search=search(self.request, top_k=self.top))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanResult:
+    """The planner's answer: ``request`` (``SearchRequest``) and ``search`` (``SearchResult``: ranked
+    ``candidates``, ``layouts_considered``, ``layouts_feasible``, ``rejected`` counts by reason)."""
+
+    request: Any
+    search: Any
+
+    @property
+    def candidates(self) -> list[Any]:
+        return list(self.search.candidates)
+
+    @property
+    def ok(self) -> bool:
+        """Whether at least one layout fits (``longpack plan`` exits 1 otherwise)."""
+        return bool(self.search.candidates)
+
+    def as_dict(self) -> dict[str, Any]:
+        """What ``longpack plan --json`` prints (without the plot)."""
+        req, result = self.request, self.search
+        return {
+            "request": {
+                "model": req.model.name,
+                "gpu": req.gpu.name,
+                "gpus": req.num_gpus,
+                "seq_length": req.seq_length,
+                "gbs": req.global_batch,
+                "precision": req.precision,
+                "memory_budget_gib": round(req.memory_budget_gib, 3),
+            },
+            "layouts_considered": result.layouts_considered,
+            "layouts_feasible": result.layouts_feasible,
+            "rejected": result.rejected,
+            "candidates": [candidate_dict(c, req) for c in result.candidates],
+        }
