@@ -559,9 +559,12 @@ def tokenize_inputs(
                 except BaseException:
                     pool.shutdown(cancel=True)
                     raise
+    except BaseException:
+        # Queued hashes are only worth finishing when the run succeeds; on success they are awaited below.
+        hash_pool.shutdown(wait=False, cancel_futures=True)
+        raise
     finally:
         bar.close()
-        hash_pool.shutdown(wait=False, cancel_futures=True)
 
     rows_read = sum(sink.rows_per_file)
     malformed = tuple((f"{files[i]}:{r}", reason) for i, r, reason in sink.malformed)
@@ -594,6 +597,7 @@ def tokenize_inputs(
                 "rows": per_file_rows[i],
             }
         )
+    hash_pool.shutdown(wait=True)
     used = sorted({f for f in formats if f is not None})
     return TokenizeResult(
         samples=samples,
