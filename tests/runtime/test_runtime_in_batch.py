@@ -11,16 +11,6 @@ from hypothesis import strategies as st
 
 from longpack.runtime.in_batch import InBatchPackingError, build_thd_row, pack_right_padded_batch
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    # Tiny tensors: intra-op threads only add contention on a shared machine. Restored afterwards.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 F, T = False, True
 
 

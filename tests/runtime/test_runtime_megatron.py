@@ -21,15 +21,6 @@ from longpack.runtime.megatron import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    # Tiny tensors: intra-op threads only add contention on a shared machine. Restored afterwards.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_physical_offsets():
     q, padded = torch.tensor([0, 6, 14]), torch.tensor([0, 8, 16])
     got = logical_and_physical_offsets(SimpleNamespace(cu_seqlens_q=q, cu_seqlens_q_padded=padded))

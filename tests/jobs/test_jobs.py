@@ -21,7 +21,7 @@ from longpack.errors import ConfigError, LongpackError
 from longpack.jobs import CheckConfig, PackConfig, PlanConfig, SweepConfig
 from longpack.text import inputs as inputs_mod
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 

@@ -20,15 +20,6 @@ from longpack.runtime.context_parallel import (
 from longpack.runtime.in_batch import pack_right_padded_batch
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    # Tiny tensors: intra-op threads only add contention on a shared machine. Restored afterwards.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def r(a, b):
     return list(range(a, b))
 

@@ -13,7 +13,7 @@ from longpack.rules import DatasetKind, DatasetSettings, TrainingSetup, load_set
 from longpack.topology import ParallelLayout
 from rule_bases import findings_of, setup_of
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "check"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "check"
 
 
 def ids(findings: list, severity: str = "error") -> set[str]:

@@ -19,16 +19,6 @@ from longpack.runtime.attention import (
 from longpack.runtime.collate import collate_packed
 from longpack.runtime.in_batch import build_thd_row
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    # Tiny tensors: intra-op threads only add contention on a shared machine. Restored afterwards.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 EOS = 2
 
 

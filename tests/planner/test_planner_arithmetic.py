@@ -24,7 +24,7 @@ from longpack.planner.catalog import (
     model_from_hf_config,
 )
 
-HF = Path(__file__).parent / "data" / "hf_configs"
+HF = Path(__file__).resolve().parents[1] / "data" / "hf_configs"
 
 # Published "Model TFLOP/s/GPU ÷ tokens/s/GPU" of the Megatron-Bridge performance tables (issue 6).
 PUBLISHED_GFLOPS = {

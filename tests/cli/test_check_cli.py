@@ -14,7 +14,7 @@ from longpack.cli.app import app
 from longpack.rules import RULES
 from longpack.rules.packed_data import PackedDataError, inspect_packed_dir
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "check"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "check"
 runner = CliRunner()
 
 

@@ -1,0 +1,21 @@
+"""Shared test setup. The test folders mirror ``src/longpack``'s packages; tests of top-level modules
+(topology, catalog) and of the repository itself (docs, import graph, optional dependencies) sit here.
+
+pytest puts this folder on ``sys.path`` (it holds this conftest), so the shared helper modules
+``packed_helpers`` and ``rule_bases`` import by name from any test folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TEST_DATA = REPO_ROOT / "tests" / "data"
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    """The repository's root folder (where ``pyproject.toml`` is)."""
+    return REPO_ROOT
