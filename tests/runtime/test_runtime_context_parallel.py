@@ -1,4 +1,5 @@
-"""CP partitioning: spec energon-thd-cp.md D.3/D.4/D.6 vectors, megatron-packing.md §5.2 and §7 test_gpt_step."""
+"""CP partitioning (docs/reference/thd-batch.md#cp-split): TransformerEngine's own index vectors, the RoPE
+positions rule and the behaviours Megatron-Bridge's ``test_gpt_step.py`` asserts."""
 
 from __future__ import annotations
 
