@@ -37,7 +37,9 @@ FAMILIES = {
 # A rule's ``source`` names upstream code or documents, several joined by "; " (``Bridge
 # ConfigContainer.validate; Bridge docs (recommended settings)``). On the page, identifiers are shown as
 # code: dotted or snake_case names and CamelCase class names; product names are not identifiers.
-_IDENTIFIER = re.compile(r"(?<![\w`-])([A-Za-z][\w]*(?:[._][\w]+)+|[A-Z][A-Za-z0-9]*[a-z][A-Z][A-Za-z0-9]*)(?![\w`-])")
+_IDENTIFIER = re.compile(
+    r"(?<![\w`-])([A-Za-z][\w]*(?:[._][\w]+)+|[A-Z][A-Za-z0-9]*[a-z][A-Z][A-Za-z0-9]*)(?![\w`-])"
+)
 PRODUCTS = frozenset({"TransformerEngine", "DeepSeek", "HybridEP", "DeepEP"})
 
 
