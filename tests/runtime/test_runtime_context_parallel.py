@@ -72,7 +72,7 @@ def test_thd_errors_name_the_sequence():
     ):
         thd_partition_indices([0, 8, 14, 16], 16, cp_size=2, cp_rank=0)
     with pytest.raises(ContextParallelError, match="tokens after the last boundary"):
-        thd_partition_indices([0, 8], 16, cp_size=2, cp_rank=0)  # tokens after the last offset: an error, not duplicates
+        thd_partition_indices([0, 8], 16, cp_size=2, cp_rank=0)  # tokens past the last offset: an error
     with pytest.raises(ContextParallelError, match="cp_rank"):
         thd_partition_indices([0, 8], 8, cp_size=2, cp_rank=2)
 
