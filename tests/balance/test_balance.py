@@ -63,8 +63,14 @@ def test_cost_matches_pack_cost() -> None:
     m = PackCostModel(linear=1.5, quadratic=0.01, per_sequence=3.0, per_pack=7.0)
     lengths = np.array([5, 9, 30, 2, 2])
     bins = np.array([0, 0, 1, 2, 2])
-    expect = [m.pack_cost(lengths[bins == b]) for b in range(3)]
+    # per_pack + per_sequence·k + linear·ΣL + quadratic·ΣL², by hand: [5, 9], [30], [2, 2]
+    expect = [
+        7 + 3 * 2 + 1.5 * 14 + 0.01 * 106,
+        7 + 3 + 1.5 * 30 + 0.01 * 900,
+        7 + 3 * 2 + 1.5 * 4 + 0.01 * 8,
+    ]
     np.testing.assert_allclose(m.cost(lengths, bins), expect)
+    np.testing.assert_allclose([m.pack_cost(lengths[bins == b]) for b in range(3)], expect)
 
 
 def test_cost_model_rejects_negative_coefficients() -> None:
