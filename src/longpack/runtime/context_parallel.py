@@ -251,6 +251,19 @@ def check_thd_alignment(
     return multiple
 
 
+def _one_row(offsets: Any) -> torch.Tensor:
+    """Offsets of a THD micro-batch as 1-D: ``[K]`` as is, ``[1, K]`` squeezed; more rows are an error."""
+    cu = torch.as_tensor(offsets)
+    if cu.dim() == 2:
+        if cu.size(0) != 1:
+            raise ContextParallelError(
+                f"Packed THD batches expect micro-batch size 1 for context-parallel slicing (THD layout); "
+                f"the boundary tensor has shape {tuple(cu.shape)}"
+            )
+        cu = cu[0]
+    return cu
+
+
 def physical_cu_seqlens(batch: Mapping[str, Any]) -> torch.Tensor | None:
     """The physical (padded) offsets that decide a THD batch's CP split, as a 1-D int64 tensor.
 
@@ -265,26 +278,9 @@ def physical_cu_seqlens(batch: Mapping[str, Any]) -> torch.Tensor | None:
     """
     if batch.get("cu_seqlens_q") is not None:
         cu = batch.get("cu_seqlens_q_padded")
-        if cu is None:
-            cu = batch["cu_seqlens_q"]
-        cu = torch.as_tensor(cu)
-        if cu.dim() == 2:
-            if cu.size(0) != 1:
-                raise ContextParallelError(
-                    f"Packed THD batches expect micro-batch size 1 for context-parallel slicing (THD layout); "
-                    f"the boundary tensor has shape {tuple(cu.shape)}"
-                )
-            cu = cu[0]
-        return cu.to(torch.int64)
+        return _one_row(batch["cu_seqlens_q"] if cu is None else cu).to(torch.int64)
     if batch.get("cu_seqlens") is not None:
-        cu = torch.as_tensor(batch["cu_seqlens"])
-        if cu.dim() == 2:
-            if cu.size(0) != 1:
-                raise ContextParallelError(
-                    f"Packed THD batches expect micro-batch size 1 for context-parallel slicing (THD layout); "
-                    f"the boundary tensor has shape {tuple(cu.shape)}"
-                )
-            cu = cu[0]
+        cu = _one_row(batch["cu_seqlens"])
         argmin = batch.get("cu_seqlens_argmin")
         if argmin is not None:
             end = int(torch.as_tensor(argmin).reshape(-1)[0])
