@@ -462,7 +462,16 @@ class RayExecutor:
         from longpack.text.pipeline import detect_file_format
         from longpack.text.tokenizers import as_tokenizer
 
+        from longpack.text.inputs import find_inputs
+        from longpack.text.pipeline import _starts_array
+
         tok = as_tokenizer(tokenizer)
+        for f in find_inputs(inputs).files:
+            if f.kind == "hf" or f.compression or (f.kind == "jsonl" and _starts_array(f.path)):
+                raise InputError(
+                    f"{f.label}: the ray backend reads plain JSON Lines and Parquet files; use the local "
+                    "backend for compressed files, JSON arrays and datasets folders, or convert them first"
+                )
         paths = resolve_inputs(inputs)
         kinds = [input_kind(p) for p in paths]
         formats = [detect_file_format(p, config) for p in paths]

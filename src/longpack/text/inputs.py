@@ -293,7 +293,7 @@ def _folder_files(folder: Path, walker: _Walker) -> list[InputFile]:
     out = []
     for _, path, what in walker.entries(folder):
         if what == "hf":
-            out.append(InputFile(path, "hf"))
+            out += _hf_inputs(path, walker.skipped)
         elif what == "file":
             if path.name.startswith("."):
                 walker.skipped.append((str(path), "hidden file"))
@@ -304,6 +304,31 @@ def _folder_files(folder: Path, walker: _Walker) -> list[InputFile]:
             else:
                 out.append(_input_file(path))
     return out
+
+
+def _hf_inputs(path: Path, skipped: list[tuple[str, str]]) -> list[InputFile]:
+    """A ``save_to_disk`` folder as inputs: a ``Dataset`` itself; a ``DatasetDict`` its ``train`` split (the
+    other splits are reported as not read: name ``FOLDER/SPLIT`` to read one)."""
+    index = path / HF_DATASET_DICT_FILE
+    if not index.is_file():
+        return [InputFile(path, "hf")]
+    try:
+        splits = [str(s) for s in json.loads(index.read_text(encoding="utf-8")).get("splits", [])]
+    except (OSError, ValueError, AttributeError) as e:
+        raise InputError(f"{index}: cannot read the DatasetDict's split list ({e})") from e
+    if "train" not in splits:
+        raise InputError(
+            f"{path}: a DatasetDict folder without a 'train' split (splits: {splits}); pass the folder of the "
+            f"split to read, e.g. {path / splits[0]}"
+            if splits
+            else f"{path}: a DatasetDict folder with no splits"
+        )
+    skipped += [
+        (str(path / s), f"DatasetDict split {s!r} not read (name its folder to read it)")
+        for s in splits
+        if s != "train"
+    ]
+    return [InputFile(path / "train", "hf")]
 
 
 def _input_file(path: Path) -> InputFile:
@@ -344,7 +369,7 @@ def find_inputs(inputs: Sequence[str]) -> InputListing:
             matched = [_input_file(path)]
         elif path.is_dir():
             if is_hf_dataset_folder(path):
-                matched = [InputFile(path, "hf")]
+                matched = _hf_inputs(path, walker.skipped)
             else:
                 matched = _folder_files(path, walker)
                 if not matched:
@@ -355,7 +380,7 @@ def find_inputs(inputs: Sequence[str]) -> InputListing:
         elif glob.has_magic(spec):
             for hit, what in sorted(_glob(spec, walker)):
                 if what == "hf":
-                    matched.append(InputFile(hit, "hf"))
+                    matched += _hf_inputs(hit, walker.skipped)
                 elif what == "dir":
                     matched += _folder_files(hit, walker)
                 elif _unsupported_reason(hit) is None:

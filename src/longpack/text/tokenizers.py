@@ -538,6 +538,21 @@ class HFTokenizer(Tokenizer):
         self._files: dict[str, Path | bytes] = {tokenizer_file.name: tokenizer_file}
         if config_file is not None:
             self._files[config_file.name] = config_file
+        # Recent transformers write the template beside the config: chat_template.jinja (it wins over the
+        # config's, as in transformers), or the older processor-style chat_template.json.
+        folder = tokenizer_file.parent
+        jinja_file, json_file = folder / "chat_template.jinja", folder / "chat_template.json"
+        try:
+            if jinja_file.is_file():
+                config = {**config, "chat_template": jinja_file.read_text(encoding="utf-8")}
+                self._files[jinja_file.name] = jinja_file
+            elif json_file.is_file():
+                template = json.loads(json_file.read_text(encoding="utf-8")).get("chat_template")
+                if template is not None:
+                    config = {**config, "chat_template": template}
+                    self._files[json_file.name] = json_file
+        except (OSError, ValueError, AttributeError) as e:
+            raise InputError(f"{folder}: cannot read its chat template file ({e})") from e
         self._from_file = True
         self._setup(
             rust,
