@@ -458,12 +458,9 @@ class RayExecutor:
         import ray.data
 
         from longpack.text import InputError, TokenizeResult, resolve_inputs
-        from longpack.text.inputs import input_kind
-        from longpack.text.pipeline import detect_file_format
+        from longpack.text.inputs import find_inputs, input_kind
+        from longpack.text.pipeline import _starts_array, detect_file_format
         from longpack.text.tokenizers import as_tokenizer
-
-        from longpack.text.inputs import find_inputs
-        from longpack.text.pipeline import _starts_array
 
         tok = as_tokenizer(tokenizer)
         for f in find_inputs(inputs).files:

@@ -238,7 +238,7 @@ def mix_samples(
                 "inputs": list(source.inputs),
                 "weight": source.weight,
                 "share": source.weight / wsum,
-                "samples": int(len(members)),
+                "samples": len(members),
                 "drawn": int(counts[k]),
                 "epochs": round(int(counts[k]) / len(members), 6),
                 "unused": int(len(members) - distinct),
