@@ -307,11 +307,13 @@ def test_fast_path_accepts_exactly_what_json_loads_accepts(
     if fast is None:
         return  # the per-row json path reads (or rejects with file:line) every line
     expected_ids: list[int] = []
+    expected_mask: list[int] = []
     for line in lines:
         row = json.loads(line)  # the fast path took it: json.loads must read it to the same values
         ids, mask = sample_from_row(row, "pretokenized", TextConfig(), tok)
         expected_ids += ids
-    assert fast.tokens.tolist() == expected_ids
+        expected_mask += list(mask)
+    assert fast.tokens.tolist() == expected_ids and fast.loss_mask.tolist() == expected_mask
 
 
 def test_fast_path_rejects_what_json_loads_rejects_with_the_line(tmp_path: Path) -> None:
