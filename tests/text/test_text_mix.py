@@ -67,7 +67,7 @@ def test_pack_with_a_mix_accounts_for_every_row(tmp_path: Path) -> None:
     from longpack.jobs import PackConfig
 
     a = write_pc(tmp_path / "a.jsonl", 40, bad=2)
-    b = write_pc(tmp_path / "b" / "b.jsonl", 10, width=62)  # 64+ tokens: some are dropped at seq 64
+    write_pc(tmp_path / "b" / "b.jsonl", 10, width=62)  # 64+ tokens: some are dropped at seq 64
     mix_file = tmp_path / "mix.yaml"
     mix_file.write_text(
         "seed: 3\nsamples: 100\nsources:\n  - {path: a.jsonl, weight: 0.7, name: small}\n  - {path: b/, weight: 0.3}\n"
