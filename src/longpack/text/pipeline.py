@@ -924,3 +924,46 @@ def tokenize_chunk(
     """
     spec = register_tokenizer(tokenizer).spec
     return _process(_Job(kind, file, first_row, payload, fmt, config, spec))
+
+
+def read_rows(source: InputFile, fmt: str | None) -> Iterator[tuple[int, Any, str | None]]:
+    """``(row number, row, None)`` or ``(row number, None, why it is malformed)`` for every non-blank row of
+    one input, in order, numbered as ``tokenize_inputs`` numbers them (JSONL: 1-based line; JSON array:
+    1-based element; Parquet and datasets folders: 0-based row). For previews: one process, no tokens.
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "r.jsonl"; _ = p.write_text('{"a": 1}\\n\\n{"a": \\n')
+    >>> list(read_rows(_inputs._input_file(p), None))
+    [(1, {'a': 1}, None), (3, None, 'invalid JSON (Expecting value at column 7)')]
+    """
+    if source.kind == "jsonl":
+        for first, blob in jsonl_chunks(source.path, hashlib.sha256()):
+            for k, line in enumerate(blob.split(b"\n")):
+                if not line.strip():
+                    continue
+                if json_too_deep(line):
+                    yield first + k, None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+                    continue
+                try:
+                    yield first + k, json.loads(line), None
+                except UnicodeDecodeError as e:
+                    yield first + k, None, f"not UTF-8 ({e.reason} at byte {e.start})"
+                except json.JSONDecodeError as e:
+                    yield first + k, None, f"invalid JSON ({e.msg} at column {e.colno})"
+                except RecursionError:
+                    yield first + k, None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+        return
+    batches = _hf_batches(source.path) if source.kind == "hf" else _parquet_batches(source.path)
+    for first, batch in batches:
+        for k, row in enumerate(batch.to_pylist()):
+            yield first + k, row, None
+
+
+def count_rows(source: InputFile) -> int:
+    """Non-blank rows of one input (Arrow sources: from the metadata)."""
+    if source.kind in ("parquet", "hf"):
+        return _arrow_schema(source)[1]
+    n = 0
+    for _, blob in jsonl_chunks(source.path, hashlib.sha256()):
+        n += sum(1 for line in blob.split(b"\n") if line.strip())
+    return n
