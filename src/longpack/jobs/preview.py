@@ -89,7 +89,7 @@ class PreviewConfig:
         from longpack.text.tokenizers import as_tokenizer
 
         tok = as_tokenizer(self.tokenizer)
-        sources = find_inputs(list(self.inputs)).files
+        sources = find_inputs([str(p) for p in self.inputs]).files  # type: ignore[union-attr]
         wanted_index = set(self.index)
         total = None
         if self.random is not None:
@@ -116,10 +116,10 @@ class PreviewConfig:
                 label = f"{source.label}:{row_no}"
                 hit = position in wanted_index
                 for name in (source.label, source.path.name, str(source.path)):
-                    spec = wanted_at.get((name, row_no))
-                    if spec is not None:
+                    at_spec = wanted_at.get((name, row_no))
+                    if at_spec is not None:
                         hit = True
-                        found_at.add(spec)
+                        found_at.add(at_spec)
                 if first_only:
                     hit = position < self.limit
                 if hit:

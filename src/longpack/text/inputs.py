@@ -530,7 +530,7 @@ def _decompressed(path: Path, raw: _HashingReader, compression: str | None) -> B
     if compression is None:
         return raw  # type: ignore[return-value]
     if compression == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[arg-type]
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[arg-type,return-value]
     from longpack._optional import require
 
     zstd = require("zstandard", "text", purpose=f"reading {path.name}")
