@@ -84,6 +84,9 @@ def test_gz_and_zst_give_byte_identical_packs(tmp_path: Path) -> None:
     assert outs["plain"] and outs["plain"] == outs["gz"] == outs["zst"]
     manifest = json.loads((tmp_path / "out-gz" / "manifest.json").read_text())
     assert manifest["inputs"][0]["compression"] == "gzip"
+    for name in outs:  # every row accounted for, per input
+        for info in json.loads((tmp_path / f"out-{name}" / "manifest.json").read_text())["inputs"]:
+            assert info["rows"] == info["malformed"] + info["packed"] + info["dropped"]
     assert (
         manifest["inputs"][0]["sha256"]
         != json.loads((tmp_path / "out-plain" / "manifest.json").read_text())["inputs"][0]["sha256"]
@@ -323,3 +326,30 @@ def test_fast_path_rejects_what_json_loads_rejects_with_the_line(tmp_path: Path)
         run([p])
     r = run([p], skip_malformed=True)
     assert r.samples.tokens.tolist() == [1, 2, 3] and len(r.malformed) == 1
+
+
+def test_per_input_accounting_with_malformed_truncated_and_dropped(tmp_path: Path) -> None:
+    from longpack.jobs import PackConfig
+
+    rows = [{"prompt": "q", "completion": "a" * n} for n in (3, 10, 80, 200)]
+    arr = tmp_path / "d" / "rows.json"
+    arr.parent.mkdir()
+    arr.write_text(json.dumps([*rows, {"prompt": 1}]))
+    (tmp_path / "d" / "more.jsonl.gz").write_bytes(
+        gzip.compress(b'{"prompt": "x", "completion": "yy"}\nnot json\n')
+    )
+    for overlength in ("drop", "truncate"):
+        r = PackConfig(
+            inputs=[str(tmp_path / "d")],
+            out=tmp_path / f"o-{overlength}",
+            tokenizer="bytes",
+            seq_length=64,
+            overlength=overlength,
+            text=TextConfig(skip_malformed=True),
+        ).run()
+        by_name = {Path(i["path"]).name: i for i in r.manifest.inputs}
+        a, b = by_name["rows.json"], by_name["more.jsonl.gz"]
+        assert (a["rows"], a["malformed"], b["rows"], b["malformed"]) == (5, 1, 2, 1)
+        for info in (a, b):
+            assert info["rows"] == info["malformed"] + info["packed"] + info["dropped"]
+        assert (a["dropped"], a["truncated"]) == ((2, 0) if overlength == "drop" else (0, 2))

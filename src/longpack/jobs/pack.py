@@ -329,6 +329,8 @@ class PackConfig:
             provenance = self._provenance(train, val, demo_prefix, Provenance)
             if mix_report is not None:
                 provenance.extra["mix"] = _mix_outcome(mix_report, splits)
+            else:
+                _file_outcomes(provenance.inputs, train, val, splits)
             prepare_out_dir(out, self.overwrite)
             # The validation split indexes the validation set, or (val_fraction) the training set.
             sources = {"training": train_handle, "validation": val_handle if val else train_handle}
@@ -408,6 +410,28 @@ class PackConfig:
             "source_of_mixed": source_of_sample[indices],
         }
         return mixed, report
+
+
+def _file_outcomes(inputs: Sequence[dict[str, Any]], train: Any, val: Any, splits: Any) -> None:
+    """Add ``packed``, ``truncated`` and ``dropped`` to every input entry, so that per file
+    ``rows = malformed + packed + dropped`` (``packed`` includes the truncated samples)."""
+    import numpy as np
+
+    sets = [(train, splits[0].aligned)]
+    if val is not None:
+        sets.append((val, splits[1].aligned))
+    offset = 0
+    for result, aligned in sets:
+        n = len(result.inputs)
+        of_file = result.samples.source_file
+        samples = np.bincount(of_file, minlength=n)
+        truncated = np.bincount(of_file[aligned.truncated], minlength=n)
+        dropped = np.bincount(of_file[aligned.dropped], minlength=n)
+        for k in range(n):
+            inputs[offset + k].update(
+                packed=int(samples[k] - dropped[k]), truncated=int(truncated[k]), dropped=int(dropped[k])
+            )
+        offset += n
 
 
 def _mix_outcome(report: dict[str, Any], splits: Any) -> dict[str, Any]:
