@@ -353,3 +353,14 @@ def test_per_input_accounting_with_malformed_truncated_and_dropped(tmp_path: Pat
         for info in (a, b):
             assert info["rows"] == info["malformed"] + info["packed"] + info["dropped"]
         assert (a["dropped"], a["truncated"]) == ((2, 0) if overlength == "drop" else (0, 2))
+
+
+def test_ignored_turn_keys_are_counted_and_meaningful_ones_warned(tmp_path: Path) -> None:
+    rows = [
+        {"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a", "weight": 0}]},
+        {"conversations": [{"from": "human", "value": "q", "lang": "en"}, {"from": "gpt", "value": "a"}]},
+    ]
+    r = run([write_jsonl(tmp_path / "s.jsonl", rows)])
+    assert r.inputs[0]["columns"]["ignored"] == {"conversations[].lang": 1, "conversations[].weight": 1}
+    (warning,) = r.warnings
+    assert "turn key 'conversations[].weight' (a per-turn loss weight" in warning and "1 of 2 rows" in warning

@@ -178,10 +178,11 @@ def _process(job: _Job) -> _ChunkOut:
     lengths: list[int] = []
     rows: list[int] = []
     rows_read = 0
+    turn_keys: dict[str, int] = {}  # conversation turn keys nothing reads, e.g. "messages[].weight"
 
     def add(row_no: int, row: Any) -> None:
         try:
-            ids, mask = sample_from_row(row, job.fmt, job.config, tok)
+            ids, mask = sample_from_row(row, job.fmt, job.config, tok, turn_keys)
         except RowError as e:
             _malformed(job, row_no, str(e), malformed)
             return
@@ -232,7 +233,7 @@ def _process(job: _Job) -> _ChunkOut:
         rows=np.array(rows, dtype=np.int64),
         malformed=malformed,
         rows_read=rows_read,
-        columns=columns,
+        columns={**columns, **turn_keys},
     )
 
 
@@ -633,12 +634,28 @@ def column_report(
     used_names = set(config.used_columns(fmt)) if fmt else set()
     used = sorted(c for c in counts if c in used_names)
     ignored = {c: counts[c] for c in sorted(counts) if c not in used_names}
-    warnings = [
-        f"{path}: column {c!r} ({MEANINGFUL_COLUMNS[c]}) is ignored in {n} of {rows} rows by the {fmt} format"
-        for c, n in ignored.items()
-        if c in MEANINGFUL_COLUMNS
-    ]
+    warnings = []
+    for c, n in ignored.items():
+        base = c.rsplit("].", 1)[-1]  # "messages[].weight": a key of the conversation's turns
+        if base in TURN_KEYS_OF_NOTE and "[]." in c:
+            warnings.append(
+                f"{path}: turn key {c!r} ({TURN_KEYS_OF_NOTE[base]}) is ignored in {n} of {rows} rows"
+            )
+        elif c in MEANINGFUL_COLUMNS:
+            warnings.append(
+                f"{path}: column {c!r} ({MEANINGFUL_COLUMNS[c]}) is ignored in {n} of {rows} rows by the {fmt} format"
+            )
     return {"used": used, "ignored": ignored}, warnings
+
+
+#: Keys of conversation turns that carry meaning for training but are not read: warned about with counts.
+TURN_KEYS_OF_NOTE = {
+    "weight": "a per-turn loss weight (axolotl style); the loss follows chat_loss instead",
+    "train": "a per-turn train flag; the loss follows chat_loss instead",
+    "loss": "a per-turn loss flag; the loss follows chat_loss instead",
+    "images": "images (text formats do not read them; use the VLM pipeline)",
+    "image": "an image (text formats do not read it; use the VLM pipeline)",
+}
 
 
 def default_workers() -> int:

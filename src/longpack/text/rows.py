@@ -315,7 +315,13 @@ def _function_call_turn(value: Any, where: str) -> list[dict[str, Any]]:
     return calls
 
 
-def chat_messages(row: Mapping[str, Any], fmt: str, config: TextConfig) -> list[Message]:
+_SHAREGPT_TURN_KEYS = frozenset({"from", "value"})
+_MESSAGE_KEY_SET = frozenset({*MESSAGE_KEYS, "function_call"})
+
+
+def chat_messages(
+    row: Mapping[str, Any], fmt: str, config: TextConfig, ignored: dict[str, int] | None = None
+) -> list[Message]:
     """The row's conversation as ``[{"role", "content", ...}, ...]``: ShareGPT roles mapped (LLaMA-Factory's
     ``function_call`` -> an assistant message with ``tool_calls``, ``observation`` -> ``tool``), the top-level
     ``system`` prepended, text content parts joined; ``reasoning_content``, ``tool_calls``, ``name`` and
@@ -326,6 +332,9 @@ def chat_messages(row: Mapping[str, Any], fmt: str, config: TextConfig) -> list[
     >>> chat_messages({"conversations": [{"from": "function_call", "value": '{"name": "f", "arguments": {}}'}]},
     ...               "sharegpt", TextConfig())
     [{'role': 'assistant', 'content': '', 'tool_calls': [{'type': 'function', 'function': {'name': 'f', 'arguments': {}}}]}]
+
+    ``ignored`` (if given) counts, per turn key the conversation's turns carry but nothing reads (e.g.
+    ``conversations[].weight``), the rows that have it: ``{"conversations[].weight": 1}``.
     """
     out: list[Message] = []
     if fmt == "sharegpt":
@@ -335,6 +344,8 @@ def chat_messages(row: Mapping[str, Any], fmt: str, config: TextConfig) -> list[
             raise RowError(f"key 'system' must be a string, got {type(system).__name__}")
         if system:
             out.append({"role": "system", "content": system})
+        if ignored is not None:
+            _count_turn_keys(turns, _SHAREGPT_TURN_KEYS, SHAREGPT_KEY, ignored)
         for i, turn in enumerate(turns):
             where = f"{SHAREGPT_KEY}[{i}]"
             if not isinstance(turn, Mapping) or "from" not in turn or "value" not in turn:
@@ -359,6 +370,8 @@ def chat_messages(row: Mapping[str, Any], fmt: str, config: TextConfig) -> list[
     else:
         key = config.messages_key
         turns = _turns(row, key, "chat messages")
+        if ignored is not None:
+            _count_turn_keys(turns, _MESSAGE_KEY_SET, key, ignored)
         for i, m in enumerate(turns):
             where = f"{key}[{i}]"
             if not isinstance(m, Mapping) or "role" not in m:
@@ -389,6 +402,16 @@ def chat_messages(row: Mapping[str, Any], fmt: str, config: TextConfig) -> list[
     return out
 
 
+def _count_turn_keys(turns: Sequence[Any], known: frozenset[str], key: str, ignored: dict[str, int]) -> None:
+    extra: set[str] = set()
+    for turn in turns:
+        if isinstance(turn, Mapping):
+            extra.update(k for k, v in turn.items() if k not in known and v is not None)
+    for k in extra:
+        name = f"{key}[].{k}"
+        ignored[name] = ignored.get(name, 0) + 1
+
+
 def _int_list(value: Any, key: str) -> list[int]:
     if not isinstance(value, list | tuple | np.ndarray):
         raise RowError(f"key {key!r} must be a list of integers, got {type(value).__name__}")
@@ -407,9 +430,10 @@ def row_to_sample(row: Any, fmt: str, config: TextConfig, tok: Tokenizer) -> tup
 
 
 def sample_from_row(
-    row: Any, fmt: str, config: TextConfig, tok: Tokenizer
+    row: Any, fmt: str, config: TextConfig, tok: Tokenizer, ignored: dict[str, int] | None = None
 ) -> tuple[list[int], list[int] | bytearray]:
-    """``row_to_sample`` with the mask as a list or a bytearray of 0/1 (chat), whichever is cheaper."""
+    """``row_to_sample`` with the mask as a list or a bytearray of 0/1 (chat), whichever is cheaper;
+    ``ignored`` collects the turn keys nothing reads (see :func:`chat_messages`)."""
     if not isinstance(row, Mapping):
         raise RowError(f"a row must be a JSON object, got {type(row).__name__}")
     if fmt == "prompt_completion":
@@ -433,7 +457,7 @@ def sample_from_row(
         else:
             mask = [0] * len(context) + [1] * (len(answer) + 1)
     elif fmt in ("chat", "sharegpt"):
-        messages = chat_messages(row, fmt, config)
+        messages = chat_messages(row, fmt, config, ignored)
         if config.chat_loss != "full" and not any(m["role"] == "assistant" for m in messages):
             raise RowError(
                 f"the conversation has no assistant message, so chat_loss={config.chat_loss!r} trains on nothing"
