@@ -361,10 +361,16 @@ def find_inputs(inputs: Sequence[str]) -> InputListing:
         spec = str(spec)
         path = Path(spec).expanduser()
         matched: list[InputFile] = []
-        if spec.startswith(HUB_PREFIX) or (
-            not path.exists() and not glob.has_magic(spec) and _HUB_ID.match(spec)
-        ):
+        if spec.startswith(HUB_PREFIX):
             matched = hub_dataset_files(spec.removeprefix(HUB_PREFIX))
+        elif _looks_like_hub_id(spec, path):
+            try:
+                matched = hub_dataset_files(spec)
+            except InputError as e:
+                raise InputError(
+                    f"no input files: {spec!r} is not a file, folder or glob that exists, nor a hub dataset in "
+                    f"the local cache ({e}); check the path"
+                ) from e
         elif path.is_file():
             matched = [_input_file(path)]
         elif path.is_dir():
@@ -408,6 +414,14 @@ def find_inputs(inputs: Sequence[str]) -> InputListing:
                 found[key] = resolved
     files = tuple(sorted(found.values(), key=lambda f: f.label))
     return InputListing(files=files, skipped=tuple(dict.fromkeys(skipped)))
+
+
+def _looks_like_hub_id(spec: str, path: Path) -> bool:
+    """``org/name[:split]`` that is no existing path and does not end like a data file name."""
+    if path.exists() or glob.has_magic(spec) or not _HUB_ID.match(spec):
+        return False
+    name = spec.split(":", 1)[0]
+    return _data_suffix(Path(name)) not in (*JSONL_SUFFIXES, *PARQUET_SUFFIXES)
 
 
 def _skip_note(skipped: list[tuple[str, str]]) -> str:
