@@ -100,7 +100,34 @@ def _jsonl(tmp_path: Path) -> Path:
     return path
 
 
-def test_pack_without_numba_names_the_pack_extra(tmp_path: Path) -> None:
+def _native_built() -> bool:
+    if os.environ.get("LONGPACK_KERNELS") == "native":
+        return True  # CI: the extensions must be there (a missing one fails the test below)
+    try:
+        import longpack.binpack._native
+        import longpack.packed._native  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _native_built(), reason="C extensions not built (pip install -e . builds them)")
+def test_pack_with_the_compiled_extensions_never_imports_numba(tmp_path: Path) -> None:
+    src = _jsonl(tmp_path)
+    code, output, attempted = run_without(
+        ("numba", "llvmlite"),
+        *("pack", str(src), "--out", "o", "--tokenizer", "bytes", "--seq-length", "64"),
+        cwd=tmp_path,
+    )
+    assert code == 0, output
+    assert attempted == [] and (tmp_path / "o" / "manifest.json").exists()
+
+
+def test_pack_without_numba_or_the_extensions_names_the_pack_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # LONGPACK_KERNELS=numba: what a source checkout whose extensions were never built runs
+    monkeypatch.setenv("LONGPACK_KERNELS", "numba")
     src = _jsonl(tmp_path)
     code, output, attempted = run_without(
         ("numba", "llvmlite"),

@@ -49,3 +49,37 @@ def require(module: str, extra: str, *, purpose: str | None = None) -> ModuleTyp
             f"{what} needs the Python package {exc.name!r}, which is not installed; install it with: "
             f"pip install 'longpack[{extra}]'"
         ) from exc
+
+
+#: Environment variable choosing longpack's compiled kernels: ``auto`` (default: the C extensions built
+#: with the package, else the numba kernels, else the pure-Python paths), ``native`` (the C extensions;
+#: a missing one is an error, e.g. to make sure a build shipped them) or ``numba`` (never the C extensions).
+KERNELS_ENV = "LONGPACK_KERNELS"
+KERNEL_CHOICES = ("auto", "native", "numba")
+
+
+def native(module: str) -> ModuleType | None:
+    """The compiled extension ``module`` (built by the package's wheel build), or ``None`` when it is not
+    built (a source checkout that was never installed) or ``LONGPACK_KERNELS=numba`` turns it off.
+
+    >>> import os
+    >>> native("longpack.no_such_native_module") is None or os.environ.get(KERNELS_ENV) == "native"
+    True
+    """
+    import os
+
+    choice = os.environ.get(KERNELS_ENV, "auto").strip().lower() or "auto"
+    if choice not in KERNEL_CHOICES:
+        raise ValueError(f"{KERNELS_ENV}={choice!r}: choose one of {', '.join(KERNEL_CHOICES)}")
+    if choice == "numba":
+        return None
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        if choice == "native":
+            raise MissingDependencyError(
+                f"{KERNELS_ENV}=native but longpack's compiled extension {module} is not built ({exc}); "
+                "build it with `pip install .` (or `pip install -e .`) from the source tree, or unset "
+                f"{KERNELS_ENV}"
+            ) from exc
+        return None

@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from longpack._optional import require
 from longpack.balance.cost import PackCostModel
 from longpack.balance.schedule import (
     SAMPLERS,
@@ -40,37 +39,7 @@ from longpack.balance.schedule import (
 )
 from longpack.balance.target import BalanceTarget
 from longpack.binpack import check_capacity, check_seed, pack_lengths, validate_lengths
-
-njit = require("numba", "pack", purpose="the balanced packer").njit
-
-
-@njit(cache=True)
-def _lowest_cost_fit(
-    order: np.ndarray, lengths: np.ndarray, item_cost: np.ndarray, capacity: int, initial_bins: int
-) -> tuple[np.ndarray, int]:  # pragma: no cover - compiled
-    """Stage 1: each item (in ``order``) into the open bin of lowest cost with room; new bin if none."""
-    n = order.shape[0]
-    max_bins = initial_bins + n
-    room = np.full(max_bins, capacity, dtype=np.int64)
-    cost = np.zeros(max_bins, dtype=np.float64)
-    out = np.empty(lengths.shape[0], dtype=np.int64)
-    nbins = initial_bins
-    for t in range(n):
-        i = order[t]
-        length = lengths[i]
-        best = -1
-        best_cost = np.inf
-        for b in range(nbins):
-            if room[b] >= length and cost[b] < best_cost:
-                best_cost = cost[b]
-                best = b
-        if best < 0:
-            best = nbins
-            nbins += 1
-        room[best] -= length
-        cost[best] += item_cost[i]
-        out[i] = best
-    return out, nbins
+from longpack.binpack._dispatch import kernels
 
 
 def _balanced_groups(costs: np.ndarray, groups: int, per_group: int, swap_rounds: int = 64) -> np.ndarray:
@@ -125,7 +94,7 @@ def cost_balanced_bins(
         target_bins = int(pack_lengths(arr, cap, algorithm="best_fit_decreasing").max()) + 1
     item_cost = cost_model.sequence_cost(arr)
     order = np.lexsort((np.arange(arr.size), -arr)).astype(np.int64)  # longest first, ties by index
-    bins, nbins = _lowest_cost_fit(order, arr, item_cost, cap, int(target_bins))
+    bins, nbins = kernels().lowest_cost_fit(order, arr, item_cost, cap, int(target_bins))
     used = np.zeros(nbins, dtype=bool)
     used[bins] = True
     dense = np.cumsum(used) - 1  # drop bins that stayed empty (target_bins above what was needed)

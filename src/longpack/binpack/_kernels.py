@@ -1,8 +1,10 @@
 """Compiled (numba) kernels behind ``longpack.binpack``.
 
 Every kernel takes and returns flat numpy arrays; the Python wrappers in ``_pack.py`` and
-``megatron.py`` validate inputs and shape results. ``cache=True`` keeps compiled code on disk
-(``__pycache__``), so only the first call on a machine pays the compile time.
+``megatron.py`` validate inputs and shape results. These are the reference implementation and the fallback:
+an installed longpack runs the same functions from the C extension ``_native.c`` (built with the wheel;
+see ``_dispatch.py``). ``cache=True`` keeps compiled code on disk (``__pycache__``), so only the first call
+on a machine pays the compile time.
 """
 
 from __future__ import annotations
@@ -395,3 +397,38 @@ def count_invalid(lengths: np.ndarray, low: int, high: int) -> tuple[int, int]:
                 first = i
             bad += 1
     return bad, first
+
+
+# ----------------------------------------------------------------------------------------------
+# The balanced packer's fill (longpack.balance.packer.cost_balanced_bins).
+# ----------------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def lowest_cost_fit(
+    order: np.ndarray, lengths: np.ndarray, item_cost: np.ndarray, capacity: int, initial_bins: int
+) -> tuple[np.ndarray, int]:
+    """The balanced packer's first stage (``longpack.balance.packer``): each item (in ``order``) into the
+    open bin of lowest cost with room; a new bin if none has."""
+    n = order.shape[0]
+    max_bins = initial_bins + n
+    room = np.full(max_bins, capacity, dtype=np.int64)
+    cost = np.zeros(max_bins, dtype=np.float64)
+    out = np.empty(lengths.shape[0], dtype=np.int64)
+    nbins = initial_bins
+    for t in range(n):
+        i = order[t]
+        length = lengths[i]
+        best = -1
+        best_cost = np.inf
+        for b in range(nbins):
+            if room[b] >= length and cost[b] < best_cost:
+                best_cost = cost[b]
+                best = b
+        if best < 0:
+            best = nbins
+            nbins += 1
+        room[best] -= length
+        cost[best] += item_cost[i]
+        out[i] = best
+    return out, nbins

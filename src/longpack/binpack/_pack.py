@@ -10,11 +10,12 @@ import numpy as np
 
 
 def _compiled() -> Any:
-    """The numba kernels, imported on first use, so that ``import longpack.binpack`` (names, constants,
-    checks) works without numba and a missing numba is reported when packing starts."""
-    from longpack.binpack import _kernels
+    """The compiled kernels (the C extension built with the package, else numba), imported on first use,
+    so that ``import longpack.binpack`` (names, constants, checks) stays light and a missing numba is
+    reported only when packing starts without the extension."""
+    from longpack.binpack._dispatch import kernels
 
-    return _kernels
+    return kernels()
 
 
 #: Names accepted by ``pack_lengths(..., algorithm=...)``. The last three reproduce Megatron-Bridge's

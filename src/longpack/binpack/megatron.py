@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from longpack.binpack import _kernels
+from longpack.binpack._dispatch import kernels
 
 __all__ = [
     "PACKING_ALGORITHMS",
@@ -58,7 +58,7 @@ def _as_lengths(seqlens: Any, what: str = "seqlens") -> np.ndarray:
             f"{what} must be a 1-D sequence of integers, got dtype {arr.dtype} shape {arr.shape}"
         )
     arr = np.ascontiguousarray(arr, dtype=np.int64)
-    bad, first = _kernels.count_invalid(arr, 0, np.iinfo(np.int64).max)
+    bad, first = kernels().count_invalid(arr, 0, np.iinfo(np.int64).max)
     if bad:
         raise ValueError(
             f"{what} must be >= 0; {bad} are negative, first at index {first}: {int(arr[first])}"
@@ -82,8 +82,8 @@ def _first_fit_arrays(ordered: np.ndarray, pack_size: int) -> tuple[np.ndarray, 
     small = pack_size - longest > -(2**31) and pack_size < 2**31 - 1
     unopened = np.iinfo(np.int32).min if small else np.iinfo(np.int64).min
     dtype = np.int32 if small else np.int64
-    bin_of, nbins = _kernels.first_fit_bins(ordered, pack_size, dtype(unopened))
-    return _kernels.group_by_bin(ordered, bin_of, nbins)
+    bin_of, nbins = kernels().first_fit_bins(ordered, pack_size, dtype(unopened))
+    return kernels().group_by_bin(ordered, bin_of, nbins)
 
 
 def _split(values: list[T], offsets: np.ndarray) -> list[list[T]]:
@@ -291,4 +291,4 @@ def fill_order(lengths: Any, lengths_in_bin_order: Any, rng: np.random.RandomSta
     perms = np.empty(len(arr), dtype=np.int64)
     for length in np.flatnonzero(histogram).tolist():  # ascending length order, as Megatron draws
         perms[starts[length] : starts[length + 1]] = generator.permutation(int(histogram[length]))
-    return _kernels.fill_items_by_length(arr, slots, perms, starts)
+    return kernels().fill_items_by_length(arr, slots, perms, starts)
