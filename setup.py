@@ -14,5 +14,6 @@ setup(
     ext_modules=[
         Extension("longpack.binpack._native", ["src/longpack/binpack/_native.c"], depends=COMMON),
         Extension("longpack.packed._native", ["src/longpack/packed/_native.c"], depends=COMMON),
+        Extension("longpack.text._native", ["src/longpack/text/_native.c"], depends=COMMON),
     ]
 )

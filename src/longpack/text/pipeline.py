@@ -166,75 +166,338 @@ def _arrow_pretokenized(table: Any, vocab_size: int) -> tuple[np.ndarray, np.nda
 def _process(job: _Job) -> _ChunkOut:
     """Parse and tokenize one chunk (runs in a worker process, or inline with one worker)."""
     tok = load_tokenizer(job.tokenizer)
-    malformed: list[tuple[int, str]] = []
     if job.fmt == "pretokenized":
+        if job.kind == "jsonl" and _scanner() is not None:
+            token_dtype = np.int64 if tok.vocab_size > 2**31 - 1 else np.int32
+            return _scanned_chunk(job, tok, _scan(job.payload, tok.vocab_size, token_dtype), job.first_row)
         fast = _fast_pretokenized(job, tok)
         if fast is not None:
             return fast
-    # array.fromlist converts a row's Python ints in one C loop, about twice as fast as np.array(list).
-    wide = tok.vocab_size > 2**31 - 1
-    flat_ids = array.array("q" if wide else "i")
-    flat_mask = array.array("B")
-    lengths: list[int] = []
-    rows: list[int] = []
-    rows_read = 0
-    turn_keys: dict[str, int] = {}  # conversation turn keys nothing reads, e.g. "messages[].weight"
-
-    def add(row_no: int, row: Any) -> None:
-        try:
-            ids, mask = sample_from_row(row, job.fmt, job.config, tok, turn_keys)
-        except RowError as e:
-            _malformed(job, row_no, str(e), malformed)
-            return
-        except RecursionError:
-            _malformed(job, row_no, f"a value nested deeper than {MAX_JSON_DEPTH} levels", malformed)
-            return
-        flat_ids.fromlist(ids)
-        if isinstance(mask, bytearray):
-            flat_mask.frombytes(mask)
-        else:
-            flat_mask.fromlist(mask)
-        lengths.append(len(ids))
-        rows.append(row_no)
-
-    columns: dict[str, int] = {}
+    rows = _Rows(job, tok)
     if job.kind == "jsonl":
         for k, line in enumerate(job.payload.split(b"\n")):
-            if not line.strip():
-                continue
-            rows_read += 1
-            row_no = job.first_row + k
-            if json_too_deep(line):
-                _malformed(job, row_no, f"JSON nested deeper than {MAX_JSON_DEPTH} levels", malformed)
-                continue
-            try:
-                row = json.loads(line)
-            except UnicodeDecodeError as e:
-                _malformed(job, row_no, f"not UTF-8 ({e.reason} at byte {e.start})", malformed)
-                continue
-            except json.JSONDecodeError as e:
-                _malformed(job, row_no, f"invalid JSON ({e.msg} at column {e.colno})", malformed)
-                continue
-            except RecursionError:
-                _malformed(job, row_no, f"JSON nested deeper than {MAX_JSON_DEPTH} levels", malformed)
-                continue
-            if isinstance(row, dict):
-                for key in row:
-                    columns[key] = columns.get(key, 0) + 1
-            add(row_no, row)
+            if line.strip():
+                rows.add_line(job.first_row + k, line)
     else:  # Arrow sources: columns are counted from the file's schema
         for k, row in enumerate(job.payload.to_pylist()):
-            rows_read += 1
-            add(job.first_row + k, row)
-    return _ChunkOut(
-        tokens=np.frombuffer(flat_ids, dtype=np.int64 if wide else np.int32),
-        loss_mask=np.frombuffer(flat_mask, dtype=np.uint8),
-        lengths=np.array(lengths, dtype=np.int64),
-        rows=np.array(rows, dtype=np.int64),
-        malformed=malformed,
-        rows_read=rows_read,
-        columns={**columns, **turn_keys},
+            rows.rows_read += 1
+            rows.add(job.first_row + k, row)
+    return rows.finish()
+
+
+class _Rows:
+    """Rows of one chunk parsed one by one (``json.loads`` + ``sample_from_row``), in flat buffers."""
+
+    def __init__(self, job: _Job, tok: Tokenizer) -> None:
+        self.job = job
+        self.tok = tok
+        # array.fromlist converts a row's Python ints in one C loop, about twice as fast as np.array(list).
+        self.wide = tok.vocab_size > 2**31 - 1
+        self.flat_ids = array.array("q" if self.wide else "i")
+        self.flat_mask = array.array("B")
+        self.lengths: list[int] = []
+        self.rows: list[int] = []
+        self.rows_read = 0
+        self.malformed: list[tuple[int, str]] = []
+        self.columns: dict[str, int] = {}
+        self.turn_keys: dict[str, int] = {}  # conversation turn keys nothing reads, e.g. "messages[].weight"
+
+    def add_line(self, row_no: int, line: bytes) -> bool:
+        """One non-blank JSON Lines line; ``False`` if it is malformed (recorded, or raised)."""
+        job, malformed = self.job, self.malformed
+        self.rows_read += 1
+        if json_too_deep(line):
+            _malformed(job, row_no, f"JSON nested deeper than {MAX_JSON_DEPTH} levels", malformed)
+            return False
+        try:
+            row = json.loads(line)
+        except UnicodeDecodeError as e:
+            _malformed(job, row_no, f"not UTF-8 ({e.reason} at byte {e.start})", malformed)
+            return False
+        except json.JSONDecodeError as e:
+            _malformed(job, row_no, f"invalid JSON ({e.msg} at column {e.colno})", malformed)
+            return False
+        except RecursionError:
+            _malformed(job, row_no, f"JSON nested deeper than {MAX_JSON_DEPTH} levels", malformed)
+            return False
+        if isinstance(row, dict):
+            columns = self.columns
+            for key in row:
+                columns[key] = columns.get(key, 0) + 1
+        return self.add(row_no, row)
+
+    def add(self, row_no: int, row: Any) -> bool:
+        job = self.job
+        try:
+            ids, mask = sample_from_row(row, job.fmt, job.config, self.tok, self.turn_keys)
+        except RowError as e:
+            _malformed(job, row_no, str(e), self.malformed)
+            return False
+        except RecursionError:
+            _malformed(job, row_no, f"a value nested deeper than {MAX_JSON_DEPTH} levels", self.malformed)
+            return False
+        self.flat_ids.fromlist(ids)
+        if isinstance(mask, bytearray):
+            self.flat_mask.frombytes(mask)
+        else:
+            self.flat_mask.fromlist(mask)
+        self.lengths.append(len(ids))
+        self.rows.append(row_no)
+        return True
+
+    def finish(self) -> _ChunkOut:
+        return _ChunkOut(
+            tokens=np.frombuffer(self.flat_ids, dtype=np.int64 if self.wide else np.int32),
+            loss_mask=np.frombuffer(self.flat_mask, dtype=np.uint8),
+            lengths=np.array(self.lengths, dtype=np.int64),
+            rows=np.array(self.rows, dtype=np.int64),
+            malformed=self.malformed,
+            rows_read=self.rows_read,
+            columns={**self.columns, **self.turn_keys},
+        )
+
+
+# -- the compiled pre-tokenized scanner (text/_native.c) ---------------------------------------------------
+
+
+def _scanner() -> Any:
+    """``longpack.text._native`` (built with the package), or ``None``: then pre-tokenized JSON Lines go
+    through the numpy text fast path below and the per-row path."""
+    return _optional.native("longpack.text._native")
+
+
+@dataclass
+class _Scan:
+    """What the compiled scanner found in one chunk: accepted rows in buffers (``tokens``, ``mask``,
+    ``lengths``, 0-based ``lines`` within the chunk), the lines it left to ``json.loads`` (``declined``:
+    ``(start, end, line)``), other keys of accepted rows (``keys``: ``(row, start, end)``) and how many
+    newlines the chunk holds."""
+
+    data: Any
+    tokens: np.ndarray
+    mask: np.ndarray
+    lengths: np.ndarray
+    lines: np.ndarray
+    newlines: int
+    with_mask: int
+    declined: list[tuple[int, int, int]]
+    keys: list[tuple[int, int, int]]
+
+
+class _ScanBuffers:
+    """Output buffers the scanner fills for chunks of up to ``size`` bytes (reused chunk after chunk)."""
+
+    def __init__(self, size: int, token_dtype: Any) -> None:
+        cap_tokens, cap_rows = (size + 1) // 2, size // 19 + 2
+        self.size = size
+        self.tokens = np.empty(cap_tokens, dtype=token_dtype)
+        self.mask = np.empty(cap_tokens, dtype=np.uint8)
+        self.lengths = np.empty(cap_rows, dtype=np.int64)
+        self.lines = np.empty(cap_rows, dtype=np.int64)
+
+
+def _scan(data: Any, vocab_size: int, token_dtype: Any, buffers: _ScanBuffers | None = None) -> _Scan:
+    """Run the compiled scanner over one chunk (no GIL: chunks scan in parallel on threads)."""
+    size = memoryview(data).nbytes
+    if buffers is None or buffers.size < size:
+        buffers = _ScanBuffers(size, token_dtype)
+    rows, ntok, newlines, with_mask, declined, keys = _scanner().scan_pretokenized(
+        data, vocab_size, buffers.tokens, buffers.mask, buffers.lengths, buffers.lines
     )
+    return _Scan(
+        data=data,
+        tokens=buffers.tokens[:ntok],
+        mask=buffers.mask[:ntok],
+        lengths=buffers.lengths[:rows],
+        lines=buffers.lines[:rows],
+        newlines=newlines,
+        with_mask=with_mask,
+        declined=declined,
+        keys=keys,
+    )
+
+
+def _scanned_chunk(job: _Job, tok: Tokenizer, scan: _Scan, first_row: int) -> _ChunkOut:
+    """A chunk's samples from a scan: accepted rows as they are, declined lines through the per-row
+    ``json.loads`` path (which reads them, or reports them with ``file:line``), all in line order.
+
+    ``tokens`` and ``loss_mask`` may be views of the scan's buffers: use them before the buffers scan the
+    next chunk (``_Collector.add`` copies them); the other arrays are the result's own."""
+    n = len(scan.lengths)
+    columns: dict[str, int] = {}
+    if n:
+        columns["input_ids"] = n
+        if scan.with_mask:
+            columns["loss_mask"] = scan.with_mask
+    if scan.keys:
+        data = bytes(memoryview(scan.data))
+        for _, start, end in scan.keys:
+            name = data[start:end].decode("utf-8")
+            columns[name] = columns.get(name, 0) + 1
+    rows = scan.lines + first_row
+    if not scan.declined:
+        return _ChunkOut(
+            tokens=scan.tokens,
+            loss_mask=scan.mask,
+            lengths=scan.lengths.copy(),
+            rows=rows,
+            malformed=[],
+            rows_read=n,
+            columns=columns,
+        )
+    # Declined lines are read one by one; their samples go between the accepted rows, in line order.
+    slow = _Rows(job, tok)
+    view = memoryview(scan.data)
+    ends = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(scan.lengths, out=ends[1:])
+    pieces_tok: list[np.ndarray] = []
+    pieces_mask: list[np.ndarray] = []
+    pieces_len: list[np.ndarray] = []
+    pieces_row: list[np.ndarray] = []
+    done = 0  # accepted rows placed so far
+    for start, end, line in scan.declined:
+        upto = int(np.searchsorted(scan.lines, line))
+        if upto > done:
+            pieces_tok.append(scan.tokens[ends[done] : ends[upto]])
+            pieces_mask.append(scan.mask[ends[done] : ends[upto]])
+            pieces_len.append(scan.lengths[done:upto])
+            pieces_row.append(rows[done:upto])
+            done = upto
+        before = len(slow.lengths)
+        got = len(slow.flat_ids)
+        if slow.add_line(first_row + line, bytes(view[start:end])):
+            # slices of the array.array are copies: no buffer export that would pin its size
+            pieces_tok.append(np.frombuffer(slow.flat_ids[got:], dtype=scan.tokens.dtype))
+            pieces_mask.append(np.frombuffer(slow.flat_mask[got:], dtype=np.uint8))
+            pieces_len.append(np.array(slow.lengths[before:], dtype=np.int64))
+            pieces_row.append(np.array(slow.rows[before:], dtype=np.int64))
+    if done < n:
+        pieces_tok.append(scan.tokens[ends[done] :])
+        pieces_mask.append(scan.mask[ends[done] :])
+        pieces_len.append(scan.lengths[done:])
+        pieces_row.append(rows[done:])
+    for name, count in {**slow.columns, **slow.turn_keys}.items():
+        columns[name] = columns.get(name, 0) + count
+
+    def joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
+
+    return _ChunkOut(
+        tokens=joined(pieces_tok, scan.tokens.dtype),
+        loss_mask=joined(pieces_mask, np.uint8),
+        lengths=joined(pieces_len, np.int64),
+        rows=joined(pieces_row, np.int64),
+        malformed=slow.malformed,
+        rows_read=n + len(scan.declined),
+        columns=columns,
+    )
+
+
+#: Bytes per chunk of the threaded pre-tokenized reader (the scanner's buffers hold ~3.5x this).
+SCAN_CHUNK_BYTES = 4 << 20
+
+
+def _scan_jsonl_file(
+    path: Path,
+    label: str,
+    hasher: Any,
+    tok: Tokenizer,
+    config: TextConfig,
+    threads: int,
+    on_chunk: Any,
+) -> None:
+    """A plain (uncompressed) pre-tokenized JSON Lines file, read in order, scanned on ``threads`` threads.
+
+    The main thread reads blocks into reused buffers and cuts them at the last newline; a helper thread
+    feeds them to ``hasher`` (the input's sha256) while the compiled scanner parses them on the other
+    threads, without the GIL, straight into reused token buffers. Chunks are then joined in file order
+    (``on_chunk(chunk, nbytes)``), which is also where line numbers become known (each scan counts its
+    newlines) and where declined lines go through ``json.loads``, so errors name ``file:line`` as before.
+    """
+    token_dtype = np.int64 if tok.vocab_size > 2**31 - 1 else np.int32
+    size = path.stat().st_size
+    block = max(1, min(SCAN_CHUNK_BYTES, size + 1))
+    job = _Job("jsonl", label, 1, b"", "pretokenized", config, tok.spec)
+    n_slots = 2 * threads + 2
+    free: list[list[Any]] = [[bytearray(block), _ScanBuffers(block, token_dtype)] for _ in range(n_slots)]
+    pending: deque[tuple[list[Any], Future[_Scan], Future[None], int]] = deque()
+    line = 1
+
+    def collect() -> None:
+        nonlocal line
+        slot, scanned, hashed, nbytes = pending.popleft()
+        scan = scanned.result()
+        hashed.result()
+        on_chunk(_scanned_chunk(job, tok, scan, line), nbytes)
+        line += scan.newlines
+        free.append(slot)
+
+    scan_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="longpack-scan")
+    hash_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="longpack-sha256")
+    try:
+        try:
+            f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in finally
+        except OSError as e:
+            raise InputError(
+                f"{path}: cannot open ({e.strerror or e}); check the path and its permissions"
+            ) from e
+        try:
+            carry = b""
+            offset = 0  # bytes of the file read so far
+            start = 0  # where the first chunk's text starts (past a UTF-8 BOM)
+            while True:
+                if not free:
+                    collect()
+                slot = free.pop()
+                buf = slot[0]
+                c = len(carry)
+                if c * 2 > len(buf):  # a line longer than half a buffer: grow this slot
+                    buf = slot[0] = bytearray(2 * c + block)
+                view = memoryview(buf)
+                view[:c] = carry
+                got = c
+                try:
+                    while got < len(buf):
+                        n = f.readinto(view[got:])
+                        if not n:
+                            break
+                        got += n
+                except OSError as e:
+                    raise InputError(
+                        f"{path}: read error near byte {offset} ({e.strerror or e}); check the disk or copy the "
+                        "file again"
+                    ) from e
+                fresh = got - c
+                hashed = hash_pool.submit(hasher.update, view[c:got])
+                if offset == 0 and buf.startswith(_inputs._BOM):
+                    start = len(_inputs._BOM)
+                offset += fresh
+                at_end = got < len(buf)  # a short read: the end of the file
+                if at_end:
+                    end = got
+                else:
+                    cut = buf.rfind(b"\n", 0, got)
+                    if cut < 0:  # no line ends in this buffer yet: keep reading into a larger one
+                        hashed.result()
+                        carry = bytes(view[:got])
+                        free.append(slot)
+                        continue
+                    end = cut + 1
+                carry = bytes(view[end:got])
+                if slot[1].size < end - start:
+                    slot[1] = _ScanBuffers(len(buf), token_dtype)
+                scanned = scan_pool.submit(_scan, view[start:end], tok.vocab_size, token_dtype, slot[1])
+                pending.append((slot, scanned, hashed, fresh))
+                start = 0
+                if at_end:
+                    break
+            while pending:
+                collect()
+        finally:
+            f.close()
+    finally:
+        scan_pool.shutdown(wait=True, cancel_futures=True)
+        hash_pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _plain_pages(n: int, dtype: Any) -> np.ndarray:
@@ -417,6 +680,10 @@ def _fast_pretokenized(job: _Job, tok: Tokenizer) -> _ChunkOut | None:
         rows_read=len(row_numbers),
         columns=columns,
     )
+
+
+#: Marks a file ``tokenize_inputs`` reads with ``_scan_jsonl_file`` instead of in chunk jobs.
+_SCAN_FILE: Any = _Job("scan", "", 0, b"", "pretokenized", TextConfig(), "")
 
 
 def _inline_file(kind: str, fmt: str | None) -> bool:
@@ -722,6 +989,9 @@ def tokenize_inputs(
                     for _ in jsonl_chunks(path, hashers[i]):
                         pass
                 continue
+            if scanned[i]:
+                yield i, _SCAN_FILE, sizes[i]  # read, hashed and scanned on threads by _scan_jsonl_file
+                continue
             if kind == "jsonl":
                 # Progress counts bytes of the file as stored: a compressed file's (unknown) text size is
                 # not that, so it advances once, when the file is done (the -1 entry carries no job).
@@ -741,6 +1011,24 @@ def tokenize_inputs(
                     nbytes = sizes[i] * batch.num_rows // total_rows
                     yield i, _Job("parquet", files[i], first, batch, fmt, config, tok.spec), nbytes
 
+    # Plain pre-tokenized JSON Lines files: the compiled scanner on threads (no worker processes, no copies
+    # of the text through pipes); compressed files and JSON arrays take the chunk path below.
+    scanned = [
+        fmt == "pretokenized"
+        and f.kind == "jsonl"
+        and f.compression is None
+        and _scanner() is not None
+        and not _starts_array(f.path)
+        for f, fmt in zip(sources, formats, strict=True)
+    ]
+
+    def scan_file(i: int) -> None:
+        def on_chunk(out: _ChunkOut, nbytes: int) -> None:
+            sink.add(i, out)
+            bar.advance(nbytes)
+
+        _scan_jsonl_file(paths[i], files[i], hashers[i], tok, config, max(1, n_workers), on_chunk)
+
     token_dtype = np.int32 if tok.vocab_size <= np.iinfo(np.int32).max else np.int64
     bounds = [_token_bound(f, fmt) for f, fmt in zip(sources, formats, strict=True)]
     # With a bound for every file the joined buffers are allocated once and filled in place.
@@ -752,11 +1040,14 @@ def tokenize_inputs(
     inline = (
         n_workers == 1
         or total_bytes <= 2 * _inputs.JSONL_CHUNK_BYTES
-        or all(_inline_file(k, f) for k, f in zip(kinds, formats, strict=True))
+        or all(_inline_file(k, f) or fast for k, f, fast in zip(kinds, formats, scanned, strict=True))
     )
     try:
         if inline:
             for i, job, nbytes in jobs():
+                if job is _SCAN_FILE:
+                    scan_file(i)
+                    continue
                 if i >= 0:
                     sink.add(i, _process(job))
                 bar.advance(nbytes)
@@ -783,6 +1074,10 @@ def tokenize_inputs(
                     for i, job, nbytes in jobs():
                         if i < 0:
                             pending.append((i, None, nbytes))
+                            continue
+                        if job is _SCAN_FILE:
+                            drain(0)
+                            scan_file(i)
                             continue
                         if _inline(job):
                             drain(0)
