@@ -22,6 +22,18 @@ tree first fit, ``fill_packing_strategy`` with per-length permutations and Pytho
 
 Peak RSS is compared with the token data size (int32 tokens + uint8 mask = 5 bytes per stored token). It is
 the main process's peak; tokenizer workers (forkserver processes) are not included.
+
+Pre-tokenized JSON Lines (``--inputs jsonl``: ``{"input_ids": [...], "loss_mask": [...]}`` rows, median 650
+runtime tokens, ~10 bytes per token, as in issue 19's 1M-row / 10 GB corpus) run against the **floor**
+written here: a compiled byte scanner (numba, no validation: digit runs of a line's first list are
+tokens, of its second list the mask) reading the file in blocks, then the same Parquet writer longpack uses
+(``plan_splits`` + ``fill_rows`` + ``open_parquet_writer``, 500-row groups, shards on threads) without the
+hashes, the manifest or atomic renames. ``floor:1`` runs on one thread (the CPU floor), ``floor:2`` scans
+the file's two halves on two threads and writes shards on two threads (the wall floor). Each row reports
+CPU seconds (user + sys of the process and its reaped children) next to wall seconds, and longpack's
+ratio to each floor: CPU vs ``floor:1``, wall vs ``floor:2``.
+
+    python benchmarks/pack_pipeline.py --inputs jsonl --sizes 100000,1000000 --repeats 3 --baseline-max 0
 """
 
 from __future__ import annotations
@@ -110,6 +122,261 @@ def make_text(path: Path, n: int, seed: int = 0) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Pre-tokenized JSON Lines and the floor (compiled byte scanner + the same Parquet writer).
+
+_JSONL_KERNELS: dict[str, object] = {}
+
+
+def _jsonl_kernels() -> dict[str, object]:
+    """numba kernels of this benchmark (compiled once per process, before any timing)."""
+    if _JSONL_KERNELS:
+        return _JSONL_KERNELS
+    from numba import njit
+
+    @njit(cache=True)
+    def format_rows(tokens, mask, offsets, out):  # type: ignore[no-untyped-def]
+        pos = 0
+        head = b'{"input_ids": ['
+        mid = b'], "loss_mask": ['
+        tail = b"]}\n"
+        digits = np.empty(20, np.uint8)
+        for r in range(offsets.shape[0] - 1):
+            for ch in head:
+                out[pos] = ch
+                pos += 1
+            for j in range(offsets[r], offsets[r + 1]):
+                if j > offsets[r]:
+                    out[pos] = 44
+                    out[pos + 1] = 32
+                    pos += 2
+                v = tokens[j]
+                k = 0
+                if v == 0:
+                    digits[0] = 48
+                    k = 1
+                while v > 0:
+                    digits[k] = 48 + v % 10
+                    v //= 10
+                    k += 1
+                for q in range(k - 1, -1, -1):
+                    out[pos] = digits[q]
+                    pos += 1
+            for ch in mid:
+                out[pos] = ch
+                pos += 1
+            for j in range(offsets[r], offsets[r + 1]):
+                if j > offsets[r]:
+                    out[pos] = 44
+                    out[pos + 1] = 32
+                    pos += 2
+                out[pos] = 48 + mask[j]
+                pos += 1
+            for ch in tail:
+                out[pos] = ch
+                pos += 1
+        return pos
+
+    @njit(nogil=True, cache=True)
+    def floor_scan(data, tokens, mask, lengths, nt, nm, nr):  # type: ignore[no-untyped-def]
+        """Digit runs -> ints: a line's first list -> tokens, its second -> mask; no validation at all."""
+        lst = 0
+        seen = 0
+        v = 0
+        innum = False
+        row_start = nt
+        for i in range(data.shape[0]):
+            c = data[i]
+            d = c - 48
+            if d >= 0 and d <= 9:
+                v = v * 10 + d
+                innum = True
+                continue
+            if innum:
+                if lst == 1:
+                    tokens[nt] = v
+                    nt += 1
+                elif lst == 2:
+                    mask[nm] = v
+                    nm += 1
+                v = 0
+                innum = False
+            if c == 91:  # [
+                seen += 1
+                lst = seen
+            elif c == 93:  # ]
+                lst = 0
+            elif c == 10:  # newline: a row ends
+                lengths[nr] = nt - row_start
+                row_start = nt
+                nr += 1
+                seen = 0
+        return nt, nm, nr
+
+    floor_scan(np.frombuffer(b'{"input_ids": [1, 2]}\n', np.uint8), *_floor_buffers(64, np.int32), 0, 0, 0)
+    _JSONL_KERNELS.update(format_rows=format_rows, floor_scan=floor_scan)
+    return _JSONL_KERNELS
+
+
+def jsonl_lengths(n: int, seed: int) -> np.ndarray:
+    """Runtime lengths of the JSON Lines corpus: log-normal, median 650, clipped to 16..4096 (~950 mean)."""
+    rng = np.random.default_rng(seed)
+    return np.clip(np.round(rng.lognormal(np.log(650), 0.9, size=n)), 16, SEQ_LENGTH).astype(np.int64)
+
+
+def make_pretokenized_jsonl(path: Path, n: int, seed: int = 0) -> int:
+    """``{"input_ids": [...], "loss_mask": [...]}`` rows (qwen3-range ids, prompt masked); stored tokens."""
+    fmt = _jsonl_kernels()["format_rows"]
+    rng = np.random.default_rng(seed)
+    lengths = jsonl_lengths(n, seed) + 1
+    total = 0
+    with open(path, "wb") as fh:
+        for lo in range(0, n, 20_000):
+            part = lengths[lo : lo + 20_000]
+            offsets = np.zeros(len(part) + 1, np.int64)
+            np.cumsum(part, out=offsets[1:])
+            tokens = rng.integers(3, 150_000, int(offsets[-1])).astype(np.int64)
+            tokens[offsets[1:] - 1] = QWEN3_EOS
+            within = np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], part)
+            prompt = np.repeat((part * rng.uniform(0.2, 0.7, len(part))).astype(np.int64), part)
+            mask = (within >= prompt).astype(np.int64)
+            out = np.empty(int(offsets[-1]) * 12 + len(part) * 40, np.uint8)
+            k = fmt(tokens, mask, offsets, out)  # type: ignore[operator]
+            fh.write(out[:k].tobytes())
+            total += int(offsets[-1])
+    return total
+
+
+def _lazy_pages(n: int, dtype: object) -> np.ndarray:
+    """Anonymous pages committed only as written (what longpack's collector uses too)."""
+    import mmap
+
+    size = max(n * np.dtype(dtype).itemsize, 1)  # type: ignore[call-overload]
+    pages = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return np.frombuffer(pages, dtype=dtype, count=n)  # type: ignore[call-overload]
+
+
+def _floor_buffers(nbytes: int, dtype: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (
+        _lazy_pages((nbytes + 1) // 2, dtype),
+        _lazy_pages((nbytes + 1) // 2, np.uint8),
+        _lazy_pages(nbytes // 19 + 2, np.int64),
+    )
+
+
+def _last_newline(buf: np.ndarray, end: int) -> int:
+    """Position after the last newline in ``buf[:end]`` (0 if none), searching back from the end."""
+    window = 1 << 12
+    while True:
+        lo = max(0, end - window)
+        hits = np.flatnonzero(buf[lo:end] == 10)
+        if len(hits):
+            return lo + int(hits[-1]) + 1
+        if lo == 0:
+            return 0
+        window *= 8
+
+
+def _floor_scan_range(path: Path, lo: int, hi: int, block: int = 4 << 20) -> tuple[np.ndarray, ...]:
+    """Scan bytes ``lo:hi`` of the file (both at line starts) in blocks; returns tokens, mask, lengths."""
+    scan = _jsonl_kernels()["floor_scan"]
+    tokens, mask, lengths = _floor_buffers(hi - lo, np.int32)
+    nt = nm = nr = 0
+    buf = np.empty(block, np.uint8)
+    carry = 0
+    with open(path, "rb", buffering=0) as fh:
+        fh.seek(lo)
+        left = hi - lo
+        while True:
+            if carry + block > len(buf):
+                grown = np.empty(2 * (carry + block), np.uint8)
+                grown[:carry] = buf[:carry]
+                buf = grown
+            want = min(block, left)
+            got = fh.readinto(memoryview(buf)[carry : carry + want]) if want else 0
+            left -= got
+            end = carry + got
+            last = left == 0 or got == 0
+            cut = end if last else _last_newline(buf, end)
+            nt, nm, nr = scan(buf[:cut], tokens, mask, lengths, nt, nm, nr)  # type: ignore[operator]
+            carry = end - cut
+            buf[:carry] = buf[cut:end].copy()
+            if last:
+                break
+    return tokens[:nt], mask[:nm], lengths[:nr]
+
+
+def run_floor(path: Path, out: Path, threads: int, ids_dtype: str = "int64") -> dict:
+    """The floor: compiled scan (``threads`` halves of the file) + longpack's Parquet writer, nothing else."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from longpack.packed import PackSettings, plan_splits
+    from longpack.packed.files import ROW_GROUP_SIZE, open_parquet_writer
+    from longpack.packed.pipeline import shard_layout
+    from longpack.packed.rows import fill_rows
+    from longpack.samples import TokenizedSamples
+
+    _jsonl_kernels()
+    t0 = time.perf_counter()
+    size = path.stat().st_size
+    cuts = [0, size]
+    if threads > 1:
+        with open(path, "rb") as fh:
+            fh.seek(size // 2)
+            fh.readline()
+            cuts = [0, fh.tell(), size]
+    with ThreadPoolExecutor(threads) as pool:
+        parts = list(pool.map(lambda k: _floor_scan_range(path, cuts[k], cuts[k + 1]), range(len(cuts) - 1)))
+    if len(parts) == 1:
+        tokens, mask, lengths = parts[0]
+    else:  # one buffer, as the packer wants it: the second half joins the first
+        n_tok = sum(len(p[0]) for p in parts)
+        tokens = _lazy_pages(n_tok, np.int32)
+        mask = _lazy_pages(n_tok, np.uint8)
+        pos = 0
+        for ptok, pmask, _ in parts:
+            tokens[pos : pos + len(ptok)] = ptok
+            mask[pos : pos + len(ptok)] = pmask
+            pos += len(ptok)
+        lengths = np.concatenate([p[2] for p in parts])
+        del parts
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    samples = TokenizedSamples(
+        tokens=tokens,
+        loss_mask=mask,
+        offsets=offsets,
+        source_file=np.zeros(len(lengths), np.int32),
+        source_row=np.arange(1, len(lengths) + 1),
+        files=(str(path),),
+    )
+    t1 = time.perf_counter()
+    settings = PackSettings(seq_length=SEQ_LENGTH, overlength="drop", ids_dtype=ids_dtype)
+    split = plan_splits(samples, settings, eos_id=QWEN3_EOS)[0]
+    out.mkdir(parents=True, exist_ok=True)
+
+    def write(shard: tuple[str, int, int]) -> int:
+        name, lo, hi = shard
+        with open_parquet_writer(out / name, ids_dtype=ids_dtype) as writer:
+            for start in range(lo, hi, ROW_GROUP_SIZE):
+                rows = fill_rows(
+                    split.aligned, split.plan, start, min(hi, start + ROW_GROUP_SIZE), ids_dtype=ids_dtype
+                )
+                writer.write_table(rows.to_arrow(), row_group_size=ROW_GROUP_SIZE)
+        return hi - lo
+
+    with ThreadPoolExecutor(threads) as pool:
+        written = sum(pool.map(write, shard_layout("training", split.plan.num_rows, settings)))
+    t2 = time.perf_counter()
+    return {
+        "seconds": t2 - t0,
+        "tokenize_seconds": t1 - t0,
+        "samples": len(samples),
+        "stored_tokens": int(offsets[-1]),
+        "rows": written,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
 # Runs (each in its own process).
 
 
@@ -118,7 +385,7 @@ def run_ours(kind: str, path: Path, out: Path, algorithm: str, ids_dtype: str = 
     from longpack.text import TextConfig, tokenize_inputs
 
     t0 = time.perf_counter()
-    fmt = "pretokenized" if kind == "pretokenized" else "prompt_completion"
+    fmt = "pretokenized" if kind in ("pretokenized", "jsonl") else "prompt_completion"
     result = tokenize_inputs([str(path)], tokenizer="qwen3", config=TextConfig(format=fmt), workers=None)
     t1 = time.perf_counter()
     eos = int(result.tokenizer["eos_id"])
@@ -313,9 +580,16 @@ def _vm_hwm_bytes() -> int:
 
 def child(args: argparse.Namespace) -> None:
     path, out = Path(args.path), Path(args.out)
-    if args.impl == "baseline":
+    if args.impl.startswith("floor"):
+        _, threads, *dtype = args.impl.split(":")
+        _jsonl_kernels()  # compiled (or loaded from the cache) before the clock starts
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        result = run_floor(path, out, int(threads), *dtype)
+    elif args.impl == "baseline":
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         result = run_baseline(args.kind, path, out)
     else:
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         _, algorithm, *dtype = args.impl.split(":")
         result = run_ours(args.kind, path, out, algorithm, *dtype)
     # Main process plus the largest *direct* child (ru_maxrss of children is the largest reaped child's peak).
@@ -325,6 +599,10 @@ def child(args: argparse.Namespace) -> None:
     # peak whenever that is larger (it was: 1.3 GiB at 100k, twice this process's own peak).
     main_peak = _vm_hwm_bytes()
     worker_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    result["cpu_seconds"] = (me.ru_utime + me.ru_stime - cpu0.ru_utime - cpu0.ru_stime) + (
+        kids.ru_utime + kids.ru_stime
+    )
     result["peak_rss_main_bytes"] = main_peak
     result["peak_rss_worker_bytes"] = worker_peak
     result["peak_rss_bytes"] = main_peak + worker_peak
@@ -385,6 +663,9 @@ def main() -> None:
         "--pack-only", type=int, default=0, help="Only the pack stage on N in-memory samples (no reading)."
     )
     parser.add_argument("--algorithm", default="best_fit_decreasing", help="With --pack-only.")
+    parser.add_argument(
+        "--data-dir", default="", help="Keep the generated inputs here and reuse them in later invocations."
+    )
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--impl", default="")
     parser.add_argument("--kind", default="")
@@ -397,26 +678,37 @@ def main() -> None:
     if args.pack_only:
         pack_stage_only(args.pack_only, args.algorithm)
         return
-    print(f"cores: {os.cpu_count()} (shared machine); seq_length {SEQ_LENGTH}")
+    print(f"cores: {os.cpu_count()} (shared machine); seq_length {SEQ_LENGTH}; load average {_load()}")
     header = (
-        f"{'input':<13}{'N':>9}  {'implementation':<32}{'seconds':>9}{'read+tok':>9}{'pack+write':>11}"
-        f"{'samples/s':>11}{'RSS main':>10}{'+worker':>9}{'(main+w)/data':>15}"
+        f"{'input':<13}{'N':>9}  {'implementation':<32}{'seconds':>9}{'CPU s':>8}{'read+tok':>9}"
+        f"{'pack+write':>11}{'samples/s':>11}{'RSS main':>10}{'+worker':>9}{'(main+w)/data':>15}"
     )
     print(header)
     with tempfile.TemporaryDirectory(prefix="longpack-bench-") as tmp:
         root = Path(tmp)
+        data_dir = Path(args.data_dir) if args.data_dir else root
+        data_dir.mkdir(parents=True, exist_ok=True)
         for n in [int(s) for s in args.sizes.split(",")]:
             for kind in args.inputs.split(","):
-                src = root / (f"in_{n}.parquet" if kind == "pretokenized" else f"in_{n}.jsonl")
-                if kind == "pretokenized":
-                    make_pretokenized(src, n)
-                else:
-                    make_text(src, n)
+                suffix = {"pretokenized": "parquet", "jsonl": "pretok.jsonl"}.get(kind, "jsonl")
+                src = data_dir / f"in_{n}.{suffix}"
+                if not (args.data_dir and src.exists()):
+                    if kind == "pretokenized":
+                        make_pretokenized(src, n)
+                    elif kind == "jsonl":
+                        make_pretokenized_jsonl(src, n)
+                    else:
+                        make_text(src, n)
+                dtypes = args.ids_dtypes.split(",")
                 impls = [
                     f"ours:{alg}" + ("" if dtype == "int64" else f":{dtype}")
-                    for dtype in args.ids_dtypes.split(",")
+                    for dtype in dtypes
                     for alg in args.algorithms.split(",")
                 ]
+                if kind == "jsonl":
+                    impls = [
+                        f"floor:{t}" + ("" if d == "int64" else f":{d}") for d in dtypes for t in (1, 2)
+                    ] + impls
                 if n <= args.baseline_max:
                     impls.append("baseline")
                 results = {}
@@ -426,31 +718,50 @@ def main() -> None:
                     if not ok:
                         continue
                     r = sorted(ok, key=lambda x: x["seconds"])[len(ok) // 2]
+                    r["cpu_seconds"] = sorted(x["cpu_seconds"] for x in ok)[len(ok) // 2]
                     results[impl] = r
                     data = r["stored_tokens"] * 5
                     print(
-                        f"{kind:<13}{n:>9}  {impl:<32}{r['seconds']:>9.2f}{r['tokenize_seconds']:>9.2f}"
-                        f"{r['seconds'] - r['tokenize_seconds']:>11.2f}{r['samples'] / r['seconds']:>11.0f}"
+                        f"{kind:<13}{n:>9}  {impl:<32}{r['seconds']:>9.2f}{r['cpu_seconds']:>8.1f}"
+                        f"{r['tokenize_seconds']:>9.2f}{r['seconds'] - r['tokenize_seconds']:>11.2f}"
+                        f"{r['samples'] / r['seconds']:>11.0f}"
                         f"{r['peak_rss_main_bytes'] / 2**30:>9.2f}G{r['peak_rss_worker_bytes'] / 2**30:>8.2f}G"
                         f"{r['peak_rss_bytes'] / data:>15.2f}",
                         flush=True,
                     )
+                for impl, r in results.items():
+                    if not impl.startswith("ours"):
+                        continue
+                    dtype = impl.split(":")[2] if impl.count(":") == 2 else "int64"
+                    tail = "" if dtype == "int64" else f":{dtype}"
+                    f1, f2 = results.get(f"floor:1{tail}"), results.get(f"floor:2{tail}")
+                    if f1 and f2:
+                        print(
+                            f"{'':<22}{impl}: CPU {r['cpu_seconds'] / f1['cpu_seconds']:.2f}x floor:1{tail}, "
+                            f"wall {r['seconds'] / f2['seconds']:.2f}x floor:2{tail} (target <= 1.3x each)"
+                        )
                 if "baseline" in results:
                     base = results["baseline"]["seconds"]
                     for impl, r in results.items():
-                        if impl != "baseline":
+                        if impl.startswith("ours"):
                             b = results["baseline"]
                             print(
                                 f"{'':<22}{impl}: {base / r['seconds']:.1f}x faster end to end, "
                                 f"{(base - b['tokenize_seconds']) / (r['seconds'] - r['tokenize_seconds']):.1f}x "
                                 "on pack+write"
                             )
-                else:
+                elif kind != "jsonl":
                     print(
                         f"{'':<22}baseline not run at N={n} (> --baseline-max {args.baseline_max}: its Python "
                         "lists need ~90 bytes per token)"
                     )
-                src.unlink()
+                print(f"{'':<22}load average after: {_load()}", flush=True)
+                if not args.data_dir:
+                    src.unlink()
+
+
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

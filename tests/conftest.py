@@ -7,6 +7,7 @@ pytest puts this folder on ``sys.path`` (it holds this conftest), so the shared 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -19,3 +20,10 @@ TEST_DATA = REPO_ROOT / "tests" / "data"
 def repo_root() -> Path:
     """The repository's root folder (where ``pyproject.toml`` is)."""
     return REPO_ROOT
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _longpack_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """longpack's cache (the demo data set) in a folder of the test session, not in the user's home; inherited
+    by the subprocesses tests start."""
+    os.environ["LONGPACK_CACHE"] = str(tmp_path_factory.mktemp("longpack-cache"))

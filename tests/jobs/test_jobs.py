@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -453,3 +454,40 @@ def test_import_longpack_stays_light() -> None:
         text=True, check=True,
     )  # fmt: skip
     assert done.stdout.strip() == "[] []"
+
+
+def test_demo_reads_the_cached_data_and_its_manifest_does_not_depend_on_where_it_lies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import longpack.jobs.pack as pack_job
+    from longpack.text import demo_folder
+
+    monkeypatch.setenv("LONGPACK_CACHE", str(tmp_path / "cache"))
+
+    def demo(out: str) -> bytes:
+        PackConfig(demo=True, tokenizer="bytes", seq_length=8192, out=tmp_path / out).run()
+        return (tmp_path / out / "manifest.json").read_bytes()
+
+    cold = demo("cold")  # generates the cache
+    cached = demo_folder()
+    assert cached.is_relative_to(tmp_path / "cache")
+    stamp = [(cached / f).stat().st_mtime_ns for f in ("chat.jsonl", "prompt_completion.jsonl")]
+    warm = demo("warm")  # reads it: not generated again
+    assert [(cached / f).stat().st_mtime_ns for f in ("chat.jsonl", "prompt_completion.jsonl")] == stamp
+
+    def unwritable(*args: Any, **kwargs: Any) -> Path:
+        raise PermissionError(13, "Permission denied", str(tmp_path / "cache"))
+
+    monkeypatch.setattr("longpack.text.demo_folder", unwritable)
+    fallback = demo("tmp")  # a cache that cannot be written: a temporary copy, as before
+    assert cold == warm == fallback
+    manifest = json.loads(cold)
+    assert [i["path"] for i in manifest["inputs"]] == [
+        "<longpack-demo>/longpack-demo/chat.jsonl",
+        "<longpack-demo>/longpack-demo/prompt_completion.jsonl",
+    ]
+    for name in manifest["splits"]["training"]["files"]:
+        assert (tmp_path / "cold" / name["name"]).read_bytes() == (
+            tmp_path / "tmp" / name["name"]
+        ).read_bytes()
+    assert pack_job.DEMO_LABEL == "<longpack-demo>"

@@ -283,7 +283,6 @@ class PackConfig:
             plan_splits,
             prepare_out_dir,
         )
-        from longpack.text import write_demo_dataset
         from longpack.text.tokenizers import as_tokenizer
 
         out = Path(self.out)
@@ -296,9 +295,9 @@ class PackConfig:
             inputs = list(cast(tuple[str, ...], self.inputs))  # normalized in __post_init__
             demo_prefix = ""
             if self.demo:
-                demo_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="longpack-demo-"))
-                inputs = [str(write_demo_dataset(Path(demo_dir) / "longpack-demo"))]
-                demo_prefix = demo_dir
+                demo = _demo_folder(stack)
+                inputs = [str(demo)]
+                demo_prefix = str(demo.parent)
             train, train_handle = executor.tokenize(
                 inputs, tokenizer=tokenizer, config=self.text, progress=self.progress
             )
@@ -410,6 +409,19 @@ class PackConfig:
             "source_of_mixed": source_of_sample[indices],
         }
         return mixed, report
+
+
+def _demo_folder(stack: contextlib.ExitStack) -> Path:
+    """The demo data set's folder: the cached copy (made on first use), or, where the cache cannot be
+    written, a copy in a temporary folder that ``stack`` removes. Named ``longpack-demo`` either way; the
+    manifest names it ``<longpack-demo>/longpack-demo``, wherever it lies."""
+    from longpack.text import demo_folder, write_demo_dataset
+
+    try:
+        return demo_folder()
+    except OSError:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="longpack-demo-"))
+        return write_demo_dataset(Path(tmp) / "longpack-demo")
 
 
 def _file_outcomes(inputs: Sequence[dict[str, Any]], train: Any, val: Any, splits: Any) -> None:

@@ -852,16 +852,17 @@ class SweepConfig:
 
     def run(self) -> SweepResult:
         """Tokenize the inputs once, then pack (and estimate) every candidate."""
-        import tempfile
+        import contextlib
 
-        from longpack.text import tokenize_inputs, write_demo_dataset
+        from longpack.jobs.pack import _demo_folder
+        from longpack.text import tokenize_inputs
         from longpack.text.tokenizers import as_tokenizer
 
         tokenizer = as_tokenizer(self.tokenizer)
-        with tempfile.TemporaryDirectory(prefix="longpack-demo-") as demo_dir:
+        with contextlib.ExitStack() as stack:
             inputs = list(cast(tuple[str, ...], self.inputs))  # normalized in __post_init__
             if self.demo:
-                inputs = [str(write_demo_dataset(Path(demo_dir) / "longpack-demo"))]
+                inputs = [str(_demo_folder(stack))]  # the cached demo data (made once)
             tokenized = tokenize_inputs(
                 inputs, tokenizer=tokenizer, config=self.text, workers=self.workers, progress=self.progress
             )

@@ -11,7 +11,7 @@ Public API::
     as_tokenizer(spec | Tokenizer | tokenizers.Tokenizer | transformers fast tokenizer) -> Tokenizer
     tokenize_inputs(inputs, tokenizer=spec or object, config=TextConfig(), workers=None, progress=False)
         -> TokenizeResult  (worker processes never import the caller's __main__: safe in plain scripts)
-    write_demo_dataset(folder, n=12000, seed=0) -> folder;  demo_inputs() -> [file, ...]
+    write_demo_dataset(folder, n=12000, seed=0) -> folder;  demo_folder() -> cached folder;  demo_inputs()
 
 Example::
 
@@ -23,7 +23,7 @@ Example::
     ('chat', 1, 151645, 6)
 """
 
-from longpack.text.demo import demo_inputs, write_demo_dataset
+from longpack.text.demo import demo_folder, demo_inputs, write_demo_dataset
 from longpack.text.errors import InputError
 from longpack.text.inputs import InputListing, find_inputs, resolve_inputs
 from longpack.text.pipeline import TokenizeResult, tokenize_inputs
@@ -37,6 +37,7 @@ __all__ = [
     "TokenizeResult",
     "Tokenizer",
     "as_tokenizer",
+    "demo_folder",
     "demo_inputs",
     "find_inputs",
     "load_tokenizer",

@@ -12,8 +12,8 @@ Files written into the folder:
 - ``chat.jsonl``: ``{"messages": [{"role", "content"}, ...]}`` rows, one or two user/assistant exchanges,
   some with a system message (about 40 %).
 
-``demo_inputs()`` is what ``longpack pack --demo`` calls: it generates the data once into a cache folder and
-returns the file paths.
+``demo_folder()`` is what ``longpack pack --demo`` (and ``sweep --demo``) reads: the data is generated once
+into a cache folder and read from there afterwards (``demo_inputs()``: its file paths).
 """
 
 from __future__ import annotations
@@ -220,21 +220,35 @@ def write_demo_dataset(path: Path, *, n: int = 12000, seed: int = 0) -> Path:
     return path
 
 
-def demo_inputs(cache_dir: Path | None = None, *, n: int = 12000, seed: int = 0) -> list[str]:
-    """Paths of the demo data set's files, generating it on first use (what ``longpack pack --demo`` reads).
+def demo_folder(cache_dir: Path | None = None, *, n: int = 12000, seed: int = 0) -> Path:
+    """The cached folder ``.../longpack-demo`` holding the demo data set, generated on first use (what
+    ``longpack pack --demo`` reads: the data is the same on every run, so it is made once per machine).
 
-    The data lives in ``cache_dir`` (default ``$LONGPACK_CACHE`` or ``~/.cache/longpack``) under a folder
-    named by the generator version, Python version, ``n`` and ``seed``.
+    The cache lives in ``cache_dir`` (default ``$LONGPACK_CACHE`` or ``~/.cache/longpack``) under a folder
+    named by the generator version, Python version, ``n`` and ``seed``; ``OSError`` if it cannot be written.
 
         >>> import tempfile
-        >>> files = demo_inputs(Path(tempfile.mkdtemp()), n=30)
-        >>> [Path(f).name for f in files]
-        ['chat.jsonl', 'prompt_completion.jsonl']
+        >>> folder = demo_folder(Path(tempfile.mkdtemp()), n=30)
+        >>> folder.name, sorted(p.name for p in folder.iterdir())
+        ('longpack-demo', ['chat.jsonl', 'prompt_completion.jsonl'])
     """
     base = cache_dir or Path(os.environ.get("LONGPACK_CACHE", "~/.cache/longpack")).expanduser()
-    folder = Path(base) / f"demo-v{DEMO_VERSION}-py{sys.version_info[0]}{sys.version_info[1]}-n{n}-seed{seed}"
-    done = folder / "COMPLETE"
-    if not done.is_file():
+    root = Path(base) / f"demo-v{DEMO_VERSION}-py{sys.version_info[0]}{sys.version_info[1]}-n{n}-seed{seed}"
+    folder = root / "longpack-demo"
+    done = root / "COMPLETE"
+    if not (done.is_file() and all((folder / name).is_file() for name in DEMO_FILES)):
         write_demo_dataset(folder, n=n, seed=seed)
         _write_atomic(done, [f"{n} records, seed {seed}\n"])
+    return folder
+
+
+def demo_inputs(cache_dir: Path | None = None, *, n: int = 12000, seed: int = 0) -> list[str]:
+    """Paths of the demo data set's files in the cache of :func:`demo_folder`, generated on first use.
+
+    >>> import tempfile
+    >>> files = demo_inputs(Path(tempfile.mkdtemp()), n=30)
+    >>> [Path(f).name for f in files]
+    ['chat.jsonl', 'prompt_completion.jsonl']
+    """
+    folder = demo_folder(cache_dir, n=n, seed=seed)
     return [str(folder / name) for name in DEMO_FILES]
