@@ -18,7 +18,7 @@ from longpack.jobs.plan import candidate_dict, parse_layout
 from longpack.planner.catalog import list_gpus, list_models, load_gpu, load_model
 from longpack.planner.options import TrainingOptions, normalize_recompute
 
-__all__ = ["parse_layout", "plan_app", "register", "write_png_atomic"]
+__all__ = ["parse_layout", "plan_app", "plot_figure", "register", "write_png_atomic"]
 
 plan_app = typer.Typer(
     name="plan",
@@ -140,6 +140,44 @@ def write_png_atomic(fig: Any, path: Path) -> None:
         raise
 
 
+def plot_figure(rows: list[dict[str, Any]], budget_gib: float, title: str) -> Any:
+    """The ``--plot`` figure: TFLOP/s/GPU (top) and memory (bottom, from zero, with the budget line) of
+    the best layout per sequence length, each point labelled with its layout."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    xs = [r["seq_length"] for r in rows]
+    ys = [r["tflops"] for r in rows]
+    ax1.plot(xs, ys, "o-", color="tab:blue")
+    for r in rows:
+        ax1.annotate(
+            r["short_label"],
+            (r["seq_length"], r["tflops"]),
+            textcoords="offset points",
+            xytext=(0, 6),
+            ha="center",
+            fontsize=7,
+        )
+    ax1.set_ylabel("TFLOP/s/GPU (best layout)")
+    ax1.set_ylim(0, max([*ys, 1.0]) * 1.25)
+    mems = [r["memory_gib"] for r in rows]
+    ax2.plot(xs, mems, "s-", color="tab:red", label="estimated peak (most loaded rank)")
+    ax2.axhline(budget_gib, color="black", linestyle="--", linewidth=1, label=f"budget {budget_gib:.0f} GiB")
+    ax2.set_ylim(0, max([*mems, budget_gib]) * 1.15)
+    ax2.set_ylabel("GiB per GPU")
+    ax2.legend(loc="lower right", fontsize=8)
+    if xs:
+        ax2.set_xscale("log", base=2)
+        ax2.set_xticks(xs, [f"{x // 1024}K" for x in xs])
+    ax2.set_xlabel("sequence length")
+    ax1.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
 def _plot(req_kwargs: dict[str, Any], seq_length: int, path: Path) -> list[dict[str, Any]]:
     """TFLOP/s/GPU and memory of the best layout at 4K, 8K, ... up to ``seq_length``: memory axis from
     zero with the budget line, each point labelled with its layout."""
@@ -176,26 +214,9 @@ def _plot(req_kwargs: dict[str, Any], seq_length: int, path: Path) -> list[dict[
                     "memory_rank": c.memory.rank,
                 }
             )
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
-    xs = [r["seq_length"] for r in rows]
-    ys = [r["tflops"] for r in rows]
-    ax1.plot(xs, ys, "o-", color="tab:blue")
-    for r in rows:
-        ax1.annotate(r["short_label"], (r["seq_length"], r["tflops"]), textcoords="offset points",
-                     xytext=(0, 6), ha="center", fontsize=7)
-    ax1.set_ylabel("TFLOP/s/GPU (best layout)")
-    ax1.set_ylim(0, max([*ys, 1.0]) * 1.25)
-    mems = [r["memory_gib"] for r in rows]
-    ax2.plot(xs, mems, "s-", color="tab:red", label="estimated peak (most loaded rank)")
-    ax2.axhline(budget, color="black", linestyle="--", linewidth=1, label=f"budget {budget:.0f} GiB")
-    ax2.set_ylim(0, max([*mems, budget]) * 1.15)
-    ax2.set_ylabel("GiB per GPU")
-    ax2.legend(loc="lower right", fontsize=8)
-    ax2.set_xscale("log", base=2)
-    ax2.set_xticks(xs, [f"{x // 1024}K" for x in xs])
-    ax2.set_xlabel("sequence length")
-    ax1.set_title(f"{req_kwargs['model'].name} on {req_kwargs['num_gpus']}x{req_kwargs['gpu'].name}")
-    fig.tight_layout()
+    fig = plot_figure(
+        rows, budget, f"{req_kwargs['model'].name} on {req_kwargs['num_gpus']}x{req_kwargs['gpu'].name}"
+    )
     write_png_atomic(fig, path)
     plt.close(fig)
     return rows
@@ -428,7 +449,18 @@ def evaluate_cmd(
     if show_points:
         table = Table(title="predicted vs measured")
         for col in (
-            "id", "model", "gpu", "prec", "seq", "layout", "meas", "pred", "err", "LOMO err", "mem meas", "mem pred",
+            "id",
+            "model",
+            "gpu",
+            "prec",
+            "seq",
+            "layout",
+            "meas",
+            "pred",
+            "err",
+            "LOMO err",
+            "mem meas",
+            "mem pred",
         ):
             table.add_column(col)
         for r in summary.results:
@@ -454,20 +486,22 @@ def evaluate_cmd(
     def pct(x: float) -> str:
         return "n/a" if math.isnan(x) else f"{x:.1%}"
 
-    bands = Table(title="TFLOP/s/GPU error by context band (median |error|, median signed error, p90 |error|)")
+    bands = Table(
+        title="TFLOP/s/GPU error by context band (median |error|, median signed error, p90 |error|)"
+    )
     for col in ("band", "n", "in-sample median", "signed", "p90", "LOMO median", "LOMO signed", "LOMO p90"):
         bands.add_column(col, justify="left" if col == "band" else "right")
     for band, st in summary.bands.items():
-        lo = (summary.lomo_bands or {}).get(band)
+        lb = (summary.lomo_bands or {}).get(band)
         bands.add_row(
             band,
             str(st.n),
             pct(st.median_ape),
             pct(st.median_error),
             pct(st.p90_ape),
-            pct(lo.median_ape) if lo else "-",
-            pct(lo.median_error) if lo else "-",
-            pct(lo.p90_ape) if lo else "-",
+            pct(lb.median_ape) if lb else "-",
+            pct(lb.median_error) if lb else "-",
+            pct(lb.p90_ape) if lb else "-",
         )
     console.print(bands)
     console.print(

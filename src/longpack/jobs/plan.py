@@ -16,7 +16,14 @@ from typing import Any
 
 from longpack.errors import ConfigError
 
-__all__ = ["PlanConfig", "PlanResult", "candidate_dict", "candidate_overrides", "parse_layout", "rejection_lines"]
+__all__ = [
+    "PlanConfig",
+    "PlanResult",
+    "candidate_dict",
+    "candidate_overrides",
+    "parse_layout",
+    "rejection_lines",
+]
 
 
 def parse_layout(text: str, *, world_size: int) -> tuple[Any, dict[str, int]]:
@@ -253,7 +260,9 @@ class PlanResult:
                 "cp": rule.cp,
                 "layout": rule.candidate.plan.label if rule.candidate is not None else None,
                 "step_time": round(rule.candidate.time.step_time, 6) if rule.candidate is not None else None,
-                "memory_gib": round(rule.candidate.memory.total_gib, 3) if rule.candidate is not None else None,
+                "memory_gib": round(rule.candidate.memory.total_gib, 3)
+                if rule.candidate is not None
+                else None,
                 "slower": round(rule.slower, 6) if rule.slower is not None else None,
                 "why_not": list(rule.why_not),
             },

@@ -82,7 +82,10 @@ class KernelCurves:
         """Rounded mapping (what ``planner_fit.yaml`` records)."""
         return {
             "kernel": self.kernel,
-            "fwd_causal": {"plateau": round(self.fwd_causal[0], 4), "half_length": round(self.fwd_causal[1], 1)},
+            "fwd_causal": {
+                "plateau": round(self.fwd_causal[0], 4),
+                "half_length": round(self.fwd_causal[1], 1),
+            },
             "fwd_full": {"plateau": round(self.fwd_full[0], 4), "half_length": round(self.fwd_full[1], 1)},
             "bwd_full": {"plateau": round(self.bwd_full[0], 4), "half_length": round(self.bwd_full[1], 1)},
             "head_dim_factor": {int(d): round(f, 4) for d, f in self.head_dim_factor},
@@ -141,7 +144,9 @@ def fit_kernel_curves(doc: dict[str, Any], peaks: dict[str, float]) -> KernelCur
     }.items():
         s = pick(direction, causal, 128)
         if s is None:
-            raise ValueError(f"attention kernel benchmarks need a {kernel} {direction} causal={causal} head_dim 128 series")
+            raise ValueError(
+                f"attention kernel benchmarks need a {kernel} {direction} causal={causal} head_dim 128 series"
+            )
         base[key] = curve(s)
     factors = []
     for s in series:
@@ -155,7 +160,12 @@ def fit_kernel_curves(doc: dict[str, Any], peaks: dict[str, float]) -> KernelCur
                 fp8 = curve(s)[0] / curve(ref)[0]
     ratio = 1.0
     for p in doc.get("plateaus", []):
-        if p.get("kernel") == kernel and p["direction"] == "fwd" and not p["causal"] and int(p["head_dim"]) == 128:
+        if (
+            p.get("kernel") == kernel
+            and p["direction"] == "fwd"
+            and not p["causal"]
+            and int(p["head_dim"]) == 128
+        ):
             ratio = (float(p["tflops"]) / peaks[p["gpu"]]) / base["fwd_full"][0]
     return KernelCurves(
         fwd_causal=base["fwd_causal"],
@@ -194,7 +204,9 @@ def _head_dim_factor(curves: KernelCurves, head_dim: float) -> float:
         return points[0][1]
     if x >= xs[-1]:
         return points[-1][1]
-    for (x0, (_, f0)), (x1, (_, f1)) in zip(zip(xs, points, strict=True), zip(xs[1:], points[1:], strict=True), strict=True):
+    for (x0, (_, f0)), (x1, (_, f1)) in zip(
+        zip(xs, points, strict=True), zip(xs[1:], points[1:], strict=True), strict=True
+    ):
         if x0 <= x <= x1:
             return f0 + (f1 - f0) * (x - x0) / (x1 - x0)
     return 1.0  # pragma: no cover - the loop covers the range
@@ -209,7 +221,7 @@ def kernel_efficiency(
     causal/unmasked ratio at the same length (no published causal backward series).
 
     >>> round(kernel_efficiency("fwd", True, 16384, head_dim=128, blackwell=False), 2)
-    0.54
+    0.56
     >>> kernel_efficiency("fwd", True, 1024, head_dim=128, blackwell=False) < kernel_efficiency(
     ...     "fwd", True, 8192, head_dim=128, blackwell=False)
     True
@@ -425,8 +437,10 @@ def attention_cost(
     exposed_f = exposed_b = 0.0
     kv_bytes = tokens / cp * (att.kv_width + att.v_width) * 2.0 / tp  # K and V of this rank's tokens
     if kind == "allgather" and cp > 1:
-        gather = (cp - 1) * kv_bytes / _link_bandwidth(
-            gpu, tp * cp, internode_scale=internode_scale, nvlink_eff=nvlink_eff
+        gather = (
+            (cp - 1)
+            * kv_bytes
+            / _link_bandwidth(gpu, tp * cp, internode_scale=internode_scale, nvlink_eff=nvlink_eff)
         )
         exposed_f = gather
         exposed_b = 2 * gather  # K/V gathered again, dK/dV reduce-scattered

@@ -43,7 +43,7 @@ def pack_cost_model(
 
     >>> m = pack_cost_model(model="qwen3_30b_a3b", gpu="h100")
     >>> round(m.pack_cost([32768]) / m.pack_cost([1024] * 32), 2)  # one 32K doc vs 32 x 1K
-    4.13
+    3.73
     """
     from longpack.planner.arithmetic import flops_breakdown
     from longpack.planner.attention import BACKWARD_FLOP_RATIO, attention_head_dim, kernel_efficiency

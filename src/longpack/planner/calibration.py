@@ -229,9 +229,12 @@ def normalize_point(point: dict[str, Any]) -> CalibrationPoint:
     )
 
 
-def load_points(path: str | Path | None = None) -> tuple[list[CalibrationPoint], list[tuple[str, str]]]:
-    """Normalized points of a calibration file (default: the packaged ``calibration_points.yaml``)
-    and ``(id, reason)`` for every point that was skipped."""
+def read_calibration(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """The raw ``points:`` mappings of a calibration file (default: the packaged one).
+
+    >>> len(read_calibration()) > 200
+    True
+    """
     if path is None:
         text = (
             resources.files("longpack")
@@ -250,9 +253,15 @@ def load_points(path: str | Path | None = None) -> tuple[list[CalibrationPoint],
         raise ValueError(
             f"{where}: expected a mapping with a 'points:' list (schema of calibration_points.yaml)"
         )
+    return list(raw["points"])
+
+
+def load_points(path: str | Path | None = None) -> tuple[list[CalibrationPoint], list[tuple[str, str]]]:
+    """Normalized points of a calibration file (default: the packaged ``calibration_points.yaml``)
+    and ``(id, reason)`` for every point that was skipped."""
     points: list[CalibrationPoint] = []
     skipped: list[tuple[str, str]] = []
-    for entry in raw["points"]:
+    for entry in read_calibration(path):
         try:
             points.append(normalize_point(entry))
         except (CatalogError, PlanError, TopologyError, ValueError) as exc:
@@ -367,7 +376,12 @@ class BandStats:
 
     def as_dict(self) -> dict[str, float | int]:
         """JSON-friendly mapping."""
-        return {"n": self.n, "median_ape": self.median_ape, "median_error": self.median_error, "p90_ape": self.p90_ape}
+        return {
+            "n": self.n,
+            "median_ape": self.median_ape,
+            "median_error": self.median_error,
+            "p90_ape": self.p90_ape,
+        }
 
 
 def band_stats(results: tuple[PointResult, ...] | list[PointResult]) -> dict[str, BandStats]:
@@ -427,8 +441,13 @@ class EvaluationSummary:
             doc["lomo"] = {
                 "bands": {k: v.as_dict() for k, v in self.lomo_bands.items()},
                 "points": [
-                    {"id": r.id, "model": r.model, "band": r.band, "predicted_tflops": r.predicted_tflops,
-                     "tflops_error": r.tflops_error}
+                    {
+                        "id": r.id,
+                        "model": r.model,
+                        "band": r.band,
+                        "predicted_tflops": r.predicted_tflops,
+                        "tflops_error": r.tflops_error,
+                    }
                     for r in self.lomo
                 ],
             }
@@ -644,5 +663,6 @@ __all__ = [
     "load_points",
     "normalize_point",
     "predict_tflops",
+    "read_calibration",
     "write_fit",
 ]

@@ -112,7 +112,10 @@ class TrainingOptions:
             )
         if self.cuda_graphs not in CUDA_GRAPH_MODES:
             raise PlanError(f"cuda_graphs must be 'none', 'partial' or 'full', got {self.cuda_graphs!r}")
-        if not (isinstance(self.imbalance, int | float) and math.isfinite(self.imbalance)) or self.imbalance < 1.0:
+        if (
+            not (isinstance(self.imbalance, int | float) and math.isfinite(self.imbalance))
+            or self.imbalance < 1.0
+        ):
             raise PlanError(
                 f"imbalance must be a finite number >= 1.0 (1.0 = perfectly balanced routing), got {self.imbalance}",
                 fields="imbalance",

@@ -2,7 +2,7 @@
 
 Every setting the estimate assumes is emitted, so pasting the overrides reproduces what was estimated:
 the parallel sizes, the pipeline layout, the CP communication type (with the hierarchical sizes of
-``a2a+p2p``), TP-comm and DP overlap, the MoE dispatcher and EP overlap, the recompute modules, the
+``a2a+p2p``, and per-token loss normalisation, which packed finetuning with CP needs), TP-comm and DP overlap, the MoE dispatcher and EP overlap, the recompute modules, the
 optimizer offload fraction, the CUDA-graph implementation and scope, the precision recipe, the fused
 cross entropy, the batch and the sequence length. Keys are the Megatron-Bridge / Megatron-Core config
 field names (``model.*`` for the ``GPTModelProvider`` / ``TransformerConfig``, ``optimizer.*`` for
@@ -137,6 +137,9 @@ def override_values(
             if hierarchical_cp is None:
                 raise PlanError("cp_comm_type a2a+p2p needs its hierarchical (a2a, p2p) sizes")
             out["model.hierarchical_context_parallel_sizes"] = list(hierarchical_cp)
+        # finetuning (packed SFT) with CP: a CP rank whose tokens are all loss-masked would divide by
+        # zero without per-token loss normalisation (longpack check LP-CP rule)
+        out["model.calculate_per_token_loss"] = True
     out["comm_overlap.tp_comm_overlap"] = bool(options.tp_comm_overlap and lay.tp > 1)
     out["ddp.overlap_grad_reduce"] = True
     out["ddp.overlap_param_gather"] = True
@@ -303,7 +306,9 @@ def parse_overrides(
     dispatcher = values.get("model.moe_token_dispatcher_type", "alltoall")
     if dispatcher == "flex":
         dispatcher = values.get("model.moe_flex_dispatcher_backend", "deepep")
-    graphs = {v: k for k, v in _GRAPH_IMPL.items()}.get(str(values.get("model.cuda_graph_impl", "none")), "none")
+    graphs = {v: k for k, v in _GRAPH_IMPL.items()}.get(
+        str(values.get("model.cuda_graph_impl", "none")), "none"
+    )
     options = TrainingOptions(
         precision=_RECIPE_PRECISION.get(str(values.get("mixed_precision", "bf16_mixed")), "bf16"),
         recompute=recompute,

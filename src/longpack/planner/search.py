@@ -96,11 +96,17 @@ class SearchRequest:
                 f"seq_length={self.seq_length:,} is longer than the planner models ({MAX_SEQ_LENGTH:,} tokens)",
                 fields="seq_length",
             )
-        if self.gbs is not None and (isinstance(self.gbs, bool) or not isinstance(self.gbs, int) or self.gbs < 1):
+        if self.gbs is not None and (
+            isinstance(self.gbs, bool) or not isinstance(self.gbs, int) or self.gbs < 1
+        ):
             raise PlanError(f"gbs must be a positive integer, got {self.gbs!r}", fields="gbs")
-        if not (isinstance(self.headroom, int | float) and math.isfinite(self.headroom) and 0 < self.headroom <= 1):
+        if not (
+            isinstance(self.headroom, int | float) and math.isfinite(self.headroom) and 0 < self.headroom <= 1
+        ):
             raise PlanError(f"headroom must be in (0, 1], got {self.headroom}", fields="headroom")
-        if not (isinstance(self.imbalance, int | float) and math.isfinite(self.imbalance) and self.imbalance >= 1):
+        if not (
+            isinstance(self.imbalance, int | float) and math.isfinite(self.imbalance) and self.imbalance >= 1
+        ):
             raise PlanError(
                 f"imbalance must be a finite number >= 1.0 (1.0 = balanced routing), got {self.imbalance}",
                 fields="imbalance",
@@ -123,7 +129,7 @@ class SearchRequest:
         pinned = (self.tp or 1) * (self.cp or 1) * (self.pp or 1)
         if self.num_gpus % pinned:
             raise PlanError(
-                f"the pinned tp*cp*pp = {pinned} does not divide {self.num_gpus} GPUs; pick sizes whose "
+                f"the pinned TP*CP*PP = {pinned} does not divide {self.num_gpus} GPUs; pick sizes whose "
                 "product divides the GPU count",
                 fields=tuple(n for n in ("tp", "cp", "pp") if getattr(self, n) is not None),
             )
@@ -302,10 +308,7 @@ def enumerate_layouts(req: SearchRequest, rejected: dict[str, int] | None = None
         why[key] = why.get(key, 0) + 1
 
     domain = req.gpu.nvlink_domain
-    if req.tp is not None:
-        tps = [req.tp]
-    else:
-        tps = _pow2_upto(min(req.max_tp, domain))
+    tps = [req.tp] if req.tp is not None else _pow2_upto(min(req.max_tp, domain))
     kept_tps = []
     for t in tps:
         if t > domain:
@@ -375,7 +378,9 @@ def enumerate_layouts(req: SearchRequest, rejected: dict[str, int] | None = None
                                         drop(f"EP {e} does not divide the {model.moe.num_experts} experts")
                                     elif not expert_grid_fits(n, pp=p, ep=e, etp=u):
                                         if req.ep is not None or req.etp is not None:
-                                            drop(f"EP {e} x ETP {u} does not divide the {n // p} GPUs per PP stage")
+                                            drop(
+                                                f"EP {e} x ETP {u} does not divide the {n // p} GPUs per PP stage"
+                                            )
                                     else:
                                         eps.append((e, u))
                         for e, u in eps:
@@ -639,8 +644,10 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
     rule_cp = rule_of_thumb_cp(req.seq_length)
     rule_rejected: dict[str, int] = {}
     feasible: list[Candidate] = []
-    too_big = "does not fit even with full recompute and offload" if req.allow_offload else (
-        "does not fit even with full recompute (offload not allowed)"
+    too_big = (
+        "does not fit even with full recompute and offload"
+        if req.allow_offload
+        else ("does not fit even with full recompute (offload not allowed)")
     )
     if req.recompute is not None:
         too_big = f"does not fit with the pinned recompute {', '.join(req.recompute) or 'none'}"
@@ -724,7 +731,9 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
     rule = _rule_of_thumb(req, kept, feasible, rule_cp, rule_rejected, rejected)
     return SearchResult(
         request=req,
-        candidates=tuple(replace(c, reasons=_reasons(req, c, rule if i == 0 else None)) for i, c in enumerate(kept)),
+        candidates=tuple(
+            replace(c, reasons=_reasons(req, c, rule if i == 0 else None)) for i, c in enumerate(kept)
+        ),
         layouts_considered=len(layouts),
         layouts_feasible=len(feasible) - rule_rejected_check,
         rejected=rejected,
@@ -747,11 +756,15 @@ def _rule_of_thumb(
         if cand.plan.layout.cp == rule_cp:
             if has_errors(layout_findings(req, cand)):
                 continue
-            return RuleOfThumb(cp=rule_cp, candidate=cand, slower=cand.time.step_time / best.time.step_time - 1)
+            return RuleOfThumb(
+                cp=rule_cp, candidate=cand, slower=cand.time.step_time / best.time.step_time - 1
+            )
     why: list[str] = []
     if rule_cp > req.num_gpus:
         why.append(f"CP {rule_cp} needs more than the {req.num_gpus} GPUs")
-    why.extend(k[len("not enumerated: ") :] for k in rejected if k.startswith(f"not enumerated: CP {rule_cp}:"))
+    why.extend(
+        k[len("not enumerated: ") :] for k in rejected if k.startswith(f"not enumerated: CP {rule_cp}:")
+    )
     if rule_rejected:
         worst = sorted(rule_rejected)[:3]
         why.append(f"{sum(rule_rejected.values())} layouts with CP {rule_cp} do not fit, e.g. {worst[0]}")

@@ -240,7 +240,9 @@ def _link_time(nbytes: float, group: int, gpu: GPUSpec, *, stride: int = 1, allt
     return nbytes * inside / nvl + nbytes * (1 - inside) / ib
 
 
-def _micro_batch_lengths(seq_length: int, mbs: int, sub_lengths: tuple[int, ...] | None) -> tuple[tuple[int, int], ...]:
+def _micro_batch_lengths(
+    seq_length: int, mbs: int, sub_lengths: tuple[int, ...] | None
+) -> tuple[tuple[int, int], ...]:
     """``(length, count)`` of the sequences one micro-batch holds (packed rows: the packed sequences)."""
     if not sub_lengths:
         return ((int(seq_length), int(mbs)),)
@@ -334,8 +336,10 @@ def estimate_time(
         model, gpu, plan, seq_length=seq_length, options=options, params=prm, sub_lengths=sub_lengths
     )
     # linear-attention (Gated DeltaNet) chunk kernels run near the unmasked fused-attention plateau
-    linear_attn_peak = bf16_peak * prm.attention_factor * kernel_efficiency(
-        "fwd", False, 16384, head_dim=128, blackwell=gpu.is_blackwell
+    linear_attn_peak = (
+        bf16_peak
+        * prm.attention_factor
+        * kernel_efficiency("fwd", False, 16384, head_dim=128, blackwell=gpu.is_blackwell)
     )
     tp_exposed = prm.comm_exposed if options.tp_comm_overlap else prm.tp_exposed_no_overlap
 
@@ -345,7 +349,9 @@ def estimate_time(
         micro-batch."""
         f = layer_flops(model, index, context)
         softmax = model.layer_is_softmax_attention(index)
-        gemm = tokens_gpu * (f.dense_gemm / (gemm_peak * eff_dense) + f.expert_gemm / (gemm_peak * eff_expert))
+        gemm = tokens_gpu * (
+            f.dense_gemm / (gemm_peak * eff_dense) + f.expert_gemm / (gemm_peak * eff_expert)
+        )
         attention = attn.kernel if softmax else tokens_gpu * f.attention / linear_attn_peak
         traffic = _moe_traffic(model, index, options.dispatcher, options.imbalance, u)
         elementwise = prm.elementwise_passes * traffic * tokens_gpu / hbm
