@@ -123,7 +123,7 @@ def test_measured_memory_is_within_ten_percent_on_the_rank_it_describes(points) 
 
 
 def test_held_out_and_excluded_points_are_not_fitted(points) -> None:
-    pts, skipped = points
+    _, skipped = points
     sources = " ".join(str(p.get("source", "")) for p in read_calibration())
     assert "performance_long_sequence" not in sources  # NeMo's long-sequence page is the held-out check
     reasons = dict(skipped)
