@@ -42,7 +42,10 @@ import numpy as np
 EOS = 258  # the ``bytes`` tokenizer's EOS, so the samples are valid pretokenized rows for longpack too
 VOCAB = 259
 SEED = 1234
-CASES = {"m1": {"pack_size": 32, "seq_length": 24, "mult": 1}, "m8": {"pack_size": 32, "seq_length": 32, "mult": 8}}
+CASES = {
+    "m1": {"pack_size": 32, "seq_length": 24, "mult": 1},
+    "m8": {"pack_size": 32, "seq_length": 32, "mult": 8},
+}
 
 
 def make_samples(n: int, seed: int) -> list[dict[str, list[int]]]:
@@ -122,9 +125,13 @@ class _Samples:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bridge-src", type=Path, required=True, help="the src folder of a Megatron-Bridge checkout")
+    ap.add_argument(
+        "--bridge-src", type=Path, required=True, help="the src folder of a Megatron-Bridge checkout"
+    )
     ap.add_argument("--out", type=Path, default=Path("tests/data/bridge_compat"))
-    ap.add_argument("--bridge-commit", default=None, help="commit to record (default: git rev-parse in the checkout)")
+    ap.add_argument(
+        "--bridge-commit", default=None, help="commit to record (default: git rev-parse in the checkout)"
+    )
     args = ap.parse_args()
     offline = load_bridge(args.bridge_src)
     import pyarrow
@@ -175,7 +182,7 @@ def main() -> None:
         "|---|---|---|---|",
         *(f"| `{k}` | {c['pack_size']} | {c['seq_length']} | {c['mult']} |" for k, c in CASES.items()),
         "",
-        "`tests/packed/test_bridge_compat.py` packs the same samples with `compat=\"megatron-bridge\"` and",
+        '`tests/packed/test_bridge_compat.py` packs the same samples with `compat="megatron-bridge"` and',
         "compares the files byte for byte. Regenerate with:",
         "",
         "    PYTHONPATH=src python benchmarks/bridge_fixtures.py --bridge-src <Megatron-Bridge>/src",

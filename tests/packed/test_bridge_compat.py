@@ -88,6 +88,7 @@ def test_default_mode_differs_from_bridge_where_it_says_so(tmp_path: Path) -> No
     write_packed_output(out, plan_splits(train, settings, eos_id=EOS), settings, Provenance())
     ours = pq.read_table(out / f"training_{pack_size}.idx.parquet")
     bridge = pq.read_table(DATA / "m8" / f"training_{pack_size}.idx.parquet")
+
     # Bridge keeps one-token samples; without compat they are dropped, so fewer samples are packed.
     def samples(table) -> int:  # type: ignore[no-untyped-def]
         return sum(len(x) for x in table.column("seq_start_id").to_pylist())

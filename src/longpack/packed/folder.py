@@ -72,6 +72,7 @@ from longpack.packed.manifest import MANIFEST_NAME, PackManifest, SplitRecord
 from longpack.packed.plan import PackPlan, pack_metadata
 
 __all__ = [
+    "Alignment",
     "ListColumn",
     "NpyRowSource",
     "PackedFolder",
@@ -492,6 +493,16 @@ def _missing_parts(paths: Sequence[Path]) -> list[str]:
     return missing
 
 
+@dataclass(frozen=True, kw_only=True)
+class Alignment:
+    """What rows must be collated with: pack size (the collate's ``max_seq_length``), ``pad_seq_to_mult`` and
+    the EOS id (also the pad id). Recorded with the data (``manifest.json``, ``bridge_config.yaml``)."""
+
+    pack_size: int
+    pad_seq_to_mult: int
+    eos_id: int
+
+
 class PackedFolder:
     """Packed data opened from a folder, a file or a glob; see the module docstring. Use :meth:`open`."""
 
@@ -565,15 +576,15 @@ class PackedFolder:
                 and split in (None, "validation")
             ):
                 # <out>/validation: the validation split of that output folder.
-                opened = cls.open(
+                parent = cls.open(
                     spec_path.parent,
                     split="validation",
                     allow_unfinished=allow_unfinished,
                     allow_no_manifest=allow_no_manifest,
                     pack_size=pack_size,
                 )
-                opened.spec = self.spec
-                return opened
+                parent.spec = self.spec
+                return parent
             if os.path.isdir(self.spec):
                 self.kind, self.root = "folder", Path(self.spec)
             else:
@@ -853,6 +864,58 @@ class PackedFolder:
     def eos_id(self) -> int | None:
         """The tokenizer's EOS id (also the pad id), from the manifest."""
         return None if self.manifest is None else self.manifest.eos_id
+
+    def alignment(
+        self, *, pack_size: int | None = None, pad_seq_to_mult: int | None = None, eos_id: int | None = None
+    ) -> Alignment:
+        """The alignment to collate with: what the data records, a given value where nothing is recorded;
+        a given value that contradicts the record is refused (the batch would not be the one Bridge builds
+        from these files, or Bridge would read them with the wrong layout).
+
+        >>> import tempfile
+        >>> from longpack.packed.pipeline import PackSettings, Provenance, plan_splits, write_packed_output
+        >>> from longpack.samples import TokenizedSamples
+        >>> s = TokenizedSamples(tokens=np.array([5, 6, 2, 7, 2]), loss_mask=np.ones(5, np.uint8),
+        ...     offsets=np.array([0, 3, 5]), source_file=np.zeros(2, np.int32), source_row=np.array([1, 2]),
+        ...     files=("a",))
+        >>> out = Path(tempfile.mkdtemp()) / "p"
+        >>> _ = write_packed_output(out, plan_splits(s, PackSettings(seq_length=4, pad_seq_to_mult=2), eos_id=2),
+        ...                         PackSettings(seq_length=4, pad_seq_to_mult=2), Provenance())
+        >>> PackedFolder.open(out).alignment()
+        Alignment(pack_size=4, pad_seq_to_mult=2, eos_id=2)
+        >>> PackedFolder.open(out).alignment(pad_seq_to_mult=1)
+        Traceback (most recent call last):
+        ...
+        longpack.errors.PackedDataError: pad_seq_to_mult 1 given, but the data was packed with pad_seq_to_mult=2 (manifest.json); drop it or pass 2
+        """
+        values: dict[str, int | None] = {}
+        for name, given, recorded in (
+            ("pack_size", pack_size, self.pack_size),
+            ("pad_seq_to_mult", pad_seq_to_mult, self.pad_seq_to_mult),
+            ("eos_id", eos_id, self.eos_id),
+        ):
+            if given is not None and recorded is not None and given != recorded:
+                where = "manifest.json" if self.manifest is not None else "the file and folder names"
+                raise PackedDataError(
+                    f"{name} {given} given, but the data was packed with {name}={recorded} ({where}); drop it "
+                    f"or pass {recorded}",
+                    fields=name,
+                )
+            values[name] = recorded if given is None else given
+        if values["pad_seq_to_mult"] is None:
+            values["pad_seq_to_mult"] = 1
+        missing = [k for k in ("pack_size", "eos_id") if values[k] is None]
+        if missing:
+            raise PackedDataError(
+                f"{self.spec}: the data records no {' and no '.join(missing)} (no manifest.json); pass "
+                f"{' and '.join(missing)}",
+                fields=tuple(missing),
+            )
+        return Alignment(
+            pack_size=int(values["pack_size"] or 0),
+            pad_seq_to_mult=int(values["pad_seq_to_mult"] or 1),
+            eos_id=int(values["eos_id"] or 0),
+        )
 
     def _split(self, name: str) -> PackedSplit:
         if name not in self.splits:
