@@ -70,7 +70,10 @@ def _overrides_mapping(out: Path) -> dict[str, Any]:
     manifest = json.loads((out / "manifest.json").read_text())
     handoff = handoff_from_manifest(out, manifest, **manifest["bridge_config"]["options"])
     argv = subprocess.run(
-        ["bash", "-c", "printf '%s\\n' " + " ".join(handoff.overrides())], capture_output=True, text=True, check=True
+        ["bash", "-c", "printf '%s\\n' " + " ".join(handoff.overrides())],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.splitlines()
     cfg = OmegaConf.create({"model": {}, "train": {}, "ddp": {}, "dataset": {}})
     OmegaConf.set_struct(cfg, False)
@@ -103,7 +106,9 @@ def check_config(args: argparse.Namespace) -> int:
     config = config_cls(**dataset, offline_packing_specs=specs_cls(**specs))
     config.finalize()
     manifest = json.loads((out / "manifest.json").read_text())
-    tok = harness.make_tokenizer(manifest["alignment"]["eos_id"], manifest["tokenizer"].get("vocab_size", 1 << 31))
+    tok = harness.make_tokenizer(
+        manifest["alignment"]["eos_id"], manifest["tokenizer"].get("vocab_size", 1 << 31)
+    )
     builder = mods["megatron.bridge.data.builders.gpt_sft"].GPTSFTDatasetBuilder(config=config, tokenizer=tok)
     train, val, test = builder.build()
     validate = mods["megatron.bridge.data.packing.parquet"].GPTSFTPackedParquetDataset.validate_row
@@ -133,7 +138,9 @@ def check_config(args: argparse.Namespace) -> int:
             f"{split}: {type(ds).__name__} from bridge_config.yaml, {len(ds)} rows (longpack reads {len(ours)}), "
             f"{bad} rows differ; every row through __getitem__, validate_row and collate_fn"
         )
-    print(f"test split: {test}; bridge {loaded['bridge_commit'][:12]}; print_rank_0: {harness.PRINT_RANK_0[:3]}")
+    print(
+        f"test split: {test}; bridge {loaded['bridge_commit'][:12]}; print_rank_0: {harness.PRINT_RANK_0[:3]}"
+    )
     result = "PASS" if errors == 0 and same else "FAIL"
     print(f"-> {result}")
     return 0 if result == "PASS" else 1
@@ -178,7 +185,9 @@ def check_npy(args: argparse.Namespace) -> int:
     out = args.out.resolve()
     manifest = json.loads((out / "manifest.json").read_text())
     align = manifest["alignment"]
-    tok = types.SimpleNamespace(eos_id=align["eos_id"], eod=align["eos_id"], bos_id=None, pad_id=align["eos_id"])
+    tok = types.SimpleNamespace(
+        eos_id=align["eos_id"], eod=align["eos_id"], bos_id=None, pad_id=align["eos_id"]
+    )
     meta = out / manifest["megatron_bridge"]["packed_metadata_path"]
     errors = 0
     for split, key in (("training", "packed_train_data_path"), ("validation", "packed_val_data_path")):

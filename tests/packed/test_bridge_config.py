@@ -44,9 +44,8 @@ class Combo:
     extra: str  # "", "int32", "compat"
 
     def allowed(self) -> bool:
-        if self.output_format == "npy" and self.extra == "int32":
-            return False  # ids_dtype is a Parquet setting
-        return True
+        # ids_dtype is a Parquet setting
+        return not (self.output_format == "npy" and self.extra == "int32")
 
     def config(self, out: Path) -> PackConfig:
         kw: dict[str, Any] = {}
