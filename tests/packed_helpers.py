@@ -1,7 +1,8 @@
-"""Test helpers for longpack.packed: sample builders and a reader written from the spec, not from longpack.
+"""Test helpers for longpack.packed: sample builders and a reader written from the format, not from longpack.
 
-The reader follows ``megatron-packing.md`` §2.7 (path resolution, required columns) and §3.4 (collate_fn,
-current main contract) with plain Python lists, as Megatron-Bridge does.
+The reader follows the path rules and columns of docs/reference/packed-format.md and Megatron-Bridge's
+packed ``collate_fn`` (current main contract, docs/reference/thd-batch.md#collate) with plain Python
+lists, as Megatron-Bridge does.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def random_samples(
 
 
 # ---------------------------------------------------------------------------------------------------
-# Reader from the spec (§2.7): resolution and rows as Python lists.
+# Reader from the format (path rules): resolution and rows as Python lists.
 
 
 def spec_resolve(spec: str) -> list[str]:
@@ -81,7 +82,7 @@ def spec_read_rows(spec: str) -> list[dict[str, Any]]:
 
 
 def spec_collate(items: list[dict[str, Any]], *, eos_id: int, width: int, m: int) -> dict[str, Any]:
-    """§3.4 steps 1-5, 7-9 for ``answer_only_loss=True`` and a fixed width ``W`` (pad_to_max_length)."""
+    """Collate steps 1-5, 7-9 for ``answer_only_loss=True`` and a fixed width ``W`` (pad_to_max_length)."""
     out: dict[str, Any] = {
         "tokens": [],
         "labels": [],
@@ -157,3 +158,29 @@ def unpack_rows(rows: list[dict[str, Any]]) -> list[tuple[list[int], list[int]]]
         for i in range(len(b) - 1):
             segments.append((row["input_ids"][b[i] : b[i + 1]], row["loss_mask"][b[i] : b[i + 1]]))
     return segments
+
+
+def output_files(out: Any) -> list[str]:
+    """Every file of a packed output folder, relative to it (the validation split is in ``validation/``)."""
+    from pathlib import Path
+
+    root = Path(out)
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def assert_same_output(a: Any, b: Any, skip: tuple[str, ...] = ()) -> list[str]:
+    """Two output folders hold the same files with the same bytes; ``bridge_config.yaml`` names its own
+    folder, so it is compared with each folder's path replaced. Returns the relative names."""
+    from pathlib import Path
+
+    names = output_files(a)
+    assert names == output_files(b)
+    for name in names:
+        if name in skip:
+            continue
+        got_a, got_b = (Path(a) / name).read_bytes(), (Path(b) / name).read_bytes()
+        if name == "bridge_config.yaml":
+            got_a = got_a.replace(str(Path(a).absolute()).encode(), b"<out>")
+            got_b = got_b.replace(str(Path(b).absolute()).encode(), b"<out>")
+        assert got_a == got_b, name
+    return names

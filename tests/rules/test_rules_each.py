@@ -890,6 +890,16 @@ CASES = [
         {},
         fix_says=("pad_seq_to_mult=4",),
     ),
+    Case(
+        "LP-DATA-011",
+        "SFT",
+        ["dataset.offline_packing_specs.pad_seq_to_mult=1"],
+        ["dataset.offline_packing_specs.pad_seq_to_mult=8"],
+        ("packed with pad_seq_to_mult=8", "pad_seq_to_mult=1"),
+        {"recorded_pad_seq_to_mult": 8},
+        {"recorded_pad_seq_to_mult": 8},
+        fix_says=("dataset.offline_packing_specs.pad_seq_to_mult=8",),
+    ),
 ]
 
 
@@ -903,7 +913,7 @@ LP-PACK-004 LP-PACK-005 LP-PACK-006 LP-PACK-007 LP-PACK-008 LP-PACK-011 LP-PACK-
 LP-PACK-015 LP-MTP-001 LP-CG-001 LP-CG-002 LP-CG-003 LP-CG-004 LP-EN-001 LP-EN-002 LP-EN-003 LP-EN-004
 LP-EN-005 LP-EN-006 LP-EN-007 LP-EN-008 LP-EN-010 LP-EN-011 LP-EN-012 LP-EN-013 LP-EN-014 LP-EN-016
 LP-EN-017 LP-MOE-001 LP-MOE-002 LP-MOE-003 LP-MODEL-001 LP-MODEL-002 LP-MODEL-003 LP-DATA-001
-LP-DATA-002 LP-DATA-004 LP-DATA-005 LP-DATA-006 LP-DATA-008
+LP-DATA-002 LP-DATA-004 LP-DATA-005 LP-DATA-006 LP-DATA-008 LP-DATA-011
 """
 WARNINGS = """
 LP-TOPO-006 LP-PACK-016 LP-PACK-010 LP-CG-005 LP-EN-009 LP-MOE-004 LP-DATA-003 LP-DATA-010 LP-DATA-007

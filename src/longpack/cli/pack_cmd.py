@@ -1,17 +1,19 @@
-"""``longpack pack``: SFT data -> Megatron-Bridge packed Parquet (parse -> ``PackConfig`` -> run -> print)."""
+"""``longpack pack``: SFT data -> Megatron-Bridge packed Parquet or ``.npy`` (parse -> ``PackConfig`` -> run -> print)."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
 from longpack.cli import options as opt
 
 SHOWN = 10
+OutputFormat = Literal["parquet", "npy"]
+Compat = Literal["megatron-bridge"]
 
 
 def text_config(
@@ -25,16 +27,19 @@ def text_config(
     chat_loss: str,
     messages_key: str,
     skip_malformed: bool,
+    tools_key: str = "tools",
 ) -> Any:
-    """The ``TextConfig`` of the text options ``pack`` and ``sweep`` share."""
+    """The ``TextConfig`` of the text options ``pack`` and ``sweep`` share (``\\n``-style escapes in the
+    prompt template and separator read as a user means them: :func:`longpack.cli.options.unescape`)."""
     from longpack.text import TextConfig
 
     return TextConfig(
         format=fmt,
         prompt_key=prompt_key,
         completion_key=completion_key,
-        prompt_template=prompt_template,
-        separator=separator,
+        prompt_template=opt.unescape(prompt_template),
+        separator=opt.unescape(separator),
+        tools_key=tools_key,
         prompt_completion_loss=prompt_completion_loss,
         chat_loss=chat_loss,
         messages_key=messages_key,
@@ -70,10 +75,20 @@ def register(app: typer.Typer) -> None:
             help="Workload-balanced packing for a training topology: dp=D,gbs=B[,pp=P,vpp=V,mbs=M],"
             "model=M,gpu=G (planner catalog) or linear=..,quadratic=.. ; rows are written in training order.",
         ),
-        seed: opt.Seed = 0,
+        seed: Annotated[
+            int | None,
+            typer.Option(
+                "--seed",
+                help="Seed of every random step (Megatron: dataset.seed). Default 0; 1234 with --compat.",
+            ),
+        ] = None,
         overlength: Annotated[
-            opt.Overlength, typer.Option("--overlength", help="Samples longer than --seq-length.")
-        ] = "drop",
+            opt.Overlength | None,
+            typer.Option(
+                "--overlength",
+                help="Samples longer than --seq-length (default drop; --compat: Bridge's rule).",
+            ),
+        ] = None,
         val_fraction: float = typer.Option(0.0, "--val-fraction", help="Fraction of samples for validation."),
         val_input: Annotated[
             list[str] | None, typer.Option("--val-input", help="Validation inputs (repeatable).")
@@ -87,7 +102,16 @@ def register(app: typer.Typer) -> None:
         prompt_completion_loss: opt.PromptCompletionLoss = "completion",
         chat_loss: opt.ChatLoss = "assistant",
         messages_key: opt.MessagesKey = "messages",
+        tools_key: opt.ToolsKey = "tools",
         skip_malformed: opt.SkipMalformed = False,
+        mix: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--mix",
+                help="Weighted sources instead of inputs: PATH=WEIGHT (repeatable; more PATH=WEIGHT may follow "
+                "as arguments) or one YAML mix file. Weights are shares of the mix, met by up/down-sampling.",
+            ),
+        ] = None,
         rows_per_shard: int | None = typer.Option(
             None, "--rows-per-shard", help="Rows per Parquet shard (default: ~2**27 tokens per shard)."
         ),
@@ -109,6 +133,38 @@ def register(app: typer.Typer) -> None:
                 "and faster to write; Megatron-Bridge reads any integer type; needs a vocab that fits).",
             ),
         ] = "int64",
+        output_format: Annotated[
+            OutputFormat,
+            typer.Option(
+                "--output-format",
+                help="parquet: packed Parquet for Megatron-Bridge v0.4.0+ and main; npy: one .npy per split "
+                "for Megatron-Bridge <= 0.3.x (the PyPI release) and NeMo 2.",
+            ),
+        ] = "parquet",
+        row_group_size: int | None = typer.Option(
+            None,
+            "--row-group-size",
+            help="Parquet rows per row group (default: about 256k tokens per group, at most 500; Bridge's "
+            "reader decodes a whole group per random access).",
+        ),
+        compat: Annotated[
+            Compat | None,
+            typer.Option(
+                "--compat",
+                help="megatron-bridge: Bridge's prepare step exactly (first_fit_shuffle, seed 1234, its over-length "
+                "and one-token rules, its Parquet writer): byte-identical files on the same tokenized samples.",
+            ),
+        ] = None,
+        pad_to_max_length: bool = typer.Option(
+            False,
+            "--pad-to-max-length",
+            help="Write dataset_kwargs.pad_to_max_length: true into bridge_config.yaml (fixed-width rows).",
+        ),
+        pad_cu_seqlens: bool = typer.Option(
+            False,
+            "--pad-cu-seqlens",
+            help="Write pad_cu_seqlens: true (and pad_to_max_length) into bridge_config.yaml (CUDA graphs).",
+        ),
         as_json: opt.Json = False,
         demo: bool = typer.Option(
             False,
@@ -122,13 +178,19 @@ def register(app: typer.Typer) -> None:
 
         if ray_address is not None and backend != "ray":
             raise ConfigError("ray_address needs backend ray", fields=("ray_address", "backend"))
+        positional = list(inputs or [])
+        if mix:
+            # `--mix a.jsonl=0.7 b/=0.3`: the entries after the first arrive as arguments
+            mix = [*mix, *[p for p in positional if "=" in p]]
+            positional = [p for p in positional if "=" not in p]
         executor: Any = backend
         if backend == "ray":
             from longpack.cluster.ray_pack import RayExecutor
 
             executor = RayExecutor(address=ray_address, workers=workers)
         config = PackConfig(
-            inputs=list(inputs or []),
+            inputs=positional,
+            mix=mix or None,
             out=out,
             tokenizer=tokenizer,
             seq_length=seq_length,
@@ -153,10 +215,16 @@ def register(app: typer.Typer) -> None:
                 chat_loss=chat_loss,
                 messages_key=messages_key,
                 skip_malformed=skip_malformed,
+                tools_key=tools_key,
             ),
             rows_per_shard=rows_per_shard,
             overwrite=overwrite,
             ids_dtype=ids_dtype,
+            output_format=output_format,
+            row_group_size=row_group_size,
+            compat=compat,
+            pad_to_max_length=pad_to_max_length,
+            pad_cu_seqlens=pad_cu_seqlens,
             backend=executor,
             workers=None if backend == "ray" else workers,
             demo=demo,
@@ -211,7 +279,35 @@ def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
                 echo(f"    ... {split[kind + '_count'] - SHOWN} more")
     if manifest["malformed"]:
         echo(f"  malformed rows skipped: {c['malformed']} (first: {manifest['malformed'][0]['source']})")
-    echo("Megatron-Bridge config:")
-    echo("  dataset.enable_offline_packing: true")
-    for key, value in summary["megatron_bridge"].items():
-        echo(f"  dataset.offline_packing_specs.{key}: {value}")
+    for info in manifest.get("inputs", [])[:SHOWN]:
+        cols = info.get("columns")
+        if cols is None:
+            continue
+        ignored = ", ".join(f"{k} ({n})" for k, n in cols["ignored"].items()) or "none"
+        echo(
+            f"  {info['path']}: {info['rows']} rows; columns used: {', '.join(cols['used']) or '-'}; ignored: {ignored}"
+        )
+    if len(manifest.get("inputs", [])) > SHOWN:
+        echo(f"  ... {len(manifest['inputs']) - SHOWN} more inputs (columns of each in manifest.json)")
+    mix = manifest.get("mix")
+    if mix:
+        echo(f"  mix: {mix['samples']} samples, seed {mix['seed']}")
+        for src in mix["sources"]:
+            echo(
+                f"    {src['name']}: weight {src['weight']} ({src['share']:.1%}), rows read {src['rows_read']}, "
+                f"malformed {src['malformed']}, samples {src['samples']}, drawn {src['drawn']} "
+                f"({src['epochs']:g} epochs: {src['unused']} unused, {src['repeated']} repeats), "
+                f"packed {src['packed']}, truncated {src['truncated']}, dropped {src['dropped']}"
+            )
+    for warning in manifest.get("warnings", []):
+        echo(f"  warning: {warning}")
+    handoff = summary["bridge_config"]
+    echo(f"Megatron-Bridge config ({handoff['api']} API): {handoff['path']}")
+    echo("  as Hydra overrides (paste after the launcher, e.g. run_recipe.py --recipe ...):")
+    overrides = handoff["overrides"]
+    for i, item in enumerate(overrides):
+        echo(f"    {item}" + (" \\" if i + 1 < len(overrides) else ""))
+    echo("  in a recipe (Python):")
+    for line in handoff["python"].splitlines():
+        echo(f"    {line}" if line else "")
+    echo(f"  check it: longpack check {handoff['path']} --packed {summary['out']}")

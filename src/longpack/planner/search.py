@@ -159,7 +159,7 @@ class SearchRequest:
 
 
 #: Tokens per optimizer step when no GBS is given: 4M (2**22), the batch Llama 2 trained with (4M tokens,
-#: arXiv:2307.09288) and Llama 3 405B started with (4M tokens, arXiv:2407.21783 §3.4); published
+#: arXiv:2307.09288) and Llama 3 405B started with (4M tokens, arXiv:2407.21783, section 3.4); published
 #: runs sit between 1M and 16M.
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20
 #: Largest cluster the search accepts (a request above it is refused, not searched for minutes).

@@ -56,7 +56,7 @@ IB_EFF = 0.85
 # nemo-mbridge-perf-cpu-offloading card) ≈ 0.6e9/s.
 CPU_ADAM_PARAMS_PER_S = 0.6e9
 # Grace hosts over NVLink-C2C (GB200/GB300): DSV3 offload costs 0.1-0.2 s/iteration for 15-20 GB of
-# optimizer state per GPU (~1.5 B params) -> ~10e9 params/s (Megatron-LM DeepSeek-V3 GB200 optimization blog).
+# optimizer state per GPU (~1.5 B params) -> ~10e9 params/s (Megatron-LM's DeepSeek-V3 GB200 write-up).
 CPU_ADAM_PARAMS_PER_S_GRACE = 10e9
 HBM_BW_EFF = 0.7
 
