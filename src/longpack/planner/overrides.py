@@ -65,7 +65,7 @@ _MOE_GRAPH_SCOPE = ["attn", "moe_router", "moe_preprocess"]
 # A Hydra / YAML string that needs no quotes: an identifier-like word that YAML would not read as
 # another type.
 _BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
-_YAML_WORDS = {"null", "none", "true", "false", "yes", "no", "on", "off", "~"}
+_YAML_WORDS = {"null", "true", "false", "yes", "no", "on", "off", "~"}  # YAML 1.1 non-strings
 
 
 def format_override(key: str, value: Any) -> str:
