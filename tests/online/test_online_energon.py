@@ -210,9 +210,8 @@ def test_mismatched_buffer_size_workers_or_capacity_is_named(dataset: Path) -> N
 
 
 def test_unsafe_state_file_is_refused(tmp_path) -> None:
-    import pickle
-
     import os
+    import pickle
 
     class Evil:
         # os.getcwd, not print: once Ray ran in this process, builtins.print is Ray's safe_print.

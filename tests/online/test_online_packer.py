@@ -318,7 +318,10 @@ def test_global_rng_untouched() -> None:
 @pytest.mark.parametrize(
     ("sample", "message"),
     [
-        ({"input_ids": [5, 6, 7], "loss_mask": [0, 2, 1]}, r"loss_mask\[1\]=2; a loss mask holds only 0 and 1"),
+        (
+            {"input_ids": [5, 6, 7], "loss_mask": [0, 2, 1]},
+            r"loss_mask\[1\]=2; a loss mask holds only 0 and 1",
+        ),
         ({"input_ids": [5, 6, 7], "loss_mask": [1, 300, 1]}, r"loss_mask\[1\]=300"),
         (([5, 6, 7], [1.0, 0.5, 1.0]), r"loss_mask\[1\]=0.5"),
         ({"input_ids": [5.0, 6.7, 7.0]}, r"input_ids must hold integers, got dtype float64 \(a float array"),

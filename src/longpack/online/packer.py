@@ -289,7 +289,9 @@ class OnlinePacker:
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
                 raise OnlineError(f"{name} must be an integer >= {low}, got {value!r}", fields=name)
         if isinstance(pad_id, bool) or not isinstance(pad_id, int | np.integer) or pad_id < 0:
-            raise OnlineError(f"pad_id must be a non-negative integer token id, got {pad_id!r}", fields="pad_id")
+            raise OnlineError(
+                f"pad_id must be a non-negative integer token id, got {pad_id!r}", fields="pad_id"
+            )
         if pad_to_multiple_of > capacity:
             raise OnlineError(
                 f"pad_to_multiple_of={pad_to_multiple_of} > capacity={capacity}: no sample fits; "
