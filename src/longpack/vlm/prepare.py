@@ -252,6 +252,29 @@ class QwenVLPreparer:
         self.newline_id = newline[0] if len(newline) == 1 else None
         self.stats = VLMStats()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Worker processes rebuild a built-in or file tokenizer from its spec (not megabytes of BPE ranks).
+        state = dict(self.__dict__)
+        state["tokenizer"] = self.tokenizer.portable()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        state["tokenizer"] = as_tokenizer(state["tokenizer"])
+        self.__dict__.update(state)
+
+    def identity(self) -> dict[str, Any]:
+        """What decides the prepared sequences (stored with loader states): tokenizer identity, vision and
+        preparation settings."""
+        from dataclasses import asdict
+
+        return {
+            "tokenizer": self.tokenizer.identity(),
+            "image_processor": type(self.image_processor).__name__,
+            "vision": asdict(self.vision),
+            "config": {k: v for k, v in asdict(self.config).items() if k != "vision"},
+        }
+
     # ------------------------------------------------------------------ metadata only
     def _messages(self, sample: Mapping[str, Any]) -> list[dict[str, Any]]:
         return normalize_conversation(sample, media_first=self.config.media_first)
