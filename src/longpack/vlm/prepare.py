@@ -229,10 +229,14 @@ class QwenVLPreparer:
     ) -> None:
         self.config = config or VLMConfig()
         self.tokenizer = as_tokenizer(tokenizer)
-        if image_processor is None:
-            transformers = require("transformers", "vlm", purpose="the Qwen-VL image processor")
-            image_processor = transformers.Qwen2VLImageProcessor()
-        self.image_processor = image_processor
+        # Without a processor but with VLMConfig(vision=...), lengths (metadata only) need no transformers;
+        # the default processor is built on the first prepare().
+        if image_processor is None and self.config.vision is None:
+            image_processor = default_image_processor()
+        self._image_processor = image_processor
+        self._processor_name = (
+            type(image_processor).__name__ if image_processor is not None else "Qwen2VLImageProcessor"
+        )
         self.video_processor = video_processor
         self.vision = self.config.vision or VisionConfig.from_image_processor(image_processor)
         specials = self.tokenizer.special_tokens
@@ -252,6 +256,13 @@ class QwenVLPreparer:
         self.newline_id = newline[0] if len(newline) == 1 else None
         self.stats = VLMStats()
 
+    @property
+    def image_processor(self) -> Any:
+        """The image processor (transformers' ``Qwen2VLImageProcessor()`` unless one was given)."""
+        if self._image_processor is None:
+            self._image_processor = default_image_processor()
+        return self._image_processor
+
     def __getstate__(self) -> dict[str, Any]:
         # Worker processes rebuild a built-in or file tokenizer from its spec (not megabytes of BPE ranks).
         state = dict(self.__dict__)
@@ -270,7 +281,7 @@ class QwenVLPreparer:
 
         return {
             "tokenizer": self.tokenizer.identity(),
-            "image_processor": type(self.image_processor).__name__,
+            "image_processor": self._processor_name,
             "vision": asdict(self.vision),
             "config": {k: v for k, v in asdict(self.config).items() if k != "vision"},
         }
@@ -443,6 +454,12 @@ class QwenVLPreparer:
     def _process_images(self, images: list[Any]) -> Any:
         size = {"shortest_edge": self.vision.min_pixels, "longest_edge": self.vision.max_pixels}
         return self.image_processor(images=images, return_tensors="pt", size=size)
+
+
+def default_image_processor() -> Any:
+    """transformers' ``Qwen2VLImageProcessor()`` with its default settings (built offline, no download)."""
+    transformers = require("transformers", "vlm", purpose="the Qwen-VL image processor")
+    return transformers.Qwen2VLImageProcessor()
 
 
 def _key(sample: Mapping[str, Any], key: str | None) -> str:
