@@ -318,6 +318,11 @@ def test_collator_lists_refused_samples_and_refuses_an_empty_batch() -> None:
             "message": "sample s00001: 999 visual tokens > max_visual_tokens=10",
         }
     ]
+    lengths = [preparer().prepare(s).sequence_length for s in samples]
+    limit = sorted(lengths)[1]  # some samples fit, the longest does not
+    short = VisualInBatchCollator(preparer().prepare, sequence_length=limit)(samples)
+    assert short["sample_keys"] == [s["__key__"] for s, n in zip(samples, lengths, strict=True) if n <= limit]
+    assert [r["reason"] for r in short["skipped"]] == ["too_long"] * sum(n > limit for n in lengths) != []
     with pytest.raises(
         InBatchPackingError, match="every sample of this micro-batch was refused: sample s00001"
     ):

@@ -433,7 +433,7 @@ class VisualInBatchCollator:
     THD row (:func:`build_visual_thd_batch`); Bridge's ``qwen2_5_collate_fn(enable_in_batch_packing=True)``.
 
     A sample a limit refuses (``prepare`` raises a longpack error with a ``reason``, as
-    ``longpack.vlm.SampleRejected`` does) is left out and listed in the batch's ``skipped`` key as
+    ``longpack.vlm.SampleRejected`` does), or one longer than ``sequence_length`` (reason ``too_long``), is left out and listed in the batch's ``skipped`` key as
     ``{"key", "reason", "message"}``, so the refusal reaches the trainer even from loader worker processes; a
     micro-batch whose every sample is refused is a :class:`InBatchPackingError`. ``emit_padding_mask``
     defaults to ``pad_to_multiple_of > 1`` (Bridge's text in-batch collate does the same).
@@ -464,12 +464,20 @@ class VisualInBatchCollator:
         prepared, skipped = [], []
         for i, example in enumerate(examples):
             try:
-                prepared.append(self.prepare(example))
+                seq = self.prepare(example)
             except LongpackError as exc:
                 reason = getattr(exc, "reason", None)
                 if reason is None:
                     raise
                 skipped.append({"key": getattr(exc, "key", str(i)), "reason": reason, "message": str(exc)})
+                continue
+            n = int(seq.row["input_ids"].numel())
+            if self.sequence_length is not None and n > self.sequence_length:
+                key = getattr(seq, "key", str(i))
+                message = f"sample {key}: {n} tokens after expansion > sequence_length={self.sequence_length}"
+                skipped.append({"key": key, "reason": "too_long", "message": message})
+                continue
+            prepared.append(seq)
         if not prepared:
             reasons = "; ".join(s["message"] for s in skipped)
             raise InBatchPackingError(f"every sample of this micro-batch was refused: {reasons}")
