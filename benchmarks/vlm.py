@@ -174,27 +174,32 @@ def main() -> None:
         f"median of {args.repeats} loaders; prepared MiB/sample median {statistics.median(nbytes) / 2**20:.2f}"
     )
     print(
-        f"{'buffer':>7} {'RSS growth MiB':>14} {'estimate MiB':>12} {'RSS/est':>7} {'1st batch s':>11} {'fill':>7}"
+        f"{'buffer':>7} {'RSS growth MiB':>14} {'estimate MiB':>12} {'marginal MiB/cand':>17} "
+        f"{'1st batch s':>11} {'fill':>7}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_dataset(root, data)
         median_bytes = statistics.median(nbytes)
+        previous: tuple[int, float] | None = None
         context = multiprocessing.get_context("spawn")
         for b in buffers:
             runs = []
-            for _ in range(
-                args.repeats
-            ):  # a fresh interpreter per loader: RSS is not muddied by freed arenas
+            for _ in range(args.repeats):
+                # A fresh interpreter per loader: RSS is not muddied by arenas freed by an earlier loader.
                 with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
                     runs.append(pool.submit(buffer_run, root, b, args.seq_length).result())
             rss = statistics.median(r["rss"] for r in runs) / 2**20
             estimate = runs[0]["held"] * median_bytes / 2**20
             latency = statistics.median(r["latency"] for r in runs)
             fill = runs[0]["tokens"] / (runs[0]["packs"] * args.seq_length)
-            print(
-                f"{b:>7} {rss:>14.1f} {estimate:>12.1f} {rss / estimate:>7.2f} {latency:>11.2f} {fill:>7.4f}"
-            )
+            # RSS per extra buffered candidate against the previous buffer size (the loader's fixed cost cancels).
+            marginal = "" if previous is None else f"{(rss - previous[1]) / (b - previous[0]):.2f}"
+            previous = (b, rss)
+            print(f"{b:>7} {rss:>14.1f} {estimate:>12.1f} {marginal:>17} {latency:>11.2f} {fill:>7.4f}")
+        print(
+            f"estimate per candidate: {median_bytes / 2**20:.2f} MiB (prepared tensors, as online-sim --vlm)"
+        )
 
 
 if __name__ == "__main__":
