@@ -131,5 +131,20 @@ def test_cli_reports_fill_and_buffer_memory(tmp_path) -> None:
     table = runner.invoke(app, args)
     assert table.exit_code == 0, table.output
     assert "peak MiB/worker" in table.output and "refused: visual_tokens 1, too_many_images 1" in table.output
+    # The accepted samples' lengths as a --lengths file: one stream of them packs as one loader worker does.
+    lengths_file = tmp_path / "out" / "lengths.txt"
+    one_worker = [*args[:-1], "1", "--write-lengths", str(lengths_file), "--json"]
+    written = runner.invoke(app, one_worker)
+    assert written.exit_code == 0, written.output
+    assert len(lengths_file.read_text().split()) == len(expected)
+    replay = runner.invoke(
+        app, ["online-sim", "--lengths", str(lengths_file), "--pack-size", "1024", "--buffer-sizes", "1,4,16",
+              "--algorithm", "first_fit_decreasing", "--json"],
+    )  # fmt: skip
+    assert replay.exit_code == 0, replay.output
+    vlm_rows, plain_rows = json.loads(written.output)["rows"], json.loads(replay.output)["rows"]
+    assert [(r["online_packs"], r["online_fill"]) for r in vlm_rows] == [
+        (r["online_packs"], r["online_fill"]) for r in plain_rows
+    ]
     bad = runner.invoke(app, ["online-sim", "--vlm", str(tmp_path / "none.jsonl"), "--pack-size", "1024"])
     assert bad.exit_code == 2 and "no such file" in bad.output

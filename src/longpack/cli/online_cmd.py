@@ -77,6 +77,11 @@ def register(app: typer.Typer) -> None:
         max_visual_tokens: int | None = typer.Option(
             16384, "--max-visual-tokens", help="With --vlm: visual tokens per sample limit."
         ),
+        write_lengths: Path | None = typer.Option(  # noqa: B008
+            None,
+            "--write-lengths",
+            help="With --vlm: also write each accepted sample's tokens, one per line (a --lengths file).",
+        ),
         as_json: opt.Json = False,
     ) -> None:
         """Simulate Energon-style online packing for several buffer sizes; compare with offline best fit.
@@ -115,6 +120,7 @@ def register(app: typer.Typer) -> None:
                 pad_seq_to_mult=pad_seq_to_mult,
                 algorithm=algorithm or "first_fit_decreasing",
                 seed=seed,
+                write_lengths=write_lengths,
             )
             return
         algorithm = algorithm or "best_fit_decreasing"
@@ -175,6 +181,7 @@ def _vlm_sim(
     as_json: bool,
     vision: dict[str, int],
     pad_seq_to_mult: int,
+    write_lengths: Path | None,
     **kwargs: Any,
 ) -> None:
     from longpack.errors import ConfigError
@@ -207,6 +214,12 @@ def _vlm_sim(
         pad_to_multiple_of=pad_seq_to_mult,
         **kwargs,
     )
+    if write_lengths is not None:
+        from longpack.online.packer import write_text_atomic
+
+        write_text_atomic(write_lengths, "".join(f"{n}\n" for n in report.pop("lengths")))
+    else:
+        report.pop("lengths")
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return

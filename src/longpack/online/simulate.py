@@ -293,4 +293,5 @@ def vlm_report(
         "samples": table.summary(),
         "rows": rows,
         "smallest_buffer_within_1pct": smallest_buffer_within(rows),
+        "lengths": table.tokens.tolist(),  # per accepted sample, in file order
     }
