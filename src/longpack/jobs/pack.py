@@ -494,7 +494,7 @@ class PackConfig:
         files = train.samples.files
         file_source = np.array([source_of_file[f] for f in files], dtype=np.int64)
         source_of_sample = file_source[train.samples.source_file]
-        indices, reports, total, seed = mix_samples(source_of_sample, self.mix, seed=self._settings.seed)
+        indices, reports, total, seed = mix_samples(source_of_sample, self.mix, seed=self.settings.seed)
         for info in train.inputs:
             k = source_of_file[info["path"]]
             reports[k].setdefault("files", []).append(info["path"])

@@ -2,7 +2,7 @@
 
 Needs ``megatron-energon`` and the ``vlm`` extra. It follows Megatron-Bridge's native Energon packing for
 Qwen-VL (``models/qwen_vl/data/energon.py``, ``QwenVLTaskEncoder(enable_energon_packing=True)``) on the same
-Energon hooks (spec of the hooks: ``energon-thd-cp.md`` §A.2-A.3):
+Energon hooks (see docs/guide/online-sim.md and Energon's ``TaskEncoder`` packing hooks):
 
 - ``encode_sample`` (``@stateless``, failure tolerance 100) prepares the sample eagerly
   (:class:`longpack.vlm.QwenVLPreparer`): the packing buffer holds the prepared token rows **and pixel
