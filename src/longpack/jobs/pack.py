@@ -177,6 +177,9 @@ class PackConfig:
         set_(self, "inputs", _paths(self.inputs, "inputs"))
         set_(self, "val_inputs", _paths(self.val_inputs, "val_inputs"))
         set_(self, "out", Path(self.out))
+        if self.compat is not None and self.text.min_tokens != 1:
+            # Bridge's prepare step keeps one-token samples (runtime length 0); the text layer must too.
+            set_(self, "text", replace(self.text, min_tokens=1))
         if self.demo:
             if self.inputs:
                 raise ConfigError(
