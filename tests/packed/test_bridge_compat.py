@@ -98,3 +98,38 @@ def test_default_mode_differs_from_bridge_where_it_says_so(tmp_path: Path) -> No
         DATA / "m8" / f"training_{pack_size}.idx.parquet"
     ).read_bytes()
     assert pq.ParquetFile(out / f"training_{pack_size}.idx.parquet").metadata.num_row_groups > 1
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_compat_from_files_end_to_end(tmp_path: Path, case: str) -> None:
+    """The same samples as pre-tokenized JSONL through the whole pack job: one-token rows are kept (not
+    malformed) in compat mode, and the files are still Bridge's bytes."""
+    pack_size, seq_length, mult = CASES[case]
+    result = PackConfig(
+        inputs=[DATA / "samples_training.jsonl"],
+        val_inputs=[DATA / "samples_validation.jsonl"],
+        out=tmp_path / "out",
+        tokenizer="bytes",
+        seq_length=seq_length,
+        pack_size=pack_size,
+        pad_seq_to_mult=mult,
+        compat="megatron-bridge",
+        workers=1,
+    ).run()
+    assert result.counts["malformed"] == 0
+    expected = DATA / case
+    out = tmp_path / "out"
+    assert (out / f"training_{pack_size}.idx.parquet").read_bytes() == (
+        expected / f"training_{pack_size}.idx.parquet"
+    ).read_bytes()
+    assert (out / "validation" / f"validation_{pack_size}.idx.parquet").read_bytes() == (
+        expected / f"validation_{pack_size}.idx.parquet"
+    ).read_bytes()
+
+
+def test_default_mode_refuses_one_token_rows(tmp_path: Path) -> None:
+    """Outside compat a one-token row trains on nothing and is a malformed row (file:line)."""
+    data = tmp_path / "one.jsonl"
+    data.write_text('{"input_ids": [5, 258]}\n{"input_ids": [7]}\n')
+    with pytest.raises(Exception, match=r"one\.jsonl:2: .*1 token\(s\); a stored sample needs at least 2"):
+        PackConfig(inputs=[data], out=tmp_path / "out", tokenizer="bytes", seq_length=8, workers=1).run()

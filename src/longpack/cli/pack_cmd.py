@@ -253,7 +253,9 @@ def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     echo(
         f"  format: {summary['format']}   tokenizer: {summary['tokenizer'].get('name', summary['tokenizer'])}"
     )
-    echo(f"  pad_seq_to_mult: {summary['pad_seq_to_mult']}  ({summary['pad_seq_to_mult_source']})")
+    echo(
+        f"  pad_seq_to_mult: {summary['pad_seq_to_mult']}  ({opt.cli_message(summary['pad_seq_to_mult_source'], opt.MULT_FIELDS)})"
+    )
     echo(f"  algorithm: {summary['algorithm']}   seed: {summary['seed']}")
     echo(
         f"  rows read {c['rows_read']}, malformed {c['malformed']}, samples {c['samples_read']}, "

@@ -177,6 +177,9 @@ class PackConfig:
         set_(self, "inputs", _paths(self.inputs, "inputs"))
         set_(self, "val_inputs", _paths(self.val_inputs, "val_inputs"))
         set_(self, "out", Path(self.out))
+        if self.compat is not None and self.text.min_tokens != 1:
+            # Bridge's prepare step keeps one-token samples (runtime length 0); the text layer must too.
+            set_(self, "text", replace(self.text, min_tokens=1))
         if self.demo:
             if self.inputs:
                 raise ConfigError(
@@ -494,7 +497,7 @@ class PackConfig:
         files = train.samples.files
         file_source = np.array([source_of_file[f] for f in files], dtype=np.int64)
         source_of_sample = file_source[train.samples.source_file]
-        indices, reports, total, seed = mix_samples(source_of_sample, self.mix, seed=self._settings.seed)
+        indices, reports, total, seed = mix_samples(source_of_sample, self.mix, seed=self.settings.seed)
         for info in train.inputs:
             k = source_of_file[info["path"]]
             reports[k].setdefault("files", []).append(info["path"])
