@@ -23,12 +23,17 @@ def register(app: typer.Typer) -> None:
         plot: Annotated[
             Path | None, typer.Option("--plot", help="Save length and fill histograms as a PNG.")
         ] = None,
+        no_manifest_ok: bool = typer.Option(
+            False,
+            "--no-manifest-ok",
+            help="A folder without manifest.json is Megatron-Bridge's (its prepare step writes none), not unfinished.",
+        ),
     ) -> None:
         """Summarize a packed output folder; exit 1 if it is unfinished or a check fails."""
         from longpack.packed import inspect_output, plot_output
 
         try:
-            report = inspect_output(folder, verify=verify)
+            report = inspect_output(folder, verify=verify, no_manifest_ok=no_manifest_ok)
         except (FileNotFoundError, ValueError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc
@@ -45,7 +50,13 @@ def register(app: typer.Typer) -> None:
 
 def _print_human(report: dict) -> None:  # type: ignore[type-arg]
     echo = typer.echo
-    echo(f"{report['folder']}: {'finished' if report['finished'] else 'UNFINISHED (no manifest.json)'}")
+    if report["finished"]:
+        state = "finished"
+    elif report.get("no_manifest_ok"):
+        state = "no manifest.json (read as Megatron-Bridge wrote it)"
+    else:
+        state = "UNFINISHED (no manifest.json; a folder Megatron-Bridge wrote: --no-manifest-ok)"
+    echo(f"{report['folder']}: {state}, format {report.get('format', 'parquet')}")
     settings = report.get("settings") or {}
     if settings:
         echo(
