@@ -27,7 +27,7 @@ Pre-tokenized JSON Lines (``--inputs jsonl``: ``{"input_ids": [...], "loss_mask"
 runtime tokens, ~10 bytes per token, as in issue 19's 1M-row / 10 GB corpus) run against the **floor**
 written here: a compiled byte scanner (numba, no validation: digit runs of a line's first list are
 tokens, of its second list the mask) reading the file in blocks, then the same Parquet writer longpack uses
-(``plan_splits`` + ``fill_rows`` + ``open_parquet_writer``, 500-row groups, shards on threads) without the
+(``plan_splits`` + ``fill_rows`` + ``open_parquet_writer``, longpack's row groups, shards on threads) without the
 hashes, the manifest or atomic renames. ``floor:1`` runs on one thread (the CPU floor), ``floor:2`` scans
 the file's two halves on two threads and writes shards on two threads (the wall floor). Each row reports
 CPU seconds (user + sys of the process and its reaped children) next to wall seconds, and longpack's
@@ -310,7 +310,7 @@ def run_floor(path: Path, out: Path, threads: int, ids_dtype: str = "int64") -> 
     from concurrent.futures import ThreadPoolExecutor
 
     from longpack.packed import PackSettings, plan_splits
-    from longpack.packed.files import ROW_GROUP_SIZE, open_parquet_writer
+    from longpack.packed.files import open_parquet_writer
     from longpack.packed.pipeline import shard_layout
     from longpack.packed.rows import fill_rows
     from longpack.samples import TokenizedSamples
@@ -354,14 +354,16 @@ def run_floor(path: Path, out: Path, threads: int, ids_dtype: str = "int64") -> 
     split = plan_splits(samples, settings, eos_id=QWEN3_EOS)[0]
     out.mkdir(parents=True, exist_ok=True)
 
+    options = settings.writer_options  # the row groups and encoding longpack writes with
+    group = options.row_group_size
+
     def write(shard: tuple[str, int, int]) -> int:
         name, lo, hi = shard
-        with open_parquet_writer(out / name, ids_dtype=ids_dtype) as writer:
-            for start in range(lo, hi, ROW_GROUP_SIZE):
-                rows = fill_rows(
-                    split.aligned, split.plan, start, min(hi, start + ROW_GROUP_SIZE), ids_dtype=ids_dtype
-                )
-                writer.write_table(rows.to_arrow(), row_group_size=ROW_GROUP_SIZE)
+        with open_parquet_writer(out / name, ids_dtype=ids_dtype, options=options) as writer:
+            for start in range(lo, hi, group):
+                stop = min(hi, start + group)
+                rows = fill_rows(split.aligned, split.plan, start, stop, ids_dtype=ids_dtype)
+                writer.write_table(rows.to_arrow(), row_group_size=group)
         return hi - lo
 
     with ThreadPoolExecutor(threads) as pool:
