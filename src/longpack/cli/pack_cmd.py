@@ -165,6 +165,13 @@ def register(app: typer.Typer) -> None:
             "--pad-cu-seqlens",
             help="Write pad_cu_seqlens: true (and pad_to_max_length) into bridge_config.yaml (CUDA graphs).",
         ),
+        memory_budget: str | None = typer.Option(
+            None,
+            "--memory-budget",
+            help="Token data held in memory (e.g. 8G; default: half of this machine's memory). Past it, "
+            "tokens go to a scratch folder next to --out and the rows are filled from there in a second "
+            "pass: the same output, flat memory.",
+        ),
         as_json: opt.Json = False,
         demo: bool = typer.Option(
             False,
@@ -229,6 +236,7 @@ def register(app: typer.Typer) -> None:
             workers=None if backend == "ray" else workers,
             demo=demo,
             progress=not as_json and sys.stderr.isatty(),
+            memory_budget=memory_budget,
         )
         result = config.run()
         summary = result.summary()
@@ -236,6 +244,11 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(summary, indent=2))
             return
         print_summary(summary, result.manifest.to_dict())
+        if result.backend is not None and "out_of_core" in result.backend:
+            spilled = result.backend["out_of_core"]["spilled_tokens"]
+            typer.echo(
+                f"  two passes: {spilled} tokens went through the scratch folder (past --memory-budget)"
+            )
         if result.backend is not None and result.backend.get("name") == "ray":
             mem = result.backend
             workers_mib = [round(v / 2**20) for v in mem["worker_peak_rss_bytes"].values()]

@@ -63,6 +63,11 @@ class PackExecutor(Protocol):
 class LocalExecutor:
     """This machine: tokenizer worker processes (``workers``, default all cores) and shard-writer threads.
 
+    ``memory_budget`` (bytes; default half of the machine's memory) caps the token data held in memory:
+    past it, tokens go to a scratch folder ``spill_dir`` and the shards are filled from there in a second
+    pass (``longpack.jobs.out_of_core``); the output is the same. Without ``spill_dir`` everything stays in
+    memory.
+
     >>> ex = LocalExecutor(workers=2)
     >>> ex.name, ex.workers, isinstance(ex, PackExecutor)
     ('local', 2, True)
@@ -70,9 +75,20 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, *, workers: int | None = None, write_threads: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        workers: int | None = None,
+        write_threads: int | None = None,
+        memory_budget: int | None = None,
+        spill_dir: Path | None = None,
+    ) -> None:
         self.workers = workers
         self.write_threads = write_threads
+        self.memory_budget = memory_budget
+        self.spill_dir = spill_dir
+        self._held = 0  # token bytes the tokenize calls so far keep in memory
+        self._spilled = 0  # tokens they sent to the scratch folder
 
     def __enter__(self) -> LocalExecutor:
         return self
@@ -85,10 +101,27 @@ class LocalExecutor:
     ) -> tuple[Any, Any]:
         from longpack.text import tokenize_inputs
 
+        budget = None
+        if self.spill_dir is not None:
+            from longpack.jobs.out_of_core import default_memory_budget
+
+            total = self.memory_budget if self.memory_budget is not None else default_memory_budget()
+            budget = max(0, total - self._held)
         result = tokenize_inputs(
-            list(inputs), tokenizer=tokenizer, config=config, workers=self.workers, progress=progress
+            list(inputs),
+            tokenizer=tokenizer,
+            config=config,
+            workers=self.workers,
+            progress=progress,
+            memory_budget=budget,
+            spill_dir=self.spill_dir,
         )
-        return result, result.samples
+        samples = result.samples
+        if result.spilled_tokens:
+            self._spilled += result.spilled_tokens
+        else:
+            self._held += samples.tokens.nbytes + samples.loss_mask.nbytes
+        return result, samples
 
     def write(
         self,
@@ -103,13 +136,25 @@ class LocalExecutor:
 
         # The split plans carry their samples (tokens included): ``sources`` is not needed here.
         with _WriteBar(progress, total=sum(s.plan.num_rows for s in splits)) as advance:
+            if self._spilled:  # second pass: the rows' tokens come from the scratch files' memory maps
+                from longpack.jobs.out_of_core import PageTrimmer
+
+                arrays = [a for s in splits for a in (s.aligned.samples.tokens, s.aligned.samples.loss_mask)]
+                per_token = max(a.itemsize for a in arrays) + 1  # token + mask bytes read per row token
+                trimmer = PageTrimmer(
+                    arrays, bytes_per_row=settings.resolved_pack_size * per_token, then=advance
+                )
+                advance = trimmer.rows
             return {
                 split.name: write_split_files(out, split, settings, advance, threads=self.write_threads)
                 for split in splits
             }
 
-    def report(self) -> None:
-        return None
+    def report(self) -> dict[str, Any] | None:
+        """``{"out_of_core": {"spilled_tokens": N}}`` when the tokens went through the scratch folder."""
+        if not self._spilled:
+            return None
+        return {"out_of_core": {"spilled_tokens": self._spilled, "memory_budget": self.memory_budget}}
 
 
 class _WriteBar:

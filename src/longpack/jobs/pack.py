@@ -162,6 +162,10 @@ class PackConfig:
     #: Weighted sources instead of ``inputs``: ``["a.jsonl=0.7", "b/=0.3"]``, a YAML file, or a
     #: ``longpack.text.mix.Mix`` (see that module: shares of the mix, up/down-sampled by epochs, seeded).
     mix: Any = None
+    #: Token data the local backend holds in memory (bytes, or ``"8G"``; ``None``: half of this machine's
+    #: memory). Past it the job packs in two passes through a scratch folder next to ``out``
+    #: (``longpack.jobs.out_of_core``); the output is byte-identical.
+    memory_budget: int | str | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalized values are set once, here
@@ -267,6 +271,15 @@ class PackConfig:
                     "output_format npy is written by the local backend (one file per split); use backend local",
                     fields=("output_format", "backend"),
                 )
+        if self.memory_budget is not None:
+            from longpack.jobs.out_of_core import parse_memory_budget
+
+            set_(self, "memory_budget", parse_memory_budget(self.memory_budget))
+            if self.backend != "local":
+                raise ConfigError(
+                    "memory_budget applies to the local backend (give the executor object its own settings)",
+                    fields=("memory_budget", "backend"),
+                )
         mult, source = resolve_pad_seq_to_mult(self.pad_seq_to_mult, self.tp, self.cp, self.sp)
         set_(self, "_mult_source", source)
         set_(self, "_settings", self._pack_settings(mult))
@@ -365,7 +378,7 @@ class PackConfig:
             return RayExecutor(workers=self.workers)
         from longpack.jobs.executors import LocalExecutor
 
-        return LocalExecutor(workers=self.workers)
+        return LocalExecutor(workers=self.workers, memory_budget=cast(int | None, self.memory_budget))
 
     def run(self) -> PackResult:
         """Tokenize, plan and write; return the manifest (and a summary) of the finished folder.
@@ -391,6 +404,14 @@ class PackConfig:
         executor = self.executor()
         with contextlib.ExitStack() as stack:
             stack.enter_context(executor)
+            if (
+                isinstance(self.backend, str)
+                and self.backend == "local"
+                and settings.output_format == "parquet"
+            ):
+                from longpack.jobs.out_of_core import spill_folder
+
+                executor.spill_dir = stack.enter_context(spill_folder(out))  # used past the memory budget
             inputs = list(cast(tuple[str, ...], self.inputs))  # normalized in __post_init__
             demo_prefix = ""
             if self.demo:
@@ -414,7 +435,7 @@ class PackConfig:
                 train = replace(train, samples=replace(train.samples, files=files))
             mix_report = None
             if self.mix is not None:
-                train, mix_report = self._mixed(train)
+                train, mix_report = self._mixed(train, getattr(executor, "spill_dir", None))
             eos_id = train.tokenizer.get("eos_id")
             if eos_id is None:
                 raise InputError(
@@ -476,7 +497,7 @@ class PackConfig:
             malformed=malformed,
         )
 
-    def _mixed(self, train: Any) -> tuple[Any, dict[str, Any]]:
+    def _mixed(self, train: Any, spill_dir: Path | None = None) -> tuple[Any, dict[str, Any]]:
         """The tokenized samples resampled by the mix, and the mix report (sources, counts, indices)."""
         import numpy as np
 
@@ -502,7 +523,9 @@ class PackConfig:
             reports[k].setdefault("files", []).append(info["path"])
             reports[k]["rows_read"] = reports[k].get("rows_read", 0) + info["rows"]
             reports[k]["malformed"] = reports[k].get("malformed", 0) + info.get("malformed", 0)
-        mixed = replace(train, samples=train.samples.take(indices))
+        from longpack.jobs.out_of_core import take
+
+        mixed = replace(train, samples=take(train.samples, indices, spill_dir))  # spilled stays spilled
         report = {
             "seed": seed,
             "samples": total,

@@ -76,6 +76,8 @@ class TokenizeResult:
     inputs: tuple[dict[str, Any], ...]
     skipped_inputs: tuple[tuple[str, str], ...] = ()
     warnings: tuple[str, ...] = ()
+    #: Tokens kept in ``spill_dir`` files instead of memory (``tokenize_inputs(memory_budget=...)``); 0 if none.
+    spilled_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -541,12 +543,85 @@ class _Growable:
         return self._arr[: self._n]
 
 
+class _TokenStore:
+    """Tokens and loss mask of the samples read so far, in order: in memory, or, once they would take more
+    than ``budget`` bytes, appended to two files in ``spill_dir`` (what was in memory is moved there first).
+
+    ``finish`` returns the two arrays: in memory, or read-only memory maps of the files (pages come from
+    the page cache as the packer reads them and are never the process's own memory).
+    """
+
+    def __init__(
+        self, token_dtype: Any, reserve: int | None, budget: int | None = None, spill_dir: Path | None = None
+    ) -> None:
+        self.dtype = np.dtype(token_dtype)
+        self.tokens = _Growable(token_dtype, reserve)
+        self.mask = _Growable(np.uint8, reserve)
+        self.budget = budget if spill_dir is not None else None
+        self.spill_dir = spill_dir
+        self.files: tuple[Any, Any] | None = None
+        self.paths: tuple[Path, Path] | None = None
+        self.n = 0
+
+    @property
+    def spilled(self) -> bool:
+        return self.files is not None
+
+    def extend(self, tokens: np.ndarray, mask: np.ndarray) -> None:
+        need = (self.n + len(tokens)) * (self.dtype.itemsize + 1)
+        if self.files is None and self.budget is not None and need > self.budget:
+            self._spill()
+        if self.files is not None:
+            np.ascontiguousarray(tokens, dtype=self.dtype).tofile(self.files[0])
+            np.ascontiguousarray(mask, dtype=np.uint8).tofile(self.files[1])
+        else:
+            self.tokens.extend(tokens)
+            self.mask.extend(mask)
+        self.n += len(tokens)
+
+    def _spill(self) -> None:
+        assert self.spill_dir is not None
+        self.spill_dir.mkdir(parents=True, exist_ok=True)
+        tag = f"{os.getpid()}-{id(self):x}"
+        self.paths = (self.spill_dir / f"tokens-{tag}.bin", self.spill_dir / f"loss_mask-{tag}.bin")
+        self.files = (open(self.paths[0], "wb"), open(self.paths[1], "wb"))  # noqa: SIM115 - closed in finish
+        self.tokens.finish().tofile(self.files[0])
+        self.mask.finish().tofile(self.files[1])
+        self.tokens = _Growable(self.dtype)  # the in-memory copy is released
+        self.mask = _Growable(np.uint8)
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.files is None:
+            return self.tokens.finish(), self.mask.finish()
+        assert self.paths is not None
+        for f in self.files:
+            f.close()
+        if self.n == 0:
+            return np.zeros(0, self.dtype), np.zeros(0, np.uint8)
+        return (
+            np.memmap(self.paths[0], dtype=self.dtype, mode="r", shape=(self.n,)),
+            np.memmap(self.paths[1], dtype=np.uint8, mode="r", shape=(self.n,)),
+        )
+
+    def close(self) -> None:
+        if self.files is not None:
+            for f in self.files:
+                f.close()
+
+
 class _Collector:
     """Joins chunk results in order as they arrive, then forgets them."""
 
-    def __init__(self, n_files: int, token_dtype: Any, reserve: int | None = None) -> None:
-        self.tokens = _Growable(token_dtype, reserve)
-        self.loss_mask = _Growable(np.uint8, reserve)
+    def __init__(
+        self,
+        n_files: int,
+        token_dtype: Any,
+        reserve: int | None = None,
+        *,
+        budget: int | None = None,
+        spill_dir: Path | None = None,
+    ) -> None:
+        self.store = _TokenStore(token_dtype, reserve, budget, spill_dir)
         self.lengths: list[np.ndarray] = []
         self.rows: list[np.ndarray] = []
         self.file_of: list[np.ndarray] = []
@@ -555,8 +630,7 @@ class _Collector:
         self.columns: list[dict[str, int]] = [{} for _ in range(n_files)]
 
     def add(self, file_index: int, out: _ChunkOut) -> None:
-        self.tokens.extend(out.tokens)
-        self.loss_mask.extend(out.loss_mask)
+        self.store.extend(out.tokens, out.loss_mask)
         self.lengths.append(out.lengths)
         self.rows.append(out.rows)
         self.file_of.append(np.full(len(out.lengths), file_index, dtype=np.int32))
@@ -940,13 +1014,21 @@ def tokenize_inputs(
     config: TextConfig,
     workers: int | None = None,
     progress: bool = False,
+    memory_budget: int | None = None,
+    spill_dir: str | Path | None = None,
 ) -> TokenizeResult:
     """Read and tokenize every row of ``inputs`` (files, folders, globs) into flat buffers.
 
     ``tokenizer`` is a spec string (``"qwen3"``, ``"bytes"``, a ``tokenizer.json`` or a model folder) or a
     loaded tokenizer (see :func:`longpack.text.tokenizers.as_tokenizer`). ``workers`` processes (default:
-    all cores; 1 runs inline) tokenize chunks of rows; the result is byte-identical for any worker count. Bad rows raise ``InputError`` naming ``file:line`` (unless
-    ``config.skip_malformed``); no rows at all, or no usable sample, is an ``InputError`` too.
+    all cores; 1 runs inline) tokenize chunks of rows; the result is byte-identical for any worker count.
+    Bad rows raise ``InputError`` naming ``file:line`` (unless ``config.skip_malformed``); no rows at all, or
+    no usable sample, is an ``InputError`` too.
+
+    With ``memory_budget`` (bytes) and ``spill_dir``, tokens and masks stay in memory only up to that size:
+    past it they go to files in ``spill_dir`` and the samples' ``tokens`` / ``loss_mask`` are read-only
+    memory maps of them (``spilled_tokens`` says how many); the caller removes ``spill_dir`` when done. The
+    values are the same either way.
 
         >>> import tempfile, pathlib
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "d.jsonl"
@@ -1033,7 +1115,13 @@ def tokenize_inputs(
     bounds = [_token_bound(f, fmt) for f, fmt in zip(sources, formats, strict=True)]
     # With a bound for every file the joined buffers are allocated once and filled in place.
     reserve = None if any(b is None for b in bounds) else sum(b or 0 for b in bounds)
-    sink = _Collector(len(paths), token_dtype, reserve)
+    sink = _Collector(
+        len(paths),
+        token_dtype,
+        reserve,
+        budget=memory_budget,
+        spill_dir=None if spill_dir is None else Path(spill_dir),
+    )
     total_bytes = sum(sizes)
     bar = _Bar(progress, total=total_bytes)
     # Starting worker processes costs about a second; inputs of one or two chunks are faster inline.
@@ -1093,6 +1181,7 @@ def tokenize_inputs(
     except BaseException:
         # Queued hashes are only worth finishing when the run succeeds; on success they are awaited below.
         hash_pool.shutdown(wait=False, cancel_futures=True)
+        sink.store.close()
         raise
     finally:
         bar.close()
@@ -1107,9 +1196,10 @@ def tokenize_inputs(
         raise InputError(f"all {rows_read} rows were malformed and skipped{first}; check the format and keys")
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
+    tokens, loss_mask = sink.store.finish()
     samples = TokenizedSamples(
-        tokens=sink.tokens.finish(),
-        loss_mask=sink.loss_mask.finish(),
+        tokens=tokens,
+        loss_mask=loss_mask,
         offsets=offsets,
         source_file=np.concatenate(sink.file_of),
         source_row=np.concatenate(sink.rows),
@@ -1166,6 +1256,7 @@ def tokenize_inputs(
         inputs=tuple(input_info),
         skipped_inputs=listing.skipped,
         warnings=tuple(warnings_out),
+        spilled_tokens=sink.store.n if sink.store.spilled else 0,
     )
 
 
