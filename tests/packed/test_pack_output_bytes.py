@@ -8,6 +8,11 @@ the hand-off work (issue 14), which changed only the encoding: dictionary pages 
 ``use_dictionary`` leaf path; the rows are the same), row groups of about 65,536 tokens (here 256 rows;
 ``longpack.packed.files.default_row_group_size``), and the validation split moved into ``validation/``.
 Writing the same plans with the old options still gives the old hashes (checked when re-recording).
+Re-recorded on purpose for the reader work (issue 19), again an encoding change only: every row is its own
+data page (``max_rows_per_page=1``, pages up to ``16 * pack_size`` bytes) and the file's schema metadata says
+so (``longpack.one_row_per_page``), which lets a reader decode one row without its row group
+(``longpack.packed.pages``). With the previous page options the previous hashes come out unchanged (checked
+when re-recording).
 """
 
 from __future__ import annotations
@@ -89,16 +94,16 @@ EXPECTED: dict[str, dict[str, str]] = {
     "parquet+jsonl:best_fit_decreasing": {
         "samples": "d91dafddc2768a13",
         "256_metadata.jsonl": "adb016e8de9ef2d2",
-        "training_256.part-00000-of-00002.idx.parquet": "d2656936af9f0472",
-        "training_256.part-00001-of-00002.idx.parquet": "5d26dd868cb7c5c8",
-        "validation/validation_256.idx.parquet": "1bec2bc242147798",
+        "training_256.part-00000-of-00002.idx.parquet": "3e3346a28e2b0e73",
+        "training_256.part-00001-of-00002.idx.parquet": "9741aa654cdaea82",
+        "validation/validation_256.idx.parquet": "187be10be1bdbce1",
     },
     "parquet+nomask:first_fit_shuffle": {
         "samples": "47371df6c2279cdc",
         "256_metadata.jsonl": "2f674db4cc258bf4",
-        "training_256.part-00000-of-00002.idx.parquet": "78a0e8d075928f8d",
-        "training_256.part-00001-of-00002.idx.parquet": "db569bbead320d4f",
-        "validation/validation_256.idx.parquet": "8a725fecdaaea325",
+        "training_256.part-00000-of-00002.idx.parquet": "435c44cd55159f9c",
+        "training_256.part-00001-of-00002.idx.parquet": "03353c658f74b238",
+        "validation/validation_256.idx.parquet": "a27e81c4bb4bf51e",
     },
 }
 

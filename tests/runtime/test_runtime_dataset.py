@@ -7,10 +7,15 @@ reader is checked against the format, not against our own writer.
 
 from __future__ import annotations
 
+import time
+
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from longpack.runtime.collate import PackedCollator
 from longpack.runtime.dataset import (
@@ -23,7 +28,7 @@ from longpack.runtime.dataset import (
 )
 
 
-def write_packed(path, rows, row_group_size=500, *, drop=()):
+def write_packed(path, rows, row_group_size=500, *, drop=(), one_row_pages=False):
     columns = {
         "input_ids": pa.array([r["input_ids"] for r in rows], pa.list_(pa.int64())),
         "loss_mask": pa.array([[int(v) for v in r["loss_mask"]] for r in rows], pa.list_(pa.int8())),
@@ -32,7 +37,14 @@ def write_packed(path, rows, row_group_size=500, *, drop=()):
     }
     for name in drop:
         columns.pop(name)
-    pq.write_table(pa.table(columns), path, row_group_size=row_group_size)
+    table = pa.table(columns)
+    if one_row_pages:  # as longpack's writer lays rows out: one data page each, said in the metadata
+        from longpack.packed.files import ONE_ROW_PAGES_KEY
+
+        table = table.replace_schema_metadata({ONE_ROW_PAGES_KEY: b"1"})
+        pq.write_table(table, path, row_group_size=row_group_size, max_rows_per_page=1)
+        return path
+    pq.write_table(table, path, row_group_size=row_group_size)
     return path
 
 
@@ -121,8 +133,6 @@ def test_samples_mapping_keeps_padding_rows_masked(tmp_path):
 
 
 def test_samples_mapping_matches_megatron_global_rng_and_leaves_it_alone(tmp_path):
-    import numpy as np
-
     path = write_packed(tmp_path / "d.idx.parquet", rows_of(10), row_group_size=5)
     state = np.random.get_state()
     ds = PackedDataset(str(path), max_num_samples=25, seed=1234)
@@ -265,3 +275,133 @@ def test_reads_what_longpack_pack_writes(tmp_path):
             for rank in range(2):  # every pack splits over CP=2
                 thd_partition_indices(physical_cu_seqlens(row), 128, cp_size=2, cp_rank=rank)
     assert runtime_tokens == manifest["splits"]["training"]["runtime_tokens"]
+
+
+# -- any order: the LRU cache, the prefetch thread and batches return the same rows ------------------------
+
+
+def _varied_rows(n, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        length = int(rng.integers(3, 40))
+        cut = int(rng.integers(1, length))
+        rows.append(
+            {
+                "input_ids": rng.integers(0, 1000, length).tolist(),
+                "loss_mask": rng.integers(0, 2, length).tolist(),
+                "seq_start_id": [0, cut],
+                "i": i,
+            }
+        )
+    return rows
+
+
+def _reference(rows, row):
+    r = rows[row]
+    return {
+        "input_ids": np.array(r["input_ids"], np.int64),
+        "loss_mask": np.array(r["loss_mask"], np.int64),
+        "seq_boundaries": np.array([*r["seq_start_id"], len(r["input_ids"])], np.int64),
+    }
+
+
+def _same_item(got, want, padding=False):
+    assert set(got) == set(want)
+    np.testing.assert_array_equal(got["input_ids"], want["input_ids"])
+    np.testing.assert_array_equal(got["seq_boundaries"], want["seq_boundaries"])
+    np.testing.assert_array_equal(
+        got["loss_mask"], np.zeros_like(want["loss_mask"]) if padding else want["loss_mask"]
+    )
+    assert got["input_ids"].dtype == got["loss_mask"].dtype == got["seq_boundaries"].dtype == np.int64
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    group=st.sampled_from([1, 3, 7, 500]),
+    cache=st.sampled_from([0, 1, 10_000, 256 * 2**20]),
+    prefetch=st.sampled_from([0, 1, 4, 32]),
+    mapped=st.booleans(),
+    order=st.sampled_from(["sequential", "random", "reversed", "batches", "padding"]),
+    seed=st.integers(0, 2**16),
+    pages=st.booleans(),
+)
+def test_rows_are_the_same_in_any_order(tmp_path_factory, group, cache, prefetch, mapped, order, seed, pages):
+    folder = tmp_path_factory.mktemp("order")
+    rows = _varied_rows(37, seed)
+    a = write_packed(folder / "a.idx.parquet", rows[:20], row_group_size=group, one_row_pages=pages)
+    write_packed(folder / "b.idx.parquet", rows[20:], row_group_size=group, one_row_pages=pages)
+    ds = PackedDataset(
+        str(folder / "*.idx.parquet"),
+        cache_bytes=cache,
+        prefetch=prefetch,
+        max_num_samples=60 if mapped else None,
+        seed=seed,
+    )
+    assert str(a) in ds.files
+    assert all(source.one_row_pages == pages for source in ds._sources)
+    n = len(ds)
+    rng = np.random.default_rng(seed)
+    indices = {
+        "sequential": np.arange(n),
+        "random": rng.permutation(n),
+        "reversed": np.arange(n)[::-1],
+        "batches": rng.permutation(n),
+        "padding": -1 - rng.permutation(n),
+    }[order].tolist()
+
+    def row_of(i):
+        mapped_i = int(ds.samples_mapping[i]) if ds.samples_mapping is not None else i
+        return mapped_i % len(rows)
+
+    if order == "batches":
+        got = [item for lo in range(0, n, 5) for item in ds.__getitems__(indices[lo : lo + 5])]
+    else:
+        got = [ds[i] for i in indices]
+    for i, item in zip(indices, got, strict=True):
+        _same_item(item, _reference(rows, row_of(i)), padding=i < 0)
+    ds.close()
+
+
+def test_prefetch_reads_ahead_on_a_thread_and_the_cache_is_bounded(tmp_path):
+    rows = _varied_rows(60)
+    path = write_packed(tmp_path / "d.idx.parquet", rows, row_group_size=1)
+    ds = PackedDataset(str(path), prefetch=8, cache_bytes=10**9)
+    ds[0]
+    ds[1]  # one after the other: the next 8 indices are read ahead
+    deadline = time.monotonic() + 10
+    while ds.row_group_reads < 10 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ds.row_group_reads == 10 and len(ds._cache) == 10
+    reads = ds.row_group_reads
+    for i in range(2, 10):
+        _same_item(ds[i], _reference(rows, i))
+    assert ds.row_group_reads >= reads  # rows 2..9 came from the cache (more were read ahead meanwhile)
+    small = PackedDataset(str(path), prefetch=0, cache_bytes=1)
+    for i in range(20):
+        small[i]
+    assert len(small._cache) == 1 and small.row_group_reads == 20  # the group in use stays, no more
+    ds.close()
+    small.close()
+
+
+def test_random_rows_of_one_row_page_files_are_read_alone(tmp_path, monkeypatch):
+    from longpack.packed.folder import ParquetRowSource
+
+    rows = _varied_rows(48, seed=5)
+    path = write_packed(tmp_path / "p.idx.parquet", rows, row_group_size=8, one_row_pages=True)
+    groups = []
+    real = ParquetRowSource.read_group
+    monkeypatch.setattr(
+        ParquetRowSource, "read_group", lambda self, g, cols=None: groups.append(g) or real(self, g, cols)
+    )
+    ds = PackedDataset(str(path), prefetch=0)
+    order = np.random.default_rng(0).permutation(48)
+    order = order[np.abs(np.diff(order, prepend=-5)) != 1]  # no row right after the one before it
+    for i in order.tolist():
+        _same_item(ds[i], _reference(rows, i))
+    assert groups == []  # every row decoded from its own pages, no row group read
+    fresh = PackedDataset(str(path), prefetch=0)
+    for i in range(8):  # rows in file order: their group is read once
+        _same_item(fresh[i], _reference(rows, i))
+    assert groups == [0]

@@ -110,7 +110,156 @@ done:
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------------------------------------ */
+/* page_headers(chunk) -> [(type, header_size, compressed_size, uncompressed_size, num_values, encoding)]
+ * The Parquet page headers (Thrift compact protocol) of one column chunk's bytes, in order; the page
+ * payloads are skipped. num_values / encoding come from the data or dictionary page header (-1 if none).
+ * ValueError on bytes that are not a sequence of page headers (longpack.packed.pages then reads with pyarrow). */
+
+typedef struct {
+    const uint8_t *p, *end;
+    int bad;
+} tc;
+
+static uint64_t tc_varint(tc *t) {
+    uint64_t out = 0;
+    int shift = 0;
+    while (t->p < t->end) {
+        uint8_t b = *t->p++;
+        out |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) return out;
+        shift += 7;
+        if (shift > 63) break;
+    }
+    t->bad = 1;
+    return 0;
+}
+
+static int64_t tc_zigzag(tc *t) {
+    uint64_t n = tc_varint(t);
+    return (int64_t)(n >> 1) ^ -(int64_t)(n & 1);
+}
+
+static void tc_skip(tc *t, int kind, int depth);
+
+static void tc_skip_struct(tc *t, int depth) {
+    if (depth > 16) {
+        t->bad = 1;
+        return;
+    }
+    while (!t->bad) {
+        if (t->p >= t->end) {
+            t->bad = 1;
+            return;
+        }
+        uint8_t head = *t->p++;
+        if (head == 0) return;
+        if ((head >> 4) == 0) tc_zigzag(t);
+        tc_skip(t, head & 0x0F, depth + 1);
+    }
+}
+
+static void tc_skip(tc *t, int kind, int depth) {
+    switch (kind) {
+    case 1: case 2: return;
+    case 3: if (t->p < t->end) t->p++; else t->bad = 1; return;
+    case 4: case 5: case 6: tc_varint(t); return;
+    case 7: if (t->end - t->p >= 8) t->p += 8; else t->bad = 1; return;
+    case 8: {
+        uint64_t n = tc_varint(t);
+        if ((uint64_t)(t->end - t->p) >= n) t->p += n; else t->bad = 1;
+        return;
+    }
+    case 9: case 10: {
+        if (t->p >= t->end) { t->bad = 1; return; }
+        uint8_t head = *t->p++;
+        uint64_t count = head >> 4;
+        if (count == 15) count = tc_varint(t);
+        for (uint64_t i = 0; i < count && !t->bad; i++) tc_skip(t, head & 0x0F, depth + 1);
+        return;
+    }
+    case 12: tc_skip_struct(t, depth); return;
+    default: t->bad = 1; return;
+    }
+}
+
+/* the data/dictionary page header struct: fields 1 (num_values) and 2 (encoding) */
+static void tc_sub(tc *t, int64_t *num_values, int64_t *encoding) {
+    int last = 0;
+    while (!t->bad) {
+        if (t->p >= t->end) { t->bad = 1; return; }
+        uint8_t head = *t->p++;
+        if (head == 0) return;
+        int delta = head >> 4, kind = head & 0x0F;
+        int fid = delta ? last + delta : (int)tc_zigzag(t);
+        if (kind == 5 && fid == 1) *num_values = tc_zigzag(t);
+        else if (kind == 5 && fid == 2) *encoding = tc_zigzag(t);
+        else tc_skip(t, kind, 1);
+        last = fid;
+    }
+}
+
+static PyObject *page_headers(PyObject *self, PyObject *args) {
+    PyObject *od;
+    if (!PyArg_ParseTuple(args, "O", &od)) return NULL;
+    lp_array data;
+    if (lp_get(od, &data, 0, "chunk") < 0) return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        lp_release(&data);
+        return NULL;
+    }
+    const uint8_t *base = (const uint8_t *)data.data, *end = base + data.n * data.itemsize, *p = base;
+    int bad = 0;
+    while (p < end) {
+        tc t = {p, end, 0};
+        int64_t kind = -1, usize = -1, csize = -1, nvalues = -1, encoding = -1;
+        int last = 0;
+        for (;;) {
+            if (t.p >= t.end) { t.bad = 1; break; }
+            uint8_t head = *t.p++;
+            if (head == 0) break;
+            int delta = head >> 4, ftype = head & 0x0F;
+            int fid = delta ? last + delta : (int)tc_zigzag(&t);
+            if (ftype == 5 && fid >= 1 && fid <= 3) {
+                int64_t v = tc_zigzag(&t);
+                if (fid == 1) kind = v; else if (fid == 2) usize = v; else csize = v;
+            } else if (ftype == 12 && (fid == 5 || fid == 7)) {
+                tc_sub(&t, &nvalues, &encoding);
+            } else {
+                tc_skip(&t, ftype, 1);
+            }
+            if (t.bad) break;
+            last = fid;
+        }
+        if (t.bad || kind < 0 || usize < 0 || csize < 0 || csize > end - t.p) {
+            bad = 1;
+            break;
+        }
+        int64_t hsize = t.p - p;
+        PyObject *item = Py_BuildValue("LLLLLL", (long long)kind, (long long)hsize, (long long)csize,
+                                       (long long)usize, (long long)nvalues, (long long)encoding);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(out);
+            lp_release(&data);
+            return NULL;
+        }
+        Py_DECREF(item);
+        p = t.p + csize;
+    }
+    lp_release(&data);
+    if (bad) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_ValueError, "page_headers: not a sequence of Parquet page headers");
+        return NULL;
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"page_headers", page_headers, METH_VARARGS,
+     "page_headers(chunk) -> [(type, header_size, compressed_size, uncompressed_size, num_values, encoding)]"},
     {"fill_tokens_and_mask", fill_tokens_and_mask, METH_VARARGS,
      "fill_tokens_and_mask(tokens, mask, src_start, kept, stored, eos_id, out_ids, out_mask): packed rows' "
      "tokens (EOS-padded) and label-aligned mask, in one pass"},

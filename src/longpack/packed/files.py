@@ -274,6 +274,11 @@ class ParquetWriterOptions:
     - ``use_dictionary``: ``True`` (every column, pyarrow's default and what Bridge writes) or the leaf
       paths that get dictionary pages.
     - ``write_statistics``: min/max page statistics (Bridge writes them; no packed reader uses them).
+    - ``max_rows_per_page``: ``1`` writes every row as its own data page, so a reader can decode one row
+      without its group (``longpack.packed.pages``: longpack's reader does; pyarrow and Bridge read groups
+      as before). ``None``: pyarrow's pages (what Bridge writes).
+    - ``data_page_size``: the page size pyarrow aims at, in bytes (``None``: its 1 MiB); one-row pages need
+      it above a row's size, so that no row is split over two pages.
 
     >>> ParquetWriterOptions().writer_kwargs()["use_dictionary"]
     ['loss_mask.list.element']
@@ -286,21 +291,32 @@ class ParquetWriterOptions:
     row_group_size: int = BRIDGE_ROW_GROUP_SIZE
     use_dictionary: bool | tuple[str, ...] = (LOSS_MASK_LEAF,)
     write_statistics: bool = False
+    max_rows_per_page: int | None = None
+    data_page_size: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.row_group_size, int) or self.row_group_size < 1:
             raise PackedDataError(f"row_group_size must be a positive integer, got {self.row_group_size!r}")
+        for name in ("max_rows_per_page", "data_page_size"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise PackedDataError(f"{name} must be a positive integer or None, got {value!r}")
 
     def writer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``pyarrow.parquet.ParquetWriter`` (besides the schema)."""
         use_dictionary: bool | list[str] = (
             self.use_dictionary if isinstance(self.use_dictionary, bool) else list(self.use_dictionary)
         )
-        return {
+        kwargs: dict[str, Any] = {
             "compression": "snappy",
             "use_dictionary": use_dictionary,
             "write_statistics": self.write_statistics,
         }
+        if self.max_rows_per_page is not None:
+            kwargs["max_rows_per_page"] = self.max_rows_per_page
+        if self.data_page_size is not None:
+            kwargs["data_page_size"] = self.data_page_size
+        return kwargs
 
     def to_dict(self) -> dict[str, Any]:
         """The options as the manifest records them."""
@@ -311,7 +327,19 @@ class ParquetWriterOptions:
             else list(self.use_dictionary),
             "write_statistics": self.write_statistics,
             "compression": "snappy",
+            "max_rows_per_page": self.max_rows_per_page,
+            "data_page_size": self.data_page_size,
         }
+
+
+def one_row_pages(pack_size: int) -> dict[str, int]:
+    """The page options longpack writes with: one row per data page, pages larger than any row (a row of
+    ``pack_size`` int64 ids takes 8 bytes a token; twice that and at least 1 MiB).
+
+    >>> one_row_pages(8192)
+    {'max_rows_per_page': 1, 'data_page_size': 1048576}
+    """
+    return {"max_rows_per_page": 1, "data_page_size": max(2**20, 16 * pack_size)}
 
 
 #: What Megatron-Bridge's ``write_packed_parquet`` writes: ``pq.write_table(table, path, row_group_size=500)``
@@ -329,7 +357,14 @@ def open_parquet_writer(
 
     # By default dictionary pages only for the 0/1 mask: token ids mostly fall back to plain after 1 MB.
     opts = options or ParquetWriterOptions()
-    return pq.ParquetWriter(path, arrow_schema(ids_dtype), **opts.writer_kwargs())
+    schema = arrow_schema(ids_dtype)
+    if opts.max_rows_per_page == 1:  # said in the file, so a reader of the file alone knows it
+        schema = schema.with_metadata({ONE_ROW_PAGES_KEY: b"1"})
+    return pq.ParquetWriter(path, schema, **opts.writer_kwargs())
+
+
+#: Key of the Parquet file's (Arrow schema) metadata that says every row is its own data page.
+ONE_ROW_PAGES_KEY = b"longpack.one_row_per_page"
 
 
 # -- Megatron-Bridge's path rule ---------------------------------------------------------------------

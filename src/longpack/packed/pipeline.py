@@ -32,6 +32,7 @@ from longpack.packed.files import (
     default_row_group_size,
     default_rows_per_shard,
     metadata_name,
+    one_row_pages,
     open_parquet_writer,
     sha256_file,
     shard_names,
@@ -209,8 +210,12 @@ class PackSettings:
         """The Parquet encoding options (Bridge's own in compat mode)."""
         if self.compat is not None:
             return BRIDGE_WRITER_OPTIONS
+        pages = one_row_pages(self.resolved_pack_size)
         return ParquetWriterOptions(
-            row_group_size=self.row_group_size or default_row_group_size(self.resolved_pack_size)
+            row_group_size=self.row_group_size or default_row_group_size(self.resolved_pack_size),
+            # one row per data page: a reader can decode one row, not its whole group
+            max_rows_per_page=pages["max_rows_per_page"],
+            data_page_size=pages["data_page_size"],
         )
 
     @property

@@ -1,0 +1,135 @@
+"""Reading packed rows in training order: random vs sequential rows/s, by pack size and row-group size, for
+longpack's reader (``longpack.runtime.PackedDataset``) and a Megatron-Bridge-style reader on the same files.
+
+Run from the repository root:
+
+    PYTHONPATH=src python benchmarks/reader.py --quick      # small files, a couple of minutes
+    PYTHONPATH=src python benchmarks/reader.py              # 8K and 32K packs, ~270 MiB per file
+
+Files: rows packed by ``longpack.packed`` from SFT-like samples (``benchmarks/row_groups.py``'s generator:
+lognormal lengths, median 600 tokens, ids over a 151,669-token vocabulary), written with longpack's writer
+at each row-group size, with one row per data page (``pages=row``: longpack's default, which lets its reader
+decode a row alone) and with pyarrow's ~1 MiB pages (``pages=1M``: what Bridge's writer makes).
+
+Orders (every run reads as many rows as it can in ``--budget`` seconds, median of ``--repeats`` runs, a fresh
+reader per run):
+
+- ``seq``: rows in file order (``ds[0], ds[1], ...``);
+- ``random``: a random permutation of the rows (``ds[perm[0]], ...``: an unknown order, e.g. a shuffling
+  sampler);
+- ``mapped``: Megatron's training order: ``max_num_samples`` gives the dataset its ``samples_mapping`` (a
+  seeded shuffle of every row per epoch) and indices are read one after another, so longpack's reader sees
+  what comes next and decodes ahead (``prefetch``).
+
+The Bridge-style reader does exactly what ``GPTSFTPackedParquetDataset.__getitem__`` does (one cached row
+group, ``read_row_group`` on a miss, ``as_py()`` per column; ``row_groups.bridge_random_access``).
+longpack's decoded-group cache is limited to ``--cache-mib`` (default 64 MiB, well below the files), so a
+file is never served from memory as a whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from longpack.packed import PackSettings, plan_splits
+from longpack.packed.files import ParquetWriterOptions, one_row_pages
+from longpack.packed.pipeline import write_shard_file
+from longpack.runtime.dataset import PackedDataset
+from row_groups import EOS, bridge_random_access, make_samples  # this folder: the script's own
+
+
+def longpack_rows_per_s(
+    path: Path, order: np.ndarray, *, mapped: bool, prefetch: int, cache: int, budget: float
+) -> float:
+    ds = PackedDataset(
+        path, max_num_samples=len(order) if mapped else None, seed=1234, prefetch=prefetch, cache_bytes=cache
+    )
+    indices = np.arange(len(order)) if mapped else order
+    start = time.perf_counter()
+    done = 0
+    for i in indices.tolist():
+        ds[i]
+        done += 1
+        if done >= 10 and time.perf_counter() - start > budget:
+            break
+    rate = done / (time.perf_counter() - start)
+    ds.close()
+    return rate
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--packs", default="8192,32768")
+    ap.add_argument("--tokens", type=float, default=60e6, help="stored tokens per file")
+    ap.add_argument("--sizes", default="1,2,8,500", help="rows per row group")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--budget", type=float, default=2.0, help="seconds per run, at most")
+    ap.add_argument("--cache-mib", type=int, default=64)
+    ap.add_argument("--prefetch", default="0,32", help="longpack prefetch settings to run")
+    ap.add_argument("--pages", default="row,1M", help="page layouts: row (one row per page), 1M (pyarrow's)")
+    args = ap.parse_args()
+    tokens = 8e6 if args.quick else args.tokens
+    cache = args.cache_mib * 2**20
+    prefetches = [int(p) for p in args.prefetch.split(",")]
+    print(
+        f"{os.cpu_count()} CPUs (shared), load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}; "
+        f"{tokens / 1e6:.0f}M stored tokens per file; longpack cache {args.cache_mib} MiB; median of "
+        f"{args.repeats} runs of <= {args.budget} s"
+    )
+    head = f"{'pack':>6} {'rows':>6} {'rg':>4} {'pages':>5} {'MiB':>6} | {'reader':<20} {'seq':>7} {'random':>7} {'mapped':>7} | {'random/seq':>10} {'mapped/seq':>10}"
+    print(head)
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory(prefix="longpack-reader-") as tmp:
+        for pack in [int(p) for p in args.packs.split(",")]:
+            samples = make_samples(int(tokens))
+            settings = PackSettings(seq_length=pack, algorithm="first_fit_shuffle", seed=1234)
+            split = plan_splits(samples, settings, eos_id=EOS)[0]
+            n = split.plan.num_rows
+            for rg, pages in [(int(x), p) for x in args.sizes.split(",") for p in args.pages.split(",")]:
+                path = Path(tmp) / f"training_{pack}.rg{rg}.{pages}.idx.parquet"
+                extra = one_row_pages(pack) if pages == "row" else {}
+                options = ParquetWriterOptions(row_group_size=rg, **extra)  # type: ignore[arg-type]
+                write_shard_file(path, split.aligned, split.plan, 0, n, options=options)
+                size = path.stat().st_size / 2**20
+                seq, perm = np.arange(n), rng.permutation(n)
+
+                def med(fn) -> float:  # type: ignore[no-untyped-def]
+                    return statistics.median(fn() for _ in range(args.repeats))
+
+                rows = []
+                for pf in prefetches:
+                    rates = [
+                        med(
+                            lambda o=o, m=m, pf=pf, path=path: longpack_rows_per_s(
+                                path, o, mapped=m, prefetch=pf, cache=cache, budget=args.budget
+                            )
+                        )
+                        for o, m in ((seq, False), (perm, False), (seq, True))
+                    ]
+                    rows.append((f"longpack prefetch={pf}", *rates))
+                mapping = PackedDataset(path, max_num_samples=n, seed=1234).samples_mapping
+                assert mapping is not None
+                bridge = [
+                    med(lambda o=o, path=path: bridge_random_access(path, o, args.budget))
+                    for o in (seq, perm, mapping)
+                ]
+                rows.append(("bridge-style", *bridge))
+                for name, s, r, m in rows:
+                    print(
+                        f"{pack:>6} {n:>6} {rg:>4} {pages:>5} {size:>6.0f} | {name:<20} {s:>7.0f} {r:>7.0f} {m:>7.0f} | "
+                        f"{r / s:>10.2f} {m / s:>10.2f}",
+                        flush=True,
+                    )
+                path.unlink()
+
+
+if __name__ == "__main__":
+    main()
