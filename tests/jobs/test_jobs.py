@@ -269,6 +269,7 @@ def test_tokenizer_object_packs_the_same_rows_as_its_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(inputs_mod, "JSONL_CHUNK_BYTES", 2048)  # many chunks: the worker pool really runs
+    monkeypatch.setattr("longpack.text.pipeline.INLINE_BYTES", 0)
     src = write_sft(tmp_path / "d.jsonl")
     rust = _rust_tokenizer()
     folder = tmp_path / "tok"
@@ -402,7 +403,7 @@ def test_plain_script_without_main_guard_tokenizes_with_workers(tmp_path: Path, 
     """A script with no ``if __name__ == "__main__":`` guard, under a start method that would run it again
     in every multiprocessing child: the worker processes must not import it."""
     src = write_sft(tmp_path / "big.jsonl", 30_000)
-    assert src.stat().st_size > 2 * inputs_mod.JSONL_CHUNK_BYTES  # big enough not to run inline
+    assert src.stat().st_size > 2 * inputs_mod.JSONL_CHUNK_BYTES  # more than one chunk
     script = tmp_path / "plain_script.py"
     script.write_text(
         textwrap.dedent(
@@ -412,6 +413,8 @@ def test_plain_script_without_main_guard_tokenizes_with_workers(tmp_path: Path, 
             print("script body ran", flush=True)  # must print once: workers never run this file
 
             from longpack.text import TextConfig, tokenize_inputs, workers
+            import longpack.text.pipeline
+            longpack.text.pipeline.INLINE_BYTES = 0  # a few MB: with worker processes all the same
 
             started = []
             class CountingPool(workers.WorkerPool):

@@ -114,6 +114,7 @@ def test_packed_output_bytes_are_unchanged(
 ) -> None:
     monkeypatch.setattr(inputs_mod, "PARQUET_CHUNK_ROWS", 1024)  # chunk edges inside row groups
     monkeypatch.setattr(inputs_mod, "JSONL_CHUNK_BYTES", 1 << 16)
+    monkeypatch.setattr("longpack.text.pipeline.INLINE_BYTES", 0)  # the JSONL case with worker processes
     files = _write_inputs(tmp_path / "in")
     names, algorithm = case.split(":")
     # Parquet-only inputs with 2 workers (inline either way; the JSONL case would start processes).

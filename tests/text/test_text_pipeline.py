@@ -191,6 +191,7 @@ def test_pretokenized_fast_and_row_paths_agree(tmp_path: Path) -> None:
 
 def test_worker_count_does_not_change_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(inputs_mod, "JSONL_CHUNK_BYTES", 4096)  # many chunks
+    monkeypatch.setattr("longpack.text.pipeline.INLINE_BYTES", 0)  # small, but with the worker pool
     monkeypatch.setattr(inputs_mod, "PARQUET_CHUNK_ROWS", 16)
     demo = write_demo_dataset(tmp_path / "demo", n=300, seed=3)
     rows = [json.loads(x) for x in (demo / "prompt_completion.jsonl").read_text().splitlines()]
@@ -261,6 +262,7 @@ def test_hf_folder_tokenizer_in_worker_processes(tmp_path: Path, monkeypatch: py
     from test_text_formats import CHATML, _hf_folder
 
     monkeypatch.setattr(inputs_mod, "JSONL_CHUNK_BYTES", 64)  # several chunks, so the pool really runs
+    monkeypatch.setattr("longpack.text.pipeline.INLINE_BYTES", 0)
 
     folder = _hf_folder(tmp_path / "model", CHATML)
     (folder / "tokenizer.json").rename(folder / "my_tok.json")  # a tokenizer file not named tokenizer.json

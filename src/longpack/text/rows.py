@@ -437,7 +437,7 @@ def row_to_sample(row: Any, fmt: str, config: TextConfig, tok: Tokenizer) -> tup
 def sample_from_row(
     row: Any, fmt: str, config: TextConfig, tok: Tokenizer, ignored: dict[str, int] | None = None
 ) -> tuple[list[int], list[int] | bytearray]:
-    """``row_to_sample`` with the mask as a list or a bytearray of 0/1 (chat), whichever is cheaper;
+    """``row_to_sample`` with the mask as a list or a bytearray of 0/1, whichever is cheaper;
     ``ignored`` collects the turn keys nothing reads (see :func:`chat_messages`)."""
     if not isinstance(row, Mapping):
         raise RowError(f"a row must be a JSON object, got {type(row).__name__}")
@@ -456,11 +456,14 @@ def sample_from_row(
         context = tok.encode(prompt_text) if prompt_text else []
         answer_text = sep + completion
         answer = tok.encode(answer_text) if answer_text else []
-        ids = [*context, *answer, tok.eos_id]
+        ids = context + answer
+        ids.append(tok.eos_id)
+        # The mask as bytes (0/1): built and copied by C loops, not a Python int per token.
+        mask: list[int] | bytearray
         if config.prompt_completion_loss == "full":
-            mask = [1] * len(ids)
+            mask = bytearray(b"\x01") * len(ids)
         else:
-            mask = [0] * len(context) + [1] * (len(answer) + 1)
+            mask = bytearray(len(context)) + b"\x01" * (len(answer) + 1)
     elif fmt in ("chat", "sharegpt"):
         messages = chat_messages(row, fmt, config, ignored)
         if config.chat_loss != "full" and not any(m["role"] == "assistant" for m in messages):
@@ -518,5 +521,5 @@ def sample_from_row(
         )
     skipped = tok.skipped_id_set
     if skipped and not skipped.isdisjoint(ids):
-        mask = [0 if i in skipped else m for i, m in zip(ids, mask, strict=True)]
+        mask = bytearray(0 if i in skipped else m for i, m in zip(ids, mask, strict=True))
     return ids, mask
