@@ -34,6 +34,10 @@ CPU seconds (user + sys of the process and its reaped children) next to wall sec
 ratio to each floor: CPU vs ``floor:1``, wall vs ``floor:2``.
 
     python benchmarks/pack_pipeline.py --inputs jsonl --sizes 100000,1000000 --repeats 3 --baseline-max 0
+
+Text (``--inputs text``: 60 % prompt/completion rows and 40 % chat conversations, qwen3) runs against the
+**raw tokenizer**: tiktoken's encoder on exactly the strings longpack encodes (prompts, completions, the
+rendered chat texts), on one thread; longpack's tokenizing CPU (all processes) is reported as a ratio to it.
 """
 
 from __future__ import annotations
@@ -119,6 +123,79 @@ def make_text(path: Path, n: int, seed: int = 0) -> None:
             fh.write(
                 json.dumps({"prompt": " ".join(picked[:cut]), "completion": " ".join(picked[cut:])}) + "\n"
             )
+
+
+def make_text_folder(folder: Path, n: int, seed: int = 0) -> None:
+    """``n`` text rows in two files: 60 % prompt/completion, 40 % chat conversations (one or two exchanges,
+    half with a system message), the same word mix and lengths as :func:`make_text`."""
+    rng = np.random.default_rng(seed)
+    words = np.array(_words())
+    lengths = sft_lengths(n, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "prompt_completion.jsonl", "w") as pc, open(folder / "chat.jsonl", "w") as chat:
+        for length in lengths.tolist():
+            n_words = max(4, int(length * 0.75))
+            picked = words[rng.integers(0, len(words), size=n_words)]
+            cut = max(1, int(n_words * rng.uniform(0.2, 0.7)))
+            if rng.random() < 0.6:
+                row = {"prompt": " ".join(picked[:cut]), "completion": " ".join(picked[cut:])}
+                pc.write(json.dumps(row) + "\n")
+                continue
+            messages = (
+                [{"role": "system", "content": "You are a helpful assistant."}] if rng.random() < 0.5 else []
+            )
+            half = max(cut + 1, (cut + n_words) // 2) if rng.random() < 0.5 else n_words
+            messages += [
+                {"role": "user", "content": " ".join(picked[:cut])},
+                {"role": "assistant", "content": " ".join(picked[cut:half])},
+            ]
+            if half < n_words:
+                messages += [
+                    {"role": "user", "content": "And then?"},
+                    {"role": "assistant", "content": " ".join(picked[half:])},
+                ]
+            chat.write(json.dumps({"messages": messages}) + "\n")
+
+
+def run_tokenizer_floor(path: Path) -> dict:
+    """The tokenizing floor: the raw qwen3 encoder (tiktoken) on exactly the strings longpack encodes (the
+    prompts and completions, the rendered chat texts), one after another on one thread. Rendering the chat
+    template is done before the clock (reported apart as ``render_seconds``)."""
+    from longpack.text import TextConfig, load_tokenizer
+    from longpack.text.rows import chat_messages, row_tools
+
+    tok = load_tokenizer("qwen3")
+    tok.encode("warm up")  # the vocabulary is loaded before the clock
+    config = TextConfig()
+    texts: list[str] = []
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    with open(path / "prompt_completion.jsonl") as fh:
+        for line in fh:
+            row = json.loads(line)
+            texts += [row["prompt"].strip(" "), row["completion"].strip(" ")]
+    with open(path / "chat.jsonl") as fh:
+        for line in fh:
+            row = json.loads(line)
+            pieces = tok.render_chat(chat_messages(row, "chat", config), tools=row_tools(row, config))
+            texts.append("".join(t for t, _ in pieces))
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    encode = tok._enc.encode  # type: ignore[attr-defined]
+    t0 = time.perf_counter()
+    tokens = 0
+    for text in texts:
+        tokens += len(encode(text, allowed_special="all"))
+    t1 = time.perf_counter()
+    r2 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (r2.ru_utime + r2.ru_stime) - (r1.ru_utime + r1.ru_stime)
+    return {
+        "seconds": t1 - t0,
+        "tokenize_seconds": t1 - t0,
+        "tokenize_cpu_seconds": cpu,
+        "render_seconds": (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime),
+        "samples": len(texts),
+        "stored_tokens": tokens,
+        "rows": 0,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -387,9 +464,14 @@ def run_ours(kind: str, path: Path, out: Path, algorithm: str, ids_dtype: str = 
     from longpack.text import TextConfig, tokenize_inputs
 
     t0 = time.perf_counter()
-    fmt = "pretokenized" if kind in ("pretokenized", "jsonl") else "prompt_completion"
+    fmt = {"pretokenized": "pretokenized", "jsonl": "pretokenized", "text": "auto"}.get(
+        kind, "prompt_completion"
+    )
+    c0 = resource.getrusage(resource.RUSAGE_SELF)
     result = tokenize_inputs([str(path)], tokenizer="qwen3", config=TextConfig(format=fmt), workers=None)
     t1 = time.perf_counter()
+    c1, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    tokenize_cpu = (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime) + kids.ru_utime + kids.ru_stime
     eos = int(result.tokenizer["eos_id"])
     settings = PackSettings(
         seq_length=SEQ_LENGTH, algorithm=algorithm, overlength="drop", ids_dtype=ids_dtype
@@ -400,6 +482,7 @@ def run_ours(kind: str, path: Path, out: Path, algorithm: str, ids_dtype: str = 
     return {
         "seconds": t2 - t0,
         "tokenize_seconds": t1 - t0,
+        "tokenize_cpu_seconds": tokenize_cpu,
         "samples": len(result.samples),
         "stored_tokens": int(result.samples.offsets[-1]),
         "rows": manifest["counts"]["rows"]["training"],
@@ -582,7 +665,10 @@ def _vm_hwm_bytes() -> int:
 
 def child(args: argparse.Namespace) -> None:
     path, out = Path(args.path), Path(args.out)
-    if args.impl.startswith("floor"):
+    if args.impl == "tokenizer":
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        result = run_tokenizer_floor(path)
+    elif args.impl.startswith("floor"):
         _, threads, *dtype = args.impl.split(":")
         _jsonl_kernels()  # compiled (or loaded from the cache) before the clock starts
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -692,13 +778,17 @@ def main() -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         for n in [int(s) for s in args.sizes.split(",")]:
             for kind in args.inputs.split(","):
-                suffix = {"pretokenized": "parquet", "jsonl": "pretok.jsonl"}.get(kind, "jsonl")
+                suffix = {"pretokenized": "parquet", "jsonl": "pretok.jsonl", "text": "text"}.get(
+                    kind, "jsonl"
+                )
                 src = data_dir / f"in_{n}.{suffix}"
                 if not (args.data_dir and src.exists()):
                     if kind == "pretokenized":
                         make_pretokenized(src, n)
                     elif kind == "jsonl":
                         make_pretokenized_jsonl(src, n)
+                    elif kind == "text":
+                        make_text_folder(src, n)
                     else:
                         make_text(src, n)
                 dtypes = args.ids_dtypes.split(",")
@@ -711,6 +801,8 @@ def main() -> None:
                     impls = [
                         f"floor:{t}" + ("" if d == "int64" else f":{d}") for d in dtypes for t in (1, 2)
                     ] + impls
+                if kind == "text":
+                    impls = ["tokenizer", *impls]
                 if n <= args.baseline_max:
                     impls.append("baseline")
                 results = {}
@@ -736,6 +828,14 @@ def main() -> None:
                         continue
                     dtype = impl.split(":")[2] if impl.count(":") == 2 else "int64"
                     tail = "" if dtype == "int64" else f":{dtype}"
+                    raw = results.get("tokenizer")
+                    if raw:
+                        ours_cpu, raw_cpu = r["tokenize_cpu_seconds"], raw["tokenize_cpu_seconds"]
+                        print(
+                            f"{'':<22}{impl}: tokenizing {ours_cpu:.1f} CPU-s = {ours_cpu / raw_cpu:.2f}x the raw "
+                            f"encoder's {raw_cpu:.1f} (target <= 1.3x; "
+                            f"{ours_cpu / (raw_cpu + raw['render_seconds']):.2f}x raw encoder + chat rendering)"
+                        )
                     f1, f2 = results.get(f"floor:1{tail}"), results.get(f"floor:2{tail}")
                     if f1 and f2:
                         print(
@@ -759,7 +859,12 @@ def main() -> None:
                     )
                 print(f"{'':<22}load average after: {_load()}", flush=True)
                 if not args.data_dir:
-                    src.unlink()
+                    if src.is_dir():
+                        for f in src.iterdir():
+                            f.unlink()
+                        src.rmdir()
+                    else:
+                        src.unlink()
 
 
 def _load() -> str:
