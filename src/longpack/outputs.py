@@ -75,11 +75,25 @@ def _name_limits(existing: Path) -> tuple[int, int]:
         return 255, 4096
 
 
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name too long to look up, a folder we may not enter: nothing usable there
+        return False
+
+
+def _is_symlink(path: Path) -> bool:
+    try:
+        return path.is_symlink()
+    except OSError:
+        return False
+
+
 def _nearest_existing(path: Path, field: str) -> Path:
     """The closest ancestor of ``path`` that exists; a dangling link on the way is an error."""
     current = path.parent
-    while not current.exists():
-        if current.is_symlink():
+    while not _exists(current):
+        if _is_symlink(current):
             raise OutputError(
                 f"{field} {path}: {current} is a symbolic link to {os.readlink(current)}, which does not "
                 f"exist; create its target or choose another {field}",
@@ -150,6 +164,7 @@ def check_output_dir(
     writer could get past. ``inputs`` are input files, folders or globs.
     """
     path = Path(out)
+    _check_path_text(path, field, _nearest_existing(path, field))
     if path.is_symlink() and not path.exists():
         raise OutputError(
             f"{field} {path} is a symbolic link to {os.readlink(path)}, which does not exist; remove the "
@@ -161,7 +176,6 @@ def check_output_dir(
             raise OutputExistsError(
                 f"{field} {path} exists and is not a folder; choose another {field}", fields=field
             )
-        _check_path_text(path, field, path)
         if overwrite and not os.access(path, os.W_OK | os.X_OK):
             raise OutputError(
                 f"{field} {path} is not writable by this user; choose another {field}", fields=field
@@ -193,6 +207,7 @@ def check_output_file(path: str | Path, *, field: str) -> Path:
     longpack.errors.OutputError: plot /proc/definitely/not/here.png: folder /proc/definitely/not does not exist; create it first or choose another plot
     """
     p = Path(path)
+    _check_path_text(p, field, _nearest_existing(p, field))
     if p.is_dir():
         raise OutputError(
             f"{field} {p} is a folder; give a file name (e.g. {p / 'out'}{p.suffix})", fields=field

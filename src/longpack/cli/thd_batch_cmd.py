@@ -71,11 +71,16 @@ def register(app: typer.Typer) -> None:
 
         if max_seq_length is not None:
             typer.echo("warning: --max-seq-length is deprecated; use --pack-size", err=True)
-            pack_size = pack_size or max_seq_length
+            pack_size = pack_size if pack_size is not None else max_seq_length
         if pack_size is None:
             from longpack.errors import ConfigError
 
             raise ConfigError("pack_size is required (packed_sequence_size)", fields="pack_size")
+        from longpack.validate import optional_positive_int, positive_int
+
+        for name, value in (("pack_size", pack_size), ("batch_size", batch_size), ("cp", cp), ("tp", tp)):
+            positive_int(value, name)
+        optional_positive_int(pad_seq_to_mult, "pad_seq_to_mult")
         try:
             folder = PackedFolder.open(path, split=split)
             if split is None and folder.kind == "folder" and len(folder.split_names) > 1:

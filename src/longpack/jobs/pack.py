@@ -452,6 +452,7 @@ class PackResult:
             "algorithm": settings["algorithm"],
             "seed": settings["seed"],
             "counts": self.counts,
+            "malformed_listed": len(self.manifest.malformed),
             "splits": {
                 name: {
                     "metadata": s.metadata,
@@ -461,6 +462,9 @@ class PackResult:
                     "files": list(s.file_names),
                     "truncated": s.truncated_count,
                     "dropped": s.dropped_count,
+                    # how many of those the manifest lists one by one (it stops at a cap)
+                    "truncated_listed": len(s.truncated),
+                    "dropped_listed": len(s.dropped),
                 }
                 for name, s in self.splits.items()
             },

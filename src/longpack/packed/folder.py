@@ -103,17 +103,36 @@ class ListColumn(NamedTuple):
         return np.diff(self.offsets)
 
 
-def list_column(column: pa.ChunkedArray | pa.Array, where: str = "column") -> ListColumn:
-    """Offsets and values of a list column without per-row Python objects; a clear error for anything else.
+def list_column(
+    column: pa.ChunkedArray | pa.Array, where: str = "column", *, integers: bool = True
+) -> ListColumn:
+    """Offsets and values of a list column without per-row Python objects; a clear error for anything else
+    (``integers``: the values must be integers; else any number or bool, as a loss mask may be).
 
     >>> c = list_column(pa.array([[1, 2], [], [3]]))
     >>> c.offsets.tolist(), c.values.tolist(), c.lengths.tolist()
     ([0, 2, 2, 3], [1, 2, 3], [2, 0, 1])
+    >>> list_column(pa.array([["a"]]), "input_ids")
+    Traceback (most recent call last):
+    ...
+    longpack.errors.PackedDataError: input_ids holds string values, expected integers; write it with `longpack pack`
     """
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
         raise PackedDataError(
             f"{where} has type {arr.type}, expected a list column; write it with `longpack pack`"
+        )
+    value_type = arr.type.value_type
+    # (a column of only empty lists has null-typed values: nothing to read)
+    numeric = (
+        pa.types.is_integer(value_type)
+        or pa.types.is_null(value_type)
+        or (not integers and (pa.types.is_boolean(value_type) or pa.types.is_floating(value_type)))
+    )
+    if not numeric:
+        raise PackedDataError(
+            f"{where} holds {value_type} values, expected {'integers' if integers else 'numbers'}; write it "
+            "with `longpack pack`"
         )
     if arr.null_count or arr.values.null_count:
         raise PackedDataError(f"{where} holds nulls; a packed row needs a value at every position")
@@ -173,7 +192,7 @@ def validate_rows(table: pa.Table) -> list[str]:
     ['row 1: loss_mask length 1 != input_ids length 2', 'row 1: seq_start_id must start with 0, got [1]']
     """
     ids = list_column(table.column("input_ids"), "input_ids")
-    mask = list_column(table.column("loss_mask"), "loss_mask")
+    mask = list_column(table.column("loss_mask"), "loss_mask", integers=False)
     starts = list_column(table.column("seq_start_id"), "seq_start_id")
     checks = _row_checks(ids.lengths, mask.lengths, starts.offsets, starts.values.astype(np.int64))
     return [f"row {r}: {message}" for r, message in checks]
@@ -293,7 +312,11 @@ class ParquetRowSource:
                 f"read ({_one_line(exc)}); {_DAMAGED}"
             ) from exc
         return {
-            name: list_column(table.column(name), f"{self.path}: row group {group}: column {name!r}")
+            name: list_column(
+                table.column(name),
+                f"{self.path}: row group {group}: column {name!r}",
+                integers=name != "loss_mask",
+            )
             for name in columns
         }
 
