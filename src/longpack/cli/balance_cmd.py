@@ -46,9 +46,14 @@ def read_lengths(path: Path, *, pack_size: int | None = None) -> np.ndarray:
                     if not text:
                         continue
                     try:
-                        values.append(int(text))
+                        value = int(text)
                     except ValueError:
                         raise InputError(f"{path}:{number}: {text!r} is not an integer length") from None
+                    if not 0 < value < 2**62:
+                        raise InputError(
+                            f"{path}:{number}: length {text[:30]} must be a positive token count"
+                        )
+                    values.append(value)
                     where.append(f"{path}:{number}")
             lengths = np.asarray(values, dtype=np.int64)
     except OSError as exc:

@@ -38,6 +38,8 @@ def _read_lengths(path: Path) -> list[int]:
             ) from None
         if value < 1:
             raise ValueError(f"{path}:{lineno}: runtime length {value} < 1; remove empty samples")
+        if value >= 2**62:
+            raise ValueError(f"{path}:{lineno}: runtime length {text[:30]} is not a token count")
         out.append(value)
     if not out:
         raise ValueError(f"{path}: no lengths found (one runtime length per line)")

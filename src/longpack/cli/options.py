@@ -74,6 +74,7 @@ FIELD_FLAGS = {
     "model_shape": "--model-shape",
     "text.format": "--format",
     "gpus": "--gpus",
+    "world_size": "--gpus",
     "backend": "--backend",
 }
 

@@ -42,8 +42,12 @@ class CheckConfig:
     def __post_init__(self) -> None:
         if isinstance(self.overrides, str):
             object.__setattr__(self, "overrides", (self.overrides,))
-        else:
+        elif isinstance(self.overrides, list | tuple):
             object.__setattr__(self, "overrides", tuple(self.overrides))
+        else:
+            raise ConfigError(
+                f"overrides must be a list of 'key=value' strings, got {self.overrides!r}", fields="overrides"
+            )
         object.__setattr__(self, "gpus", optional_positive_int(self.gpus, "gpus"))
         if not all(isinstance(o, str) for o in self.overrides):
             raise ConfigError(

@@ -754,6 +754,11 @@ class SweepConfig:
             )
         if isinstance(self.pack_lengths, str):
             lengths = parse_pack_lengths(self.pack_lengths)
+        elif not isinstance(self.pack_lengths, list | tuple | range):
+            raise SweepError(
+                f"pack_lengths must be a list of pack sizes or a '2048,4096' string, got {self.pack_lengths!r}",
+                fields="pack_lengths",
+            )
         else:
             try:
                 lengths = tuple(sorted(positive_int(x, "pack_lengths") for x in self.pack_lengths))

@@ -280,7 +280,8 @@ class ParquetRowSource:
                 self.group_rows = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
         except FileNotFoundError as exc:
             raise PackedDataError(f"{self.path}: no such file") from exc
-        except (OSError, pa.ArrowException) as exc:
+        # (ValueError: a damaged footer can hold names that are not UTF-8)
+        except (OSError, ValueError, pa.ArrowException) as exc:
             raise PackedDataError(
                 f"{self.path}: cannot open as Parquet ({_one_line(exc)}); {_DAMAGED}"
             ) from exc
@@ -300,12 +301,12 @@ class ParquetRowSource:
 
     def read_group(self, group: int, columns: Sequence[str] = REQUIRED_COLUMNS) -> dict[str, ListColumn]:
         """One row group's ``columns``; a damaged page is a :class:`PackedDataError` naming file and rows."""
-        if self._pid != os.getpid() or self._reader is None:
-            self._reader = pq.ParquetFile(self.path)
-            self._pid = os.getpid()
         try:
+            if self._pid != os.getpid() or self._reader is None:
+                self._reader = pq.ParquetFile(self.path)
+                self._pid = os.getpid()
             table = self._reader.read_row_group(group, columns=list(columns))
-        except (OSError, pa.ArrowException) as exc:
+        except (OSError, ValueError, pa.ArrowException) as exc:
             first = self.group_start(group)
             raise PackedDataError(
                 f"{self.path}: row group {group} (rows {first}-{first + self.group_rows[group] - 1}) cannot be "
