@@ -11,8 +11,8 @@ them (SFT-like: lognormal median 600 sigma 1.0 capped at 32,768; 70 % median 150
 sigma 0.6), plus ``longtail`` (lognormal median 1,500 sigma 1.3 up to the pack size: long-context SFT where a
 few documents fill a pack alone). Item counts give ``--steps`` global batches. Pack cost: a Llama-3-8B-shaped
 dense model (h 4096, 32 layers, 32 heads / 8 KV heads, FFN 14336, vocab 128256) by the Megatron FLOP formula
-(``specs/planner.md`` §A.2) at 400 TFLOP/s effective, so times are seconds. Layout: DP 8, PP 4 (1F1B),
-MBS 1, GBS 128 (16 micro-batches per rank), Megatron-Bridge's batch sampler.
+(docs/reference/planner-model.md#flops) at 400 TFLOP/s effective, so times are seconds. Layout: DP 8, PP 4
+(1F1B), MBS 1, GBS 128 (16 micro-batches per rank), Megatron-Bridge's batch sampler.
 
 Rows per case: ``first_fit_shuffle`` (Megatron-Bridge's packer, its bin order), ``best_fit`` (best-fit
 decreasing, bin ids randomly permuted: a shuffled order), ``balanced`` (``balanced_pack``), ``ideal`` (the

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,17 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from longpack.rules import inspect_packed_dir, load_setup, run_rules
+from timing import median_time
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "check"
-
-
-def median_time(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def write_folder(folder: Path, rows: int, pack: int, seed: int) -> None:

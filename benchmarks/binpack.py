@@ -15,7 +15,7 @@ Rows, all in this process on the same input:
   each item), assignment array included.
 * ``ffs.arrays``: ``megatron.create_packing_strategy_arrays`` (what the pack pipeline calls).
 * ``py-segtree-ffs``: a pure-Python segment-tree first fit after ``np.random.shuffle`` of the ascending length
-  list, written from the spec (what Megatron-Bridge runs today). Checked to give identical bins to ``ffs``.
+  list, as Megatron-Bridge's ``data/packing`` runs it today. Checked to give identical bins to ``ffs``.
 * ``lightbinpack.obfd``: C++ optimized best fit decreasing from PyPI (``pip install lightbinpack``, the
   ``bench`` extra), given a Python list (its native input).
 
@@ -62,7 +62,7 @@ def make_lengths(workload: str, n: int, capacity: int, seed: int = 0) -> np.ndar
 
 
 # ----------------------------------------------------------------------------------------------
-# Baseline: pure-Python segment-tree first fit, written from spec §2.5 (Megatron-Bridge today).
+# Baseline: pure-Python segment-tree first fit, as Megatron-Bridge's data/packing/algorithms.py runs it today.
 # ----------------------------------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ Each measurement runs in a fresh subprocess (so peak RSS is that run's own). Inp
 
 longpack: ``tokenize_inputs`` -> ``plan_splits`` (best_fit_decreasing, and first_fit_shuffle) ->
 ``write_packed_output`` (``input_ids`` int64 by default; ``--ids-dtypes int64,int32`` adds the opt-in
-``--ids-dtype int32`` runs). Baseline (spec §2.2-2.7, Megatron-Bridge ``data/packing``): rows read into Python
+``--ids-dtype int32`` runs). Baseline (Megatron-Bridge ``data/packing``): rows read into Python
 dicts of lists (pre-tokenized) or tokenized one sample at a time (text, serial, as ``num_tokenizer_workers``
 defaults on main), ``create_hist`` into per-length lists, ``first_fit_shuffle`` with the O(N log N) segment
 tree first fit, ``fill_packing_strategy`` with per-length permutations and Python list extends, one
@@ -139,7 +139,7 @@ def run_ours(kind: str, path: Path, out: Path, algorithm: str, ids_dtype: str = 
 
 
 def _segment_tree_first_fit(seqlens: list[int], pack_size: int) -> list[list[int]]:
-    """Megatron-Bridge's first_fit (spec §2.5): max segment tree over remaining capacity, leftmost fit."""
+    """Megatron-Bridge's first_fit: max segment tree over remaining capacity, leftmost fit."""
     n = max(len(seqlens), 1)
     size = 1
     while size < n:

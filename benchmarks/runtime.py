@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -24,18 +22,9 @@ import torch.nn.functional as F
 from longpack.runtime.attention import varlen_attention
 from longpack.runtime.collate import collate_packed
 from longpack.runtime.context_parallel import thd_partition_indices, zigzag_indices
+from timing import median_time
 
 EOS = 2
-
-
-def median_time(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def synthetic_pack(pack_size: int, rng: np.random.Generator, multiple: int = 1) -> dict[str, np.ndarray]:
@@ -113,8 +102,8 @@ def bench_collate(quick: bool) -> None:
         want = reference_collate([packs[0]], pack_size, EOS)
         for key in want:
             assert torch.equal(got[key].to(want[key].dtype), want[key]), key
-        t_ours = median_time(ours, repeats) / len(packs)
-        t_ref = median_time(ref, repeats) / len(packs)
+        t_ours = median_time(ours, repeats, warmup=True) / len(packs)
+        t_ref = median_time(ref, repeats, warmup=True) / len(packs)
         print(f"{pack_size:>10} {seqs:>10.1f} {1 / t_ours:>17.1f} {1 / t_ref:>18.1f} {t_ref / t_ours:>6.1f}x")
 
 
@@ -149,8 +138,8 @@ def bench_partition(quick: bool) -> None:
             )
             assert torch.equal(a, b)
         repeats = 3 if quick else 9
-        t_ours = median_time(ours, repeats) / cp
-        t_loop = median_time(loop, repeats) / cp
+        t_ours = median_time(ours, repeats, warmup=True) / cp
+        t_loop = median_time(loop, repeats, warmup=True) / cp
         print(
             f"{cp:>3} {len(lengths):>9} {t_ours * 1e3:>12.2f} {t_loop * 1e3:>20.2f} {t_loop / t_ours:>6.1f}x"
         )
@@ -185,8 +174,10 @@ def bench_attention(quick: bool) -> None:
         x = torch.from_numpy(rng.standard_normal((total, heads, dim)).astype(np.float32))
         cu = torch.tensor([0, *np.cumsum(lengths).tolist()])
         repeats = 2 if quick else 3
-        t_packed = median_time(lambda x=x, cu=cu: varlen_attention(x, x, x, cu), repeats)
-        t_padded = median_time(lambda x=x, lengths=lengths: padded_attention(x, lengths), repeats)
+        t_packed = median_time(lambda x=x, cu=cu: varlen_attention(x, x, x, cu), repeats, warmup=True)
+        t_padded = median_time(
+            lambda x=x, lengths=lengths: padded_attention(x, lengths), repeats, warmup=True
+        )
         print(
             f"{count:>8} {max(lengths):>8} {total:>7} {count * max(lengths):>13} {t_packed * 1e3:>10.1f} "
             f"{t_padded * 1e3:>10.1f} {t_padded / t_packed:>6.1f}x"

@@ -11,10 +11,7 @@ depend on the machine's load.
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -23,17 +20,9 @@ from longpack.jobs.sweep import PlannerSetup, SweepSettings, pack_candidate, swe
 from longpack.planner.catalog import load_gpu, load_model
 from longpack.samples import TokenizedSamples
 from longpack.text import TextConfig, tokenize_inputs, write_demo_dataset
+from timing import median_time
 
 LENGTHS = (2048, 4096, 8192, 16384)
-
-
-def median_time(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def synthetic(n: int, seed: int) -> TokenizedSamples:

@@ -1,7 +1,8 @@
-"""Test helpers for longpack.packed: sample builders and a reader written from the spec, not from longpack.
+"""Test helpers for longpack.packed: sample builders and a reader written from the format, not from longpack.
 
-The reader follows ``megatron-packing.md`` §2.7 (path resolution, required columns) and §3.4 (collate_fn,
-current main contract) with plain Python lists, as Megatron-Bridge does.
+The reader follows the path rules and columns of docs/reference/packed-format.md and Megatron-Bridge's
+packed ``collate_fn`` (current main contract, docs/reference/thd-batch.md#collate) with plain Python
+lists, as Megatron-Bridge does.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def random_samples(
 
 
 # ---------------------------------------------------------------------------------------------------
-# Reader from the spec (§2.7): resolution and rows as Python lists.
+# Reader from the format (path rules): resolution and rows as Python lists.
 
 
 def spec_resolve(spec: str) -> list[str]:
@@ -81,7 +82,7 @@ def spec_read_rows(spec: str) -> list[dict[str, Any]]:
 
 
 def spec_collate(items: list[dict[str, Any]], *, eos_id: int, width: int, m: int) -> dict[str, Any]:
-    """§3.4 steps 1-5, 7-9 for ``answer_only_loss=True`` and a fixed width ``W`` (pad_to_max_length)."""
+    """Collate steps 1-5, 7-9 for ``answer_only_loss=True`` and a fixed width ``W`` (pad_to_max_length)."""
     out: dict[str, Any] = {
         "tokens": [],
         "labels": [],

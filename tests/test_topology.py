@@ -117,7 +117,7 @@ def test_layout_repetition_grammar_matches_expanded_form(stages: list[str]) -> N
 
 
 def test_bridge_llama3_70b_perf_layout() -> None:
-    # Megatron-Bridge perf recipe llama3_70b_pretrain_64gpu_h100 (shared/data/calibration_points.yaml):
+    # Megatron-Bridge perf recipe llama3_70b_pretrain_64gpu_h100 (longpack/data/calibration_points.yaml):
     # PP8 VPP5 with "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL" for 80 layers.
     split = pipeline_split(num_layers=80, pp=8, vpp=5, layout="Et*2|(t*2|)*34,t*3|(t*2|)*3,tL")
     assert split.vpp == 5 and sum(map(sum, split.decoder)) == 80

@@ -5,8 +5,8 @@ always lists exactly the rules of the code being documented. :func:`render` is p
 so a test can check the page without building the site.
 
 The generator reads only these attributes of each record in ``longpack.rules.RULES``: ``id``,
-``severity`` (an enum with ``.value`` or a string), ``title``, ``source`` and ``scope``; ``fix`` and
-``description`` are shown when a record has them.
+``severity`` (an enum with ``.value`` or a string), ``title``, ``source`` (upstream names, shown with
+identifiers as code) and ``scope``; ``fix`` and ``description`` are shown when a record has them.
 """
 
 from __future__ import annotations
@@ -34,51 +34,28 @@ FAMILIES = {
     "DATA": "Packed data (`--packed`)",
 }
 
-# Where a rule comes from, in upstream terms. The registry may name a source by a section of longpack's
-# research notes (``§6.10``, ``C.2``); those tokens are shown as the upstream code or document they stand for.
-UPSTREAM = {
-    "§1": "Bridge `PackedSequenceSpecs`",
-    "§2.1": "Bridge offline packing (output files)",
-    "§2.6": "Bridge `fill_packing_strategy`",
-    "§3.1": "Bridge `build_gpt_sft_split`",
-    "§3.4": "Bridge packed `collate_fn`",
-    "§3.5": "Bridge `GPTSFTPackedDataset` (metadata)",
-    "§5.2": "Bridge `gpt_step` CP split",
-    "§5.4": "Bridge `gpt_step` forward",
-    "§5.5": "Bridge THD micro-batches (MBS 1)",
-    "§6.16": "Bridge MTP docs",
-    "§6.17": "Bridge recipes (model opt-outs)",
-    "§6": "Bridge `ConfigContainer.validate`",
-    "§8": "Bridge docs (recommended settings)",
-    "§9.9": "TransformerEngine THD split",
-    "C.1": "Bridge `EnergonDatasetConfig.validate`",
-    "C.2": "Bridge `ConfigContainer.validate` (Energon)",
-    "D.7": "TransformerEngine / MCore CP communication",
-    "D.8": "MCore sequence parallelism",
-}
-_TOKEN = re.compile(r"^(§\d+(?:\.\d+)?|[A-F]\.\d+)\s*(.*)$")
+# A rule's ``source`` names upstream code or documents, several joined by "; " (``Bridge
+# ConfigContainer.validate; Bridge docs (recommended settings)``). On the page, identifiers are shown as
+# code: dotted or snake_case names and CamelCase class names; product names are not identifiers.
+_IDENTIFIER = re.compile(
+    r"(?<![\w`-])([A-Za-z][\w]*(?:[._][\w]+)+|[A-Z][A-Za-z0-9]*[a-z][A-Z][A-Za-z0-9]*)(?![\w`-])"
+)
+PRODUCTS = frozenset({"TransformerEngine", "DeepSeek", "HybridEP", "DeepEP"})
 
 
-def upstream_source(source: str) -> str:
-    """The ``source`` of a rule in upstream terms.
+def source_text(source: str) -> str:
+    """The ``source`` of a rule as Markdown: its parts in order (repeats dropped), identifiers as code.
 
-    >>> upstream_source("§6.10")
-    'Bridge `ConfigContainer.validate`'
-    >>> upstream_source("§6.6, C.2")
-    'Bridge `ConfigContainer.validate`; Bridge `ConfigContainer.validate` (Energon)'
-    >>> upstream_source("§8 (performance guide)"), upstream_source("MCore attention")
-    ('Bridge docs (recommended settings) (performance guide)', 'MCore attention')
+    >>> source_text("Bridge ConfigContainer.validate; Bridge docs (recommended settings)")
+    'Bridge `ConfigContainer.validate`; Bridge docs (recommended settings)'
+    >>> source_text("Bridge gpt_step CP split; TransformerEngine thd_get_partitioned_indices")
+    'Bridge `gpt_step` CP split; TransformerEngine `thd_get_partitioned_indices`'
+    >>> source_text("MCore TransformerConfig; MCore TransformerConfig"), source_text("Megatron-LM arguments")
+    ('MCore `TransformerConfig`', 'Megatron-LM arguments')
     """
     parts: list[str] = []
-    for part in (p.strip() for p in source.split(",")):
-        match = _TOKEN.match(part)
-        if match is None:
-            text = part
-        else:
-            token, rest = match.groups()
-            name = UPSTREAM.get(token) or UPSTREAM.get(token.split(".")[0]) or token
-            rest = "" if rest == "(docs)" else rest
-            text = f"{name} {rest}".strip()
+    for part in (p.strip() for p in source.split(";")):
+        text = _IDENTIFIER.sub(lambda m: m.group(1) if m.group(1) in PRODUCTS else f"`{m.group(1)}`", part)
         if text and text not in parts:
             parts.append(text)
     return "; ".join(parts)
@@ -131,7 +108,7 @@ def render(rules: Any = None) -> str:
                 getattr(r.severity, "value", r.severity),
                 _cell(title),
                 "packed data" if getattr(r, "scope", "config") == "packed" else "config",
-                _cell(upstream_source(getattr(r, "source", ""))),
+                _cell(source_text(getattr(r, "source", ""))),
             ]
             if show_fix:
                 cells.append(_cell(getattr(r, "fix", "") or ""))
@@ -140,17 +117,24 @@ def render(rules: Any = None) -> str:
     out += [
         "## Sources {#sources}",
         "",
+        "The source column names the upstream code or document a rule restates (Megatron-Bridge is *Bridge*, "
+        "Megatron-Core is *MCore*).",
+        "",
         "- **Bridge `ConfigContainer.validate`**, **`EnergonDatasetConfig.validate`**, "
         "**`GPTSFTDatasetConfig.validate`**: checks Megatron-Bridge runs when a training starts; longpack runs "
-        "them before any GPU is allocated.",
-        "- **Bridge docs (recommended settings)**: requirements Megatron-Bridge's documentation states but its "
-        "code does not check (GBS vs DP, `pad_seq_to_mult` vs the topology, equal lengths, HybridEP widths, "
-        "CUDA graphs with variable shapes).",
+        "them before any GPU is allocated. **Bridge batch sampler** and **MCore microbatch calculator**: the "
+        "batch-size checks that fail later, when the data loader or the schedule is built.",
+        "- **Bridge docs (recommended settings)**, **Bridge performance guide**: requirements Megatron-Bridge's "
+        "documentation states but its code does not check (GBS vs DP, `pad_seq_to_mult` vs the topology, equal "
+        "lengths, HybridEP widths, CUDA graphs with variable shapes, no MTP with packed SFT).",
         "- **Bridge recipes**: model families whose recipes turn packing off.",
-        "- **Bridge packed `collate_fn`, `gpt_step`, TransformerEngine THD split**: what the runtime needs of "
-        "the packed data (see [THD batches](thd-batch.md)).",
+        "- **Bridge `PackedSequenceSpecs`**, **offline packing output files**, **`fill_packing_strategy`**, "
+        "**`build_gpt_sft_split`**, **packed `collate_fn`**, **`gpt_step`**, **`get_packed_seq_params`**, "
+        "**TransformerEngine `thd_get_partitioned_indices`**: what the offline packing config, the files and "
+        "the runtime need of the packed data (see [packed format](packed-format.md) and "
+        "[THD batches](thd-batch.md)).",
         "- **MCore**: Megatron-Core's own configuration checks (`TransformerConfig`, `ModelParallelConfig`, "
-        "`parallel_state`, pipeline layouts).",
+        "`parallel_state`, pipeline layouts, sequence parallelism, `cp_comm_type`).",
         "- **longpack**: advice about what the check itself could not see.",
         "",
     ]

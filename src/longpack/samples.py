@@ -29,7 +29,7 @@ import numpy as np
 
 @dataclass(frozen=True, kw_only=True)
 class TokenizedSamples:
-    """N stored samples, as Megatron-Bridge's tokenization step produces them (spec §2.3).
+    """N stored samples, as Megatron-Bridge's tokenization step produces them.
 
     - ``tokens``: int32 (or int64 for vocabularies past 2**31), all samples' ``input_ids`` concatenated. A
       stored sample of ``S`` tokens trains on ``S - 1`` runtime positions (input = ids[:-1], labels = ids[1:]).

@@ -35,8 +35,8 @@ def _size(value: object, name: str, *, optional: bool = False) -> int:
 def pad_seq_to_mult(*, tp: int = 1, cp: int = 1, sp: bool = False) -> int:
     """Per-sequence alignment multiple for THD packing under CP and SP.
 
-    ``lcm(2*CP if CP>1 else 1, CP*TP if SP and TP>1 else 1)`` (Megatron-Bridge, spec
-    ``megatron-packing.md`` §1 and ``energon-thd-cp.md`` §C.2): every CP rank gets two equal chunks of
+    ``lcm(2*CP if CP>1 else 1, CP*TP if SP and TP>1 else 1)`` (Megatron-Bridge; see
+    docs/reference/packed-format.md#alignment): every CP rank gets two equal chunks of
     every sequence (zigzag), and with SP each CP shard must further split evenly over TP.
 
     >>> pad_seq_to_mult(tp=1, cp=1), pad_seq_to_mult(cp=4), pad_seq_to_mult(tp=4, cp=2, sp=True)
@@ -130,7 +130,7 @@ def collate_pad_multiple(*, tp: int = 1, cp_sizes: tuple[int, ...] = (1,), sp: b
     """Per-sequence multiple over several CP sizes (training CP and, if set, evaluation CP).
 
     Megatron-Bridge's ``ConfigContainer.validate`` takes the lcm of :func:`pad_seq_to_mult` over
-    ``{model.context_parallel_size, dist.eval_context_parallel_size}`` (spec ``megatron-packing.md`` §6.8).
+    ``{model.context_parallel_size, dist.eval_context_parallel_size}``.
 
     >>> collate_pad_multiple(tp=4, cp_sizes=(2,), sp=True)
     8
@@ -143,7 +143,7 @@ def collate_pad_multiple(*, tp: int = 1, cp_sizes: tuple[int, ...] = (1,), sp: b
 def check_pad_seq_to_mult(value: int | None, *, tp: int = 1, cp: int = 1, sp: bool = False) -> int:
     """Validate a ``pad_seq_to_mult`` for offline packing against a topology; return the required one.
 
-    Megatron-Bridge never derives or checks this value (spec ``megatron-packing.md`` §6.8), so a
+    Megatron-Bridge never derives or checks this value for offline packing, so a
     packer calls this before writing anything. Any multiple of the required value is accepted.
 
     >>> check_pad_seq_to_mult(8, tp=2, cp=4, sp=True)

@@ -30,7 +30,7 @@ from longpack.binpack import pack_lengths, packing_stats
 @pytest.mark.parametrize(
     ("config", "seq", "gflop"),
     [
-        # planner.md §A.2 "Check against published ratios": Llama-3 70B s=8192 -> 449.2, Llama-3.1 405B -> 2524.
+        # Published figures (planner-model.md#flops): Llama-3 70B s=8192 -> 449.2, Llama-3.1 405B -> 2524.
         (dict(hidden=8192, layers=80, heads=64, kv_heads=8, ffn=28672, vocab=128256), 8192, 449.2),
         (dict(hidden=16384, layers=126, heads=128, kv_heads=8, ffn=53248, vocab=128256), 8192, 2524),
     ],
@@ -63,8 +63,14 @@ def test_cost_matches_pack_cost() -> None:
     m = PackCostModel(linear=1.5, quadratic=0.01, per_sequence=3.0, per_pack=7.0)
     lengths = np.array([5, 9, 30, 2, 2])
     bins = np.array([0, 0, 1, 2, 2])
-    expect = [m.pack_cost(lengths[bins == b]) for b in range(3)]
+    # per_pack + per_sequence·k + linear·ΣL + quadratic·ΣL², by hand: [5, 9], [30], [2, 2]
+    expect = [
+        7 + 3 * 2 + 1.5 * 14 + 0.01 * 106,
+        7 + 3 + 1.5 * 30 + 0.01 * 900,
+        7 + 3 * 2 + 1.5 * 4 + 0.01 * 8,
+    ]
     np.testing.assert_allclose(m.cost(lengths, bins), expect)
+    np.testing.assert_allclose([m.pack_cost(lengths[bins == b]) for b in range(3)], expect)
 
 
 def test_cost_model_rejects_negative_coefficients() -> None:
@@ -156,13 +162,13 @@ def test_pack_slots_follow_megatron_samplers(sampler: str, dp: int, mbs: int, m:
 
 @pytest.mark.parametrize(("pp", "m"), [(1, 4), (2, 2), (4, 8), (4, 3)])
 def test_1f1b_equal_micro_batches_match_bubble_formula(pp: int, m: int) -> None:
-    # planner.md §C.2: T = (m + p - 1)·(t_f + t_b) with t_f + t_b = cost / p per stage.
+    # Pipeline bubble (planner-model.md): T = (m + p - 1)·(t_f + t_b) with t_f + t_b = cost / p per stage.
     assert pipeline_makespan(np.full(m, 6.0), pp=pp).item() == pytest.approx((m + pp - 1) * 6.0 / pp)
 
 
 @pytest.mark.parametrize(("pp", "vpp", "m"), [(2, 2, 4), (4, 2, 8), (4, 3, 4)])
 def test_interleaved_equal_micro_batches_match_bubble_formula(pp: int, vpp: int, m: int) -> None:
-    # planner.md §C.2: bubble / ideal = (p - 1) / (v·m) for the interleaved schedule.
+    # Pipeline bubble (planner-model.md): bubble / ideal = (p - 1) / (v·m) for the interleaved schedule.
     work = m * 6.0 / pp
     t = pipeline_makespan(np.full(m, 6.0), pp=pp, schedule="interleaved", vpp=vpp).item()
     assert t == pytest.approx(work * (1 + (pp - 1) / (vpp * m)))

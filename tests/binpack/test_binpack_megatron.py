@@ -1,5 +1,5 @@
-"""Megatron-Bridge compatible packing: golden behaviours of spec §7 (test_algorithms) and equality with a
-plain linear-scan reference (written here from spec §2.5, the O(N^2) scan NeMo used)."""
+"""Megatron-Bridge compatible packing: the golden behaviours of Megatron-Bridge's ``test_algorithms.py`` and
+equality with a plain linear-scan first fit written here (the O(N^2) scan NeMo used)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def global_rng_restored() -> Iterator[None]:
 
 
 # ----------------------------------------------------------------------------------------------
-# Golden behaviours, spec §7 tests/unit_tests/data/packing/test_algorithms.py
+# Golden behaviours of Megatron-Bridge's tests/unit_tests/data/packing/test_algorithms.py
 # ----------------------------------------------------------------------------------------------
 
 

@@ -1,8 +1,8 @@
-"""Energon adapter on a real local WebDataset prepared with ``energon prepare`` (spec energon-thd-cp.md §B).
+"""Energon adapter on a real local WebDataset prepared with ``energon prepare``.
 
 Each sample ``sNNNNN.txt`` holds words ``w<i>_<j>``: token id ``i * 1000 + j``, so every packed token can be
 traced back to its sample and position. Loaders with workers run on finite streams and are exhausted (an
-abandoned worker loader costs ~10 s at the next ``gc.collect()``, spec §B).
+abandoned worker loader costs ~10 s at the next ``gc.collect()``).
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def check_row(row: dict, keys: list[str], lengths: list[int]) -> None:
 
 
 def test_restore_after_k_packs_is_identical_without_workers(dataset: Path) -> None:
-    """Spec §B: states saved after k packs (k in 0..14, spread over several selections of the 16-sample
+    """States saved after k packs (k in 0..14, spread over several selections of the 16-sample
     buffer); a fresh loader restored from each continues identically."""
     loader, encoder = make_loader(dataset, workers=0)
     stream = iter(loader)
@@ -210,9 +210,8 @@ def test_mismatched_buffer_size_workers_or_capacity_is_named(dataset: Path) -> N
 
 
 def test_unsafe_state_file_is_refused(tmp_path) -> None:
-    import pickle
-
     import os
+    import pickle
 
     class Evil:
         # os.getcwd, not print: once Ray ran in this process, builtins.print is Ray's safe_print.

@@ -84,7 +84,7 @@ def test_every_sample_exactly_once_and_packs_fit(
         (len(too_long), 0) if overlength == "truncate" else (0, len(too_long))
     )
     assert s.packs == len(packs)
-    # Energon §A.3: every selection but the last sees exactly buffer_size samples.
+    # Energon's PackingDataset: every selection but the last sees exactly buffer_size samples.
     per_selection = Counter(p.selection for p in packs for _ in p.sample_index)
     sizes = [per_selection[k] for k in sorted(per_selection)]
     assert sorted(per_selection) == list(range(len(sizes)))
@@ -131,7 +131,7 @@ def test_rows_are_bridge_packed_rows(
 
 
 def test_energon_selection_sizes_golden() -> None:
-    """Spec §F.1: 200 samples, buffer 16 -> selections [16]*12 + [8]; buffer 7 -> [7]*28 + [4]."""
+    """Energon's refill rule: 200 samples, buffer 16 -> selections [16]*12 + [8]; buffer 7 -> [7]*28 + [4]."""
     lengths = np.random.default_rng(0).integers(3, 41, 200).tolist()
     for buffer_size, expected in ((16, [16] * 12 + [8]), (7, [7] * 28 + [4])):
         packs = list(OnlinePacker(64, buffer_size, algorithm=DEFAULT_ALGO).pack(lengths))
@@ -140,7 +140,7 @@ def test_energon_selection_sizes_golden() -> None:
 
 
 def test_selection_uses_ffd_groups_of_bridge() -> None:
-    """Spec §F.2 golden: FFD over [8, 4, 4] with capacity 12 -> groups [[0, 1], [2]]."""
+    """Bridge's selection golden: FFD over [8, 4, 4] with capacity 12 -> groups [[0, 1], [2]]."""
     packs = list(OnlinePacker(12, 3, algorithm="first_fit_decreasing").pack([8, 4, 4]))
     assert [p.sample_index.tolist() for p in packs] == [[0, 1], [2]]
 

@@ -1,5 +1,5 @@
 """`longpack pack --ids-dtype int32`: the same packs with ``input_ids`` stored as ``list<int32>``, and every
-reader in longpack (inspect --verify, check --packed, the runtime dataset and collate, the spec reader)
+reader in longpack (inspect --verify, check --packed, the runtime dataset and collate, the reader in tests)
 gives the same answer as on the default int64 output. The Ray backend's int32 case is in test_ray_backend."""
 
 from __future__ import annotations

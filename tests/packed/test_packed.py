@@ -43,7 +43,7 @@ def pack_to(out: Path, samples, **kw) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------
-# §2.3 alignment
+# Alignment (docs/reference/packed-format.md#alignment-padding)
 
 
 def test_alignment_examples_from_spec() -> None:
@@ -179,14 +179,14 @@ def test_round_trip_through_files_with_shards(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# first_fit_shuffle == Megatron-Bridge, following spec §2.2-2.6 step by step.
+# first_fit_shuffle == Megatron-Bridge, replaying its prepare step (data/packing/offline.py) step by step.
 
 
 def megatron_reference(tokens, masks, *, max_seq_length, pack_size, m, eos, seed):
     samples = []
     for ids, mask in zip(tokens, masks, strict=True):
         d = {"input_ids": list(ids), "loss_mask": list(mask)}
-        if m > 1:  # §2.3 _pre_pad_data_point
+        if m > 1:  # Bridge's _pre_pad_data_point
             cap = (max_seq_length // m) * m
             r = max(len(ids) - 1, 0)
             target = min(cap, -(-r // m) * m) + 1
@@ -194,7 +194,7 @@ def megatron_reference(tokens, masks, *, max_seq_length, pack_size, m, eos, seed
                 v = d[key]
                 d[key] = v + [pad] * (target - len(v)) if len(v) <= target else v[:target]
         samples.append(d)
-    sequences = defaultdict(list)  # §2.4 create_hist
+    sequences = defaultdict(list)  # Bridge's create_hist
     histogram = [0] * (max_seq_length + 1)
     for d in samples:
         length = len(d["input_ids"]) - 1
@@ -202,10 +202,10 @@ def megatron_reference(tokens, masks, *, max_seq_length, pack_size, m, eos, seed
             continue
         sequences[length].append(d)
         histogram[length] += 1
-    rng = np.random.RandomState(seed)  # §2.2 step 3: np.random.seed(seed)
+    rng = np.random.RandomState(seed)  # Bridge seeds the global RNG: np.random.seed(seed)
     seqlens = [length for length, count in enumerate(histogram) for _ in range(count)]
     shuffled = list(seqlens)
-    rng.shuffle(shuffled)  # §2.5 first_fit_shuffle
+    rng.shuffle(shuffled)  # Bridge's first_fit_shuffle
     bins: list[list[int]] = []
     room: list[int] = []
     for length in shuffled:  # first fit, linear scan (NeMo)
@@ -218,7 +218,7 @@ def megatron_reference(tokens, masks, *, max_seq_length, pack_size, m, eos, seed
             bins.append([length])
             room.append(pack_size - length)
     ids_by_len, mask_by_len = {}, {}
-    for length in range(pack_size + 1):  # §2.6 fill
+    for length in range(pack_size + 1):  # Bridge's fill_packing_strategy
         if not sequences.get(length):
             continue
         perm = rng.permutation(len(sequences[length]))
@@ -276,7 +276,7 @@ def test_metadata_matches_binpack_megatron_layer() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# A reader written from the spec reproduces the §3.4 worked examples from our files.
+# A reader written from the format reproduces the collate's worked examples from our files.
 
 
 def test_worked_example_a_m1(tmp_path: Path) -> None:
@@ -419,7 +419,7 @@ def test_empty_split_and_bad_settings() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# §7 test_parquet / test_paths behaviours.
+# Behaviours Megatron-Bridge's test_parquet.py / test_paths.py assert.
 
 
 def _table(ids, mask, starts) -> pa.Table:

@@ -1,4 +1,4 @@
-"""Golden parameter counts and Megatron FLOPs per token (spec planner.md §A)."""
+"""Golden parameter counts and Megatron FLOPs per token (docs/reference/planner-model.md#flops)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Memory model: sharding buckets, monotonicity properties, calibrated checks (spec planner.md §B)."""
+"""Memory model: sharding buckets, monotonicity properties, calibrated checks
+(docs/reference/planner-model.md#memory)."""
 
 from __future__ import annotations
 
@@ -126,7 +127,8 @@ def test_qwen3_30b_h100_measured_peak_within_15_percent() -> None:
 
 
 def test_activation_element_counts_match_spec() -> None:
-    # spec §B.3.2: DSV3 MoE layer ≈ 101k (MLA) + 185k (MoE, alltoall) elements per token
+    # saved-for-backward tensors (planner-model.md): DSV3 MoE layer ≈ 101k (MLA) + 185k (MoE, alltoall)
+    # elements per token
     total = sum(t.elements for t in layer_activation_terms(DSV3, 10, "alltoall"))
     assert total / 1e3 == pytest.approx(286, abs=2)
     # Qwen3-30B ≈ 57k with a fused-permute dispatcher (spec's cp213 check uses HybridEP)

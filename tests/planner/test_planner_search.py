@@ -52,7 +52,7 @@ def test_search_returns_only_valid_fitting_layouts(model, gpu, n, s) -> None:
     req = SearchRequest(model=load_model(model), gpu=load_gpu(gpu), num_gpus=n, seq_length=s)
     result = search(req, top_k=8)
     times = [c.time.step_time for c in result.candidates]
-    assert times == sorted(times)
+    assert times and times == sorted(times)
     for cand in result.candidates:
         _assert_valid(req, cand.plan)
         assert cand.memory.total_gib <= req.memory_budget_gib
@@ -61,7 +61,13 @@ def test_search_returns_only_valid_fitting_layouts(model, gpu, n, s) -> None:
         if opts.ep_overlap:
             assert cand.plan.layout.ep > 1 and "moe" not in opts.recompute and not opts.full_recompute
             assert cand.plan.layout.pp == 1 or cand.plan.vpp > 1
-        assert cand.reasons
+        # the reasons describe this candidate: its DP split, CP shard, bubble and memory
+        reasons = " | ".join(cand.reasons)
+        lay = cand.plan.layout
+        assert (f"DP {lay.dp}: GBS" if lay.dp > 1 else "DP is 1: GBS") in reasons
+        assert (f"CP {lay.cp} -> {req.seq_length // lay.cp} tokens per CP rank" in reasons) == (lay.cp > 1)
+        assert ("pipeline bubble" in reasons) == (lay.pp > 1)
+        assert f"memory {cand.memory.total_gib:.1f} of {req.memory_budget_gib:.1f} GiB" in reasons
 
 
 def test_every_enumerated_layout_is_valid() -> None:

@@ -1,4 +1,4 @@
-"""Time model properties (spec planner.md §C)."""
+"""Time model properties (docs/reference/planner-model.md#time)."""
 
 from __future__ import annotations
 

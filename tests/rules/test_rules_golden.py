@@ -1,4 +1,4 @@
-"""Golden tests: Megatron-Bridge's test_config.py packing/CP cases (spec megatron-packing.md §7) and the
+"""Golden tests: Megatron-Bridge's test_config.py packing/CP cases and the
 three long-context recipes of the issue."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Golden tests for collate_packed: spec megatron-packing.md §3.4 worked examples, §3.7 and §7 behaviours."""
+"""Golden tests for collate_packed: the worked examples of docs/reference/thd-batch.md#collate, the legacy
+keys and the behaviours Megatron-Bridge's packed-dataset unit tests assert."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""CP partitioning: spec energon-thd-cp.md D.3/D.4/D.6 vectors, megatron-packing.md §5.2 and §7 test_gpt_step."""
+"""CP partitioning (docs/reference/thd-batch.md#cp-split): TransformerEngine's own index vectors, the RoPE
+positions rule and the behaviours Megatron-Bridge's ``test_gpt_step.py`` asserts."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def test_thd_errors_name_the_sequence():
     ):
         thd_partition_indices([0, 8, 14, 16], 16, cp_size=2, cp_rank=0)
     with pytest.raises(ContextParallelError, match="tokens after the last boundary"):
-        thd_partition_indices([0, 8], 16, cp_size=2, cp_rank=0)  # the D.4 pitfall is an error, not duplicates
+        thd_partition_indices([0, 8], 16, cp_size=2, cp_rank=0)  # tokens past the last offset: an error
     with pytest.raises(ContextParallelError, match="cp_rank"):
         thd_partition_indices([0, 8], 8, cp_size=2, cp_rank=2)
 

@@ -1,6 +1,7 @@
-"""PackedDataset over packed Parquet: spec megatron-packing.md §2.7, §3.2 and §7 test_parquet / test_paths.
+"""PackedDataset over packed Parquet (docs/reference/thd-batch.md#reading-rows, packed-format.md#path-rules)
+and the behaviours Megatron-Bridge's ``test_parquet.py`` / ``test_paths.py`` assert.
 
-The test files are written here with pyarrow straight from the spec (not with longpack's writer), so the
+The test files are written here with pyarrow straight from the format (not with longpack's writer), so the
 reader is checked against the format, not against our own writer.
 """
 

@@ -1,4 +1,5 @@
-"""Golden tests for in-batch THD packing: spec megatron-packing.md §4.1-4.2 and §7 test_in_batch."""
+"""Golden tests for in-batch THD packing (docs/reference/thd-batch.md#in-batch) and the behaviours
+Megatron-Bridge's ``test_in_batch.py`` asserts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""PackedSeqParams fields: spec megatron-packing.md §5.3 and §7 test_packed_seq_utils / test_gpt_step.
+"""PackedSeqParams fields (docs/reference/thd-batch.md#packed-seq-params) and the behaviours Megatron-Bridge's
+``test_packed_seq_utils.py`` / ``test_gpt_step.py`` assert.
 
 ``to_packed_seq_params`` against the real Megatron-Core dataclass runs inside the 2-process Megatron-Core
 test in test_runtime_distributed.py (one import of megatron.core, in the ranks only).

@@ -1,4 +1,4 @@
-"""Golden token ids and loss masks for every row format (spec §2.3), with the bytes, qwen3 and HF tokenizers."""
+"""Golden token ids and loss masks for every row format, with the bytes, qwen3 and HF tokenizers."""
 
 from __future__ import annotations
 

@@ -29,11 +29,11 @@ class TransformerFlops:
 
     - ``linear_flops_per_token``: FLOP per token of everything that scales with the token count: every
       weight GEMM counted 6× (forward, dgrad, wgrad; 2 FLOP per MAC) plus the logits, i.e. the Megatron
-      ``F_tok`` of ``specs/planner.md`` §A.2 **without** its core-attention term.
+      ``F_tok`` (docs/reference/planner-model.md#flops) **without** its core-attention term.
     - ``attention_flops_per_token_pair``: FLOP (forward + backward) of core attention for one
       (query, key) pair that causal attention computes (key position <= query position), summed over
-      all attention layers. A sequence of length ``L`` has ``L·(L+1)/2`` such pairs. In planner.md's
-      notation this is ``12·C_core·L_attn`` (``C_core = a·d`` for GQA/MHA), because §A.2 charges
+      all attention layers. A sequence of length ``L`` has ``L·(L+1)/2`` such pairs. In the planner's
+      notation this is ``12·C_core·L_attn`` (``C_core = a·d`` for GQA/MHA), because Megatron charges
       ``6·C_core·L_attn·L²`` per sequence (already causal-halved): ``12·C_core·L_attn·L²/2``.
     """
 
@@ -41,10 +41,10 @@ class TransformerFlops:
     attention_flops_per_token_pair: float
 
     def flops_per_token(self, seq_length: int) -> float:
-        """Megatron's ``F_tok`` (§A.2) for sequences of ``seq_length`` tokens (``s_eff = s``, no packing).
+        """Megatron's ``F_tok`` for sequences of ``seq_length`` tokens (``s_eff = s``, no packing).
 
         >>> f = megatron_dense_flops(hidden=8192, layers=80, heads=64, kv_heads=8, ffn=28672, vocab=128256)
-        >>> round(f.flops_per_token(8192) / 1e9, 1)  # Llama-3 70B, planner.md §A.2 check: 449.2
+        >>> round(f.flops_per_token(8192) / 1e9, 1)  # Llama-3 70B, published: 449.2
         449.2
         """
         return self.linear_flops_per_token + self.attention_flops_per_token_pair / 2 * seq_length
@@ -61,7 +61,7 @@ def megatron_dense_flops(
     head_dim: int | None = None,
     gated_mlp: bool = True,
 ) -> TransformerFlops:
-    """FLOP split of a dense GQA/MHA decoder by the Megatron formula (``specs/planner.md`` §A.2).
+    """FLOP split of a dense GQA/MHA decoder by the Megatron formula (docs/reference/planner-model.md#flops).
 
     ``linear = 6·[L·(h·γ·f + h·(q + 2·kv) + q·h) + h·V]`` with ``q = heads·d``, ``kv = kv_heads·d``,
     ``γ = 3`` for a gated (SwiGLU) MLP and 2 otherwise; ``attention pair = 12·heads·d·L``. Norms, the
@@ -202,7 +202,7 @@ class PackCostModel:
           cost is the time of the **whole model** (all pipeline stages back to back);
           ``simulate_schedule`` divides it over the stages.
         - ``attention_flops_per_second``: a separate rate for core attention (flash-attention kernels
-          often run at a different efficiency than GEMMs, planner.md §C.1); defaults to ``flops_per_second``.
+          often run at a different efficiency than GEMMs); defaults to ``flops_per_second``.
 
         A sequence of length ``L`` has ``L·(L+1)/2`` causal pairs, so ``quadratic = pair/2/rate`` and
         ``pair/2/rate`` is added to ``linear`` as well.

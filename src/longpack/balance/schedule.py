@@ -16,7 +16,7 @@ The model of a step (pure numpy; no I/O, no torch):
 * The step ends when the slowest DP rank's pipeline drains (gradient all-reduce is a barrier).
 * The **ideal** step gives every micro-batch of the step the same cost (the step's mean): the time the
   step would take if its work were perfectly balanced over ranks and micro-batches. It follows the
-  bubble formula of ``specs/planner.md`` §C.2: ``(m + p - 1)·(t_f + t_b)`` for 1F1B.
+  bubble formula (docs/reference/planner-model.md#pipeline-bubble): ``(m + p - 1)·(t_f + t_b)`` for 1F1B.
 
 Every time is a max-plus expression of the durations, so adding work to any pack never shortens a step.
 """

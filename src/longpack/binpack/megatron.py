@@ -1,4 +1,4 @@
-"""Megatron-Bridge compatible bin packing (``data/packing/algorithms.py``, spec §2.5).
+"""Megatron-Bridge compatible bin packing (Megatron-Bridge ``data/packing/algorithms.py``).
 
 Same bins, bin order and in-bin order as Megatron-Bridge's ``first_fit``, ``first_fit_decreasing``,
 ``first_fit_shuffle`` and ``create_packing_strategy``, computed by compiled code in O(N log N):
@@ -250,8 +250,8 @@ def create_packing_strategy(
 ) -> tuple[list[list[int]], dict[str, Any]]:
     """Megatron-Bridge's ``create_packing_strategy``: bins of lengths plus the pack metadata dict.
 
-    ``histogram[L]`` is the number of items of runtime length ``L``. Metadata keys and rounding follow
-    spec §2.5: ``dataset_max_seqlen``, ``max_samples_per_bin``, ``packing_factor`` (2 decimals),
+    ``histogram[L]`` is the number of items of runtime length ``L``. Metadata keys and rounding are
+    Megatron-Bridge's: ``dataset_max_seqlen``, ``max_samples_per_bin``, ``packing_factor`` (2 decimals),
     ``packing_efficiency`` (percent, 2 decimals), ``pack_size``, ``min_packed_seqlen``.
 
     >>> create_packing_strategy([0, 0, 2, 1, 1], 6, "first_fit_decreasing")[0]

@@ -1,6 +1,6 @@
 """Choose the pack length: every candidate at equal token slots per optimizer step.
 
-Megatron-Bridge's guidance for offline packed SFT (spec ``megatron-packing.md`` §8) is to compare pack
+Megatron-Bridge's guidance for offline packed SFT (docs/guide/sweep.md#compare) is to compare pack
 lengths at equal ``token_slots = packed_sequence_size * global_batch_size`` (2K/GBS32, 4K/GBS16 and 8K/GBS8
 all give 65,536) and keep the largest configuration that fits. This module answers that before any GPU is
 used, from samples tokenized once:
@@ -227,7 +227,7 @@ class Estimate:
 
 @dataclass(frozen=True, kw_only=True)
 class Candidate:
-    """One pack length, packed. Token counts are runtime tokens (stored - 1 per sample, spec §2).
+    """One pack length, packed. Token counts are runtime tokens (stored - 1 per sample).
 
     ``kept + truncated + dropped == read``. ``fill`` is Megatron-Bridge's ``packing_efficiency`` / 100 (pack
     tokens including alignment padding); ``real_fill`` counts only the samples' own tokens. Work per step

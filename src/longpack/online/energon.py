@@ -4,7 +4,7 @@ helpers that refuse a state saved under a different configuration (Energon itsel
 Needs ``megatron-energon`` (``pip install 'longpack[energon]'``); ``import longpack.online`` does not import
 this module.
 
-How it plugs in (spec ``energon-thd-cp.md`` §A.1-A.3): Energon calls ``select_samples_to_pack`` on every full
+How it plugs in (docs/guide/online-sim.md#algorithm): Energon calls ``select_samples_to_pack`` on every full
 candidate buffer (``packing_buffer_size`` encoded samples per worker) and ``pack_selected_samples`` on every
 selected group. The mixin implements both:
 
@@ -318,7 +318,7 @@ def restore_loader_state(loader: Any, state: dict[str, Any], task_encoder: Any =
     """Restore ``state`` into a fresh, not yet iterated loader; a different configuration is an error.
 
     Energon restores a state saved with another ``packing_buffer_size`` silently into a different stream and
-    fails with a bare ``AssertionError`` for another worker count (spec §A.6); this names the setting instead.
+    fails with a bare ``AssertionError`` for another worker count; this names the setting instead.
     """
     if not isinstance(state, dict) or state.get("format") != LOADER_STATE_FORMAT:
         raise LoaderStateMismatch(f"not a longpack loader state (expected format {LOADER_STATE_FORMAT!r})")

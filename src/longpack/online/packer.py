@@ -1,7 +1,7 @@
 """Streaming sequence packer with a candidate buffer and exact state save/restore (pure numpy).
 
-The packer follows Megatron-Energon's ``PackingDataset`` algorithm (spec ``energon-thd-cp.md`` §A.3) so that
-numbers measured here carry over to an Energon pipeline that uses the same selection:
+The packer follows Megatron-Energon's ``PackingDataset`` algorithm (docs/guide/online-sim.md#algorithm)
+so that numbers measured here carry over to an Energon pipeline that uses the same selection:
 
 - a *reading buffer* is topped up from the stream until it and the not-yet-emitted selected samples hold
   ``buffer_size`` samples together; refill is incremental (one emitted pack frees its members' slots);
@@ -10,12 +10,13 @@ numbers measured here carry over to an Energon pipeline that uses the same selec
 - at the end of a finite stream the pending packs are emitted, then the partial buffer is selected and
   emitted: no sample is ever lost.
 
-Lengths are **runtime tokens** (spec ``megatron-packing.md`` §2.3): a stored sample of ``S`` tokens trains on
-``S - 1`` positions, and ``capacity`` counts runtime tokens. With ``pad_to_multiple_of=m`` every sample's
-runtime length is padded up to a multiple of ``m`` (Bridge's pre-pad: stored length ``k*m + 1``), which is
-what THD context parallelism needs (``m = 2*CP``, or ``lcm(2*CP, CP*TP)`` with sequence parallelism).
+Lengths are **runtime tokens** (docs/reference/packed-format.md#runtime-tokens): a stored sample of ``S``
+tokens trains on ``S - 1`` positions, and ``capacity`` counts runtime tokens. With ``pad_to_multiple_of=m``
+every sample's runtime length is padded up to a multiple of ``m`` (Bridge's pre-pad: stored length
+``k*m + 1``), which is what THD context parallelism needs (``m = 2*CP``, or ``lcm(2*CP, CP*TP)`` with
+sequence parallelism).
 
-Rows have the form Megatron-Bridge's packed Parquet uses (spec ``megatron-packing.md`` §2.6):
+Rows have the form Megatron-Bridge's packed Parquet uses (docs/reference/packed-format.md#columns):
 ``input_ids`` (int64), ``loss_mask`` (int8, *label-aligned*: each sample's mask shifted left by one, its last
 position 0) and ``seq_start_id`` (int64 start offset of every sample, first 0).
 
@@ -347,7 +348,7 @@ class OnlinePacker:
             position += 1
         exhausted = False
         while True:
-            # Top up the reading buffer (incremental refill, Energon §A.3).
+            # Top up the reading buffer (incremental refill, as Energon's ``PackingDataset``).
             while not exhausted and len(prog.reading) + sum(map(len, prog.pending)) < self.buffer_size:
                 try:
                     sample = next(source)

@@ -1,8 +1,8 @@
 """Megatron-Bridge packed Parquet: alignment, packing plans, row filling, output folders, inspection.
 
-numpy + pyarrow only (no torch). Pipeline: :func:`align_samples` (spec §2.3) -> :func:`plan_rows`
-(``longpack.binpack``; ``first_fit_shuffle`` = Megatron-Bridge's exact rows) -> :func:`fill_rows` (§2.6) ->
-:func:`write_packed_output` (§2.7 files, ``<N>_metadata.jsonl``, ``manifest.json`` last) ->
+numpy + pyarrow only (no torch). Pipeline: :func:`align_samples` -> :func:`plan_rows`
+(``longpack.binpack``; ``first_fit_shuffle`` = Megatron-Bridge's exact rows) -> :func:`fill_rows` ->
+:func:`write_packed_output` (Parquet files, ``<N>_metadata.jsonl``, ``manifest.json`` last) ->
 :func:`inspect_output`. :class:`PackedFolder` is the one reader of that output (folder, file or glob).
 """
 

@@ -1,4 +1,4 @@
-"""Per-sample alignment and the over-long policy (Megatron-Bridge spec ``megatron-packing.md`` §2.3).
+"""Per-sample alignment and the over-long policy (docs/reference/packed-format.md#alignment-padding).
 
 Pure numpy; nothing is copied. A sample's alignment is described by three numbers (which source sample,
 how many of its tokens are kept, its stored length after padding); the fill step materializes tokens only
@@ -127,7 +127,7 @@ def align_samples(
     eos_id: int,
     overlength: str = DEFAULT_OVERLENGTH,
 ) -> AlignedSamples:
-    """Apply the per-sample alignment and the over-long policy of spec §2.3 (vectorized).
+    """Apply the per-sample alignment and the over-long policy (vectorized).
 
     Stored lengths 17, 18, 20, 21 with ``m=8``: ``max_seq_length=16`` truncates 18..21 to 17;
     ``max_seq_length=40`` pads 18 to 25.

@@ -89,7 +89,7 @@ class PackSettings:
     #: packs are written in workload-balanced training order. The manifest records ``balance.spec``.
     balance: BalanceTarget | None = None
     #: Parquet type of ``input_ids``: ``int64`` (what Megatron-Bridge's own packer writes) or the opt-in
-    #: ``int32`` (its reader accepts any integer type, spec §2.7; encodes ~2x faster). ``int32`` needs a
+    #: ``int32`` (its reader accepts any integer type; encodes ~2x faster). ``int32`` needs a
     #: vocabulary that fits in int32 (:func:`check_ids_dtype`).
     ids_dtype: str = "int64"
 
@@ -160,7 +160,7 @@ def check_ids_dtype(ids_dtype: str, vocab_size: int | None) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class SplitPlan:
-    """One split, ready to write: aligned samples, their rows, and the §2.5 metadata."""
+    """One split, ready to write: aligned samples, their rows, and the pack metadata."""
 
     name: str
     aligned: AlignedSamples

@@ -1,4 +1,5 @@
-"""Fill packed rows (spec §2.6), vectorized: flat token / mask / start arrays plus per-row offsets.
+"""Fill packed rows (as Megatron-Bridge's ``fill_packing_strategy``), vectorized: flat token / mask /
+start arrays plus per-row offsets.
 
 A row is the concatenation of its samples' stored tokens. ``loss_mask`` is label-aligned: position ``j`` of
 a sample is trained iff token ``j + 1`` is a supervised target, so the unshifted mask moves left by one and

@@ -1,4 +1,4 @@
-"""Parameter counts and Megatron's training FLOPs per token (spec ``planner.md`` §A).
+"""Parameter counts and Megatron's training FLOPs per token (docs/reference/planner-model.md#flops).
 
 FLOPs follow ``megatron/training/training.py::num_floating_point_operations`` (the convention behind
 every NVIDIA "Model TFLOP/s/GPU" figure): every weight GEMM counts 6 FLOP per weight per token
@@ -70,7 +70,7 @@ def mixer_params(model: ModelSpec, index: int) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class LayerParams:
-    """Parameters of one decoder layer in Megatron's three sharding buckets (spec §B.1).
+    """Parameters of one decoder layer in Megatron's three sharding buckets.
 
     ``dense`` is TP-sharded (projections, dense MLP, shared experts), ``replicated`` is not sharded
     (norms, router, shared-expert gate), ``expert`` are the routed experts (sharded by EP·ETP).

@@ -55,7 +55,7 @@ def _attention_output_terms(o_width: int, num_heads: int) -> list[ActivationTerm
 
 
 def layer_activation_terms(model: ModelSpec, index: int, dispatcher: str) -> list[ActivationTerm]:
-    """Saved-for-backward tensors of decoder layer ``index`` (spec §B.3.2 table).
+    """Saved-for-backward tensors of decoder layer ``index`` (docs/reference/planner-model.md#activations).
 
     >>> from longpack.planner.catalog import load_model
     >>> terms = layer_activation_terms(load_model("deepseek_v3"), 10, "alltoall")

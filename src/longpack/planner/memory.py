@@ -1,4 +1,4 @@
-"""Per-GPU memory on the most loaded pipeline rank (spec ``planner.md`` §B).
+"""Per-GPU memory on the most loaded pipeline rank (docs/reference/planner-model.md#memory).
 
 ``M_gpu = weights + grads + optimizer states + activations + buffers``. Parameters live in Megatron's
 three sharding buckets (TP-sharded, replicated, routed experts over EP·ETP); optimizer states are
@@ -88,7 +88,7 @@ def _layer_kind(
 
 
 def bytes_per_param(options: TrainingOptions) -> tuple[float, float, float]:
-    """``(weight, grad, optimizer_state)`` bytes per parameter before optimizer sharding (spec §B.2).
+    """``(weight, grad, optimizer_state)`` bytes per parameter before optimizer sharding.
 
     >>> bytes_per_param(TrainingOptions())
     (2.0, 2.0, 12.0)
@@ -154,7 +154,7 @@ class MemoryBreakdown:
 def inflight_chunks(*, rank: int, pp: int, vpp: int, microbatches: int) -> float:
     """Micro-batch activations alive on pipeline ``rank`` at its peak, in units of the rank's layers.
 
-    1F1B: ``min(m, p − r)``; interleaved: ``min(p(v−1) + 2(p−r) − 1, m·v) / v`` (spec §B.4).
+    1F1B: ``min(m, p − r)``; interleaved: ``min(p(v−1) + 2(p−r) − 1, m·v) / v``.
 
     >>> inflight_chunks(rank=0, pp=8, vpp=1, microbatches=64), inflight_chunks(rank=0, pp=8, vpp=4, microbatches=64)
     (8, 9.75)

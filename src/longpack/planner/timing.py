@@ -1,5 +1,6 @@
-"""Step time and throughput (spec ``planner.md`` §C): compute at a size-dependent GEMM efficiency,
-TP / CP / EP / DP communication with overlap, pipeline bubble with VPP, recompute and offload costs.
+"""Step time and throughput (docs/reference/planner-model.md#time): compute at a size-dependent GEMM
+efficiency, TP / CP / EP / DP communication with overlap, pipeline bubble with VPP, recompute and
+offload costs.
 
 The few free constants (:class:`TimeModelParams`) are fitted on ``calibration_points.yaml`` by
 ``longpack plan fit`` and shipped as ``longpack/data/planner_fit.yaml``.
@@ -44,10 +45,10 @@ NVLINK_COLLECTIVE_EFF = 0.80
 NVLINK_ALLTOALL_EFF = 0.65
 IB_EFF = 0.85
 # CPU Adam throughput per GPU for optimizer offload, params/s: Qwen3-30B TP2 PP2 EP4 on 16 H100 went
-# 0.996 s -> 4.2 s at 100 % offload with ~1.9 B optimizer-sharded params per GPU (spec §B.2) ≈ 0.6e9/s.
+# 0.996 s -> 4.2 s at 100 % offload with ~1.9 B optimizer-sharded params per GPU ≈ 0.6e9/s.
 CPU_ADAM_PARAMS_PER_S = 0.6e9
 # Grace hosts over NVLink-C2C (GB200/GB300): DSV3 offload costs 0.1-0.2 s/iteration for 15-20 GB of
-# optimizer state per GPU (~1.5 B params) -> ~10e9 params/s (spec §B.2, DSV3 GB200 blog).
+# optimizer state per GPU (~1.5 B params) -> ~10e9 params/s (Megatron-LM's DeepSeek-V3 GB200 write-up).
 CPU_ADAM_PARAMS_PER_S_GRACE = 10e9
 HBM_BW_EFF = 0.7
 

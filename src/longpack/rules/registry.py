@@ -88,9 +88,10 @@ class Rule:
     ``scope`` is ``"config"`` (the setup alone) or ``"packed"`` (runs only when the setup carries a
     packed-data summary, ``longpack check --packed``). ``description`` is the rule function's docstring;
     ``fix`` says in general what to change (each finding's own fix names the concrete value).
-    ``source`` names where the rule comes from: a Megatron-Core / Megatron-Bridge class, or a section mark
-    of the packing reference (``§6.N`` = rule N of Megatron-Bridge ``ConfigContainer.validate``, ``§8`` =
-    the Megatron-Bridge docs' recommendations, ``C.*`` / ``D.*`` = Energon and THD/CP notes).
+    ``source`` names where the rule comes from upstream, one or more names joined by ``"; "``: a
+    Megatron-Core / Megatron-Bridge / TransformerEngine function or class (``Bridge
+    ConfigContainer.validate``), Megatron-Bridge's documentation (``Bridge docs (recommended settings)``),
+    or ``longpack`` for the checker's own advice.
     """
 
     id: str

@@ -80,7 +80,9 @@ def varlen_attention(
     causal: bool = True,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """Attention over a packed THD row ``[T, heads, dim]``, each sequence on its own (spec D.2 semantics).
+    """Attention over a packed THD row ``[T, heads, dim]``, each sequence on its own.
+
+    What the offsets mean: docs/reference/thd-batch.md#attention.
 
     Sequence ``i`` has ``cu_seqlens[i+1] - cu_seqlens[i]`` real tokens starting at physical offset
     ``cu_seqlens_padded[i]`` (default: ``cu_seqlens``); the rest of its physical segment, and anything past

@@ -1,11 +1,11 @@
 """Collate offline-packed rows into a THD batch exactly as Megatron-Bridge's ``GPTSFTPackedDataset`` does.
 
-This is the main-branch (v0.6.0+) contract of spec ``megatron-packing.md`` §3.4, plus the legacy (≤ v0.5.1)
-key set of §3.7 on request. A row is a dict with ``input_ids`` and ``loss_mask`` (label-aligned, already
-shifted) and either ``seq_boundaries`` (what the dataset returns: starts plus the row length) or
-``seq_start_id`` (what the Parquet file stores); values may be lists or numpy arrays.
+This is Megatron-Bridge's main-branch (v0.6.0+) collate contract, plus the legacy (≤ v0.5.1) key set on
+request (docs/reference/thd-batch.md#collate). A row is a dict with ``input_ids`` and ``loss_mask``
+(label-aligned, already shifted) and either ``seq_boundaries`` (what the dataset returns: starts plus the
+row length) or ``seq_start_id`` (what the Parquet file stores); values may be lists or numpy arrays.
 
-Example (spec §3.4 worked example A; EOS id 2, ``W = 8`` fixed)::
+Example (docs/reference/thd-batch.md#collate-examples; EOS id 2, ``W = 8`` fixed)::
 
     >>> row = {"input_ids": [11, 12, 13, 14, 2, 21, 22, 2], "loss_mask": [0, 1, 1, 1, 0, 1, 1, 0],
     ...        "seq_start_id": [0, 5]}
@@ -46,7 +46,9 @@ class CollateError(BatchError):
 
 @dataclass(frozen=True, kw_only=True)
 class PackMetadataSummary:
-    """The three metadata fields the collate uses, reduced over all entries (spec §3.5).
+    """The three metadata fields the collate uses, reduced over all entries.
+
+    Which fields and why: docs/reference/thd-batch.md#pad-cu-seqlens.
 
     >>> PackMetadataSummary.from_entries([{"max_samples_per_bin": 5, "dataset_max_seqlen": 100,
     ...                                    "min_packed_seqlen": 50}])
@@ -158,7 +160,7 @@ def collate_packed(
     return_cu_seqlen: bool = True,
     legacy_keys: bool = False,
 ) -> dict[str, Any]:
-    """Collate ``B`` offline-packed rows into one THD batch (Megatron-Bridge main contract, spec §3.4).
+    """Collate ``B`` offline-packed rows into one THD batch (Megatron-Bridge's main-branch contract).
 
     - Each segment ``[b[i], b[i+1])`` of stored length ``S_i`` gives ``S_i - 1`` inputs (last token dropped)
       and labels (first token dropped); position ids restart at 0 per segment.
@@ -172,11 +174,11 @@ def collate_packed(
     - ``padding_mask`` (bool ``[B, W]``, True = pad) is always present; ``max_seqlen_q`` is the per-row max
       physical length ``[B, 1]``, or with ``pad_cu_seqlens`` the "NaN fix" value for every row ``[B]``.
 
-    ``legacy_keys=True`` returns the ≤ v0.5.1 key set instead (§3.7): ``cu_seqlens`` (physical, ``-1``
+    ``legacy_keys=True`` returns the ≤ v0.5.1 key set instead: ``cu_seqlens`` (physical, ``-1``
     padded), ``cu_seqlens_argmin``, ``max_seqlen``, optionally ``cu_seqlens_unpadded(_argmin)``; no
     ``padding_mask``; loss zeroed where the input token is EOS.
 
-    Example (spec §3.4 worked example B: ``pad_seq_to_mult=4``, EOS 2)::
+    Example (the second worked example of the docs: ``pad_seq_to_mult=4``, EOS 2)::
 
         >>> row = {"input_ids": [10, 11, 12, 2, 2, 20, 21, 2, 2, 2], "loss_mask": [1] * 10,
         ...        "seq_boundaries": [0, 5, 10]}
@@ -204,7 +206,7 @@ def collate_packed(
         if not pad_to_max_length:
             raise CollateError("'pad_to_max_length=True' is required when pad_cu_seqlens is enabled")
     if pad_cu_seqlens and pack_metadata is not None:
-        # Megatron-Bridge reads the metadata only for pad_cu_seqlens (spec §3.5).
+        # Megatron-Bridge reads the metadata only for pad_cu_seqlens (docs/reference/thd-batch.md)
         if isinstance(pack_metadata, PackMetadataSummary):
             metadata = pack_metadata
         elif isinstance(pack_metadata, str | Path):

@@ -1,10 +1,11 @@
 """Context-parallel (CP) token partitioning: zigzag for BSHD, per-sequence zigzag for THD.
 
 Causal attention makes late tokens more expensive, so Megatron-Core / TransformerEngine cut every sequence
-into ``2*CP`` equal chunks and give CP rank ``r`` chunks ``r`` and ``2*CP-1-r`` (spec ``energon-thd-cp.md``
-D.3, "DualChunkSwap"). For packed THD rows the same cut is applied to **each physical segment**
-independently (D.4, TE's ``thd_get_partitioned_indices``), which is why every padded sequence length must be
-a multiple of ``2*CP``. Metadata (``cu_seqlens*``, ``max_seqlen*``) is replicated on every rank, not sliced.
+into ``2*CP`` equal chunks and give CP rank ``r`` chunks ``r`` and ``2*CP-1-r`` ("DualChunkSwap";
+docs/reference/thd-batch.md#cp-split). For packed THD rows the same cut is applied to **each physical
+segment** independently (TE's ``thd_get_partitioned_indices``), which is why every padded sequence length must
+be a multiple of ``2*CP``. Metadata (``cu_seqlens*``, ``max_seqlen*``) is replicated on every rank, not
+sliced.
 
 Example (two packed sequences of 8 tokens, CP=2)::
 
@@ -33,7 +34,7 @@ __all__ = [
     "zigzag_indices",
 ]
 
-#: Batch keys never sliced by the CP split (Megatron-Bridge ``gpt_step``, spec megatron-packing.md §5.2).
+#: Batch keys never sliced by the CP split (as Megatron-Bridge's ``gpt_step``; docs/reference/thd-batch.md).
 CONTEXT_PARALLEL_SKIP_KEYS = frozenset(
     {
         "cu_seqlens_q",
@@ -69,7 +70,7 @@ def zigzag_indices(seq_len: int, cp_size: int, cp_rank: int) -> torch.Tensor:
     """Token indices CP rank ``cp_rank`` keeps of one BSHD sequence (Megatron-Core ``get_batch_on_this_cp_rank``).
 
     The sequence is cut into ``2*cp_size`` chunks of ``seq_len / (2*cp_size)`` tokens; the rank keeps chunks
-    ``cp_rank`` and ``2*cp_size-1-cp_rank``, in that order (spec D.3).
+    ``cp_rank`` and ``2*cp_size-1-cp_rank``, in that order.
 
     >>> zigzag_indices(16, 2, 0).tolist()
     [0, 1, 2, 3, 12, 13, 14, 15]
@@ -119,8 +120,8 @@ def thd_partition_indices(
     ``cu_seqlens_padded`` are the **physical** offsets. Each segment ``[s, e)`` is zigzag-split on its own
     (chunks ``cp_rank`` and ``2*cp_size-1-cp_rank`` of ``2*cp_size``), and the results are concatenated in
     segment order; the rank's local stream is ``total_tokens / cp_size`` long with local offsets
-    ``cu_seqlens_padded / cp_size`` (spec D.4). Unlike TE's kernel, tokens after the last boundary are an
-    error rather than silently duplicated indices (the D.4 pitfall).
+    ``cu_seqlens_padded / cp_size``. Unlike TE's kernel, tokens after the last boundary are an error
+    rather than silently duplicated indices (docs/reference/thd-batch.md#cp-split).
 
     >>> thd_partition_indices([0, 8, 12], 12, cp_size=2, cp_rank=0).tolist()
     [0, 1, 6, 7, 8, 11]
@@ -181,9 +182,10 @@ def thd_local_positions(
 ) -> torch.Tensor:
     """Positions within their sequence of the tokens a CP rank holds, recomputed from the local stream.
 
-    This is Megatron-Core's fused THD RoPE rule (spec D.6): local segment length ``L/cp``, half
-    ``h = L/(2cp)``, a token at local offset ``p`` has global position ``r*h + p`` if ``p < h`` else
-    ``L - (r+1)*h + (p - h)``. It equals the index-selected ``arange`` positions of each segment.
+    This is Megatron-Core's fused THD RoPE rule (docs/reference/thd-batch.md#cp-positions): local segment
+    length ``L/cp``, half ``h = L/(2cp)``, a token at local offset ``p`` has global position ``r*h + p`` if
+    ``p < h`` else ``L - (r+1)*h + (p - h)``. It equals the index-selected ``arange`` positions of each
+    segment.
 
     >>> thd_local_positions([0, 8, 12], cp_size=2, cp_rank=0).tolist()
     [0, 1, 6, 7, 0, 3]
@@ -218,8 +220,9 @@ def check_thd_alignment(
     """Check that a packed row splits over CP (and then over TP under SP); return the multiple required.
 
     Every physical segment must be a multiple of ``M = lcm(2*CP if CP > 1, CP*TP if SP and TP > 1)``
-    (spec D.4 and D.8; :func:`longpack.topology.pad_seq_to_mult`), and the last padded boundary must equal
-    ``total_tokens``. Then each CP rank holds ``T/CP`` tokens, divisible by TP for the SP scatter.
+    (docs/reference/packed-format.md#alignment; :func:`longpack.topology.pad_seq_to_mult`), and the last
+    padded boundary must equal ``total_tokens``. Then each CP rank holds ``T/CP`` tokens, divisible by TP for
+    the SP scatter.
 
     >>> check_thd_alignment([0, 8, 24], 24, cp_size=2, tp_size=2, sequence_parallel=True)
     4
@@ -248,6 +251,19 @@ def check_thd_alignment(
     return multiple
 
 
+def _one_row(offsets: Any) -> torch.Tensor:
+    """Offsets of a THD micro-batch as 1-D: ``[K]`` as is, ``[1, K]`` squeezed; more rows are an error."""
+    cu = torch.as_tensor(offsets)
+    if cu.dim() == 2:
+        if cu.size(0) != 1:
+            raise ContextParallelError(
+                f"Packed THD batches expect micro-batch size 1 for context-parallel slicing (THD layout); "
+                f"the boundary tensor has shape {tuple(cu.shape)}"
+            )
+        cu = cu[0]
+    return cu
+
+
 def physical_cu_seqlens(batch: Mapping[str, Any]) -> torch.Tensor | None:
     """The physical (padded) offsets that decide a THD batch's CP split, as a 1-D int64 tensor.
 
@@ -262,26 +278,9 @@ def physical_cu_seqlens(batch: Mapping[str, Any]) -> torch.Tensor | None:
     """
     if batch.get("cu_seqlens_q") is not None:
         cu = batch.get("cu_seqlens_q_padded")
-        if cu is None:
-            cu = batch["cu_seqlens_q"]
-        cu = torch.as_tensor(cu)
-        if cu.dim() == 2:
-            if cu.size(0) != 1:
-                raise ContextParallelError(
-                    f"Packed THD batches expect micro-batch size 1 for context-parallel slicing (THD layout); "
-                    f"the boundary tensor has shape {tuple(cu.shape)}"
-                )
-            cu = cu[0]
-        return cu.to(torch.int64)
+        return _one_row(batch["cu_seqlens_q"] if cu is None else cu).to(torch.int64)
     if batch.get("cu_seqlens") is not None:
-        cu = torch.as_tensor(batch["cu_seqlens"])
-        if cu.dim() == 2:
-            if cu.size(0) != 1:
-                raise ContextParallelError(
-                    f"Packed THD batches expect micro-batch size 1 for context-parallel slicing (THD layout); "
-                    f"the boundary tensor has shape {tuple(cu.shape)}"
-                )
-            cu = cu[0]
+        cu = _one_row(batch["cu_seqlens"])
         argmin = batch.get("cu_seqlens_argmin")
         if argmin is not None:
             end = int(torch.as_tensor(argmin).reshape(-1)[0])
@@ -298,9 +297,9 @@ def shard_batch(batch: Mapping[str, Any], cp_size: int, cp_rank: int) -> dict[st
     THD batches (``cu_seqlens_q`` or legacy ``cu_seqlens`` present): every per-token tensor (dim 1) is
     index-selected with :func:`thd_partition_indices` over the physical offsets; the metadata keys
     (``cu_seqlens*``, ``max_seqlen*``, ``token_count``, ``total_tokens``, ``attention_mask``) stay whole, as
-    in Megatron-Bridge's ``gpt_step`` (spec megatron-packing.md §5.2). Unpacked batches get the BSHD zigzag on
-    dim 1 (dim 2 of an ``attention_mask`` ``[b,1,S,S]``, whose key axis stays full). ``None`` values stay
-    ``None``; the input is not modified.
+    in Megatron-Bridge's ``gpt_step`` (docs/reference/thd-batch.md#cp-split). Unpacked batches get the BSHD
+    zigzag on dim 1 (dim 2 of an ``attention_mask`` ``[b,1,S,S]``, whose key axis stays full). ``None``
+    values stay ``None``; the input is not modified.
 
     >>> batch = {"tokens": torch.arange(8).view(1, 8), "cu_seqlens_q": torch.tensor([[0, 3, 8]]),
     ...          "cu_seqlens_q_padded": torch.tensor([[0, 4, 8]]), "max_seqlen_q": torch.tensor([[4]])}

@@ -1,8 +1,8 @@
 """Collate-time ("in-batch") THD packing: MBS right-padded rows become one packed THD row.
 
 Follows Megatron-Bridge's ``build_mcore_thd_sequence_batch_from_rows`` and
-``pack_right_padded_sequence_batch_to_mcore_thd`` (spec ``megatron-packing.md`` §4.1–4.2). Unlike offline
-packing (§3.4) the rows are *not* shifted here: each row already carries its ``labels`` and ``loss_mask``.
+``pack_right_padded_sequence_batch_to_mcore_thd`` (docs/reference/thd-batch.md#in-batch). Unlike the
+offline collate the rows are *not* shifted here: each row already carries its ``labels`` and ``loss_mask``.
 Alignment gaps sit at the end of each segment: tokens ``pad_token_id``, labels ``ignore_index``, loss 0,
 positions continuing.
 
@@ -47,7 +47,7 @@ def build_thd_row(
     sequence_tensor_pad_values: Mapping[str, Any] | None = None,
     emit_padding_mask: bool = False,
 ) -> dict[str, Any]:
-    """Concatenate unpadded rows into one THD row ``[1, T]`` with Megatron-Core metadata (spec §4.1).
+    """Concatenate unpadded rows into one THD row ``[1, T]`` with Megatron-Core metadata.
 
     Each row needs 1-D ``token_key`` and ``position_ids`` tensors; ``labels``, ``loss_mask`` and the keys of
     ``sequence_tensor_pad_values`` are optional but must be in all rows or none. Row ``i`` of length ``L_i``
@@ -194,7 +194,7 @@ def pack_right_padded_batch(
     sequence_tensor_pad_values: Mapping[str, Any] | None = None,
     emit_padding_mask: bool = False,
 ) -> MutableMapping[str, Any]:
-    """Pack a right-padded micro-batch ``[B, S]`` into one THD row ``[1, T]`` **in place** (spec §4.2).
+    """Pack a right-padded micro-batch ``[B, S]`` into one THD row ``[1, T]`` **in place**.
 
     Row lengths come from ``attention_mask`` (per-row sums) if given, else from ``token != pad_token_id``;
     the active positions must be a prefix of each row. Writes back the token key(s), ``labels``,

@@ -1,7 +1,7 @@
 """From a THD batch to Megatron-Core's ``PackedSeqParams``, and helpers around THD offsets.
 
-:func:`packed_seq_params_kwargs` follows Megatron-Bridge's ``get_packed_seq_params`` (spec
-``megatron-packing.md`` §5.3) for both key schemes: current (``cu_seqlens_q`` …) and legacy
+:func:`packed_seq_params_kwargs` follows Megatron-Bridge's ``get_packed_seq_params`` (see
+docs/reference/thd-batch.md#packed-seq-params) for both key schemes: current (``cu_seqlens_q`` …) and legacy
 (``cu_seqlens`` with ``-1`` padding and ``cu_seqlens_argmin``). It needs only torch;
 :func:`to_packed_seq_params` builds the real dataclass when the optional ``megatron-core`` extra is installed
 (``pip install 'longpack[megatron]'``), passing only the fields the installed version has.
@@ -62,8 +62,8 @@ def _trim(cu: torch.Tensor, argmin: Any) -> torch.Tensor:
 def sequence_index(cu_seqlens: Any, total_tokens: int) -> torch.Tensor:
     """Segment id per token ``[1, total_tokens]`` (int32), with one extra id for tokens past the last boundary.
 
-    This is Megatron-Core's ``PackedSeqParams.seq_idx`` (spec D.1), used to reset Mamba/SSM state between
-    packed sequences. ``-1`` entries (legacy padding) are ignored.
+    This is Megatron-Core's ``PackedSeqParams.seq_idx`` (docs/reference/thd-batch.md#packed-seq-params), used
+    to reset Mamba/SSM state between packed sequences. ``-1`` entries (legacy padding) are ignored.
 
     >>> sequence_index(torch.tensor([0, 5, 7, 11, -1]), 16).tolist()
     [[0, 0, 0, 0, 0, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 3]]
@@ -76,7 +76,7 @@ def sequence_index(cu_seqlens: Any, total_tokens: int) -> torch.Tensor:
 
 
 def packed_seq_params_kwargs(batch: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``PackedSeqParams`` fields for a THD micro-batch (MBS 1), as Megatron-Bridge builds them (§5.3).
+    """The ``PackedSeqParams`` fields for a THD micro-batch (MBS 1), as Megatron-Bridge builds them.
 
     Current keys: tensors squeezed (no trimming), ``cu_seqlens_kv`` defaults to ``cu_seqlens_q``, padded
     offsets passed through (or ``None``), ``max_seqlen_*`` as Python ints (more than one value is a

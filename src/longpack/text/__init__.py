@@ -1,4 +1,4 @@
-"""Reading and tokenizing SFT data into ``TokenizedSamples`` (spec §2.3). No torch, no knowledge of packing.
+"""Reading and tokenizing SFT data into ``TokenizedSamples``. No torch, no knowledge of packing.
 
 Public API::
 

@@ -1,4 +1,4 @@
-"""One row -> one stored sample (``input_ids``, unshifted ``loss_mask``), as Megatron-Bridge tokenizes (spec §2.3).
+"""One row -> one stored sample (``input_ids``, unshifted ``loss_mask``), as Megatron-Bridge tokenizes.
 
 Formats:
 

@@ -35,8 +35,9 @@ from longpack.text.errors import InputError, RowError
 Message = Mapping[str, Any]
 Piece = tuple[str, int]  # (text, owner): owner = assistant turn ordinal, or -1
 
-# Tokens that Megatron-Bridge always masks out of the loss ("skipped" added tokens, spec §2.3); the spec
-# names these examples for Qwen, Llama and LLaVA. Applied only where the tokenizer has them as added tokens.
+# Tokens that Megatron-Bridge always masks out of the loss ("skipped" added tokens: the examples its SFT
+# tokenization names for Qwen, Llama and LLaVA; docs/reference/input-formats.md#row-formats). Applied only
+# where the tokenizer has them as added tokens.
 SKIPPED_TOKEN_TEXTS = frozenset(
     {"<|im_start|>", "<|vision_pad|>", "<|begin_of_text|>", "<|start_header_id|>", "<pad>"}
 )
@@ -250,7 +251,7 @@ class Tokenizer(ABC):
 
     @cached_property
     def skipped_ids(self) -> np.ndarray:
-        """Ids never trained on (spec §2.3 "skipped" tokens), sorted int64."""
+        """Ids never trained on (Megatron-Bridge's "skipped" tokens), sorted int64."""
         return np.array(
             sorted(i for t, i in self.special_tokens.items() if t in SKIPPED_TOKEN_TEXTS), dtype=np.int64
         )

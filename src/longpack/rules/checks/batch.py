@@ -31,7 +31,7 @@ def gbs_covers_dp(gbs: int, *, mbs: int, dp: int) -> bool:
     "LP-BATCH-001",
     E,
     "GBS divisible by MBS*DP",
-    "§6.9 (sampler / microbatch calculator)",
+    "Bridge batch sampler; MCore microbatch calculator",
     fix="use a train.global_batch_size that is a multiple of MBS*DP",
 )
 def gbs_divisible_rule(s: TrainingSetup) -> Iterator[Violation]:
@@ -54,7 +54,7 @@ def gbs_divisible_rule(s: TrainingSetup) -> Iterator[Violation]:
     "LP-BATCH-002",
     E,
     "GBS >= MBS*DP (every data-parallel rank gets a microbatch)",
-    "§6.9, §8",
+    "Bridge batch sampler; Bridge docs (recommended settings)",
     fix="raise train.global_batch_size to a multiple of MBS*DP, or lower DP",
 )
 def gbs_at_least_dp(s: TrainingSetup) -> Iterator[Violation]:
@@ -76,7 +76,7 @@ def gbs_at_least_dp(s: TrainingSetup) -> Iterator[Violation]:
     "LP-BATCH-003",
     E,
     "eval GBS divisible by eval MBS * eval DP",
-    "§6.9",
+    "Bridge ConfigContainer.validate",
     fix="set validation.eval_global_batch_size to a multiple of eval MBS * eval DP",
 )
 def eval_gbs(s: TrainingSetup) -> Iterator[Violation]:

@@ -38,7 +38,7 @@ def cp_divides_seq_length(seq_length: int, *, cp: int) -> bool:
     "LP-CP-001",
     E,
     "model.seq_length divisible by 2*CP when CP > 1",
-    "§6.10",
+    "Bridge ConfigContainer.validate",
     fix="set model.seq_length and dataset.seq_length to a multiple of 2*CP",
 )
 def cp_seq_length(s: TrainingSetup) -> Iterator[Violation]:
@@ -60,7 +60,7 @@ def cp_seq_length(s: TrainingSetup) -> Iterator[Violation]:
     "LP-CP-002",
     E,
     "finetuning with CP > 1 needs calculate_per_token_loss=True",
-    "§6.11",
+    "Bridge ConfigContainer.validate",
     fix="set model.calculate_per_token_loss=true",
 )
 def cp_per_token_loss(s: TrainingSetup) -> Iterator[Violation]:
@@ -80,7 +80,7 @@ def cp_per_token_loss(s: TrainingSetup) -> Iterator[Violation]:
     "LP-CP-003",
     E,
     "finetuning with CP > 1 needs ddp.average_in_collective=False",
-    "§6.11",
+    "Bridge ConfigContainer.validate",
     fix="set ddp.average_in_collective=false",
 )
 def cp_average_in_collective(s: TrainingSetup) -> Iterator[Violation]:
@@ -108,7 +108,7 @@ def _a2a_level(s: TrainingSetup) -> tuple[int, str] | None:
     "LP-CP-004",
     E,
     "CP all-to-all needs heads/TP and KV heads/TP divisible by the a2a size",
-    "D.7",
+    "MCore / TransformerEngine cp_comm_type",
     fix="use cp_comm_type p2p, or a2a+p2p with an a2a level dividing the heads per TP rank, or change TP",
 )
 def cp_a2a_heads(s: TrainingSetup) -> Iterator[Violation]:
@@ -140,7 +140,7 @@ def cp_a2a_heads(s: TrainingSetup) -> Iterator[Violation]:
     "LP-CP-005",
     E,
     "hierarchical_context_parallel_sizes multiply to CP",
-    "D.7",
+    "MCore / TransformerEngine cp_comm_type",
     fix="give model.hierarchical_context_parallel_sizes whose product is CP",
 )
 def cp_hierarchy_product(s: TrainingSetup) -> Iterator[Violation]:
@@ -160,7 +160,7 @@ def cp_hierarchy_product(s: TrainingSetup) -> Iterator[Violation]:
     "LP-CP-006",
     E,
     "cp_comm_type a2a+p2p needs hierarchical_context_parallel_sizes",
-    "D.7",
+    "MCore / TransformerEngine cp_comm_type",
     fix="set model.hierarchical_context_parallel_sizes=[a2a_size, p2p_size] with product CP",
 )
 def cp_hierarchy_required(s: TrainingSetup) -> Iterator[Violation]:
@@ -178,7 +178,7 @@ def cp_hierarchy_required(s: TrainingSetup) -> Iterator[Violation]:
     "LP-CP-007",
     E,
     "DirectHF/Energon/MockVLM seq_length divisible by the CP/SP collate multiple",
-    "§6.8, C.2",
+    "Bridge ConfigContainer.validate",
     fix="set dataset.seq_length (and model.seq_length) to a multiple of lcm(2*CP, CP*TP with SP)",
 )
 def cp_collate_multiple(s: TrainingSetup) -> Iterator[Violation]:
@@ -203,7 +203,7 @@ def cp_collate_multiple(s: TrainingSetup) -> Iterator[Violation]:
     "LP-CP-008",
     INFO,
     "CP shards of at least ~4096 tokens (docs rule of thumb)",
-    "§8",
+    "Bridge docs (recommended settings)",
     fix="use CP ~ seq_length/4096 and spend the other GPUs on data parallelism",
 )
 def cp_shard_size(s: TrainingSetup) -> Iterator[Violation]:
@@ -223,7 +223,7 @@ def cp_shard_size(s: TrainingSetup) -> Iterator[Violation]:
     "LP-SEQ-001",
     E,
     "model.seq_length equals dataset.seq_length",
-    "§6.14",
+    "Bridge ConfigContainer.validate",
     fix="set model.seq_length and dataset.seq_length to the same value",
 )
 def seq_lengths_match(s: TrainingSetup) -> Iterator[Violation]:

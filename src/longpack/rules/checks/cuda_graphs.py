@@ -22,7 +22,7 @@ def _te_or_full(s: TrainingSetup) -> bool:
     "LP-CG-001",
     E,
     "offline packing with TE/full-iteration CUDA graphs needs pad_to_max_length",
-    "§6.4",
+    "Bridge ConfigContainer.validate",
     fix="set dataset.dataset_kwargs.pad_to_max_length=true",
 )
 def cg_fixed_width(s: TrainingSetup) -> Iterator[Violation]:
@@ -42,7 +42,7 @@ def cg_fixed_width(s: TrainingSetup) -> Iterator[Violation]:
     "LP-CG-002",
     E,
     "CUDA graphs that capture packed attention need pad_cu_seqlens",
-    "§6.5",
+    "Bridge ConfigContainer.validate",
     fix="set dataset.offline_packing_specs.pad_cu_seqlens=true, or capture only the MLP",
 )
 def cg_pad_cu(s: TrainingSetup) -> Iterator[Violation]:
@@ -67,7 +67,7 @@ def cg_pad_cu(s: TrainingSetup) -> Iterator[Violation]:
     "LP-CG-003",
     E,
     "full-iteration CUDA graph needs check_for_nan_in_loss=False",
-    "§6.15",
+    "Bridge ConfigContainer.validate",
     fix="set rerun_state_machine.check_for_nan_in_loss=false",
 )
 def cg_full_iteration_nan(s: TrainingSetup) -> Iterator[Violation]:
@@ -86,7 +86,7 @@ def cg_full_iteration_nan(s: TrainingSetup) -> Iterator[Violation]:
     "LP-CG-004",
     E,
     "packed MoE: no router-scoped TE CUDA graphs",
-    "§5.4",
+    "Bridge gpt_step forward",
     fix="use an attention-only scope (model.cuda_graph_scope=[attn]) or model.cuda_graph_impl=none",
 )
 def cg_moe_router(s: TrainingSetup) -> Iterator[Violation]:
@@ -115,7 +115,7 @@ def cg_moe_router(s: TrainingSetup) -> Iterator[Violation]:
     "LP-CG-005",
     W,
     "CUDA graphs with variable packed shapes",
-    "§8 (performance guide)",
+    "Bridge performance guide",
     fix="fix the packed width (pad_to_max_length=true), or set model.cuda_graph_impl=none",
 )
 def cg_variable_shapes(s: TrainingSetup) -> Iterator[Violation]:

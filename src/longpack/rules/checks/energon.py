@@ -19,7 +19,7 @@ def _energon(s: TrainingSetup) -> bool:
     "LP-EN-001",
     E,
     "Energon packing needs train.micro_batch_size=1",
-    "§6.6, C.2",
+    "Bridge ConfigContainer.validate (Energon packing)",
     fix="set train.micro_batch_size=1",
 )
 def en_mbs(s: TrainingSetup) -> Iterator[Violation]:
@@ -38,7 +38,7 @@ def en_mbs(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-002",
     E,
     "Energon dataset and eval MBS equal train.micro_batch_size",
-    "§6.6, C.2",
+    "Bridge ConfigContainer.validate (Energon packing)",
     fix="set dataset.micro_batch_size and validation.eval_micro_batch_size to train.micro_batch_size",
 )
 def en_mbs_match(s: TrainingSetup) -> Iterator[Violation]:
@@ -63,7 +63,7 @@ def en_mbs_match(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-003",
     E,
     "Energon packing needs calculate_per_token_loss=True",
-    "§6.6, C.2",
+    "Bridge ConfigContainer.validate (Energon packing)",
     fix="set model.calculate_per_token_loss=true",
 )
 def en_per_token(s: TrainingSetup) -> Iterator[Violation]:
@@ -80,7 +80,7 @@ def en_per_token(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-004",
     E,
     "Energon packing needs ddp.average_in_collective=False",
-    "§6.6, C.2",
+    "Bridge ConfigContainer.validate (Energon packing)",
     fix="set ddp.average_in_collective=false",
 )
 def en_avg(s: TrainingSetup) -> Iterator[Violation]:
@@ -97,7 +97,7 @@ def en_avg(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-005",
     E,
     "Energon packing does not support MTP",
-    "§6.6, C.2",
+    "Bridge ConfigContainer.validate (Energon packing)",
     fix="set model.mtp_num_layers=null, or turn native packing off (dataset.packing_buffer_size=null)",
 )
 def en_mtp(s: TrainingSetup) -> Iterator[Violation]:
@@ -115,7 +115,7 @@ def en_mtp(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-006",
     E,
     "Energon packing does not support CUDA graphs",
-    "§6.6, C.2",
+    "Bridge ConfigContainer.validate (Energon packing)",
     fix="set model.cuda_graph_impl=none and model.vision_cuda_graph_impl=none",
 )
 def en_graphs(s: TrainingSetup) -> Iterator[Violation]:
@@ -134,7 +134,7 @@ def en_graphs(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-007",
     E,
     "Energon packing does not support Qwen3-VL DistTrain",
-    "§6.6, C.2",
+    "Bridge ConfigContainer.validate (Energon packing)",
     fix="set dist_train.use_dist_train=false",
 )
 def en_dist_train(s: TrainingSetup) -> Iterator[Violation]:
@@ -151,7 +151,7 @@ def en_dist_train(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-008",
     E,
     "Energon packing does not support pipeline parallelism",
-    "§6.6, C.2",
+    "Bridge ConfigContainer.validate (Energon packing)",
     fix="set model.pipeline_model_parallel_size=1 (use TP/CP/EP), or turn native packing off",
 )
 def en_pp(s: TrainingSetup) -> Iterator[Violation]:
@@ -169,7 +169,7 @@ def en_pp(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-009",
     W,
     "Energon packing turns MoE EP overlap and delayed wgrad off",
-    "§6.6, C.2",
+    "Bridge ConfigContainer.validate (Energon packing)",
     fix="set model.overlap_moe_expert_parallel_comm=false and model.delay_wgrad_compute=false",
 )
 def en_ep_overlap(s: TrainingSetup) -> Iterator[Violation]:
@@ -191,7 +191,7 @@ def en_ep_overlap(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-010",
     E,
     "Energon packing and in-batch packing are mutually exclusive",
-    "C.1",
+    "Bridge EnergonDatasetConfig.validate",
     fix="set dataset.enable_in_batch_packing=false (or dataset.packing_buffer_size=null)",
 )
 def en_inbatch(s: TrainingSetup) -> Iterator[Violation]:
@@ -209,7 +209,7 @@ def en_inbatch(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-011",
     E,
     "Energon packing cannot defer packing to the step",
-    "C.1",
+    "Bridge EnergonDatasetConfig.validate",
     fix="set dataset.defer_in_batch_packing_to_step=false",
 )
 def en_defer(s: TrainingSetup) -> Iterator[Violation]:
@@ -226,7 +226,7 @@ def en_defer(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-012",
     E,
     "packing_buffer_size > 0",
-    "C.1",
+    "Bridge EnergonDatasetConfig.validate",
     fix="set dataset.packing_buffer_size to a positive count (16 is a good start), or null to turn packing off",
 )
 def en_buffer_positive(s: TrainingSetup) -> Iterator[Violation]:
@@ -243,7 +243,7 @@ def en_buffer_positive(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-013",
     E,
     "Energon packing needs the Qwen-VL task encoder",
-    "C.1",
+    "Bridge EnergonDatasetConfig.validate",
     fix="use QwenVLEnergonTaskEncoderConfig, or turn native packing off and use in-batch packing",
 )
 def en_encoder(s: TrainingSetup) -> Iterator[Violation]:
@@ -262,7 +262,7 @@ def en_encoder(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-014",
     E,
     "Energon dataset_kwargs must not override builder-owned arguments",
-    "C.1",
+    "Bridge EnergonDatasetConfig.validate",
     fix="set those values through the dataset config fields, not dataset.dataset_kwargs",
 )
 def en_builder_owned(s: TrainingSetup) -> Iterator[Violation]:
@@ -283,7 +283,7 @@ def en_builder_owned(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-016",
     E,
     "Energon datasets have no test split (do_test=False)",
-    "C.1",
+    "Bridge EnergonDatasetConfig.validate",
     fix="set dataset.do_test=false",
 )
 def en_do_test(s: TrainingSetup) -> Iterator[Violation]:
@@ -300,7 +300,7 @@ def en_do_test(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-017",
     E,
     "Energon path set; worker, shuffle and sample limits valid",
-    "C.1",
+    "Bridge EnergonDatasetConfig.validate",
     fix="set dataset.path, and worker counts >= 0, buffer and sample limits >= 1 (or null)",
 )
 def en_fields(s: TrainingSetup) -> Iterator[Violation]:
@@ -327,7 +327,7 @@ def en_fields(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-015",
     INFO,
     "Energon packing_buffer_size of at least 8 candidates",
-    "§8",
+    "Bridge docs (recommended settings)",
     fix="raise dataset.packing_buffer_size to 8-16 candidates per worker",
 )
 def en_buffer_small(s: TrainingSetup) -> Iterator[Violation]:

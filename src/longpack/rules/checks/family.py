@@ -18,7 +18,7 @@ FAMILY = RuleFamily("family", "Model-family opt-outs")
     "LP-MODEL-001",
     E,
     "family supports offline packing (Qwen3-Next, GLM-4.5 do not)",
-    "§6.17",
+    "Bridge recipes (model opt-outs)",
     fix="train the model unpacked: dataset.enable_offline_packing=false and no offline_packing_specs",
 )
 def family_offline(s: TrainingSetup) -> Iterator[Violation]:
@@ -37,7 +37,7 @@ def family_offline(s: TrainingSetup) -> Iterator[Violation]:
     "LP-MODEL-002",
     E,
     "family supports collate in-batch packing (Qwen3.5-VL, GLM-4.5V, Nemotron-VL do not)",
-    "§6.17",
+    "Bridge recipes (model opt-outs)",
     fix="set dataset.enable_in_batch_packing=false (Qwen3.5-VL: defer_in_batch_packing_to_step=true)",
 )
 def family_inbatch(s: TrainingSetup) -> Iterator[Violation]:
@@ -53,7 +53,7 @@ def family_inbatch(s: TrainingSetup) -> Iterator[Violation]:
     "LP-MODEL-003",
     E,
     "family supports packing at all (Qwen3-Omni does not)",
-    "§6.17",
+    "Bridge recipes (model opt-outs)",
     fix="turn packing off (offline, in-batch and Energon)",
 )
 def family_any(s: TrainingSetup) -> Iterator[Violation]:

@@ -50,7 +50,7 @@ def moe_sp(s: TrainingSetup) -> Iterator[Violation]:
     "LP-MOE-002",
     E,
     "HybridEP fixed packed width divisible by 128",
-    "§8",
+    "Bridge docs (recommended settings)",
     fix="use a packed width (packed_sequence_size / seq_length) that is a multiple of 128 and the topology multiple",
 )
 def moe_hybridep_width(s: TrainingSetup) -> Iterator[Violation]:
@@ -79,7 +79,7 @@ def moe_hybridep_width(s: TrainingSetup) -> Iterator[Violation]:
     "LP-MOE-003",
     E,
     "HybridEP with CUDA graphs needs fixed-width packs",
-    "§8",
+    "Bridge docs (recommended settings)",
     fix="set dataset.dataset_kwargs.pad_to_max_length=true, or model.cuda_graph_impl=none",
 )
 def moe_hybridep_graphs(s: TrainingSetup) -> Iterator[Violation]:
@@ -104,7 +104,7 @@ def moe_hybridep_graphs(s: TrainingSetup) -> Iterator[Violation]:
     "LP-MOE-004",
     W,
     "packing with expert capacity / token dropping is untested",
-    "§8",
+    "Bridge docs (recommended settings)",
     fix="set model.moe_expert_capacity_factor=null (dropless) for packed training",
 )
 def moe_capacity(s: TrainingSetup) -> Iterator[Violation]:

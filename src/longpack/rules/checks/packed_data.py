@@ -39,7 +39,7 @@ FAMILY = RuleFamily("packed_data", "Packed data against the config")
     "LP-DATA-001",
     E,
     "metadata file present when pad_cu_seqlens",
-    "§3.1, §3.5",
+    "Bridge build_gpt_sft_split; Bridge GPTSFTPackedDataset metadata",
     fix="re-run the packing step so it writes <N>_metadata.jsonl (or set packed_metadata_path)",
     scope="packed",
 )
@@ -62,7 +62,7 @@ def data_metadata(s: TrainingSetup) -> Iterator[Violation]:
     "LP-DATA-002",
     E,
     "pack size of the data equals packed_sequence_size",
-    "§2.1",
+    "Bridge offline packing output files",
     fix="repack with the config's packed_sequence_size into a fresh folder (or set it to the data's)",
     scope="packed",
 )
@@ -84,7 +84,7 @@ def data_pack_size(s: TrainingSetup) -> Iterator[Violation]:
     "LP-DATA-003",
     W,
     "pack size of the data equals seq_length",
-    "§8",
+    "Bridge docs (recommended settings)",
     fix="keep model, dataset and packed lengths equal: repack with N = seq_length",
     scope="packed",
 )
@@ -124,7 +124,7 @@ def _misaligned(p: PackedDataSummary, multiple: int) -> tuple[bool, str]:
     "LP-DATA-004",
     E,
     "every packed sequence splits into 2*CP equal chunks",
-    "§5.2, §9.9",
+    "Bridge gpt_step CP split; TransformerEngine thd_get_partitioned_indices",
     fix="repack with pad_seq_to_mult = lcm(2*CP, CP*TP with SP) into a fresh folder",
     scope="packed",
 )
@@ -149,7 +149,7 @@ def data_alignment(s: TrainingSetup) -> Iterator[Violation]:
     "LP-DATA-010",
     W,
     "every packed sequence a multiple of the documented lcm(2*CP, CP*TP)",
-    "§8",
+    "Bridge docs (recommended settings)",
     fix="repack with pad_seq_to_mult = lcm(2*CP, CP*TP with SP) into a fresh folder",
     scope="packed",
 )
@@ -176,7 +176,7 @@ def data_alignment_docs(s: TrainingSetup) -> Iterator[Violation]:
     "LP-DATA-005",
     E,
     "no packed row exceeds the pack size",
-    "§2.6, §3.4",
+    "Bridge fill_packing_strategy; Bridge packed collate_fn",
     fix="repack: the packing step must never exceed the pack size",
     scope="packed",
 )
@@ -198,7 +198,7 @@ def data_over_capacity(s: TrainingSetup) -> Iterator[Violation]:
     "LP-DATA-006",
     E,
     "fixed packed width divisible by the multiple (and 128 for HybridEP)",
-    "§5.2, §8",
+    "Bridge gpt_step CP split; Bridge docs (recommended settings)",
     fix="repack with a pack size that is a multiple of the topology multiple (and of 128 with HybridEP)",
     scope="packed",
 )
@@ -227,7 +227,7 @@ def data_fixed_width(s: TrainingSetup) -> Iterator[Violation]:
     "LP-DATA-007",
     W,
     "packed data used with offline packing enabled",
-    "§6.2",
+    "Bridge ConfigContainer.validate",
     fix="set dataset.enable_offline_packing=true and packed_sequence_size to the data's pack size",
     scope="packed",
 )
@@ -248,7 +248,7 @@ def data_flag(s: TrainingSetup) -> Iterator[Violation]:
     "LP-DATA-008",
     E,
     "packed data needs micro_batch_size=1",
-    "§5.5",
+    "Bridge get_packed_seq_params (MBS 1)",
     fix="set train.micro_batch_size=1 and raise the pack size instead",
     scope="packed",
 )
@@ -269,7 +269,7 @@ def data_mbs(s: TrainingSetup) -> Iterator[Violation]:
     "LP-DATA-009",
     W,
     "recorded pad_seq_to_mult matches the topology",
-    "§2.1, §8",
+    "Bridge offline packing output files; Bridge docs (recommended settings)",
     fix="rebuild with the topology's pad_seq_to_mult into a fresh folder",
     scope="packed",
 )

@@ -40,7 +40,7 @@ FAMILY = RuleFamily("packing", "Offline and in-batch packing")
     "LP-PACK-001",
     E,
     "offline and in-batch packing are mutually exclusive",
-    "§6.1",
+    "Bridge ConfigContainer.validate",
     fix="keep one of dataset.enable_offline_packing and dataset.enable_in_batch_packing",
 )
 def pack_exclusive(s: TrainingSetup) -> Iterator[Violation]:
@@ -58,7 +58,7 @@ def pack_exclusive(s: TrainingSetup) -> Iterator[Violation]:
     "LP-PACK-002",
     E,
     "enable_offline_packing needs offline_packing_specs",
-    "§6.2",
+    "Bridge ConfigContainer.validate",
     fix="set dataset.offline_packing_specs.packed_sequence_size (and pad_seq_to_mult)",
 )
 def pack_specs_missing(s: TrainingSetup) -> Iterator[Violation]:
@@ -77,7 +77,7 @@ def pack_specs_missing(s: TrainingSetup) -> Iterator[Violation]:
     "LP-PACK-003",
     E,
     "offline_packing_specs needs enable_offline_packing=True",
-    "§6.2",
+    "Bridge ConfigContainer.validate",
     fix="set dataset.enable_offline_packing=true, or remove dataset.offline_packing_specs",
 )
 def pack_flag_missing(s: TrainingSetup) -> Iterator[Violation]:
@@ -95,7 +95,7 @@ def pack_flag_missing(s: TrainingSetup) -> Iterator[Violation]:
     "LP-PACK-004",
     E,
     "packed_sequence_size > 0 with offline packing",
-    "§1, §6.12",
+    "Bridge PackedSequenceSpecs; Bridge ConfigContainer.validate",
     fix="set dataset.offline_packing_specs.packed_sequence_size to the pack size (= seq_length)",
 )
 def pack_size_positive(s: TrainingSetup) -> Iterator[Violation]:
@@ -113,7 +113,7 @@ def pack_size_positive(s: TrainingSetup) -> Iterator[Violation]:
     "LP-PACK-005",
     E,
     "offline packing needs micro_batch_size=1",
-    "§6.12, §5.5",
+    "Bridge ConfigContainer.validate; Bridge get_packed_seq_params (MBS 1)",
     fix="use MBS 1 with GBS/MBS and a packed_sequence_size MBS times larger",
 )
 def pack_mbs_one(s: TrainingSetup) -> Iterator[Violation]:
@@ -134,7 +134,7 @@ def pack_mbs_one(s: TrainingSetup) -> Iterator[Violation]:
     "LP-PACK-006",
     E,
     "in-batch packing needs micro_batch_size > 1",
-    "§6.13",
+    "Bridge ConfigContainer.validate",
     fix="set train.micro_batch_size >= 2 (or use offline packing with MBS=1)",
 )
 def inbatch_mbs(s: TrainingSetup) -> Iterator[Violation]:
@@ -153,7 +153,7 @@ def inbatch_mbs(s: TrainingSetup) -> Iterator[Violation]:
     "LP-PACK-007",
     E,
     "pad_cu_seqlens needs pad_to_max_length",
-    "§6.3",
+    "Bridge ConfigContainer.validate",
     fix="set dataset.dataset_kwargs.pad_to_max_length=true",
 )
 def pad_cu_needs_fixed(s: TrainingSetup) -> Iterator[Violation]:
@@ -172,7 +172,7 @@ def pad_cu_needs_fixed(s: TrainingSetup) -> Iterator[Violation]:
     "LP-PACK-008",
     E,
     "pad_seq_to_mult splits every sequence into 2*CP equal chunks",
-    "§1, §5.2, §9.9",
+    "Bridge PackedSequenceSpecs; Bridge gpt_step CP split; TransformerEngine thd_get_partitioned_indices",
     fix="set dataset.offline_packing_specs.pad_seq_to_mult to lcm(2*CP, CP*TP with SP) and repack",
 )
 def pack_pad_mult(s: TrainingSetup) -> Iterator[Violation]:
@@ -204,7 +204,7 @@ def pack_pad_mult(s: TrainingSetup) -> Iterator[Violation]:
     "LP-PACK-016",
     W,
     "pad_seq_to_mult equals the documented lcm(2*CP, CP*TP with SP)",
-    "§8",
+    "Bridge docs (recommended settings)",
     fix="set dataset.offline_packing_specs.pad_seq_to_mult to lcm(2*CP, CP*TP with SP) and repack",
 )
 def pack_pad_mult_docs(s: TrainingSetup) -> Iterator[Violation]:
@@ -230,7 +230,7 @@ def pack_pad_mult_docs(s: TrainingSetup) -> Iterator[Violation]:
     "LP-PACK-009",
     INFO,
     "pad_seq_to_mult no larger than needed",
-    "§8",
+    "Bridge docs (recommended settings)",
     fix="set dataset.offline_packing_specs.pad_seq_to_mult to the multiple the topology needs",
 )
 def pack_pad_mult_wasteful(s: TrainingSetup) -> Iterator[Violation]:
@@ -253,7 +253,7 @@ def pack_pad_mult_wasteful(s: TrainingSetup) -> Iterator[Violation]:
     "LP-PACK-010",
     W,
     "packed_sequence_size equals seq_length",
-    "§6.14, §8",
+    "Bridge ConfigContainer.validate; Bridge docs (recommended settings)",
     fix="set packed_sequence_size and model/dataset.seq_length to the same value and repack",
 )
 def pack_size_equals_seq(s: TrainingSetup) -> Iterator[Violation]:
@@ -275,7 +275,7 @@ def pack_size_equals_seq(s: TrainingSetup) -> Iterator[Violation]:
     "LP-PACK-011",
     E,
     "max_single_sequence_length <= packed_sequence_size",
-    "§1, §2.6",
+    "Bridge PackedSequenceSpecs; Bridge fill_packing_strategy",
     fix="set dataset.offline_packing_specs.max_single_sequence_length <= packed_sequence_size",
 )
 def pack_max_single(s: TrainingSetup) -> Iterator[Violation]:
@@ -297,7 +297,7 @@ def pack_max_single(s: TrainingSetup) -> Iterator[Violation]:
     "LP-PACK-012",
     E,
     "packed width divisible by the topology multiple (trailing pad segment)",
-    "§3.4, §5.2",
+    "Bridge packed collate_fn; Bridge gpt_step CP split",
     fix="use a packed_sequence_size (and seq_length) that is a multiple of lcm(2*CP, CP*TP with SP)",
 )
 def pack_width_multiple(s: TrainingSetup) -> Iterator[Violation]:
@@ -318,7 +318,7 @@ def pack_width_multiple(s: TrainingSetup) -> Iterator[Violation]:
     "LP-PACK-013",
     E,
     "dynamic-width rounding (pad_seq_length_to_mult) a multiple of the topology multiple",
-    "§3.1, §3.4, §5.2",
+    "Bridge build_gpt_sft_split; Bridge packed collate_fn; Bridge gpt_step CP split",
     fix="set dataset.dataset_kwargs.pad_seq_length_to_mult to a multiple of the topology multiple, "
     "or pad_to_max_length=true",
 )
@@ -343,7 +343,7 @@ def pack_dynamic_width(s: TrainingSetup) -> Iterator[Violation]:
     "LP-PACK-014",
     INFO,
     "pad_to_max_length is forced on with PP > 1 or EP > 1",
-    "§6.7, C.2",
+    "Bridge ConfigContainer.validate",
     fix="set dataset.pad_to_max_length=true explicitly",
 )
 def pack_forced_fixed(s: TrainingSetup) -> Iterator[Violation]:
@@ -391,7 +391,7 @@ def inbatch_dataloader(s: TrainingSetup) -> Iterator[Violation]:
     "LP-MTP-001",
     E,
     "no MTP with packed SFT",
-    "§6.16 (docs), not enforced by code",
+    "Bridge docs (MTP, not enforced by code)",
     fix="set model.mtp_num_layers=null for packed SFT, or turn offline packing off",
 )
 def mtp_packed(s: TrainingSetup) -> Iterator[Violation]:

@@ -182,7 +182,7 @@ def kv_heads_tp(s: TrainingSetup) -> Iterator[Violation]:
     "LP-TOPO-006",
     W,
     "sequence parallelism only with TP > 1",
-    "D.8 / Megatron-LM",
+    "MCore sequence parallelism; Megatron-LM arguments",
     fix="set model.sequence_parallel=false, or raise TP",
 )
 def sp_needs_tp(s: TrainingSetup) -> Iterator[Violation]:
@@ -201,7 +201,7 @@ def sp_needs_tp(s: TrainingSetup) -> Iterator[Violation]:
     "LP-SP-001",
     E,
     "with SP, tokens per CP rank divisible by TP",
-    "D.8",
+    "MCore sequence parallelism",
     fix="use a sequence length divisible by CP*TP",
 )
 def sp_tokens(s: TrainingSetup) -> Iterator[Violation]:
