@@ -885,9 +885,16 @@ class SweepConfig:
             inputs = list(cast(tuple[str, ...], self.inputs))  # normalized in __post_init__
             if self.demo:
                 inputs = [str(write_demo_dataset(Path(demo_dir) / "longpack-demo"))]
-            tokenized = tokenize_inputs(
-                inputs, tokenizer=tokenizer, config=self.text, workers=self.workers, progress=self.progress
-            )
+            from longpack.jobs.executors import input_read_errors
+
+            with input_read_errors():
+                tokenized = tokenize_inputs(
+                    inputs,
+                    tokenizer=tokenizer,
+                    config=self.text,
+                    workers=self.workers,
+                    progress=self.progress,
+                )
         eos_id = tokenized.tokenizer.get("eos_id")
         if eos_id is None:
             raise InputError(
