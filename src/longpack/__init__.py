@@ -21,6 +21,8 @@ _LAZY = {
     "SweepConfig": "longpack.jobs.sweep",
     "SweepResult": "longpack.jobs.sweep",
     "PlanConfig": "longpack.jobs.plan",
+    "PreviewConfig": "longpack.jobs.preview",
+    "PreviewResult": "longpack.jobs.preview",
     "PlanResult": "longpack.jobs.plan",
     "CheckConfig": "longpack.jobs.check",
     "CheckResult": "longpack.jobs.check",
@@ -37,6 +39,8 @@ __all__ = [
     "PackResult",
     "PlanConfig",
     "PlanResult",
+    "PreviewConfig",
+    "PreviewResult",
     "SweepConfig",
     "SweepResult",
     "__version__",
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
     from longpack.jobs.executors import LocalExecutor
     from longpack.jobs.pack import PackConfig, PackResult
     from longpack.jobs.plan import PlanConfig, PlanResult
+    from longpack.jobs.preview import PreviewConfig, PreviewResult
     from longpack.jobs.sweep import SweepConfig, SweepResult
 
 

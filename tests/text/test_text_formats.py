@@ -82,10 +82,16 @@ def test_too_short_sample_is_malformed() -> None:
 
 
 def test_textconfig_validation() -> None:
-    with pytest.raises(ValueError, match="chat_loss"):
+    from longpack.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="chat_loss") as info:
         TextConfig(chat_loss="assistant_only")
-    with pytest.raises(ValueError, match="literal braces"):
+    assert info.value.fields == ("text.chat_loss",)
+    with pytest.raises(ConfigError, match="literal braces") as info:
         TextConfig(prompt_template="{}")
+    assert info.value.fields == ("text.prompt_template",)
+    with pytest.raises(ConfigError, match="non-empty column name"):
+        TextConfig(tools_key="")
 
 
 # --- chat / sharegpt ------------------------------------------------------------------------------------
@@ -170,8 +176,12 @@ def test_chat_errors() -> None:
         {"role": "user", "content": "u"},
         {"role": "assistant", "content": "", "tool_calls": [{"id": "1"}]},
     ]
-    with pytest.raises(RowError, match="message 1 has tool_calls"):
+    with pytest.raises(RowError, match=r"messages\[1\]\.tool_calls\[0\] needs a function name"):
         sample({"messages": calls}, "chat", tok=Q)
+    with pytest.raises(RowError, match=r"key 'tools' must be a list of tool definitions"):
+        sample({"messages": CONV, "tools": {"name": "f"}}, "chat")
+    with pytest.raises(RowError, match=r"only assistant messages carry tool_calls"):
+        sample({"messages": [{"role": "user", "content": "u", "tool_calls": [{"name": "f"}]}]}, "chat")
     with pytest.raises(RowError, match="key 'messages' must be a list or tuple or ndarray, got int"):
         sample({"messages": 3}, "chat")
 

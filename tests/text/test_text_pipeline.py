@@ -101,9 +101,11 @@ def test_empty_inputs_and_all_malformed_are_clear_errors(tmp_path: Path) -> None
     p = write_jsonl(tmp_path / "m.jsonl", [{"prompt": "a", "answer": "b"}] * 2)
     with pytest.raises(InputError, match=r"all 2 rows were malformed and skipped \(first: .*m\.jsonl:1"):
         run([p], skip_malformed=True, format="prompt_completion")
-    (tmp_path / "arr.json").write_text('[{"prompt": "a"}]')
-    with pytest.raises(InputError, match=r"arr\.json:1: the file holds one JSON array, not JSON Lines"):
-        run([tmp_path / "arr.json"])
+    (tmp_path / "arr.json").write_text('[{"prompt": "a"}, 3]')  # arrays are read; these rows are bad
+    with pytest.raises(InputError, match=r"arr\.json:1: missing key 'completion'"):
+        run([tmp_path / "arr.json"], format="prompt_completion")
+    with pytest.raises(InputError, match=r"all 2 rows were malformed"):
+        run([tmp_path / "arr.json"], format="prompt_completion", skip_malformed=True)
     p = write_jsonl(tmp_path / "nofmt.jsonl", [{"text": "a"}])
     with pytest.raises(InputError, match=r"nofmt\.jsonl: cannot detect the format from keys \['text'\]"):
         run([p])
@@ -217,7 +219,7 @@ def test_resolve_inputs_globs_folders_dedup(tmp_path: Path) -> None:
     assert resolve_inputs([str(tmp_path / "**" / "*.parquet")]) == [(tmp_path / "x/sub/b.parquet").resolve()]
     with pytest.raises(InputError, match=r"unsupported file type '\.txt'"):
         resolve_inputs([str(tmp_path / "x" / "c.txt")])
-    with pytest.raises(InputError, match="is not a file, folder or glob that exists"):
+    with pytest.raises(InputError, match="is not a file, folder, glob or hub id"):
         resolve_inputs([str(tmp_path / "missing.jsonl")])
     with pytest.raises(InputError, match="no inputs given"):
         resolve_inputs([])

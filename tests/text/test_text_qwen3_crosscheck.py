@@ -10,13 +10,13 @@ block on the last turn, assistant spans found by markers).
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from longpack.text import TextConfig, load_tokenizer, write_demo_dataset
 from longpack.text.rows import row_to_sample
-from longpack.text.tokenizers import QWEN3_SPECIAL_TOKENS, QWEN_PAT_STR
 
 pytestmark = pytest.mark.slow
 
@@ -31,58 +31,10 @@ QWEN3_LIKE_TEMPLATE = (
 )
 
 
-def _byte_chars() -> dict[int, str]:
-    """GPT-2's printable stand-in character for every byte (byte-level BPE vocabularies are written in them)."""
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    out = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in out:
-            out[b] = chr(256 + extra)
-            extra += 1
-    return out
-
-
 @pytest.fixture(scope="module")
-def hf_qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
-
-    q = load_tokenizer("qwen3")
-    ranks: dict[bytes, int] = q._enc._mergeable_ranks  # type: ignore[attr-defined]
-    chars = _byte_chars()
-
-    def text(token: bytes) -> str:
-        return "".join(chars[b] for b in token)
-
-    merges: list[tuple[int, str, str]] = []
-    for token, rank in ranks.items():
-        if len(token) > 1:
-            splits = [
-                (token[:i], token[i:])
-                for i in range(1, len(token))
-                if token[:i] in ranks and token[i:] in ranks
-            ]
-            splits.sort(key=lambda p: (ranks[p[0]], ranks[p[1]]))
-            merges += [(rank, text(a), text(b)) for a, b in splits]
-    merges.sort(key=lambda m: m[0])
-    tok = Tokenizer(
-        models.BPE(vocab={text(t): r for t, r in ranks.items()}, merges=[(a, b) for _, a, b in merges])
-    )
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN_PAT_STR), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in QWEN3_SPECIAL_TOKENS])
+def hf_qwen(qwen3_tokenizer_json: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("qwen3-hf")
-    tok.save(str(folder / "tokenizer.json"))
+    shutil.copy(qwen3_tokenizer_json, folder / "tokenizer.json")
     config = {"eos_token": "<|im_end|>", "chat_template": QWEN3_LIKE_TEMPLATE}
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     return folder

@@ -21,6 +21,7 @@ from longpack.errors import LongpackError
 
 COMMAND_ORDER = (
     "pack",
+    "preview",
     "inspect",
     "sweep",
     "check",
@@ -124,6 +125,7 @@ def version() -> None:
 # One module per command (listed in help in COMMAND_ORDER); each defines ``register(app)``.
 _COMMAND_MODULES = (
     "pack_cmd",
+    "preview_cmd",
     "inspect_cmd",
     "sweep_cmd",
     "check_cmd",

@@ -33,8 +33,19 @@ Workers = Annotated[int | None, typer.Option("--workers", help="Tokenizer proces
 Format = Annotated[TextFormat, typer.Option("--format", help="How rows are read (auto: detected per file).")]
 PromptKey = Annotated[str, typer.Option("--prompt-key")]
 CompletionKey = Annotated[str, typer.Option("--completion-key")]
-PromptTemplate = Annotated[str, typer.Option("--prompt-template")]
-Separator = Annotated[str, typer.Option("--separator")]
+PromptTemplate = Annotated[
+    str,
+    typer.Option(
+        "--prompt-template",
+        help=r"Prompt format with {prompt} and other row keys; \n, \t, \r and \\ are read as escapes.",
+    ),
+]
+Separator = Annotated[
+    str, typer.Option("--separator", help=r"Text between prompt and completion; \n, \t, \r, \\ escapes.")
+]
+ToolsKey = Annotated[
+    str, typer.Option("--tools-key", help="Column with each row's tool definitions (chat, sharegpt).")
+]
 PromptCompletionLoss = Annotated[
     PromptCompletionLossChoice, typer.Option("--prompt-completion-loss", help="Tokens that train.")
 ]
@@ -64,6 +75,20 @@ ModelId = Annotated[
 ]
 Gpu = Annotated[str | None, typer.Option("--gpu", help="GPU type (e.g. H100_SXM, H200, B200).")]
 Gpus = Annotated[int | None, typer.Option("--gpus", help="Number of GPUs (world size).")]
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+
+
+def unescape(text: str) -> str:
+    r"""A flag value with the escapes a user types in a shell read as such: ``\n`` newline, ``\t`` tab, ``\r``
+    carriage return, ``\\`` one backslash. Any other backslash stays as typed (``\x`` is two characters);
+    real newlines (``$'...'`` in bash) pass through.
+
+    >>> unescape(r"Q: {prompt}\nA:"), unescape(r"a\\nb"), unescape(r"\d+")
+    ('Q: {prompt}\nA:', 'a\\nb', '\\d+')
+    """
+    return re.sub(r"\\([ntr\\])", lambda m: _ESCAPES[m.group(1)], text)
+
 
 # -- field -> flag ------------------------------------------------------------------------------------
 #: Fields whose flag is not ``--`` + the field with ``-`` for ``_`` (the default rule).

@@ -25,16 +25,19 @@ def text_config(
     chat_loss: str,
     messages_key: str,
     skip_malformed: bool,
+    tools_key: str = "tools",
 ) -> Any:
-    """The ``TextConfig`` of the text options ``pack`` and ``sweep`` share."""
+    """The ``TextConfig`` of the text options ``pack`` and ``sweep`` share (``\\n``-style escapes in the
+    prompt template and separator read as a user means them: :func:`longpack.cli.options.unescape`)."""
     from longpack.text import TextConfig
 
     return TextConfig(
         format=fmt,
         prompt_key=prompt_key,
         completion_key=completion_key,
-        prompt_template=prompt_template,
-        separator=separator,
+        prompt_template=opt.unescape(prompt_template),
+        separator=opt.unescape(separator),
+        tools_key=tools_key,
         prompt_completion_loss=prompt_completion_loss,
         chat_loss=chat_loss,
         messages_key=messages_key,
@@ -87,7 +90,16 @@ def register(app: typer.Typer) -> None:
         prompt_completion_loss: opt.PromptCompletionLoss = "completion",
         chat_loss: opt.ChatLoss = "assistant",
         messages_key: opt.MessagesKey = "messages",
+        tools_key: opt.ToolsKey = "tools",
         skip_malformed: opt.SkipMalformed = False,
+        mix: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--mix",
+                help="Weighted sources instead of inputs: PATH=WEIGHT (repeatable; more PATH=WEIGHT may follow "
+                "as arguments) or one YAML mix file. Weights are shares of the mix, met by up/down-sampling.",
+            ),
+        ] = None,
         rows_per_shard: int | None = typer.Option(
             None, "--rows-per-shard", help="Rows per Parquet shard (default: ~2**27 tokens per shard)."
         ),
@@ -122,13 +134,19 @@ def register(app: typer.Typer) -> None:
 
         if ray_address is not None and backend != "ray":
             raise ConfigError("ray_address needs backend ray", fields=("ray_address", "backend"))
+        positional = list(inputs or [])
+        if mix:
+            # `--mix a.jsonl=0.7 b/=0.3`: the entries after the first arrive as arguments
+            mix = [*mix, *[p for p in positional if "=" in p]]
+            positional = [p for p in positional if "=" not in p]
         executor: Any = backend
         if backend == "ray":
             from longpack.cluster.ray_pack import RayExecutor
 
             executor = RayExecutor(address=ray_address, workers=workers)
         config = PackConfig(
-            inputs=list(inputs or []),
+            inputs=positional,
+            mix=mix or None,
             out=out,
             tokenizer=tokenizer,
             seq_length=seq_length,
@@ -153,6 +171,7 @@ def register(app: typer.Typer) -> None:
                 chat_loss=chat_loss,
                 messages_key=messages_key,
                 skip_malformed=skip_malformed,
+                tools_key=tools_key,
             ),
             rows_per_shard=rows_per_shard,
             overwrite=overwrite,
@@ -226,6 +245,28 @@ def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
             f"  malformed rows skipped: {c['malformed']} ({listed_note(len(manifest['malformed']), c['malformed'])}; "
             f"first: {manifest['malformed'][0]['source']})"
         )
+    for info in manifest.get("inputs", [])[:SHOWN]:
+        cols = info.get("columns")
+        if cols is None:
+            continue
+        ignored = ", ".join(f"{k} ({n})" for k, n in cols["ignored"].items()) or "none"
+        echo(
+            f"  {info['path']}: {info['rows']} rows; columns used: {', '.join(cols['used']) or '-'}; ignored: {ignored}"
+        )
+    if len(manifest.get("inputs", [])) > SHOWN:
+        echo(f"  ... {len(manifest['inputs']) - SHOWN} more inputs (columns of each in manifest.json)")
+    mix = manifest.get("mix")
+    if mix:
+        echo(f"  mix: {mix['samples']} samples, seed {mix['seed']}")
+        for src in mix["sources"]:
+            echo(
+                f"    {src['name']}: weight {src['weight']} ({src['share']:.1%}), rows read {src['rows_read']}, "
+                f"malformed {src['malformed']}, samples {src['samples']}, drawn {src['drawn']} "
+                f"({src['epochs']:g} epochs: {src['unused']} unused, {src['repeated']} repeats), "
+                f"packed {src['packed']}, truncated {src['truncated']}, dropped {src['dropped']}"
+            )
+    for warning in manifest.get("warnings", []):
+        echo(f"  warning: {warning}")
     echo("Megatron-Bridge config:")
     echo("  dataset.enable_offline_packing: true")
     for key, value in summary["megatron_bridge"].items():

@@ -191,7 +191,18 @@ def _tokenize_chunks(
     from longpack.text.pipeline import tokenize_chunk
 
     out: dict[str, list[Any]] = {
-        k: [] for k in ("chunk", "tokens", "loss_mask", "lengths", "rows", "malformed", "rows_read", "worker")
+        k: []
+        for k in (
+            "chunk",
+            "tokens",
+            "loss_mask",
+            "lengths",
+            "rows",
+            "malformed",
+            "rows_read",
+            "worker",
+            "columns",
+        )
     }
     out["rss"] = []
     for j in range(len(batch["chunk"])):
@@ -217,6 +228,11 @@ def _tokenize_chunks(
         out["rows"].append(b"".join(p.rows.astype(np.int64).tobytes() for p in parts))
         out["malformed"].append(json.dumps([m for p in parts for m in p.malformed]))
         out["rows_read"].append(sum(p.rows_read for p in parts))
+        columns: dict[str, int] = {}
+        for p in parts:
+            for name, n in p.columns.items():
+                columns[name] = columns.get(name, 0) + n
+        out["columns"].append(json.dumps(columns))
         out["worker"].append(_worker_id())
         out["rss"].append(peak_rss_bytes())
     return {k: np.array(v, dtype=object) for k, v in out.items()}
@@ -482,11 +498,18 @@ class RayExecutor:
         import ray.data
 
         from longpack.text import InputError, TokenizeResult, resolve_inputs
-        from longpack.text.inputs import input_kind
-        from longpack.text.pipeline import detect_file_format
+        from longpack.text.inputs import find_inputs, input_kind
+        from longpack.text.pipeline import _starts_array, detect_file_format
         from longpack.text.tokenizers import as_tokenizer
 
         tok = as_tokenizer(tokenizer)
+        listing = find_inputs(inputs)
+        for f in listing.files:
+            if f.kind == "hf" or f.compression or (f.kind == "jsonl" and _starts_array(f.path)):
+                raise InputError(
+                    f"{f.label}: the ray backend reads plain JSON Lines and Parquet files; use the local "
+                    "backend for compressed files, JSON arrays and datasets folders, or convert them first"
+                )
         paths = resolve_inputs(inputs)
         kinds = [input_kind(p) for p in paths]
         formats = [detect_file_format(p, config) for p in paths]
@@ -494,6 +517,8 @@ class RayExecutor:
         files = tuple(str(p) for p in paths)
         token_dtype = "int32" if tok.vocab_size <= np.iinfo(np.int32).max else "int64"
         rows_per_file = [0] * len(paths)
+        malformed_per_file = [0] * len(paths)
+        columns_per_file: list[dict[str, int]] = [{} for _ in paths]
         lengths_parts: list[np.ndarray] = []
         rows_parts: list[np.ndarray] = []
         file_parts: list[np.ndarray] = []
@@ -519,7 +544,7 @@ class RayExecutor:
                 )
                 done = ds.materialize()
                 small = done.select_columns(
-                    ["chunk", "lengths", "rows", "malformed", "rows_read", "worker", "rss"]
+                    ["chunk", "lengths", "rows", "malformed", "rows_read", "worker", "rss", "columns"]
                 )
                 return done, small.take_all()
 
@@ -534,7 +559,12 @@ class RayExecutor:
                 file_parts.append(np.full(len(lengths), spec.file_index, dtype=np.int32))
                 counts.append(len(lengths))
                 rows_per_file[spec.file_index] += int(r["rows_read"])
-                malformed += [(f"{spec.path}:{row}", reason) for row, reason in json.loads(r["malformed"])]
+                chunk_malformed = json.loads(r["malformed"])
+                malformed_per_file[spec.file_index] += len(chunk_malformed)
+                malformed += [(f"{spec.path}:{row}", reason) for row, reason in chunk_malformed]
+                seen = columns_per_file[spec.file_index]
+                for name, n in json.loads(r["columns"]).items():
+                    seen[name] = seen.get(name, 0) + n
         # The same checks and messages as tokenize_inputs.
         rows_read = sum(rows_per_file)
         if rows_read == 0:
@@ -559,16 +589,32 @@ class RayExecutor:
             source_row=np.concatenate(rows_parts),
             files=files,
         )
-        input_info = tuple(
-            {
-                "path": files[i],
-                "size_bytes": paths[i].stat().st_size,
-                "sha256": digests[i],
-                "format": formats[i],
-                "rows": rows_per_file[i],
-            }
-            for i in range(len(paths))
-        )
+        from longpack.text.inputs import _input_file
+        from longpack.text.pipeline import _arrow_schema, column_report
+
+        infos = []
+        warnings: list[str] = []
+        for i in range(len(paths)):
+            col_counts = columns_per_file[i]
+            if kinds[i] == "parquet":
+                names, num_rows = _arrow_schema(_input_file(paths[i]))
+                col_counts = dict.fromkeys(names, num_rows)
+            columns, col_warnings = column_report(files[i], formats[i], config, col_counts, rows_per_file[i])
+            warnings += col_warnings
+            infos.append(
+                {
+                    "path": files[i],
+                    "size_bytes": paths[i].stat().st_size,
+                    "sha256": digests[i],
+                    "format": formats[i],
+                    "rows": rows_per_file[i],
+                    "malformed": malformed_per_file[i],
+                    "kind": kinds[i],
+                    "compression": None,
+                    "columns": columns,
+                }
+            )
+        input_info = tuple(infos)
         first_sample = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=first_sample[1:])
         result = TokenizeResult(
@@ -578,6 +624,8 @@ class RayExecutor:
             malformed=tuple(malformed),
             tokenizer=tok.identity(),
             inputs=input_info,
+            skipped_inputs=listing.skipped,
+            warnings=(*warnings, *_skipped_warning(listing)),
         )
         return result, TokenizedDataset(
             dataset=dataset, token_dtype=token_dtype, chunk_first_sample=first_sample
@@ -680,3 +728,15 @@ class RayExecutor:
         for i, name in enumerate(shard_split):
             files[name].append(written[i])
         return files
+
+
+def _skipped_warning(listing: Any) -> tuple[str, ...]:
+    """The same "not read" line the local backend reports for paths folders and globs held."""
+    if not listing.skipped:
+        return ()
+    counts = listing.skipped_summary()
+    return (
+        "not read: "
+        + ", ".join(f"{n} {why}" for why, n in counts.items())
+        + " (each listed under skipped_inputs)",
+    )

@@ -29,6 +29,8 @@ _LAZY = {
     "PackConfig": "longpack.jobs.pack",
     "PackResult": "longpack.jobs.pack",
     "PlanConfig": "longpack.jobs.plan",
+    "PreviewConfig": "longpack.jobs.preview",
+    "PreviewResult": "longpack.jobs.preview",
     "PlanResult": "longpack.jobs.plan",
     "SweepConfig": "longpack.jobs.sweep",
     "SweepResult": "longpack.jobs.sweep",
@@ -43,6 +45,8 @@ __all__ = [
     "PackResult",
     "PlanConfig",
     "PlanResult",
+    "PreviewConfig",
+    "PreviewResult",
     "SweepConfig",
     "SweepResult",
 ]
@@ -52,6 +56,7 @@ if TYPE_CHECKING:
     from longpack.jobs.executors import LocalExecutor, PackExecutor
     from longpack.jobs.pack import PackConfig, PackResult
     from longpack.jobs.plan import PlanConfig, PlanResult
+    from longpack.jobs.preview import PreviewConfig, PreviewResult
     from longpack.jobs.sweep import SweepConfig, SweepResult
 
 

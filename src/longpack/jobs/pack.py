@@ -133,9 +133,21 @@ class PackConfig:
     workers: int | None = None
     demo: bool = False
     progress: bool = False
+    #: Weighted sources instead of ``inputs``: ``["a.jsonl=0.7", "b/=0.3"]``, a YAML file, or a
+    #: ``longpack.text.mix.Mix`` (see that module: shares of the mix, up/down-sampled by epochs, seeded).
+    mix: Any = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalized values are set once, here
+        if self.mix is not None:
+            from longpack.text.mix import parse_mix
+
+            set_(self, "mix", parse_mix(self.mix))
+            if self.inputs or self.demo:
+                raise ConfigError("give either mix or inputs (or demo), not both", fields=("mix", "inputs"))
+            if not (self.backend == "local" or type(self.backend).__name__ == "LocalExecutor"):
+                raise ConfigError("mix runs on the local backend only", fields=("mix", "backend"))
+            set_(self, "inputs", self.mix.inputs)
         set_(self, "inputs", _paths(self.inputs, "inputs"))
         set_(self, "val_inputs", _paths(self.val_inputs, "val_inputs"))
         if not isinstance(self.out, str | os.PathLike) or not str(self.out):
@@ -317,6 +329,9 @@ class PackConfig:
                 # Temp paths would make every demo output differ; name the built-in data instead.
                 files = tuple(f.replace(demo_prefix, DEMO_LABEL) for f in train.samples.files)
                 train = replace(train, samples=replace(train.samples, files=files))
+            mix_report = None
+            if self.mix is not None:
+                train, mix_report = self._mixed(train)
             eos_id = train.tokenizer.get("eos_id")
             if eos_id is None:
                 raise InputError(
@@ -327,6 +342,10 @@ class PackConfig:
                 train.samples, settings, eos_id=int(eos_id), validation=val.samples if val else None
             )
             provenance = self._provenance(train, val, demo_prefix, Provenance)
+            if mix_report is not None:
+                provenance.extra["mix"] = _mix_outcome(mix_report, splits)
+            else:
+                _file_outcomes(provenance.inputs, train, val, splits)
             # The validation split indexes the validation set, or (val_fraction) the training set.
             sources = {"training": train_handle, "validation": val_handle if val else train_handle}
             with output_write_errors(out):  # a full disk: a clear error, no manifest
@@ -351,7 +370,16 @@ class PackConfig:
 
             inputs_info = tuple({**d, "path": relabel(d["path"])} for d in inputs_info)
             malformed = tuple((relabel(src), reason) for src, reason in malformed)
+        skipped = tuple(getattr(train, "skipped_inputs", ())) + tuple(
+            getattr(val, "skipped_inputs", ()) if val else ()
+        )
+        warnings = tuple(getattr(train, "warnings", ())) + tuple(getattr(val, "warnings", ()) if val else ())
+        extra: dict[str, Any] = {
+            "skipped_inputs": [{"path": p, "reason": r} for p, r in skipped],
+            "warnings": list(warnings),
+        }
         return provenance_cls(
+            extra=extra,
             inputs=inputs_info,
             tokenizer=train.tokenizer,
             text_settings={
@@ -363,6 +391,87 @@ class PackConfig:
             rows_read=train.rows_read + (val.rows_read if val else 0),
             malformed=malformed,
         )
+
+    def _mixed(self, train: Any) -> tuple[Any, dict[str, Any]]:
+        """The tokenized samples resampled by the mix, and the mix report (sources, counts, indices)."""
+        import numpy as np
+
+        from longpack.text.inputs import find_inputs
+        from longpack.text.mix import mix_samples
+
+        source_of_file: dict[str, int] = {}
+        for k, source in enumerate(self.mix.sources):
+            for f in find_inputs(list(source.inputs)).files:
+                other = source_of_file.setdefault(f.label, k)
+                if other != k:
+                    raise ConfigError(
+                        f"{f.label} is in two mix sources ({self.mix.sources[other].name!r} and "
+                        f"{source.name!r}); give each file to one source",
+                        fields="mix",
+                    )
+        files = train.samples.files
+        file_source = np.array([source_of_file[f] for f in files], dtype=np.int64)
+        source_of_sample = file_source[train.samples.source_file]
+        indices, reports, total, seed = mix_samples(source_of_sample, self.mix, seed=self.seed)
+        for info in train.inputs:
+            k = source_of_file[info["path"]]
+            reports[k].setdefault("files", []).append(info["path"])
+            reports[k]["rows_read"] = reports[k].get("rows_read", 0) + info["rows"]
+            reports[k]["malformed"] = reports[k].get("malformed", 0) + info.get("malformed", 0)
+        mixed = replace(train, samples=train.samples.take(indices))
+        report = {
+            "seed": seed,
+            "samples": total,
+            "sources": reports,
+            "source_of_mixed": source_of_sample[indices],
+        }
+        return mixed, report
+
+
+def _file_outcomes(inputs: Sequence[dict[str, Any]], train: Any, val: Any, splits: Any) -> None:
+    """Add ``packed``, ``truncated`` and ``dropped`` to every input entry, so that per file
+    ``rows = malformed + packed + dropped`` (``packed`` includes the truncated samples)."""
+    import numpy as np
+
+    sets = [(train, splits[0].aligned)]
+    if val is not None:
+        sets.append((val, splits[1].aligned))
+    offset = 0
+    for result, aligned in sets:
+        n = len(result.inputs)
+        of_file = result.samples.source_file
+        samples = np.bincount(of_file, minlength=n)
+        truncated = np.bincount(of_file[aligned.truncated], minlength=n)
+        dropped = np.bincount(of_file[aligned.dropped], minlength=n)
+        for k in range(n):
+            inputs[offset + k].update(
+                packed=int(samples[k] - dropped[k]), truncated=int(truncated[k]), dropped=int(dropped[k])
+            )
+        offset += n
+
+
+def _mix_outcome(report: dict[str, Any], splits: Any) -> dict[str, Any]:
+    """The manifest's ``mix`` entry: per source its rows read, malformed, samples, drawn (with repeats),
+    unused, repeated, packed, truncated and dropped; ``rows_read = malformed + samples``,
+    ``drawn = samples - unused + repeated`` and ``drawn = packed + dropped`` hold for each source."""
+    import numpy as np
+
+    source_of = report["source_of_mixed"]
+    aligned = splits[0].aligned  # truncations and drops are reported with the training split
+    n = len(report["sources"])
+    truncated = np.bincount(source_of[aligned.truncated], minlength=n)
+    dropped = np.bincount(source_of[aligned.dropped], minlength=n)
+    sources = []
+    for k, src in enumerate(report["sources"]):
+        sources.append(
+            {
+                **src,
+                "packed": int(src["drawn"] - dropped[k]),
+                "truncated": int(truncated[k]),
+                "dropped": int(dropped[k]),
+            }
+        )
+    return {"seed": report["seed"], "samples": report["samples"], "sources": sources}
 
 
 def balance_target(balance: Any) -> Any:
@@ -469,7 +578,11 @@ class PackResult:
                 for name, s in self.splits.items()
             },
             "megatron_bridge": self.megatron_bridge,
+            "warnings": list(self.manifest.extra.get("warnings", [])),
+            "skipped_inputs": len(self.manifest.extra.get("skipped_inputs", [])),
         }
+        if "mix" in self.manifest.extra:
+            doc["mix"] = self.manifest.extra["mix"]
         if self.backend is not None:
             doc["backend"] = self.backend
         return doc

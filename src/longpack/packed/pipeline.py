@@ -327,6 +327,8 @@ class Provenance:
     text_settings: dict[str, Any] = field(default_factory=dict)
     rows_read: int = 0
     malformed: tuple[tuple[str, str], ...] = ()
+    #: More top-level manifest entries from the input side (``skipped_inputs``, ``warnings``, ``mix``).
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def check_out_dir(out_dir: str | Path, overwrite: bool, *, inputs: tuple[str, ...] = ()) -> None:
@@ -579,6 +581,7 @@ def finish_packed_output(
         },
         "metadata_file": {"name": meta_path.name, "sha256": sha256_file(meta_path)},
         "megatron_bridge": megatron,
+        **provenance.extra,
     }
     atomic_write_bytes(out / MANIFEST_NAME, PackManifest.from_dict(manifest).to_json_bytes())
     return manifest

@@ -5,9 +5,12 @@ Formats:
 - ``prompt_completion``: Bridge's explicit prompt-completion path (a): strip ASCII spaces, render the prompt
   template, tokenize prompt and separator+completion separately, append EOS; loss on completion + EOS
   (``completion``) or everything (``full``). No BOS.
-- ``chat`` (``messages``: role/content) and ``sharegpt`` (``conversations``: from/value, optional top-level
-  ``system``): the tokenizer's chat template; loss on ``assistant`` turns, the ``last_turn`` only, or ``full``.
-  EOS comes from the template; nothing is appended.
+- ``chat`` (``messages``: role/content, OpenAI ``tool_calls`` and ``tool`` results) and ``sharegpt``
+  (``conversations``: from/value, optional top-level ``system``; LLaMA-Factory's ``function_call`` and
+  ``observation`` turns): the tokenizer's chat template, with the row's tool definitions (``tools`` column,
+  or ``TextConfig.tools_key``) passed to it; loss on ``assistant`` turns (their tool calls included), the
+  ``last_turn`` only, or ``full``. Tool results sit outside assistant turns, so ``assistant`` and
+  ``last_turn`` never train on them. EOS comes from the template; nothing is appended.
 - ``pretokenized``: ``input_ids`` (+ optional ``loss_mask`` aligned with them, default all ones), taken as is.
 
 Every mode zeroes the loss on the tokenizer's "skipped" tokens (e.g. ``<|im_start|>``). A row that gives
@@ -33,8 +36,9 @@ from typing import Any
 
 import numpy as np
 
+from longpack.errors import ConfigError
 from longpack.text.errors import RowError
-from longpack.text.tokenizers import Message, Tokenizer
+from longpack.text.tokenizers import Message, Tokenizer, Tools
 
 FORMATS = ("auto", "prompt_completion", "chat", "sharegpt", "pretokenized")
 SHAREGPT_KEY = "conversations"
@@ -49,8 +53,13 @@ _SHAREGPT_ROLES = {
     "tool": "tool",
     "function": "tool",
     "observation": "tool",
+    "function_call": "assistant",  # LLaMA-Factory: an assistant turn whose value is the call(s) as JSON
 }
 _CHAT_ROLES = ("system", "user", "assistant", "tool")
+# Role aliases in ``messages`` rows: OpenAI's legacy function results.
+_CHAT_ROLE_ALIASES = {"function": "tool"}
+# Message keys passed on to chat templates; any other key of a message is ignored (and counted).
+MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "name", "tool_call_id")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,7 +71,10 @@ class TextConfig:
     >>> TextConfig(format="csv")
     Traceback (most recent call last):
     ...
-    ValueError: TextConfig.format='csv' is not one of auto, prompt_completion, chat, sharegpt, pretokenized
+    longpack.errors.ConfigError: text.format='csv' is not one of auto, prompt_completion, chat, sharegpt, pretokenized
+
+    ``tools_key`` names the column holding a row's tool definitions (a list of OpenAI-style tool objects, or
+    a JSON string of one), passed to the chat template as ``tools``.
     """
 
     format: str = "auto"
@@ -73,6 +85,7 @@ class TextConfig:
     prompt_completion_loss: str = "completion"
     chat_loss: str = "assistant"
     messages_key: str = "messages"
+    tools_key: str = "tools"
     skip_malformed: bool = False
 
     def __post_init__(self) -> None:
@@ -82,19 +95,60 @@ class TextConfig:
             ("chat_loss", self.chat_loss, ("assistant", "last_turn", "full")),
         ):
             if value not in allowed:
-                raise ValueError(f"TextConfig.{field}={value!r} is not one of {', '.join(allowed)}")
+                raise ConfigError(
+                    f"text.{field}={value!r} is not one of {', '.join(allowed)}", fields=f"text.{field}"
+                )
+        for field in ("prompt_key", "completion_key", "messages_key", "tools_key"):
+            value = getattr(self, field)
+            if not isinstance(value, str) or not value:
+                raise ConfigError(
+                    f"text.{field}={value!r} must be a non-empty column name", fields=f"text.{field}"
+                )
+        for field in ("prompt_template", "separator"):
+            if not isinstance(getattr(self, field), str):
+                raise ConfigError(
+                    f"text.{field} must be a string, got {type(getattr(self, field)).__name__}",
+                    fields=f"text.{field}",
+                )
         try:
             fields = [f for _, f, _, _ in string.Formatter().parse(self.prompt_template) if f is not None]
         except ValueError as e:
-            raise ValueError(
-                f"TextConfig.prompt_template={self.prompt_template!r} is not a format string ({e}); "
-                "write placeholders as {prompt} and literal braces as {{ }}"
+            raise ConfigError(
+                f"text.prompt_template={self.prompt_template!r} is not a format string ({e}); "
+                "write placeholders as {prompt} and literal braces as {{ }}",
+                fields="text.prompt_template",
             ) from e
         if any(f == "" or not f.isidentifier() for f in fields):
-            raise ValueError(
-                f"TextConfig.prompt_template={self.prompt_template!r}: placeholders must be row keys such as "
-                "{prompt}; write literal braces as {{ }}"
+            raise ConfigError(
+                f"text.prompt_template={self.prompt_template!r}: placeholders must be row keys such as "
+                "{prompt}; write literal braces as {{ }}",
+                fields="text.prompt_template",
             )
+
+    def template_fields(self) -> tuple[str, ...]:
+        """The row keys ``prompt_template`` reads (``prompt`` stands for ``prompt_key``).
+
+        >>> TextConfig(prompt_key="q", prompt_template="[{ctx}] {prompt}").template_fields()
+        ('ctx', 'q')
+        """
+        names = [f for _, f, _, _ in string.Formatter().parse(self.prompt_template) if f]
+        return tuple(dict.fromkeys(self.prompt_key if f == "prompt" else f for f in names))
+
+    def used_columns(self, fmt: str) -> tuple[str, ...]:
+        """The row columns a format reads with these settings (all other columns are ignored).
+
+        >>> TextConfig().used_columns("sharegpt")
+        ('conversations', 'system', 'tools')
+        """
+        if fmt == "prompt_completion":
+            return tuple(dict.fromkeys((self.prompt_key, self.completion_key, *self.template_fields())))
+        if fmt == "chat":
+            return (self.messages_key, self.tools_key)
+        if fmt == "sharegpt":
+            return (SHAREGPT_KEY, "system", self.tools_key)
+        if fmt == "pretokenized":
+            return ("input_ids", "loss_mask")
+        return ()
 
 
 def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
@@ -164,23 +218,123 @@ def _content_text(content: Any, where: str) -> str:
     raise RowError(f"{where}: content must be a string, got {type(content).__name__}")
 
 
-def _turns(row: Mapping[str, Any], key: str, what: str) -> list[Any]:
-    value = row.get(key)
-    if isinstance(value, str):  # some datasets (often Parquet) store the conversation as a JSON string
+def _json_value(value: Any, key: str, what: str) -> Any:
+    """A JSON-encoded string column (common in Parquet exports and HF ``Json`` columns) decoded."""
+    if isinstance(value, str | bytes):
         try:
-            value = json.loads(value)
-        except ValueError as e:
-            raise RowError(f"key {key!r} is a string but not a JSON list of turns ({e})") from e
+            return json.loads(value)
+        except (ValueError, RecursionError) as e:
+            raise RowError(f"key {key!r} is a string but not JSON {what} ({e})") from e
+    return value
+
+
+def _turns(row: Mapping[str, Any], key: str, what: str) -> list[Any]:
+    if isinstance(row.get(key), str | bytes):  # some datasets store the conversation as a JSON string
+        value = _json_value(row[key], key, "list of turns")
         if isinstance(value, list):
             return value
+        raise RowError(
+            f"key {key!r} is a JSON string but holds a {type(value).__name__}, not a list of turns"
+        )
     return list(_get(row, key, (list, tuple, np.ndarray), what))
 
 
-def chat_messages(row: Mapping[str, Any], fmt: str, config: TextConfig) -> list[Message]:
-    """The row's conversation as ``[{"role", "content"}, ...]`` (ShareGPT roles mapped, system prepended).
+def row_tools(row: Mapping[str, Any], config: TextConfig) -> Tools | None:
+    """The row's tool definitions (``config.tools_key``): a list of objects, or ``None`` when absent/empty.
+
+    >>> row_tools({"tools": '[{"type": "function", "function": {"name": "f"}}]'}, TextConfig())
+    [{'type': 'function', 'function': {'name': 'f'}}]
+    >>> row_tools({"tools": {"name": "f"}}, TextConfig())
+    Traceback (most recent call last):
+    ...
+    longpack.text.errors.RowError: key 'tools' must be a list of tool definitions (or a JSON string of one), got dict; wrap a single tool in a list
+    """
+    key = config.tools_key
+    value = _json_value(row.get(key), key, "list of tool definitions")
+    if value is None:
+        return None
+    if isinstance(value, tuple | np.ndarray):
+        value = list(value)
+    if not isinstance(value, list):
+        raise RowError(
+            f"key {key!r} must be a list of tool definitions (or a JSON string of one), got "
+            f"{type(value).__name__}; wrap a single tool in a list"
+        )
+    for i, tool in enumerate(value):
+        if not isinstance(tool, Mapping):
+            raise RowError(
+                f'{key}[{i}] must be a tool definition object (e.g. {{"type": "function", "function": '
+                f'{{"name": ...}}}}), got {type(tool).__name__}'
+            )
+    return [dict(t) for t in value] or None
+
+
+def _tool_calls(value: Any, where: str) -> list[dict[str, Any]]:
+    """Assistant tool calls as ``[{"type": "function", "function": {"name", "arguments"}}, ...]`` or as given."""
+    value = _json_value(value, f"{where}.tool_calls", "list of tool calls")
+    if isinstance(value, Mapping):
+        value = [value]
+    if isinstance(value, tuple | np.ndarray):
+        value = list(value)
+    if not isinstance(value, list):
+        raise RowError(f"{where}: tool_calls must be a list of calls, got {type(value).__name__}")
+    calls = []
+    for j, call in enumerate(value):
+        if not isinstance(call, Mapping):
+            raise RowError(f"{where}.tool_calls[{j}] must be an object, got {type(call).__name__}")
+        fn = call.get("function") or call
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+            raise RowError(
+                f'{where}.tool_calls[{j}] needs a function name: {{"function": {{"name": ..., '
+                f'"arguments": ...}}}} or {{"name": ..., "arguments": ...}}; got keys {sorted(call)}'
+            )
+        calls.append(dict(call))
+    return calls
+
+
+def _function_call_turn(value: Any, where: str) -> list[dict[str, Any]]:
+    """LLaMA-Factory's ``function_call`` turn value (JSON: one call or a list) as OpenAI tool calls."""
+    try:
+        parsed = json.loads(value) if isinstance(value, str) else value
+    except (ValueError, RecursionError) as e:
+        raise RowError(
+            f"{where}: a function_call turn's value must be JSON like "
+            f'{{"name": "get_weather", "arguments": {{"city": "Paris"}}}} ({e})'
+        ) from e
+    items = parsed if isinstance(parsed, list) else [parsed]
+    calls = []
+    for item in items:
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+            raise RowError(
+                f"{where}: a function_call turn's value must hold objects with a 'name' and 'arguments', "
+                f"got {str(item)[:80]!r}"
+            )
+        calls.append(
+            {"type": "function", "function": {"name": item["name"], "arguments": item.get("arguments", {})}}
+        )
+    return calls
+
+
+_SHAREGPT_TURN_KEYS = frozenset({"from", "value"})
+_MESSAGE_KEY_SET = frozenset({*MESSAGE_KEYS, "function_call"})
+
+
+def chat_messages(
+    row: Mapping[str, Any], fmt: str, config: TextConfig, ignored: dict[str, int] | None = None
+) -> list[Message]:
+    """The row's conversation as ``[{"role", "content", ...}, ...]``: ShareGPT roles mapped (LLaMA-Factory's
+    ``function_call`` -> an assistant message with ``tool_calls``, ``observation`` -> ``tool``), the top-level
+    ``system`` prepended, text content parts joined; ``reasoning_content``, ``tool_calls``, ``name`` and
+    ``tool_call_id`` kept for the chat template.
 
     >>> chat_messages({"system": "S", "conversations": [{"from": "human", "value": "Q"}]}, "sharegpt", TextConfig())
     [{'role': 'system', 'content': 'S'}, {'role': 'user', 'content': 'Q'}]
+    >>> chat_messages({"conversations": [{"from": "function_call", "value": '{"name": "f", "arguments": {}}'}]},
+    ...               "sharegpt", TextConfig())
+    [{'role': 'assistant', 'content': '', 'tool_calls': [{'type': 'function', 'function': {'name': 'f', 'arguments': {}}}]}]
+
+    ``ignored`` (if given) counts, per turn key the conversation's turns carry but nothing reads (e.g.
+    ``conversations[].weight``), the rows that have it: ``{"conversations[].weight": 1}``.
     """
     out: list[Message] = []
     if fmt == "sharegpt":
@@ -190,36 +344,72 @@ def chat_messages(row: Mapping[str, Any], fmt: str, config: TextConfig) -> list[
             raise RowError(f"key 'system' must be a string, got {type(system).__name__}")
         if system:
             out.append({"role": "system", "content": system})
+        if ignored is not None:
+            _count_turn_keys(turns, _SHAREGPT_TURN_KEYS, SHAREGPT_KEY, ignored)
         for i, turn in enumerate(turns):
             where = f"{SHAREGPT_KEY}[{i}]"
             if not isinstance(turn, Mapping) or "from" not in turn or "value" not in turn:
                 keys = sorted(turn) if isinstance(turn, Mapping) else type(turn).__name__
                 raise RowError(f"{where} needs keys 'from' and 'value', has {keys}")
-            role = _SHAREGPT_ROLES.get(str(turn["from"]).lower())
+            speaker = str(turn["from"]).lower()
+            role = _SHAREGPT_ROLES.get(speaker)
             if role is None:
                 raise RowError(
                     f"{where}: unknown 'from' {turn['from']!r}; use one of {sorted(_SHAREGPT_ROLES)}"
                 )
-            out.append({"role": role, "content": _content_text(turn["value"], where)})
+            if speaker == "function_call":
+                out.append(
+                    {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": _function_call_turn(turn["value"], where),
+                    }
+                )
+            else:
+                out.append({"role": role, "content": _content_text(turn["value"], where)})
     else:
         key = config.messages_key
         turns = _turns(row, key, "chat messages")
+        if ignored is not None:
+            _count_turn_keys(turns, _MESSAGE_KEY_SET, key, ignored)
         for i, m in enumerate(turns):
             where = f"{key}[{i}]"
             if not isinstance(m, Mapping) or "role" not in m:
                 keys = sorted(m) if isinstance(m, Mapping) else type(m).__name__
                 raise RowError(f"{where} needs keys 'role' and 'content', has {keys}")
-            if m["role"] not in _CHAT_ROLES:
-                raise RowError(f"{where}: unknown role {m['role']!r}; use one of {', '.join(_CHAT_ROLES)}")
-            msg: dict[str, Any] = {"role": m["role"], "content": _content_text(m.get("content"), where)}
+            role = _CHAT_ROLE_ALIASES.get(m["role"], m["role"])
+            if role not in _CHAT_ROLES:
+                raise RowError(
+                    f"{where}: unknown role {m['role']!r}; use one of {', '.join(_CHAT_ROLES)} "
+                    "(or map it in the data)"
+                )
+            msg: dict[str, Any] = {"role": role, "content": _content_text(m.get("content"), where)}
             if isinstance(m.get("reasoning_content"), str):
                 msg["reasoning_content"] = m["reasoning_content"]
-            if m.get("tool_calls"):  # rendered by HF templates that support them; refused by the built-ins
-                msg["tool_calls"] = m["tool_calls"]
+            calls = m.get("tool_calls")
+            if calls is None and isinstance(m.get("function_call"), Mapping):  # OpenAI's legacy form
+                calls = [{"type": "function", "function": m["function_call"]}]
+            if calls is not None and (isinstance(calls, str) or len(calls)):
+                if role != "assistant":
+                    raise RowError(f"{where}: only assistant messages carry tool_calls, this one is {role!r}")
+                msg["tool_calls"] = _tool_calls(calls, where)
+            for extra in ("name", "tool_call_id"):
+                if isinstance(m.get(extra), str):
+                    msg[extra] = m[extra]
             out.append(msg)
     if not out:
         raise RowError("the conversation is empty")
     return out
+
+
+def _count_turn_keys(turns: Sequence[Any], known: frozenset[str], key: str, ignored: dict[str, int]) -> None:
+    extra: set[str] = set()
+    for turn in turns:
+        if isinstance(turn, Mapping):
+            extra.update(k for k, v in turn.items() if k not in known and v is not None)
+    for k in extra:
+        name = f"{key}[].{k}"
+        ignored[name] = ignored.get(name, 0) + 1
 
 
 def _int_list(value: Any, key: str) -> list[int]:
@@ -240,9 +430,10 @@ def row_to_sample(row: Any, fmt: str, config: TextConfig, tok: Tokenizer) -> tup
 
 
 def sample_from_row(
-    row: Any, fmt: str, config: TextConfig, tok: Tokenizer
+    row: Any, fmt: str, config: TextConfig, tok: Tokenizer, ignored: dict[str, int] | None = None
 ) -> tuple[list[int], list[int] | bytearray]:
-    """``row_to_sample`` with the mask as a list or a bytearray of 0/1 (chat), whichever is cheaper."""
+    """``row_to_sample`` with the mask as a list or a bytearray of 0/1 (chat), whichever is cheaper;
+    ``ignored`` collects the turn keys nothing reads (see :func:`chat_messages`)."""
     if not isinstance(row, Mapping):
         raise RowError(f"a row must be a JSON object, got {type(row).__name__}")
     if fmt == "prompt_completion":
@@ -266,12 +457,12 @@ def sample_from_row(
         else:
             mask = [0] * len(context) + [1] * (len(answer) + 1)
     elif fmt in ("chat", "sharegpt"):
-        messages = chat_messages(row, fmt, config)
+        messages = chat_messages(row, fmt, config, ignored)
         if config.chat_loss != "full" and not any(m["role"] == "assistant" for m in messages):
             raise RowError(
                 f"the conversation has no assistant message, so chat_loss={config.chat_loss!r} trains on nothing"
             )
-        ids, spans = tok.chat_spans(messages)
+        ids, spans = tok.chat_spans(messages, tools=row_tools(row, config))
         n = len(ids)
         if n < 2:
             raise RowError(f"the sample has {n} token(s); a stored sample needs at least 2")

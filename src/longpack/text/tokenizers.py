@@ -33,6 +33,7 @@ from longpack._optional import require
 from longpack.text.errors import InputError, RowError
 
 Message = Mapping[str, Any]
+Tools = list[dict[str, Any]]  # OpenAI-style tool definitions, passed to chat templates as ``tools``
 Piece = tuple[str, int]  # (text, owner): owner = assistant turn ordinal, or -1
 
 # Tokens that Megatron-Bridge always masks out of the loss ("skipped" added tokens: the examples its SFT
@@ -140,15 +141,56 @@ def _pieces_to_spans(pieces: Sequence[Piece], *, unit: str) -> tuple[str, list[t
     return "".join(t for t, _ in pieces), spans
 
 
-def chatml_pieces(messages: Sequence[Message], *, qwen3_thinking: bool) -> list[Piece]:
-    """Render messages in ChatML (``<|im_start|>role\\n...<|im_end|>\\n``) as owned pieces.
+def template_tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, **kwargs: Any) -> str:
+    """The ``tojson`` filter as ``transformers`` defines it for chat templates (``json.dumps``: no HTML
+    escaping, keys in their order, ``", "`` and ``": "`` separators), not jinja2's own.
+
+    >>> template_tojson({"b": "é<", "a": [1, 2]})
+    '{"b": "é<", "a": [1, 2]}'
+    """
+    return json.dumps(
+        value,
+        ensure_ascii=ensure_ascii,
+        indent=indent,
+        separators=kwargs.get("separators"),
+        sort_keys=kwargs.get("sort_keys", False),
+    )
+
+
+_QWEN3_TOOLS_HEAD = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+_QWEN3_TOOLS_TAIL = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+    "<args-json-object>}\n</tool_call><|im_end|>\n"
+)
+
+
+def _tool_call_text(call: Mapping[str, Any]) -> str:
+    fn = call.get("function") or call
+    args = fn.get("arguments")
+    body = args if isinstance(args, str) else template_tojson(args)
+    return '<tool_call>\n{"name": "' + str(fn.get("name", "")) + '", "arguments": ' + body + "}\n</tool_call>"
+
+
+def chatml_pieces(
+    messages: Sequence[Message], *, qwen3_thinking: bool, tools: Sequence[Mapping[str, Any]] | None = None
+) -> list[Piece]:
+    """Render messages in ChatML (``<|im_start|>role\\n...<|im_end|>\\n``) as owned pieces, laid out as the
+    Qwen3 chat template lays them out (``Qwen/Qwen3-8B`` ``tokenizer_config.json``; the tests render that
+    template with jinja2 and compare token for token).
+
+    - ``tools``: a system turn listing them in ``<tools>`` (the first message's system prompt leads it);
+    - assistant ``tool_calls``: ``<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`` blocks after
+      the content; ``tool`` messages: one user turn of ``<tool_response>`` blocks per run of them;
+    - with ``qwen3_thinking``: an assistant turn after the last real user query that is the last message or
+      carries reasoning gets ``<think>\\nREASONING\\n</think>\\n\\n`` before its content (reasoning from
+      ``reasoning_content`` or from a ``<think>...</think>`` prefix of the content).
 
     An assistant turn owns everything after its ``<|im_start|>assistant\\n`` header through its
-    ``<|im_end|>``; the newline after it belongs to no one. With ``qwen3_thinking`` the Qwen3 chat template's
-    rules apply (written from its behaviour): an assistant turn after the last user query that is the final
-    message or carries reasoning gets ``<think>\\nREASONING\\n</think>\\n\\n`` before its content (reasoning from
-    ``reasoning_content`` or from a ``<think>...</think>`` prefix of the content), and ``tool`` messages are
-    grouped into one user turn of ``<tool_response>`` blocks.
+    ``<|im_end|>`` (tool calls included); the newline after it, and tool results, belong to no one.
 
         >>> chatml_pieces([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}],
         ...               qwen3_thinking=True)
@@ -162,9 +204,16 @@ def chatml_pieces(messages: Sequence[Message], *, qwen3_thinking: bool) -> list[
         else:
             pieces.append((text, owner))
 
-    last_query = len(messages) - 1
+    n = len(messages)
+    first_system = n > 0 and messages[0]["role"] == "system"
+    if tools:
+        head = "<|im_start|>system\n" + (messages[0]["content"] + "\n\n" if first_system else "")
+        emit(head + _QWEN3_TOOLS_HEAD + "".join("\n" + template_tojson(t) for t in tools) + _QWEN3_TOOLS_TAIL)
+    elif first_system:
+        emit("<|im_start|>system\n" + messages[0]["content"] + "<|im_end|>\n")
+    last_query = n - 1
     if qwen3_thinking:
-        for i in range(len(messages) - 1, -1, -1):
+        for i in range(n - 1, -1, -1):
             m = messages[i]
             c = m["content"]
             if m["role"] == "user" and not (
@@ -173,15 +222,11 @@ def chatml_pieces(messages: Sequence[Message], *, qwen3_thinking: bool) -> list[
                 last_query = i
                 break
     turn = 0
-    n = len(messages)
     for i, m in enumerate(messages):
         role, content = m["role"], m["content"]
-        if m.get("tool_calls"):
-            raise RowError(
-                f"message {i} has tool_calls, which the built-in chat templates do not render; use a model "
-                "folder whose chat_template renders them, or drop them"
-            )
-        if role == "assistant":
+        if role == "user" or (role == "system" and i > 0):
+            emit(f"<|im_start|>{role}\n{content}<|im_end|>\n")
+        elif role == "assistant":
             body = content
             if qwen3_thinking:
                 reasoning = m.get("reasoning_content")
@@ -195,18 +240,18 @@ def chatml_pieces(messages: Sequence[Message], *, qwen3_thinking: bool) -> list[
                 body = content
                 if i > last_query and (i == n - 1 or reasoning):
                     body = "<think>\n" + reasoning.strip("\n") + "\n</think>\n\n" + content.lstrip("\n")
+            for k, call in enumerate(m.get("tool_calls") or ()):
+                body += ("\n" if k or content else "") + _tool_call_text(call)
             emit("<|im_start|>assistant\n")
             emit(body + "<|im_end|>", turn)
             emit("\n")
             turn += 1
-        elif role == "tool" and qwen3_thinking:
+        elif role == "tool":
             if i == 0 or messages[i - 1]["role"] != "tool":
                 emit("<|im_start|>user")
             emit("\n<tool_response>\n" + content + "\n</tool_response>")
             if i == n - 1 or messages[i + 1]["role"] != "tool":
                 emit("<|im_end|>\n")
-        else:
-            emit(f"<|im_start|>{role}\n{content}<|im_end|>\n")
     return pieces
 
 
@@ -228,8 +273,9 @@ class Tokenizer(ABC):
         """Text of ``ids`` (for tests and inspection)."""
 
     @abstractmethod
-    def render_chat(self, messages: Sequence[Message]) -> list[Piece]:
-        """The chat template's text for ``messages`` as pieces owned by assistant turns (or -1)."""
+    def render_chat(self, messages: Sequence[Message], tools: Tools | None = None) -> list[Piece]:
+        """The chat template's text for ``messages`` (and the tool definitions ``tools``) as pieces owned by
+        assistant turns (or -1)."""
 
     @abstractmethod
     def _encode_offsets(self, text: str) -> tuple[list[int], np.ndarray, np.ndarray, str]:
@@ -269,17 +315,19 @@ class Tokenizer(ABC):
         """
         return self.encode("x y") != self.encode("x") + self.encode("y")
 
-    def chat(self, messages: Sequence[Message]) -> tuple[list[int], np.ndarray]:
+    def chat(self, messages: Sequence[Message], tools: Tools | None = None) -> tuple[list[int], np.ndarray]:
         """Ids of the rendered conversation and the assistant turn owning each token (-1: none)."""
-        ids, spans = self.chat_spans(messages)
+        ids, spans = self.chat_spans(messages, tools=tools)
         owners = np.full(len(ids), -1, dtype=np.int64)
         for i, j, turn in spans:
             owners[i:j] = turn
         return ids, owners
 
-    def chat_spans(self, messages: Sequence[Message]) -> tuple[list[int], list[tuple[int, int, int]]]:
+    def chat_spans(
+        self, messages: Sequence[Message], tools: Tools | None = None
+    ) -> tuple[list[int], list[tuple[int, int, int]]]:
         """Ids of the rendered conversation and the token ranges ``(first, stop, turn)`` of assistant turns."""
-        pieces = self.render_chat(messages)
+        pieces = self.render_chat(messages, tools)
         text = "".join(t for t, _ in pieces)
         ids, starts, ends, unit = self._encode_offsets(text)
         _, spans = _pieces_to_spans(pieces, unit=unit)
@@ -348,8 +396,8 @@ class BytesTokenizer(_TableTokenizer):
         out.append(buf.decode("utf-8", "replace"))
         return "".join(out)
 
-    def render_chat(self, messages: Sequence[Message]) -> list[Piece]:
-        return chatml_pieces(messages, qwen3_thinking=False)
+    def render_chat(self, messages: Sequence[Message], tools: Tools | None = None) -> list[Piece]:
+        return chatml_pieces(messages, qwen3_thinking=False, tools=tools)
 
     def identity(self) -> dict[str, Any]:
         return {
@@ -432,8 +480,8 @@ class Qwen3Tokenizer(_TableTokenizer):
     def decode(self, ids: Sequence[int]) -> str:
         return self._enc.decode(list(ids))
 
-    def render_chat(self, messages: Sequence[Message]) -> list[Piece]:
-        return [(_nfc(t), o) for t, o in chatml_pieces(messages, qwen3_thinking=True)]
+    def render_chat(self, messages: Sequence[Message], tools: Tools | None = None) -> list[Piece]:
+        return [(_nfc(t), o) for t, o in chatml_pieces(messages, qwen3_thinking=True, tools=tools)]
 
     def identity(self) -> dict[str, Any]:
         from importlib.metadata import version
@@ -491,6 +539,21 @@ class HFTokenizer(Tokenizer):
         self._files: dict[str, Path | bytes] = {tokenizer_file.name: tokenizer_file}
         if config_file is not None:
             self._files[config_file.name] = config_file
+        # Recent transformers write the template beside the config: chat_template.jinja (it wins over the
+        # config's, as in transformers), or the older processor-style chat_template.json.
+        folder = tokenizer_file.parent
+        jinja_file, json_file = folder / "chat_template.jinja", folder / "chat_template.json"
+        try:
+            if jinja_file.is_file():
+                config = {**config, "chat_template": jinja_file.read_text(encoding="utf-8")}
+                self._files[jinja_file.name] = jinja_file
+            elif json_file.is_file():
+                template = json.loads(json_file.read_text(encoding="utf-8")).get("chat_template")
+                if template is not None:
+                    config = {**config, "chat_template": template}
+                    self._files[json_file.name] = json_file
+        except (OSError, ValueError, AttributeError) as e:
+            raise InputError(f"{folder}: cannot read its chat template file ({e})") from e
         self._from_file = True
         self._setup(
             rust,
@@ -634,29 +697,42 @@ class HFTokenizer(Tokenizer):
                 raise jinja2.TemplateError(message)
 
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[Generation])
-            env.filters["tojson"] = lambda x, indent=None, **kw: json.dumps(
-                x, ensure_ascii=False, indent=indent
-            )
+
+            def strftime_now(fmt: str) -> str:
+                import datetime
+
+                return datetime.datetime.now().strftime(fmt)
+
+            env.filters["tojson"] = template_tojson
             env.globals["raise_exception"] = raise_exception
+            env.globals["strftime_now"] = strftime_now
             try:
                 self._template = env.from_string(self._template_src)
             except jinja2.TemplateError as e:
                 raise InputError(f"{self._config_label}: chat_template does not compile ({e})") from e
         return self._template
 
-    def render_chat(self, messages: Sequence[Message]) -> list[Piece]:
+    def render_chat(self, messages: Sequence[Message], tools: Tools | None = None) -> list[Piece]:
         jinja2 = require("jinja2", "text", purpose="rendering a chat template")
 
+        template = self._compiled()
         try:
-            text = self._compiled().render(
+            text = template.render(
                 messages=[dict(m) for m in messages],
                 bos_token=self._bos_text,
                 eos_token=self._eos_text,
                 add_generation_prompt=False,
-                tools=None,
+                tools=tools or None,
             )
         except jinja2.TemplateError as e:
             raise RowError(f"the chat template rejected this conversation ({e})") from e
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError) as e:
+            # A template doing arithmetic on a value of the wrong type (e.g. content + a list): the data
+            # does not fit the template; the row is malformed for it, not a crash.
+            raise RowError(
+                f"the chat template failed on this conversation ({type(e).__name__}: {e}); check the "
+                "message fields the template reads"
+            ) from e
         if _GEN_OPEN in text:
             pieces: list[Piece] = []
             turn = 0

@@ -1,0 +1,181 @@
+"""The preview job: a few samples decoded, with what they train on marked, before packing anything.
+
+>>> import tempfile, pathlib, json
+>>> src = pathlib.Path(tempfile.mkdtemp()) / "chat.jsonl"
+>>> row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+>>> _ = src.write_text(json.dumps(row) + "\\n")
+>>> r = PreviewConfig(inputs=[str(src)], tokenizer="bytes").run()
+>>> s = r.samples[0]
+>>> s.source.endswith("chat.jsonl:1"), s.tokens, s.supervised
+(True, 25, 3)
+>>> print(r.text(color=False).splitlines()[1])
+<|im_start|>user
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from longpack.errors import ConfigError
+from longpack.text.rows import TextConfig
+
+__all__ = ["PreviewConfig", "PreviewResult"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreviewConfig:
+    """Which rows to show and how they are tokenized; validated on construction, run with :meth:`run`.
+
+    - ``inputs``, ``tokenizer``, ``text``: as for :class:`~longpack.jobs.PackConfig`.
+    - Selection (combinable): ``index`` (0-based positions over all rows of the inputs, in input order),
+      ``at`` (``"FILE:ROW"``, the way reports name rows; ``FILE`` may be just the file's name), ``random``
+      (that many rows drawn with ``seed``). None given: the first ``limit`` rows.
+    """
+
+    inputs: Sequence[str | Path] | str | Path
+    tokenizer: Any
+    text: TextConfig = field(default_factory=TextConfig)
+    index: Sequence[int] = ()
+    at: Sequence[str] = ()
+    random: int | None = None
+    seed: int = 0
+    limit: int = 3
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        inputs = [self.inputs] if isinstance(self.inputs, str | Path) else list(self.inputs)
+        if not inputs:
+            raise ConfigError("no inputs: give at least one file, folder, glob or hub id", fields="inputs")
+        set_(self, "inputs", tuple(str(p) for p in inputs))
+        if self.tokenizer is None:
+            raise ConfigError(
+                "tokenizer is required ('qwen3', 'bytes', a tokenizer.json or a model folder)",
+                fields="tokenizer",
+            )
+        if not isinstance(self.text, TextConfig):
+            raise ConfigError(
+                f"text must be a longpack.text.TextConfig, got {type(self.text).__name__}", fields="text"
+            )
+        index = tuple(self.index)
+        if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in index):
+            raise ConfigError(f"index must hold row positions >= 0, got {list(index)}", fields="index")
+        set_(self, "index", index)
+        at = tuple(self.at)
+        for spec in at:
+            name, sep, row = str(spec).rpartition(":")
+            if not sep or not name or not row.isdigit():
+                raise ConfigError(f"at {spec!r} must be FILE:ROW (e.g. data.jsonl:17)", fields="at")
+        set_(self, "at", at)
+        if self.random is not None and (
+            isinstance(self.random, bool) or not isinstance(self.random, int) or self.random < 1
+        ):
+            raise ConfigError(
+                f"random must be a positive number of rows, got {self.random!r}", fields="random"
+            )
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
+            raise ConfigError(f"limit must be a positive integer, got {self.limit!r}", fields="limit")
+
+    def run(self) -> PreviewResult:
+        """Read the inputs up to the selected rows, tokenize just those, and decode them."""
+        import numpy as np
+
+        from longpack.text.inputs import find_inputs
+        from longpack.text.pipeline import _file_format, count_rows, read_rows
+        from longpack.text.preview import PreviewSample, preview_sample
+        from longpack.text.rows import RowError, sample_from_row
+        from longpack.text.tokenizers import as_tokenizer
+
+        tok = as_tokenizer(self.tokenizer)
+        sources = find_inputs([str(p) for p in self.inputs]).files  # type: ignore[union-attr]
+        wanted_index = set(self.index)
+        total = None
+        if self.random is not None:
+            counts = [count_rows(s) for s in sources]
+            total = sum(counts)
+            k = min(self.random, total)
+            wanted_index |= {
+                int(i) for i in np.random.default_rng(self.seed).choice(total, size=k, replace=False)
+            }
+        wanted_at: dict[tuple[str, int], str] = {}
+        for spec in self.at:
+            name, _, row = spec.rpartition(":")
+            wanted_at[(name, int(row))] = spec
+        first_only = not wanted_index and not wanted_at
+        picked: dict[int, PreviewSample] = {}
+        found_at: set[str] = set()
+        position = 0
+        last_wanted = max(wanted_index, default=-1)
+        for source in sources:
+            fmt = _file_format(source, source.kind, self.text)
+            if fmt is None:
+                continue
+            for row_no, row, error in read_rows(source, fmt):
+                label = f"{source.label}:{row_no}"
+                hit = position in wanted_index
+                for name in (source.label, source.path.name, str(source.path)):
+                    at_spec = wanted_at.get((name, row_no))
+                    if at_spec is not None:
+                        hit = True
+                        found_at.add(at_spec)
+                if first_only:
+                    hit = position < self.limit
+                if hit:
+                    if error is not None:
+                        picked[position] = PreviewSample(source=label, error=error)
+                    else:
+                        try:
+                            ids, mask = sample_from_row(row, fmt, self.text, tok)
+                            picked[position] = preview_sample(ids, list(mask), tok, source=label)
+                        except RowError as e:
+                            picked[position] = PreviewSample(source=label, error=str(e))
+                position += 1
+                done_first = first_only and position >= self.limit
+                done_sel = not first_only and position > last_wanted and len(found_at) == len(wanted_at)
+                if done_first or done_sel:
+                    break
+            else:
+                continue
+            break
+        missing = sorted(set(wanted_at.values()) - found_at)
+        if missing:
+            raise ConfigError(
+                f"at: no row {', '.join(missing)} in the inputs; rows are named FILE:ROW as in reports",
+                fields="at",
+            )
+        beyond = sorted(i for i in wanted_index if i >= position)
+        if beyond:
+            raise ConfigError(f"index {beyond[0]} is past the last row ({position} rows)", fields="index")
+        return PreviewResult(
+            samples=tuple(picked[k] for k in sorted(picked)),
+            tokenizer=tok.name,
+            rows_seen=position,
+            rows_total=total,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreviewResult:
+    """The selected samples (``longpack.text.preview.PreviewSample``) and how to show them."""
+
+    samples: tuple[Any, ...]
+    tokenizer: str
+    rows_seen: int
+    rows_total: int | None = None
+
+    def text(self, *, color: bool) -> str:
+        """Every sample as text (rich markup with ``color``, ``[[ ]]`` markers without)."""
+        from longpack.text.preview import render_text
+
+        return "\n\n".join(render_text(s, color=color) for s in self.samples)
+
+    def html(self) -> str:
+        """A self-contained HTML page of the samples."""
+        from longpack.text.preview import render_html
+
+        return render_html(self.samples, title=f"longpack preview ({self.tokenizer})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tokenizer": self.tokenizer, "samples": [s.to_dict() for s in self.samples]}
