@@ -122,6 +122,12 @@ def assert_accounting(manifest: dict[str, Any]) -> None:
             assert s[f"{kind}_listed"] + s[f"{kind}_unlisted"] == s[f"{kind}_count"], s
     assert len(manifest["malformed"]) == manifest["malformed_listed"]
     assert manifest["malformed_listed"] + manifest["malformed_unlisted"] == c["malformed"]
+    inputs = [i for i in manifest["inputs"] if "packed" in i]  # per input file, where recorded
+    for info in inputs:
+        assert info["packed"] + info["dropped"] + info["malformed"] == info["rows"], info
+    if inputs and len(inputs) == len(manifest["inputs"]) and "mix" not in manifest:
+        for key, total in (("rows", "rows_read"), ("malformed", "malformed"), ("packed", "packed")):
+            assert sum(i[key] for i in inputs) == c[total], (key, inputs, c)
 
 
 # -- a corpus of hand-made bad input files ----------------------------------------------------------------

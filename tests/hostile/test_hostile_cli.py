@@ -19,14 +19,11 @@ from hypothesis import strategies as st
 
 from hostile_helpers import assert_accounting, assert_clean, invoke
 
-SFTDATA = "helper sftdata (issue 15, input layer)"
 PLANNER = "helper planner (issue 17)"
 
 PACK = ["--tokenizer", "bytes", "--seq-length", "64"]
-# Bad inputs whose clean refusal is the input layer's work (issue 15); xfail until it lands.
-INPUTS_OWNED_ELSEWHERE = {
-    "deep_nesting.jsonl": f"RecursionError on a JSONL line nested 5,000 deep: {SFTDATA}"
-}
+# Bad inputs whose clean refusal is another layer's open work: name -> reason (xfail until it lands).
+INPUTS_OWNED_ELSEWHERE: dict[str, str] = {}
 BAD_INPUT_NAMES = [
     "empty.jsonl",
     "blank_lines.jsonl",
@@ -547,9 +544,6 @@ def test_plan_absurd_gpu_count_answers_quickly() -> None:
     assert "Rejections: {}" not in outcome.output, str(outcome)
 
 
-@pytest.mark.xfail(
-    reason=f"'No layout fits. Rejections: {{}}' with nothing rejected; {PLANNER}", strict=False
-)
 def test_no_layout_fits_always_says_why() -> None:
     argv = ["plan", "--model", "deepseek_v3", "--gpu", "H100_SXM", "--gpus", "8", "--seq-length", "1048576"]
     outcome = assert_clean(invoke(argv))
@@ -592,9 +586,6 @@ def test_a_file_without_read_permission_is_an_error_naming_it(world, tmp_path: P
     assert outcome.exit_code == 2 and "locked.jsonl" in outcome.output, str(outcome)
 
 
-@pytest.mark.xfail(
-    reason=f"symlinked subfolders of an input folder are skipped silently; {SFTDATA}", strict=False
-)
 def test_symlinked_subfolders_are_read_or_named(world, tmp_path: Path) -> None:
     real = tmp_path / "real"
     real.mkdir()
@@ -611,7 +602,6 @@ def test_symlinked_subfolders_are_read_or_named(world, tmp_path: Path) -> None:
         assert "linked" in outcome.output  # refused, naming the link
 
 
-@pytest.mark.xfail(reason=f"a recursive glob through looping symlinks must not hang; {SFTDATA}", strict=False)
 def test_a_glob_through_looping_symlinks_ends(world, tmp_path: Path) -> None:
     base = tmp_path / "loop"
     (base / "a" / "b").mkdir(parents=True)
@@ -627,7 +617,6 @@ def test_a_glob_through_looping_symlinks_ends(world, tmp_path: Path) -> None:
             assert _manifest(Path(argv[3]))["counts"]["rows_read"] == 40  # each file read once
 
 
-@pytest.mark.xfail(reason=f"the fast pre-tokenized path accepts invalid JSON; {SFTDATA}", strict=False)
 @pytest.mark.parametrize(
     "line", ['{"input_ids": [01, +2, 3]}', '{"input_ids": [1, 2, 3,]}', '{"input_ids": [NaN]}']
 )
@@ -638,7 +627,6 @@ def test_strict_json_in_the_pretokenized_path(world, tmp_path: Path, line: str) 
     assert outcome.exit_code == 0 and _manifest(tmp_path / "o")["counts"]["malformed"] == 1, str(outcome)
 
 
-@pytest.mark.xfail(reason=f"a JSON line nested ~1,000 deep is a malformed row; {SFTDATA}", strict=False)
 def test_a_deeply_nested_line_is_one_malformed_row(world, tmp_path: Path) -> None:
     data = tmp_path / "deep.jsonl"
     data.write_text(
@@ -648,7 +636,6 @@ def test_a_deeply_nested_line_is_one_malformed_row(world, tmp_path: Path) -> Non
     assert outcome.exit_code == 0 and _manifest(tmp_path / "o")["counts"]["malformed"] == 1, str(outcome)
 
 
-@pytest.mark.xfail(reason=f"corrupt gzip / zstd inputs; {SFTDATA}", strict=False)
 def test_a_corrupt_compressed_input_is_an_error_naming_it(world, tmp_path: Path) -> None:
     import gzip
 
