@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import os
 import socket
 from collections.abc import Iterator, Sequence
@@ -155,6 +156,32 @@ def _input_base(text: str) -> Path:
     return Path(*plain) if plain else Path(".")
 
 
+#: Names of files a pack writes that an input spec could pick up again (all are readable as input).
+_WRITTEN_NAMES = ("training_8.idx.parquet", "validation_8.idx.parquet", "8_metadata.jsonl", "manifest.json")
+
+
+def _would_read(spec: str, out: Path) -> bool:
+    """Whether input ``spec`` (a file, a folder, a glob), read by a later run, would take in the files a
+    pack writes into the (resolved) folder ``out``: a folder is read with its subfolders, ``**`` too; a
+    plain glob only where its pattern matches.
+
+    >>> _would_read("/data/*.jsonl", Path("/data/packed")), _would_read("/data/*/*.parquet", Path("/data/packed"))
+    (False, True)
+    """
+    plain = _input_base(spec)
+    base = plain.resolve()
+    if not _GLOB_CHARS & set(spec):
+        return base.is_dir() and (out == base or base in out.parents)
+    if "**" in spec:
+        return out == base or base in out.parents
+    pattern = base.parts + Path(spec).parts[len(plain.parts) :]
+    for name in _WRITTEN_NAMES:
+        candidate = (out / name).parts
+        if len(candidate) == len(pattern) and all(map(fnmatch.fnmatchcase, candidate, pattern)):
+            return True
+    return False
+
+
 def check_output_dir(
     out: str | Path, *, overwrite: bool, inputs: Sequence[str | Path] = (), field: str = "out"
 ) -> None:
@@ -184,7 +211,7 @@ def check_output_dir(
     resolved = path.resolve()
     for spec in inputs:
         base = _input_base(str(spec)).resolve()
-        if base.is_dir() and (resolved == base or base in resolved.parents):
+        if _would_read(str(spec), resolved):
             raise ConfigError(
                 f"{field} {path} is inside the input folder {base}: a later run over that input would read "
                 f"the packed files as data; choose an {field} outside it",

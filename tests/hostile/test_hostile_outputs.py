@@ -389,3 +389,24 @@ def test_sigterm_leaves_an_unfinished_folder_that_a_rerun_replaces(world, tmp_pa
 def test_output_lock_error_is_an_output_error(tmp_path: Path) -> None:
     with OutputLock(tmp_path / "x"), pytest.raises(OutputError, match="being written by another"):
         OutputLock(tmp_path / "x").__enter__()
+
+
+@pytest.mark.parametrize(
+    ("pattern", "refused"),
+    [
+        ("*.jsonl", False),
+        ("*/*.parquet", True),
+        ("**/*.jsonl", True),
+        ("*/*.json", True),
+        ("*/*.jsonl", True),
+    ],
+)
+def test_an_out_a_glob_would_read_back_is_refused(
+    world, tmp_path: Path, no_tokenizing, pattern: str, refused: bool
+) -> None:
+    (tmp_path / "rows.jsonl").write_text(world.good.read_text())
+    outcome = invoke(["pack", f"{tmp_path}/{pattern}", "--out", tmp_path / "packed", *PACK])
+    if refused:
+        assert outcome.exit_code == 2 and "inside the input folder" in outcome.output, str(outcome)
+    else:  # the glob never reaches packed/: the check lets it through (to the tokenizer, stubbed here)
+        assert "tokenized before the output path was checked" in outcome.output, str(outcome)
