@@ -158,3 +158,29 @@ def unpack_rows(rows: list[dict[str, Any]]) -> list[tuple[list[int], list[int]]]
         for i in range(len(b) - 1):
             segments.append((row["input_ids"][b[i] : b[i + 1]], row["loss_mask"][b[i] : b[i + 1]]))
     return segments
+
+
+def output_files(out: Any) -> list[str]:
+    """Every file of a packed output folder, relative to it (the validation split is in ``validation/``)."""
+    from pathlib import Path
+
+    root = Path(out)
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def assert_same_output(a: Any, b: Any, skip: tuple[str, ...] = ()) -> list[str]:
+    """Two output folders hold the same files with the same bytes; ``bridge_config.yaml`` names its own
+    folder, so it is compared with each folder's path replaced. Returns the relative names."""
+    from pathlib import Path
+
+    names = output_files(a)
+    assert names == output_files(b)
+    for name in names:
+        if name in skip:
+            continue
+        got_a, got_b = (Path(a) / name).read_bytes(), (Path(b) / name).read_bytes()
+        if name == "bridge_config.yaml":
+            got_a = got_a.replace(str(Path(a).absolute()).encode(), b"<out>")
+            got_b = got_b.replace(str(Path(b).absolute()).encode(), b"<out>")
+        assert got_a == got_b, name
+    return names

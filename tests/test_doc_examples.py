@@ -240,7 +240,9 @@ def every_option(command: Any) -> set[str]:
 
 
 #: Lines that show another tool's flags.
-OTHER_TOOLS = re.compile(r"\b(ruff|mkdocs|ray start|pytest|pip|benchmarks/)")
+OTHER_TOOLS = re.compile(
+    r"\b(ruff|mkdocs|ray start|pytest|pip|huggingface-cli|energon prepare|run_recipe\.py|benchmarks/)"
+)
 
 
 def test_every_flag_the_pages_name_exists() -> None:

@@ -35,14 +35,14 @@ ALLOWED: dict[str, set[str]] = {
     "balance": {"binpack", "errors", "_optional"},  # cost models come from the planner, not back
     "packed": {"binpack", "balance", "samples", *UTILITIES},  # numpy + pyarrow, no torch
     "text": {"samples", *UTILITIES},  # rows -> tokens; knows nothing of packing
-    "vlm": {"samples", *UTILITIES},  # like text
+    "vlm": {"samples", "text", *UTILITIES},  # like text, and renders chats with text's tokenizers
     "topology": {"errors", "validate"},  # pure
     "catalog": {"errors", "_optional"},  # one model/GPU catalog (YAML), pure
     # pure rules; the packed-data family checks a folder through packed's one reader
     "rules": {"topology", "catalog", "packed", *UTILITIES},
     "planner": {"topology", "catalog", "rules", "balance", *UTILITIES},  # never torch, runtime, packed
     "runtime": {"packed", "binpack", "samples", "topology", *UTILITIES},  # + torch
-    "online": {"runtime", "packed", "binpack", "samples", "topology", *UTILITIES},  # + torch, energon
+    "online": {"runtime", "packed", "binpack", "samples", "topology", "vlm", *UTILITIES},  # + torch, energon
     # the Ray executor of the pack job (tokenize-chunk and write-shard steps)
     "cluster": {"packed", "text", "samples", "binpack", "balance", "topology", *UTILITIES},
     "jobs": LIBRARY,  # one config + run() per job, over every library layer

@@ -251,7 +251,7 @@ def test_inspect_packed_dir_reads_manifest_and_over_capacity(tmp_path: Path) -> 
 
 def test_inspect_packed_dir_errors(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    with pytest.raises(PackedDataError, match=r"no \*\.parquet files"):
+    with pytest.raises(PackedDataError, match=r"no \*\.parquet / \*\.npy files"):
         inspect_packed_dir(tmp_path / "empty")
     bad = tmp_path / "bad"
     bad.mkdir()

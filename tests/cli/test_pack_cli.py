@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
 from longpack.cli.app import app
-from packed_helpers import spec_read_rows
+from packed_helpers import assert_same_output, spec_read_rows
 
 runner = CliRunner()
 BYTES_EOS = 258  # the bytes tokenizer's EOS id (256 + 2 specials before it)
@@ -157,7 +157,7 @@ def test_val_input_split_and_plot(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     splits = json.loads(result.output)["splits"]
     assert splits["validation"]["samples_packed"] == 8 and splits["validation"]["files"] == [
-        "validation_128.idx.parquet"
+        "validation/validation_128.idx.parquet"
     ]
     meta = json.loads((tmp_path / "o" / "128_metadata.jsonl").read_text())
     assert [m["pack_size"] for m in meta] == [128, 128]
@@ -190,8 +190,7 @@ def test_output_bytes_independent_of_worker_count(tmp_path: Path) -> None:
             ],
         )
         assert result.exit_code == 0, result.output
-    for path in sorted((tmp_path / "one").iterdir()):
-        assert path.read_bytes() == (tmp_path / "two" / path.name).read_bytes(), path.name
+    assert_same_output(tmp_path / "one", tmp_path / "two")
 
 
 def test_overwrite_refuses_foreign_files_before_tokenizing(tmp_path: Path) -> None:

@@ -310,3 +310,63 @@ def test_global_rng_untouched() -> None:
     before = np.random.get_state()[1].copy()
     list(OnlinePacker(32, 8, algorithm=ALGOS[-1], seed=3).pack(list(range(1, 30))))
     assert (np.random.get_state()[1] == before).all()
+
+
+# ----------------------------------------------------------------------------------------------- input checks
+
+
+@pytest.mark.parametrize(
+    ("sample", "message"),
+    [
+        (
+            {"input_ids": [5, 6, 7], "loss_mask": [0, 2, 1]},
+            r"loss_mask\[1\]=2; a loss mask holds only 0 and 1",
+        ),
+        ({"input_ids": [5, 6, 7], "loss_mask": [1, 300, 1]}, r"loss_mask\[1\]=300"),
+        (([5, 6, 7], [1.0, 0.5, 1.0]), r"loss_mask\[1\]=0.5"),
+        ({"input_ids": [5.0, 6.7, 7.0]}, r"input_ids must hold integers, got dtype float64 \(a float array"),
+        ({"input_ids": [5, -1, 7]}, r"input_ids\[1\]=-1; token ids are non-negative"),
+        ({"input_ids": ["a", "b"]}, r"input_ids must hold integers, got dtype <U1"),
+        ({"input_ids": [5, 6], "loss_mask": ["x", "y"]}, r"loss_mask must hold 0/1 values"),
+        (True, "expected an int"),
+    ],
+)
+def test_invalid_tokens_and_masks_are_refused(sample, message: str) -> None:
+    """Casting used to store mask 2 and 300 as int8 44 and 1 and to truncate float ids; now each is an
+    OnlineError naming the sample, the position and the value."""
+    from longpack.errors import OnlineError
+
+    with pytest.raises(OnlineError, match=message):
+        list(OnlinePacker(8, 2, algorithm=DEFAULT_ALGO).pack([sample]))
+
+
+def test_valid_masks_of_any_dtype_are_kept() -> None:
+    for mask in ([0, 1, 1], [False, True, True], np.array([0.0, 1.0, 1.0], dtype=np.float32)):
+        (row,) = OnlinePacker(8, 2, algorithm=DEFAULT_ALGO).rows([([4, 5, 6], mask)])
+        assert row["loss_mask"].tolist() == [1, 1, 0]
+        assert row["input_ids"].tolist() == [4, 5, 6]
+
+
+def test_second_stream_needs_reset() -> None:
+    """A reused packer used to treat a second stream as a replay of the first and skip its first N samples."""
+    packer = OnlinePacker(10, 4, algorithm=DEFAULT_ALGO)
+    assert [p.sample_index.tolist() for p in packer.pack([6, 4])] == [[0, 1]]
+    with pytest.raises(OnlineStateError, match=r"already packed a stream \(2 samples read\); call reset\(\)"):
+        list(packer.pack([3, 3, 3]))
+    packer.reset()
+    packs = list(packer.pack([3, 3, 3]))
+    assert sorted(i for p in packs for i in p.sample_index.tolist()) == [0, 1, 2]
+    assert packer.stats.samples_read == 3
+    # A loaded state allows exactly one stream (the resumed one).
+    state = OnlinePacker(10, 4, algorithm=DEFAULT_ALGO).state_dict()
+    packer.load_state_dict(state)
+    assert len(list(packer.pack([3]))) == 1
+    with pytest.raises(OnlineStateError, match="already packed a stream"):
+        list(packer.pack([3]))
+
+
+def test_bad_pad_id_is_named() -> None:
+    from longpack.errors import OnlineError
+
+    with pytest.raises(OnlineError, match="pad_id must be a non-negative integer"):
+        OnlinePacker(8, 2, algorithm=DEFAULT_ALGO, pad_id=-1)

@@ -1,7 +1,13 @@
-"""Output bytes of fixed small pre-tokenized runs, against sha256s recorded before the read/fill/write
-performance work (feat/perf). A change here means the packed files changed: that is a format change, not a
-refactor. The hashes are of Parquet bytes, so a pyarrow upgrade that changes its writer may move them too
-(re-record only after checking the rows with the Megatron-exactness and round-trip tests).
+"""Output bytes of fixed small pre-tokenized runs, against recorded sha256s. A change here means the packed
+files changed: that is a format change, not a refactor. The hashes are of Parquet bytes, so a pyarrow upgrade
+that changes its writer may move them too (re-record only after checking the rows with the
+Megatron-exactness and round-trip tests).
+
+History: recorded before the read/fill/write performance work (commit 108392b); re-recorded on purpose for
+the hand-off work (issue 14), which changed only the encoding: dictionary pages for ``loss_mask`` (the
+``use_dictionary`` leaf path; the rows are the same), row groups of about 65,536 tokens (here 256 rows;
+``longpack.packed.files.default_row_group_size``), and the validation split moved into ``validation/``.
+Writing the same plans with the old options still gives the old hashes (checked when re-recording).
 """
 
 from __future__ import annotations
@@ -71,27 +77,28 @@ def _run(inputs: list[Path], out: Path, algorithm: str, workers: int) -> dict[st
         seq_length=256, pad_seq_to_mult=4, algorithm=algorithm, val_fraction=0.1, rows_per_shard=500
     )
     write_packed_output(out, plan_splits(s, settings, eos_id=EOS), settings, Provenance(inputs=r.inputs))
-    for p in sorted(out.iterdir()):
-        if p.name != "manifest.json":
-            got[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+    assert (out / "bridge_config.yaml").is_file()  # names the folder's absolute path: not hashed here
+    for p in sorted(out.rglob("*")):
+        if p.is_file() and p.name not in ("manifest.json", "bridge_config.yaml"):
+            got[p.relative_to(out).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
     return got
 
 
-# Recorded with the code before the performance work (commit 108392b), pyarrow 26.
+# pyarrow 26; see the module docstring for when and why these were recorded.
 EXPECTED: dict[str, dict[str, str]] = {
     "parquet+jsonl:best_fit_decreasing": {
         "samples": "d91dafddc2768a13",
         "256_metadata.jsonl": "adb016e8de9ef2d2",
-        "training_256.part-00000-of-00002.idx.parquet": "358ee88d57ecbb99",
-        "training_256.part-00001-of-00002.idx.parquet": "49cc4e07078327e7",
-        "validation_256.idx.parquet": "2f1a6f2f38f2bd95",
+        "training_256.part-00000-of-00002.idx.parquet": "d2656936af9f0472",
+        "training_256.part-00001-of-00002.idx.parquet": "5d26dd868cb7c5c8",
+        "validation/validation_256.idx.parquet": "1bec2bc242147798",
     },
     "parquet+nomask:first_fit_shuffle": {
         "samples": "47371df6c2279cdc",
         "256_metadata.jsonl": "2f674db4cc258bf4",
-        "training_256.part-00000-of-00002.idx.parquet": "8bb3d7b7b1c5175d",
-        "training_256.part-00001-of-00002.idx.parquet": "7f17367fa9260e3f",
-        "validation_256.idx.parquet": "7f05ba37c5a3efbc",
+        "training_256.part-00000-of-00002.idx.parquet": "78a0e8d075928f8d",
+        "training_256.part-00001-of-00002.idx.parquet": "db569bbead320d4f",
+        "validation/validation_256.idx.parquet": "8a725fecdaaea325",
     },
 }
 

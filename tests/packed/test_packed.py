@@ -31,7 +31,14 @@ from longpack.packed import (
     validate_rows,
     write_packed_output,
 )
-from packed_helpers import make_samples, random_samples, spec_collate, spec_read_rows, unpack_rows
+from packed_helpers import (
+    assert_same_output,
+    make_samples,
+    random_samples,
+    spec_collate,
+    spec_read_rows,
+    unpack_rows,
+)
 
 EOS = 2
 
@@ -335,11 +342,8 @@ def test_same_inputs_give_byte_identical_files(tmp_path: Path) -> None:
     kw = dict(seq_length=48, pack_size=64, pad_seq_to_mult=2, val_fraction=0.1, rows_per_shard=200, seed=9)
     pack_to(tmp_path / "one", samples, **kw)
     pack_to(tmp_path / "two", samples, **kw)
-    names = sorted(p.name for p in (tmp_path / "one").iterdir())
-    assert names == sorted(p.name for p in (tmp_path / "two").iterdir())
-    assert "validation_64.idx.parquet" in names and MANIFEST_NAME in names
-    for name in names:
-        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
+    names = assert_same_output(tmp_path / "one", tmp_path / "two")
+    assert "validation/validation_64.idx.parquet" in names and MANIFEST_NAME in names
     meta = json.loads((tmp_path / "one" / "64_metadata.jsonl").read_text())
     assert isinstance(meta, list) and len(meta) == 2
     manifest = json.loads((tmp_path / "one" / MANIFEST_NAME).read_text())
@@ -353,7 +357,7 @@ def test_validation_input_split(tmp_path: Path) -> None:
     manifest = write_packed_output(
         tmp_path / "o", plan_splits(train, s, eos_id=EOS, validation=val), s, Provenance()
     )
-    assert manifest["megatron_bridge"]["packed_val_data_path"] == "validation_32.idx.parquet"
+    assert manifest["megatron_bridge"]["packed_val_data_path"] == "validation/validation_32.idx.parquet"
     assert manifest["splits"]["validation"]["samples_packed"] == 10
     with pytest.raises(ValueError, match="not both"):
         plan_splits(train, PackSettings(seq_length=32, val_fraction=0.1), eos_id=EOS, validation=val)

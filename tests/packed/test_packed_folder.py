@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import pickle
 import shutil
 from pathlib import Path
@@ -36,6 +37,11 @@ from longpack.rules.packed_data import inspect_packed_dir
 from longpack.runtime.collate import load_pack_metadata
 from longpack.runtime.dataset import PackedDataset
 from packed_helpers import random_samples, spec_read_rows
+
+
+def folder_files(out: Path, split: str) -> tuple[Path, ...]:
+    return PackedFolder.open(out).files(split)
+
 
 EOS = 2
 runner = CliRunner()
@@ -75,7 +81,8 @@ def test_folder_with_both_splits_never_mixes_them(two_splits: Path) -> None:
     assert folder.split_names == ("training", "validation")
     train, val = folder.files("training"), folder.files("validation")
     assert all(p.name.startswith("training_") for p in train) and len(train) > 1
-    assert [p.name for p in val] == [f["name"] for f in manifest["splits"]["validation"]["files"]]
+    assert [folder.rel(p) for p in val] == [f["name"] for f in manifest["splits"]["validation"]["files"]]
+    assert all(p.parent.name == "validation" for p in val)
     assert folder.pack_size == 32 and folder.pad_seq_to_mult == 4 and folder.eos_id == EOS
     assert folder.splits["validation"].metadata == manifest["splits"]["validation"]["metadata"]
     with pytest.raises(PackedDataError, match=r"pass split='training' or split='validation'"):
@@ -87,8 +94,10 @@ def test_folder_with_both_splits_never_mixes_them(two_splits: Path) -> None:
     assert len(PackedDataset(two_splits, split="validation")) == rows["validation"]
     only = PackedFolder.open(two_splits, split="validation")
     assert only.split_names == ("validation",) and only.files() == val
-    # Megatron-Bridge's own rule, given the folder, reads both splits together.
-    assert len(resolve_packed_parquet_paths(two_splits)) == len(train) + len(val)
+    # Megatron-Bridge's own rule, given the folder, reads every *.parquet directly in it: the training
+    # split only, since the validation split has its own folder.
+    assert [Path(p) for p in resolve_packed_parquet_paths(two_splits)] == list(train)
+    assert [Path(p) for p in resolve_packed_parquet_paths(two_splits / "validation")] == list(val)
     with pytest.raises(PackedDataError, match="no 'test' split"):
         PackedFolder.open(two_splits, split="test")
 
@@ -105,11 +114,18 @@ def test_file_and_glob_are_read_as_named(two_splits: Path) -> None:
     assert [ds[i]["input_ids"].tolist() for i in range(len(ds))] == [
         r["input_ids"] for r in spec_read_rows(glob)
     ]
-    both = PackedFolder.open(str(two_splits / "*.idx.parquet"))  # as Bridge reads it: everything matched
-    assert set(both.split_names) == {"training", "validation"}
-    assert len(PackedDataset(str(two_splits / "*.idx.parquet"))) == sum(
-        len(PackedDataset(two_splits, split=s)) for s in ("training", "validation")
+    # As Bridge reads them, the output folder and its *.parquet glob hold the training split only: the
+    # validation split is in its own folder, so no path spec of the folder mixes the splits.
+    for spec in (str(two_splits / "*.idx.parquet"), str(two_splits)):
+        assert [os.path.basename(p) for p in resolve_packed_parquet_paths(spec)] == [
+            p.name for p in folder_files(two_splits, "training")
+        ]
+    assert len(PackedDataset(str(two_splits / "*.idx.parquet"))) == len(
+        PackedDataset(two_splits, split="training")
     )
+    val_only = PackedFolder.open(two_splits / "validation")
+    assert val_only.split_names == ("validation",) and val_only.finished
+    assert len(PackedDataset(two_splits / "validation")) == len(PackedDataset(two_splits, split="validation"))
     listed = PackedFolder.open([one, one.with_name(one.name)])
     assert listed.files() == (one, one)
 
@@ -136,7 +152,9 @@ def test_bridge_folder_without_manifest_and_split_free_names(tmp_path: Path) -> 
     other = tmp_path / "other"
     other.mkdir()
     pq.write_table(pa.table(rows), other / "shard_0.parquet")
-    with pytest.raises(PackedDataError, match=r"name them with a glob such as .*/\*\.parquet"):
+    with pytest.raises(
+        PackedDataError, match=r"--no-manifest-ok .*name its files with a glob such as .*/\*\.parquet"
+    ):
         PackedFolder.open(other)
     assert PackedFolder.open(str(other / "*.parquet")).split_names == ("files",)
 
@@ -220,7 +238,7 @@ def test_corrupt_page_and_unreadable_file_give_packed_data_errors(tmp_path: Path
 def test_manifest_mismatch(two_splits: Path, tmp_path: Path) -> None:
     out = copy_of(two_splits, tmp_path)
     assert PackedFolder.open(out).validate(verify=True) == []
-    victim = out / "validation_32.idx.parquet"
+    victim = out / "validation" / "validation_32.idx.parquet"
     table = pq.read_table(victim)
     pq.write_table(table, victim, row_group_size=7)  # same rows, other bytes
     manifest = json.loads((out / MANIFEST_NAME).read_text())
@@ -232,7 +250,10 @@ def test_manifest_mismatch(two_splits: Path, tmp_path: Path) -> None:
     assert stray not in folder.files("training")  # the manifest says which files are the split
     assert folder.validate() == []  # nothing is hashed without verify
     problems = " | ".join(folder.validate(verify=True))
-    assert "validation: validation_32.idx.parquet differs from the manifest (size or sha256)" in problems
+    assert (
+        "validation: validation/validation_32.idx.parquet differs from the manifest (size or sha256)"
+        in problems
+    )
     assert "training: manifest says" in problems and "rows, files hold" in problems
     assert "manifest lists files" in problems and stray.name in problems
     manifest["splits"]["test"] = {"files": []}

@@ -649,6 +649,46 @@ CASES = [
         fix_says=("8-16 candidates",),
     ),
     Case(
+        "LP-VLM-001",
+        "ENERGON",
+        ["dataset.task_encoder.max_visual_tokens=0"],
+        ["dataset.task_encoder.max_visual_tokens=4096"],
+        ("max_visual_tokens=0 must be a positive integer",),
+        fix_says=("dataset.task_encoder.max_visual_tokens", ">= 1 (or null)"),
+    ),
+    Case(
+        "LP-VLM-001",
+        "ENERGON",
+        ["dataset.task_encoder.patch_size=-14"],
+        ["dataset.task_encoder.patch_size=14"],
+        ("patch_size=-14",),
+        fix_says=("dataset.task_encoder.patch_size",),
+    ),
+    Case(
+        "LP-VLM-002",
+        "ENERGON",
+        ["dataset.task_encoder.min_pixels=2000000"],
+        ["dataset.task_encoder.min_pixels=200704"],
+        ("min_pixels=2000000 > dataset.task_encoder.max_pixels=1003520",),
+        fix_says=("dataset.task_encoder.min_pixels <= dataset.task_encoder.max_pixels",),
+    ),
+    Case(
+        "LP-VLM-003",
+        "ENERGON",
+        ["dataset.task_encoder.max_visual_tokens=16384"],
+        ["dataset.task_encoder.max_visual_tokens=6144"],
+        ("max_visual_tokens=16384 >= seq_length=8192",),
+        fix_says=("dataset.task_encoder.max_visual_tokens below 8192", "dataset.seq_length"),
+    ),
+    Case(
+        "LP-VLM-004",
+        "ENERGON",
+        ["dataset.num_workers=4", "dataset.packing_buffer_size=64"],
+        ["dataset.num_workers=4", "dataset.packing_buffer_size=16"],
+        ("36.8 GiB per rank: 4 worker(s) * packing_buffer_size=64 * 147.0 MiB per sample", "seq_length=8192"),
+        fix_says=("dataset.packing_buffer_size", "online-sim --vlm"),
+    ),
+    Case(
         "LP-MOE-001",
         "MOE",
         ["model.sequence_parallel=false"],
@@ -890,6 +930,16 @@ CASES = [
         {},
         fix_says=("pad_seq_to_mult=4",),
     ),
+    Case(
+        "LP-DATA-011",
+        "SFT",
+        ["dataset.offline_packing_specs.pad_seq_to_mult=1"],
+        ["dataset.offline_packing_specs.pad_seq_to_mult=8"],
+        ("packed with pad_seq_to_mult=8", "pad_seq_to_mult=1"),
+        {"recorded_pad_seq_to_mult": 8},
+        {"recorded_pad_seq_to_mult": 8},
+        fix_says=("dataset.offline_packing_specs.pad_seq_to_mult=8",),
+    ),
 ]
 
 
@@ -902,11 +952,11 @@ LP-CP-007 LP-SEQ-001 LP-BATCH-001 LP-BATCH-002 LP-BATCH-003 LP-PACK-001 LP-PACK-
 LP-PACK-004 LP-PACK-005 LP-PACK-006 LP-PACK-007 LP-PACK-008 LP-PACK-011 LP-PACK-012 LP-PACK-013
 LP-PACK-015 LP-MTP-001 LP-CG-001 LP-CG-002 LP-CG-003 LP-CG-004 LP-EN-001 LP-EN-002 LP-EN-003 LP-EN-004
 LP-EN-005 LP-EN-006 LP-EN-007 LP-EN-008 LP-EN-010 LP-EN-011 LP-EN-012 LP-EN-013 LP-EN-014 LP-EN-016
-LP-EN-017 LP-MOE-001 LP-MOE-002 LP-MOE-003 LP-MODEL-001 LP-MODEL-002 LP-MODEL-003 LP-DATA-001
-LP-DATA-002 LP-DATA-004 LP-DATA-005 LP-DATA-006 LP-DATA-008
+LP-EN-017 LP-VLM-001 LP-VLM-002 LP-MOE-001 LP-MOE-002 LP-MOE-003 LP-MODEL-001 LP-MODEL-002 LP-MODEL-003 LP-DATA-001
+LP-DATA-002 LP-DATA-004 LP-DATA-005 LP-DATA-006 LP-DATA-008 LP-DATA-011
 """
 WARNINGS = """
-LP-TOPO-006 LP-PACK-016 LP-PACK-010 LP-CG-005 LP-EN-009 LP-MOE-004 LP-DATA-003 LP-DATA-010 LP-DATA-007
+LP-TOPO-006 LP-PACK-016 LP-PACK-010 LP-CG-005 LP-EN-009 LP-VLM-003 LP-VLM-004 LP-MOE-004 LP-DATA-003 LP-DATA-010 LP-DATA-007
 LP-DATA-009
 """
 INFOS = "LP-CFG-002 LP-CFG-003 LP-CP-008 LP-PACK-009 LP-PACK-014 LP-EN-015"

@@ -23,6 +23,7 @@ def test_rule_set_is_the_families_in_the_listed_order() -> None:
         "packing",
         "cuda_graphs",
         "energon",
+        "vlm",
         "moe",
         "family",
         "packed_data",

@@ -245,14 +245,11 @@ def _checked(lengths: Any, capacity: Any, algorithm: str, seed: Any) -> tuple[np
 
 
 def _megatron_fill(arr: np.ndarray, cap: int, seed: int) -> BinContents:
-    """``first_fit_shuffle`` as Megatron-Bridge packs and fills: one ``RandomState(seed)`` plays its
-    seeded global RNG, for the shuffle and then for the per-length permutations of the fill step."""
+    """``first_fit_shuffle`` as Megatron-Bridge packs and fills (``megatron.first_fit_shuffle_rows``)."""
     from longpack.binpack import megatron
 
-    rng = np.random.RandomState(seed)
-    histogram = np.bincount(arr, minlength=cap + 1)
-    flat, offsets = megatron._strategy_flat(histogram, cap, "first_fit_shuffle", rng)
-    return BinContents(items=megatron.fill_order(arr, flat, rng), offsets=offsets)
+    items, offsets = megatron.first_fit_shuffle_rows(arr, cap, seed=seed)
+    return BinContents(items=items, offsets=offsets)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,6 +34,7 @@ __all__ = [
     "first_fit",
     "first_fit_decreasing",
     "first_fit_shuffle",
+    "first_fit_shuffle_rows",
 ]
 
 #: Algorithms ``create_packing_strategy`` accepts (Megatron looks them up by name in its module).
@@ -292,3 +293,28 @@ def fill_order(lengths: Any, lengths_in_bin_order: Any, rng: np.random.RandomSta
     for length in np.flatnonzero(histogram).tolist():  # ascending length order, as Megatron draws
         perms[starts[length] : starts[length + 1]] = generator.permutation(int(histogram[length]))
     return _kernels.fill_items_by_length(arr, slots, perms, starts)
+
+
+def first_fit_shuffle_rows(lengths: Any, pack_size: int, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Megatron-Bridge's packed rows for ``first_fit_shuffle``: ``(items, offsets)``, row ``j`` holding items
+    ``items[offsets[j]:offsets[j+1]]`` in its order.
+
+    One ``RandomState(seed)`` plays Bridge's seeded global RNG: the histogram expansion is shuffled and
+    packed by first fit, then each length's items are permuted for the fill step (``fill_order``). Unlike
+    ``longpack.binpack.pack_bins``, zero-length items are accepted, as Bridge keeps a one-token sample (runtime
+    length 0): first fit puts it into the lowest-index open bin.
+
+    >>> items, offsets = first_fit_shuffle_rows([3, 0, 5, 2], 6, seed=1234)
+    >>> [items[offsets[j]:offsets[j + 1]].tolist() for j in range(len(offsets) - 1)]
+    [[1, 3, 0], [2]]
+    """
+    arr = _as_lengths(lengths, "lengths")
+    size = _pack_size(pack_size)
+    if arr.size == 0:
+        return np.zeros(0, np.int64), np.zeros(1, np.int64)
+    if int(arr.max()) > size:
+        raise ValueError(f"lengths must be <= pack_size {size}; got {int(arr.max())}")
+    rng = np.random.RandomState(seed)
+    histogram = np.bincount(arr, minlength=size + 1)
+    flat, offsets = _strategy_flat(histogram, size, "first_fit_shuffle", rng)
+    return fill_order(arr, flat, rng), offsets.astype(np.int64)

@@ -122,6 +122,11 @@ def register(app: typer.Typer) -> None:
                 "--packed", help="Packed output folder to check against the config (metadata + Parquet)."
             ),
         ] = None,
+        no_manifest_ok: bool = typer.Option(
+            False,
+            "--no-manifest-ok",
+            help="With --packed: read a folder without manifest.json (Megatron-Bridge's prepare step writes none).",
+        ),
         as_json: opt.Json = False,
         list_rules: bool = typer.Option(False, "--list-rules", help="List every rule and exit."),
         list_families: bool = typer.Option(
@@ -155,6 +160,7 @@ def register(app: typer.Typer) -> None:
                 model=model,
                 dataset_kind=dataset_kind,
                 packed=packed,
+                packed_no_manifest_ok=no_manifest_ok,
             ).run()
         except LongpackError as exc:
             raise _fail_input(exc, as_json) from exc

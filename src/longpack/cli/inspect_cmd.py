@@ -23,6 +23,11 @@ def register(app: typer.Typer) -> None:
         plot: Annotated[
             Path | None, typer.Option("--plot", help="Save length and fill histograms as a PNG.")
         ] = None,
+        no_manifest_ok: bool = typer.Option(
+            False,
+            "--no-manifest-ok",
+            help="A folder without manifest.json is Megatron-Bridge's (its prepare step writes none), not unfinished.",
+        ),
     ) -> None:
         """Summarize a packed output folder; exit 1 if it is unfinished or a check fails."""
         from longpack.outputs import check_output_file
@@ -30,7 +35,8 @@ def register(app: typer.Typer) -> None:
 
         if plot is not None:
             check_output_file(plot, field="plot")  # before the (long) verification
-        report = inspect_output(folder, verify=verify)  # a LongpackError: exit 2 (cli.app)
+        # a LongpackError: exit 2 (cli.app)
+        report = inspect_output(folder, verify=verify, no_manifest_ok=no_manifest_ok)
         if plot is not None:
             plot_output(folder, plot)
             report["plot"] = str(plot)
@@ -44,7 +50,13 @@ def register(app: typer.Typer) -> None:
 
 def _print_human(report: dict) -> None:  # type: ignore[type-arg]
     echo = typer.echo
-    echo(f"{report['folder']}: {'finished' if report['finished'] else 'UNFINISHED (no manifest.json)'}")
+    if report["finished"]:
+        state = "finished"
+    elif report.get("no_manifest_ok"):
+        state = "no manifest.json (read as Megatron-Bridge wrote it)"
+    else:
+        state = "UNFINISHED (no manifest.json; a folder Megatron-Bridge wrote: --no-manifest-ok)"
+    echo(f"{report['folder']}: {state}, format {report.get('format', 'parquet')}")
     settings = report.get("settings") or {}
     if settings:
         echo(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -65,11 +65,45 @@ def register(app: typer.Typer) -> None:
             1, "--pad-seq-to-mult", help="Per-sample alignment multiple (2*CP ...)."
         ),
         pad_to_multiple_of: int | None = typer.Option(None, "--pad-to-multiple-of", hidden=True),
-        algorithm: opt.AlgorithmOpt = "best_fit_decreasing",
+        algorithm: Annotated[
+            opt.Algorithm | None,
+            typer.Option(
+                "--algorithm",
+                help="Bin packing (default: best_fit_decreasing; with --vlm first_fit_decreasing, Bridge's).",
+            ),
+        ] = None,
         seed: opt.Seed = 0,
+        vlm_file: Path | None = typer.Option(  # noqa: B008
+            None,
+            "--vlm",
+            help="JSONL of VLM samples (messages + images or image_sizes): also report the buffer's host memory.",
+        ),
+        tokenizer: str = typer.Option("qwen3", "--tokenizer", help="With --vlm: tokenizer spec or folder."),
+        loader_workers: int = typer.Option(
+            1, "--loader-workers", help="With --vlm: Energon loader workers per rank (one buffer each)."
+        ),
+        patch_size: int = typer.Option(14, "--patch-size", help="With --vlm: vision patch (Qwen3-VL: 16)."),
+        merge_size: int = typer.Option(2, "--merge-size", help="With --vlm: spatial merge size."),
+        min_pixels: int = typer.Option(200704, "--min-pixels", help="With --vlm: processor min_pixels."),
+        max_pixels: int = typer.Option(1003520, "--max-pixels", help="With --vlm: processor max_pixels."),
+        max_images: int | None = typer.Option(
+            10, "--max-images", help="With --vlm: images per sample limit."
+        ),
+        max_visual_tokens: int | None = typer.Option(
+            16384, "--max-visual-tokens", help="With --vlm: visual tokens per sample limit."
+        ),
+        write_lengths: Path | None = typer.Option(  # noqa: B008
+            None,
+            "--write-lengths",
+            help="With --vlm: also write each accepted sample's tokens, one per line (a --lengths file).",
+        ),
         as_json: opt.Json = False,
     ) -> None:
-        """Simulate Energon-style online packing for several buffer sizes; compare with offline best fit."""
+        """Simulate Energon-style online packing for several buffer sizes; compare with offline best fit.
+
+        With --vlm, the samples' lengths come from their image sizes (headers only, no pixel decoded) and each
+        row also reports the packing buffer's host memory (prepared pixel tensors), per worker and per rank.
+        """
         from longpack.errors import ConfigError, LongpackError
         from longpack.online.simulate import simulate, smallest_buffer_within, synthetic_lengths
 
@@ -87,6 +121,29 @@ def register(app: typer.Typer) -> None:
         positive_int(pad_seq_to_mult, "pad_seq_to_mult")
         positive_int(samples, "samples", at_most=MAX_SAMPLES, why="the simulation is pure Python")
         non_negative_int(seed, "seed")
+        if vlm_file is not None:
+            _vlm_sim(
+                vlm_file,
+                capacity,
+                buffer_sizes,
+                as_json=as_json,
+                tokenizer=tokenizer,
+                workers=loader_workers,
+                vision={
+                    "patch_size": patch_size,
+                    "merge_size": merge_size,
+                    "min_pixels": min_pixels,
+                    "max_pixels": max_pixels,
+                },
+                max_images=max_images,
+                max_visual_tokens=max_visual_tokens,
+                pad_seq_to_mult=pad_seq_to_mult,
+                algorithm=algorithm or "first_fit_decreasing",
+                seed=seed,
+                write_lengths=write_lengths,
+            )
+            return
+        algorithm = algorithm or "best_fit_decreasing"
         try:
             sizes = [int(x) for x in buffer_sizes.split(",") if x.strip()]
         except ValueError:
@@ -140,3 +197,80 @@ def register(app: typer.Typer) -> None:
             "smallest buffer within 1% of offline fill: "
             + (str(best) if best is not None else "none of these")
         )
+
+
+def _vlm_sim(
+    path: Path,
+    capacity: int,
+    buffer_sizes: str,
+    *,
+    as_json: bool,
+    vision: dict[str, int],
+    pad_seq_to_mult: int,
+    write_lengths: Path | None,
+    **kwargs: Any,
+) -> None:
+    from longpack.errors import ConfigError
+    from longpack.online.simulate import vlm_report
+    from longpack.vlm.vision import VisionConfig
+
+    try:
+        sizes = [int(x) for x in buffer_sizes.split(",") if x.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise ConfigError(
+            f"--buffer-sizes must be positive integers, got {buffer_sizes!r}", fields="buffer_sizes"
+        )
+    for name in ("max_images", "max_visual_tokens"):
+        if kwargs[name] is not None and kwargs[name] < 1:
+            raise ConfigError(f"{name} must be >= 1, got {kwargs[name]}", fields=name)
+    if kwargs["workers"] < 1:
+        raise ConfigError(f"loader_workers must be >= 1, got {kwargs['workers']}", fields="loader_workers")
+    report = vlm_report(
+        str(path),
+        capacity,
+        sizes,
+        vision=VisionConfig(
+            patch_size=vision["patch_size"],
+            merge_size=vision["merge_size"],
+            min_pixels=vision["min_pixels"],
+            max_pixels=vision["max_pixels"],
+        ),
+        pad_to_multiple_of=pad_seq_to_mult,
+        **kwargs,
+    )
+    if write_lengths is not None:
+        from longpack.online.packer import write_text_atomic
+
+        write_text_atomic(write_lengths, "".join(f"{n}\n" for n in report.pop("lengths")))
+    else:
+        report.pop("lengths")
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    s = report["samples"]
+    rejected = ", ".join(f"{k} {v}" for k, v in s["rejected"].items() if v) or "none"
+    typer.echo(
+        f"{report['source']}: {s['samples']} samples (refused: {rejected}); tokens p50 {s['tokens_p50']}, "
+        f"p95 {s['tokens_p95']}, max {s['tokens_max']}; prepared MiB/sample mean {s['prepared_mib_mean']}, "
+        f"p95 {s['prepared_mib_p95']}, max {s['prepared_mib_max']}"
+    )
+    typer.echo(
+        f"pack size {capacity}, pad_seq_to_mult {pad_seq_to_mult}, algorithm {report['algorithm']}, "
+        f"{report['workers']} loader worker(s) per rank"
+    )
+    typer.echo(
+        f"{'buffer':>7} {'online fill':>11} {'packs':>7} {'offline fill':>12} {'ratio':>7} "
+        f"{'peak MiB/worker':>15} {'mean MiB/worker':>15} {'peak MiB/rank':>13}"
+    )
+    for r in report["rows"]:
+        typer.echo(
+            f"{r['buffer_size']:>7} {r['online_fill']:>11.4f} {r['online_packs']:>7} {r['offline_fill']:>12.4f} "
+            f"{r['fill_ratio']:>7.4f} {r['buffer_peak_mib_worker']:>15.1f} {r['buffer_mean_mib_worker']:>15.1f} "
+            f"{r['buffer_peak_mib_rank']:>13.1f}"
+        )
+    best = report["smallest_buffer_within_1pct"]
+    typer.echo(
+        "smallest buffer within 1% of offline fill: " + (str(best) if best is not None else "none of these")
+    )

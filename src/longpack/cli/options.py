@@ -115,6 +115,10 @@ def flag_for(field: str) -> str:
     return "--" + field.rsplit(".", 1)[-1].replace("_", "-")
 
 
+#: The fields a ``pad_seq_to_mult_source`` text names (where the alignment came from).
+MULT_FIELDS = ("pad_seq_to_mult", "tp", "cp", "sp")
+
+
 def cli_message(message: str, fields: tuple[str, ...]) -> str:
     """A library error message with the fields it names (``fields``) spelled as CLI flags.
 

@@ -1,17 +1,19 @@
-"""``longpack pack``: SFT data -> Megatron-Bridge packed Parquet (parse -> ``PackConfig`` -> run -> print)."""
+"""``longpack pack``: SFT data -> Megatron-Bridge packed Parquet or ``.npy`` (parse -> ``PackConfig`` -> run -> print)."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
 from longpack.cli import options as opt
 
 SHOWN = 10
+OutputFormat = Literal["parquet", "npy"]
+Compat = Literal["megatron-bridge"]
 
 
 def text_config(
@@ -73,10 +75,20 @@ def register(app: typer.Typer) -> None:
             help="Workload-balanced packing for a training topology: dp=D,gbs=B[,pp=P,vpp=V,mbs=M],"
             "model=M,gpu=G (planner catalog) or linear=..,quadratic=.. ; rows are written in training order.",
         ),
-        seed: opt.Seed = 0,
+        seed: Annotated[
+            int | None,
+            typer.Option(
+                "--seed",
+                help="Seed of every random step (Megatron: dataset.seed). Default 0; 1234 with --compat.",
+            ),
+        ] = None,
         overlength: Annotated[
-            opt.Overlength, typer.Option("--overlength", help="Samples longer than --seq-length.")
-        ] = "drop",
+            opt.Overlength | None,
+            typer.Option(
+                "--overlength",
+                help="Samples longer than --seq-length (default drop; --compat: Bridge's rule).",
+            ),
+        ] = None,
         val_fraction: float = typer.Option(0.0, "--val-fraction", help="Fraction of samples for validation."),
         val_input: Annotated[
             list[str] | None, typer.Option("--val-input", help="Validation inputs (repeatable).")
@@ -121,6 +133,38 @@ def register(app: typer.Typer) -> None:
                 "and faster to write; Megatron-Bridge reads any integer type; needs a vocab that fits).",
             ),
         ] = "int64",
+        output_format: Annotated[
+            OutputFormat,
+            typer.Option(
+                "--output-format",
+                help="parquet: packed Parquet for Megatron-Bridge v0.4.0+ and main; npy: one .npy per split "
+                "for Megatron-Bridge <= 0.3.x (the PyPI release) and NeMo 2.",
+            ),
+        ] = "parquet",
+        row_group_size: int | None = typer.Option(
+            None,
+            "--row-group-size",
+            help="Parquet rows per row group (default: about 256k tokens per group, at most 500; Bridge's "
+            "reader decodes a whole group per random access).",
+        ),
+        compat: Annotated[
+            Compat | None,
+            typer.Option(
+                "--compat",
+                help="megatron-bridge: Bridge's prepare step exactly (first_fit_shuffle, seed 1234, its over-length "
+                "and one-token rules, its Parquet writer): byte-identical files on the same tokenized samples.",
+            ),
+        ] = None,
+        pad_to_max_length: bool = typer.Option(
+            False,
+            "--pad-to-max-length",
+            help="Write dataset_kwargs.pad_to_max_length: true into bridge_config.yaml (fixed-width rows).",
+        ),
+        pad_cu_seqlens: bool = typer.Option(
+            False,
+            "--pad-cu-seqlens",
+            help="Write pad_cu_seqlens: true (and pad_to_max_length) into bridge_config.yaml (CUDA graphs).",
+        ),
         as_json: opt.Json = False,
         demo: bool = typer.Option(
             False,
@@ -176,6 +220,11 @@ def register(app: typer.Typer) -> None:
             rows_per_shard=rows_per_shard,
             overwrite=overwrite,
             ids_dtype=ids_dtype,
+            output_format=output_format,
+            row_group_size=row_group_size,
+            compat=compat,
+            pad_to_max_length=pad_to_max_length,
+            pad_cu_seqlens=pad_cu_seqlens,
             backend=executor,
             workers=None if backend == "ray" else workers,
             demo=demo,
@@ -215,7 +264,9 @@ def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     echo(
         f"  format: {summary['format']}   tokenizer: {summary['tokenizer'].get('name', summary['tokenizer'])}"
     )
-    echo(f"  pad_seq_to_mult: {summary['pad_seq_to_mult']}  ({summary['pad_seq_to_mult_source']})")
+    echo(
+        f"  pad_seq_to_mult: {summary['pad_seq_to_mult']}  ({opt.cli_message(summary['pad_seq_to_mult_source'], opt.MULT_FIELDS)})"
+    )
     echo(f"  algorithm: {summary['algorithm']}   seed: {summary['seed']}")
     echo(
         f"  rows read {c['rows_read']}, malformed {c['malformed']}, samples {c['samples_read']}, "
@@ -267,7 +318,13 @@ def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
             )
     for warning in manifest.get("warnings", []):
         echo(f"  warning: {warning}")
-    echo("Megatron-Bridge config:")
-    echo("  dataset.enable_offline_packing: true")
-    for key, value in summary["megatron_bridge"].items():
-        echo(f"  dataset.offline_packing_specs.{key}: {value}")
+    handoff = summary["bridge_config"]
+    echo(f"Megatron-Bridge config ({handoff['api']} API): {handoff['path']}")
+    echo("  as Hydra overrides (paste after the launcher, e.g. run_recipe.py --recipe ...):")
+    overrides = handoff["overrides"]
+    for i, item in enumerate(overrides):
+        echo(f"    {item}" + (" \\" if i + 1 < len(overrides) else ""))
+    echo("  in a recipe (Python):")
+    for line in handoff["python"].splitlines():
+        echo(f"    {line}" if line else "")
+    echo(f"  check it: longpack check {handoff['path']} --packed {summary['out']}")

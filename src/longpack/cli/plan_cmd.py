@@ -18,7 +18,7 @@ from longpack.jobs.plan import candidate_dict, parse_layout
 from longpack.planner.catalog import list_gpus, list_models, load_gpu, load_model
 from longpack.planner.options import TrainingOptions, normalize_recompute
 
-__all__ = ["parse_layout", "plan_app", "register", "write_png_atomic"]
+__all__ = ["parse_layout", "plan_app", "plot_figure", "register", "write_png_atomic"]
 
 plan_app = typer.Typer(
     name="plan",
@@ -32,14 +32,15 @@ def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from longpack.planner.overrides import to_python_snippet
+    from longpack.jobs.plan import plan_notes, rejection_lines
 
     # wide enough for the layout labels when piped (rich falls back to 80 columns)
     console = Console(width=None if sys.stdout.isatty() else 180)
+    gbs_note = " (default: 4M tokens/step)" if req.gbs_is_default else ""
     table = Table(
         title=(
-            f"{req.model.name} on {req.num_gpus}x{req.gpu.name}, seq {req.seq_length}, GBS {req.global_batch}, "
-            f"{req.precision} — {result.layouts_feasible} of {result.layouts_considered} layouts fit "
+            f"{req.model.name} on {req.num_gpus}x{req.gpu.name}, seq {req.seq_length}, GBS {req.global_batch}"
+            f"{gbs_note}, {req.precision} — {result.layouts_feasible} of {result.layouts_considered} layouts fit "
             f"{req.memory_budget_gib:.0f} GiB"
         )
     )
@@ -72,18 +73,25 @@ def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
             f"{c.time.tokens_per_s_per_gpu:.0f}",
         )
     console.print(table)
+    for note in plan_notes(req):
+        console.print(f"note: {note}", markup=False, highlight=False)
     if not result.candidates:
-        console.print("No layout fits. Rejections: " + json.dumps(result.rejected))
+        console.print("No layout fits. Why, by group of rejected layouts:", markup=False)
+        for line in rejection_lines(result):
+            console.print(f"  - {line}", markup=False, highlight=False)
         return
     if show_best:
         best = result.candidates[0]
         d = candidate_dict(best, req)
-        console.print(f"[bold]Best: {best.plan.label}[/bold]")
+        console.print(f"Best: {best.plan.label}", markup=False, highlight=False)
         for reason in best.reasons:
-            console.print(f"  - {reason}")
+            console.print(f"  - {reason}", markup=False, highlight=False)
         mem = d["memory"]
         console.print(
-            "  memory GiB: " + ", ".join(f"{k[:-4]} {v}" for k, v in mem.items() if k.endswith("_gib"))
+            f"  memory GiB (pipeline rank {mem['rank']}): "
+            + ", ".join(f"{k[:-4]} {v}" for k, v in mem.items() if k.endswith("_gib")),
+            markup=False,
+            highlight=False,
         )
         tim = d["time"]
         console.print(
@@ -92,6 +100,7 @@ def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
                 f"{k} {tim[k]:.3g}"
                 for k in (
                     "compute",
+                    "attention",
                     "recompute",
                     "overhead",
                     "tp_comm",
@@ -101,13 +110,20 @@ def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
                     "bubble",
                     "offload",
                 )
-            )
+            ),
+            markup=False,
+            highlight=False,
         )
-        console.print("[bold]Megatron-Bridge overrides[/bold]")
-        for line in d["overrides"]:
-            console.print(line, markup=False, highlight=False)
-        console.print("[bold]Python[/bold]")
-        console.print(to_python_snippet(d["overrides"]), markup=False, highlight=False)
+        _print_overrides(console, d)
+
+
+def _print_overrides(console: Any, d: dict[str, Any]) -> None:
+    console.print("Megatron-Bridge overrides (shell-quoted; paste after run_recipe.py ...):", markup=False)
+    console.print(d["overrides_shell"], markup=False, highlight=False, soft_wrap=True)
+    console.print("As YAML (longpack check FILE / --config-file):", markup=False)
+    console.print(d["overrides_yaml"].rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+    console.print("Python (on a recipe's cfg):", markup=False)
+    console.print(d["overrides_python"], markup=False, highlight=False, soft_wrap=True)
 
 
 def write_png_atomic(fig: Any, path: Path) -> None:
@@ -124,7 +140,47 @@ def write_png_atomic(fig: Any, path: Path) -> None:
         raise
 
 
+def plot_figure(rows: list[dict[str, Any]], budget_gib: float, title: str) -> Any:
+    """The ``--plot`` figure: TFLOP/s/GPU (top) and memory (bottom, from zero, with the budget line) of
+    the best layout per sequence length, each point labelled with its layout."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    xs = [r["seq_length"] for r in rows]
+    ys = [r["tflops"] for r in rows]
+    ax1.plot(xs, ys, "o-", color="tab:blue")
+    for r in rows:
+        ax1.annotate(
+            r["short_label"],
+            (r["seq_length"], r["tflops"]),
+            textcoords="offset points",
+            xytext=(0, 6),
+            ha="center",
+            fontsize=7,
+        )
+    ax1.set_ylabel("TFLOP/s/GPU (best layout)")
+    ax1.set_ylim(0, max([*ys, 1.0]) * 1.25)
+    mems = [r["memory_gib"] for r in rows]
+    ax2.plot(xs, mems, "s-", color="tab:red", label="estimated peak (most loaded rank)")
+    ax2.axhline(budget_gib, color="black", linestyle="--", linewidth=1, label=f"budget {budget_gib:.0f} GiB")
+    ax2.set_ylim(0, max([*mems, budget_gib]) * 1.15)
+    ax2.set_ylabel("GiB per GPU")
+    ax2.legend(loc="lower right", fontsize=8)
+    if xs:
+        ax2.set_xscale("log", base=2)
+        ax2.set_xticks(xs, [f"{x // 1024}K" for x in xs])
+    ax2.set_xlabel("sequence length")
+    ax1.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
 def _plot(req_kwargs: dict[str, Any], seq_length: int, path: Path) -> list[dict[str, Any]]:
+    """TFLOP/s/GPU and memory of the best layout at 4K, 8K, ... up to ``seq_length``: memory axis from
+    zero with the budget line, each point labelled with its layout."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -140,36 +196,27 @@ def _plot(req_kwargs: dict[str, Any], seq_length: int, path: Path) -> list[dict[
     if not lengths or lengths[-1] != seq_length:
         lengths.append(seq_length)
     rows: list[dict[str, Any]] = []
+    budget = 0.0
     for s in lengths:
-        req = SearchRequest(
-            **{
-                **req_kwargs,
-                "seq_length": s,
-                "gbs": None if req_kwargs.get("gbs") is None else req_kwargs["gbs"],
-            }
-        )
+        req = SearchRequest(**{**req_kwargs, "seq_length": s})
+        budget = req.memory_budget_gib
         res = search(req, top_k=1)
         if res.candidates:
             c = res.candidates[0]
+            lay = c.plan.layout
             rows.append(
                 {
                     "seq_length": s,
                     "layout": c.plan.label,
+                    "short_label": f"TP{lay.tp} CP{lay.cp} EP{lay.ep} PP{lay.pp}",
                     "tflops": c.time.tflops_per_gpu,
                     "memory_gib": c.memory.total_gib,
+                    "memory_rank": c.memory.rank,
                 }
             )
-    fig, ax1 = plt.subplots(figsize=(7, 4))
-    xs = [r["seq_length"] for r in rows]
-    ax1.plot(xs, [r["tflops"] for r in rows], "o-", color="tab:blue", label="TFLOP/s/GPU")
-    ax1.set_xscale("log", base=2)
-    ax1.set_xlabel("sequence length")
-    ax1.set_ylabel("TFLOP/s/GPU (best layout)", color="tab:blue")
-    ax2 = ax1.twinx()
-    ax2.plot(xs, [r["memory_gib"] for r in rows], "s--", color="tab:red", label="memory")
-    ax2.set_ylabel("GiB per GPU", color="tab:red")
-    ax1.set_title(f"{req_kwargs['model'].name} on {req_kwargs['num_gpus']}x{req_kwargs['gpu'].name}")
-    fig.tight_layout()
+    fig = plot_figure(
+        rows, budget, f"{req_kwargs['model'].name} on {req_kwargs['num_gpus']}x{req_kwargs['gpu'].name}"
+    )
     write_png_atomic(fig, path)
     plt.close(fig)
     return rows
@@ -187,7 +234,7 @@ def plan(
         None, "--seq-length", help="Sequence length (tokens per packed row)."
     ),
     gbs: int | None = typer.Option(
-        None, "--gbs", help="Global batch size in sequences (default ≈ 16M tokens per step)."
+        None, "--gbs", help="Global batch size in sequences (default: 4M tokens per step, a power of two)."
     ),
     precision: Annotated[
         opt.Precision, typer.Option("--precision", help="Training precision (fp8: Hopper blockwise).")
@@ -293,8 +340,12 @@ def estimate(
     ] = None,
     optimizer: Annotated[opt.Optimizer, typer.Option("--optimizer", help="Optimizer.")] = "adam",
     cp_comm_type: Annotated[
-        Literal["auto", "p2p", "a2a", "a2a+p2p"], typer.Option("--cp-comm-type", help="CP communication.")
+        Literal["auto", "p2p", "a2a", "a2a+p2p", "allgather"],
+        typer.Option("--cp-comm-type", help="CP communication (auto: the fastest the layout allows)."),
     ] = "auto",
+    tp_comm_overlap: bool = typer.Option(
+        True, "--tp-comm-overlap/--no-tp-comm-overlap", help="TP communication overlapped with GEMMs."
+    ),
     ep_overlap: bool | None = typer.Option(
         None, "--ep-overlap/--no-ep-overlap", help="Default: on where allowed."
     ),
@@ -339,6 +390,7 @@ def estimate(
         if cp_comm_type == "auto"
         else cp_comm_type,
         imbalance=imbalance,
+        tp_comm_overlap=tp_comm_overlap and lay.tp > 1,
     )
     cand = evaluate_layout(req, plan_layout, opts)
     d = candidate_dict(cand, req)
@@ -347,23 +399,23 @@ def estimate(
     if as_json:
         typer.echo(json.dumps(d, indent=2))
         return
-    from longpack.planner.overrides import to_python_snippet
+    from rich.console import Console
 
-    typer.echo(f"{m.name} on {gpus}x{g.name}, seq {seq_length}, GBS {req.global_batch}: {plan_layout.label}")
+    gbs_note = " (default: 4M tokens/step)" if req.gbs_is_default else ""
     typer.echo(
-        f"fits: {'yes' if d['fits'] else 'NO'} ({cand.memory.total_gib:.1f} of {req.memory_budget_gib:.1f} GiB)"
+        f"{m.name} on {gpus}x{g.name}, seq {seq_length}, GBS {req.global_batch}{gbs_note}: {plan_layout.label}"
+    )
+    typer.echo(
+        f"fits: {'yes' if d['fits'] else 'NO'} ({cand.memory.total_gib:.1f} of {req.memory_budget_gib:.1f} GiB, "
+        f"pipeline rank {cand.memory.rank})"
     )
     for k, v in d["memory"].items():
         typer.echo(f"  memory {k:>24}: {v}")
     for k, v in d["time"].items():
-        typer.echo(f"  time   {k:>24}: {v:.6g}")
+        typer.echo(f"  time   {k:>24}: {v if isinstance(v, str) else format(v, '.6g')}")
     for reason in cand.reasons:
         typer.echo(f"  - {reason}")
-    typer.echo("overrides:")
-    for line in d["overrides"]:
-        typer.echo(f"  {line}")
-    typer.echo("python:")
-    typer.echo(to_python_snippet(d["overrides"]))
+    _print_overrides(Console(width=None if sys.stdout.isatty() else 180), d)
 
 
 @plan_app.command("evaluate")
@@ -373,12 +425,23 @@ def evaluate_cmd(
     ),
     as_json: opt.Json = False,
     show_points: bool = typer.Option(False, "--points", help="List every point."),
+    lomo: bool = typer.Option(
+        True,
+        "--lomo/--no-lomo",
+        help="Also refit without each model and predict its points (leave-one-model-out; ~1 min).",
+    ),
+    lomo_rounds: int = typer.Option(3, "--lomo-rounds", help="Coordinate-search rounds of each LOMO refit."),
 ) -> None:
-    """Predicted vs measured TFLOP/s/GPU (and memory) with median / p90 absolute percentage error."""
+    """Predicted vs measured TFLOP/s/GPU (and memory): median / p90 absolute percentage error overall and
+    by context band (<=8K, 16-32K, 64K+), in-sample and leave-one-model-out."""
     from longpack.planner.calibration import evaluate
 
+    if lomo_rounds < 1:
+        from longpack.errors import ConfigError
+
+        raise ConfigError(f"lomo-rounds must be a positive integer, got {lomo_rounds}", fields="lomo_rounds")
     points, skipped = _load_points(calibration)
-    summary = evaluate(points, skipped)
+    summary = evaluate(points, skipped, lomo=lomo, lomo_rounds=lomo_rounds)
     if as_json:
         typer.echo(json.dumps(summary.as_dict(), indent=2, default=float))
         return
@@ -386,20 +449,37 @@ def evaluate_cmd(
     from rich.table import Table
 
     console = Console(width=None if sys.stdout.isatty() else 160)
+    lomo_by_id = {r.id: r for r in summary.lomo or ()}
     if show_points:
         table = Table(title="predicted vs measured")
-        for col in ("id", "model", "gpu", "prec", "layout", "meas", "pred", "err", "mem meas", "mem pred"):
+        for col in (
+            "id",
+            "model",
+            "gpu",
+            "prec",
+            "seq",
+            "layout",
+            "meas",
+            "pred",
+            "err",
+            "LOMO err",
+            "mem meas",
+            "mem pred",
+        ):
             table.add_column(col)
         for r in summary.results:
+            lo = lomo_by_id.get(r.id)
             table.add_row(
                 r.id,
                 r.model,
                 r.gpu,
                 r.precision,
+                str(r.seq_length),
                 r.layout,
                 f"{r.measured_tflops:.0f}" if r.measured_tflops else "-",
                 f"{r.predicted_tflops:.0f}" if r.predicted_tflops else "-",
                 f"{r.tflops_error:+.0%}" if r.tflops_error is not None else "-",
+                f"{lo.tflops_error:+.0%}" if lo is not None and lo.tflops_error is not None else "-",
                 f"{r.measured_memory_gib:.1f}" if r.measured_memory_gib else "-",
                 f"{r.predicted_memory_gib:.1f} (rank {r.memory_rank})"
                 if r.memory_error is not None and r.predicted_memory_gib
@@ -410,6 +490,24 @@ def evaluate_cmd(
     def pct(x: float) -> str:
         return "n/a" if math.isnan(x) else f"{x:.1%}"
 
+    bands = Table(
+        title="TFLOP/s/GPU error by context band (median |error|, median signed error, p90 |error|)"
+    )
+    for col in ("band", "n", "in-sample median", "signed", "p90", "LOMO median", "LOMO signed", "LOMO p90"):
+        bands.add_column(col, justify="left" if col == "band" else "right")
+    for band, st in summary.bands.items():
+        lb = (summary.lomo_bands or {}).get(band)
+        bands.add_row(
+            band,
+            str(st.n),
+            pct(st.median_ape),
+            pct(st.median_error),
+            pct(st.p90_ape),
+            pct(lb.median_ape) if lb else "-",
+            pct(lb.median_error) if lb else "-",
+            pct(lb.p90_ape) if lb else "-",
+        )
+    console.print(bands)
     console.print(
         f"TFLOP/s/GPU: n={summary.tflops_n} median APE {pct(summary.tflops_median_ape)} "
         f"p90 APE {pct(summary.tflops_p90_ape)}"
@@ -417,8 +515,16 @@ def evaluate_cmd(
     console.print(
         f"memory: n={summary.memory_n} median APE {pct(summary.memory_median_ape)} p90 APE {pct(summary.memory_p90_ape)}"
     )
+    for r in summary.results:
+        if r.memory_error is not None:
+            console.print(
+                f"  memory {r.id} {r.model} {r.gpu}: measured {r.measured_memory_gib:.1f} GiB, predicted "
+                f"{r.predicted_memory_gib:.1f} GiB on pipeline rank {r.memory_rank} ({r.memory_error:+.1%})",
+                markup=False,
+                highlight=False,
+            )
     console.print(
-        f"skipped {len(summary.skipped)} points (model/GPU not in the catalogs or incomplete layout)"
+        f"skipped {len(summary.skipped)} points (model/GPU not in the catalogs, incomplete layout, or excluded)"
     )
 
 
@@ -441,9 +547,10 @@ def fit_cmd(
     params, loss = fit_params(points, rounds=rounds)
     write_fit(params, out, loss=loss, source=str(calibration or "calibration_points.yaml"))
     summary = evaluate(points, skipped, params=params)
+    bands = ", ".join(f"{k} {v.median_ape:.1%} (n={v.n})" for k, v in summary.bands.items() if v.n)
     typer.echo(
-        f"wrote {out}: mean |log error| {loss:.4f}; TFLOP/s median APE {summary.tflops_median_ape:.1%}, "
-        f"p90 {summary.tflops_p90_ape:.1%} over {summary.tflops_n} points"
+        f"wrote {out}: loss {loss:.4f}; TFLOP/s median APE {summary.tflops_median_ape:.1%}, "
+        f"p90 {summary.tflops_p90_ape:.1%} over {summary.tflops_n} points; by band: {bands}"
     )
 
 

@@ -155,7 +155,7 @@ def _print_human(result: Any, doc: dict[str, Any]) -> None:
     s = doc["settings"]
     console.print(
         f"{result.read} samples ({inp['format']}, tokenizer {inp['tokenizer']}); pad_seq_to_mult "
-        f"{s['pad_seq_to_mult']} ({doc['pad_seq_to_mult_source']}); algorithm {s['algorithm']}, overlength "
+        f"{s['pad_seq_to_mult']} ({opt.cli_message(doc['pad_seq_to_mult_source'], opt.MULT_FIELDS)}); algorithm {s['algorithm']}, overlength "
         f"{s['overlength']}, seed {s['seed']}",
         markup=False,
         highlight=False,

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
-
-if TYPE_CHECKING:
-    from longpack.packed.folder import PackedFolder
 
 
 def register(app: typer.Typer) -> None:
@@ -29,7 +26,9 @@ def register(app: typer.Typer) -> None:
             1, "--batch-size", help="Rows per collate call (GBS/DP in Megatron-Bridge)."
         ),
         pack_size: int | None = typer.Option(
-            None, "--pack-size", help="packed_sequence_size (the collate's max_seq_length; required)."
+            None,
+            "--pack-size",
+            help="packed_sequence_size (the collate's max_seq_length); default: the one the data records.",
         ),
         max_seq_length: int | None = typer.Option(None, "--max-seq-length", hidden=True),
         eos_id: int | None = typer.Option(
@@ -52,6 +51,11 @@ def register(app: typer.Typer) -> None:
             False, "--sp/--no-sp", help="Sequence parallelism: CP shards must split over TP."
         ),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        no_manifest_ok: bool = typer.Option(
+            False,
+            "--no-manifest-ok",
+            help="Read a folder without manifest.json (as Megatron-Bridge's prepare step writes it).",
+        ),
     ) -> None:
         """Collate packed rows exactly as Megatron-Bridge does and print the batch metadata.
 
@@ -72,20 +76,19 @@ def register(app: typer.Typer) -> None:
         if max_seq_length is not None:
             typer.echo("warning: --max-seq-length is deprecated; use --pack-size", err=True)
             pack_size = pack_size if pack_size is not None else max_seq_length
-        if pack_size is None:
-            from longpack.errors import ConfigError
-
-            raise ConfigError("pack_size is required (packed_sequence_size)", fields="pack_size")
         from longpack.validate import optional_positive_int, positive_int
 
-        for name, value in (("pack_size", pack_size), ("batch_size", batch_size), ("cp", cp), ("tp", tp)):
+        for name, value in (("batch_size", batch_size), ("cp", cp), ("tp", tp)):
             positive_int(value, name)
+        optional_positive_int(pack_size, "pack_size")
         optional_positive_int(pad_seq_to_mult, "pad_seq_to_mult")
         try:
-            folder = PackedFolder.open(path, split=split)
+            folder = PackedFolder.open(path, split=split, allow_no_manifest=no_manifest_ok)
             if split is None and folder.kind == "folder" and len(folder.split_names) > 1:
                 split = "training"
-            eos_id, pad_seq_to_mult = _recorded_settings(folder, eos_id, pad_seq_to_mult)
+            # The alignment travels with the data: typed values must agree with what it records.
+            recorded = folder.alignment(pack_size=pack_size, pad_seq_to_mult=pad_seq_to_mult, eos_id=eos_id)
+            pack_size, eos_id, pad_seq_to_mult = recorded.pack_size, recorded.eos_id, recorded.pad_seq_to_mult
             ds = PackedDataset(folder, split=split)
             rows = [ds[i] for i in range(index, index + batch_size)]
             batch = collate_packed(
@@ -147,30 +150,3 @@ def register(app: typer.Typer) -> None:
                 f"{'cp rank ' + str(entry['cp_rank']):>22}: {entry['tokens']} tokens, {entry['real_tokens']} real, "
                 f"{entry['supervised_tokens']} supervised"
             )
-
-
-def _recorded_settings(
-    folder: PackedFolder, eos_id: int | None, pad_seq_to_mult: int | None
-) -> tuple[int, int]:
-    """The EOS id and ``pad_seq_to_mult`` to collate with: as typed, else as the packed data records them;
-    a typed value that contradicts the record is refused (the batch would not be the one Bridge builds)."""
-    from longpack.errors import PackedDataError
-
-    recorded_eos, recorded_mult = folder.eos_id, folder.pad_seq_to_mult
-    if eos_id is None:
-        if recorded_eos is None:
-            raise PackedDataError(f"{folder.spec}: no manifest.json records the EOS id; pass --eos-id")
-        eos_id = recorded_eos
-    elif recorded_eos is not None and eos_id != recorded_eos:
-        raise PackedDataError(
-            f"--eos-id {eos_id} but {folder.spec} was packed with eos_id={recorded_eos} (manifest.json); "
-            f"drop --eos-id or pass {recorded_eos}"
-        )
-    if pad_seq_to_mult is None:
-        pad_seq_to_mult = recorded_mult or 1
-    elif recorded_mult is not None and pad_seq_to_mult != recorded_mult:
-        raise PackedDataError(
-            f"--pad-seq-to-mult {pad_seq_to_mult} but {folder.spec} was packed with pad_seq_to_mult="
-            f"{recorded_mult}; drop --pad-seq-to-mult or pass {recorded_mult}"
-        )
-    return eos_id, pad_seq_to_mult

@@ -316,6 +316,7 @@ def _write_shard_group(
     eos_id: int,
     fail_once: tuple[str, int] | None,
     ids_dtype: str = "int64",
+    writer_options: Any = None,
 ) -> dict[str, Any]:
     """map_groups UDF: every piece of one shard (an Arrow table) -> the shard's Parquet file, written by the
     local backend's ``write_shard_file``. Pieces are read in place from Arrow buffers (no per-piece copy)."""
@@ -358,7 +359,14 @@ def _write_shard_group(
     )
     plan = PackPlan(order=np.arange(n, dtype=np.int64), row_offsets=info["row_offsets"])
     record = write_shard_file(
-        Path(out_dir) / info["name"], aligned, plan, 0, plan.num_rows, ids_dtype=ids_dtype
+        Path(out_dir) / info["name"],
+        aligned,
+        plan,
+        0,
+        plan.num_rows,
+        ids_dtype=ids_dtype,
+        options=writer_options,
+        name=info["name"],
     )
     return {
         "shard": np.array([shard]),
@@ -709,6 +717,7 @@ class RayExecutor:
                             "eos_id": eos_id,
                             "fail_once": self._fail,
                             "ids_dtype": settings.ids_dtype,
+                            "writer_options": settings.writer_options,
                         },
                         ray_remote_args_fn=_task_options,
                     )

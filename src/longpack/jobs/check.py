@@ -30,7 +30,8 @@ class CheckConfig:
     """What to check: ``config`` (a YAML/JSON file, Megatron-Bridge dumps welcome; ``None`` for overrides
     only), ``overrides`` (``model.context_parallel_size=8``, ``+key=value``, ``~key``), ``gpus`` (world
     size), ``model`` (a catalog model id), ``dataset_kind`` (default: inferred) and ``packed`` (a packed
-    output folder to check against the config)."""
+    output folder to check against the config; ``packed_no_manifest_ok`` reads a folder without
+    ``manifest.json``, as Megatron-Bridge's prepare step writes it)."""
 
     config: str | Path | None = None
     overrides: Sequence[str] = ()
@@ -38,6 +39,7 @@ class CheckConfig:
     model: str | None = None
     dataset_kind: str | None = None
     packed: str | Path | None = None
+    packed_no_manifest_ok: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.overrides, str):
@@ -93,6 +95,7 @@ class CheckConfig:
                 self.packed,
                 multiple=(setup.required_cp_multiple, setup.required_pad_seq_to_mult),
                 pack_size_hint=None if pss is None else pss.packed_sequence_size,
+                allow_no_manifest=self.packed_no_manifest_ok,
             )
         findings = run_rules(setup, packed)
         return CheckResult(

@@ -1,4 +1,5 @@
-"""The pack job: SFT data -> Megatron-Bridge packed Parquet, metadata and a manifest, in one call.
+"""The pack job: SFT data -> Megatron-Bridge packed Parquet (or ``.npy``), metadata, ``bridge_config.yaml`` and
+a manifest, in one call.
 
 >>> import tempfile, pathlib, json
 >>> src = pathlib.Path(tempfile.mkdtemp()) / "sft.jsonl"
@@ -27,7 +28,14 @@ from longpack.errors import ConfigError, InputError
 from longpack.text.rows import TextConfig
 from longpack.validate import finite_float, flag, non_negative_int, optional_positive_int, positive_int
 
-__all__ = ["DEMO_SEQ_LENGTH", "DEMO_TOKENIZER", "PackConfig", "PackResult", "resolve_pad_seq_to_mult"]
+__all__ = [
+    "BRIDGE_DEFAULT_SEED",
+    "DEMO_SEQ_LENGTH",
+    "DEMO_TOKENIZER",
+    "PackConfig",
+    "PackResult",
+    "resolve_pad_seq_to_mult",
+]
 
 DEMO_TOKENIZER = "qwen3"
 DEMO_SEQ_LENGTH = 4096
@@ -35,6 +43,11 @@ DEMO_LABEL = "<longpack-demo>"
 BACKENDS = ("local", "ray")
 DEFAULT_ALGORITHM = "best_fit_decreasing"
 OVERLENGTH_POLICIES = ("drop", "truncate", "error")  # as longpack.packed.align (checked there too)
+OUTPUT_FORMATS = ("parquet", "npy")  # as longpack.packed.pipeline (checked there too)
+COMPAT_MODES = ("megatron-bridge",)
+#: Megatron-Bridge's ``dataset.seed`` default (``GPTSFTDatasetConfig``), the seed of its prepare step.
+BRIDGE_DEFAULT_SEED = 1234
+MEGATRON_ALGORITHM = "first_fit_shuffle"
 
 
 def resolve_pad_seq_to_mult(
@@ -101,7 +114,16 @@ class PackConfig:
       (default ``seq_length``).
     - ``pad_seq_to_mult``, or ``tp`` / ``cp`` / ``sp`` to derive it (default 1).
     - ``algorithm``, ``balance`` (a ``longpack.balance.BalanceTarget`` or its ``dp=..,gbs=..`` spec:
-      workload-balanced rows in training order), ``seed``, ``overlength`` (``drop | truncate | error``).
+      workload-balanced rows in training order), ``seed`` (default 0; 1234 with ``compat``),
+      ``overlength`` (``drop | truncate | error``; default ``drop``).
+    - ``output_format``: ``parquet`` (Megatron-Bridge v0.4.0+ and main) or ``npy`` (Bridge <= 0.3.x and
+      NeMo 2: one pickled object array per split); ``row_group_size`` (Parquet rows per row group).
+    - ``compat="megatron-bridge"``: Bridge's prepare step exactly: ``first_fit_shuffle``, seed 1234,
+      over-long samples dropped at ``pad_seq_to_mult`` 1 and truncated above it, one-token samples kept,
+      Bridge's Parquet writer options, one file per split: the files are byte-identical to Bridge's on the
+      same tokenized samples.
+    - ``pad_to_max_length``, ``pad_cu_seqlens``: written into ``bridge_config.yaml`` (fixed-width rows,
+      static ``cu_seqlens`` for CUDA graphs); they do not change the packed files.
     - ``text``: how rows become samples (:class:`~longpack.text.TextConfig`, one object shared with the
       sweep job, recorded as a unit in the manifest).
     - ``rows_per_shard``, ``overwrite``, ``ids_dtype`` (``int64`` | ``int32``).
@@ -121,14 +143,19 @@ class PackConfig:
     sp: bool = False
     algorithm: str = DEFAULT_ALGORITHM
     balance: Any = None
-    seed: int = 0
-    overlength: str = "drop"
+    seed: int | None = None
+    overlength: str | None = None
     val_fraction: float = 0.0
     val_inputs: Sequence[str | Path] | str | Path = ()
     text: TextConfig = field(default_factory=TextConfig)
     rows_per_shard: int | None = None
     overwrite: bool = False
     ids_dtype: str = "int64"
+    output_format: str = "parquet"
+    row_group_size: int | None = None
+    compat: str | None = None
+    pad_to_max_length: bool = False
+    pad_cu_seqlens: bool = False
     backend: Any = "local"
     workers: int | None = None
     demo: bool = False
@@ -153,16 +180,20 @@ class PackConfig:
         if not isinstance(self.out, str | os.PathLike) or not str(self.out):
             raise ConfigError(f"out must be a folder path, got {self.out!r}", fields="out")
         set_(self, "out", Path(self.out))
-        for name in ("sp", "overwrite", "demo", "progress"):
+        for name in ("sp", "overwrite", "demo", "progress", "pad_to_max_length", "pad_cu_seqlens"):
             flag(getattr(self, name), name)
-        for name in ("seq_length", "pack_size", "rows_per_shard", "workers"):
+        for name in ("seq_length", "pack_size", "rows_per_shard", "row_group_size", "workers"):
             set_(self, name, optional_positive_int(getattr(self, name), name))
-        set_(self, "seed", non_negative_int(self.seed, "seed"))
+        if self.seed is not None:  # None: the default (0, or Bridge's with compat)
+            set_(self, "seed", non_negative_int(self.seed, "seed"))
         set_(
             self,
             "val_fraction",
             finite_float(self.val_fraction, "val_fraction", lo=0.0, hi=1.0, hi_open=True),
         )
+        if self.compat is not None and self.text.min_tokens != 1:
+            # Bridge's prepare step keeps one-token samples (runtime length 0); the text layer must too.
+            set_(self, "text", replace(self.text, min_tokens=1))
         if self.demo:
             if self.inputs:
                 raise ConfigError(
@@ -207,11 +238,45 @@ class PackConfig:
             raise ConfigError(
                 "workers goes to the executor object given as backend, not next to it", fields="workers"
             )
-        if self.overlength not in OVERLENGTH_POLICIES:
+        if self.overlength is not None and self.overlength not in OVERLENGTH_POLICIES:
             raise ConfigError(
                 f"overlength must be one of {', '.join(OVERLENGTH_POLICIES)}, got {self.overlength!r}",
                 fields="overlength",
             )
+        if self.output_format not in OUTPUT_FORMATS:
+            raise ConfigError(
+                f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {self.output_format!r}",
+                fields="output_format",
+            )
+        if self.compat is not None and self.compat not in COMPAT_MODES:
+            raise ConfigError(
+                f"compat must be one of {', '.join(COMPAT_MODES)} (or None), got {self.compat!r}",
+                fields="compat",
+            )
+        if self.pad_cu_seqlens and not self.pad_to_max_length:
+            set_(self, "pad_to_max_length", True)  # Bridge asserts pad_to_max_length with pad_cu_seqlens
+        if self.output_format == "npy":
+            if self.rows_per_shard is not None:
+                raise ConfigError(
+                    "output_format npy writes one file per split (Bridge <= 0.3 reads one .npy path); drop "
+                    "rows_per_shard",
+                    fields=("output_format", "rows_per_shard"),
+                )
+            if self.row_group_size is not None:
+                raise ConfigError(
+                    "row_group_size is a Parquet setting; drop it with output_format npy",
+                    fields=("output_format", "row_group_size"),
+                )
+            if self.ids_dtype != "int64":
+                raise ConfigError(
+                    "ids_dtype is a Parquet setting (npy rows hold Python ints); drop it with output_format npy",
+                    fields=("output_format", "ids_dtype"),
+                )
+            if self.backend == "ray" or getattr(self.backend, "name", None) == "ray":
+                raise ConfigError(
+                    "output_format npy is written by the local backend (one file per split); use backend local",
+                    fields=("output_format", "backend"),
+                )
         mult, source = resolve_pad_seq_to_mult(self.pad_seq_to_mult, self.tp, self.cp, self.sp)
         set_(self, "_mult_source", source)
         set_(self, "_settings", self._pack_settings(mult))
@@ -223,6 +288,27 @@ class PackConfig:
         from longpack.packed.plan import BALANCED_ALGORITHM as BALANCED
 
         algorithm = self.algorithm
+        seed = self.seed
+        overlength = self.overlength
+        if self.compat is not None:
+            if algorithm not in (DEFAULT_ALGORITHM, MEGATRON_ALGORITHM) or self.balance is not None:
+                raise ConfigError(
+                    f"compat {self.compat} packs with {MEGATRON_ALGORITHM}, as Bridge's prepare step does; drop "
+                    "algorithm and balance",
+                    fields=("compat", "algorithm", "balance"),
+                )
+            algorithm = MEGATRON_ALGORITHM
+            seed = BRIDGE_DEFAULT_SEED if seed is None else seed
+            # Bridge: the histogram step skips over-long samples at pad_seq_to_mult 1; above it the pre-pad
+            # step truncates them first.
+            bridge_overlength = "drop" if mult == 1 else "truncate"
+            if overlength not in (None, bridge_overlength):
+                raise ConfigError(
+                    f"compat {self.compat} with pad_seq_to_mult {mult} {bridge_overlength}s over-long samples, "
+                    f"as Bridge does; drop overlength {overlength!r}",
+                    fields=("compat", "overlength"),
+                )
+            overlength = bridge_overlength
         if self.balance is not None:
             if algorithm not in (DEFAULT_ALGORITHM, BALANCED):
                 raise ConfigError(
@@ -247,18 +333,32 @@ class PackConfig:
             pack_size=self.pack_size,
             pad_seq_to_mult=mult,
             algorithm=algorithm,
-            seed=self.seed,
-            overlength=self.overlength,
+            seed=0 if seed is None else seed,
+            overlength=overlength or "drop",
             val_fraction=self.val_fraction,
             rows_per_shard=self.rows_per_shard,
             balance=balance,
             ids_dtype=self.ids_dtype,
+            output_format=self.output_format,
+            row_group_size=self.row_group_size,
+            compat=self.compat,
         )
 
     @property
     def settings(self) -> Any:
         """The ``longpack.packed.PackSettings`` this job writes with."""
         return self._settings  # type: ignore[attr-defined]
+
+    @property
+    def handoff_options(self) -> dict[str, Any]:
+        """What only ``bridge_config.yaml`` needs: the topology given and the fixed-width options."""
+        return {
+            "tp": self.tp,
+            "cp": self.cp,
+            "sp": self.sp,
+            "pad_to_max_length": self.pad_to_max_length,
+            "pad_cu_seqlens": self.pad_cu_seqlens,
+        }
 
     @property
     def pad_seq_to_mult_source(self) -> str:
@@ -351,7 +451,9 @@ class PackConfig:
             with output_write_errors(out):  # a full disk: a clear error, no manifest
                 prepare_out_dir(out, self.overwrite)
                 files_written = executor.write(out, splits, settings, sources=sources, progress=self.progress)
-                manifest = finish_packed_output(out, splits, settings, provenance, files_written)
+                manifest = finish_packed_output(
+                    out, splits, settings, provenance, files_written, handoff=self.handoff_options
+                )
             report = executor.report()
         return PackResult(
             out=out.resolve(),
@@ -412,7 +514,7 @@ class PackConfig:
         files = train.samples.files
         file_source = np.array([source_of_file[f] for f in files], dtype=np.int64)
         source_of_sample = file_source[train.samples.source_file]
-        indices, reports, total, seed = mix_samples(source_of_sample, self.mix, seed=self.seed)
+        indices, reports, total, seed = mix_samples(source_of_sample, self.mix, seed=self.settings.seed)
         for info in train.inputs:
             k = source_of_file[info["path"]]
             reports[k].setdefault("files", []).append(info["path"])
@@ -548,6 +650,21 @@ class PackResult:
                 mb[key] = str(self.out / mb[key])
         return mb
 
+    @property
+    def bridge_config(self) -> Any:
+        """The :class:`longpack.packed.bridge_config.BridgeHandoff` of this output (what
+        ``bridge_config.yaml`` holds; ``.overrides()`` and ``.python()`` give the other two forms)."""
+        from longpack.packed.bridge_config import handoff_from_manifest
+
+        options = dict(self.manifest.bridge_config.get("options", {}))
+        return handoff_from_manifest(self.out, self.manifest.to_dict(), **options)
+
+    @property
+    def bridge_config_path(self) -> Path:
+        from longpack.packed.bridge_config import BRIDGE_CONFIG_NAME
+
+        return self.out / self.manifest.bridge_config.get("name", BRIDGE_CONFIG_NAME)
+
     def summary(self) -> dict[str, Any]:
         """What ``longpack pack --json`` prints."""
         settings = self.settings
@@ -580,6 +697,15 @@ class PackResult:
             "megatron_bridge": self.megatron_bridge,
             "warnings": list(self.manifest.extra.get("warnings", [])),
             "skipped_inputs": len(self.manifest.extra.get("skipped_inputs", [])),
+            "output_format": settings.get("output_format", "parquet"),
+            "compat": settings.get("compat"),
+            "alignment": self.manifest.alignment,
+            "bridge_config": {
+                "path": str(self.bridge_config_path),
+                "api": self.bridge_config.api,
+                "overrides": self.bridge_config.overrides(),
+                "python": self.bridge_config.python(),
+            },
         }
         if "mix" in self.manifest.extra:
             doc["mix"] = self.manifest.extra["mix"]

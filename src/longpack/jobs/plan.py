@@ -16,7 +16,14 @@ from typing import Any
 
 from longpack.errors import ConfigError
 
-__all__ = ["PlanConfig", "PlanResult", "candidate_dict", "parse_layout"]
+__all__ = [
+    "PlanConfig",
+    "PlanResult",
+    "candidate_dict",
+    "candidate_overrides",
+    "parse_layout",
+    "rejection_lines",
+]
 
 
 def parse_layout(text: str, *, world_size: int) -> tuple[Any, dict[str, int]]:
@@ -62,12 +69,36 @@ def parse_layout(text: str, *, world_size: int) -> tuple[Any, dict[str, int]]:
     return PlanLayout(layout=lay, mbs=values.get("mbs", 1)), values
 
 
-def candidate_dict(cand: Any, req: Any) -> dict[str, Any]:
-    """One planner candidate as ``longpack plan --json`` prints it: layout, options, memory, time, reasons
-    and the Megatron-Bridge overrides."""
+def candidate_overrides(cand: Any, req: Any) -> list[str]:
+    """The Megatron-Bridge ``key=value`` overrides of one planner candidate (Hydra grammar)."""
+    from longpack.planner.attention import hierarchical_sizes
     from longpack.planner.overrides import to_overrides
 
     lay = cand.plan.layout
+    sizes = None
+    if lay.cp > 1 and cand.options.cp_comm_type == "a2a+p2p":
+        sizes = hierarchical_sizes(req.model, req.gpu, t=lay.tp, c=lay.cp)
+    return to_overrides(
+        cand.plan,
+        cand.options,
+        seq_length=req.seq_length,
+        gbs=req.global_batch,
+        pipeline_layout=cand.pipeline_layout,
+        hopper=not req.gpu.is_blackwell,
+        moe=req.model.moe is not None,
+        hierarchical_cp=sizes,
+    )
+
+
+def candidate_dict(cand: Any, req: Any) -> dict[str, Any]:
+    """One planner candidate as ``longpack plan --json`` prints it: layout, options, memory (with the
+    pipeline rank it describes), time, reasons and the Megatron-Bridge overrides in every form
+    (``overrides``: ``key=value`` lines; ``overrides_shell``: the same shell-quoted; ``overrides_yaml``:
+    nested YAML; ``overrides_python``: assignments on ``cfg``)."""
+    from longpack.planner.overrides import to_python_snippet, to_shell, to_yaml
+
+    lay = cand.plan.layout
+    lines = candidate_overrides(cand, req)
     return {
         "layout": {
             "tp": lay.tp,
@@ -81,6 +112,7 @@ def candidate_dict(cand: Any, req: Any) -> dict[str, Any]:
             "mbs": cand.plan.mbs,
             "sp": lay.sp,
             "pipeline_layout": cand.pipeline_layout,
+            "label": cand.plan.label,
         },
         "options": {
             "precision": cand.options.precision,
@@ -89,26 +121,25 @@ def candidate_dict(cand: Any, req: Any) -> dict[str, Any]:
             "dispatcher": cand.options.dispatcher,
             "ep_overlap": cand.options.ep_overlap,
             "cp_comm_type": cand.options.cp_comm_type,
+            "tp_comm_overlap": cand.options.tp_comm_overlap and lay.tp > 1,
+            "cuda_graphs": cand.options.cuda_graphs,
+            "imbalance": cand.options.imbalance,
         },
         "memory": cand.memory.as_dict(),
         "time": cand.time.as_dict(),
         "reasons": list(cand.reasons),
-        "overrides": to_overrides(
-            cand.plan,
-            cand.options,
-            seq_length=req.seq_length,
-            gbs=req.global_batch,
-            pipeline_layout=cand.pipeline_layout,
-            hopper=not req.gpu.is_blackwell,
-            moe=req.model.moe is not None,
-        ),
+        "overrides": lines,
+        "overrides_shell": to_shell(lines),
+        "overrides_yaml": to_yaml(lines),
+        "overrides_python": to_python_snippet(lines),
     }
 
 
 @dataclass(frozen=True, kw_only=True)
 class PlanConfig:
     """A layout search: ``model`` (catalog id or ``config.json``), ``gpu`` type, ``gpus``, ``seq_length``
-    and optional ``gbs`` (default about 16M tokens per step), ``precision``, memory ``headroom``,
+    and optional ``gbs`` (default 4M tokens per step, ``longpack.planner.search.DEFAULT_TOKENS_PER_STEP``),
+    ``precision``, memory ``headroom``,
     ``dispatcher``, ``recompute`` (pinned modules), ``offload`` (allow optimizer CPU offload),
     ``optimizer``, routing ``imbalance``, pins ``tp`` / ``cp`` / ``pp`` / ``ep`` / ``mbs``, and ``top`` (how
     many candidates to keep). The catalog entries are loaded and checked on construction.
@@ -212,6 +243,7 @@ class PlanResult:
     def as_dict(self) -> dict[str, Any]:
         """What ``longpack plan --json`` prints (without the plot)."""
         req, result = self.request, self.search
+        rule = result.rule_of_thumb
         return {
             "request": {
                 "model": req.model.name,
@@ -219,11 +251,63 @@ class PlanResult:
                 "gpus": req.num_gpus,
                 "seq_length": req.seq_length,
                 "gbs": req.global_batch,
+                "gbs_default": req.gbs_is_default,
+                "tokens_per_step": req.global_batch * req.seq_length,
                 "precision": req.precision,
                 "memory_budget_gib": round(req.memory_budget_gib, 3),
             },
+            "notes": plan_notes(req),
             "layouts_considered": result.layouts_considered,
             "layouts_feasible": result.layouts_feasible,
             "rejected": result.rejected,
+            "why_nothing_fits": [] if result.candidates else rejection_lines(result),
+            "rule_of_thumb": None
+            if rule is None
+            else {
+                "cp": rule.cp,
+                "layout": rule.candidate.plan.label if rule.candidate is not None else None,
+                "step_time": round(rule.candidate.time.step_time, 6) if rule.candidate is not None else None,
+                "memory_gib": round(rule.candidate.memory.total_gib, 3)
+                if rule.candidate is not None
+                else None,
+                "slower": round(rule.slower, 6) if rule.slower is not None else None,
+                "why_not": list(rule.why_not),
+            },
             "candidates": [candidate_dict(c, req) for c in result.candidates],
         }
+
+
+def plan_notes(req: Any) -> list[str]:
+    """What the request assumed without being told (the default GBS, balanced routing).
+
+    >>> cfg = PlanConfig(model="llama3_1_8b", gpu="H100", gpus=8, seq_length=131072)
+    >>> plan_notes(cfg.request)[0]
+    'GBS 32 sequences = 4,194,304 tokens per step: the default of 4M tokens per step (no --gbs given)'
+    """
+    out = []
+    if req.gbs_is_default:
+        out.append(
+            f"GBS {req.global_batch} sequences = {req.global_batch * req.seq_length:,} tokens per step: "
+            "the default of 4M tokens per step (no --gbs given)"
+        )
+    return out
+
+
+def rejection_lines(result: Any) -> list[str]:
+    """Why no layout fits, one line per group of rejected layouts (largest group first).
+
+    >>> from longpack.planner.search import SearchResult
+    >>> r = SearchResult(request=None, candidates=(), layouts_considered=3, layouts_feasible=0,
+    ...                  rejected={"does not fit even with full recompute and offload": 3})
+    >>> rejection_lines(r)
+    ['3 layouts: does not fit even with full recompute and offload']
+    """
+    lines = []
+    for reason, count in sorted(result.rejected.items(), key=lambda kv: (-kv[1], kv[0])):
+        what = "choices" if reason.startswith("not enumerated") else "layouts"
+        lines.append(f"{count} {what if count != 1 else what[:-1]}: {reason}")
+    if not lines:
+        lines.append(
+            f"no layout could be built for {result.layouts_considered} candidates; check the pinned sizes"
+        )
+    return lines

@@ -1,8 +1,8 @@
 """Online (streaming) packing: a candidate-buffer packer with exact resume, and a Megatron-Energon adapter.
 
 ``longpack.online.OnlinePacker`` is pure numpy. The Energon task-encoder mixin lives in
-``longpack.online.energon`` and is imported only when asked for (it needs ``megatron-energon``,
-``pip install 'longpack[energon]'``).
+``longpack.online.energon`` and the Qwen-VL packing task encoder in ``longpack.online.vlm``; both are imported
+only when asked for (they need ``megatron-energon``, ``pip install 'longpack[energon]'``; VLM also ``[vlm]``).
 """
 
 from longpack.online.packer import (

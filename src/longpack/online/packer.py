@@ -171,34 +171,79 @@ def select_packs(
     return list(np.split(order, cuts))
 
 
+def _int_array(raw: Any, position: int, name: str) -> np.ndarray:
+    """``raw`` as a 1-D int64 array; refuses what a cast would change (floats, bools, strings, objects)."""
+    try:
+        array = np.asarray(raw)
+    except (TypeError, ValueError) as exc:
+        raise OnlineError(f"sample {position}: {name} is not an array of integers ({exc})") from None
+    if array.size and array.dtype.kind not in "iu":
+        hint = ""
+        if array.dtype.kind == "f":
+            hint = " (a float array: casting would truncate the values; pass integer ids)"
+        raise OnlineError(
+            f"sample {position}: {name} must hold integers, got dtype {array.dtype}{hint}", fields=name
+        )
+    if array.dtype.kind == "u" and array.size and int(array.max()) > np.iinfo(np.int64).max:
+        raise OnlineError(f"sample {position}: {name} has values past int64", fields=name)
+    return array.astype(np.int64, copy=False).reshape(-1)
+
+
+def _mask_array(raw: Any, position: int) -> np.ndarray:
+    """``raw`` as a 1-D int8 mask with values in {0, 1} (bools, integers or 0.0/1.0 floats)."""
+    try:
+        array = np.asarray(raw)
+    except (TypeError, ValueError) as exc:
+        raise OnlineError(f"sample {position}: loss_mask is not an array of 0/1 values ({exc})") from None
+    if array.size and array.dtype.kind not in "biuf":
+        raise OnlineError(
+            f"sample {position}: loss_mask must hold 0/1 values, got dtype {array.dtype}", fields="loss_mask"
+        )
+    flat = array.reshape(-1)
+    bad = np.flatnonzero((flat != 0) & (flat != 1))
+    if len(bad):
+        j = int(bad[0])
+        raise OnlineError(
+            f"sample {position}: loss_mask[{j}]={flat[j].item()!r}; a loss mask holds only 0 and 1 "
+            f"({len(bad)} other value(s) in this sample)",
+            fields="loss_mask",
+        )
+    return flat.astype(np.int8)
+
+
 def _as_tokens(sample: Any, position: int) -> tuple[np.ndarray | None, np.ndarray | None, int]:
     """``(input_ids, loss_mask, stored_length)``; ids are ``None`` for a bare runtime length."""
-    if isinstance(sample, int | np.integer) and not isinstance(sample, bool):
+    if isinstance(sample, int | np.integer) and not isinstance(sample, bool | np.bool_):
         length = int(sample)
         if length < 1:
-            raise ValueError(
+            raise OnlineError(
                 f"sample {position}: runtime length {length} < 1; a sample must train on at least one token "
                 "(filter empty samples before packing)"
             )
         return None, None, length + 1
     if isinstance(sample, Mapping):
         if "input_ids" not in sample:
-            raise ValueError(f"sample {position}: mapping has no 'input_ids' key (keys: {sorted(sample)})")
+            raise OnlineError(f"sample {position}: mapping has no 'input_ids' key (keys: {sorted(sample)})")
         ids_raw, mask_raw = sample["input_ids"], sample.get("loss_mask")
     elif isinstance(sample, tuple) and len(sample) == 2:
         ids_raw, mask_raw = sample
     else:
-        raise TypeError(
+        raise OnlineError(
             f"sample {position}: expected an int (runtime length), a mapping with 'input_ids' (and 'loss_mask'), "
             f"or an (input_ids, loss_mask) tuple; got {type(sample).__name__}"
         )
-    ids = np.asarray(ids_raw, dtype=np.int64).reshape(-1)
-    mask = np.ones(len(ids), dtype=np.int8) if mask_raw is None else np.asarray(mask_raw).astype(np.int8)
-    mask = mask.reshape(-1)
+    ids = _int_array(ids_raw, position, "input_ids")
+    if len(ids) and int(ids.min()) < 0:
+        j = int(np.argmax(ids < 0))
+        raise OnlineError(
+            f"sample {position}: input_ids[{j}]={int(ids[j])}; token ids are non-negative integers",
+            fields="input_ids",
+        )
+    mask = np.ones(len(ids), dtype=np.int8) if mask_raw is None else _mask_array(mask_raw, position)
     if len(mask) != len(ids):
-        raise ValueError(f"sample {position}: len(loss_mask)={len(mask)} != len(input_ids)={len(ids)}")
+        raise OnlineError(f"sample {position}: len(loss_mask)={len(mask)} != len(input_ids)={len(ids)}")
     if len(ids) < 2:
-        raise ValueError(
+        raise OnlineError(
             f"sample {position}: {len(ids)} stored token(s); a sample needs at least 2 (input = ids[:-1], "
             "labels = ids[1:]); filter such samples before packing"
         )
@@ -243,18 +288,25 @@ class OnlinePacker:
             ("seed", seed, 0),
         ):
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+                raise OnlineError(f"{name} must be an integer >= {low}, got {value!r}", fields=name)
+        if isinstance(pad_id, bool) or not isinstance(pad_id, int | np.integer) or pad_id < 0:
+            raise OnlineError(
+                f"pad_id must be a non-negative integer token id, got {pad_id!r}", fields="pad_id"
+            )
         if pad_to_multiple_of > capacity:
-            raise ValueError(
+            raise OnlineError(
                 f"pad_to_multiple_of={pad_to_multiple_of} > capacity={capacity}: no sample fits; "
                 "use a capacity that is a multiple of pad_to_multiple_of"
             )
         if algorithm not in binpack.ALGORITHMS:
-            raise ValueError(
-                f"algorithm={algorithm!r} is not one of longpack.binpack.ALGORITHMS {binpack.ALGORITHMS}"
+            raise OnlineError(
+                f"algorithm={algorithm!r} is not one of longpack.binpack.ALGORITHMS {binpack.ALGORITHMS}",
+                fields="algorithm",
             )
         if overlength not in OVERLENGTH_POLICIES:
-            raise ValueError(f"overlength={overlength!r} is not one of {OVERLENGTH_POLICIES}")
+            raise OnlineError(
+                f"overlength={overlength!r} is not one of {OVERLENGTH_POLICIES}", fields="overlength"
+            )
         self.capacity = int(capacity)
         self.buffer_size = int(buffer_size)
         self.pad_to_multiple_of = int(pad_to_multiple_of)
@@ -268,6 +320,23 @@ class OnlinePacker:
         self._progress = _Progress()
         self._replay_needed: dict[int, int] = {}  # sample index -> stored length, after load_state_dict
         self._running = False
+        self._started = False  # a stream was given to pack(); a second one needs reset() or a loaded state
+
+    def reset(self) -> None:
+        """Forget the stream: empty buffers, zero counts. The next :meth:`pack` starts a new stream at 0.
+
+        >>> p = OnlinePacker(10, 4, algorithm="first_fit_decreasing")
+        >>> _ = list(p.pack([6, 4]))
+        >>> p.reset()
+        >>> [x.sample_index.tolist() for x in p.pack([3, 3])], p.stats.samples_read
+        ([[0, 1]], 2)
+        """
+        if self._running:
+            raise OnlineStateError("cannot reset the packer while it is packing a stream")
+        self.stats = OnlineStats()
+        self._progress = _Progress()
+        self._replay_needed = {}
+        self._started = False
 
     # ------------------------------------------------------------------ configuration
     def config(self) -> dict[str, Any]:
@@ -283,7 +352,7 @@ class OnlinePacker:
         """Like :meth:`pack` but yields only the rows (samples must carry tokens)."""
         for pack in self.pack(samples, start=start):
             if pack.row is None:
-                raise ValueError("rows() needs samples with input_ids; bare lengths make packs without rows")
+                raise OnlineError("rows() needs samples with input_ids; bare lengths make packs without rows")
             yield pack.row
 
     def pack(self, samples: Iterable[Any], *, start: int = 0) -> Iterator[OnlinePack]:
@@ -307,6 +376,12 @@ class OnlinePacker:
         """
         if self._running:
             raise RuntimeError("this OnlinePacker is already packing a stream; use one packer per stream")
+        if self._started:
+            raise OnlineStateError(
+                f"this OnlinePacker already packed a stream ({self.stats.samples_read} samples read); call "
+                "reset() to pack a new stream from its start, or load_state_dict() to resume a saved one"
+            )
+        self._started = True
         self._running = True
         try:
             yield from self._pack(iter(samples), start)
@@ -316,7 +391,7 @@ class OnlinePacker:
     def _pack(self, source: Iterator[Any], start: int) -> Iterator[OnlinePack]:
         prog = self._progress
         if start < 0:
-            raise ValueError(f"start={start} must be >= 0")
+            raise OnlineError(f"start={start} must be >= 0", fields="start")
         position = start
         needed = self._replay_needed
         first_needed = min(needed, default=prog.next_index)
@@ -381,7 +456,7 @@ class OnlinePacker:
             stats.samples_read += 1
         if aligned_length(runtime, self.pad_to_multiple_of) > self.capacity:
             if self.overlength == "error":
-                raise ValueError(
+                raise OnlineError(
                     f"sample {position}: runtime length {runtime} (aligned to {self.pad_to_multiple_of}: "
                     f"{aligned_length(runtime, self.pad_to_multiple_of)}) exceeds capacity {self.capacity}; "
                     "use overlength='truncate' or 'drop', or a larger capacity"
@@ -523,6 +598,7 @@ class OnlinePacker:
             pending=pending,
         )
         self._replay_needed = stored
+        self._started = False
 
     def save_state(self, path: str | os.PathLike[str]) -> None:
         """Write :meth:`state_dict` as JSON, atomically (temp file in the same folder, fsync, rename)."""
@@ -546,6 +622,23 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         with os.fdopen(fd, "w") as fh:
             json.dump(obj, fh, indent=1, sort_keys=True)
             fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -114,3 +114,184 @@ def smallest_buffer_within(rows: Sequence[dict[str, Any]], tolerance: float = 0.
     """
     ok = [r["buffer_size"] for r in rows if r["fill_ratio"] >= 1 - tolerance]
     return min(ok) if ok else None
+
+
+def worker_slices(n: int, workers: int) -> list[range]:
+    """Contiguous slices of ``n`` samples over ``max(workers, 1)`` loader workers (remainders to the first
+    workers), the way Energon splits a rank's share: every worker runs its own packing buffer.
+
+    >>> [list(r) for r in worker_slices(5, 2)]
+    [[0, 1, 2], [3, 4]]
+    """
+    w = max(int(workers), 1)
+    base, extra = divmod(n, w)
+    out, start = [], 0
+    for i in range(w):
+        size = base + (1 if i < extra else 0)
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
+def buffer_memory(
+    lengths: Sequence[int] | np.ndarray,
+    nbytes: Sequence[int] | np.ndarray,
+    capacity: int,
+    buffer_size: int,
+    *,
+    pad_to_multiple_of: int = 1,
+    algorithm: str = "first_fit_decreasing",
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Pack one worker's stream and track the host bytes its buffer holds: every read sample's prepared
+    bytes from its read until its pack is emitted (Energon keeps prepared candidates in the buffer).
+
+    Returns packs, fill, and the buffer's peak and mean bytes over the emissions.
+
+    >>> r = buffer_memory([4, 4, 4, 4], [10, 20, 30, 40], 8, 2)
+    >>> r["packs"], r["peak_bytes"], r["mean_bytes"]
+    (2, 70, 50.0)
+    """
+    values = [int(x) for x in lengths]
+    held = np.concatenate([[0], np.cumsum(np.asarray(nbytes, dtype=np.int64))])
+    packer = OnlinePacker(
+        capacity, buffer_size, pad_to_multiple_of=pad_to_multiple_of, algorithm=algorithm, seed=seed
+    )
+    emitted = 0
+    samples: list[int] = []
+    nb = np.asarray(nbytes, dtype=np.int64)
+    for pack in packer.pack(values):
+        # At each emission the buffer holds what was read and not yet emitted (the pack included).
+        samples.append(int(held[packer.stats.samples_read]) - emitted)
+        emitted += int(nb[pack.sample_index].sum())
+    return {
+        "packs": packer.stats.packs,
+        "aligned_tokens": packer.stats.aligned_tokens,
+        "peak_bytes": max(samples, default=0),
+        "mean_bytes": round(float(np.mean(samples)), 1) if samples else 0.0,
+    }
+
+
+def simulate_vlm(
+    lengths: Sequence[int] | np.ndarray,
+    nbytes: Sequence[int] | np.ndarray,
+    capacity: int,
+    buffer_sizes: Iterable[int],
+    *,
+    workers: int = 1,
+    pad_to_multiple_of: int = 1,
+    algorithm: str = "first_fit_decreasing",
+    offline_algorithm: str = "best_fit_decreasing",
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """One row per buffer size for VLM samples: bin fill (online vs offline) **and** the packing buffer's host
+    memory (prepared token rows and pixel tensors): the peak of one worker and the sum over a rank's
+    ``workers`` (each worker packs its own contiguous share with its own buffer).
+
+    ``lengths`` are the samples' tokens after image-pad expansion (each takes ``ceil(L / m) * m`` of the
+    ``capacity``); samples longer than the capacity must be refused before (they are in Bridge's encoder).
+
+    >>> rows = simulate_vlm([300, 500, 200, 700], [2**20, 2**21, 2**20, 2**22], 1000, [1, 4], workers=2)
+    >>> [(r["buffer_size"], r["online_packs"], r["buffer_peak_mib_rank"]) for r in rows]
+    [(1, 4, 6.0), (4, 2, 8.0)]
+    """
+    values = np.asarray(lengths, dtype=np.int64)
+    sizes = np.asarray(nbytes, dtype=np.int64)
+    if len(values) != len(sizes):
+        raise ValueError(f"{len(values)} lengths but {len(sizes)} byte counts")
+    if len(values) and int(values.max()) > capacity:
+        raise ValueError(
+            f"a sample of {int(values.max())} tokens exceeds the pack size {capacity}; refuse such samples first"
+        )
+    off_fill, off_packs = offline_fill(
+        values, capacity, pad_to_multiple_of=pad_to_multiple_of, algorithm=offline_algorithm, seed=seed
+    )
+    slices = worker_slices(len(values), workers)
+    out = []
+    for b in buffer_sizes:
+        per_worker = [
+            buffer_memory(
+                values[sl.start : sl.stop],
+                sizes[sl.start : sl.stop],
+                capacity,
+                int(b),
+                pad_to_multiple_of=pad_to_multiple_of,
+                algorithm=algorithm,
+                seed=seed,
+            )
+            for sl in slices
+            if len(sl)
+        ]
+        packs = sum(r["packs"] for r in per_worker)
+        tokens = sum(r["aligned_tokens"] for r in per_worker)
+        fill = tokens / (packs * capacity) if packs else 0.0
+        out.append(
+            {
+                "buffer_size": int(b),
+                "online_fill": round(fill, 4),
+                "online_packs": packs,
+                "offline_fill": round(off_fill, 4),
+                "offline_packs": off_packs,
+                "fill_ratio": round(fill / off_fill, 4) if off_fill else 0.0,
+                "buffer_peak_mib_worker": round(
+                    max((r["peak_bytes"] for r in per_worker), default=0) / 2**20, 3
+                ),
+                "buffer_mean_mib_worker": round(
+                    max((r["mean_bytes"] for r in per_worker), default=0.0) / 2**20, 3
+                ),
+                "buffer_peak_mib_rank": round(sum(r["peak_bytes"] for r in per_worker) / 2**20, 3),
+            }
+        )
+    return out
+
+
+def vlm_report(
+    path: str,
+    capacity: int,
+    buffer_sizes: Sequence[int],
+    *,
+    tokenizer: str = "qwen3",
+    vision: Any = None,
+    max_images: int | None = 10,
+    max_visual_tokens: int | None = 16384,
+    workers: int = 1,
+    pad_to_multiple_of: int = 1,
+    algorithm: str = "first_fit_decreasing",
+    seed: int = 0,
+) -> dict[str, Any]:
+    """``online-sim`` for a VLM JSONL file (``longpack.vlm.metadata``): the samples' token and memory
+    distribution, the refusals by reason, and per buffer size the bin fill and the buffer's host memory."""
+    from longpack.vlm.metadata import read_vlm_metadata
+    from longpack.vlm.prepare import QwenVLPreparer, VLMConfig
+    from longpack.vlm.vision import VisionConfig
+
+    v = vision or VisionConfig()
+    config = VLMConfig(vision=v, max_images=max_images, max_visual_tokens=max_visual_tokens)
+    preparer = QwenVLPreparer(tokenizer, config=config)
+    table = read_vlm_metadata(path, preparer, max_length=capacity, pad_to_multiple_of=pad_to_multiple_of)
+    rows = simulate_vlm(
+        table.tokens,
+        table.prepared_nbytes,
+        capacity,
+        buffer_sizes,
+        workers=workers,
+        pad_to_multiple_of=pad_to_multiple_of,
+        algorithm=algorithm,
+        seed=seed,
+    )
+    return {
+        "source": str(path),
+        "capacity": capacity,
+        "workers": max(int(workers), 1),
+        "algorithm": algorithm,
+        "vision": {
+            "patch_size": v.patch_size,
+            "merge_size": v.merge_size,
+            "min_pixels": v.min_pixels,
+            "max_pixels": v.max_pixels,
+        },
+        "samples": table.summary(),
+        "rows": rows,
+        "smallest_buffer_within_1pct": smallest_buffer_within(rows),
+        "lengths": table.tokens.tolist(),  # per accepted sample, in file order
+    }

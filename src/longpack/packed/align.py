@@ -13,7 +13,9 @@ trains on ``r = S - 1`` positions):
 - ``r > cap`` is *over-long*: ``truncate`` keeps the first ``cap + 1`` tokens (as Megatron-Bridge's pre-pad
   step does for ``m > 1``, losing the EOS), ``drop`` removes the sample (as Megatron-Bridge's histogram step
   does for ``m == 1``), ``error`` stops. Every truncated or dropped sample is reported.
-- ``r == 0`` (a one-token sample) has nothing to train on and is always dropped with reason ``empty``.
+- ``r == 0`` (a one-token sample) has nothing to train on and is dropped with reason ``empty``, unless
+  ``keep_single_token`` (Megatron-Bridge keeps it: a stored length of 1, runtime length 0, in some row).
+  A sample with no token at all is always dropped.
 """
 
 from __future__ import annotations
@@ -126,6 +128,7 @@ def align_samples(
     pad_seq_to_mult: int = 1,
     eos_id: int,
     overlength: str = DEFAULT_OVERLENGTH,
+    keep_single_token: bool = False,
 ) -> AlignedSamples:
     """Apply the per-sample alignment and the over-long policy (vectorized).
 
@@ -144,6 +147,15 @@ def align_samples(
     >>> a = align_samples(s, max_seq_length=16, pad_seq_to_mult=1, eos_id=0)
     >>> a.stored.tolist(), a.dropped.tolist(), a.dropped_reason
     ([17], [1, 2, 3], ('overlength', 'overlength', 'overlength'))
+
+    A one-token sample is kept only with ``keep_single_token`` (as Megatron-Bridge does):
+
+    >>> one = TokenizedSamples(tokens=np.array([7, 7, 2, 2]), loss_mask=np.ones(4, np.uint8),
+    ...     offsets=np.array([0, 3, 4]), source_file=np.zeros(2, np.int32), source_row=np.arange(1, 3), files=("a",))
+    >>> align_samples(one, max_seq_length=8, eos_id=2).dropped_reason
+    ('empty',)
+    >>> align_samples(one, max_seq_length=8, pad_seq_to_mult=2, eos_id=2, keep_single_token=True).stored.tolist()
+    [3, 1]
     """
     if overlength not in OVERLENGTH_POLICIES:
         raise ValueError(f"overlength must be one of {OVERLENGTH_POLICIES}, got {overlength!r}")
@@ -151,7 +163,7 @@ def align_samples(
     cap = runtime_cap(int(max_seq_length), m)
     stored_in = samples.stored_lengths()
     runtime = np.maximum(stored_in - 1, 0)
-    empty = runtime == 0
+    empty = stored_in == 0 if keep_single_token else runtime == 0
     over = runtime > cap
     if overlength == "error" and over.any():
         bad = np.flatnonzero(over)

@@ -1,16 +1,21 @@
-"""Packed Parquet files on disk: names, atomic writes, and Megatron-Bridge's path rule. No torch.
+"""Packed files on disk: names, atomic writes, Parquet writer options, and Megatron-Bridge's path rule. No torch.
 
 Layout of one output folder (``N`` = pack size, in runtime tokens)::
 
     training_<N>.idx.parquet                 one file when the split fits in one shard, else
     training_<N>.part-00000-of-00003.idx.parquet, ...   (sorted name order = row order)
-    validation_<N>.idx.parquet               same naming, only with a validation split
+    validation/validation_<N>.idx.parquet    same naming, only with a validation split, in its own folder
     <N>_metadata.jsonl                       one JSON array, one dict per split (train first)
+    bridge_config.yaml                       the Megatron-Bridge dataset config of this output
     manifest.json                            written last; its absence marks an unfinished output
 
-The glob ``training_<N>*.idx.parquet`` matches both forms, and Megatron-Bridge's reader sorts a glob, so it
-is always a valid ``packed_train_data_path``. Reading a folder back is
-:class:`longpack.packed.folder.PackedFolder`'s job.
+With ``output_format="npy"`` each split is one ``training_<N>.npy`` / ``validation/validation_<N>.npy``.
+
+The validation split lives in its own folder so that no path spec mixes the splits: Megatron-Bridge reads a
+folder as every ``*.parquet`` directly in it, so the output folder itself reads the training split only (and
+``<out>/validation`` the validation split). The glob ``training_<N>*.idx.parquet`` matches both shard forms,
+and Bridge's reader sorts a glob, so it is always a valid ``packed_train_data_path``. Reading a folder back
+is :class:`longpack.packed.folder.PackedFolder`'s job.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import os
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +36,30 @@ import pyarrow.parquet as pq
 
 from longpack.errors import PackedDataError
 
+#: Rows per Parquet row group Megatron-Bridge's own writer uses (``write_packed_parquet``).
+BRIDGE_ROW_GROUP_SIZE = 500
+#: At most this many rows per row group (Bridge's own size); also the group size of legacy outputs.
 ROW_GROUP_SIZE = 500
+#: Tokens per row group longpack aims at by default. Bridge's reader decodes a whole row group for every
+#: random access (its sampler shuffles rows, so nearly every access misses its one-group cache): with
+#: 8,192-token rows, 500-row groups read ~3 random rows/s and 8-row groups ~300 (``benchmarks/row_groups.py``),
+#: at the same file size (+0.2 %) and a footer of ~0.3 KiB per group.
+ROW_GROUP_TOKENS = 2**16
+
+
+def default_row_group_size(pack_size: int) -> int:
+    """Rows per row group by default: about :data:`ROW_GROUP_TOKENS` runtime tokens, 1 to 500 rows.
+
+    >>> [default_row_group_size(n) for n in (128, 1024, 4096, 8192, 131072)]
+    [500, 64, 16, 8, 1]
+    """
+    return max(1, min(ROW_GROUP_SIZE, ROW_GROUP_TOKENS // max(1, pack_size)))
+
+
 SPLITS = ("training", "validation")
+#: Folder (inside the output folder) that holds the validation split, so that no folder path or glob of
+#: the output folder reads training and validation rows together.
+VALIDATION_DIR = "validation"
 #: The columns Megatron-Bridge reads; any other column is ignored.
 REQUIRED_COLUMNS = ("input_ids", "loss_mask", "seq_start_id")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -46,28 +74,54 @@ def default_rows_per_shard(pack_size: int) -> int:
     return max(ROW_GROUP_SIZE, (2**27 // pack_size) // ROW_GROUP_SIZE * ROW_GROUP_SIZE)
 
 
-def shard_names(split: str, pack_size: int, num_shards: int) -> list[str]:
-    """File names of a split's shards.
+#: File suffix of each output format (Bridge's default names: ``training_<N>.idx.parquet``, ``training_<N>.npy``).
+FORMAT_SUFFIXES = {"parquet": ".idx.parquet", "npy": ".npy"}
 
-    >>> shard_names("training", 4096, 1)
-    ['training_4096.idx.parquet']
+
+def shard_names(split: str, pack_size: int, num_shards: int, *, output_format: str = "parquet") -> list[str]:
+    """File names of a split's shards (base names; see :func:`split_folder` for where they go).
+
+    >>> shard_names("training", 4096, 1), shard_names("training", 8, 1, output_format="npy")
+    (['training_4096.idx.parquet'], ['training_8.npy'])
     >>> shard_names("validation", 8, 2)
     ['validation_8.part-00000-of-00002.idx.parquet', 'validation_8.part-00001-of-00002.idx.parquet']
     """
+    suffix = FORMAT_SUFFIXES[output_format]
     if num_shards <= 1:
-        return [f"{split}_{pack_size}.idx.parquet"]
-    return [f"{split}_{pack_size}.part-{i:05d}-of-{num_shards:05d}.idx.parquet" for i in range(num_shards)]
+        return [f"{split}_{pack_size}{suffix}"]
+    return [f"{split}_{pack_size}.part-{i:05d}-of-{num_shards:05d}{suffix}" for i in range(num_shards)]
 
 
-def split_spec(split: str, pack_size: int, num_shards: int) -> str:
+def split_folder(split: str) -> str:
+    """The folder (relative to the output folder, ``""`` = the folder itself) that holds a split's files.
+
+    >>> split_folder("training"), split_folder("validation")
+    ('', 'validation')
+    """
+    return "" if split == "training" else split
+
+
+def split_relpath(split: str, name: str) -> str:
+    """A split's file name relative to the output folder (what the manifest records).
+
+    >>> split_relpath("training", "training_8.idx.parquet"), split_relpath("validation", "validation_8.npy")
+    ('training_8.idx.parquet', 'validation/validation_8.npy')
+    """
+    folder = split_folder(split)
+    return f"{folder}/{name}" if folder else name
+
+
+def split_spec(split: str, pack_size: int, num_shards: int, *, output_format: str = "parquet") -> str:
     """The path spec (relative to the output folder) a Megatron-Bridge config should use for a split.
 
-    >>> split_spec("training", 4096, 1), split_spec("training", 4096, 3)
-    ('training_4096.idx.parquet', 'training_4096.part-*.idx.parquet')
+    >>> split_spec("training", 4096, 1), split_spec("training", 4096, 3), split_spec("validation", 8, 1)
+    ('training_4096.idx.parquet', 'training_4096.part-*.idx.parquet', 'validation/validation_8.idx.parquet')
     """
-    return (
-        shard_names(split, pack_size, 1)[0] if num_shards <= 1 else f"{split}_{pack_size}.part-*.idx.parquet"
-    )
+    if num_shards <= 1:
+        name = shard_names(split, pack_size, 1, output_format=output_format)[0]
+    else:
+        name = f"{split}_{pack_size}.part-*{FORMAT_SUFFIXES[output_format]}"
+    return split_relpath(split, name)
 
 
 def metadata_name(pack_size: int) -> str:
@@ -206,18 +260,76 @@ class HashingWriter(io.RawIOBase):
         return self._digest.hexdigest()
 
 
-def open_parquet_writer(path: Path | Any, *, ids_dtype: str = "int64") -> pq.ParquetWriter:
+#: The Parquet leaf path of the ``loss_mask`` list column. pyarrow's ``use_dictionary`` names leaf columns:
+#: ``["loss_mask"]`` matches nothing in a list column and silently writes the mask plain.
+LOSS_MASK_LEAF = "loss_mask.list.element"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParquetWriterOptions:
+    """How packed rows are encoded; fixed per output so the same rows give the same bytes.
+
+    - ``row_group_size``: rows per row group. Megatron-Bridge's reader decodes a whole row group for a
+      random access (and caches one), so smaller groups read faster at random and cost some file size.
+    - ``use_dictionary``: ``True`` (every column, pyarrow's default and what Bridge writes) or the leaf
+      paths that get dictionary pages.
+    - ``write_statistics``: min/max page statistics (Bridge writes them; no packed reader uses them).
+
+    >>> ParquetWriterOptions().writer_kwargs()["use_dictionary"]
+    ['loss_mask.list.element']
+    >>> ParquetWriterOptions(row_group_size=0)
+    Traceback (most recent call last):
+    ...
+    longpack.errors.PackedDataError: row_group_size must be a positive integer, got 0
+    """
+
+    row_group_size: int = BRIDGE_ROW_GROUP_SIZE
+    use_dictionary: bool | tuple[str, ...] = (LOSS_MASK_LEAF,)
+    write_statistics: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.row_group_size, int) or self.row_group_size < 1:
+            raise PackedDataError(f"row_group_size must be a positive integer, got {self.row_group_size!r}")
+
+    def writer_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``pyarrow.parquet.ParquetWriter`` (besides the schema)."""
+        use_dictionary: bool | list[str] = (
+            self.use_dictionary if isinstance(self.use_dictionary, bool) else list(self.use_dictionary)
+        )
+        return {
+            "compression": "snappy",
+            "use_dictionary": use_dictionary,
+            "write_statistics": self.write_statistics,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as the manifest records them."""
+        return {
+            "row_group_size": self.row_group_size,
+            "use_dictionary": self.use_dictionary
+            if isinstance(self.use_dictionary, bool)
+            else list(self.use_dictionary),
+            "write_statistics": self.write_statistics,
+            "compression": "snappy",
+        }
+
+
+#: What Megatron-Bridge's ``write_packed_parquet`` writes: ``pq.write_table(table, path, row_group_size=500)``
+#: with pyarrow's defaults (dictionary pages for every column, statistics, snappy).
+BRIDGE_WRITER_OPTIONS = ParquetWriterOptions(
+    row_group_size=BRIDGE_ROW_GROUP_SIZE, use_dictionary=True, write_statistics=True
+)
+
+
+def open_parquet_writer(
+    path: Path | Any, *, ids_dtype: str = "int64", options: ParquetWriterOptions | None = None
+) -> pq.ParquetWriter:
     """A writer with fixed options, so the same rows give the same bytes (``path``: a path or a binary file)."""
     from longpack.packed.rows import arrow_schema
 
-    # Dictionary pages only pay off for the 0/1 mask; token ids mostly fall back to plain after 1 MB anyway.
-    return pq.ParquetWriter(
-        path,
-        arrow_schema(ids_dtype),
-        compression="snappy",
-        use_dictionary=["loss_mask"],
-        write_statistics=False,
-    )
+    # By default dictionary pages only for the 0/1 mask: token ids mostly fall back to plain after 1 MB.
+    opts = options or ParquetWriterOptions()
+    return pq.ParquetWriter(path, arrow_schema(ids_dtype), **opts.writer_kwargs())
 
 
 # -- Megatron-Bridge's path rule ---------------------------------------------------------------------

@@ -5,10 +5,13 @@ runtime dataset and the THD collate all read through it. numpy + pyarrow only (n
 
 How a spec is opened:
 
-- **A folder** is read split by split: ``training_<N>*.idx.parquet`` and ``validation_<N>*.idx.parquet`` are
-  never mixed (Megatron-Bridge, given a folder, reads every ``*.parquet`` in it, both splits together).
-  The files of a split are the ones ``manifest.json`` lists. A folder without a manifest is an unfinished
-  ``longpack pack`` (the manifest is written last) and is refused unless ``allow_unfinished=True``.
+- **A folder** is read split by split: ``training_<N>*`` and ``validation_<N>*`` files (directly in the
+  folder, or in its ``validation/`` folder where ``longpack pack`` puts them) are never mixed
+  (Megatron-Bridge, given a folder, reads every ``*.parquet`` directly in it). The files of a split are the
+  ones ``manifest.json`` lists. A folder without a manifest is an unfinished ``longpack pack`` (the manifest
+  is written last) and is refused, unless ``allow_no_manifest=True`` (a folder Megatron-Bridge's prepare
+  step wrote: it writes no manifest) or ``allow_unfinished=True`` (read it and report what is missing).
+  The ``validation/`` folder itself opens as the validation split of its output folder.
 - **A file or a glob** names the files: they are resolved with Megatron-Bridge's own rule
   (:func:`~longpack.packed.files.resolve_packed_parquet_paths`: sorted glob, literal ``[``, missing = error) and
   read as named, so a glob reads what Bridge would read. Files Megatron-Bridge wrote carry no manifest; named
@@ -16,7 +19,8 @@ How a spec is opened:
   and the EOS id.
 
 Reading rows goes through a small per-format row source (:class:`ParquetRowSource`: whole row groups as
-flat Arrow offsets + values), so a second on-disk format can sit next to it (``PackedFolder.format``).
+flat Arrow offsets + values; :class:`NpyRowSource`: the ``.npy`` rows of released Bridge / NeMo 2 in
+groups of 500), chosen by ``PackedFolder.format`` (``parquet`` | ``npy``).
 
 >>> import tempfile
 >>> from longpack.packed.pipeline import PackSettings, Provenance, plan_splits, write_packed_output
@@ -31,6 +35,8 @@ flat Arrow offsets + values), so a second on-disk format can sit next to it (``P
 >>> folder = PackedFolder.open(out)
 >>> folder.split_names, folder.pack_size, folder.eos_id, [p.name for p in folder.files("validation")]
 (('training', 'validation'), 4, 2, ['validation_4.idx.parquet'])
+>>> PackedFolder.open(out / "validation").split_names
+('validation',)
 >>> folder.sample_lengths("training").tolist(), folder.validate(verify=True)
 ([2, 1], [])
 >>> PackedFolder.open(out, split="training").split_names
@@ -56,6 +62,7 @@ from longpack.packed.files import (
     REQUIRED_COLUMNS,
     ROW_GROUP_SIZE,
     SPLITS,
+    VALIDATION_DIR,
     is_parquet_name,
     metadata_name,
     resolve_packed_parquet_paths,
@@ -65,7 +72,9 @@ from longpack.packed.manifest import MANIFEST_NAME, PackManifest, SplitRecord
 from longpack.packed.plan import PackPlan, pack_metadata
 
 __all__ = [
+    "Alignment",
     "ListColumn",
+    "NpyRowSource",
     "PackedFolder",
     "PackedSplit",
     "ParquetRowSource",
@@ -77,7 +86,8 @@ __all__ = [
 ]
 
 _SHARD_RE = re.compile(
-    r"^(?P<split>[^_]+)_(?P<n>\d+)(?:\.part-(?P<part>\d+)-of-(?P<parts>\d+))?\.idx\.(?:parquet|pq)$", re.I
+    r"^(?P<split>[^_]+)_(?P<n>\d+)(?:\.part-(?P<part>\d+)-of-(?P<parts>\d+))?(?:\.idx\.(?:parquet|pq)|\.npy)$",
+    re.I,
 )
 _META_RE = re.compile(r"^(\d+)_metadata\.jsonl$")
 # Megatron-Bridge's default folder: <tok>_pad_seq_to_mult<P>_sft_<fp12>.
@@ -331,8 +341,79 @@ class ParquetRowSource:
         return {**self.__dict__, "_reader": None, "_pid": None}
 
 
-#: Row-source class of each on-disk format (a second format adds its class here).
-ROW_SOURCES: dict[str, type[ParquetRowSource]] = {"parquet": ParquetRowSource}
+class NpyRowSource:
+    """One packed ``.npy`` file (released Megatron-Bridge / NeMo 2): the whole file is loaded once per
+    process (a pickled array cannot be read in part), then served in groups of :data:`ROW_GROUP_SIZE` rows
+    with the interface of :class:`ParquetRowSource`."""
+
+    format: ClassVar[str] = "npy"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        rows = self._load()
+        self.num_rows = len(rows)
+        self.group_rows = tuple(
+            min(ROW_GROUP_SIZE, self.num_rows - g) for g in range(0, self.num_rows, ROW_GROUP_SIZE)
+        )
+
+    def _load(self) -> list[dict[str, Any]]:
+        from longpack.packed.npy import load_rows
+
+        rows = load_rows(self.path)
+        self._rows: list[dict[str, Any]] | None = rows
+        self._pid: int | None = os.getpid()
+        return rows
+
+    def group_start(self, group: int) -> int:
+        return group * ROW_GROUP_SIZE
+
+    def read_group(self, group: int, columns: Sequence[str] = REQUIRED_COLUMNS) -> dict[str, ListColumn]:
+        rows = self._rows if self._pid == os.getpid() and self._rows is not None else self._load()
+        first = self.group_start(group)
+        part = rows[first : first + self.group_rows[group]]
+        out = {}
+        for name in columns:
+            lists = [row[name] for row in part]
+            offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+            np.cumsum([len(x) for x in lists], out=offsets[1:])
+            flat = [v for x in lists for v in x]
+            try:
+                values = np.asarray(flat, dtype=np.int64) if flat else np.zeros(0, np.int64)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise PackedDataError(
+                    f"{self.path}: rows {first}-{first + len(part) - 1}: column {name!r} holds values that "
+                    f"are not integers ({exc}); {_DAMAGED}"
+                ) from exc
+            out[name] = ListColumn(offsets, values)
+        return out
+
+    def close(self) -> None:
+        self._rows = None
+        self._pid = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_rows": None, "_pid": None}
+
+
+RowSource = ParquetRowSource | NpyRowSource
+#: Row-source class of each on-disk format.
+ROW_SOURCES: dict[str, type[ParquetRowSource] | type[NpyRowSource]] = {
+    "parquet": ParquetRowSource,
+    "npy": NpyRowSource,
+}
+
+
+def is_data_name(name: str) -> bool:
+    """A packed data file name: Parquet (``.parquet``/``.pq``) or ``.npy``.
+
+    >>> [is_data_name(n) for n in ("a.idx.parquet", "b.npy", "8_metadata.jsonl")]
+    [True, True, False]
+    """
+    return is_parquet_name(name) or name.lower().endswith(".npy")
+
+
+def _format_of(name: str) -> str:
+    return "npy" if name.lower().endswith(".npy") else "parquet"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -400,13 +481,18 @@ class SplitScan:
 # The folder.
 
 
+def _base(name: str) -> str:
+    return name.rsplit("/", 1)[-1]
+
+
 def _split_of(name: str, known: Sequence[str]) -> str | None:
-    prefix = name.split("_", 1)[0]
-    return prefix if prefix in known and "_" in name else None
+    base = _base(name)
+    prefix = base.split("_", 1)[0]
+    return prefix if prefix in known and "_" in base else None
 
 
 def _pack_size_of(name: str) -> int | None:
-    m = _SHARD_RE.match(name)
+    m = _SHARD_RE.match(_base(name))
     return int(m.group("n")) if m else None
 
 
@@ -419,13 +505,26 @@ def _missing_parts(paths: Sequence[Path]) -> list[str]:
         if m and m.group("parts"):
             key = (m.group("split"), m.group("n"), int(m.group("parts")))
             have.setdefault(key, set()).add(int(m.group("part")))
-            suffix[key] = p.name[p.name.lower().rindex(".idx.") :]
+            lowered = p.name.lower()
+            suffix[key] = (
+                p.name[lowered.rindex(".idx.") :] if ".idx." in lowered else p.name[lowered.rindex(".") :]
+            )
     missing = []
     for (split, n, parts), found in sorted(have.items()):
         for i in range(parts):
             if i not in found:
                 missing.append(f"{split}_{n}.part-{i:05d}-of-{parts:05d}{suffix[(split, n, parts)]}")
     return missing
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alignment:
+    """What rows must be collated with: pack size (the collate's ``max_seq_length``), ``pad_seq_to_mult`` and
+    the EOS id (also the pad id). Recorded with the data (``manifest.json``, ``bridge_config.yaml``)."""
+
+    pack_size: int
+    pad_seq_to_mult: int
+    eos_id: int
 
 
 class PackedFolder:
@@ -459,8 +558,9 @@ class PackedFolder:
         self._on_disk: dict[str, list[str]] = {}
         self._pack_size_from_names: int | None = None
         self._allow_unfinished = False
+        self._allow_no_manifest = False
         self._problems: list[str] = []
-        self._sources: dict[Path, ParquetRowSource] = {}
+        self._sources: dict[Path, RowSource] = {}
         self._scans: dict[str, SplitScan] = {}
 
     # -- opening ------------------------------------------------------------------------------------
@@ -471,6 +571,7 @@ class PackedFolder:
         *,
         split: str | None = None,
         allow_unfinished: bool = False,
+        allow_no_manifest: bool = False,
         pack_size: int | None = None,
     ) -> PackedFolder:
         """Open packed data; raise :class:`PackedDataError` if it cannot be read.
@@ -480,14 +581,34 @@ class PackedFolder:
           Named files whose names carry no split form the split ``"files"``.
         - ``allow_unfinished``: open a folder without ``manifest.json``, or with missing shards, and report
           that in :meth:`validate` instead of refusing it (``longpack inspect`` does).
+        - ``allow_no_manifest``: read a folder without ``manifest.json`` as Megatron-Bridge wrote it (its
+          prepare step writes none): no complaint about the manifest; missing shards are still refused.
         - ``pack_size``: the pack size expected; picks among several ``<N>_metadata.jsonl`` (and shard sets
           ``<split>_<N>*``) in a Megatron-Bridge folder that holds more than one.
         """
         self = cls()
         self._allow_unfinished = allow_unfinished
+        self._allow_no_manifest = allow_no_manifest
         globbed = False
         if isinstance(spec, str | os.PathLike):
             self.spec = os.fspath(spec)
+            spec_path = Path(self.spec)
+            if (
+                spec_path.is_dir()
+                and spec_path.name == VALIDATION_DIR
+                and (spec_path.parent / MANIFEST_NAME).is_file()
+                and split in (None, "validation")
+            ):
+                # <out>/validation: the validation split of that output folder.
+                parent = cls.open(
+                    spec_path.parent,
+                    split="validation",
+                    allow_unfinished=allow_unfinished,
+                    allow_no_manifest=allow_no_manifest,
+                    pack_size=pack_size,
+                )
+                parent.spec = self.spec
+                return parent
             if os.path.isdir(self.spec):
                 self.kind, self.root = "folder", Path(self.spec)
             else:
@@ -501,14 +622,24 @@ class PackedFolder:
         if self.kind == "files":
             parents = {p.parent for p in self._named}
             self.root = parents.pop() if len(parents) == 1 else None
+            if (
+                self.root is not None
+                and self.root.name == VALIDATION_DIR
+                and (self.root.parent / MANIFEST_NAME).is_file()
+            ):
+                self.root = self.root.parent  # files of <out>/validation: the manifest is one level up
         self.manifest = self._read_manifest()
         if self.manifest is not None:
             self._known = list(dict.fromkeys([*self.manifest.split_names, *SPLITS]))
         if self.root is not None:
             self._names = sorted(p.name for p in self.root.iterdir() if p.is_file())
+            sub = self.root / VALIDATION_DIR
+            if sub.is_dir():
+                self._names += sorted(f"{VALIDATION_DIR}/{p.name}" for p in sub.iterdir() if p.is_file())
         for name in self._names:
-            if is_parquet_name(name) and not name.startswith(".") and (s := _split_of(name, self._known)):
+            if is_data_name(name) and not _base(name).startswith(".") and (s := _split_of(name, self._known)):
                 self._on_disk.setdefault(s, []).append(name)
+        self.format = self._detect_format()
         if self.kind == "folder":
             self._open_folder(pack_size)
         else:
@@ -523,14 +654,37 @@ class PackedFolder:
             self.splits = {split: self.splits[split]}
         for opened in self.splits.values():
             for path in opened.files:
-                self._sources.setdefault(path, ROW_SOURCES[self.format](path))
+                self._sources.setdefault(path, ROW_SOURCES[_format_of(path.name)](path))
         return self
 
+    def _detect_format(self) -> str:
+        if self.manifest is not None:
+            return self.manifest.output_format
+        names = (
+            [p.name for p in self._named] if self.kind == "files" else list(self._on_disk.get("training", ()))
+        )
+        names = names or [n for ns in self._on_disk.values() for n in ns]
+        formats = {_format_of(n) for n in names}
+        return formats.pop() if len(formats) == 1 else "parquet"
+
+    def rel(self, path: Path) -> str:
+        """A data file's name relative to the output folder (how the manifest names it)."""
+        if self.root is not None:
+            try:
+                return path.relative_to(self.root).as_posix()
+            except ValueError:
+                pass
+        return path.name
+
     def _resolve_named(self, text: str) -> list[str]:
+        if text.lower().endswith(".npy"):
+            if not os.path.isfile(text):
+                raise PackedDataError(f"packed data {text}: no such file")
+            return [text]
         if not os.path.exists(text) and not any(ch in text for ch in "*?[") and not is_parquet_name(text):
             raise PackedDataError(
                 f"packed data {text}: no such file or folder; point at the folder `longpack pack` wrote, "
-                "one of its .idx.parquet files, or a glob of shards"
+                "one of its .idx.parquet / .npy files, or a glob of shards"
             )
         found = resolve_packed_parquet_paths(text)
         if not found:
@@ -558,10 +712,10 @@ class PackedFolder:
     def _open_folder(self, pack_size_hint: int | None) -> None:
         assert self.root is not None
         root, manifest = self.root, self.manifest
-        parquet = [n for n in self._names if is_parquet_name(n) and not n.startswith(".")]
+        parquet = [n for n in self._names if is_data_name(n) and not _base(n).startswith(".")]
         if manifest is None and not parquet:
             raise PackedDataError(
-                f"packed data {root}: no *.parquet files and no {MANIFEST_NAME}; point at the folder "
+                f"packed data {root}: no *.parquet / *.npy files and no {MANIFEST_NAME}; point at the folder "
                 "`longpack pack` (or Megatron-Bridge) wrote"
             )
         if manifest is not None:
@@ -570,7 +724,7 @@ class PackedFolder:
                 for path in listed:
                     if not path.is_file():
                         self._refuse_or_note(
-                            f"{name}: the manifest lists {path.name} but it is missing", _DAMAGED
+                            f"{name}: the manifest lists {self.rel(path)} but it is missing", _DAMAGED
                         )
                 if present := tuple(p for p in listed if p.is_file()):
                     self.splits[name] = PackedSplit(name=name, files=present, record=record)
@@ -582,12 +736,14 @@ class PackedFolder:
                     )
         else:
             example = f"{root}/training_*.idx.parquet" if "training" in self._on_disk else f"{root}/*.parquet"
-            self._refuse_or_note(
-                f"no {MANIFEST_NAME}: this output is unfinished (an interrupted or still-running `longpack "
-                "pack`)",
-                "pack it again into a fresh folder; to read files Megatron-Bridge wrote (it writes no "
-                f"manifest), name them with a glob such as {example}",
-            )
+            if not self._allow_no_manifest:
+                self._refuse_or_note(
+                    f"no {MANIFEST_NAME}: this output is unfinished (an interrupted or still-running `longpack "
+                    "pack`)",
+                    "pack it again into a fresh folder; a folder Megatron-Bridge's prepare step wrote has no "
+                    "manifest: pass --no-manifest-ok (allow_no_manifest=True) to read it, or name its files "
+                    f"with a glob such as {example}",
+                )
             # A Megatron-Bridge folder holds one shard set per pack size: read one of them.
             sizes = sorted({n for names in self._on_disk.values() for x in names if (n := _pack_size_of(x))})
             if pack_size_hint in sizes or len(sizes) == 1:
@@ -694,7 +850,7 @@ class PackedFolder:
             f"{self.spec} holds {held}; a reader takes one split: pass split='training' or split='validation'"
         )
 
-    def sources(self, split: str | None = None) -> list[ParquetRowSource]:
+    def sources(self, split: str | None = None) -> list[RowSource]:
         """The row source of each file of :meth:`files` (footers already read)."""
         return [self._sources[p] for p in self.files(split)]
 
@@ -733,6 +889,58 @@ class PackedFolder:
         """The tokenizer's EOS id (also the pad id), from the manifest."""
         return None if self.manifest is None else self.manifest.eos_id
 
+    def alignment(
+        self, *, pack_size: int | None = None, pad_seq_to_mult: int | None = None, eos_id: int | None = None
+    ) -> Alignment:
+        """The alignment to collate with: what the data records, a given value where nothing is recorded;
+        a given value that contradicts the record is refused (the batch would not be the one Bridge builds
+        from these files, or Bridge would read them with the wrong layout).
+
+        >>> import tempfile
+        >>> from longpack.packed.pipeline import PackSettings, Provenance, plan_splits, write_packed_output
+        >>> from longpack.samples import TokenizedSamples
+        >>> s = TokenizedSamples(tokens=np.array([5, 6, 2, 7, 2]), loss_mask=np.ones(5, np.uint8),
+        ...     offsets=np.array([0, 3, 5]), source_file=np.zeros(2, np.int32), source_row=np.array([1, 2]),
+        ...     files=("a",))
+        >>> out = Path(tempfile.mkdtemp()) / "p"
+        >>> _ = write_packed_output(out, plan_splits(s, PackSettings(seq_length=4, pad_seq_to_mult=2), eos_id=2),
+        ...                         PackSettings(seq_length=4, pad_seq_to_mult=2), Provenance())
+        >>> PackedFolder.open(out).alignment()
+        Alignment(pack_size=4, pad_seq_to_mult=2, eos_id=2)
+        >>> PackedFolder.open(out).alignment(pad_seq_to_mult=1)
+        Traceback (most recent call last):
+        ...
+        longpack.errors.PackedDataError: pad_seq_to_mult 1 given, but the data was packed with pad_seq_to_mult=2 (manifest.json); drop it or pass 2
+        """
+        values: dict[str, int | None] = {}
+        for name, given, recorded in (
+            ("pack_size", pack_size, self.pack_size),
+            ("pad_seq_to_mult", pad_seq_to_mult, self.pad_seq_to_mult),
+            ("eos_id", eos_id, self.eos_id),
+        ):
+            if given is not None and recorded is not None and given != recorded:
+                where = "manifest.json" if self.manifest is not None else "the file and folder names"
+                raise PackedDataError(
+                    f"{name} {given} given, but the data was packed with {name}={recorded} ({where}); drop it "
+                    f"or pass {recorded}",
+                    fields=name,
+                )
+            values[name] = recorded if given is None else given
+        if values["pad_seq_to_mult"] is None:
+            values["pad_seq_to_mult"] = 1
+        missing = [k for k in ("pack_size", "eos_id") if values[k] is None]
+        if missing:
+            raise PackedDataError(
+                f"{self.spec}: the data records no {' and no '.join(missing)} (no manifest.json); pass "
+                f"{' and '.join(missing)}",
+                fields=tuple(missing),
+            )
+        return Alignment(
+            pack_size=int(values["pack_size"] or 0),
+            pad_seq_to_mult=int(values["pad_seq_to_mult"] or 1),
+            eos_id=int(values["eos_id"] or 0),
+        )
+
     def _split(self, name: str) -> PackedSplit:
         if name not in self.splits:
             raise PackedDataError(
@@ -749,6 +957,11 @@ class PackedFolder:
             return cached
         s = self._split(split)
         pack_size, multiple = self.pack_size, self.pad_seq_to_mult or 1
+        settings = self.manifest.settings if self.manifest is not None else {}
+        group_limit = int(settings.get("row_group_size") or ROW_GROUP_SIZE)
+        # One-token samples (runtime length 0) are Bridge's: its prepare step keeps them, and so does
+        # ``longpack pack --compat megatron-bridge``; elsewhere one is a packing bug.
+        allow_empty = self.manifest is None or bool(settings.get("keep_single_token"))
         columns = REQUIRED_COLUMNS if verify else ("loss_mask", "seq_start_id")
         stored, per_row, runtime, problems = [], [], [], []
         supervised = 0
@@ -767,17 +980,26 @@ class PackedFolder:
                 runtime.append(seg)
                 supervised += int(np.count_nonzero(mask.values))  # positions that train (0/1 mask)
                 if verify:
-                    where = f"{path.name} row group {group}"
+                    where = f"{self.rel(path)} row group {group}"
                     problems += _group_problems(
-                        where, first, row_len, mask, starts_col.offsets, starts, seg, pack_size, multiple
+                        where,
+                        first,
+                        row_len,
+                        mask,
+                        starts_col.offsets,
+                        starts,
+                        seg,
+                        pack_size,
+                        multiple,
+                        allow_empty=allow_empty,
                     )
-                    if n > ROW_GROUP_SIZE:
-                        problems.append(f"{where}: {n} rows > row group size {ROW_GROUP_SIZE}")
+                    if n > group_limit and source.format == "parquet":
+                        problems.append(f"{where}: {n} rows > row group size {group_limit}")
                 first += n
         empty = np.zeros(0, np.int64)
         scan = SplitScan(
             name=split,
-            files=tuple(p.name for p in s.files),
+            files=tuple(self.rel(p) for p in s.files),
             file_rows=tuple(self._sources[p].num_rows for p in s.files),
             row_stored=np.concatenate(stored).astype(np.int64) if stored else empty,
             samples_per_row=np.concatenate(per_row).astype(np.int64) if per_row else empty,
@@ -836,12 +1058,12 @@ class PackedFolder:
                 problems.append(f"{s.name}: manifest lists files {listed}, folder holds {held}")
         by_name = {f.name: f for f in record.files}
         for path in s.files:
-            entry = by_name.get(path.name)
+            entry = by_name.get(self.rel(path))
             if entry is None:
-                problems.append(f"{s.name}: {path.name} is not listed in the manifest")
+                problems.append(f"{s.name}: {self.rel(path)} is not listed in the manifest")
             elif path.stat().st_size != entry.size_bytes or sha256_file(path) != entry.sha256:
-                problems.append(f"{s.name}: {path.name} differs from the manifest (size or sha256)")
-        if self.kind == "files" and set(by_name) != {p.name for p in s.files}:
+                problems.append(f"{s.name}: {self.rel(path)} differs from the manifest (size or sha256)")
+        if self.kind == "files" and set(by_name) != {self.rel(p) for p in s.files}:
             return problems  # a subset of the split was named: its counts are not the split's
         for what, expected, found in (
             ("rows", record.rows, scan.rows),
@@ -894,8 +1116,11 @@ def _group_problems(
     seg_runtime: np.ndarray,
     pack_size: int | None,
     multiple: int,
+    *,
+    allow_empty: bool = False,
 ) -> list[str]:
-    """Every check ``inspect --verify`` runs on one row group; rows are numbered within the file."""
+    """Every check ``inspect --verify`` runs on one row group; rows are numbered within the file.
+    ``allow_empty``: a one-token sample (runtime length 0) is not a problem (Megatron-Bridge keeps them)."""
     problems = [
         f"{where}: row {first_row + r}: {message}"
         for r, message in _row_checks(row_len, mask.lengths, start_offsets, starts)
@@ -904,9 +1129,10 @@ def _group_problems(
         return problems
     n_starts = np.diff(start_offsets)
     row_of = np.repeat(np.arange(len(n_starts)), n_starts)
-    if (seg_runtime < 1).any():
-        r = int(row_of[np.flatnonzero(seg_runtime < 1)[0]])
-        problems.append(f"{where}: row {first_row + r} has a sample whose runtime length is < 1")
+    lowest = 0 if allow_empty else 1
+    if (seg_runtime < lowest).any():
+        r = int(row_of[np.flatnonzero(seg_runtime < lowest)[0]])
+        problems.append(f"{where}: row {first_row + r} has a sample whose runtime length is < {lowest}")
     if multiple > 1 and (seg_runtime % multiple).any():
         r = int(row_of[np.flatnonzero(seg_runtime % multiple)[0]])
         problems.append(

@@ -47,7 +47,9 @@ def text_histogram(
     return lines
 
 
-def inspect_output(out_dir: str | Path, *, verify: bool = False) -> dict[str, Any]:
+def inspect_output(
+    out_dir: str | Path, *, verify: bool = False, no_manifest_ok: bool = False
+) -> dict[str, Any]:
     """Summary of a packed output folder (and, with ``verify``, every check); JSON-ready.
 
     ``result["finished"]`` is False when the manifest is missing (an interrupted or running job);
@@ -69,11 +71,14 @@ def inspect_output(out_dir: str | Path, *, verify: bool = False) -> dict[str, An
     out = Path(out_dir)
     if not out.is_dir():
         raise PackedDataError(f"{out} is not a folder; point at the output folder of `longpack pack`")
-    folder = PackedFolder.open(out, allow_unfinished=True)
+    # A folder without a manifest reads as unfinished (a problem), unless it is declared Bridge's own.
+    folder = PackedFolder.open(out, allow_unfinished=True, allow_no_manifest=no_manifest_ok)
     manifest = folder.manifest
     result: dict[str, Any] = {
         "folder": str(out),
         "finished": folder.finished,
+        "no_manifest_ok": no_manifest_ok,
+        "format": folder.format,
         "settings": dict(manifest.settings) if manifest is not None else {},
         "splits": {},
     }

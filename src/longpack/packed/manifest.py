@@ -189,6 +189,10 @@ class PackManifest:
     splits: dict[str, SplitRecord] = field(default_factory=dict)
     metadata_file: dict[str, Any] = field(default_factory=dict)
     megatron_bridge: dict[str, Any] = field(default_factory=dict)
+    #: What a reader must collate with: ``pack_size``, ``pad_seq_to_mult``, ``eos_id``.
+    alignment: dict[str, Any] = field(default_factory=dict)
+    #: The written ``bridge_config.yaml``: ``name``, ``sha256``, ``api``, ``options``.
+    bridge_config: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     _KEYS = (
@@ -202,23 +206,31 @@ class PackManifest:
         "splits",
         "metadata_file",
         "megatron_bridge",
+        "alignment",
+        "bridge_config",
     )
 
     # -- what readers need most ---------------------------------------------------------------------
+    def _recorded(self, key: str, fallback: Mapping[str, Any]) -> int | None:
+        value = self.alignment.get(key, fallback.get(key))
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
     @property
     def pack_size(self) -> int | None:
-        value = self.settings.get("pack_size")
-        return int(value) if isinstance(value, int) else None
+        return self._recorded("pack_size", self.settings)
 
     @property
     def pad_seq_to_mult(self) -> int | None:
-        value = self.settings.get("pad_seq_to_mult")
-        return int(value) if isinstance(value, int) else None
+        return self._recorded("pad_seq_to_mult", self.settings)
 
     @property
     def eos_id(self) -> int | None:
-        value = self.tokenizer.get("eos_id")
-        return int(value) if isinstance(value, int) else None
+        return self._recorded("eos_id", self.tokenizer)
+
+    @property
+    def output_format(self) -> str:
+        """``parquet`` or ``npy`` (older manifests: ``parquet``)."""
+        return str(self.settings.get("output_format", "parquet"))
 
     @property
     def split_names(self) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -23,15 +23,20 @@ from longpack.errors import OutputExistsError as _OutputExistsError
 from longpack.outputs import OutputLock, check_output_dir, output_write_errors
 from longpack.packed.align import DEFAULT_OVERLENGTH, OVERLENGTH_POLICIES, AlignedSamples, align_samples
 from longpack.packed.files import (
-    ROW_GROUP_SIZE,
+    BRIDGE_ROW_GROUP_SIZE,
+    BRIDGE_WRITER_OPTIONS,
+    VALIDATION_DIR,
     HashingWriter,
+    ParquetWriterOptions,
     atomic_write_bytes,
     commit_file,
+    default_row_group_size,
     default_rows_per_shard,
     metadata_name,
     open_parquet_writer,
     sha256_file,
     shard_names,
+    split_relpath,
     split_spec,
     temp_path,
 )
@@ -52,6 +57,11 @@ if TYPE_CHECKING:
     from longpack.balance import BalanceTarget
 
 IDS_DTYPES = ("int64", "int32")
+#: On-disk formats: ``parquet`` (Megatron-Bridge main's packed Parquet) and ``npy`` (the pickled object array
+#: of row dicts that released Megatron-Bridge <= 0.3 and NeMo 2 read).
+OUTPUT_FORMATS = ("parquet", "npy")
+#: ``compat`` presets: settings under which the output is byte-identical to the named tool's own prepare step.
+COMPAT_MODES = ("megatron-bridge",)
 # Entries listed one by one in the manifest; beyond this, counts only: ``<kind>_listed`` /
 # ``<kind>_unlisted`` say how many of ``<kind>_count`` the list holds (the CLI says so).
 MAX_LISTED = 100_000
@@ -92,8 +102,51 @@ class PackSettings:
     #: ``int32`` (its reader accepts any integer type; encodes ~2x faster). ``int32`` needs a
     #: vocabulary that fits in int32 (:func:`check_ids_dtype`).
     ids_dtype: str = "int64"
+    #: ``parquet`` (Bridge main) or ``npy`` (Bridge <= 0.3, NeMo 2; one file per split, no shards).
+    output_format: str = "parquet"
+    #: Rows per Parquet row group (``None``: about 65,536 tokens per group, 1..500 rows; see
+    #: ``longpack.packed.files.default_row_group_size``).
+    row_group_size: int | None = None
+    #: ``"megatron-bridge"``: keep one-token samples and write with Bridge's Parquet options, so that with
+    #: ``first_fit_shuffle`` the files are byte-identical to Bridge's prepare step on the same samples.
+    compat: str | None = None
 
     def __post_init__(self) -> None:
+        if self.output_format not in OUTPUT_FORMATS:
+            raise ConfigError(
+                f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {self.output_format!r}",
+                fields="output_format",
+            )
+        if self.row_group_size is not None and (
+            not isinstance(self.row_group_size, int) or self.row_group_size < 1
+        ):
+            raise ConfigError(
+                f"row_group_size must be a positive integer, got {self.row_group_size!r}",
+                fields="row_group_size",
+            )
+        if self.compat is not None:
+            if self.compat not in COMPAT_MODES:
+                raise ConfigError(
+                    f"compat must be one of {', '.join(COMPAT_MODES)} or None, got {self.compat!r}",
+                    fields="compat",
+                )
+            if self.algorithm != MEGATRON_ALGORITHM:
+                raise ConfigError(
+                    f"compat {self.compat} packs with {MEGATRON_ALGORITHM} (Bridge's algorithm), got algorithm "
+                    f"{self.algorithm!r}; drop algorithm",
+                    fields=("compat", "algorithm"),
+                )
+            if self.row_group_size not in (None, BRIDGE_ROW_GROUP_SIZE):
+                raise ConfigError(
+                    f"compat {self.compat} writes Bridge's {BRIDGE_ROW_GROUP_SIZE}-row groups; drop "
+                    f"row_group_size {self.row_group_size}",
+                    fields=("compat", "row_group_size"),
+                )
+            if self.rows_per_shard is not None:
+                raise ConfigError(
+                    f"compat {self.compat} writes one file per split, as Bridge does; drop rows_per_shard",
+                    fields=("compat", "rows_per_shard"),
+                )
         if self.ids_dtype not in IDS_DTYPES:
             raise ConfigError(
                 f"ids_dtype must be one of {', '.join(IDS_DTYPES)}, got {self.ids_dtype!r}",
@@ -137,8 +190,25 @@ class PackSettings:
         return self.seq_length if self.pack_size is None else self.pack_size
 
     @property
-    def resolved_rows_per_shard(self) -> int:
+    def resolved_rows_per_shard(self) -> int | None:
+        """Rows per shard; ``None`` = one file per split (the npy format and the compat mode)."""
+        if self.output_format == "npy" or self.compat is not None:
+            return None
         return self.rows_per_shard or default_rows_per_shard(self.resolved_pack_size)
+
+    @property
+    def writer_options(self) -> ParquetWriterOptions:
+        """The Parquet encoding options (Bridge's own in compat mode)."""
+        if self.compat is not None:
+            return BRIDGE_WRITER_OPTIONS
+        return ParquetWriterOptions(
+            row_group_size=self.row_group_size or default_row_group_size(self.resolved_pack_size)
+        )
+
+    @property
+    def keep_single_token(self) -> bool:
+        """Whether one-token samples (runtime length 0) are packed, as Megatron-Bridge does (compat mode)."""
+        return self.compat is not None
 
 
 def check_ids_dtype(ids_dtype: str, vocab_size: int | None) -> None:
@@ -232,6 +302,7 @@ def plan_split(
             pad_seq_to_mult=settings.pad_seq_to_mult,
             eos_id=eos_id,
             overlength=settings.overlength,
+            keep_single_token=settings.keep_single_token,
         )
     if len(aligned) == 0:
         raise InputError(
@@ -282,6 +353,7 @@ def plan_splits(
         pad_seq_to_mult=settings.pad_seq_to_mult,
         eos_id=eos_id,
         overlength=settings.overlength,
+        keep_single_token=settings.keep_single_token,
     )
     if settings.val_fraction == 0:
         return [plan_split("training", train, settings, eos_id=eos_id, aligned=aligned)]
@@ -347,7 +419,7 @@ def _prepare_out_dir(out_dir: Path, overwrite: bool, *, dry_run: bool = False) -
             )
         if not out_dir.is_dir():
             raise OutputExistsError(f"out {out_dir} exists and is not a folder", fields="out")
-        foreign = sorted(p.name for p in out_dir.iterdir() if not (p.is_file() and _is_ours(p.name)))
+        foreign = sorted(p.name for p in out_dir.iterdir() if not _is_ours_path(p))
         if foreign:
             shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
             raise OutputExistsError(
@@ -360,31 +432,50 @@ def _prepare_out_dir(out_dir: Path, overwrite: bool, *, dry_run: bool = False) -
         # Manifest first: from here on the folder reads as unfinished.
         (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
         for p in out_dir.iterdir():
-            p.unlink()
+            if p.is_dir():
+                for q in p.iterdir():
+                    q.unlink()
+                p.rmdir()
+            else:
+                p.unlink()
     if not dry_run:
         out_dir.mkdir(parents=True, exist_ok=True)
 
 
 def _is_ours(name: str) -> bool:
+    from longpack.packed.bridge_config import BRIDGE_CONFIG_NAME
+
     return (
-        name == MANIFEST_NAME
-        or name.endswith(("_metadata.jsonl", ".idx.parquet"))
+        name in (MANIFEST_NAME, BRIDGE_CONFIG_NAME)
+        or name.endswith(("_metadata.jsonl", ".idx.parquet", ".npy"))
         or (name.startswith(".") and ".tmp-" in name)
     )
 
 
+def _is_ours_path(path: Path) -> bool:
+    """A file longpack writes, or the validation folder holding only such files."""
+    if path.is_dir() and not path.is_symlink():
+        return path.name == VALIDATION_DIR and all(q.is_file() and _is_ours(q.name) for q in path.iterdir())
+    return path.is_file() and _is_ours(path.name)
+
+
 def shard_layout(split_name: str, num_rows: int, settings: PackSettings) -> list[tuple[str, int, int]]:
-    """``(file name, first row, end row)`` of every shard of a split with ``num_rows`` rows.
+    """``(file name relative to the output folder, first row, end row)`` of every shard of a split.
 
     >>> shard_layout("training", 1200, PackSettings(seq_length=8, rows_per_shard=500))  # doctest: +NORMALIZE_WHITESPACE
     [('training_8.part-00000-of-00003.idx.parquet', 0, 500), ('training_8.part-00001-of-00003.idx.parquet', 500, 1000),
      ('training_8.part-00002-of-00003.idx.parquet', 1000, 1200)]
+    >>> shard_layout("validation", 1200, PackSettings(seq_length=8, output_format="npy"))
+    [('validation/validation_8.npy', 0, 1200)]
     """
-    rows_per_shard = settings.resolved_rows_per_shard
+    rows_per_shard = settings.resolved_rows_per_shard or max(1, num_rows)
     num_shards = max(1, -(-num_rows // rows_per_shard))
-    names = shard_names(split_name, settings.resolved_pack_size, num_shards)
+    names = shard_names(
+        split_name, settings.resolved_pack_size, num_shards, output_format=settings.output_format
+    )
     return [
-        (names[i], i * rows_per_shard, min(num_rows, (i + 1) * rows_per_shard)) for i in range(num_shards)
+        (split_relpath(split_name, names[i]), i * rows_per_shard, min(num_rows, (i + 1) * rows_per_shard))
+        for i in range(num_shards)
     ]
 
 
@@ -397,13 +488,19 @@ def write_shard_file(
     progress: Callable[[int], None] | None = None,
     *,
     ids_dtype: str = "int64",
+    options: ParquetWriterOptions | None = None,
+    name: str | None = None,
 ) -> dict[str, Any]:
-    """Write rows ``lo:hi`` of ``plan`` to one Parquet file atomically, 500-row groups counted from ``lo``;
-    return its manifest record (``name``, ``rows``, ``stored_tokens``, ``size_bytes``, ``sha256``).
+    """Write rows ``lo:hi`` of ``plan`` to one Parquet file atomically, row groups of
+    ``options.row_group_size`` rows counted from ``lo``; return its manifest record (``name``, ``rows``,
+    ``stored_tokens``, ``size_bytes``, ``sha256``; ``name`` defaults to the file's name).
     ``ids_dtype`` is the Parquet type of ``input_ids`` (``int64`` or ``int32``)."""
+    opts = options or ParquetWriterOptions()
+    group_size = opts.row_group_size
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(path)
     tokens = 0
-    groups = [(start, min(hi, start + ROW_GROUP_SIZE)) for start in range(lo, hi, ROW_GROUP_SIZE)]
+    groups = [(start, min(hi, start + group_size)) for start in range(lo, hi, group_size)]
 
     def fill(start: int, stop: int) -> PackedRows:
         return fill_rows(aligned, plan, start, stop, ids_dtype=ids_dtype)
@@ -416,14 +513,14 @@ def write_shard_file(
             # Hashing and writing the file overlap with the encoding of the next pages (own thread).
             sink = HashingWriter(raw, background=True)
             try:
-                with open_parquet_writer(sink, ids_dtype=ids_dtype) as writer:
+                with open_parquet_writer(sink, ids_dtype=ids_dtype, options=opts) as writer:
                     pending = filler.submit(fill, *groups[0]) if groups else None
                     for k, (start, stop) in enumerate(groups):
                         assert pending is not None
                         rows = pending.result()
                         pending = filler.submit(fill, *groups[k + 1]) if k + 1 < len(groups) else None
                         tokens += len(rows.input_ids)
-                        writer.write_table(rows.to_arrow(), row_group_size=ROW_GROUP_SIZE)
+                        writer.write_table(rows.to_arrow(), row_group_size=group_size)
                         del rows
                         if progress is not None:
                             progress(stop - start)
@@ -435,11 +532,75 @@ def write_shard_file(
         filler.shutdown(wait=True, cancel_futures=True)
         tmp.unlink(missing_ok=True)
     return {
-        "name": path.name,
+        "name": path.name if name is None else name,
         "rows": hi - lo,
         "stored_tokens": tokens,
         "size_bytes": path.stat().st_size,
         "sha256": sink.hexdigest(),
+    }
+
+
+def write_npy_file(
+    path: Path,
+    aligned: AlignedSamples,
+    plan: PackPlan,
+    progress: Callable[[int], None] | None = None,
+    *,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """Write every row of ``plan`` to one ``.npy`` file atomically, as released Megatron-Bridge (<= 0.3) and
+    NeMo 2 read packed data: ``np.save`` of a list of ``{"input_ids", "loss_mask", "seq_start_id"}`` dicts
+    of Python int lists (a pickled 1-D object array). Returns the file's manifest record.
+
+    >>> import tempfile
+    >>> s = TokenizedSamples(tokens=np.array([5, 6, 2, 7, 2], np.int32),
+    ...     loss_mask=np.array([0, 1, 1, 1, 1], np.uint8), offsets=np.array([0, 3, 5]),
+    ...     source_file=np.zeros(2, np.int32), source_row=np.array([1, 2]), files=("a",))
+    >>> split = plan_split("training", s, PackSettings(seq_length=4), eos_id=2)
+    >>> p = Path(tempfile.mkdtemp()) / "training_4.npy"
+    >>> write_npy_file(p, split.aligned, split.plan)["rows"]
+    1
+    >>> np.load(p, allow_pickle=True)[0]  # our own file; never allow_pickle on data you did not write
+    {'input_ids': [5, 6, 2, 7, 2], 'loss_mask': [1, 1, 0, 1, 0], 'seq_start_id': [0, 3]}
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(path)
+    rows: list[dict[str, list[int]]] = []
+    tokens = 0
+    step = BRIDGE_ROW_GROUP_SIZE
+    for start in range(0, plan.num_rows, step):
+        stop = min(plan.num_rows, start + step)
+        packed = fill_rows(aligned, plan, start, stop)
+        ids, mask = packed.input_ids.tolist(), packed.loss_mask.tolist()
+        starts, ro, so = (
+            packed.seq_start_id.tolist(),
+            packed.row_offsets.tolist(),
+            packed.start_offsets.tolist(),
+        )
+        for r in range(stop - start):
+            rows.append(
+                {
+                    "input_ids": ids[ro[r] : ro[r + 1]],
+                    "loss_mask": mask[ro[r] : ro[r + 1]],
+                    "seq_start_id": starts[so[r] : so[r + 1]],
+                }
+            )
+        tokens += len(ids)
+        if progress is not None:
+            progress(stop - start)
+    from longpack.packed.npy import save_rows
+
+    try:
+        save_rows(tmp, rows)
+        commit_file(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {
+        "name": path.name if name is None else name,
+        "rows": plan.num_rows,
+        "stored_tokens": tokens,
+        "size_bytes": path.stat().st_size,
+        "sha256": sha256_file(path),
     }
 
 
@@ -455,14 +616,26 @@ def write_split_files(
 
     Shards are independent files, so up to ``threads`` of them (default: cores, at most 4) are written at
     once: the numba fill and pyarrow's encoder both run without the GIL. The bytes do not depend on it.
+    The npy format writes one file per split.
     """
     layout = shard_layout(split.name, split.plan.num_rows, settings)
     num_shards = len(layout)
+    if settings.output_format == "npy":
+        name = layout[0][0]
+        return [write_npy_file(out_dir / name, split.aligned, split.plan, progress, name=name)]
 
     def write_shard(shard: int) -> dict[str, Any]:
         name, lo, hi = layout[shard]
         return write_shard_file(
-            out_dir / name, split.aligned, split.plan, lo, hi, progress, ids_dtype=settings.ids_dtype
+            out_dir / name,
+            split.aligned,
+            split.plan,
+            lo,
+            hi,
+            progress,
+            ids_dtype=settings.ids_dtype,
+            options=settings.writer_options,
+            name=name,
         )
 
     n_threads = min(num_shards, threads or min(4, os.cpu_count() or 1))
@@ -496,8 +669,10 @@ def write_packed_output(
     *,
     overwrite: bool = False,
     progress: Callable[[int], None] | None = None,
+    handoff: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write shards, ``<N>_metadata.jsonl`` and, last, ``manifest.json``; return the manifest.
+    """Write shards, ``<N>_metadata.jsonl``, ``bridge_config.yaml`` and, last, ``manifest.json``; return the
+    manifest (``handoff``: see :func:`finish_packed_output`).
 
     Same splits, settings and provenance give byte-identical files (nothing time- or host-dependent is
     written).
@@ -509,8 +684,9 @@ def write_packed_output(
     >>> settings = PackSettings(seq_length=4)
     >>> out = Path(tempfile.mkdtemp()) / "packed"
     >>> m = write_packed_output(out, plan_splits(s, settings, eos_id=2), settings, Provenance())
-    >>> sorted(p.name for p in out.iterdir()), m["megatron_bridge"]["packed_train_data_path"]
-    (['4_metadata.jsonl', 'manifest.json', 'training_4.idx.parquet'], 'training_4.idx.parquet')
+    >>> sorted(p.name for p in out.iterdir()), m["megatron_bridge"]["packed_train_data_path"]  # doctest: +NORMALIZE_WHITESPACE
+    (['4_metadata.jsonl', 'bridge_config.yaml', 'manifest.json', 'training_4.idx.parquet'],
+     'training_4.idx.parquet')
     """
     out = Path(out_dir)
     check_output_dir(out, overwrite=overwrite)
@@ -519,7 +695,7 @@ def write_packed_output(
         files: dict[str, list[dict[str, Any]]] = {}
         for split in splits:
             files[split.name] = write_split_files(out, split, settings, progress)
-        return finish_packed_output(out, splits, settings, provenance, files)
+        return finish_packed_output(out, splits, settings, provenance, files, handoff=handoff)
 
 
 def prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
@@ -534,11 +710,20 @@ def finish_packed_output(
     settings: PackSettings,
     provenance: Provenance,
     files: dict[str, list[dict[str, Any]]],
+    *,
+    handoff: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """After every shard is written (``files``: split name -> records of :func:`write_shard_file`), write
-    ``<N>_metadata.jsonl`` and then ``manifest.json``; return the manifest."""
+    ``<N>_metadata.jsonl``, ``bridge_config.yaml`` and then ``manifest.json``; return the manifest.
+
+    ``handoff``: keyword arguments of :func:`longpack.packed.bridge_config.handoff_from_manifest` (``tp``,
+    ``cp``, ``sp``, ``pad_to_max_length``, ``pad_cu_seqlens``): what only the written Bridge config needs.
+    """
+    from longpack.packed.bridge_config import BRIDGE_CONFIG_NAME, handoff_from_manifest
+
     pack_size = settings.resolved_pack_size
     meta_path = out / metadata_name(pack_size)
+    # json.dumps' separators are json.dump's: the bytes Bridge's prepare step writes for the same entries.
     atomic_write_bytes(meta_path, json.dumps([s.metadata for s in splits]).encode())
 
     megatron: dict[str, Any] = {
@@ -546,9 +731,14 @@ def finish_packed_output(
         "pad_seq_to_mult": settings.pad_seq_to_mult,
         "packed_metadata_path": metadata_name(pack_size),
     }
+    if settings.seq_length != pack_size:
+        megatron["max_single_sequence_length"] = settings.seq_length
     for split in splits:
         key = "packed_train_data_path" if split.name == "training" else "packed_val_data_path"
-        megatron[key] = split_spec(split.name, pack_size, len(files[split.name]))
+        megatron[key] = split_spec(
+            split.name, pack_size, len(files[split.name]), output_format=settings.output_format
+        )
+    eos_ids = {s.aligned.eos_id for s in splits}
     reports = {s.name: s.report() for s in splits}
     manifest = {
         "format": MANIFEST_FORMAT,
@@ -558,9 +748,17 @@ def finish_packed_output(
             "balance": settings.balance.spec if settings.balance is not None else None,
             "pack_size": pack_size,
             "rows_per_shard": settings.resolved_rows_per_shard,
-            "row_group_size": ROW_GROUP_SIZE,
+            "row_group_size": settings.writer_options.row_group_size,
+            "parquet_writer": settings.writer_options.to_dict(),
+            "keep_single_token": settings.keep_single_token,
             "megatron_exact": settings.algorithm == MEGATRON_ALGORITHM,
             "text": provenance.text_settings,
+        },
+        # What a reader must collate with: the alignment travels with the data.
+        "alignment": {
+            "pack_size": pack_size,
+            "pad_seq_to_mult": settings.pad_seq_to_mult,
+            "eos_id": eos_ids.pop() if len(eos_ids) == 1 else None,
         },
         "inputs": list(provenance.inputs),
         "tokenizer": provenance.tokenizer,
@@ -582,6 +780,19 @@ def finish_packed_output(
         "metadata_file": {"name": meta_path.name, "sha256": sha256_file(meta_path)},
         "megatron_bridge": megatron,
         **provenance.extra,
+    }
+    options = dict(handoff or {})
+    config = handoff_from_manifest(out, manifest, **options)
+    config_path = out / BRIDGE_CONFIG_NAME
+    atomic_write_bytes(config_path, config.to_yaml().encode())
+    # No sha256: the file names the folder's absolute path, and the manifest must not depend on it.
+    manifest["bridge_config"] = {
+        "name": BRIDGE_CONFIG_NAME,
+        "api": config.api,
+        "options": {
+            k: options.get(k, getattr(config, k))
+            for k in ("tp", "cp", "sp", "pad_to_max_length", "pad_cu_seqlens")
+        },
     }
     atomic_write_bytes(out / MANIFEST_NAME, PackManifest.from_dict(manifest).to_json_bytes())
     return manifest

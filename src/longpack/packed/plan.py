@@ -49,7 +49,8 @@ def plan_rows(
     """Pack runtime ``lengths`` (each in ``1..pack_size``) into rows of at most ``pack_size`` tokens.
 
     ``algorithm`` is one of ``longpack.binpack.ALGORITHMS`` (rows = ``pack_bins``), or ``"balanced"``
-    together with ``balance`` (rows = ``balanced_pack``'s bins in training order).
+    together with ``balance`` (rows = ``balanced_pack``'s bins in training order). ``first_fit_shuffle``
+    also takes zero lengths (one-token samples Megatron-Bridge keeps) and places them as Bridge does.
 
     >>> p = plan_rows(np.array([3, 5, 2]), 6, algorithm="first_fit_decreasing")
     >>> [p.order[p.row_offsets[j]:p.row_offsets[j + 1]].tolist() for j in range(p.num_rows)]
@@ -65,11 +66,18 @@ def plan_rows(
         )
     if len(lengths) == 0:
         return PackPlan(order=np.zeros(0, np.int64), row_offsets=np.zeros(1, np.int64))
-    if int(lengths.min()) < 1 or int(lengths.max()) > pack_size:
+    lowest = 0 if algorithm == MEGATRON_ALGORITHM else 1
+    if int(lengths.min()) < lowest or int(lengths.max()) > pack_size:
         raise ValueError(
-            f"lengths must lie in 1..{pack_size} (pack size); got {int(lengths.min())}..{int(lengths.max())}"
+            f"lengths must lie in {lowest}..{pack_size} (pack size); got {int(lengths.min())}..{int(lengths.max())}"
         )
     from longpack.binpack import BinContents, pack_bins
+
+    if algorithm == MEGATRON_ALGORITHM:
+        from longpack.binpack.megatron import first_fit_shuffle_rows
+
+        items, offsets = first_fit_shuffle_rows(lengths, pack_size, seed=seed)
+        return PackPlan(order=items, row_offsets=offsets)
 
     if balance is not None:
         from longpack.balance import balanced_pack

@@ -36,14 +36,17 @@ def pack_cost_model(
     context (GEMMs, logits, linear-attention chunks) and the core-attention slope ``6·C_core·L_attn``
     per token per unit of context (a causal sequence of length ``L`` costs ``slope·L²``). Rates: the
     GPU's BF16 peak times the planner's fitted GEMM efficiency (times its FP8 speed-up for ``fp8``/
-    ``mxfp8``) for the linear part and its fitted attention efficiency for core attention, times
-    ``tp·cp`` (the GPUs that run one pack). ``model`` is a catalog name or an HF ``config.json``.
+    ``mxfp8``) for the linear part and, for core attention, the fused-attention kernel curves at their
+    long-sequence plateau (forward + 2.5x backward, the model's head dim and GPU generation) times the
+    fitted attention factor, times ``tp·cp`` (the GPUs that run one pack). ``model`` is a catalog name
+    or an HF ``config.json``.
 
     >>> m = pack_cost_model(model="qwen3_30b_a3b", gpu="h100")
     >>> round(m.pack_cost([32768]) / m.pack_cost([1024] * 32), 2)  # one 32K doc vs 32 x 1K
-    4.13
+    3.73
     """
     from longpack.planner.arithmetic import flops_breakdown
+    from longpack.planner.attention import BACKWARD_FLOP_RATIO, attention_head_dim, kernel_efficiency
     from longpack.planner.catalog import load_gpu, load_model
     from longpack.planner.timing import fitted_params
 
@@ -57,12 +60,20 @@ def pack_cost_model(
     group = max(1, int(tp)) * max(1, int(cp))
     bf16 = device.peak_tflops("bf16") * 1e12
     speedup = {"bf16": 1.0, "fp8": params.fp8_speedup, "mxfp8": params.fp8_speedup_blackwell}
+    plateau = 16384  # tokens: the kernel curves are flat beyond
+    head_dim = attention_head_dim(spec)
+
+    def eff(direction: str) -> float:
+        return kernel_efficiency(direction, True, plateau, head_dim=head_dim, blackwell=device.is_blackwell)
+
+    # Megatron counts attention as 3x its forward; the kernels run forward + 2.5x forward
+    attention_eff = 3.0 / (1.0 / eff("fwd") + BACKWARD_FLOP_RATIO / eff("bwd")) * params.attention_factor
     return PackCostModel.from_flops(
         linear_flops_per_token=constant,
         # slope·L² = pair·L²/2 over the L(L+1)/2 causal pairs of a sequence
         attention_flops_per_token_pair=2.0 * slope,
         flops_per_second=bf16 * params.eta_gemm * speedup[precision] * group,
-        attention_flops_per_second=bf16 * params.eta_attention * group,
+        attention_flops_per_second=bf16 * attention_eff * group,
     )
 
 

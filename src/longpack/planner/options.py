@@ -30,7 +30,8 @@ RECOMPUTE_MODULES = (
 )
 # User-facing aliases (Megatron-Bridge docs and recipes use both spellings).
 _RECOMPUTE_ALIASES = {"norm": "layernorm", "up_proj": "mla_up_proj", "attn": "core_attn"}
-CP_COMM_TYPES = ("p2p", "a2a", "a2a+p2p", "auto")
+CP_COMM_TYPES = ("p2p", "a2a", "a2a+p2p", "allgather", "auto")
+CUDA_GRAPH_MODES = ("none", "partial", "full")
 
 
 class PlanError(_PlanError):
@@ -70,6 +71,8 @@ class TrainingOptions:
     ``optimizer_offload`` is the fraction φ of optimizer state moved to the host (needs the distributed
     optimizer). ``imbalance`` multiplies routed-expert activations and A2A volume on the hot rank (1.0 =
     force-balanced benchmarks). ``cuda_graphs`` is ``"none"``, ``"partial"`` (TE-scoped) or ``"full"``.
+    ``tp_comm_overlap``: TP all-gathers / reduce-scatters overlapped with the GEMMs (userbuffers);
+    ``fp8_attention``: the fused-attention kernels run in FP8 (only with an FP8 recipe).
     """
 
     precision: str = "bf16"
@@ -85,6 +88,8 @@ class TrainingOptions:
     imbalance: float = 1.0
     fused_cross_entropy: bool = True
     fsdp: bool = False
+    tp_comm_overlap: bool = True
+    fp8_attention: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -105,12 +110,18 @@ class TrainingOptions:
             raise PlanError(
                 f"cp_comm_type {self.cp_comm_type!r} is unknown; use one of {', '.join(CP_COMM_TYPES)}"
             )
-        if self.cuda_graphs not in ("none", "partial", "full"):
+        if self.cuda_graphs not in CUDA_GRAPH_MODES:
             raise PlanError(f"cuda_graphs must be 'none', 'partial' or 'full', got {self.cuda_graphs!r}")
-        if self.imbalance < 1.0:
+        if (
+            not (isinstance(self.imbalance, int | float) and math.isfinite(self.imbalance))
+            or self.imbalance < 1.0
+        ):
             raise PlanError(
-                f"imbalance must be >= 1.0 (1.0 = perfectly balanced routing), got {self.imbalance}"
+                f"imbalance must be a finite number >= 1.0 (1.0 = perfectly balanced routing), got {self.imbalance}",
+                fields="imbalance",
             )
+        if self.fp8_attention and self.precision == "bf16":
+            raise PlanError("fp8_attention needs an FP8 recipe (precision fp8, mxfp8 or nvfp4), not bf16")
 
     @property
     def full_recompute(self) -> bool:

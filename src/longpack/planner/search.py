@@ -77,17 +77,66 @@ class SearchRequest:
     keep_all: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("num_gpus", "seq_length"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise PlanError(f"{name} must be an integer, got {value!r}", fields=name)
         if self.num_gpus < 1:
-            raise PlanError(f"num_gpus must be positive, got {self.num_gpus}")
+            raise PlanError(f"num_gpus must be positive, got {self.num_gpus}", fields="gpus")
+        if self.num_gpus > MAX_GPUS:
+            raise PlanError(
+                f"num_gpus={self.num_gpus:,} is more than the planner searches ({MAX_GPUS:,} GPUs, "
+                "beyond any published training run); plan a smaller cluster",
+                fields="gpus",
+            )
         if self.seq_length < 2:
-            raise PlanError(f"seq_length must be >= 2, got {self.seq_length}")
-        if self.gbs is not None and self.gbs < 1:
-            raise PlanError(f"gbs must be positive, got {self.gbs}")
-        if not 0 < self.headroom <= 1:
-            raise PlanError(f"headroom must be in (0, 1], got {self.headroom}")
+            raise PlanError(f"seq_length must be >= 2, got {self.seq_length}", fields="seq_length")
+        if self.seq_length > MAX_SEQ_LENGTH:
+            raise PlanError(
+                f"seq_length={self.seq_length:,} is longer than the planner models ({MAX_SEQ_LENGTH:,} tokens)",
+                fields="seq_length",
+            )
+        if self.gbs is not None and (
+            isinstance(self.gbs, bool) or not isinstance(self.gbs, int) or self.gbs < 1
+        ):
+            raise PlanError(f"gbs must be a positive integer, got {self.gbs!r}", fields="gbs")
+        if not (
+            isinstance(self.headroom, int | float) and math.isfinite(self.headroom) and 0 < self.headroom <= 1
+        ):
+            raise PlanError(f"headroom must be in (0, 1], got {self.headroom}", fields="headroom")
+        if not (
+            isinstance(self.imbalance, int | float) and math.isfinite(self.imbalance) and self.imbalance >= 1
+        ):
+            raise PlanError(
+                f"imbalance must be a finite number >= 1.0 (1.0 = balanced routing), got {self.imbalance}",
+                fields="imbalance",
+            )
+        for name in ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs", "max_tp"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise PlanError(f"{name} must be a positive integer, got {value!r}", fields=name)
+        if self.model.moe is None:
+            for name in ("ep", "etp"):
+                value = getattr(self, name)
+                if value is not None and value > 1:
+                    raise PlanError(
+                        f"{name}={value} pins expert parallelism, but {self.model.name} is a dense model "
+                        f"(no experts); drop the {name} pin",
+                        fields=name,
+                    )
+        pinned = (self.tp or 1) * (self.cp or 1) * (self.pp or 1)
+        if self.num_gpus % pinned:
+            raise PlanError(
+                f"the pinned TP*CP*PP = {pinned} does not divide {self.num_gpus} GPUs; pick sizes whose "
+                "product divides the GPU count",
+                fields=tuple(n for n in ("tp", "cp", "pp") if getattr(self, n) is not None),
+            )
         if self.precision in ("mxfp8", "nvfp4") and not self.gpu.is_blackwell:
             raise PlanError(
-                f"precision {self.precision} needs a Blackwell GPU; {self.gpu.name} supports bf16 and fp8 (blockwise)"
+                f"precision {self.precision} needs a Blackwell GPU; {self.gpu.name} supports bf16 and fp8 (blockwise)",
+                fields="precision",
             )
 
     @property
@@ -96,12 +145,36 @@ class SearchRequest:
         return self.gpu.usable_memory_gib * self.headroom
 
     @property
+    def gbs_is_default(self) -> bool:
+        """Whether the global batch is the planner's default (no ``gbs`` given)."""
+        return self.gbs is None
+
+    @property
     def global_batch(self) -> int:
-        """GBS: given, or ≈ 16M tokens per step rounded to a power of two (the token budget of the
-        Megatron-Bridge DeepSeek-V3 recipes, GBS 4096 × 4K; GBS shrinks as ``s`` grows)."""
+        """GBS: given, or :data:`DEFAULT_TOKENS_PER_STEP` tokens per step rounded to a power of two
+        sequences (at least one)."""
         if self.gbs is not None:
             return self.gbs
-        return max(1, 2 ** round(math.log2(max(1.0, 16 * 2**20 / self.seq_length))))
+        return default_global_batch(self.seq_length)
+
+
+#: Tokens per optimizer step when no GBS is given: 4M (2**22), the batch Llama 2 trained with (4M tokens,
+#: arXiv:2307.09288) and Llama 3 405B started with (4M tokens, arXiv:2407.21783, section 3.4); published
+#: runs sit between 1M and 16M.
+DEFAULT_TOKENS_PER_STEP = 4 * 2**20
+#: Largest cluster the search accepts (a request above it is refused, not searched for minutes).
+MAX_GPUS = 2**20
+#: Longest sequence the search accepts.
+MAX_SEQ_LENGTH = 2**25
+
+
+def default_global_batch(seq_length: int) -> int:
+    """Sequences per step for :data:`DEFAULT_TOKENS_PER_STEP` tokens, a power of two, at least 1.
+
+    >>> default_global_batch(4096), default_global_batch(131072), default_global_batch(8_000_000)
+    (1024, 32, 1)
+    """
+    return max(1, 2 ** round(math.log2(max(1.0, DEFAULT_TOKENS_PER_STEP / seq_length))))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,13 +201,42 @@ class Candidate:
 
 @dataclass(frozen=True, kw_only=True)
 class SearchResult:
-    """Ranked feasible candidates plus what was considered."""
+    """Ranked feasible candidates plus what was considered.
+
+    ``rejected`` counts layouts by the reason they were dropped (those the enumeration never built
+    included, under ``not enumerated: ...``); ``rule_of_thumb`` compares the best layout with the best
+    one using the ``CP ≈ s/4096`` rule of thumb.
+    """
 
     request: SearchRequest
     candidates: tuple[Candidate, ...]
     layouts_considered: int
     layouts_feasible: int
     rejected: dict[str, int]
+    rule_of_thumb: RuleOfThumb | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuleOfThumb:
+    """The ``CP ≈ s/4096`` rule of thumb against the chosen layout.
+
+    ``cp``: the rule's CP (a power of two); ``candidate``: the fastest feasible layout with that CP
+    (``None`` if none fits, then ``why_not`` says why); ``slower``: its step time over the best one's.
+    """
+
+    cp: int
+    candidate: Candidate | None
+    slower: float | None
+    why_not: tuple[str, ...] = ()
+
+
+def rule_of_thumb_cp(seq_length: int) -> int:
+    """``s/4096`` rounded to a power of two (1 below 8K): the NVIDIA long-context starting point.
+
+    >>> rule_of_thumb_cp(4096), rule_of_thumb_cp(32768), rule_of_thumb_cp(131072)
+    (1, 8, 32)
+    """
+    return max(1, 2 ** round(math.log2(max(seq_length / 4096, 1))))
 
 
 def _pow2_upto(limit: int) -> list[int]:
@@ -145,8 +247,10 @@ def _pow2_upto(limit: int) -> list[int]:
     return out
 
 
+@functools.lru_cache(maxsize=1024)
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
 
 
 def recompute_ladder(model: ModelSpec) -> list[tuple[str, ...]]:
@@ -188,48 +292,66 @@ def default_dispatcher(gpu: GPUSpec, ep: int) -> str:
 MIN_TOKENS_PER_CP_RANK = 256
 
 
-def enumerate_layouts(req: SearchRequest) -> list[PlanLayout]:
-    """Every parallel layout (with MBS) that satisfies the hard constraints."""
+def enumerate_layouts(req: SearchRequest, rejected: dict[str, int] | None = None) -> list[PlanLayout]:
+    """Every parallel layout (with MBS) that satisfies the hard constraints.
+
+    ``rejected``, when given, collects why choices were not enumerated (``not enumerated: ...`` keys,
+    counting the sizes each reason removed), so an empty search can say why.
+    """
     model, n, s = req.model, req.num_gpus, req.seq_length
     gbs = req.global_batch
     att = model.attention
-    tps = [
-        t
-        for t in _pow2_upto(min(req.max_tp, req.gpu.nvlink_domain))
-        if tp_divides(att.num_heads, tp=t)
-        and (att.kind == "mla" or tp_divides(att.num_kv_heads, tp=t))
-        and mp_divides_world(n, tp=t, cp=1, pp=1)
-    ]
-    if req.tp is not None:
-        tps = [req.tp]
-    out: list[PlanLayout] = []
+    why: dict[str, int] = rejected if rejected is not None else {}
+
+    def drop(reason: str) -> None:
+        key = f"not enumerated: {reason}"
+        why[key] = why.get(key, 0) + 1
+
+    domain = req.gpu.nvlink_domain
+    tps = [req.tp] if req.tp is not None else _pow2_upto(min(req.max_tp, domain))
+    kept_tps = []
     for t in tps:
-        cps = [
-            c
-            for c in _pow2_upto(n // t)
-            if cp_divides_seq_length(s, cp=c) and s // c >= MIN_TOKENS_PER_CP_RANK
-        ]
-        if req.cp is not None:
-            cps = [req.cp]
+        if t > domain:
+            drop(f"TP {t} exceeds the {domain}-GPU NVLink domain of {req.gpu.name}")
+        elif not tp_divides(att.num_heads, tp=t):
+            drop(f"TP {t} does not divide the {att.num_heads} attention heads")
+        elif att.kind != "mla" and not tp_divides(att.num_kv_heads, tp=t):
+            drop(f"TP {t} does not divide the {att.num_kv_heads} KV heads")
+        elif not mp_divides_world(n, tp=t, cp=1, pp=1):
+            drop(f"TP {t} does not divide {n} GPUs")
+        else:
+            kept_tps.append(t)
+    out: list[PlanLayout] = []
+    for t in kept_tps:
+        cps = [req.cp] if req.cp is not None else _pow2_upto(n // t)
         for c in cps:
+            if not cp_divides_seq_length(s, cp=c):
+                drop(f"CP {c}: seq_length {s} is not a multiple of 2*CP = {2 * c}")
+                continue
+            if s // c < MIN_TOKENS_PER_CP_RANK and req.cp is None:
+                drop(f"CP {c}: fewer than {MIN_TOKENS_PER_CP_RANK} tokens per CP rank")
+                continue
             sp = t > 1
-            # with SP the sequence splits over CP and then TP: 2c | s (LP-CP-001) and ct | s (LP-SP-001);
-            # a pinned CP without SP is left to layout_findings, which reports LP-CP-001
-            if sp and not (cp_divides_seq_length(s, cp=c) and sp_splits_cp_shard(s, tp=t, cp=c, sp=sp)):
+            # with SP the sequence splits over CP and then TP: 2c | s (LP-CP-001) and ct | s (LP-SP-001)
+            if sp and not sp_splits_cp_shard(s, tp=t, cp=c, sp=sp):
+                drop(f"TP {t} x CP {c}: seq_length {s} is not a multiple of TP*CP (sequence parallel)")
                 continue
             if not mp_divides_world(n, tp=t, cp=c, pp=1):
+                drop(f"TP {t} x CP {c} = {t * c} does not divide {n} GPUs")
                 continue
             rest = n // (t * c)
-            pps = [p for p in _divisors(rest) if p <= model.num_layers]
             if req.pp is not None:
                 pps = [req.pp] if rest % req.pp == 0 else []
+                if not pps:
+                    drop(f"PP {req.pp} does not divide the {rest} GPUs left by TP {t} x CP {c}")
+            else:
+                pps = [p for p in _divisors(rest) if p <= model.num_layers]
             for p in pps:
                 d = rest // p
-                mbss = [1, 2, 4] if s <= 8192 else [1]
-                if req.mbs is not None:
-                    mbss = [req.mbs]
+                mbss = [req.mbs] if req.mbs is not None else ([1, 2, 4] if s <= 8192 else [1])
                 for b in mbss:
                     if not (gbs_divisible(gbs, mbs=b, dp=d) and gbs_covers_dp(gbs, mbs=b, dp=d)):
+                        drop(f"GBS {gbs} is not a multiple of MBS x DP (DP {d} with TP {t} CP {c} PP {p})")
                         continue
                     m = gbs // (b * d)
                     # interleaving needs PP (LP-PP-006) and, in Megatron's schedule, m >= p micro-batches
@@ -239,23 +361,28 @@ def enumerate_layouts(req: SearchRequest) -> list[PlanLayout]:
                         if vpp_has_pp(v, pp=p) and (v == 1 or m >= p) and p * v <= model.num_layers + 2
                     ]
                     if req.vpp is not None:
-                        vpps = [req.vpp] if req.vpp in vpps or req.vpp == 1 else []
+                        if req.vpp in vpps or req.vpp == 1:
+                            vpps = [req.vpp]
+                        else:
+                            drop(f"VPP {req.vpp} with PP {p}: needs PP > 1, m >= PP and PP*VPP <= layers + 2")
+                            vpps = []
                     for v in vpps:
                         if model.moe is None:
                             eps: list[tuple[int, int]] = [(1, t)]
                         else:
-                            etps = [1] + ([t] if t > 1 else [])
-                            if req.etp is not None:
-                                etps = [req.etp]
-                            eps = [
-                                (e, u)
-                                for u in etps
-                                for e in _divisors(model.moe.num_experts)
-                                if ep_divides_experts(model.moe.num_experts, ep=e)
-                                and expert_grid_fits(n, pp=p, ep=e, etp=u)
-                            ]
-                            if req.ep is not None:
-                                eps = [(e, u) for e, u in eps if e == req.ep]
+                            etps = [req.etp] if req.etp is not None else [1] + ([t] if t > 1 else [])
+                            eps = []
+                            for u in etps:
+                                for e in [req.ep] if req.ep is not None else _divisors(model.moe.num_experts):
+                                    if not ep_divides_experts(model.moe.num_experts, ep=e):
+                                        drop(f"EP {e} does not divide the {model.moe.num_experts} experts")
+                                    elif not expert_grid_fits(n, pp=p, ep=e, etp=u):
+                                        if req.ep is not None or req.etp is not None:
+                                            drop(
+                                                f"EP {e} x ETP {u} does not divide the {n // p} GPUs per PP stage"
+                                            )
+                                    else:
+                                        eps.append((e, u))
                         for e, u in eps:
                             try:
                                 lay = ParallelLayout(
@@ -268,7 +395,8 @@ def enumerate_layouts(req: SearchRequest) -> list[PlanLayout]:
                                     etp=u,
                                     sp=sp,
                                 )
-                            except TopologyError:
+                            except TopologyError as exc:
+                                drop(str(exc).split(";")[0])
                                 continue
                             out.append(PlanLayout(layout=lay, mbs=b))
     return out
@@ -297,6 +425,7 @@ def _options_for(
         best_cp_comm_type(req.model, req.gpu, plan, seq_length=req.seq_length),
         "none" if recompute == ("full",) and req.cuda_graphs == "partial" else req.cuda_graphs,
         req.imbalance,
+        lay.tp > 1,
     )
 
 
@@ -311,6 +440,7 @@ def _make_options(
     cp_comm_type: str,
     cuda_graphs: str,
     imbalance: float,
+    tp_comm_overlap: bool,
 ) -> TrainingOptions:
     # the same few option sets recur across thousands of layouts; validate each once
     return TrainingOptions(
@@ -323,21 +453,107 @@ def _make_options(
         cp_comm_type=cp_comm_type,
         cuda_graphs=cuda_graphs,
         imbalance=imbalance,
+        tp_comm_overlap=tp_comm_overlap,
     )
 
 
-def _reasons(req: SearchRequest, cand: Candidate) -> tuple[str, ...]:
+def _memory(req: SearchRequest, plan: PlanLayout, opts: TrainingOptions, counts: tuple[int, ...]) -> float:
+    return estimate_memory(
+        req.model, plan, seq_length=req.seq_length, gbs=req.global_batch, options=opts, stage_counts=counts
+    ).total_gib
+
+
+def _time(
+    req: SearchRequest, plan: PlanLayout, opts: TrainingOptions, counts: tuple[int, ...]
+) -> TimeBreakdown:
+    return estimate_time(
+        req.model,
+        req.gpu,
+        plan,
+        seq_length=req.seq_length,
+        gbs=req.global_batch,
+        options=opts,
+        stage_counts=counts,
+    )
+
+
+def _recompute_reasons(req: SearchRequest, cand: Candidate) -> list[str]:
+    """Why this recompute / offload setting: what the lighter setting would need, what the heavier
+    (full recompute) would cost."""
+    out: list[str] = []
+    budget = req.memory_budget_gib
+    opts, plan, counts = cand.options, cand.plan, cand.stage_counts
+    ladder = [req.recompute] if req.recompute is not None else recompute_ladder(req.model)
+    step = cand.time.step_time
+    if req.recompute is not None:
+        out.append(f"recompute pinned to {', '.join(opts.recompute) or 'none'}")
+    elif opts.recompute and opts.recompute in ladder:
+        idx = ladder.index(opts.recompute)
+        lighter = ladder[idx - 1] if idx > 0 else ()
+        need = _memory(req, plan, replace(opts, recompute=lighter), counts)
+        out.append(
+            f"recompute {', '.join(opts.recompute)}: the lighter setting ({', '.join(lighter) or 'none'}) "
+            f"needs {need:.1f} GiB > {budget:.1f} GiB budget"
+        )
+    else:
+        out.append(f"no recompute: fits at {cand.memory.total_gib:.1f} GiB of {budget:.1f}")
+    if not opts.full_recompute:
+        full = _time(req, plan, replace(opts, recompute=("full",), ep_overlap=False), counts).step_time
+        if full > step:
+            out.append(
+                f"selective, not full recompute: full would cost {full - step:.2f} s more per step "
+                f"(+{full / step - 1:.0%}); full recompute replays attention at long context"
+            )
+    if opts.optimizer_offload > 0:
+        need = _memory(req, plan, replace(opts, optimizer_offload=0.0), counts)
+        out.append(
+            f"optimizer CPU offload {opts.optimizer_offload:.0%}: without it {need:.1f} GiB > {budget:.1f} GiB; "
+            f"costs {cand.time.offload:.2f} s per step"
+        )
+    return out
+
+
+def _reasons(req: SearchRequest, cand: Candidate, rule: RuleOfThumb | None = None) -> tuple[str, ...]:
     lay, s = cand.plan.layout, req.seq_length
     gbs = req.global_batch
     m = gbs // (cand.plan.mbs * lay.dp)
+    tim = cand.time
     out = []
-    if lay.cp > 1:
-        rule = max(1, 2 ** round(math.log2(max(s / 4096, 1))))
-        out.append(f"CP {lay.cp} -> {s // lay.cp} tokens per CP rank (rule of thumb s/4096 = {rule})")
+    rule_cp = rule_of_thumb_cp(s)
+    if lay.cp > 1 or rule_cp > 1:
+        text = (
+            f"CP {lay.cp}: {s // lay.cp} tokens per CP rank, zigzag chunks of {s // (2 * lay.cp)}; "
+            f"rule of thumb s/4096 = {rule_cp}"
+        )
+        if lay.cp > 1:
+            where = "inside the NVLink domain" if lay.tp * lay.cp <= req.gpu.nvlink_domain else "across nodes"
+            text += (
+                f"; cp_comm_type {tim.cp_comm_type} ({where}): attention {tim.attention:.2f} s at "
+                f"{tim.attention_efficiency:.0%} of BF16 peak, {tim.cp_comm:.2f} s CP comm exposed"
+            )
+        out.append(text)
+    if rule is not None and rule.cp != lay.cp:
+        if rule.candidate is not None and rule.slower is not None:
+            alt = rule.candidate
+            out.append(
+                f"the best rule-of-thumb layout ({alt.plan.label}) takes {alt.time.step_time:.2f} s per step "
+                f"({rule.slower:+.0%}) at {alt.memory.total_gib:.1f} GiB: CP {rule.cp} "
+                + (
+                    f"exposes {alt.time.cp_comm:.2f} s of CP comm vs {tim.cp_comm:.2f} s"
+                    if alt.time.cp_comm > tim.cp_comm
+                    else f"leaves DP {alt.plan.layout.dp} vs {lay.dp} and bubble {alt.time.bubble:.2f} s vs {tim.bubble:.2f} s"
+                )
+            )
+        elif rule.why_not:
+            out.append(f"rule-of-thumb CP {rule.cp} does not work here: {'; '.join(rule.why_not)}")
     if lay.dp == 1:
         out.append(f"DP is 1: GBS {gbs} = {m} micro-batches x MBS {cand.plan.mbs}")
     else:
         out.append(f"DP {lay.dp}: GBS {gbs} = {m} micro-batches x MBS {cand.plan.mbs} x DP {lay.dp}")
+    if lay.tp > 1:
+        out.append(
+            f"TP {lay.tp} with tp_comm_overlap assumed (emitted): {tim.tp_comm:.2f} s of TP comm exposed per step"
+        )
     if lay.ep * lay.expert_tp > 1:
         width = lay.ep * lay.expert_tp
         where = (
@@ -345,14 +561,17 @@ def _reasons(req: SearchRequest, cand: Candidate) -> tuple[str, ...]:
             if width <= req.gpu.nvlink_domain
             else f"across {width // req.gpu.nvlink_domain} NVLink domains"
         )
-        out.append(f"EP {lay.ep} x ETP {lay.expert_tp} {where} ({cand.options.dispatcher})")
+        ovl = ", EP overlap on" if cand.options.ep_overlap else ""
+        out.append(
+            f"EP {lay.ep} x ETP {lay.expert_tp} {where} ({cand.options.dispatcher}{ovl}): "
+            f"{tim.ep_comm:.2f} s EP comm exposed"
+        )
     if lay.pp > 1:
-        share = cand.time.bubble / cand.time.step_time
+        share = tim.bubble / tim.step_time
         out.append(f"PP {lay.pp} x VPP {cand.plan.vpp}: pipeline bubble {share:.0%} of the step")
-    if cand.options.recompute:
-        out.append(f"recompute {', '.join(cand.options.recompute)} to fit")
-    if cand.options.optimizer_offload > 0:
-        out.append(f"needs optimizer offload {cand.options.optimizer_offload:.0%}")
+    out.extend(_recompute_reasons(req, cand))
+    if req.imbalance == 1.0 and req.model.moe is not None:
+        out.append("routing assumed balanced (imbalance 1.0, like published benchmarks); see --imbalance")
     out.append(
         f"memory {cand.memory.total_gib:.1f} of {req.memory_budget_gib:.1f} GiB (rank {cand.memory.rank})"
     )
@@ -413,15 +632,25 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
 
     For every layout the offload levels (0, 0.5, 1.0) are tried; for each the cheapest recompute
     setting of :func:`recompute_ladder` that fits is found by bisection (memory never rises along
-    the ladder), and the fastest fitting combination is kept.
+    the ladder), and the fastest fitting combination is kept. The best layout is compared with the
+    fastest feasible one at the rule-of-thumb CP (:func:`rule_of_thumb_cp`).
     """
     budget = req.memory_budget_gib
     ladder = [req.recompute] if req.recompute is not None else recompute_ladder(req.model)
     offloads = [0.0, 0.5, 1.0] if req.allow_offload else [0.0]
     gbs = req.global_batch
-    layouts = enumerate_layouts(req)
     rejected: dict[str, int] = {}
+    layouts = enumerate_layouts(req, rejected)
+    rule_cp = rule_of_thumb_cp(req.seq_length)
+    rule_rejected: dict[str, int] = {}
     feasible: list[Candidate] = []
+    too_big = (
+        "does not fit even with full recompute and offload"
+        if req.allow_offload
+        else ("does not fit even with full recompute (offload not allowed)")
+    )
+    if req.recompute is not None:
+        too_big = f"does not fit with the pinned recompute {', '.join(req.recompute) or 'none'}"
     for plan in layouts:
         counts = stage_counts_for(req.model, plan)
 
@@ -434,10 +663,13 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
 
         try:
             heaviest = _options_for(req, plan, ladder[-1], offloads[-1])
-            if mem_gib(heaviest) > budget:
-                rejected["does not fit even with full recompute and offload"] = (
-                    rejected.get("does not fit even with full recompute and offload", 0) + 1
-                )
+            least = mem_gib(heaviest)
+            if least > budget:
+                key = too_big
+                rejected[key] = rejected.get(key, 0) + 1
+                if plan.layout.cp == rule_cp:
+                    k2 = f"{plan.label}: {least:.0f} GiB at best > {budget:.0f} GiB"
+                    rule_rejected[k2] = rule_rejected.get(k2, 0) + 1
                 continue
             best: Candidate | None = None
             for offload in offloads:
@@ -484,22 +716,60 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
     feasible.sort(key=lambda c: (c.time.step_time, c.memory.total))
     # Cross-check the ranked layouts with longpack.rules, in rank order, until top_k pass.
     kept: list[Candidate] = []
-    rule_rejected = 0
+    rule_rejected_check = 0
     for cand in feasible:
         if not req.keep_all and len(kept) >= top_k:
             break
         findings = layout_findings(req, cand)
         if has_errors(findings):
-            rule_rejected += 1
+            rule_rejected_check += 1
             first = next(f for f in findings if f.severity == "error")
             key = f"refused by longpack check ({first.rule_id})"
             rejected[key] = rejected.get(key, 0) + 1
             continue
         kept.append(replace(cand, findings=findings))
+    rule = _rule_of_thumb(req, kept, feasible, rule_cp, rule_rejected, rejected)
     return SearchResult(
         request=req,
-        candidates=tuple(replace(c, reasons=_reasons(req, c)) for c in kept),
+        candidates=tuple(
+            replace(c, reasons=_reasons(req, c, rule if i == 0 else None)) for i, c in enumerate(kept)
+        ),
         layouts_considered=len(layouts),
-        layouts_feasible=len(feasible) - rule_rejected,
+        layouts_feasible=len(feasible) - rule_rejected_check,
         rejected=rejected,
+        rule_of_thumb=rule,
     )
+
+
+def _rule_of_thumb(
+    req: SearchRequest,
+    kept: list[Candidate],
+    feasible: list[Candidate],
+    rule_cp: int,
+    rule_rejected: dict[str, int],
+    rejected: dict[str, int],
+) -> RuleOfThumb | None:
+    if not kept:
+        return None
+    best = kept[0]
+    for cand in feasible:
+        if cand.plan.layout.cp == rule_cp:
+            if has_errors(layout_findings(req, cand)):
+                continue
+            return RuleOfThumb(
+                cp=rule_cp, candidate=cand, slower=cand.time.step_time / best.time.step_time - 1
+            )
+    why: list[str] = []
+    if rule_cp > req.num_gpus:
+        why.append(f"CP {rule_cp} needs more than the {req.num_gpus} GPUs")
+    why.extend(
+        k[len("not enumerated: ") :] for k in rejected if k.startswith(f"not enumerated: CP {rule_cp}:")
+    )
+    if rule_rejected:
+        worst = sorted(rule_rejected)[:3]
+        why.append(f"{sum(rule_rejected.values())} layouts with CP {rule_cp} do not fit, e.g. {worst[0]}")
+    if req.cp is not None and req.cp != rule_cp:
+        why.append(f"CP is pinned to {req.cp}")
+    if not why:
+        why.append(f"no layout with CP {rule_cp} is valid for {req.num_gpus} GPUs and GBS {req.global_batch}")
+    return RuleOfThumb(cp=rule_cp, candidate=None, slower=None, why_not=tuple(why))

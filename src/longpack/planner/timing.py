@@ -1,9 +1,10 @@
-"""Step time and throughput (docs/reference/planner-model.md#time): compute at a size-dependent GEMM
-efficiency, TP / CP / EP / DP communication with overlap, pipeline bubble with VPP, recompute and
-offload costs.
+"""Step time and throughput: compute at a size-dependent GEMM efficiency, core attention from fused-kernel
+curves under the context-parallel split, TP / CP / EP / DP communication with overlap, pipeline bubble
+with VPP, recompute and offload costs.
 
 The few free constants (:class:`TimeModelParams`) are fitted on ``calibration_points.yaml`` by
-``longpack plan fit`` and shipped as ``longpack/data/planner_fit.yaml``.
+``longpack plan fit`` and shipped as ``longpack/data/planner_fit.yaml``; the attention kernel curves
+come from published kernel benchmarks (:mod:`longpack.planner.attention`).
 
 >>> from longpack.planner.catalog import load_model, load_gpu
 >>> from longpack.topology import ParallelLayout
@@ -25,11 +26,17 @@ from importlib import resources
 import yaml
 
 from longpack.planner.arithmetic import (
-    core_attention_coefficient,
     flops_breakdown,
     layer_flops,
     layer_params,
     mtp_extra_params,
+)
+from longpack.planner.attention import (
+    AttentionCost,
+    best_attention_cost,
+    cp_comm_candidates,
+    hierarchical_sizes,
+    kernel_efficiency,
 )
 from longpack.planner.catalog import GPUSpec, ModelSpec
 from longpack.planner.layers import (
@@ -45,7 +52,8 @@ NVLINK_COLLECTIVE_EFF = 0.80
 NVLINK_ALLTOALL_EFF = 0.65
 IB_EFF = 0.85
 # CPU Adam throughput per GPU for optimizer offload, params/s: Qwen3-30B TP2 PP2 EP4 on 16 H100 went
-# 0.996 s -> 4.2 s at 100 % offload with ~1.9 B optimizer-sharded params per GPU ≈ 0.6e9/s.
+# 0.996 s -> 4.2 s at 100 % offload with ~1.9 B optimizer-sharded params per GPU (NVIDIA/skills
+# nemo-mbridge-perf-cpu-offloading card) ≈ 0.6e9/s.
 CPU_ADAM_PARAMS_PER_S = 0.6e9
 # Grace hosts over NVLink-C2C (GB200/GB300): DSV3 offload costs 0.1-0.2 s/iteration for 15-20 GB of
 # optimizer state per GPU (~1.5 B params) -> ~10e9 params/s (Megatron-LM's DeepSeek-V3 GB200 write-up).
@@ -59,16 +67,24 @@ class TimeModelParams:
 
     ``eta_gemm``: peak fraction of a large BF16 GEMM; ``gemm_half_size``: GEMM size (geometric-mean
     dimension) at which efficiency halves; ``fp8_speedup`` / ``nvfp4_speedup``: effective GEMM speedup
-    of the low-precision recipes over BF16; ``eta_attention``: core-attention peak fraction;
-    ``fp8_speedup_blackwell``: the same on Blackwell (MXFP8 / current scaling);
+    of the low-precision recipes over BF16; ``fp8_speedup_blackwell``: the same on Blackwell (MXFP8 /
+    current scaling); ``attention_factor``: achieved over published fused-attention kernel efficiency
+    inside a training step (layout transposes, RoPE, the zigzag reorder of CP, THD bookkeeping);
+    ``cp_step_overhead_us``: launch and wait cost of one ring step of CP attention;
+    ``cp_internode_scale``: effective over nominal per-GPU network bandwidth of the CP ring once it
+    leaves the NVLink domain (NCCL may spread a peer's transfer over several NICs); ``cp_nvlink_eff``:
+    achieved over nominal NVLink bandwidth of the CP ring inside the domain (its send/recv kernels
+    share the SMs with the attention they overlap);
     ``elementwise_passes``: HBM passes over each saved MoE activation (routing, permute/unpermute,
     grouped-expert activation function) by memory-bound kernels, per training step of a layer;
+    ``fp8_cast_passes``: HBM passes (BF16 bytes) over every GEMM input by the quantize/transpose kernels
+    of an FP8 / MXFP8 / NVFP4 recipe, per training step of a layer;
     ``layer_overhead_us``: host/launch overhead per layer per micro-batch (fwd+bwd) without CUDA graphs;
     ``graph_overhead_factor``: its multiplier with full-iteration CUDA graphs (partial graphs: square
     root); ``ep_exposed_overlap``: exposed fraction of EP all-to-all with EP overlap on;
-    ``comm_exposed``: exposed fraction of TP (dense models, userbuffer overlap) and DP traffic;
-    ``tp_exposed_moe``: exposed fraction of TP traffic in MoE models (no TP-comm overlap in their recipes); ``blackwell_factor`` /
-    ``blackwell_ultra_factor``: clock/efficiency multipliers relative to Hopper.
+    ``comm_exposed``: exposed fraction of TP traffic with TP-comm overlap (userbuffers) and of DP
+    traffic; ``tp_exposed_no_overlap``: exposed fraction of TP traffic without TP-comm overlap;
+    ``blackwell_factor`` / ``blackwell_ultra_factor``: clock/efficiency multipliers relative to Hopper.
     """
 
     eta_gemm: float = 0.62
@@ -76,13 +92,17 @@ class TimeModelParams:
     fp8_speedup: float = 1.35
     fp8_speedup_blackwell: float = 1.35
     elementwise_passes: float = 4.0
+    fp8_cast_passes: float = 3.0
     nvfp4_speedup: float = 1.8
-    eta_attention: float = 0.45
+    attention_factor: float = 0.9
+    cp_step_overhead_us: float = 20.0
+    cp_internode_scale: float = 1.0
+    cp_nvlink_eff: float = 0.8
     layer_overhead_us: float = 400.0
     graph_overhead_factor: float = 0.4
     ep_exposed_overlap: float = 0.35
     comm_exposed: float = 0.3
-    tp_exposed_moe: float = 0.5
+    tp_exposed_no_overlap: float = 0.8
     blackwell_factor: float = 1.0
     blackwell_ultra_factor: float = 1.15
 
@@ -121,6 +141,17 @@ def _moe_traffic(model: ModelSpec, index: int, dispatcher: str, imbalance: float
             share = imbalance / (etp if term.etp_split else 1) if term.expert else 1.0
             traffic += term.elements * nbytes * share
     return traffic
+
+
+@functools.lru_cache(maxsize=4096)
+def _gemm_input_elements(model: ModelSpec, index: int, dispatcher: str, imbalance: float, etp: int) -> float:
+    """Elements per token entering the GEMMs of one layer (what an FP8 recipe quantizes, forward)."""
+    total = 0.0
+    for term in layer_activation_terms(model, index, dispatcher):
+        if term.bytes_per_element is None:
+            share = imbalance / (etp if term.etp_split else 1) if term.expert else 1.0
+            total += term.elements * share
+    return total
 
 
 @functools.lru_cache(maxsize=4096)
@@ -170,10 +201,14 @@ class TimeBreakdown:
     mfu_vs_bf16_peak: float
     mfu_vs_precision_peak: float
     flops_per_token: float
+    attention: float = 0.0
+    attention_efficiency: float = 0.0
+    cp_comm_type: str = "p2p"
+    cp_ring_length: float = 0.0
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, float | str]:
         """Rounded mapping for reports."""
-        return {k: round(float(v), 6) for k, v in asdict(self).items()}
+        return {k: v if isinstance(v, str) else round(float(v), 6) for k, v in asdict(self).items()}
 
 
 def _gemm_eff(params: TimeModelParams, m: float, n: float, k: float) -> float:
@@ -203,6 +238,57 @@ def _link_time(nbytes: float, group: int, gpu: GPUSpec, *, stride: int = 1, allt
         return nbytes / ib  # ring collectives run at the slowest link
     inside = max(gpu.nvlink_domain // stride, 1) / group
     return nbytes * inside / nvl + nbytes * (1 - inside) / ib
+
+
+def _micro_batch_lengths(
+    seq_length: int, mbs: int, sub_lengths: tuple[int, ...] | None
+) -> tuple[tuple[int, int], ...]:
+    """``(length, count)`` of the sequences one micro-batch holds (packed rows: the packed sequences)."""
+    if not sub_lengths:
+        return ((int(seq_length), int(mbs)),)
+    counts: dict[int, int] = {}
+    for x in sub_lengths:
+        counts[int(x)] = counts.get(int(x), 0) + int(mbs)
+    return tuple(sorted(counts.items()))
+
+
+def attention_for(
+    model: ModelSpec,
+    gpu: GPUSpec,
+    plan: PlanLayout,
+    *,
+    seq_length: int,
+    options: TrainingOptions,
+    params: TimeModelParams | None = None,
+    sub_lengths: tuple[int, ...] | None = None,
+) -> AttentionCost:
+    """Core attention of one softmax layer and one micro-batch with the layout's CP split (``auto``:
+    the cheapest allowed ``cp_comm_type``).
+
+    >>> from longpack.planner.catalog import load_model, load_gpu
+    >>> from longpack.topology import ParallelLayout
+    >>> plan = PlanLayout(layout=ParallelLayout(world_size=256, cp=32, pp=8, ep=32, etp=1))
+    >>> a = attention_for(load_model("deepseek_v3"), load_gpu("H100"), plan, seq_length=131072,
+    ...                   options=TrainingOptions(cp_comm_type="auto"))
+    >>> a.kind, a.sizes
+    ('a2a+p2p', (8, 4))
+    """
+    prm = params or fitted_params()
+    lay = plan.layout
+    return best_attention_cost(
+        model,
+        gpu,
+        lengths=_micro_batch_lengths(seq_length, plan.mbs, sub_lengths),
+        tp=lay.tp,
+        cp=lay.cp,
+        requested=options.cp_comm_type,
+        fp8=options.fp8_attention,
+        peak_scale=_arch_factor(gpu, prm),
+        factor=prm.attention_factor,
+        step_overhead_s=prm.cp_step_overhead_us * 1e-6,
+        internode_scale=prm.cp_internode_scale,
+        nvlink_eff=prm.cp_nvlink_eff,
+    )
 
 
 def estimate_time(
@@ -246,27 +332,43 @@ def estimate_time(
     if moe is not None:
         tokens_per_expert = moe.top_k * tokens_mb * e / (t * c * moe.num_experts)
         eff_expert = _gemm_eff(prm, tokens_per_expert, h, moe.moe_ffn_hidden_size / u)
-    attn_peak = bf16_peak * prm.eta_attention
+    attn = attention_for(
+        model, gpu, plan, seq_length=seq_length, options=options, params=prm, sub_lengths=sub_lengths
+    )
+    # linear-attention (Gated DeltaNet) chunk kernels run near the unmasked fused-attention plateau
+    linear_attn_peak = (
+        bf16_peak
+        * prm.attention_factor
+        * kernel_efficiency("fwd", False, 16384, head_dim=128, blackwell=gpu.is_blackwell)
+    )
+    tp_exposed = prm.comm_exposed if options.tp_comm_overlap else prm.tp_exposed_no_overlap
 
     @functools.cache
-    def layer_time(index: int) -> tuple[float, float, float, float, float, float]:
-        """(compute, recompute, tp, cp, ep, overhead) seconds of one layer for one micro-batch."""
+    def layer_time(index: int) -> tuple[float, float, float, float, float, float, float]:
+        """(compute, recompute, tp, cp, ep, overhead, attention kernels) seconds of one layer for one
+        micro-batch."""
         f = layer_flops(model, index, context)
-        compute = tokens_gpu * (
-            f.dense_gemm / (gemm_peak * eff_dense)
-            + f.expert_gemm / (gemm_peak * eff_expert)
-            + f.attention / attn_peak
+        softmax = model.layer_is_softmax_attention(index)
+        gemm = tokens_gpu * (
+            f.dense_gemm / (gemm_peak * eff_dense) + f.expert_gemm / (gemm_peak * eff_expert)
         )
+        attention = attn.kernel if softmax else tokens_gpu * f.attention / linear_attn_peak
         traffic = _moe_traffic(model, index, options.dispatcher, options.imbalance, u)
-        compute += prm.elementwise_passes * traffic * tokens_gpu / hbm
+        elementwise = prm.elementwise_passes * traffic * tokens_gpu / hbm
+        if options.precision != "bf16":
+            cast = _gemm_input_elements(model, index, options.dispatcher, options.imbalance, u) * 2.0
+            elementwise += prm.fp8_cast_passes * cast * tokens_gpu / hbm
+        compute = gemm + attention + elementwise
         re = 0.0
         if options.full_recompute:
-            re = compute / 3
+            # one more forward: a third of the GEMM and elementwise work, the attention forward (+ its ring)
+            re = (gemm + elementwise) / 3
+            re += (attn.forward + attn.exposed_forward) if softmax else attention / 3.5
         else:
             lp = layer_params(model, index)
             fwd_gemm = 0.0
-            if options.recomputes("core_attn") and model.layer_is_softmax_attention(index):
-                re += tokens_gpu * f.attention / 3 / attn_peak
+            if options.recomputes("core_attn") and softmax:
+                re += attn.forward + attn.exposed_forward
             if options.recomputes("mla_up_proj") and model.attention.kind == "mla":
                 att = model.attention
                 up = att.q_lora_rank * att.q_width + att.kv_lora_rank * (
@@ -283,23 +385,22 @@ def estimate_time(
             elif options.recomputes("mlp"):
                 fwd_gemm += 2 * model.gamma * h * model.ffn_hidden_size
             re += tokens_gpu * fwd_gemm / (gemm_peak * eff_dense)
-            elementwise = tokens_gpu * _elementwise_recompute_bytes(
+            cheap = tokens_gpu * _elementwise_recompute_bytes(
                 model, index, options.dispatcher, options.recompute, options.imbalance
             )
-            re += elementwise / hbm
+            re += cheap / hbm
         tp = 0.0
+        # with SP, per TP-sharded block: all-gather + reduce-scatter forward, the same two backward and a
+        # re-gather of the saved sharded input (5 transfers of the block's tokens x h)
+        block_bytes = 5 * tokens_mb * h * 2.0 / c
         if t > 1:
-            tp_bytes = 8 * _rho(t) * tokens_mb * h * 2.0 / c
-            exposed = prm.tp_exposed_moe if moe is not None else prm.comm_exposed
-            tp = _link_time(tp_bytes, t, gpu) * exposed
-        cp = 0.0
-        if c > 1 and model.layer_is_softmax_attention(index):
-            att = model.attention
-            attn_time = tokens_gpu * f.attention / attn_peak
-            cp = min(
-                _cp_time(kind, model, gpu, t=t, c=c, tokens_mb=tokens_mb, attn_time=attn_time)
-                for kind in _cp_kinds(model, options.cp_comm_type, t=t, c=c)
-            )
+            blocks = 1 if model.layer_is_moe(index) else 2  # attention (+ dense MLP)
+            tp = _link_time(blocks * _rho(t) * block_bytes, t, gpu) * tp_exposed
+        if model.layer_is_moe(index) and u > 1:
+            # expert TP: the dispatcher gathers / scatters tokens over the ETP group itself; userbuffer
+            # TP-comm overlap does not cover it
+            tp += _link_time(_rho(u) * block_bytes, u, gpu) * prm.tp_exposed_no_overlap
+        cp = attn.exposed if softmax and c > 1 else 0.0
         ep = 0.0
         if model.layer_is_moe(index) and moe is not None and e * u > 1:
             width = e * u
@@ -319,11 +420,11 @@ def estimate_time(
             if options.ep_overlap:
                 ep *= prm.ep_exposed_overlap
         overhead = prm.layer_overhead_us * 1e-6 * graph[options.cuda_graphs]
-        return compute, re, tp, cp, ep, overhead
+        return compute, re, tp, cp, ep, overhead, attention if softmax else 0.0
 
     per_rank = []
     for r in range(p):
-        tot = [0.0] * 6
+        tot = [0.0] * 7
         for i, count in rank_kinds(model, counts, r, p, v):
             for k, x in enumerate(layer_time(i)):
                 tot[k] += count * x
@@ -332,8 +433,8 @@ def estimate_time(
             logit_flops += 6.0 * mtp_extra_params(model) * model.mtp_layers
             tot[0] += tokens_gpu * logit_flops / (gemm_peak * eff_logits)
         per_rank.append(tot)
-    slow = max(per_rank, key=sum)
-    t_mb = sum(slow)
+    slow = max(per_rank, key=lambda x: sum(x[:6]))
+    t_mb = sum(slow[:6])
     compute_step = slow[0] * m
     bubble = t_mb * (p - 1) / v if p > 1 else 0.0
 
@@ -379,80 +480,43 @@ def estimate_time(
         mfu_vs_bf16_peak=tflops / gpu.peak_tflops("bf16"),
         mfu_vs_precision_peak=tflops / prec_peak,
         flops_per_token=ftok,
+        attention=slow[6] * m,
+        attention_efficiency=attn.model_efficiency(gpu) if c >= 1 else 0.0,
+        cp_comm_type=attn.kind if c > 1 else "p2p",
+        cp_ring_length=attn.ring_length,
     )
 
 
-def cp_comm_candidates(model: ModelSpec, *, t: int, c: int) -> tuple[str, ...]:
-    """CP communication types a layout allows: ``a2a`` needs ``c ≤ g/t`` (KV heads per TP rank);
-    ``a2a+p2p`` needs an a2a group of at least 2 inside that limit.
-
-    >>> from longpack.planner.catalog import load_model
-    >>> cp_comm_candidates(load_model("qwen3_235b_a22b"), t=4, c=4)
-    ('p2p',)
-    >>> cp_comm_candidates(load_model("deepseek_v3"), t=1, c=32)
-    ('p2p', 'a2a', 'a2a+p2p')
-    """
-    heads = model.attention.num_kv_heads // t if model.attention.num_kv_heads % t == 0 else 0
-    out = ["p2p"]
-    if c > 1 and heads >= c:
-        out.append("a2a")
-    if c > 2 and heads >= 2:
-        out.append("a2a+p2p")
-    return tuple(out)
-
-
-def _hierarchical_a2a_size(model: ModelSpec, gpu: GPUSpec, *, t: int, c: int) -> int:
-    """Size of the inner all-to-all group of ``a2a+p2p`` CP: the largest power of two that divides ``c``,
-    fits the KV heads per TP rank and keeps the a2a inside the NVLink domain (ring p2p goes across)."""
-    heads = max(model.attention.num_kv_heads // t, 1)
-    limit = max(1, min(c, heads, gpu.nvlink_domain // t))
-    return 2 ** int(math.log2(limit))
-
-
-def _cp_kinds(model: ModelSpec, requested: str, *, t: int, c: int) -> tuple[str, ...]:
-    allowed = cp_comm_candidates(model, t=t, c=c)
-    if requested == "auto":
-        return allowed
-    return (requested,) if requested in allowed else ("p2p",)
-
-
-def _cp_time(
-    kind: str, model: ModelSpec, gpu: GPUSpec, *, t: int, c: int, tokens_mb: float, attn_time: float
-) -> float:
-    """Exposed CP communication of one attention layer for one micro-batch (fwd + bwd)."""
-    att = model.attention
-    local = tokens_mb / c
-    c1 = {"a2a": c, "p2p": 1}.get(kind) or _hierarchical_a2a_size(model, gpu, t=t, c=c)
-    c2 = c // c1
-    a2a = 0.0
-    if c1 > 1:
-        widths = att.q_width + att.kv_width + att.v_width + att.o_width
-        a2a = _alltoall_time(2 * _rho(c1) * local * widths * 2.0 / t, c1, gpu, stride=t)
-    ring = 0.0
-    if c2 > 1:
-        kv_bytes = 3 * (c2 - 1) * local * (att.kv_width + att.v_width) * 2.0 / t
-        ring = max(0.0, _link_time(kv_bytes, c2, gpu, stride=t * c1) - attn_time)
-    return a2a + ring
-
-
 def best_cp_comm_type(model: ModelSpec, gpu: GPUSpec, plan: PlanLayout, *, seq_length: int) -> str:
-    """The CP communication type with the least exposed time for this layout (``p2p`` without CP)."""
-    lay = plan.layout
-    if lay.cp == 1:
+    """The CP communication type with the least attention time (kernels + exposed communication) for
+    this layout (``p2p`` without CP).
+
+    >>> from longpack.planner.catalog import load_model, load_gpu
+    >>> from longpack.topology import ParallelLayout
+    >>> plan = PlanLayout(layout=ParallelLayout(world_size=64, tp=1, cp=8, pp=1))
+    >>> best_cp_comm_type(load_model("llama3_1_8b"), load_gpu("H100"), plan, seq_length=65536)
+    'p2p'
+    """
+    if plan.layout.cp == 1:
         return "p2p"
-    return _best_cp(model, gpu, lay.tp, lay.cp, plan.mbs, seq_length)
+    return _best_cp(model, gpu, plan.layout.tp, plan.layout.cp, plan.mbs, seq_length)
 
 
 @functools.lru_cache(maxsize=4096)
 def _best_cp(model: ModelSpec, gpu: GPUSpec, t: int, c: int, mbs: int, seq_length: int) -> str:
     prm = fitted_params()
-    tokens_mb = mbs * seq_length
-    attn_flops = 6.0 * core_attention_coefficient(model) * seq_length * tokens_mb / (t * c)
-    attn_time = attn_flops / (gpu.peak_tflops("bf16") * 1e12 * _arch_factor(gpu, prm) * prm.eta_attention)
-    return min(
-        cp_comm_candidates(model, t=t, c=c),
-        key=lambda k: _cp_time(k, model, gpu, t=t, c=c, tokens_mb=tokens_mb, attn_time=attn_time),
-    )
+    return best_attention_cost(
+        model,
+        gpu,
+        lengths=((seq_length, mbs),),
+        tp=t,
+        cp=c,
+        peak_scale=_arch_factor(gpu, prm),
+        factor=prm.attention_factor,
+        step_overhead_s=prm.cp_step_overhead_us * 1e-6,
+        internode_scale=prm.cp_internode_scale,
+        nvlink_eff=prm.cp_nvlink_eff,
+    ).kind
 
 
 def _alltoall_time(
@@ -467,3 +531,15 @@ def _alltoall_time(
     nvl = gpu.nvlink_unidir_gbps * 1e9 * NVLINK_ALLTOALL_EFF
     ib = gpu.inter_node_unidir_gbps * 1e9 * IB_EFF
     return nbytes * inside / nvl + nbytes * (1 - inside) * inter_node_factor / ib
+
+
+__all__ = [
+    "TimeBreakdown",
+    "TimeModelParams",
+    "attention_for",
+    "best_cp_comm_type",
+    "cp_comm_candidates",
+    "estimate_time",
+    "fitted_params",
+    "hierarchical_sizes",
+]

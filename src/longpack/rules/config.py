@@ -377,6 +377,27 @@ class DatasetSettings:
     packing_buffer_size: OptInt = None
     micro_batch_size: OptInt = None
     task_encoder_target: OptStr = Field(default=None, validation_alias=AliasPath("task_encoder", "_target_"))
+    # Qwen-VL task encoder (Megatron-Bridge ``QwenVLEnergonTaskEncoderConfig``); None: not given (Bridge's
+    # defaults apply: patch 14, merge 2, temporal patch 2, 200704..1003520 pixels, 10 images, 16384 tokens;
+    # a limit given as null reads as not given).
+    te_patch_size: OptInt = Field(default=None, validation_alias=AliasPath("task_encoder", "patch_size"))
+    te_spatial_merge_size: OptInt = Field(
+        default=None, validation_alias=AliasPath("task_encoder", "spatial_merge_size")
+    )
+    te_temporal_patch_size: OptInt = Field(
+        default=None, validation_alias=AliasPath("task_encoder", "temporal_patch_size")
+    )
+    te_min_pixels: OptInt = Field(default=None, validation_alias=AliasPath("task_encoder", "min_pixels"))
+    te_max_pixels: OptInt = Field(default=None, validation_alias=AliasPath("task_encoder", "max_pixels"))
+    te_max_num_images: OptInt = Field(
+        default=None, validation_alias=AliasPath("task_encoder", "max_num_images")
+    )
+    te_max_num_frames: OptInt = Field(
+        default=None, validation_alias=AliasPath("task_encoder", "max_num_frames")
+    )
+    te_max_visual_tokens: OptInt = Field(
+        default=None, validation_alias=AliasPath("task_encoder", "max_visual_tokens")
+    )
     dataloader_type: OptStr = None
     # Energon fields validated by Megatron-Bridge EnergonDatasetConfig.validate.
     path: OptStr = None

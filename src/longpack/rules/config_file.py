@@ -169,7 +169,8 @@ def apply_overrides(
     """Apply Hydra-style overrides to a nested mapping (returns a new mapping).
 
     ``key=value``, ``+key=value`` and ``++key=value`` set (values parse as YAML: ``8`` is an int, ``true``
-    a bool, ``null`` None, ``[attn,mlp]`` a list); ``~key`` deletes.
+    a bool, ``null`` None, ``[attn,mlp]`` a list; a value in quotes is a string, unquoted as Hydra does);
+    ``~key`` deletes.
 
     >>> apply_overrides({"model": {"cp": 1}}, ["model.cp=4", "+train.mbs=2", "~model.cp", "a.b=[1, 2]"])
     {'model': {}, 'train': {'mbs': 2}, 'a': {'b': [1, 2]}}
@@ -194,7 +195,11 @@ def apply_overrides(
         if not key or any(not part for part in key.split(".")):
             raise ConfigError(f"override {raw!r}: empty key part in {key!r}")
         try:
-            value = load_yaml_text(value_text, where="value") if value_text.strip() else ""
+            quoted = _hydra_unquote(value_text.strip())
+            if quoted is not None:
+                value: Any = quoted
+            else:
+                value = load_yaml_text(value_text, where="value") if value_text.strip() else ""
         except ConfigError as exc:
             raise ConfigError(f"override {raw!r}: value is not a YAML scalar or list: {exc}") from exc
         node = result
@@ -209,6 +214,46 @@ def apply_overrides(
         if sources is not None:
             sources[key] = f"override {raw!r}"
     return result
+
+
+def _hydra_unquote(text: str) -> str | None:
+    r"""The string a Hydra quoted value (``"..."`` or ``'...'``) stands for, or ``None`` if ``text`` is not one.
+
+    Inside the quotes, a run of backslashes before a quote is halved (an odd one escapes the quote); other
+    backslashes are literal, as in Hydra's override grammar.
+
+    >>> _hydra_unquote('"/a b/c,d"'), _hydra_unquote(r'"say \"hi\""'), _hydra_unquote(r'"C:\dir\\"')
+    ('/a b/c,d', 'say "hi"', 'C:\\dir\\')
+    >>> _hydra_unquote("8") is None
+    True
+    """
+    if len(text) < 2 or text[0] not in "'\"" or text[-1] != text[0]:
+        return None
+    quote, body, out, i = text[0], text[1:-1], [], 0
+    while i < len(body):
+        if body[i] != "\\":
+            if body[i] == quote:
+                return None  # an unescaped quote inside: not one quoted string
+            out.append(body[i])
+            i += 1
+            continue
+        j = i
+        while j < len(body) and body[j] == "\\":
+            j += 1
+        run = j - i
+        if j < len(body) and body[j] == quote:
+            if run % 2 == 0:
+                return None
+            out.append("\\" * (run // 2) + quote)
+            j += 1
+        elif j == len(body):
+            if run % 2:
+                return None  # would escape the closing quote
+            out.append("\\" * (run // 2))
+        else:
+            out.append("\\" * run)
+        i = j
+    return "".join(out)
 
 
 def _delete(node: dict[str, Any], parts: list[str]) -> None:

@@ -73,13 +73,15 @@ def inspect_packed_dir(
     multiple: int | Sequence[int] = 1,
     pack_size_hint: int | None = None,
     allow_unfinished: bool = False,
+    allow_no_manifest: bool = False,
 ) -> PackedDataSummary:
     """Summarize packed data: pack size, metadata, and segment alignment against ``multiple`` (one
     multiple, or several: the first is the primary one reported in ``misaligned_segments``).
 
     ``path`` is a folder, a file or a glob (see :class:`~longpack.packed.PackedFolder`); ``pack_size_hint``
     picks among several ``<N>_metadata.jsonl`` files. Raises :class:`PackedDataError` when the data cannot
-    be read, or is an unfinished folder (no ``manifest.json``) and ``allow_unfinished`` is not set.
+    be read, or is an unfinished folder (no ``manifest.json``) and neither ``allow_unfinished`` nor
+    ``allow_no_manifest`` (a folder Megatron-Bridge wrote) is set.
 
     >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
     >>> d = Path(tempfile.mkdtemp())
@@ -91,7 +93,9 @@ def inspect_packed_dir(
     """
     from longpack.packed.folder import PackedFolder
 
-    folder = PackedFolder.open(path, allow_unfinished=allow_unfinished, pack_size=pack_size_hint)
+    folder = PackedFolder.open(
+        path, allow_unfinished=allow_unfinished, allow_no_manifest=allow_no_manifest, pack_size=pack_size_hint
+    )
     pack_size = folder.pack_size
     wanted = [multiple] if isinstance(multiple, int) else list(multiple)
     checks = list(dict.fromkeys(max(1, int(m)) for m in wanted)) or [1]

@@ -25,6 +25,7 @@ from longpack.rules.checks import (
     packing,
     pipeline,
     topology,
+    vlm,
 )
 from longpack.rules.config import TrainingSetup
 from longpack.rules.packed_data import PackedDataSummary
@@ -40,6 +41,7 @@ FAMILY_MODULES = (
     packing,
     cuda_graphs,
     energon,
+    vlm,
     moe,
     family,
     packed_data,

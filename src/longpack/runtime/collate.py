@@ -433,6 +433,76 @@ class PackedCollator:
     return_cu_seqlen: bool = True
     legacy_keys: bool = False
 
+    @classmethod
+    def for_data(
+        cls,
+        data: Any,
+        *,
+        split: str | None = None,
+        allow_no_manifest: bool = False,
+        max_seq_length: int | None = None,
+        eos_id: int | None = None,
+        pad_seq_to_mult: int | None = None,
+        pad_to_max_length: bool = False,
+        pad_cu_seqlens: bool = False,
+        **options: Any,
+    ) -> PackedCollator:
+        """The collator for packed data, with the alignment the data records (``manifest.json``: pack size
+        as ``max_seq_length``, ``pad_seq_to_mult``, the EOS id) instead of typed again; a given value that
+        contradicts the record is a :class:`CollateError`. ``data``: a folder, file or glob, a
+        :class:`~longpack.packed.PackedFolder` or a :class:`~longpack.runtime.dataset.PackedDataset`.
+        ``pad_cu_seqlens`` reads the pack metadata of the data (and implies ``pad_to_max_length``, as Bridge
+        requires). Other options go to :class:`PackedCollator`.
+
+        >>> import tempfile, numpy as np
+        >>> from longpack.packed import PackSettings, Provenance, plan_splits, write_packed_output
+        >>> from longpack.samples import TokenizedSamples
+        >>> s = TokenizedSamples(tokens=np.array([5, 6, 2, 7, 2]), loss_mask=np.ones(5, np.uint8),
+        ...     offsets=np.array([0, 3, 5]), source_file=np.zeros(2, np.int32), source_row=np.array([1, 2]),
+        ...     files=("a",))
+        >>> out = Path(tempfile.mkdtemp()) / "p"
+        >>> settings = PackSettings(seq_length=4, pad_seq_to_mult=2)
+        >>> _ = write_packed_output(out, plan_splits(s, settings, eos_id=2), settings, Provenance())
+        >>> c = PackedCollator.for_data(out)
+        >>> c.max_seq_length, c.pad_seq_to_mult, c.eos_id
+        (4, 2, 2)
+        >>> PackedCollator.for_data(out, pad_seq_to_mult=1)
+        Traceback (most recent call last):
+        ...
+        longpack.runtime.collate.CollateError: pad_seq_to_mult 1 given, but the data was packed with pad_seq_to_mult=2 (manifest.json); drop it or pass 2
+        """
+        from longpack.errors import PackedDataError
+        from longpack.packed.folder import PackedFolder
+
+        if hasattr(data, "folder") and isinstance(data.folder, PackedFolder):
+            folder = data.folder
+        elif isinstance(data, PackedFolder):
+            folder = data
+        else:
+            folder = PackedFolder.open(data, split=split, allow_no_manifest=allow_no_manifest)
+        try:
+            recorded = folder.alignment(
+                pack_size=max_seq_length, pad_seq_to_mult=pad_seq_to_mult, eos_id=eos_id
+            )
+        except PackedDataError as exc:
+            raise CollateError(str(exc), fields=exc.fields) from exc
+        metadata = None
+        if pad_cu_seqlens:
+            if not folder.metadata:
+                raise CollateError(
+                    f"{folder.spec}: no <N>_metadata.jsonl next to the data; pad_cu_seqlens needs it"
+                )
+            metadata = PackMetadataSummary.from_entries(folder.metadata, source=str(folder.metadata_path))
+        return cls(
+            max_seq_length=recorded.pack_size,
+            eos_id=recorded.eos_id,
+            pad_seq_to_mult=recorded.pad_seq_to_mult,
+            pad_to_max_length=pad_to_max_length or pad_cu_seqlens,
+            pad_cu_seqlens=pad_cu_seqlens,
+            pack_metadata=metadata,
+            **options,
+        )
+
     def __call__(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return collate_packed(
             rows,

@@ -64,8 +64,9 @@ class PackedDataset:
 
     - ``path``: the output folder (with ``split`` when it holds both splits), one file, a glob of shards, a
       list of files, or an opened :class:`~longpack.packed.PackedFolder`. A folder without ``manifest.json``
-      (an unfinished ``longpack pack``) is refused unless ``allow_unfinished=True``; files Megatron-Bridge
-      wrote (no manifest) are read by naming them (a glob).
+      (an unfinished ``longpack pack``) is refused unless ``allow_unfinished=True``; a folder Megatron-Bridge
+      wrote (no manifest) is read with ``allow_no_manifest=True`` or by naming its files (a glob). The
+      ``.npy`` files of released Bridge / NeMo 2 are read too.
     - ``max_num_samples``: if set, items go through an epoch-level ``samples_mapping``
       (``ceil(max_num_samples / rows)`` independent shuffles of ``arange(rows)``, concatenated, truncated),
       drawn from ``numpy.random.RandomState(seed)``: the same permutation Megatron-Bridge draws after
@@ -83,6 +84,7 @@ class PackedDataset:
         *,
         split: str | None = None,
         allow_unfinished: bool = False,
+        allow_no_manifest: bool = False,
         max_num_samples: int | None = None,
         seed: int | None = 1234,
         validate_rows: bool = False,
@@ -90,7 +92,9 @@ class PackedDataset:
         if isinstance(path, PackedFolder):
             self.folder = path
         else:
-            self.folder = PackedFolder.open(path, split=split, allow_unfinished=allow_unfinished)
+            self.folder = PackedFolder.open(
+                path, split=split, allow_unfinished=allow_unfinished, allow_no_manifest=allow_no_manifest
+            )
         self._sources = self.folder.sources(split)
         self.files: tuple[str, ...] = tuple(str(s.path) for s in self._sources)
         for source in self._sources:

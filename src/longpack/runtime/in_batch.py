@@ -6,6 +6,11 @@ offline collate the rows are *not* shifted here: each row already carries its ``
 Alignment gaps sit at the end of each segment: tokens ``pad_token_id``, labels ``ignore_index``, loss 0,
 positions continuing.
 
+VLM rows: :func:`build_visual_thd_batch` packs prepared image+text sequences as Megatron-Bridge's
+``build_qwen_vl_packed_batch`` does (visual tensors concatenated in sequence order, 3-D positions restarting per
+sequence), :class:`VisualInBatchCollator` is its collate-time form for MBS > 1, and :func:`packed_padding_mask`
+marks the gaps between logical and physical THD boundaries for MoE router statistics.
+
 Example (two rows of lengths 3 and 2, alignment 4)::
 
     >>> batch = {"input_ids": torch.tensor([[1, 2, 3, 0], [4, 5, 0, 0]]),
@@ -26,7 +31,15 @@ import torch
 
 from longpack.errors import BatchError
 
-__all__ = ["InBatchPackingError", "build_thd_row", "pack_right_padded_batch"]
+__all__ = [
+    "VISUAL_KEYS",
+    "InBatchPackingError",
+    "VisualInBatchCollator",
+    "build_thd_row",
+    "build_visual_thd_batch",
+    "pack_right_padded_batch",
+    "packed_padding_mask",
+]
 
 _RESERVED = frozenset({"position_ids", "labels", "loss_mask", "attention_mask", "padding_mask"})
 
@@ -278,3 +291,203 @@ def pack_right_padded_batch(
             continue
         batch[key] = value
     return batch
+
+
+# ---------------------------------------------------------------------------------------------- VLM rows
+
+# The visual keys Megatron-Bridge's Qwen-VL packer concatenates (``QWEN_VISUAL_KEYS``), in its order.
+VISUAL_KEYS: tuple[str, ...] = (
+    "pixel_values",
+    "pixel_values_videos",
+    "image_grid_thw",
+    "video_grid_thw",
+    "second_per_grid_ts",
+)
+
+
+def packed_padding_mask(
+    cu_seqlens: Any, cu_seqlens_padded: Any | None, total_tokens: int
+) -> torch.Tensor | None:
+    """``[1, total_tokens]`` bool, True on tokens that belong to no real sequence: each segment's alignment
+    gap (between its logical and physical end) and any tail after the last physical boundary. ``None`` when
+    there are neither (the row is all real tokens).
+
+    This is the mask Megatron-Bridge's Qwen3-VL model derives from the logical vs physical THD boundaries for
+    Megatron-Core's MoE router (``routing_map & ~padding_mask``: gaps stay out of the auxiliary-loss token
+    counts, z-loss and expert-bias counts).
+
+    >>> packed_padding_mask(torch.tensor([0, 3, 5]), torch.tensor([0, 4, 8]), 10).int().tolist()
+    [[0, 0, 0, 1, 0, 0, 1, 1, 1, 1]]
+    >>> packed_padding_mask(torch.tensor([0, 3, 5]), None, 5) is None
+    True
+    """
+    real = torch.as_tensor(cu_seqlens).reshape(-1).to(torch.int64)
+    physical = (
+        real if cu_seqlens_padded is None else torch.as_tensor(cu_seqlens_padded).reshape(-1).to(torch.int64)
+    )
+    if real.numel() < 2 or physical.shape != real.shape:
+        raise InBatchPackingError(
+            f"cu_seqlens {real.tolist()} and cu_seqlens_padded {physical.tolist()} must be 1-D offsets of the "
+            "same length (at least 2)"
+        )
+    lengths = real.diff()
+    spans = physical.diff()
+    if (
+        int(real[0]) != 0
+        or int(physical[0]) != 0
+        or bool((lengths <= 0).any())
+        or bool((spans < lengths).any())
+    ):
+        raise InBatchPackingError(
+            f"cu_seqlens {real.tolist()} / cu_seqlens_padded {physical.tolist()}: offsets must start at 0, every "
+            "logical length must be > 0 and no physical length may be shorter than its logical one"
+        )
+    if int(physical[-1]) > total_tokens:
+        raise InBatchPackingError(
+            f"cu_seqlens_padded[-1]={int(physical[-1])} is past the row's {total_tokens} tokens"
+        )
+    if torch.equal(lengths, spans) and int(physical[-1]) == total_tokens:
+        return None
+    pad = torch.ones((1, total_tokens), dtype=torch.bool)
+    for start, n in zip(physical[:-1].tolist(), lengths.tolist(), strict=True):
+        pad[0, start : start + n] = False
+    return pad
+
+
+def build_visual_thd_batch(
+    sequences: Sequence[Any],
+    *,
+    sequence_length: int | None,
+    pad_to_multiple_of: int = 1,
+    pad_to_max_length: bool = False,
+    emit_padding_mask: bool = False,
+) -> dict[str, Any]:
+    """One THD row from prepared VLM sequences, as Megatron-Bridge's ``build_qwen_vl_packed_batch``
+    (``models/qwen_vl/data/collate_fn.py``) builds it, plus 3-D positions and an optional padding mask.
+
+    Each sequence has ``row`` (1-D ``input_ids``, ``position_ids``, ``labels``, ``loss_mask``, all-ones
+    ``attention_mask``) and ``visual_values`` (``pixel_values``, ``image_grid_thw``, video keys), as
+    ``longpack.vlm.PreparedSequence`` and Bridge's ``QwenVLPreparedSequence`` do. The text keys are
+    :func:`build_thd_row`'s (pad id 0, labels -100; alignment ``pad_to_multiple_of`` per sequence; with
+    ``pad_to_max_length`` the last segment reaches ``sequence_length``). ``visual_inputs`` maps each visual key
+    present to its tensors concatenated in sequence order. Added to Bridge's keys:
+
+    - ``mrope_position_ids`` ``[3, 1, T]`` when every sequence has ``mrope_position_ids`` ``[3, L]`` (each
+      computed on its sequence alone, so every sequence restarts at 0); gap positions continue on each axis;
+    - ``padding_mask`` ``[1, T]`` (True on gaps and tail, :func:`packed_padding_mask`) when
+      ``emit_padding_mask`` and the row has gaps.
+    """
+    if not sequences:
+        raise InBatchPackingError("build_visual_thd_batch needs at least one sequence")
+    rows = []
+    for i, seq in enumerate(sequences):
+        row = getattr(seq, "row", None)
+        if not isinstance(row, Mapping):
+            raise InBatchPackingError(
+                f"sequence {i}: expected a prepared sequence with .row and .visual_values, got {type(seq).__name__}"
+            )
+        rows.append(row)
+    out = build_thd_row(
+        rows,
+        sequence_length=sequence_length,
+        pad_token_id=0,
+        ignore_index=-100,
+        pad_to_multiple_of=pad_to_multiple_of,
+        pad_to_max_length=pad_to_max_length,
+    )
+    visual: dict[str, list[torch.Tensor]] = {key: [] for key in VISUAL_KEYS}
+    for seq in sequences:
+        for key, value in (getattr(seq, "visual_values", None) or {}).items():
+            if key not in visual:
+                raise InBatchPackingError(f"unknown visual key {key!r}; expected one of {VISUAL_KEYS}")
+            visual[key].append(value)
+    out["visual_inputs"] = {key: torch.cat(values, dim=0) for key, values in visual.items() if values}
+    found = [getattr(seq, "mrope_position_ids", None) for seq in sequences]
+    ropes = [r for r in found if r is not None]
+    if len(ropes) == len(sequences):
+        total = out["total_tokens"]
+        starts = out.get("cu_seqlens_q_padded", out["cu_seqlens_q"]).tolist()  # physical offsets
+        positions = torch.zeros((3, 1, total), dtype=torch.int64)
+        for i, (rope, row) in enumerate(zip(ropes, rows, strict=True)):
+            n = int(row["input_ids"].numel())
+            if tuple(rope.shape) != (3, n):
+                raise InBatchPackingError(
+                    f"sequence {i}: mrope_position_ids has shape {tuple(rope.shape)}, not (3, {n})"
+                )
+            start, stop = int(starts[i]), int(starts[i + 1])
+            positions[:, 0, start : start + n] = rope
+            gap = stop - start - n
+            if gap > 0:
+                positions[:, 0, start + n : stop] = rope[:, -1:] + torch.arange(1, gap + 1)
+        out["mrope_position_ids"] = positions
+    if emit_padding_mask:
+        mask = packed_padding_mask(out["cu_seqlens_q"], out.get("cu_seqlens_q_padded"), out["total_tokens"])
+        if mask is not None:
+            out["padding_mask"] = mask
+    return out
+
+
+class VisualInBatchCollator:
+    """A ``collate_fn`` for collate-time ("in-batch") packing of VLM micro-batches (MBS > 1): each example is
+    prepared by ``prepare`` (e.g. ``longpack.vlm.QwenVLPreparer(...).prepare``) and the micro-batch becomes one
+    THD row (:func:`build_visual_thd_batch`); Bridge's ``qwen2_5_collate_fn(enable_in_batch_packing=True)``.
+
+    A sample a limit refuses (``prepare`` raises a longpack error with a ``reason``, as
+    ``longpack.vlm.SampleRejected`` does), or one longer than ``sequence_length`` (reason ``too_long``), is left out and listed in the batch's ``skipped`` key as
+    ``{"key", "reason", "message"}``, so the refusal reaches the trainer even from loader worker processes; a
+    micro-batch whose every sample is refused is a :class:`InBatchPackingError`. ``emit_padding_mask``
+    defaults to ``pad_to_multiple_of > 1`` (Bridge's text in-batch collate does the same).
+    """
+
+    def __init__(
+        self,
+        prepare: Any,
+        *,
+        sequence_length: int | None,
+        pad_to_multiple_of: int = 1,
+        pad_to_max_length: bool = False,
+        emit_padding_mask: bool | None = None,
+    ) -> None:
+        if not callable(prepare):
+            raise InBatchPackingError(
+                f"prepare must be callable (one example -> prepared sequence), got {prepare!r}"
+            )
+        self.prepare = prepare
+        self.sequence_length = sequence_length
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.pad_to_max_length = pad_to_max_length
+        self.emit_padding_mask = pad_to_multiple_of > 1 if emit_padding_mask is None else emit_padding_mask
+
+    def __call__(self, examples: Sequence[Any]) -> dict[str, Any]:
+        from longpack.errors import LongpackError
+
+        prepared, skipped = [], []
+        for i, example in enumerate(examples):
+            try:
+                seq = self.prepare(example)
+            except LongpackError as exc:
+                reason = getattr(exc, "reason", None)
+                if reason is None:
+                    raise
+                skipped.append({"key": getattr(exc, "key", str(i)), "reason": reason, "message": str(exc)})
+                continue
+            n = int(seq.row["input_ids"].numel())
+            if self.sequence_length is not None and n > self.sequence_length:
+                key = getattr(seq, "key", str(i))
+                message = f"sample {key}: {n} tokens after expansion > sequence_length={self.sequence_length}"
+                skipped.append({"key": key, "reason": "too_long", "message": message})
+                continue
+            prepared.append(seq)
+        if not prepared:
+            reasons = "; ".join(s["message"] for s in skipped)
+            raise InBatchPackingError(f"every sample of this micro-batch was refused: {reasons}")
+        out = build_visual_thd_batch(
+            prepared,
+            sequence_length=self.sequence_length,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            pad_to_max_length=self.pad_to_max_length,
+            emit_padding_mask=self.emit_padding_mask,
+        )
+        out["sample_keys"] = [getattr(p, "key", None) for p in prepared]
+        out["skipped"] = skipped
+        return out

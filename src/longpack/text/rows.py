@@ -87,6 +87,9 @@ class TextConfig:
     messages_key: str = "messages"
     tools_key: str = "tools"
     skip_malformed: bool = False
+    #: Fewest tokens a sample may have: 2 (a stored sample of S tokens trains on S - 1 positions, so one
+    #: token trains on nothing) or 1, which Megatron-Bridge's own prepare step keeps (``--compat``).
+    min_tokens: int = 2
 
     def __post_init__(self) -> None:
         for field, value, allowed in (
@@ -98,6 +101,8 @@ class TextConfig:
                 raise ConfigError(
                     f"text.{field}={value!r} is not one of {', '.join(allowed)}", fields=f"text.{field}"
                 )
+        if self.min_tokens not in (1, 2):
+            raise ConfigError(f"text.min_tokens={self.min_tokens!r} must be 1 or 2", fields="text.min_tokens")
         for field in ("prompt_key", "completion_key", "messages_key", "tools_key"):
             value = getattr(self, field)
             if not isinstance(value, str) or not value:
@@ -464,8 +469,8 @@ def sample_from_row(
             )
         ids, spans = tok.chat_spans(messages, tools=row_tools(row, config))
         n = len(ids)
-        if n < 2:
-            raise RowError(f"the sample has {n} token(s); a stored sample needs at least 2")
+        if n < config.min_tokens:
+            raise RowError(f"the sample has {n} token(s); a stored sample needs at least {config.min_tokens}")
         skipped = tok.skipped_id_set
         if config.chat_loss == "full":
             full = np.ones(n, dtype=np.uint8)
@@ -500,13 +505,17 @@ def sample_from_row(
         if ids and (min(ids) < 0 or max(ids) >= tok.vocab_size):
             bad = next(v for v in ids if v < 0 or v >= tok.vocab_size)
             raise RowError(f"input_ids holds {bad}, outside the tokenizer's vocabulary [0, {tok.vocab_size})")
-        if len(ids) < 2:
-            raise RowError(f"the sample has {len(ids)} token(s); a stored sample needs at least 2")
+        if len(ids) < config.min_tokens:
+            raise RowError(
+                f"the sample has {len(ids)} token(s); a stored sample needs at least {config.min_tokens}"
+            )
         return ids, mask
     else:
         raise ValueError(f"unknown format {fmt!r}")
-    if len(ids) < 2:
-        raise RowError(f"the sample has {len(ids)} token(s); a stored sample needs at least 2")
+    if len(ids) < config.min_tokens:
+        raise RowError(
+            f"the sample has {len(ids)} token(s); a stored sample needs at least {config.min_tokens}"
+        )
     skipped = tok.skipped_id_set
     if skipped and not skipped.isdisjoint(ids):
         mask = [0 if i in skipped else m for i, m in zip(ids, mask, strict=True)]

@@ -327,7 +327,15 @@ class Tokenizer(ABC):
         self, messages: Sequence[Message], tools: Tools | None = None
     ) -> tuple[list[int], list[tuple[int, int, int]]]:
         """Ids of the rendered conversation and the token ranges ``(first, stop, turn)`` of assistant turns."""
-        pieces = self.render_chat(messages, tools)
+        return self.encode_pieces(self.render_chat(messages, tools))
+
+    def encode_pieces(self, pieces: Sequence[Piece]) -> tuple[list[int], list[tuple[int, int, int]]]:
+        """Ids of the joined pieces (one encode of the whole text) and the token ranges ``(first, stop,
+        turn)`` of the pieces owned by turns; for renderers outside this module (``longpack.vlm``).
+
+        >>> load_tokenizer("bytes").encode_pieces([("ab", -1), ("c", 0)])
+        ([97, 98, 99], [(2, 3, 0)])
+        """
         text = "".join(t for t, _ in pieces)
         ids, starts, ends, unit = self._encode_offsets(text)
         _, spans = _pieces_to_spans(pieces, unit=unit)

@@ -2,7 +2,7 @@
 
 ``inputs`` (can the rules run at all), ``topology``, ``pipeline``, ``cp`` (context parallelism and
 sequence lengths), ``batch``, ``packing`` (offline and in-batch packing), ``cuda_graphs``, ``energon``,
-``moe``, ``family`` (model-family opt-outs) and ``packed_data`` (a packed folder against the config).
+``vlm`` (the Qwen-VL task encoder's limits and buffer memory), ``moe``, ``family`` (model-family opt-outs) and ``packed_data`` (a packed folder against the config).
 :mod:`longpack.rules.runner` lists them, in this order, to build :data:`longpack.rules.RULES`.
 
 The modules also hold the pure predicates the layout planner prunes with (``topology.tp_divides`` ...),

@@ -286,3 +286,29 @@ def data_recorded_mult(s: TrainingSetup) -> Iterator[Violation]:
             f"rebuild with pad_seq_to_mult={m} into a fresh folder",
             K_PSM,
         )
+
+
+@FAMILY.rule(
+    "LP-DATA-011",
+    E,
+    "config pad_seq_to_mult equals the one the data was packed with",
+    "Bridge data/packing/gpt_sft.py collate_fn",
+    fix="set offline_packing_specs.pad_seq_to_mult to the recorded value (or repack with the config's)",
+    scope="packed",
+)
+def data_config_mult(s: TrainingSetup) -> Iterator[Violation]:
+    """Bridge never checks the alignment it is told: it builds ``cu_seqlens_q_padded`` only when the
+    config's ``pad_seq_to_mult`` is > 1, so data packed with 8 and read with 1 trains on logical offsets
+    that include the alignment padding (and the other way round). The value travels with the data."""
+    p = s.packed
+    specs = s.dataset.offline_packing_specs
+    if p is None or specs is None or p.recorded_pad_seq_to_mult is None:
+        return
+    given = specs.pad_seq_to_mult if specs.pad_seq_to_mult is not None else 1
+    if given != p.recorded_pad_seq_to_mult:
+        yield V(
+            f"{p.path} was packed with pad_seq_to_mult={p.recorded_pad_seq_to_mult} but the config reads it with "
+            f"pad_seq_to_mult={given}; Bridge would collate these rows with the wrong boundaries",
+            f"set {K_PSM}={p.recorded_pad_seq_to_mult} (or repack with pad_seq_to_mult={given} into a fresh folder)",
+            K_PSM,
+        )

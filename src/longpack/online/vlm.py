@@ -1,0 +1,265 @@
+"""Energon online packing of Qwen-VL samples: a task encoder whose buffers hold prepared sequences.
+
+Needs ``megatron-energon`` and the ``vlm`` extra. It follows Megatron-Bridge's native Energon packing for
+Qwen-VL (``models/qwen_vl/data/energon.py``, ``QwenVLTaskEncoder(enable_energon_packing=True)``) on the same
+Energon hooks (see docs/guide/online-sim.md and Energon's ``TaskEncoder`` packing hooks):
+
+- ``encode_sample`` (``@stateless``, failure tolerance 100) prepares the sample eagerly
+  (:class:`longpack.vlm.QwenVLPreparer`): the packing buffer holds the prepared token rows **and pixel
+  tensors** of ``packing_buffer_size`` candidates per worker until they are selected. A sample a limit refuses
+  (too many images, too many visual tokens, longer than ``seq_length`` after expansion and alignment, an image
+  that does not decode) is encoded as a *refused* member: it holds no tensors, joins the first group of its
+  buffer and is reported in that batch's ``skipped`` records ``{"key", "reason", "message"}``. So every
+  sample is accounted for exactly once (packed or reported), the report is as deterministic as the packs
+  (it survives save/restore), and Energon's failure tolerance is left to real errors (a buffer whose every
+  sample is refused makes no batch);
+- ``select_samples_to_pack`` partitions one buffer by aligned length (``ceil(L / m) * m``) with capacity
+  ``seq_length``; the default ``first_fit_decreasing`` gives Bridge's groups and member order
+  (``longpack.binpack.megatron.first_fit_decreasing``); other ``longpack.binpack.ALGORITHMS`` keep buffer
+  order inside a pack. Every sample is in exactly one group (Energon drops samples left out);
+- ``pack_selected_samples`` (``@stateless``) wraps the group; ``batch`` (``@stateless``, one pack per
+  micro-batch: native packing requires ``micro_batch_size=1``) builds the THD row with
+  :func:`longpack.runtime.in_batch.build_visual_thd_batch` (Bridge's ``build_qwen_vl_packed_batch`` keys,
+  plus ``mrope_position_ids``, ``padding_mask`` when asked, ``sample_keys``, ``skipped``).
+
+Samples come from a ``CrudeWebdataset`` (``energon prepare --sample-type CrudeWebdataset``): each sample has a
+``json`` member with the conversation (``messages`` or ``conversations``, ``<image>`` placeholders) and image
+members ``img0.png``, ``img1.jpg``, ... (any ``img<N>.<ext>``, in ``N`` order). The encoder sets
+``decoder = None`` so images arrive as encoded bytes and longpack decodes them (a broken image names its sample
+key and the decoder's reason, instead of failing inside Energon's decoder).
+
+Save and restore the loader with :func:`longpack.online.energon.save_loader_state` /
+``restore_loader_state`` and pass this encoder: its :meth:`QwenVLPackingEncoder.packing_config` (seq_length,
+alignment, selection, tokenizer and vision settings) is stored with the state and compared on restore.
+
+Example::
+
+    encoder = QwenVLPackingEncoder(QwenVLPreparer("qwen3"), seq_length=4096, pad_to_multiple_of=8)
+    ds = get_train_dataset(path, worker_config=wc, batch_size=1, packing_buffer_size=16, task_encoder=encoder,
+                           shuffle_buffer_size=100, max_samples_per_sequence=None)
+    for batch in get_savable_loader(ds):
+        batch["input_ids"], batch["cu_seqlens_q"], batch["visual_inputs"]["pixel_values"], batch["skipped"]
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import re
+from typing import Any
+
+import numpy as np
+from megatron.energon import Cooker, DefaultTaskEncoder, Sample, SkipSample, basic_sample_keys, stateless
+from megatron.energon.worker import WorkerConfig
+
+from longpack import binpack
+from longpack.binpack.megatron import first_fit_decreasing
+from longpack.errors import OnlineError
+from longpack.online.packer import select_packs
+from longpack.runtime.in_batch import build_visual_thd_batch
+from longpack.vlm.errors import SampleRejected
+from longpack.vlm.prepare import PreparedSequence, QwenVLPreparer, aligned
+
+_IMAGE_FIELD = re.compile(r"^img(\d+)\.\w+$")
+FAILURE_TOLERANCE = 100  # Bridge's bound on consecutive failures of encode_sample
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class VLMChatSample(Sample):
+    """A cooked sample: the conversation (parsed JSON) and its images as encoded bytes, in order."""
+
+    conversation: dict[str, Any]
+    images: list[bytes]
+
+
+@stateless
+def cook_vlm_sample(raw: dict[str, Any]) -> VLMChatSample:
+    """Crude WebDataset sample (``json`` + ``img<N>.<ext>`` members) -> :class:`VLMChatSample`."""
+    if "json" not in raw:
+        raise OnlineError(
+            f"sample {raw.get('__key__')}: no 'json' member (has {sorted(k for k in raw if k[0] != '_')})"
+        )
+    data = raw["json"]
+    conversation = json.loads(data) if isinstance(data, bytes | str) else data
+    found = sorted((int(m.group(1)), k) for k in raw if (m := _IMAGE_FIELD.match(k)))
+    images = [raw[k] for _, k in found]
+    return VLMChatSample(**basic_sample_keys(raw), conversation=conversation, images=images)
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class VLMTaskSample(Sample):
+    """An encoded sample in the packing buffer: the prepared sequence (token rows and pixel tensors), or for
+    a sample a limit refused, ``prepared=None`` and the refusal ``{"key", "reason", "message"}``."""
+
+    prepared: PreparedSequence | None
+    rejected: dict[str, str] | None
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class VLMPackedSample(Sample):
+    """One selected group, in row order."""
+
+    samples: list[VLMTaskSample]
+
+
+class QwenVLPackingEncoder(DefaultTaskEncoder):
+    """Energon task encoder for native (online) packing of Qwen-VL samples (see the module docstring).
+
+    ``seq_length``: pack width in tokens (Bridge's ``seq_length``); ``pad_to_multiple_of``: per-sequence
+    alignment for CP/SP (``lcm(2*CP, CP*TP)``); ``pad_to_max_length``: fixed-width packs (Bridge forces it with
+    PP > 1 or EP > 1); ``emit_padding_mask``: add the gap mask for MoE router statistics (default: when
+    ``pad_to_multiple_of > 1`` or fixed width). The preparer's ``max_length`` is set to ``seq_length``.
+    """
+
+    decoder = None  # raw bytes: longpack decodes images itself and reports the ones that fail
+    cookers = (Cooker(cook_vlm_sample),)
+
+    def __init__(
+        self,
+        preparer: QwenVLPreparer,
+        *,
+        seq_length: int,
+        pad_to_multiple_of: int = 1,
+        pad_to_max_length: bool = False,
+        emit_padding_mask: bool | None = None,
+        algorithm: str = "first_fit_decreasing",
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        for name, value in (("seq_length", seq_length), ("pad_to_multiple_of", pad_to_multiple_of)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise OnlineError(f"{name} must be a positive integer, got {value!r}", fields=name)
+        if seq_length % pad_to_multiple_of:
+            raise OnlineError(
+                f"seq_length={seq_length} is not a multiple of pad_to_multiple_of={pad_to_multiple_of} (Bridge "
+                "requires seq_length % the CP/SP multiple == 0)",
+                fields="seq_length",
+            )
+        if algorithm not in binpack.ALGORITHMS:
+            raise OnlineError(
+                f"algorithm={algorithm!r} is not one of {binpack.ALGORITHMS}", fields="algorithm"
+            )
+        if not isinstance(preparer, QwenVLPreparer):
+            raise OnlineError(
+                f"preparer must be a longpack.vlm.QwenVLPreparer, got {type(preparer).__name__}"
+            )
+        # A copy whose length limit is the pack width (the caller's preparer keeps its own settings).
+        self.preparer = copy.copy(preparer)
+        self.preparer.config = dataclasses.replace(
+            preparer.config, max_length=seq_length, pad_to_multiple_of=pad_to_multiple_of
+        )
+        self.preparer.stats = type(preparer.stats)()
+        self.seq_length = seq_length
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.pad_to_max_length = pad_to_max_length
+        self.emit_padding_mask = (
+            (pad_to_multiple_of > 1 or pad_to_max_length) if emit_padding_mask is None else emit_padding_mask
+        )
+        self.algorithm = algorithm
+        self.seed = seed
+
+    def packing_config(self) -> dict[str, Any]:
+        """The settings that decide which samples form a pack and what a pack holds."""
+        return {
+            "seq_length": self.seq_length,
+            "pad_to_multiple_of": self.pad_to_multiple_of,
+            "pad_to_max_length": self.pad_to_max_length,
+            "emit_padding_mask": self.emit_padding_mask,
+            "algorithm": self.algorithm,
+            "seed": self.seed,
+            "preparer": self.preparer.identity(),
+        }
+
+    # ------------------------------------------------------------------ Energon hooks
+    @stateless(failure_tolerance=FAILURE_TOLERANCE)
+    def encode_sample(self, sample: VLMChatSample) -> VLMTaskSample:
+        """Prepare one sample (eagerly: its pixel tensors wait in the packing buffer); a refusal by a limit
+        becomes a refused member with its reason."""
+        conversation = dict(sample.conversation)
+        conversation["images"] = list(sample.images)
+        try:
+            prepared = self.preparer.prepare(conversation, key=sample.__key__)
+        except SampleRejected as exc:
+            record = {"key": exc.key, "reason": exc.reason, "message": str(exc)}
+            return VLMTaskSample.derive_from(sample, prepared=None, rejected=record)
+        return VLMTaskSample.derive_from(sample, prepared=prepared, rejected=None)
+
+    def select_samples_to_pack(self, samples: list[VLMTaskSample]) -> list[list[VLMTaskSample]]:
+        """Partition one candidate buffer into groups of aligned length at most ``seq_length``; refused
+        members join the first group (they hold no tokens)."""
+        accepted = [s for s in samples if s.prepared is not None]
+        refused = [s for s in samples if s.prepared is None]
+        lengths = [aligned(_prepared(s).sequence_length, self.pad_to_multiple_of) for s in accepted]
+        if any(n > self.seq_length for n in lengths):
+            raise OnlineError(
+                f"a buffered sample is longer than seq_length={self.seq_length} (aligned {max(lengths)})"
+            )
+        groups: list[list[VLMTaskSample]] = []
+        if accepted and self.algorithm == "first_fit_decreasing":
+            groups = first_fit_decreasing(accepted, self.seq_length, item_lengths=lengths)
+        elif accepted:
+            picks = select_packs(
+                np.asarray(lengths, dtype=np.int64),
+                self.seq_length,
+                algorithm=self.algorithm,
+                seed=self._seed(),
+            )
+            groups = [[accepted[j] for j in g.tolist()] for g in picks]
+        if refused:
+            if groups:
+                groups[0] = [*groups[0], *refused]
+            else:
+                groups = [refused]  # a buffer of refused samples only: its batch is skipped, see batch()
+        return groups
+
+    def _seed(self) -> int:
+        config = WorkerConfig.active_worker_config
+        worker_seed = config.worker_seed() if config is not None else 0
+        index = int(self.current_sample_index) if config is not None else 0
+        return int(
+            np.random.SeedSequence([self.seed, worker_seed, index]).generate_state(1, dtype=np.uint32)[0]
+        )
+
+    @stateless
+    def pack_selected_samples(self, samples: list[VLMTaskSample]) -> VLMPackedSample:
+        """Wrap one selected group (Energon assigns its restore key)."""
+        if not samples:
+            raise OnlineError("cannot pack an empty group")
+        return VLMPackedSample(
+            __key__=",".join(s.__key__ for s in samples),
+            __restore_key__=(),
+            __subflavors__={},
+            samples=samples,
+        )
+
+    @stateless
+    def batch(self, samples: list[VLMPackedSample]) -> dict[str, Any]:
+        """One THD row from one pack (native packing: ``micro_batch_size=1``)."""
+        if len(samples) != 1 or not isinstance(samples[0], VLMPackedSample):
+            raise OnlineError(
+                f"native VLM packing needs micro_batch_size=1 (one pack per micro-batch), got {len(samples)}"
+            )
+        members = [_prepared(s) for s in samples[0].samples if s.prepared is not None]
+        skipped = [s.rejected for s in samples[0].samples if s.rejected is not None]
+        if not members:
+            # A whole buffer of refused samples: nothing to train on; Energon skips the batch.
+            raise SkipSample()
+        total = sum(aligned(p.sequence_length, self.pad_to_multiple_of) for p in members)
+        if total > self.seq_length:
+            raise OnlineError(f"packed group length {total} exceeds seq_length={self.seq_length}")
+        out = build_visual_thd_batch(
+            members,
+            sequence_length=self.seq_length,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            pad_to_max_length=self.pad_to_max_length,
+            emit_padding_mask=self.emit_padding_mask,
+        )
+        out["sample_keys"] = [p.key for p in members]
+        out["skipped"] = skipped
+        return out
+
+
+def _prepared(sample: VLMTaskSample) -> PreparedSequence:
+    assert sample.prepared is not None
+    return sample.prepared

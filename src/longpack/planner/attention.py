@@ -1,0 +1,511 @@
+"""Core-attention time on one GPU: fused-attention kernel efficiency and context-parallel communication.
+
+Two halves, both pure Python:
+
+* **Kernel curves**, fitted on published kernel benchmarks (``longpack/data/attention_kernels.yaml``:
+  the cuDNN fused-attention kernel that TransformerEngine runs for Megatron-Core, measured in the
+  FlashAttention-3 paper; the Blackwell plateau from FlashAttention-4). Efficiency (fraction of the
+  dense BF16 peak) rises with the length ``L`` a kernel call sees, as ``η(L) = η∞ · L / (L + L½)``,
+  separately for forward and backward, with and without the causal mask; it scales with the head
+  dimension and the GPU generation. ``1/η = 1/η∞ + (L½/η∞)·(1/L)`` is linear in ``1/L``, so every curve
+  is an ordinary least-squares line.
+* **Context parallelism**, as TransformerEngine implements Megatron's ``cp_comm_type``: ``p2p`` (ring:
+  each rank holds 2 zigzag chunks of ``s/(2·CP)`` tokens; step 0 runs the causal diagonal, the ``CP−1``
+  other steps run unmasked kernels on one chunk against two while the next KV chunk travels; what is
+  not hidden behind a step's compute is exposed), ``a2a`` (Ulysses all-to-alls of Q, K, V and O, not
+  overlapped; the kernel then sees the whole sequence for ``heads/CP`` heads), ``a2a+p2p`` (an a2a
+  group inside the NVLink domain, a ring across it: longer ring chunks hide the ring better) and
+  ``allgather`` (K and V gathered before the kernels, dK/dV reduce-scattered after).
+
+>>> from longpack.planner.catalog import load_model, load_gpu
+>>> m, g = load_model("llama3_1_8b"), load_gpu("H100")
+>>> short = attention_cost(m, g, lengths=((4096, 1),), tp=1, cp=1, kind="p2p")
+>>> long = attention_cost(m, g, lengths=((131072, 1),), tp=1, cp=16, kind="p2p")
+>>> 0.3 < short.model_efficiency(g) < long.model_efficiency(g) < 0.6
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from longpack.planner.arithmetic import core_attention_coefficient
+from longpack.planner.catalog import GPUSpec, ModelSpec
+
+__all__ = [
+    "AttentionCost",
+    "KernelCurves",
+    "attention_cost",
+    "attention_head_dim",
+    "best_attention_cost",
+    "cp_comm_candidates",
+    "fit_kernel_curves",
+    "hierarchical_sizes",
+    "kernel_curves",
+    "kernel_efficiency",
+]
+
+#: Backward FLOPs of fused attention over forward FLOPs (5 matmuls instead of 2; FlashAttention's
+#: ``benchmarks/benchmark_flash_attention.py`` counts them the same way).
+BACKWARD_FLOP_RATIO = 2.5
+# NCCL efficiencies of the links (hardware_catalog.yaml planner_constants.nccl_busbw_efficiency).
+NVLINK_P2P_EFF = 0.80
+NVLINK_ALLTOALL_EFF = 0.65
+IB_EFF = 0.85
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelCurves:
+    """Fitted fused-attention kernel curves (fractions of the dense BF16 peak).
+
+    ``fwd_causal``, ``fwd_full`` and ``bwd_full`` are ``(η∞, L½)`` for head dim 128 on Hopper;
+    ``head_dim_factor`` gives the plateau relative to head dim 128 at the measured head dims;
+    ``blackwell_ratio`` scales every curve on Blackwell; ``fp8_forward_speedup`` is the FP8 over BF16
+    plateau ratio of the forward kernel (used only when FP8 attention is enabled).
+    """
+
+    fwd_causal: tuple[float, float]
+    fwd_full: tuple[float, float]
+    bwd_full: tuple[float, float]
+    head_dim_factor: tuple[tuple[int, float], ...]
+    blackwell_ratio: float
+    fp8_forward_speedup: float
+    kernel: str = "cudnn"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Rounded mapping (what ``planner_fit.yaml`` records)."""
+        return {
+            "kernel": self.kernel,
+            "fwd_causal": {
+                "plateau": round(self.fwd_causal[0], 4),
+                "half_length": round(self.fwd_causal[1], 1),
+            },
+            "fwd_full": {"plateau": round(self.fwd_full[0], 4), "half_length": round(self.fwd_full[1], 1)},
+            "bwd_full": {"plateau": round(self.bwd_full[0], 4), "half_length": round(self.bwd_full[1], 1)},
+            "head_dim_factor": {int(d): round(f, 4) for d, f in self.head_dim_factor},
+            "blackwell_ratio": round(self.blackwell_ratio, 4),
+            "fp8_forward_speedup": round(self.fp8_forward_speedup, 4),
+        }
+
+
+def _line_fit(lengths: list[float], effs: list[float]) -> tuple[float, float]:
+    """Least squares of ``1/η = a + b/L``; returns ``(η∞, L½) = (1/a, b/a)``."""
+    xs = [1.0 / x for x in lengths]
+    ys = [1.0 / y for y in effs]
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx > 0 else 0.0
+    a = my - b * mx
+    return 1.0 / a, max(b, 0.0) / a
+
+
+def fit_kernel_curves(doc: dict[str, Any], peaks: dict[str, float]) -> KernelCurves:
+    """Fit the kernel curves on a benchmark document (the schema of ``attention_kernels.yaml``).
+
+    ``peaks`` maps a GPU name to its dense BF16 peak in TFLOP/s.
+
+    >>> doc = {"fit_kernel": "k", "series": [
+    ...     {"kernel": "k", "gpu": "G", "direction": d, "causal": c, "head_dim": 128, "precision": "bf16",
+    ...      "seqlen": [1000, 4000], "tflops": [400, 640]} for d, c in (("fwd", True), ("fwd", False), ("bwd", False))]}
+    >>> curves = fit_kernel_curves(doc, {"G": 1000})
+    >>> [round(x) for x in curves.fwd_full], curves.blackwell_ratio
+    ([1, 1000], 1.0)
+    """
+    kernel = doc.get("fit_kernel", "cudnn")
+    series = [s for s in doc.get("series", []) if s.get("kernel") == kernel]
+
+    def pick(direction: str, causal: bool, head_dim: int, precision: str = "bf16") -> dict[str, Any] | None:
+        for s in series:
+            if (
+                s["direction"] == direction
+                and bool(s["causal"]) == causal
+                and int(s["head_dim"]) == head_dim
+                and s.get("precision", "bf16") == precision
+            ):
+                return s
+        return None
+
+    def curve(s: dict[str, Any]) -> tuple[float, float]:
+        peak = peaks[s["gpu"]]
+        return _line_fit([float(x) for x in s["seqlen"]], [float(y) / peak for y in s["tflops"]])
+
+    base = {}
+    for key, (direction, causal) in {
+        "fwd_causal": ("fwd", True),
+        "fwd_full": ("fwd", False),
+        "bwd_full": ("bwd", False),
+    }.items():
+        s = pick(direction, causal, 128)
+        if s is None:
+            raise ValueError(
+                f"attention kernel benchmarks need a {kernel} {direction} causal={causal} head_dim 128 series"
+            )
+        base[key] = curve(s)
+    factors = []
+    for s in series:
+        if s["direction"] == "fwd" and not s["causal"] and s.get("precision", "bf16") == "bf16":
+            factors.append((int(s["head_dim"]), curve(s)[0] / base["fwd_full"][0]))
+    fp8 = 1.0
+    for s in series:
+        if s.get("precision") == "fp8" and s["direction"] == "fwd" and not s["causal"]:
+            ref = pick("fwd", False, int(s["head_dim"]))
+            if ref is not None:
+                fp8 = curve(s)[0] / curve(ref)[0]
+    ratio = 1.0
+    for p in doc.get("plateaus", []):
+        if (
+            p.get("kernel") == kernel
+            and p["direction"] == "fwd"
+            and not p["causal"]
+            and int(p["head_dim"]) == 128
+        ):
+            ratio = (float(p["tflops"]) / peaks[p["gpu"]]) / base["fwd_full"][0]
+    return KernelCurves(
+        fwd_causal=base["fwd_causal"],
+        fwd_full=base["fwd_full"],
+        bwd_full=base["bwd_full"],
+        head_dim_factor=tuple(sorted(set(factors))),
+        blackwell_ratio=ratio,
+        fp8_forward_speedup=fp8,
+        kernel=str(kernel),
+    )
+
+
+@functools.cache
+def kernel_curves() -> KernelCurves:
+    """The curves fitted on the packaged ``attention_kernels.yaml`` (deterministic, closed form).
+
+    >>> c = kernel_curves()
+    >>> 0.5 < c.fwd_full[0] < 0.7, 0.4 < c.bwd_full[0] < 0.6, c.fwd_causal[1] > c.fwd_full[1]
+    (True, True, True)
+    """
+    from longpack.planner.catalog import load_gpu
+
+    text = resources.files("longpack").joinpath("data", "attention_kernels.yaml").read_text(encoding="utf-8")
+    doc = yaml.safe_load(text)
+    gpus = {s["gpu"] for s in doc.get("series", [])} | {p["gpu"] for p in doc.get("plateaus", [])}
+    return fit_kernel_curves(doc, {name: load_gpu(name).peak_tflops("bf16") for name in gpus})
+
+
+def _head_dim_factor(curves: KernelCurves, head_dim: float) -> float:
+    points = curves.head_dim_factor
+    if not points:
+        return 1.0
+    x = math.log2(max(head_dim, 1.0))
+    xs = [math.log2(d) for d, _ in points]
+    if x <= xs[0]:
+        return points[0][1]
+    if x >= xs[-1]:
+        return points[-1][1]
+    for (x0, (_, f0)), (x1, (_, f1)) in zip(
+        zip(xs, points, strict=True), zip(xs[1:], points[1:], strict=True), strict=True
+    ):
+        if x0 <= x <= x1:
+            return f0 + (f1 - f0) * (x - x0) / (x1 - x0)
+    return 1.0  # pragma: no cover - the loop covers the range
+
+
+def kernel_efficiency(
+    direction: str, causal: bool, length: float, *, head_dim: float, blackwell: bool, fp8: bool = False
+) -> float:
+    """Fraction of the dense BF16 peak a fused-attention kernel reaches on ``length``-token blocks.
+
+    The backward curve with a causal mask is the unmasked backward curve times the forward
+    causal/unmasked ratio at the same length (no published causal backward series).
+
+    >>> round(kernel_efficiency("fwd", True, 16384, head_dim=128, blackwell=False), 2)
+    0.56
+    >>> kernel_efficiency("fwd", True, 1024, head_dim=128, blackwell=False) < kernel_efficiency(
+    ...     "fwd", True, 8192, head_dim=128, blackwell=False)
+    True
+    """
+    c = kernel_curves()
+
+    def at(curve: tuple[float, float]) -> float:
+        plateau, half = curve
+        return plateau * length / (length + half)
+
+    if direction == "fwd":
+        eff = at(c.fwd_causal if causal else c.fwd_full)
+        if fp8:
+            eff *= c.fp8_forward_speedup
+    else:
+        eff = at(c.bwd_full)
+        if causal:
+            eff *= at(c.fwd_causal) / at(c.fwd_full)
+    eff *= _head_dim_factor(c, head_dim)
+    if blackwell:
+        eff *= c.blackwell_ratio
+    return eff
+
+
+def cp_comm_candidates(model: ModelSpec, *, t: int, c: int) -> tuple[str, ...]:
+    """CP communication types a layout allows: ``a2a`` needs ``CP`` to divide the KV heads per TP rank
+    (MLA: the heads); ``a2a+p2p`` needs an a2a level of at least 2 that divides them; ``allgather`` and
+    ``p2p`` have no head constraint.
+
+    >>> from longpack.planner.catalog import load_model
+    >>> cp_comm_candidates(load_model("qwen3_235b_a22b"), t=4, c=4)
+    ('p2p', 'allgather')
+    >>> cp_comm_candidates(load_model("deepseek_v3"), t=1, c=32)
+    ('p2p', 'a2a', 'a2a+p2p', 'allgather')
+    """
+    heads = _heads_per_tp_rank(model, t)
+    out = ["p2p"]
+    if c > 1 and heads and heads % c == 0:
+        out.append("a2a")
+    if c > 2 and heads and heads % 2 == 0:
+        out.append("a2a+p2p")
+    if c > 1:
+        out.append("allgather")
+    return tuple(out)
+
+
+def _heads_per_tp_rank(model: ModelSpec, t: int) -> int:
+    att = model.attention
+    groups = att.num_heads if att.kind == "mla" else att.num_kv_heads
+    return groups // t if groups % t == 0 else 0
+
+
+def hierarchical_sizes(model: ModelSpec, gpu: GPUSpec, *, t: int, c: int) -> tuple[int, int]:
+    """``hierarchical_context_parallel_sizes`` of ``a2a+p2p``: the inner all-to-all level is the largest
+    power of two dividing ``CP`` and the heads per TP rank that keeps it inside the NVLink domain; the
+    ring (p2p) level goes across.
+
+    >>> from longpack.planner.catalog import load_model, load_gpu
+    >>> hierarchical_sizes(load_model("deepseek_v3"), load_gpu("H100"), t=1, c=32)
+    (8, 4)
+    """
+    heads = max(_heads_per_tp_rank(model, t), 1)
+    inner = 1
+    while (
+        inner * 2 <= c
+        and c % (inner * 2) == 0
+        and heads % (inner * 2) == 0
+        and t * inner * 2 <= max(gpu.nvlink_domain, 1)
+    ):
+        inner *= 2
+    return inner, c // inner
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionCost:
+    """Seconds of core attention for one layer and one micro-batch on one GPU.
+
+    ``forward`` / ``backward``: kernel time; ``exposed_forward`` / ``exposed_backward``: CP
+    communication not hidden behind the kernels (plus the per-step launch cost of the ring);
+    ``ring_length``: tokens per zigzag chunk a ring step works on (the whole sequence without a ring);
+    ``sizes``: ``(a2a level, ring level)``.
+    """
+
+    kind: str
+    forward: float
+    backward: float
+    exposed_forward: float
+    exposed_backward: float
+    ring_length: float
+    sizes: tuple[int, int]
+    fwd_flops: float
+
+    @property
+    def kernel(self) -> float:
+        """Forward + backward kernel seconds."""
+        return self.forward + self.backward
+
+    @property
+    def exposed(self) -> float:
+        """Exposed CP communication seconds (forward + backward)."""
+        return self.exposed_forward + self.exposed_backward
+
+    @property
+    def total(self) -> float:
+        """Kernels plus exposed communication."""
+        return self.kernel + self.exposed
+
+    def model_efficiency(self, gpu: GPUSpec) -> float:
+        """Megatron model FLOPs (3 × forward) of this attention per second, over the dense BF16 peak."""
+        if self.total <= 0:
+            return 0.0
+        return 3.0 * self.fwd_flops / self.total / (gpu.peak_tflops("bf16") * 1e12)
+
+
+def attention_head_dim(model: ModelSpec) -> float:
+    """Head dimension the kernel runs at (MLA: the mean of the query/key and value head dims).
+
+    >>> from longpack.planner.catalog import load_model
+    >>> attention_head_dim(load_model("llama3_1_8b")), attention_head_dim(load_model("deepseek_v3"))
+    (128.0, 160.0)
+    """
+    att = model.attention
+    if att.kind == "mla":
+        return (att.qk_nope_head_dim + att.qk_rope_head_dim + att.v_head_dim) / 2
+    return float(att.head_dim)
+
+
+def _link_bandwidth(
+    gpu: GPUSpec, span: int, *, internode_scale: float = 1.0, nvlink_eff: float = NVLINK_P2P_EFF
+) -> float:
+    """Per-GPU bandwidth of a ring or all-gather over ``span`` consecutive GPUs: NVLink (at
+    ``nvlink_eff`` of its unidirectional figure) inside the domain, the network (times
+    ``internode_scale``) once the group leaves it."""
+    if span <= max(gpu.nvlink_domain, 1):
+        return gpu.nvlink_unidir_gbps * 1e9 * nvlink_eff
+    return gpu.inter_node_unidir_gbps * 1e9 * IB_EFF * internode_scale
+
+
+def _alltoall_seconds(nbytes: float, group: int, gpu: GPUSpec, *, stride: int) -> float:
+    if nbytes <= 0 or group <= 1:
+        return 0.0
+    inside = min(max(gpu.nvlink_domain // max(stride, 1), 1) / group, 1.0)
+    nvl = gpu.nvlink_unidir_gbps * 1e9 * NVLINK_ALLTOALL_EFF
+    ib = gpu.inter_node_unidir_gbps * 1e9 * IB_EFF
+    return nbytes * inside / nvl + nbytes * (1 - inside) / ib
+
+
+@functools.lru_cache(maxsize=65536)
+def attention_cost(
+    model: ModelSpec,
+    gpu: GPUSpec,
+    *,
+    lengths: tuple[tuple[int, int], ...],
+    tp: int,
+    cp: int,
+    kind: str,
+    fp8: bool = False,
+    peak_scale: float = 1.0,
+    factor: float = 1.0,
+    step_overhead_s: float = 0.0,
+    internode_scale: float = 1.0,
+    nvlink_eff: float = NVLINK_P2P_EFF,
+) -> AttentionCost:
+    """Core attention of one layer for one micro-batch on one GPU.
+
+    ``lengths``: ``(sequence length, count)`` of the sequences in the micro-batch (a packed THD row has
+    several); ``kind``: the CP communication type; ``peak_scale``: the GPU generation's clock factor;
+    ``factor``: the fitted training/kernel ratio (framework overheads around the fused kernel);
+    ``step_overhead_s``: launch and synchronisation cost of one ring step; ``internode_scale``: the
+    ring's effective network bandwidth over the nominal per-GPU figure; ``nvlink_eff``: the ring's
+    achieved fraction of the NVLink bandwidth inside the domain.
+    """
+    att = model.attention
+    blackwell = gpu.is_blackwell
+    head_dim = attention_head_dim(model)
+    peak = gpu.peak_tflops("bf16") * 1e12 * peak_scale * factor
+    coeff = core_attention_coefficient(model)
+    inner, ring = {"p2p": (1, cp), "a2a": (cp, 1), "allgather": (1, cp)}.get(kind) or hierarchical_sizes(
+        model, gpu, t=tp, c=cp
+    )
+    if cp == 1:
+        inner, ring = 1, 1
+
+    def eff(direction: str, causal: bool, length: float) -> float:
+        return kernel_efficiency(direction, causal, length, head_dim=head_dim, blackwell=blackwell, fp8=fp8)
+
+    fwd = bwd = step_fwd = step_bwd = flops = 0.0
+    tokens = 0
+    chunk_weighted = 0.0
+    for seq, count in lengths:
+        work = 2.0 * coeff * seq * seq / (tp * cp) * count  # causal forward FLOPs on this GPU
+        flops += work
+        tokens += seq * count
+        if kind == "allgather" and cp > 1:
+            half = seq / (2 * cp)
+            fwd += work / (peak * eff("fwd", False, half))
+            bwd += BACKWARD_FLOP_RATIO * work / (peak * eff("bwd", False, half))
+            chunk_weighted += half * work
+        elif ring == 1:
+            fwd += work / (peak * eff("fwd", True, seq))
+            bwd += BACKWARD_FLOP_RATIO * work / (peak * eff("bwd", True, seq))
+            chunk_weighted += seq * work
+        else:
+            half = seq / (2 * ring)  # zigzag chunk
+            diag, off = work / ring, work * (ring - 1) / ring
+            f_off = off / (peak * eff("fwd", False, math.sqrt(2) * half))
+            b_off = BACKWARD_FLOP_RATIO * off / (peak * eff("bwd", False, math.sqrt(2) * half))
+            fwd += diag / (peak * eff("fwd", True, 2 * half)) + f_off
+            bwd += BACKWARD_FLOP_RATIO * diag / (peak * eff("bwd", True, 2 * half)) + b_off
+            step_fwd += f_off / (ring - 1)
+            step_bwd += b_off / (ring - 1)
+            chunk_weighted += half * work
+    exposed_f = exposed_b = 0.0
+    kv_bytes = tokens / cp * (att.kv_width + att.v_width) * 2.0 / tp  # K and V of this rank's tokens
+    if kind == "allgather" and cp > 1:
+        gather = (
+            (cp - 1)
+            * kv_bytes
+            / _link_bandwidth(gpu, tp * cp, internode_scale=internode_scale, nvlink_eff=nvlink_eff)
+        )
+        exposed_f = gather
+        exposed_b = 2 * gather  # K/V gathered again, dK/dV reduce-scattered
+    elif ring > 1:
+        bw = _link_bandwidth(gpu, tp * cp, internode_scale=internode_scale, nvlink_eff=nvlink_eff)
+        step_bytes = kv_bytes / inner
+        exposed_f = (ring - 1) * max(0.0, step_bytes / bw - step_fwd) + ring * step_overhead_s
+        exposed_b = (ring - 1) * max(0.0, 2 * step_bytes / bw - step_bwd) + ring * step_overhead_s
+    if inner > 1:
+        widths = att.q_width + att.kv_width + att.v_width + att.o_width
+        volume = (inner - 1) / inner * tokens / cp * widths * 2.0 / tp
+        a2a = _alltoall_seconds(volume, inner, gpu, stride=tp)
+        exposed_f += a2a
+        exposed_b += a2a
+    return AttentionCost(
+        kind=kind,
+        forward=fwd,
+        backward=bwd,
+        exposed_forward=exposed_f,
+        exposed_backward=exposed_b,
+        ring_length=chunk_weighted / flops if flops else 0.0,
+        sizes=(inner, ring),
+        fwd_flops=flops,
+    )
+
+
+def best_attention_cost(
+    model: ModelSpec,
+    gpu: GPUSpec,
+    *,
+    lengths: tuple[tuple[int, int], ...],
+    tp: int,
+    cp: int,
+    requested: str = "auto",
+    fp8: bool = False,
+    peak_scale: float = 1.0,
+    factor: float = 1.0,
+    step_overhead_s: float = 0.0,
+    internode_scale: float = 1.0,
+    nvlink_eff: float = NVLINK_P2P_EFF,
+) -> AttentionCost:
+    """The cheapest allowed CP communication type (``requested`` pins one; a type the layout does not
+    allow falls back to ``p2p``).
+
+    >>> from longpack.planner.catalog import load_model, load_gpu
+    >>> best_attention_cost(load_model("deepseek_v3"), load_gpu("H100"), lengths=((131072, 1),), tp=1, cp=32).kind
+    'a2a+p2p'
+    """
+    allowed = cp_comm_candidates(model, t=tp, c=cp)
+    kinds = allowed if requested == "auto" else ((requested,) if requested in allowed else ("p2p",))
+    costs = [
+        attention_cost(
+            model,
+            gpu,
+            lengths=lengths,
+            tp=tp,
+            cp=cp,
+            kind=k,
+            fp8=fp8,
+            peak_scale=peak_scale,
+            factor=factor,
+            step_overhead_s=step_overhead_s,
+            internode_scale=internode_scale,
+            nvlink_eff=nvlink_eff,
+        )
+        for k in kinds
+    ]
+    return min(costs, key=lambda x: x.total)

@@ -1,0 +1,154 @@
+"""VLM sample metadata from a JSONL file: token counts, visual tokens and prepared-sequence memory, without
+decoding a pixel (what ``longpack online-sim --vlm`` and packing plans read).
+
+Each line is a sample: ``messages`` (or ShareGPT ``conversations``) with ``<image>`` placeholders or image
+parts, and either ``images`` (paths relative to the JSONL file's folder; only each file's header is read) or
+``image_sizes`` (``[[width, height], ...]``, e.g. a metadata column exported from a dataset).
+
+>>> import json, pathlib, tempfile
+>>> from longpack.vlm.vision import VisionConfig
+>>> from longpack.vlm.prepare import QwenVLPreparer, VLMConfig
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "vlm.jsonl"
+>>> row = {"messages": [{"role": "user", "content": "<image>What is it?"}, {"role": "assistant", "content": "A cat."}],
+...        "image_sizes": [[640, 480]]}
+>>> _ = path.write_text(json.dumps(row) + "\\n")
+>>> prep = QwenVLPreparer("qwen3", config=VLMConfig(vision=VisionConfig()))  # sizes only: no processor built
+>>> table = read_vlm_metadata(path, prep)
+>>> table.tokens.tolist(), table.visual_tokens.tolist(), table.keys
+([421], [391], ['vlm.jsonl:1'])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from longpack.vlm.errors import REJECT_REASONS, SampleRejected, VLMError
+from longpack.vlm.prepare import QwenVLPreparer, aligned
+
+
+@dataclass
+class VLMMetadata:
+    """Per-sample metadata of the accepted samples (in file order) and the refusals by reason."""
+
+    keys: list[str]
+    tokens: np.ndarray  # int64, tokens after image-pad expansion
+    visual_tokens: np.ndarray  # int64
+    images: np.ndarray  # int64, images per sample
+    prepared_nbytes: np.ndarray  # int64, host bytes of the prepared sequence (pixel tensors included)
+    rejected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REJECT_REASONS, 0))
+    examples: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """Counts and distributions, JSON-ready."""
+
+        def q(a: np.ndarray, p: float) -> int:
+            return int(np.percentile(a, p)) if len(a) else 0
+
+        return {
+            "samples": len(self.keys),
+            "rejected": dict(self.rejected),
+            "tokens_p50": q(self.tokens, 50),
+            "tokens_p95": q(self.tokens, 95),
+            "tokens_max": int(self.tokens.max()) if len(self.tokens) else 0,
+            "visual_tokens_mean": round(float(self.visual_tokens.mean()), 1) if len(self.keys) else 0.0,
+            "prepared_mib_mean": round(float(self.prepared_nbytes.mean()) / 2**20, 3)
+            if len(self.keys)
+            else 0.0,
+            "prepared_mib_p95": round(q(self.prepared_nbytes, 95) / 2**20, 3),
+            "prepared_mib_max": round(int(self.prepared_nbytes.max()) / 2**20, 3) if len(self.keys) else 0.0,
+            "examples": self.examples[:5],
+        }
+
+
+def _rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"{path.name}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise VLMError(f"{path}:{lineno}: not valid JSON ({exc.msg}); fix the line") from None
+            if not isinstance(row, dict):
+                raise VLMError(f"{path}:{lineno}: a sample must be a JSON object, got {type(row).__name__}")
+            yield where, row
+
+
+def read_vlm_metadata(
+    path: str | os.PathLike[str],
+    preparer: QwenVLPreparer,
+    *,
+    max_length: int | None = None,
+    pad_to_multiple_of: int = 1,
+) -> VLMMetadata:
+    """Lengths and prepared memory of every sample of a VLM JSONL file; the preparer's limits
+    (``max_images``, ``max_visual_tokens``) and ``max_length`` (aligned to ``pad_to_multiple_of``) refuse
+    samples, counted by reason, as do image files whose header cannot be read."""
+    path = Path(path)
+    if not path.is_file():
+        raise VLMError(f"{path}: no such file (a JSONL of VLM samples)")
+    base = path.parent
+    config = preparer.config
+    keys: list[str] = []
+    cols: dict[str, list[int]] = {"tokens": [], "visual": [], "images": [], "nbytes": []}
+    empty = np.zeros(0, np.int64)
+    out = VLMMetadata(keys, empty, empty, empty, empty)
+    for key, row in _rows(path):
+        sizes = row.get("image_sizes")
+        sample = dict(row)
+        try:
+            if sizes is None and isinstance(row.get("images"), list):
+                sample["images"] = [str(base / p) if isinstance(p, str) else p for p in row["images"]]
+            elif sizes is not None:
+                if not isinstance(sizes, list) or not all(isinstance(s, list) and len(s) == 2 for s in sizes):
+                    raise VLMError(
+                        f"{path}: {key}: image_sizes must be [[width, height], ...], got {sizes!r:.60}"
+                    )
+                sample["images"] = [f"<image {i}>" for i in range(len(sizes))]
+            n_images = len(sample.get("images") or [])
+            if config.max_images is not None and n_images > config.max_images:
+                raise SampleRejected(
+                    key, "too_many_images", f"{n_images} images > max_images={config.max_images}"
+                )
+            length = preparer.length(
+                sample,
+                key=key,
+                image_sizes=[(int(w), int(h)) for w, h in sizes] if sizes is not None else None,
+            )
+            if config.max_visual_tokens is not None and length.visual_tokens > config.max_visual_tokens:
+                raise SampleRejected(
+                    key,
+                    "visual_tokens",
+                    f"{length.visual_tokens} visual tokens > max_visual_tokens={config.max_visual_tokens}",
+                )
+            if max_length is not None and aligned(length.tokens, pad_to_multiple_of) > max_length:
+                raise SampleRejected(
+                    key,
+                    "too_long",
+                    f"{length.tokens} tokens (aligned to {pad_to_multiple_of}) > {max_length}",
+                )
+        except SampleRejected as exc:
+            out.rejected[exc.reason] += 1
+            if len(out.examples) < 20:
+                out.examples.append(str(exc))
+            continue
+        except VLMError as exc:
+            raise VLMError(f"{path}: {key}: {exc}") from None
+        keys.append(key)
+        cols["tokens"].append(length.tokens)
+        cols["visual"].append(length.visual_tokens)
+        cols["images"].append(len(length.image_grids))
+        cols["nbytes"].append(length.prepared_nbytes)
+    out.tokens = np.asarray(cols["tokens"], dtype=np.int64)
+    out.visual_tokens = np.asarray(cols["visual"], dtype=np.int64)
+    out.images = np.asarray(cols["images"], dtype=np.int64)
+    out.prepared_nbytes = np.asarray(cols["nbytes"], dtype=np.int64)
+    return out

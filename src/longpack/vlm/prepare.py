@@ -1,0 +1,471 @@
+"""Prepared VLM sequences: one sample -> the exact post-processor token row, labels, loss mask and pixel tensors.
+
+A :class:`QwenVLPreparer` holds a longpack tokenizer (the built-in ``qwen3`` has Qwen-VL's vision tokens at the
+Qwen2-VL ids: ``<|vision_start|>`` 151652, ``<|image_pad|>`` 151655, ``<|video_pad|>`` 151656) and a real
+transformers Qwen-VL image processor. :meth:`QwenVLPreparer.prepare` renders the conversation (one pad per
+image), runs the processor on the decoded images, expands every ``<|image_pad|>`` to
+``prod(image_grid_thw) // merge_size**2`` copies, and builds the row Megatron-Bridge's
+``prepare_qwen_vl_sequence`` (``models/qwen_vl/data/collate_fn.py``) builds:
+
+- ``input_ids`` (int64 ``[L]``), ``attention_mask`` (ones), ``position_ids`` (``arange(L)``);
+- ``labels``: ``input_ids`` shifted left by one, ``-100`` at the end, on Bridge's skipped vision/ChatML tokens
+  and wherever the shifted loss mask is 0;
+- ``loss_mask`` (float32): the assistant mask shifted left by one. Assistant ownership is ``longpack.text``'s
+  (content through ``<|im_end|>``) plus the newline after ``<|im_end|>``, as Bridge's Qwen-VL end marker
+  ``<|im_end|>\\n`` is supervised; Bridge's skipped tokens (``<|im_start|>``, vision start/end/pad tokens) are 0;
+- ``visual_values``: ``pixel_values`` (float32 ``[patches, 3 * temporal_patch * patch**2]``),
+  ``image_grid_thw`` (int64 ``[images, 3]``), and the video keys when a video processor is given;
+
+plus what Bridge's row does not carry: ``mrope_position_ids`` (int64 ``[3, L]``, Qwen-VL's 3-D rope index of
+this sequence alone, :mod:`longpack.vlm.rope`) and the visual token count.
+
+Limits are applied before any pixel is decoded where the header allows it, each refusal counted by reason in
+:attr:`QwenVLPreparer.stats`: ``max_images``; ``max_visual_tokens`` (from image sizes alone); images that
+cannot be decoded (file or key and the decoder's reason); ``max_length`` (tokens after expansion, aligned to
+``pad_to_multiple_of``, against the pack size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from longpack._optional import require
+from longpack.errors import ConfigError
+from longpack.text.tokenizers import Tokenizer, as_tokenizer
+from longpack.vlm.chat import CHAT_TEMPLATES, media_sources, normalize_conversation, render_ids
+from longpack.vlm.errors import REJECT_REASONS, SampleRejected, VLMError
+from longpack.vlm.rope import mrope_position_ids
+from longpack.vlm.vision import (
+    VisionConfig,
+    decode_image,
+    grid_token_count,
+    image_grid_thw,
+    image_size,
+)
+
+IGNORE_INDEX = -100
+# Megatron-Bridge's Qwen token list of ids never trained on (``data/token_utils.py`` QWEN_TOKENS), where the
+# tokenizer has them.
+VLM_SKIPPED_TOKEN_TEXTS: tuple[str, ...] = (
+    "<|im_start|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<|AUDIO|>",
+    "<|audio_bos|>",
+    "<|audio_eos|>",
+)
+IMAGE_PAD, VIDEO_PAD = "<|image_pad|>", "<|video_pad|>"
+VISUAL_KEYS: tuple[str, ...] = (
+    "pixel_values",
+    "pixel_values_videos",
+    "image_grid_thw",
+    "video_grid_thw",
+    "second_per_grid_ts",
+)
+_EXAMPLES_KEPT = 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class VLMConfig:
+    """How samples become prepared sequences. Limits are ``None`` to disable; Bridge's Qwen-VL encoder
+    defaults are ``max_images=10`` and ``max_visual_tokens=16384``.
+
+    >>> VLMConfig(max_length=4096, pad_to_multiple_of=8).pad_to_multiple_of
+    8
+    >>> VLMConfig(max_visual_tokens=0)
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: VLMConfig.max_visual_tokens must be a positive integer or None, got 0
+    """
+
+    vision: VisionConfig | None = None  # None: read from the image processor
+    chat_template: str = "qwen2_vl"
+    media_first: bool = False
+    max_images: int | None = 10
+    max_visual_tokens: int | None = 16384
+    max_length: int | None = None
+    pad_to_multiple_of: int = 1
+    supervise_turn_newline: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("max_images", "max_visual_tokens", "max_length"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(
+                    f"VLMConfig.{name} must be a positive integer or None, got {value!r}", fields=name
+                )
+        m = self.pad_to_multiple_of
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise ConfigError(
+                f"VLMConfig.pad_to_multiple_of must be an integer >= 1, got {m!r}",
+                fields="pad_to_multiple_of",
+            )
+        if self.chat_template not in CHAT_TEMPLATES:
+            raise ConfigError(
+                f"VLMConfig.chat_template={self.chat_template!r} is not one of {CHAT_TEMPLATES}",
+                fields="chat_template",
+            )
+
+
+@dataclass(kw_only=True)
+class VLMStats:
+    """Counts of one preparer (they cross worker processes only through the batches that carry them).
+
+    >>> s = VLMStats(); s.count_rejected(SampleRejected("k", "too_long", "x")); s.rejected["too_long"], s.skipped
+    (1, 1)
+    """
+
+    prepared: int = 0
+    tokens: int = 0
+    visual_tokens: int = 0
+    images: int = 0
+    rejected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REJECT_REASONS, 0))
+    examples: list[str] = field(default_factory=list)  # the first messages of rejected samples
+
+    @property
+    def skipped(self) -> int:
+        """Samples refused by a limit (all reasons)."""
+        return sum(self.rejected.values())
+
+    def count_rejected(self, exc: SampleRejected) -> None:
+        self.rejected[exc.reason] += 1
+        if len(self.examples) < _EXAMPLES_KEPT:
+            self.examples.append(str(exc))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "prepared": self.prepared,
+            "skipped": self.skipped,
+            "rejected": dict(self.rejected),
+            "tokens": self.tokens,
+            "visual_tokens": self.visual_tokens,
+            "images": self.images,
+            "examples": list(self.examples),
+        }
+
+
+@dataclass
+class PreparedSequence:
+    """One processed, unpadded VLM sequence: Bridge's ``QwenVLPreparedSequence`` (``row``, ``visual_values``)
+    plus its 3-D positions and counts. Tensors are torch CPU tensors."""
+
+    key: str
+    row: dict[str, Any]
+    visual_values: dict[str, Any]
+    mrope_position_ids: Any
+    visual_tokens: int
+
+    @property
+    def sequence_length(self) -> int:
+        """Tokens after image-pad expansion (the packed length before alignment)."""
+        return int(self.row["input_ids"].numel())
+
+    @property
+    def nbytes(self) -> int:
+        """Host memory of the tensors (what a packing buffer holds per candidate sample)."""
+        tensors = [*self.row.values(), *self.visual_values.values(), self.mrope_position_ids]
+        return int(sum(t.element_size() * t.numel() for t in tensors))
+
+
+@dataclass(frozen=True)
+class SampleLength:
+    """What :meth:`QwenVLPreparer.length` computes from metadata: the exact token count after expansion,
+    the visual tokens, the image grids and the host memory the prepared sequence will take."""
+
+    tokens: int
+    visual_tokens: int
+    image_grids: tuple[tuple[int, int, int], ...]
+    prepared_nbytes: int
+
+
+def prepared_nbytes(tokens: int, image_grids: Sequence[Sequence[int]], vision: VisionConfig) -> int:
+    """Host bytes of a prepared image+text sequence: the five int64/float32 row tensors, the 3-D positions,
+    float32 ``pixel_values`` (``3 * temporal_patch * patch**2`` values per patch) and int64 grids.
+
+    >>> prepared_nbytes(100, [(1, 4, 4)], VisionConfig())
+    81288
+    """
+    row = tokens * (8 + 8 + 8 + 8 + 4)  # input_ids, attention_mask, position_ids, labels, loss_mask
+    rope = 3 * tokens * 8
+    patch_values = 3 * vision.temporal_patch_size * vision.patch_size**2
+    patches = sum(int(t) * int(h) * int(w) for t, h, w in image_grids)
+    visual = patches * patch_values * 4 + (len(image_grids) * 3 * 8 if image_grids else 0)
+    return row + rope + visual
+
+
+def aligned(length: int, multiple: int) -> int:
+    """``ceil(length / multiple) * multiple``.
+
+    >>> aligned(13, 4)
+    16
+    """
+    return -(-length // multiple) * multiple
+
+
+class QwenVLPreparer:
+    """Prepare Qwen-VL samples (see the module docstring).
+
+    ``tokenizer``: a longpack tokenizer or spec (``"qwen3"``, a Qwen-VL tokenizer folder); ``image_processor``:
+    a transformers Qwen-VL image processor (default ``Qwen2VLImageProcessor()``, built offline);
+    ``video_processor``: needed only for samples with videos (transformers' ``Qwen2VLVideoProcessor`` needs
+    torchvision). A sample is a mapping with ``messages`` or ``conversations`` and optional ``images`` /
+    ``videos`` (see :func:`longpack.vlm.chat.normalize_conversation`) and an optional ``__key__``.
+    """
+
+    def __init__(
+        self,
+        tokenizer: str | Tokenizer | Any = "qwen3",
+        image_processor: Any = None,
+        *,
+        config: VLMConfig | None = None,
+        video_processor: Any = None,
+    ) -> None:
+        self.config = config or VLMConfig()
+        self.tokenizer = as_tokenizer(tokenizer)
+        # Without a processor but with VLMConfig(vision=...), lengths (metadata only) need no transformers;
+        # the default processor is built on the first prepare().
+        if image_processor is None and self.config.vision is None:
+            image_processor = default_image_processor()
+        self._image_processor = image_processor
+        self._processor_name = (
+            type(image_processor).__name__ if image_processor is not None else "Qwen2VLImageProcessor"
+        )
+        self.video_processor = video_processor
+        self.vision = self.config.vision or VisionConfig.from_image_processor(image_processor)
+        specials = self.tokenizer.special_tokens
+        missing = [t for t in (IMAGE_PAD, VIDEO_PAD) if t not in specials]
+        if missing:
+            raise VLMError(
+                f"tokenizer {self.tokenizer.name} has no {', '.join(missing)} token; use 'qwen3' or a Qwen-VL "
+                "tokenizer folder"
+            )
+        self.image_token_id = specials[IMAGE_PAD]
+        self.video_token_id = specials[VIDEO_PAD]
+        self.skipped_ids = np.array(
+            sorted(specials[t] for t in VLM_SKIPPED_TOKEN_TEXTS if t in specials), dtype=np.int64
+        )
+        self.im_end_id = specials.get("<|im_end|>")
+        newline = self.tokenizer.encode("\n")
+        self.newline_id = newline[0] if len(newline) == 1 else None
+        self.stats = VLMStats()
+
+    @property
+    def image_processor(self) -> Any:
+        """The image processor (transformers' ``Qwen2VLImageProcessor()`` unless one was given)."""
+        if self._image_processor is None:
+            self._image_processor = default_image_processor()
+        return self._image_processor
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Worker processes rebuild a built-in or file tokenizer from its spec (not megabytes of BPE ranks).
+        state = dict(self.__dict__)
+        state["tokenizer"] = self.tokenizer.portable()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        state["tokenizer"] = as_tokenizer(state["tokenizer"])
+        self.__dict__.update(state)
+
+    def identity(self) -> dict[str, Any]:
+        """What decides the prepared sequences (stored with loader states): tokenizer identity, vision and
+        preparation settings."""
+        from dataclasses import asdict
+
+        return {
+            "tokenizer": self.tokenizer.identity(),
+            "image_processor": self._processor_name,
+            "vision": asdict(self.vision),
+            "config": {k: v for k, v in asdict(self.config).items() if k != "vision"},
+        }
+
+    # ------------------------------------------------------------------ metadata only
+    def _messages(self, sample: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return normalize_conversation(sample, media_first=self.config.media_first)
+
+    def length(
+        self,
+        sample: Mapping[str, Any],
+        *,
+        key: str | None = None,
+        image_sizes: Sequence[tuple[int, int]] | None = None,
+    ) -> SampleLength:
+        """Exact token count after expansion without decoding any pixel: image sizes from ``image_sizes``
+        (``(width, height)`` per image, e.g. from a metadata column) or from each image file's header.
+        Raises :class:`SampleRejected` for an unreadable header; limits are not applied here."""
+        key = _key(sample, key)
+        messages = self._messages(sample)
+        images, videos = media_sources(messages)
+        if videos:
+            raise VLMError(f"sample {key}: video lengths need the frames' count and size; not supported here")
+        if image_sizes is None:
+            image_sizes = [image_size(src, key=key) for src in images]
+        if len(image_sizes) != len(images):
+            raise VLMError(f"sample {key}: {len(image_sizes)} image sizes for {len(images)} images")
+        grids = tuple(image_grid_thw(int(w), int(h), self.vision) for w, h in image_sizes)
+        ids, _ = render_ids(messages, self.tokenizer, chat_template=self.config.chat_template)
+        visual = grid_token_count(grids, self.vision.merge_size)
+        tokens = len(ids) - len(grids) + visual
+        return SampleLength(tokens, visual, grids, prepared_nbytes(tokens, grids, self.vision))
+
+    # ------------------------------------------------------------------ full preparation
+    def try_prepare(self, sample: Mapping[str, Any], *, key: str | None = None) -> PreparedSequence | None:
+        """:meth:`prepare`, but a limit's refusal is counted in :attr:`stats` and returns ``None``."""
+        try:
+            return self.prepare(sample, key=key)
+        except SampleRejected:
+            return None
+
+    def prepare(self, sample: Mapping[str, Any], *, key: str | None = None) -> PreparedSequence:
+        """The prepared sequence of one sample; a limit's refusal raises :class:`SampleRejected` (counted)."""
+        key = _key(sample, key)
+        try:
+            return self._prepare(sample, key)
+        except SampleRejected as exc:
+            self.stats.count_rejected(exc)
+            raise
+
+    def _prepare(self, sample: Mapping[str, Any], key: str) -> PreparedSequence:
+        import torch
+
+        cfg, vision = self.config, self.vision
+        messages = self._messages(sample)
+        images, videos = media_sources(messages)
+        if cfg.max_images is not None and len(images) > cfg.max_images:
+            raise SampleRejected(
+                key, "too_many_images", f"{len(images)} images > max_images={cfg.max_images}"
+            )
+        # Visual tokens from the headers, before any pixel is decoded.
+        sizes = [image_size(src, key=key) for src in images]
+        grids = [image_grid_thw(w, h, vision) for w, h in sizes]
+        predicted = grid_token_count(grids, vision.merge_size)
+        if cfg.max_visual_tokens is not None and predicted > cfg.max_visual_tokens:
+            raise SampleRejected(
+                key, "visual_tokens", f"{predicted} visual tokens > max_visual_tokens={cfg.max_visual_tokens}"
+            )
+        ids_list, spans = render_ids(messages, self.tokenizer, chat_template=cfg.chat_template)
+        ids = np.asarray(ids_list, dtype=np.int64)
+        owned = np.zeros(len(ids), dtype=np.float32)
+        for i, j, _ in spans:
+            owned[i:j] = 1.0
+            if (
+                cfg.supervise_turn_newline
+                and j < len(ids)
+                and self.newline_id is not None
+                and ids[j] == self.newline_id
+                and ids[j - 1] == self.im_end_id
+            ):
+                owned[j] = 1.0
+        visual_values: dict[str, Any] = {}
+        counts = np.ones(len(ids), dtype=np.int64)
+        image_at = np.flatnonzero(ids == self.image_token_id)
+        video_at = np.flatnonzero(ids == self.video_token_id)
+        if len(image_at) != len(images) or len(video_at) != len(videos):
+            raise VLMError(
+                f"sample {key}: the rendered text has {len(image_at)} {IMAGE_PAD} and {len(video_at)} {VIDEO_PAD} "
+                f"tokens for {len(images)} images and {len(videos)} videos (does the text spell a pad token?)"
+            )
+        if images:
+            decoded = [decode_image(src, key=key) for src in images]
+            out = self._process_images(decoded)
+            grid = out["image_grid_thw"].to(torch.int64).reshape(-1, 3)
+            if [tuple(int(x) for x in row) for row in grid] != grids:
+                raise VLMError(
+                    f"sample {key}: the image processor made grids {grid.tolist()} but the resize rule of "
+                    f"{vision} gives {[list(g) for g in grids]}; pass VLMConfig(vision=...) matching the processor"
+                )
+            visual_values["pixel_values"] = out["pixel_values"].contiguous()
+            visual_values["image_grid_thw"] = grid
+            counts[image_at] = grid.prod(dim=-1).numpy() // vision.merge_size**2
+        if videos:
+            if self.video_processor is None:
+                raise VLMError(
+                    f"sample {key} has videos: pass video_processor= (transformers' Qwen2VLVideoProcessor, which "
+                    "needs torchvision)"
+                )
+            vout = self.video_processor(videos=videos, return_tensors="pt", do_sample_frames=False)
+            vgrid = vout["video_grid_thw"].to(torch.int64).reshape(-1, 3)
+            visual_values["pixel_values_videos"] = vout["pixel_values_videos"].contiguous()
+            visual_values["video_grid_thw"] = vgrid
+            if vout.get("second_per_grid_ts") is not None:
+                visual_values["second_per_grid_ts"] = torch.as_tensor(vout["second_per_grid_ts"])
+            counts[video_at] = vgrid.prod(dim=-1).numpy() // vision.merge_size**2
+        visual = int(counts[image_at].sum() + counts[video_at].sum())
+        expanded = np.repeat(ids, counts)
+        mask = np.repeat(owned, counts)
+        if len(self.skipped_ids):
+            mask[np.isin(expanded, self.skipped_ids)] = 0.0
+        length = len(expanded)
+        if cfg.max_length is not None and aligned(length, cfg.pad_to_multiple_of) > cfg.max_length:
+            raise SampleRejected(
+                key,
+                "too_long",
+                f"{length} tokens after expanding {visual} visual tokens (aligned to {cfg.pad_to_multiple_of}: {aligned(length, cfg.pad_to_multiple_of)}) "
+                f"> max_length={cfg.max_length}",
+            )
+        if length < 2:
+            raise VLMError(f"sample {key}: {length} token(s); a sequence needs at least 2")
+        labels = np.empty(length, dtype=np.int64)
+        labels[:-1] = expanded[1:]
+        labels[-1] = IGNORE_INDEX
+        if len(self.skipped_ids):
+            labels[np.isin(labels, self.skipped_ids)] = IGNORE_INDEX
+        shifted = np.zeros(length, dtype=np.float32)
+        shifted[:-1] = mask[1:]
+        labels[shifted == 0] = IGNORE_INDEX
+        input_ids = torch.from_numpy(expanded)
+        rope = mrope_position_ids(
+            expanded,
+            visual_values.get("image_grid_thw"),
+            visual_values.get("video_grid_thw"),
+            visual_values.get("second_per_grid_ts"),
+            image_token_id=self.image_token_id,
+            video_token_id=self.video_token_id,
+            merge_size=vision.merge_size,
+            rope_variant=vision.rope_variant,
+            tokens_per_second=vision.tokens_per_second,
+        )
+        stats = self.stats
+        stats.prepared += 1
+        stats.tokens += length
+        stats.visual_tokens += visual
+        stats.images += len(images)
+        return PreparedSequence(
+            key=key,
+            row={
+                "input_ids": input_ids,
+                "attention_mask": torch.ones(length, dtype=torch.int64),
+                "position_ids": torch.arange(length, dtype=torch.int64),
+                "labels": torch.from_numpy(labels),
+                "loss_mask": torch.from_numpy(shifted),
+            },
+            visual_values=visual_values,
+            mrope_position_ids=torch.from_numpy(rope),
+            visual_tokens=visual,
+        )
+
+    def _process_images(self, images: list[Any]) -> Any:
+        size = {"shortest_edge": self.vision.min_pixels, "longest_edge": self.vision.max_pixels}
+        return self.image_processor(images=images, return_tensors="pt", size=size)
+
+
+def default_image_processor() -> Any:
+    """transformers' ``Qwen2VLImageProcessor()`` with its default settings (built offline, no download)."""
+    transformers = require("transformers", "vlm", purpose="the Qwen-VL image processor")
+    return transformers.Qwen2VLImageProcessor()
+
+
+def _key(sample: Mapping[str, Any], key: str | None) -> str:
+    if key is not None:
+        return str(key)
+    for name in ("__key__", "key", "id"):
+        if isinstance(sample, Mapping) and sample.get(name) is not None:
+            return str(sample[name])
+    return "?"

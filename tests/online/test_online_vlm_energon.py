@@ -1,0 +1,229 @@
+"""Energon online packing of Qwen-VL samples on a real WebDataset of generated image+text samples, prepared
+with ``energon prepare`` (``CrudeWebdataset``: a ``json`` conversation and ``img<N>.png`` members per sample).
+
+Loaders run on finite streams and are exhausted (an abandoned worker loader stalls the next gc for ~10 s).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+energon = pytest.importorskip("megatron.energon")
+pytest.importorskip("transformers")
+
+import torch  # noqa: E402
+from click.testing import CliRunner  # noqa: E402
+from megatron.energon import WorkerConfig, get_savable_loader, get_train_dataset, stateless  # noqa: E402
+from megatron.energon.tools.prepare import command as energon_prepare  # noqa: E402
+
+from longpack.binpack.megatron import first_fit_decreasing  # noqa: E402
+from longpack.online.energon import (  # noqa: E402
+    LoaderStateMismatch,
+    read_loader_state,
+    restore_loader_state,
+    save_loader_state,
+    write_loader_state,
+)
+from longpack.online.vlm import QwenVLPackingEncoder  # noqa: E402
+from longpack.runtime.in_batch import build_visual_thd_batch  # noqa: E402
+from vlm_helpers import conversation, png_bytes, preparer  # noqa: E402
+
+N_SAMPLES = 48
+SEQ_LENGTH = 256
+MULTIPLE = 8
+BROKEN = {"s00007", "s00031"}  # an image member that is not an image
+HUGE = {"s00019"}  # one image far above max_visual_tokens
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+
+
+def sample_members(i: int) -> dict[str, bytes]:
+    rng = np.random.default_rng(i)
+    key = f"s{i:05d}"
+    n_images = int(rng.integers(0, 3)) or (1 if key in BROKEN | HUGE else 0)
+    members = {"json": json.dumps({"messages": conversation(rng, n_images)}).encode()}
+    for j in range(n_images):
+        w, h = (int(x) for x in rng.integers(20, 120, 2))
+        members[f"img{j}.png"] = png_bytes(w, h, seed=i * 10 + j)
+    if key in BROKEN:
+        members["img0.png"] = b"\x89PNG\r\n\x1a\n but not really an image"
+    if key in HUGE:
+        members["img0.png"] = png_bytes(900, 900, seed=i)
+    return members
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("energon_vlm_ds")
+    per_shard = N_SAMPLES // 3
+    for shard in range(3):
+        with tarfile.open(root / f"shard_{shard:03d}.tar", "w") as tar:
+            for i in range(shard * per_shard, (shard + 1) * per_shard):
+                for name, data in sample_members(i).items():
+                    info = tarfile.TarInfo(f"s{i:05d}.{name}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    result = CliRunner().invoke(
+        energon_prepare,
+        ["--non-interactive", "--split-ratio", "1,0,0", "--sample-type", "CrudeWebdataset", "--num-workers", "1",
+         "--no-progress", str(root)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return root
+
+
+def make_loader(root: Path, *, workers: int, buffer_size: int = 8, rank: int = 0, world: int = 1, **kwargs):
+    encoder = QwenVLPackingEncoder(
+        preparer(max_visual_tokens=200), seq_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE, **kwargs
+    )
+    ds = get_train_dataset(
+        root,
+        split_part="train",
+        worker_config=WorkerConfig(rank=rank, world_size=world, num_workers=workers),
+        batch_size=1,
+        packing_buffer_size=buffer_size,
+        shuffle_buffer_size=4,
+        max_samples_per_sequence=None,
+        task_encoder=encoder,
+        repeat=False,
+    )
+    return get_savable_loader(ds, checkpoint_every_sec=0.0, watchdog_timeout_seconds=None), encoder
+
+
+def signature(batch: dict) -> tuple:
+    """Everything a batch holds, as plain values (tensors by content)."""
+    out = []
+    for key in sorted(batch):
+        value = batch[key]
+        if key == "visual_inputs":
+            value = tuple((k, v.tolist()) for k, v in sorted(value.items()))
+        elif isinstance(value, torch.Tensor):
+            value = (str(value.dtype), value.tolist())
+        elif isinstance(value, list):
+            value = json.dumps(value, sort_keys=True)
+        out.append((key, value))
+    return tuple(out)
+
+
+def accounting(batches: list[dict]) -> Counter:
+    """How often each sample key appears, packed or reported as skipped."""
+    keys: Counter[str] = Counter()
+    for b in batches:
+        keys.update(b["sample_keys"])
+        keys.update(r["key"] for r in b["skipped"])
+    return keys
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_sample_exactly_once_and_batches_are_bridge_rows(dataset: Path, workers: int) -> None:
+    loader, _ = make_loader(dataset, workers=workers)
+    batches = list(loader)
+    keys = accounting(batches)
+    assert len(keys) == N_SAMPLES and set(keys.values()) == {1}
+    skipped = {r["key"]: r for b in batches for r in b["skipped"]}
+    assert set(skipped) == BROKEN | HUGE
+    for key in BROKEN:
+        assert skipped[key]["reason"] == "undecodable" and "cannot be read" in skipped[key]["message"]
+    (huge,) = HUGE
+    assert (
+        skipped[huge]["reason"] == "visual_tokens" and "> max_visual_tokens=200" in skipped[huge]["message"]
+    )
+    # Each batch is the THD row of its members prepared on their own (from the tar members, not via Energon).
+    prep = preparer(max_visual_tokens=200)
+    for b in batches:
+        members = []
+        for key in b["sample_keys"]:
+            raw = sample_members(int(key[1:]))
+            images = [raw[k] for k in sorted(k for k in raw if k.startswith("img"))]
+            members.append(prep.prepare({**json.loads(raw["json"]), "images": images}, key=key))
+        expected = build_visual_thd_batch(
+            members, sequence_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE, emit_padding_mask=True
+        )
+        assert signature({**expected, "sample_keys": b["sample_keys"], "skipped": b["skipped"]}) == signature(
+            b
+        )
+        assert b["total_tokens"] <= SEQ_LENGTH and b["input_ids"].shape == (1, b["total_tokens"])
+
+
+def test_groups_are_bridge_first_fit_decreasing(dataset: Path) -> None:
+    """One worker: each selection of 8 buffered samples is Bridge's FFD of their aligned lengths (refused
+    samples take buffer slots but no room)."""
+    order: list = []
+
+    class Recording(QwenVLPackingEncoder):
+        @stateless(failure_tolerance=100)
+        def encode_sample(self, sample):
+            encoded = super().encode_sample(sample)
+            order.append(encoded)
+            return encoded
+
+    encoder = Recording(preparer(max_visual_tokens=200), seq_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE)
+    ds = get_train_dataset(
+        dataset, split_part="train", worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0), batch_size=1,
+        packing_buffer_size=8, shuffle_buffer_size=None, max_samples_per_sequence=None, task_encoder=encoder,
+        repeat=False,
+    )  # fmt: skip
+    packs = [b["sample_keys"] for b in get_savable_loader(ds)]
+    assert len(order) == N_SAMPLES
+    expected = []
+    for lo in range(0, N_SAMPLES, 8):
+        buffer = [s for s in order[lo : lo + 8] if s.prepared is not None]
+        lengths = [-(-s.prepared.sequence_length // MULTIPLE) * MULTIPLE for s in buffer]
+        expected += first_fit_decreasing([s.__key__ for s in buffer], SEQ_LENGTH, item_lengths=lengths)
+    assert packs == expected
+    # The prepared lengths are the metadata lengths (image headers only).
+    prep = preparer(max_visual_tokens=200)
+    for s in order:
+        if s.prepared is not None:
+            raw = sample_members(int(s.__key__[1:]))
+            images = [raw[k] for k in sorted(raw) if k.startswith("img")]
+            assert (
+                prep.length({**json.loads(raw["json"]), "images": images}).tokens
+                == s.prepared.sequence_length
+            )
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_restore_after_k_packs_continues_identically(dataset: Path, workers: int, tmp_path) -> None:
+    first, enc = make_loader(dataset, workers=workers)
+    it = iter(first)
+    reference, states = [], {}
+    for k in range(6):
+        if k in (1, 5):
+            states[k] = tmp_path / f"state_{k}.pkl"
+            write_loader_state(states[k], save_loader_state(first, enc))
+        reference.append(signature(next(it)))
+    reference += [signature(b) for b in it]
+    for k, path in states.items():
+        restored, encoder = make_loader(dataset, workers=workers)
+        restore_loader_state(restored, read_loader_state(path), encoder)
+        assert [signature(b) for b in restored] == reference[k:], f"continuation differs after k={k}"
+
+
+def test_two_data_parallel_ranks_split_the_epoch(dataset: Path) -> None:
+    keys: Counter[str] = Counter()
+    for rank in range(2):
+        loader, _ = make_loader(dataset, workers=0, rank=rank, world=2)
+        rank_keys = accounting(list(loader))
+        assert sum(rank_keys.values()) == N_SAMPLES // 2
+        keys.update(rank_keys)
+    assert len(keys) == N_SAMPLES and set(keys.values()) == {1}
+
+
+def test_changed_packing_settings_are_named_on_restore(dataset: Path) -> None:
+    loader, encoder = make_loader(dataset, workers=0)
+    it = iter(loader)
+    next(it)
+    state = save_loader_state(loader, encoder)
+    list(it)
+    other, other_encoder = make_loader(dataset, workers=0, pad_to_max_length=True)
+    with pytest.raises(
+        LoaderStateMismatch, match=r"longpack_packing.pad_to_max_length: saved False, now True"
+    ):
+        restore_loader_state(other, state, other_encoder)

@@ -1,0 +1,79 @@
+"""Shared helpers of the VLM tests: generated images (never downloaded), conversations, a real processor.
+
+The processor is transformers' ``Qwen2VLImageProcessor()`` with its default settings (constructed offline);
+the tokenizer is longpack's built-in ``qwen3`` (it has the Qwen-VL vision tokens).
+"""
+
+from __future__ import annotations
+
+import io
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+
+def make_image(width: int, height: int, seed: int = 0) -> Any:
+    """A deterministic RGB ``PIL.Image`` of noise (a generated image, not a download)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+
+
+def png_bytes(width: int, height: int, seed: int = 0) -> bytes:
+    buffer = io.BytesIO()
+    make_image(width, height, seed).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def conversation(rng: np.random.Generator, n_images: int, *, turns: int = 1) -> list[dict[str, Any]]:
+    """A chat with ``n_images`` ``<image>`` placeholders spread over the user turns, words from ``rng``."""
+    words = ["red", "cube", "the", "sky", "photo", "shows", "a", "cat", "on", "blue", "mat", "why", "what"]
+    placed = 0
+    out = []
+    for t in range(turns):
+        k = n_images - placed if t == turns - 1 else int(rng.integers(0, n_images - placed + 1))
+        question = " ".join(rng.choice(words, int(rng.integers(2, 8))))
+        out.append({"role": "user", "content": "<image> " * k + question + "?"})
+        placed += k
+        answer = " ".join(rng.choice(words, int(rng.integers(1, 12))))
+        out.append({"role": "assistant", "content": answer.capitalize() + "."})
+    return out
+
+
+@cache
+def image_processor() -> Any:
+    from transformers import Qwen2VLImageProcessor
+
+    return Qwen2VLImageProcessor()
+
+
+@cache
+def preparer(**config: Any) -> Any:
+    """A ``QwenVLPreparer`` on the real processor (cached: transformers takes seconds to import)."""
+    from longpack.vlm import QwenVLPreparer, VLMConfig
+
+    return QwenVLPreparer("qwen3", image_processor(), config=VLMConfig(**config))
+
+
+def random_samples(n: int, seed: int, *, max_images: int = 3, max_side: int = 200) -> list[dict[str, Any]]:
+    """``n`` image+text samples with keys ``s00000...``, images of random sizes."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        k = int(rng.integers(0, max_images + 1))
+        images = [
+            make_image(
+                int(rng.integers(20, max_side)), int(rng.integers(20, max_side)), seed * 1000 + i * 10 + j
+            )
+            for j in range(k)
+        ]
+        out.append(
+            {
+                "__key__": f"s{i:05d}",
+                "messages": conversation(rng, k, turns=int(rng.integers(1, 3))),
+                "images": images,
+            }
+        )
+    return out
