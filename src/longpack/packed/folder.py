@@ -45,10 +45,11 @@ groups of 500), chosen by ``PackedFolder.format`` (``parquet`` | ``npy``).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
@@ -527,6 +528,23 @@ class Alignment:
     eos_id: int
 
 
+def _storage_errors_name_the_spec(open_: Callable[..., Any]) -> Callable[..., Any]:
+    """An ``OSError`` while looking at the spec (a name too long for the file system, a folder that cannot
+    be listed) becomes a :class:`PackedDataError` naming the spec."""
+
+    @functools.wraps(open_)
+    def wrapped(cls: Any, spec: Any, **kwargs: Any) -> Any:
+        try:
+            return open_(cls, spec, **kwargs)
+        except PackedDataError:
+            raise
+        except OSError as exc:
+            shown = str(spec) if len(str(spec)) <= 120 else str(spec)[:117] + "..."
+            raise PackedDataError(f"packed data {shown}: cannot be read ({exc.strerror or exc})") from exc
+
+    return wrapped
+
+
 class PackedFolder:
     """Packed data opened from a folder, a file or a glob; see the module docstring. Use :meth:`open`."""
 
@@ -565,6 +583,7 @@ class PackedFolder:
 
     # -- opening ------------------------------------------------------------------------------------
     @classmethod
+    @_storage_errors_name_the_spec
     def open(
         cls,
         spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],

@@ -87,9 +87,10 @@ class FileRecord:
             {"name": (str,), "rows": _COUNT, "stored_tokens": _COUNT, "size_bytes": _COUNT, "sha256": (str,)},
         )
         name = known.get("name")
-        if not name or name in (".", "..") or "/" in name or "\\" in name:
+        parts = str(name).split("/")
+        if not name or name.startswith("/") or "\\" in name or any(p in ("", ".", "..") for p in parts):
             raise PackedDataError(
-                f"{MANIFEST_NAME}: file name {name!r} is not a plain file name in the folder; the manifest is "
+                f"{MANIFEST_NAME}: file name {name!r} is not a path inside the folder; the manifest is "
                 "damaged: pack the folder again"
             )
         return cls(**known, extra=extra)
