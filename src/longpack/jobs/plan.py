@@ -165,14 +165,13 @@ class PlanConfig:
     top: int = 10
 
     def __post_init__(self) -> None:
-        from longpack.validate import finite_float, flag, positive_int
+        from longpack.validate import flag, positive_int
 
         positive_int(self.top, "top")
         for name in ("model", "gpu", "precision", "optimizer", "dispatcher", "recompute"):
             value = getattr(self, name)
             if not isinstance(value, str) and (value is not None or name in ("model", "gpu", "precision")):
                 raise ConfigError(f"{name} must be a name (a string), got {value!r}", fields=name)
-        finite_float(self.headroom, "headroom", lo=0.0, hi=1.0, lo_open=True)
         flag(self.offload, "offload")
         object.__setattr__(self, "_request", self._build_request())
 
