@@ -29,6 +29,14 @@ from longpack.cli.app import app
 #: minutes; a loaded 2-core CI machine runs every case here in well under a second or two).
 CASE_DEADLINE_S = 60
 OK_CODES = frozenset({0, 1, 2})
+
+
+def examples(n: int) -> int:
+    """Hypothesis examples per case: ``n`` in CI; ``HOSTILE_SCALE=20`` runs twenty times as many (a longer
+    campaign on a workstation)."""
+    return max(1, round(n * float(os.environ.get("HOSTILE_SCALE", "1"))))
+
+
 RUNNER = CliRunner()
 
 
@@ -65,8 +73,11 @@ class Outcome:
 def invoke(argv: Sequence[str], *, seconds: float = CASE_DEADLINE_S) -> Outcome:
     """Run ``longpack ARGV`` in-process (stdout and stderr together) under a deadline."""
     argv = tuple(str(a) for a in argv)
-    with deadline(seconds):
-        result = RUNNER.invoke(app, list(argv))
+    try:
+        with deadline(seconds):
+            result = RUNNER.invoke(app, list(argv))
+    except Hang as exc:
+        raise Hang(f"longpack {' '.join(argv)!r}: {exc}") from None
     output = result.output
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         # an exception that escaped the CLI's own handling: a traceback in a real shell

@@ -26,11 +26,13 @@ from typing import Any
 from longpack.errors import ConfigError
 
 __all__ = [
+    "MAX_SEED",
     "finite_float",
     "flag",
     "non_negative_int",
     "optional_positive_int",
     "positive_int",
+    "seed",
 ]
 
 
@@ -73,20 +75,39 @@ def optional_positive_int(value: Any, field: str, **bounds: Any) -> int | None:
     return None if value is None else positive_int(value, field, **bounds)
 
 
-def non_negative_int(value: Any, field: str) -> int:
-    """``value`` if it is an integer >= 0 (a seed, a count, an index that cannot be negative).
+#: Seeds go to ``np.random.RandomState`` (Megatron-Bridge's shuffle), which takes ``0..2**32-1``.
+MAX_SEED = 2**32 - 1
 
-    >>> non_negative_int(0, "seed")
+
+def non_negative_int(value: Any, field: str, *, at_most: int | None = None) -> int:
+    """``value`` if it is an integer >= 0 (a count, an index that cannot be negative), <= ``at_most``.
+
+    >>> non_negative_int(0, "rounds")
     0
-    >>> non_negative_int(-1, "seed")
+    >>> non_negative_int(-1, "rounds")
     Traceback (most recent call last):
     ...
-    longpack.errors.ConfigError: seed must be a non-negative integer, got -1
+    longpack.errors.ConfigError: rounds must be a non-negative integer, got -1
     """
     number = _as_int(value)
     if number is None or number < 0:
         raise ConfigError(f"{field} must be a non-negative integer, got {value!r}", fields=field)
+    if at_most is not None and number > at_most:
+        raise ConfigError(f"{field} must be at most {at_most}, got {value!r}", fields=field)
     return number
+
+
+def seed(value: Any, field: str = "seed") -> int:
+    """A random seed: an integer in ``0..2**32-1``.
+
+    >>> seed(1234)
+    1234
+    >>> seed(2**32)
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: seed must be at most 4294967295, got 4294967296
+    """
+    return non_negative_int(value, field, at_most=MAX_SEED)
 
 
 def finite_float(

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostile_helpers import deadline
+from hostile_helpers import deadline, examples
 from longpack.errors import LongpackError
 from longpack.topology import (
     MAX_LAYOUT_TEXT,
@@ -91,7 +91,9 @@ PACK_FIELDS = [
 ]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(field=st.sampled_from(PACK_FIELDS), value=hostile)
 def test_pack_config(world, field: str, value: Any) -> None:
     from longpack.jobs import PackConfig
@@ -149,7 +151,9 @@ SWEEP_FIELDS = [
 ]
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(field=st.sampled_from(SWEEP_FIELDS), value=hostile)
 def test_sweep_config(world, field: str, value: Any) -> None:
     from longpack.jobs import SweepConfig
@@ -162,7 +166,9 @@ def test_sweep_config(world, field: str, value: Any) -> None:
 CHECK_FIELDS = ["config", "overrides", "gpus", "model", "dataset_kind", "packed"]
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(field=st.sampled_from(CHECK_FIELDS), value=hostile)
 def test_check_config(world, field: str, value: Any) -> None:
     from longpack.jobs import CheckConfig
@@ -177,7 +183,9 @@ def test_check_config(world, field: str, value: Any) -> None:
 PLAN_FIELDS = ["model", "gpu", "precision", "dispatcher", "recompute", "optimizer", "top", "headroom"]
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(field=st.sampled_from(PLAN_FIELDS), value=hostile)
 def test_plan_config(field: str, value: Any) -> None:
     from longpack.jobs import PlanConfig
@@ -226,7 +234,7 @@ def test_plan_config_sizes(field: str) -> None:
 LAYOUT_FIELDS = ["world_size", "tp", "cp", "pp", "vpp", "ep", "etp", "sp"]
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(field=st.sampled_from(LAYOUT_FIELDS), value=hostile)
 def test_parallel_layout(field: str, value: Any) -> None:
     kwargs: dict[str, Any] = {"world_size": 16, field: value}
@@ -236,7 +244,7 @@ def test_parallel_layout(field: str, value: Any) -> None:
         assert result.dp >= 1 and result.pad_seq_to_mult >= 1
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(text=st.text(alphabet="Etm L|()*,0123456789x", max_size=80))
 def test_layout_strings_parse_or_are_refused_quickly(text: str) -> None:
     start = time.perf_counter()
@@ -321,7 +329,7 @@ def test_online_packer_refuses_a_second_stream_unless_reset() -> None:
         list(packer.pack([3, 4, 5]))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     field=st.sampled_from(
         ["capacity", "buffer_size", "pad_to_multiple_of", "seed", "algorithm", "overlength", "pad_id"]

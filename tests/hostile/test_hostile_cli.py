@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostile_helpers import assert_accounting, assert_clean, invoke
+from hostile_helpers import assert_accounting, assert_clean, examples, invoke
 
 PACK = ["--tokenizer", "bytes", "--seq-length", "64"]
 # Bad inputs whose clean refusal is another layer's open work: name -> reason (xfail until it lands).
@@ -95,7 +95,9 @@ def test_a_good_file_mixed_with_bad_ones_counts_every_row(world, tmp_path: Path)
     assert all(":" in m["source"] for m in manifest["malformed"])
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     rows=st.lists(
         st.one_of(
@@ -372,7 +374,11 @@ def _commands(world, tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
     }
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(
     data=st.data(),
     value=st.one_of(
@@ -624,3 +630,23 @@ def test_a_corrupt_compressed_input_is_an_error_naming_it(world, tmp_path: Path)
     assert (
         outcome.exit_code == 2 and "rows.jsonl.gz" in outcome.output and "unsupported" not in outcome.output
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "flag"),
+    [
+        ("pack", "--seq-length"),
+        ("pack", "--pack-size"),
+        ("sweep", "--pack-size"),
+        ("balance", "--pack-size"),
+        ("online-sim", "--pack-size"),
+    ],
+)
+def test_a_pack_size_beyond_the_bin_packer_is_an_error(world, tmp_path: Path, name: str, flag: str) -> None:
+    """Found by the random-flag case above: 2**25 + 1 tokens was a ValueError deep in the bin packer."""
+    argv, _ = _commands(world, tmp_path)[name]
+    extra = ["--token-slots", str(2**25 + 1)] if name == "sweep" else []
+    if name == "pack" and flag == "--pack-size":
+        extra = ["--seq-length", "64"]
+    outcome = assert_clean(invoke([*argv, *extra, flag, str(2**25 + 1)]))
+    assert outcome.exit_code == 2 and "33554432" in outcome.output, str(outcome)

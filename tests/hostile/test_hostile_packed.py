@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostile_helpers import assert_clean, deadline, invoke
+from hostile_helpers import assert_clean, deadline, examples, invoke
 from longpack.errors import LongpackError
 from longpack.packed import PackedFolder
 
@@ -58,7 +58,9 @@ ROW_DAMAGE = st.one_of(
 )
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(row=st.integers(0, 4), damage=ROW_DAMAGE)
 def test_damaged_rows_are_found_by_verify_and_never_crash_a_reader(
     world, tmp_path_factory, row, damage
@@ -80,7 +82,9 @@ def test_damaged_rows_are_found_by_verify_and_never_crash_a_reader(
     _read_everything(out)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(seed=st.integers(0, 2**32 - 1), flips=st.integers(1, 40), cut=st.booleans())
 def test_corrupt_shard_bytes(world, tmp_path_factory, seed: int, flips: int, cut: bool) -> None:
     """Random byte flips (or a cut) in a shard: a damaged data page, footer or header."""

@@ -14,6 +14,8 @@ import typer
 from longpack.cli import options as opt
 
 _MODEL_KEYS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab")
+#: Pipeline stages (PP*VPP) at most: each holds at least one layer, and no model has a thousand.
+MAX_STAGES = 1024
 
 
 def read_lengths(path: Path, *, pack_size: int | None = None) -> np.ndarray:
@@ -163,7 +165,8 @@ def register(app: typer.Typer) -> None:
         from longpack.balance.report import compare_packings
         from longpack.errors import ConfigError
         from longpack.outputs import check_output_file
-        from longpack.validate import finite_float, non_negative_int, positive_int
+        from longpack.validate import finite_float, positive_int
+        from longpack.validate import seed as seed_value
 
         if capacity is not None:
             typer.echo("warning: --capacity is deprecated; use --pack-size", err=True)
@@ -173,11 +176,23 @@ def register(app: typer.Typer) -> None:
         for name, value in (("pack_size", pack_size), ("dp", dp), ("pp", pp), ("gbs", gbs), ("mbs", mbs)):
             positive_int(value, name)
         positive_int(vpp, "vpp")
-        non_negative_int(seed, "seed")
+        seed_value(seed)
         finite_float(tflops, "tflops", lo=0.0, lo_open=True)
         if out is not None:
             check_output_file(out, field="out")  # before the simulation
+        if pp * vpp > MAX_STAGES:
+            raise ConfigError(
+                f"PP*VPP = {pp}*{vpp} pipeline stages: at most {MAX_STAGES} (each stage holds at least one "
+                "layer); lower pp or vpp",
+                fields=("pp", "vpp"),
+            )
         lengths = read_lengths(lengths_file, pack_size=pack_size)
+        if gbs > len(lengths):  # every pack holds a sample: not one full step, only empty packs simulated
+            raise ConfigError(
+                f"gbs {gbs} is more packs than {lengths_file} has samples ({len(lengths)}): not one optimizer "
+                "step; lower gbs or give more lengths",
+                fields="gbs",
+            )
         try:
             cost_model = PackCostModel.from_dense_model(
                 flops_per_second=tflops * 1e12, **parse_model_shape(model_shape)

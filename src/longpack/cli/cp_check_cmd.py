@@ -31,7 +31,8 @@ def register(app: typer.Typer) -> None:
         differences, the per-token loss summed over ranks vs unsharded, and a cross-sequence leak check.
         Exit status 1 if any case fails.
         """
-        from longpack.validate import non_negative_int, positive_int
+        from longpack.validate import positive_int
+        from longpack.validate import seed as seed_value
 
         cp = cp or [2, 4]
         dtype = dtype or ["float64", "float32"]
@@ -39,7 +40,7 @@ def register(app: typer.Typer) -> None:
             positive_int(
                 size, "cp", at_most=MAX_CP, why="cp-check starts one process per rank on this machine"
             )
-        non_negative_int(seed, "seed")
+        seed_value(seed)
         from longpack.runtime.cp_check import run_cp_check
 
         cases = []

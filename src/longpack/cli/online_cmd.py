@@ -115,12 +115,13 @@ def register(app: typer.Typer) -> None:
             pad_seq_to_mult = pad_to_multiple_of
         if pack_size is None:
             raise ConfigError("pack_size is required (pack size in runtime tokens)", fields="pack_size")
-        from longpack.validate import non_negative_int, positive_int
+        from longpack.validate import positive_int
+        from longpack.validate import seed as seed_value
 
         capacity = positive_int(pack_size, "pack_size")
         positive_int(pad_seq_to_mult, "pad_seq_to_mult")
         positive_int(samples, "samples", at_most=MAX_SAMPLES, why="the simulation is pure Python")
-        non_negative_int(seed, "seed")
+        seed_value(seed)
         if vlm_file is not None:
             _vlm_sim(
                 vlm_file,

@@ -7,6 +7,9 @@ from typing import Any
 
 import typer
 
+#: CP and TP sizes at most (a million GPUs).
+MAX_PARALLEL = 2**20
+
 
 def register(app: typer.Typer) -> None:
     @app.command("thd-batch")
@@ -78,8 +81,9 @@ def register(app: typer.Typer) -> None:
             pack_size = pack_size if pack_size is not None else max_seq_length
         from longpack.validate import optional_positive_int, positive_int
 
-        for name, value in (("batch_size", batch_size), ("cp", cp), ("tp", tp)):
-            positive_int(value, name)
+        positive_int(batch_size, "batch_size")
+        for name, value in (("cp", cp), ("tp", tp)):  # (torch holds the offsets in int64)
+            positive_int(value, name, at_most=MAX_PARALLEL, why="no cluster is larger")
         optional_positive_int(pack_size, "pack_size")
         optional_positive_int(pad_seq_to_mult, "pad_seq_to_mult")
         try:

@@ -26,7 +26,8 @@ from typing import Any, cast
 
 from longpack.errors import ConfigError, InputError
 from longpack.text.rows import TextConfig
-from longpack.validate import finite_float, flag, non_negative_int, optional_positive_int, positive_int
+from longpack.validate import finite_float, flag, optional_positive_int, positive_int
+from longpack.validate import seed as seed_value
 
 __all__ = [
     "BRIDGE_DEFAULT_SEED",
@@ -185,7 +186,7 @@ class PackConfig:
         for name in ("seq_length", "pack_size", "rows_per_shard", "row_group_size", "workers"):
             set_(self, name, optional_positive_int(getattr(self, name), name))
         if self.seed is not None:  # None: the default (0, or Bridge's with compat)
-            set_(self, "seed", non_negative_int(self.seed, "seed"))
+            set_(self, "seed", seed_value(self.seed))
         set_(
             self,
             "val_fraction",

@@ -49,7 +49,8 @@ from longpack.rules import TrainingSetup, run_rules
 from longpack.samples import TokenizedSamples
 from longpack.text.rows import TextConfig
 from longpack.topology import ParallelLayout, TopologyError
-from longpack.validate import finite_float, flag, non_negative_int, optional_positive_int, positive_int
+from longpack.validate import finite_float, flag, optional_positive_int, positive_int
+from longpack.validate import seed as seed_value
 
 DEFAULT_PACK_LENGTHS = (2048, 4096, 8192, 16384)
 DEFAULT_TOKEN_SLOTS = 65536
@@ -764,6 +765,14 @@ class SweepConfig:
                 lengths = tuple(sorted(positive_int(x, "pack_lengths") for x in self.pack_lengths))
             except ConfigError as exc:
                 raise SweepError(str(exc), fields=exc.fields) from None
+        from longpack.binpack import MAX_CAPACITY
+
+        if lengths and max(lengths) > MAX_CAPACITY:
+            raise SweepError(
+                f"pack length {max(lengths)} is above the {MAX_CAPACITY} tokens the bin packer supports (its "
+                "working memory grows with the pack length); drop it from pack_lengths",
+                fields="pack_lengths",
+            )
         set_(self, "pack_lengths", lengths)
 
         pins: dict[str, int] = {}
@@ -856,7 +865,7 @@ class SweepConfig:
             for name in ("pad_seq_to_mult", "tp", "cp", "workers", "gpus"):
                 set_(self, name, optional_positive_int(getattr(self, name), name))
             set_(self, "token_slots", positive_int(self.token_slots, "token_slots"))
-            set_(self, "seed", non_negative_int(self.seed, "seed"))
+            set_(self, "seed", seed_value(self.seed))
             set_(self, "headroom", finite_float(self.headroom, "headroom", lo=0.0, hi=1.0, lo_open=True))
             for name in ("demo", "sp", "offload", "progress"):
                 flag(getattr(self, name), name)

@@ -51,7 +51,8 @@ from longpack.packed.plan import (
 )
 from longpack.packed.rows import PackedRows, fill_rows
 from longpack.samples import TokenizedSamples
-from longpack.validate import finite_float, non_negative_int, optional_positive_int, positive_int
+from longpack.validate import finite_float, optional_positive_int, positive_int
+from longpack.validate import seed as seed_value
 
 if TYPE_CHECKING:
     from longpack.balance import BalanceTarget
@@ -152,11 +153,14 @@ class PackSettings:
                 f"ids_dtype must be one of {', '.join(IDS_DTYPES)}, got {self.ids_dtype!r}",
                 fields="ids_dtype",
             )
-        positive_int(self.seq_length, "seq_length")
-        optional_positive_int(self.pack_size, "pack_size")
+        from longpack.binpack import MAX_CAPACITY
+
+        why = "the bin packer's working memory grows with it"
+        positive_int(self.seq_length, "seq_length", at_most=MAX_CAPACITY, why=why)
+        optional_positive_int(self.pack_size, "pack_size", at_most=MAX_CAPACITY, why=why)
         positive_int(self.pad_seq_to_mult, "pad_seq_to_mult")
         optional_positive_int(self.rows_per_shard, "rows_per_shard")
-        non_negative_int(self.seed, "seed")
+        seed_value(self.seed)
         finite_float(self.val_fraction, "val_fraction", lo=0.0, hi=1.0, hi_open=True)
         if self.seq_length > self.resolved_pack_size:
             raise ConfigError(
