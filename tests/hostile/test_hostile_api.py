@@ -22,8 +22,6 @@ from longpack.topology import (
     pipeline_split,
 )
 
-PLANNER = "helper planner (issue 17)"
-
 HOSTILE_VALUES = [
     0,
     -1,
@@ -209,10 +207,8 @@ def test_plan_config(field: str, value: Any) -> None:
         "ep",
         "mbs",
         "gbs",
-        pytest.param(
-            "imbalance",
-            marks=pytest.mark.xfail(reason=f"imbalance=True is read as 1.0; {PLANNER}", strict=False),
-        ),
+        "imbalance",
+        "headroom",
         "gpus",
         "seq_length",
     ],

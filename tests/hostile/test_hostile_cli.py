@@ -1,9 +1,7 @@
 """Hostile input to every command: a corpus of bad files and random flag values.
 
 Each case asserts the contract of ``longpack`` (cli/app.py): exit 0, 1 or 2, never a traceback or an
-internal error (exit 3), never a hang; a pack that succeeds accounts for every row it read. Cases whose
-fix belongs to another layer's issue are marked ``xfail(strict=False)`` with the owner named, so they turn
-into passes (XPASS) when that fix lands and can then be made strict.
+internal error (exit 3), never a hang; a pack that succeeds accounts for every row it read.
 """
 
 from __future__ import annotations
@@ -20,8 +18,6 @@ from hypothesis import strategies as st
 from hostile_helpers import assert_accounting, assert_clean, examples, invoke
 
 PACK = ["--tokenizer", "bytes", "--seq-length", "64"]
-# Bad inputs whose clean refusal is another layer's open work: name -> reason (xfail until it lands).
-INPUTS_OWNED_ELSEWHERE: dict[str, str] = {}
 BAD_INPUT_NAMES = [
     "empty.jsonl",
     "blank_lines.jsonl",
@@ -50,13 +46,6 @@ BAD_INPUT_NAMES = [
 ]
 
 
-def _owned(names: list[str], owned: dict[str, str]) -> list:
-    return [
-        pytest.param(n, marks=pytest.mark.xfail(reason=owned[n], strict=False)) if n in owned else n
-        for n in names
-    ]
-
-
 def _manifest(out: Path) -> dict:
     return json.loads((out / "manifest.json").read_text())
 
@@ -64,7 +53,7 @@ def _manifest(out: Path) -> dict:
 # -- pack and sweep on the corpus of bad input files ------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", _owned(BAD_INPUT_NAMES, INPUTS_OWNED_ELSEWHERE))
+@pytest.mark.parametrize("name", BAD_INPUT_NAMES)
 @pytest.mark.parametrize("skip", [False, True], ids=["strict", "skip-malformed"])
 def test_pack_on_a_bad_input_file(world, tmp_path: Path, name: str, skip: bool) -> None:
     out = tmp_path / "out"
@@ -78,7 +67,7 @@ def test_pack_on_a_bad_input_file(world, tmp_path: Path, name: str, skip: bool) 
         assert not (out / "manifest.json").exists()
 
 
-@pytest.mark.parametrize("name", _owned(BAD_INPUT_NAMES, INPUTS_OWNED_ELSEWHERE))
+@pytest.mark.parametrize("name", BAD_INPUT_NAMES)
 def test_sweep_on_a_bad_input_file(world, name: str) -> None:
     argv = ["sweep", world.inputs[name], "--tokenizer", "bytes", "--pack-size", "64,128", "--skip-malformed"]
     assert_clean(invoke(argv), frozenset({0, 2}))
