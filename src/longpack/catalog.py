@@ -420,7 +420,7 @@ def model_from_hf_config(config: str | Path | dict[str, Any], *, name: str | Non
         where = str(config)
         try:
             raw = json.loads(Path(config).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise CatalogError(f"{where}: cannot read a Hugging Face config.json: {exc}") from exc
     if not isinstance(raw, dict):
         raise CatalogError(f"{where}: a Hugging Face config.json must hold a JSON object")

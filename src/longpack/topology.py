@@ -16,10 +16,20 @@ import re
 from dataclasses import dataclass
 
 from longpack.errors import ConfigError
+from longpack.validate import optional_positive_int, positive_int
 
 
 class TopologyError(ConfigError):
     """A parallel layout that cannot exist (a size does not divide the world, a size is not positive)."""
+
+
+def _size(value: object, name: str, *, optional: bool = False) -> int:
+    """A parallel size: a positive integer (``optional``: or ``None``), else :class:`TopologyError`."""
+    try:
+        checked = optional_positive_int(value, name) if optional else positive_int(value, name)
+    except ConfigError as exc:
+        raise TopologyError(str(exc), fields=exc.fields) from None
+    return checked  # type: ignore[return-value]
 
 
 def pad_seq_to_mult(*, tp: int = 1, cp: int = 1, sp: bool = False) -> int:
@@ -34,9 +44,7 @@ def pad_seq_to_mult(*, tp: int = 1, cp: int = 1, sp: bool = False) -> int:
     >>> pad_seq_to_mult(tp=4, sp=True), pad_seq_to_mult(tp=4, sp=False)
     (4, 1)
     """
-    for name, value in (("tp", tp), ("cp", cp)):
-        if not isinstance(value, int) or value < 1:
-            raise TopologyError(f"{name} must be a positive integer, got {value!r}")
+    tp, cp = _size(tp, "tp"), _size(cp, "cp")
     cp_multiple = 2 * cp if cp > 1 else 1
     sp_multiple = cp * tp if sp and tp > 1 else 1
     return math.lcm(cp_multiple, sp_multiple)
@@ -69,13 +77,11 @@ class ParallelLayout:
 
     def __post_init__(self) -> None:
         for name in ("world_size", "tp", "cp", "pp", "ep"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise TopologyError(f"{name} must be a positive integer, got {value!r}")
-        if self.vpp is not None and (not isinstance(self.vpp, int) or self.vpp < 1):
-            raise TopologyError(f"vpp must be a positive integer or None, got {self.vpp!r}")
-        if self.etp is not None and (not isinstance(self.etp, int) or self.etp < 1):
-            raise TopologyError(f"etp must be a positive integer or None, got {self.etp!r}")
+            object.__setattr__(self, name, _size(getattr(self, name), name))
+        for name in ("vpp", "etp"):
+            object.__setattr__(self, name, _size(getattr(self, name), name, optional=True))
+        if not isinstance(self.sp, bool):
+            raise TopologyError(f"sp must be True or False, got {self.sp!r}", fields="sp")
         if self.vpp is not None and self.vpp > 1 and self.pp == 1:
             raise TopologyError(
                 f"vpp={self.vpp} needs pipeline parallelism (pp > 1); set vpp=None or raise pp"
@@ -149,7 +155,9 @@ def check_pad_seq_to_mult(value: int | None, *, tp: int = 1, cp: int = 1, sp: bo
     """
     need = pad_seq_to_mult(tp=tp, cp=cp, sp=sp)
     if value is None or isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise TopologyError(f"pad_seq_to_mult must be a positive integer, got {value!r}; use {need}")
+        raise TopologyError(
+            f"pad_seq_to_mult must be a positive integer, got {value!r}; use {need}", fields="pad_seq_to_mult"
+        )
     if value % need:
         raise TopologyError(
             f"pad_seq_to_mult={value} is not a multiple of {need} = lcm(2*CP, CP*TP if SP) for TP={tp} CP={cp} "
@@ -162,6 +170,63 @@ def check_pad_seq_to_mult(value: int | None, *, tp: int = 1, cp: int = 1, sp: bo
 
 #: Megatron-Core's layout characters (``PipelineParallelLayerLayout.parse_str_to_list``).
 LAYOUT_CHARS = {"E": "embedding", "t": "decoder", "m": "mtp", "L": "loss"}
+#: Bounds on a layout: its text, its ``(...)`` nesting and what it expands to. Real layouts are a few
+#: dozen characters for models of a few hundred layers; ``t*99999999999`` must be an error, not hours
+#: of expansion (or a MemoryError).
+MAX_LAYOUT_TEXT = 10_000
+MAX_LAYOUT_NESTING = 32
+MAX_LAYOUT_ENTRIES = 100_000
+
+
+def _shown(layout: object) -> str:
+    """A layout as error messages show it: quoted, cut to 60 characters."""
+    text = repr(layout) if isinstance(layout, str) else "<list layout>"
+    return text if len(text) <= 60 else text[:57] + "...'"
+
+
+def _expand_layout(layout: str) -> str:
+    """``layout`` with commas and spaces removed and every ``x*n`` / ``(...)*n`` written out, within the
+    bounds above."""
+    if len(layout) > MAX_LAYOUT_TEXT:
+        raise TopologyError(
+            f"pipeline layout {_shown(layout)} is {len(layout)} characters long; at most {MAX_LAYOUT_TEXT} "
+            "are read (write repeats as (...)*n)"
+        )
+    text = layout.replace(",", "").replace(" ", "")
+    depth = deepest = 0
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        deepest = max(deepest, depth)
+    if deepest > MAX_LAYOUT_NESTING:
+        raise TopologyError(
+            f"pipeline layout {_shown(layout)} nests parentheses {deepest} deep; at most {MAX_LAYOUT_NESTING}"
+        )
+    too_big = TopologyError(
+        f"pipeline layout {_shown(layout)} expands to more than {MAX_LAYOUT_ENTRIES} layers and stage "
+        "marks; no model has that many: check the repeat counts"
+    )
+
+    def expand(pattern: str, text: str) -> str:
+        size = len(text)
+
+        def repeat(match: re.Match[str]) -> str:
+            nonlocal size
+            body, count = match.group(1), match.group(2)
+            if len(count) > 6:  # also keeps int() below Python's digit limit
+                raise too_big
+            size += len(body) * int(count) - len(match.group(0))
+            if size > MAX_LAYOUT_ENTRIES:
+                raise too_big
+            return body * int(count)
+
+        return re.sub(pattern, repeat, text)
+
+    while True:  # innermost parentheses first, so nested groups expand too
+        expanded = expand(r"\(([^()]*)\)\*(\d+)", text)
+        if expanded == text:
+            break
+        text = expanded
+    return expand(r"(.)\*(\d+)", text)
 
 
 def parse_pipeline_layout(layout: str | list[list[str]] | tuple[tuple[str, ...], ...]) -> list[list[str]]:
@@ -182,29 +247,39 @@ def parse_pipeline_layout(layout: str | list[list[str]] | tuple[tuple[str, ...],
     if not isinstance(layout, str):
         names = set(LAYOUT_CHARS.values())
         stages: list[list[str]] = []
-        for row in layout:
-            if isinstance(row, str):
-                raise TopologyError(f"pipeline layout list must hold lists of layer names, got {row!r}")
+        try:
+            rows = list(layout)
+        except TypeError:
+            raise TopologyError(
+                f"pipeline layout must be a string or a list of lists of layer names, got {layout!r}"
+            ) from None
+        if len(rows) > MAX_LAYOUT_ENTRIES:
+            raise TopologyError(f"pipeline layout list has {len(rows)} stages; at most {MAX_LAYOUT_ENTRIES}")
+        entries = 0
+        for row in rows:
+            if isinstance(row, str) or not isinstance(row, list | tuple):
+                raise TopologyError(
+                    f"pipeline layout list must hold lists of layer names, got {_shown(str(row))}"
+                )
+            entries += len(row)
+            if entries > MAX_LAYOUT_ENTRIES:
+                raise TopologyError(
+                    f"pipeline layout list places more than {MAX_LAYOUT_ENTRIES} layers; no model has that many"
+                )
             stage = [str(x).strip().lower() for x in row]
             bad = [x for x in stage if x not in names]
             if bad:
                 raise TopologyError(f"pipeline layout: unknown layer names {bad}; use one of {sorted(names)}")
             stages.append(stage)
         return stages
-    text = layout.replace(",", "").replace(" ", "")
-    while True:  # innermost parentheses first, so nested groups expand too
-        expanded = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
-        if expanded == text:
-            break
-        text = expanded
-    text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    text = _expand_layout(layout)
     stages = []
     for chunk in text.split("|"):
         stage = []
         for ch in chunk:
             if ch not in LAYOUT_CHARS:
                 raise TopologyError(
-                    f"pipeline layout {layout!r}: unknown layer character {ch!r} "
+                    f"pipeline layout {_shown(layout)}: unknown layer character {ch!r} "
                     f"(known: {', '.join(LAYOUT_CHARS)}; '|' separates stages)"
                 )
             stage.append(LAYOUT_CHARS[ch])
@@ -263,8 +338,8 @@ def pipeline_split(
     >>> pipeline_split(num_layers=94, pp=4, vpp=12, account_for_embedding=True, account_for_loss=True).decoder[0][:2]
     (1, 2)
     """
-    if num_layers < 1 or pp < 1 or (vpp is not None and vpp < 1):
-        raise TopologyError(f"num_layers, pp and vpp must be positive, got {num_layers}, {pp}, {vpp}")
+    num_layers, pp = _size(num_layers, "num_layers"), _size(pp, "pp")
+    vpp = _size(vpp, "vpp", optional=True)
     mtp = mtp_num_layers or 0
     uneven = first_stage_layers is not None or last_stage_layers is not None
     accounted = account_for_embedding or account_for_loss
@@ -360,10 +435,10 @@ def _split_from_layout(
     mtp: int,
 ) -> PipelineSplit:
     stages = parse_pipeline_layout(layout)
-    shown = layout if isinstance(layout, str) else "<list layout>"
+    shown = _shown(layout)
     if len(stages) % pp:
         raise TopologyError(
-            f"pipeline layout {shown!r} has {len(stages)} stages, not divisible by PP={pp}; "
+            f"pipeline layout {shown} has {len(stages)} stages, not divisible by PP={pp}; "
             f"write PP*VPP stages separated by '|'"
         )
     v = len(stages) // pp
@@ -374,26 +449,26 @@ def _split_from_layout(
         )
     flat = [kind for stage in stages for kind in stage]
     if not flat or flat[0] != "embedding" or flat.count("embedding") != 1:
-        raise TopologyError(f"pipeline layout {shown!r} must start with exactly one 'E' (embedding)")
+        raise TopologyError(f"pipeline layout {shown} must start with exactly one 'E' (embedding)")
     if flat[-1] != "loss" or flat.count("loss") != 1:
-        raise TopologyError(f"pipeline layout {shown!r} must end with exactly one 'L' (loss)")
+        raise TopologyError(f"pipeline layout {shown} must end with exactly one 'L' (loss)")
     if flat.count("decoder") != num_layers:
         raise TopologyError(
-            f"pipeline layout {shown!r} places {flat.count('decoder')} decoder layers ('t') but "
+            f"pipeline layout {shown} places {flat.count('decoder')} decoder layers ('t') but "
             f"num_layers={num_layers}"
         )
     if flat.count("mtp") != mtp:
         raise TopologyError(
-            f"pipeline layout {shown!r} places {flat.count('mtp')} MTP layers ('m') but mtp_num_layers={mtp}"
+            f"pipeline layout {shown} places {flat.count('mtp')} MTP layers ('m') but mtp_num_layers={mtp}"
         )
     if "mtp" in flat and "decoder" in flat[flat.index("mtp") :]:
-        raise TopologyError(f"pipeline layout {shown!r}: decoder layers must come before MTP layers")
+        raise TopologyError(f"pipeline layout {shown}: decoder layers must come before MTP layers")
     # Megatron-Core lists stages virtual-stage-major: stage index = vpp_stage * PP + pp_rank.
     decoder = tuple(tuple(stages[s * pp + r].count("decoder") for s in range(v)) for r in range(pp))
     mtp_grid = tuple(tuple(stages[s * pp + r].count("mtp") for s in range(v)) for r in range(pp))
     for r in range(pp):
         if any(mtp_grid[r][s] for s in range(v - 1)):
             raise TopologyError(
-                f"pipeline layout {shown!r}: MTP layers must be in the last virtual stage of their rank"
+                f"pipeline layout {shown}: MTP layers must be in the last virtual stage of their rank"
             )
     return PipelineSplit(pp=pp, vpp=v, decoder=decoder, mtp=mtp_grid, method="layout")

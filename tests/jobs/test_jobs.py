@@ -64,7 +64,7 @@ def same_files(a: Path, b: Path, *, skip: tuple[str, ...] = ()) -> list[str]:
         (
             {"inputs": ["a"], "tokenizer": "bytes", "seq_length": 0},
             "seq_length",
-            "seq_length must be positive",
+            "seq_length must be a positive integer",
         ),
         (
             {"inputs": ["a"], "tokenizer": "bytes", "seq_length": 64, "pack_size": 32},

@@ -151,3 +151,14 @@ def test_cli_memory_budget_says_it_packed_in_two_passes(tmp_path: Path) -> None:
     done = CliRunner().invoke(app, [*args, "--seq-length", "128", "--memory-budget", "1K"])
     assert done.exit_code == 0, done.output
     assert "two passes: " in done.output and "tokens went through the scratch folder" in done.output
+
+
+def test_a_scratch_folder_that_cannot_be_written_is_an_output_error(tmp_path: Path) -> None:
+    from longpack.errors import OutputError
+    from longpack.text.pipeline import _TokenStore
+
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("x")
+    store = _TokenStore(np.int32, None, budget=1, spill_dir=not_a_folder / "scratch")
+    with pytest.raises(OutputError, match=r"scratch copy of the tokens .*--memory-budget"):
+        store.extend(np.arange(4), np.ones(4, np.uint8))

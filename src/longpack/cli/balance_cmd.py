@@ -14,26 +14,69 @@ import typer
 from longpack.cli import options as opt
 
 _MODEL_KEYS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab")
+#: Pipeline stages (PP*VPP) at most: each holds at least one layer, and no model has a thousand.
+MAX_STAGES = 1024
 
 
-def read_lengths(path: Path) -> np.ndarray:
-    """Lengths from ``.npy`` (1-D integers) or a text file with one integer per line (``#`` comments)."""
-    if path.suffix == ".npy":
-        arr = np.load(path, allow_pickle=False)
-        if arr.ndim != 1 or arr.dtype.kind not in "iu":
-            raise ValueError(f"{path}: expected a 1-D integer array, got dtype {arr.dtype} shape {arr.shape}")
-        return arr.astype(np.int64)
-    values: list[int] = []
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            text = line.split("#", 1)[0].strip()
-            if not text:
-                continue
+def read_lengths(path: Path, *, pack_size: int | None = None) -> np.ndarray:
+    """Lengths from ``.npy`` (1-D integers) or a text file with one integer per line (``#`` comments).
+
+    Every failure is an ``InputError`` naming the file (and the line, or the index in a ``.npy``): a file
+    that cannot be read or decoded, a value that is not an integer, no lengths at all, a length < 1 or
+    (given ``pack_size``) longer than a pack.
+    """
+    from longpack.errors import InputError
+
+    where: list[str] = []
+    try:
+        if path.suffix == ".npy":
             try:
-                values.append(int(text))
-            except ValueError:
-                raise ValueError(f"{path}:{number}: {text!r} is not an integer length") from None
-    return np.asarray(values, dtype=np.int64)
+                arr = np.load(path, allow_pickle=False)
+            except ValueError as exc:  # pickled or not an array file
+                raise InputError(f"{path}: not a .npy array of lengths ({exc})") from None
+            if not isinstance(arr, np.ndarray) or arr.ndim != 1 or arr.dtype.kind not in "iu":
+                shape = getattr(arr, "shape", "?")
+                raise InputError(
+                    f"{path}: expected a 1-D integer array, got dtype {getattr(arr, 'dtype', '?')} shape {shape}"
+                )
+            lengths = arr.astype(np.int64)
+        else:
+            values: list[int] = []
+            with path.open(encoding="utf-8") as fh:
+                for number, line in enumerate(fh, start=1):
+                    text = line.split("#", 1)[0].strip()
+                    if not text:
+                        continue
+                    try:
+                        value = int(text)
+                    except ValueError:
+                        raise InputError(f"{path}:{number}: {text!r} is not an integer length") from None
+                    if not 0 < value < 2**62:
+                        raise InputError(
+                            f"{path}:{number}: length {text[:30]} must be a positive token count"
+                        )
+                    values.append(value)
+                    where.append(f"{path}:{number}")
+            lengths = np.asarray(values, dtype=np.int64)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{path}: not UTF-8 text at byte {exc.start}; give a text file with one integer per line or a .npy"
+        ) from None
+    if lengths.size == 0:
+        raise InputError(f"{path}: no lengths found (one runtime length per line, or a 1-D .npy array)")
+    limit = np.iinfo(np.int64).max if pack_size is None else pack_size
+    bad = np.flatnonzero((lengths < 1) | (lengths > limit))
+    if bad.size:
+        i = int(bad[0])
+        at = where[i] if where else f"{path}: index {i}"
+        rule = "at least 1" if lengths[i] < 1 else f"at most --pack-size {pack_size}"
+        raise InputError(
+            f"{at}: length {int(lengths[i])} must be {rule} ({bad.size} of {lengths.size} lengths are outside "
+            f"1..{limit}); truncate, split or drop those samples first"
+        )
+    return lengths
 
 
 def parse_model_shape(spec: str) -> dict[str, Any]:
@@ -72,7 +115,7 @@ def parse_model_shape(spec: str) -> dict[str, Any]:
 
 
 def write_npy_atomic(path: Path, array: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``array`` to ``path`` (its folder must exist) through a temp file, fsync and rename."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -120,19 +163,36 @@ def register(app: typer.Typer) -> None:
         """Simulate a training pass (DP x PP) for three packers and optionally save the balanced packing."""
         from longpack.balance import PackCostModel
         from longpack.balance.report import compare_packings
-        from longpack.errors import ConfigError, InputError
+        from longpack.errors import ConfigError
+        from longpack.outputs import check_output_file
+        from longpack.validate import finite_float, positive_int
+        from longpack.validate import seed as seed_value
 
         if capacity is not None:
             typer.echo("warning: --capacity is deprecated; use --pack-size", err=True)
-            pack_size = pack_size or capacity
+            pack_size = pack_size if pack_size is not None else capacity
         if pack_size is None:
             raise ConfigError("pack_size is required (the pack size in tokens)", fields="pack_size")
-        try:
-            lengths = read_lengths(lengths_file)
-        except OSError as exc:
-            raise InputError(f"{lengths_file}: cannot read ({exc})") from exc
-        except ValueError as exc:
-            raise InputError(str(exc)) from exc
+        for name, value in (("pack_size", pack_size), ("dp", dp), ("pp", pp), ("gbs", gbs), ("mbs", mbs)):
+            positive_int(value, name)
+        positive_int(vpp, "vpp")
+        seed_value(seed)
+        finite_float(tflops, "tflops", lo=0.0, lo_open=True)
+        if out is not None:
+            check_output_file(out, field="out")  # before the simulation
+        if pp * vpp > MAX_STAGES:
+            raise ConfigError(
+                f"PP*VPP = {pp}*{vpp} pipeline stages: at most {MAX_STAGES} (each stage holds at least one "
+                "layer); lower pp or vpp",
+                fields=("pp", "vpp"),
+            )
+        lengths = read_lengths(lengths_file, pack_size=pack_size)
+        if gbs > len(lengths):  # every pack holds a sample: not one full step, only empty packs simulated
+            raise ConfigError(
+                f"gbs {gbs} is more packs than {lengths_file} has samples ({len(lengths)}): not one optimizer "
+                "step; lower gbs or give more lengths",
+                fields="gbs",
+            )
         try:
             cost_model = PackCostModel.from_dense_model(
                 flops_per_second=tflops * 1e12, **parse_model_shape(model_shape)

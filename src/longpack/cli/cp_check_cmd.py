@@ -7,6 +7,9 @@ from dataclasses import asdict
 
 import typer
 
+#: CP sizes at most: every rank is a real process on this machine.
+MAX_CP = 64
+
 # Repeatable options (lists) as module-level singletons: list defaults may not be built per call.
 _CP_OPTION = typer.Option(None, "--cp", help="CP sizes to check, one gloo process per rank [2, 4].")
 _DTYPE_OPTION = typer.Option(None, "--dtype", help="float64 and/or float32 [both].")
@@ -28,10 +31,17 @@ def register(app: typer.Typer) -> None:
         differences, the per-token loss summed over ranks vs unsharded, and a cross-sequence leak check.
         Exit status 1 if any case fails.
         """
-        from longpack.runtime.cp_check import run_cp_check
+        from longpack.validate import positive_int
+        from longpack.validate import seed as seed_value
 
         cp = cp or [2, 4]
         dtype = dtype or ["float64", "float32"]
+        for size in cp:  # before torch is imported
+            positive_int(
+                size, "cp", at_most=MAX_CP, why="cp-check starts one process per rank on this machine"
+            )
+        seed_value(seed)
+        from longpack.runtime.cp_check import run_cp_check
 
         cases = []
         for size in cp:

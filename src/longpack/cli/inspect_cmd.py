@@ -30,13 +30,13 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Summarize a packed output folder; exit 1 if it is unfinished or a check fails."""
+        from longpack.outputs import check_output_file
         from longpack.packed import inspect_output, plot_output
 
-        try:
-            report = inspect_output(folder, verify=verify, no_manifest_ok=no_manifest_ok)
-        except (FileNotFoundError, ValueError) as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from exc
+        if plot is not None:
+            check_output_file(plot, field="plot")  # before the (long) verification
+        # a LongpackError: exit 2 (cli.app)
+        report = inspect_output(folder, verify=verify, no_manifest_ok=no_manifest_ok)
         if plot is not None:
             plot_output(folder, plot)
             report["plot"] = str(plot)

@@ -10,10 +10,23 @@ import typer
 
 from longpack.cli import options as opt
 
+#: Synthetic samples at most: the simulation runs every buffer size over them in Python.
+MAX_SAMPLES = 1_000_000
+
 
 def _read_lengths(path: Path) -> list[int]:
+    from longpack.errors import InputError
+
+    try:
+        text_lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})", fields="lengths") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{path}: not UTF-8 text at byte {exc.start}; give one runtime length per line", fields="lengths"
+        ) from None
     out = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(text_lines, 1):
         text = line.strip()
         if not text or text.startswith("#"):
             continue
@@ -25,6 +38,8 @@ def _read_lengths(path: Path) -> list[int]:
             ) from None
         if value < 1:
             raise ValueError(f"{path}:{lineno}: runtime length {value} < 1; remove empty samples")
+        if value >= 2**62:
+            raise ValueError(f"{path}:{lineno}: runtime length {text[:30]} is not a token count")
         out.append(value)
     if not out:
         raise ValueError(f"{path}: no lengths found (one runtime length per line)")
@@ -94,13 +109,19 @@ def register(app: typer.Typer) -> None:
 
         if capacity is not None:
             typer.echo("warning: --capacity is deprecated; use --pack-size", err=True)
-            pack_size = pack_size or capacity
+            pack_size = pack_size if pack_size is not None else capacity
         if pad_to_multiple_of is not None:
             typer.echo("warning: --pad-to-multiple-of is deprecated; use --pad-seq-to-mult", err=True)
             pad_seq_to_mult = pad_to_multiple_of
         if pack_size is None:
             raise ConfigError("pack_size is required (pack size in runtime tokens)", fields="pack_size")
-        capacity = pack_size
+        from longpack.validate import positive_int
+        from longpack.validate import seed as seed_value
+
+        capacity = positive_int(pack_size, "pack_size")
+        positive_int(pad_seq_to_mult, "pad_seq_to_mult")
+        positive_int(samples, "samples", at_most=MAX_SAMPLES, why="the simulation is pure Python")
+        seed_value(seed)
         if vlm_file is not None:
             _vlm_sim(
                 vlm_file,
@@ -126,8 +147,14 @@ def register(app: typer.Typer) -> None:
         algorithm = algorithm or "best_fit_decreasing"
         try:
             sizes = [int(x) for x in buffer_sizes.split(",") if x.strip()]
-            if not sizes or min(sizes) < 1:
-                raise ValueError(f"--buffer-sizes must be positive integers, got {buffer_sizes!r}")
+        except ValueError:
+            sizes = []
+        if not sizes or min(sizes) < 1:
+            raise ConfigError(
+                f"buffer_sizes must be comma-separated positive integers (e.g. 8,64,512), got {buffer_sizes!r}",
+                fields="buffer_sizes",
+            )
+        try:
             if lengths_file is not None:
                 lengths = _read_lengths(lengths_file)
                 source = str(lengths_file)

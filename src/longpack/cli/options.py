@@ -99,6 +99,7 @@ FIELD_FLAGS = {
     "model_shape": "--model-shape",
     "text.format": "--format",
     "gpus": "--gpus",
+    "world_size": "--gpus",
     "backend": "--backend",
 }
 

@@ -258,6 +258,17 @@ def register(app: typer.Typer) -> None:
             )
 
 
+def listed_note(listed: int, total: int) -> str:
+    """How much of a capped manifest list is there.
+
+    >>> listed_note(3, 3), listed_note(100000, 100250)
+    ('all listed in manifest.json', 'the first 100000 listed in manifest.json, 250 not listed')
+    """
+    if listed >= total:
+        return "all listed in manifest.json"
+    return f"the first {listed} listed in manifest.json, {total - listed} not listed"
+
+
 def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     """The human-readable account of a finished pack (``summary``: ``PackResult.summary()``)."""
     c = summary["counts"]
@@ -286,14 +297,18 @@ def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
             entries = split[kind]
             if not entries:
                 continue
-            echo(f"  {name}: {split[kind + '_count']} {kind} (all listed in manifest.json):")
+            total = split[kind + "_count"]
+            echo(f"  {name}: {total} {kind} ({listed_note(len(entries), total)}):")
             for e in entries[:SHOWN]:
                 detail = f"kept {e['kept_tokens']} tokens" if kind == "truncated" else e["reason"]
                 echo(f"    {e['source']}: {e['stored_length']} tokens, {detail}")
-            if split[kind + "_count"] > SHOWN:
-                echo(f"    ... {split[kind + '_count'] - SHOWN} more")
+            if total > SHOWN:
+                echo(f"    ... {total - SHOWN} more")
     if manifest["malformed"]:
-        echo(f"  malformed rows skipped: {c['malformed']} (first: {manifest['malformed'][0]['source']})")
+        echo(
+            f"  malformed rows skipped: {c['malformed']} ({listed_note(len(manifest['malformed']), c['malformed'])}; "
+            f"first: {manifest['malformed'][0]['source']})"
+        )
     for info in manifest.get("inputs", [])[:SHOWN]:
         cols = info.get("columns")
         if cols is None:

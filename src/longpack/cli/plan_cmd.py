@@ -304,6 +304,10 @@ def plan(
         mbs=mbs,
         top=top,
     )
+    if plot is not None:
+        from longpack.outputs import check_output_file
+
+        check_output_file(plot, field="plot")  # before the search
     result = config.run()
     req = result.request
     plot_rows = _plot(config.request_kwargs(), seq_length, Path(plot)) if plot is not None else None
@@ -533,8 +537,12 @@ def fit_cmd(
     rounds: int = typer.Option(8, "--rounds", help="Coordinate-search rounds (the shipped fit used 8)."),
 ) -> None:
     """Refit the time model's free constants on a calibration file and write them as YAML."""
+    from longpack.outputs import check_output_file
     from longpack.planner.calibration import evaluate, fit_params, write_fit
+    from longpack.validate import non_negative_int
 
+    check_output_file(out, field="out")  # before the fit
+    non_negative_int(rounds, "rounds")
     points, skipped = _load_points(calibration)
     params, loss = fit_params(points, rounds=rounds)
     write_fit(params, out, loss=loss, source=str(calibration or "calibration_points.yaml"))

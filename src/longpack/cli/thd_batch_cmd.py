@@ -7,6 +7,9 @@ from typing import Any
 
 import typer
 
+#: CP and TP sizes at most (a million GPUs).
+MAX_PARALLEL = 2**20
+
 
 def register(app: typer.Typer) -> None:
     @app.command("thd-batch")
@@ -75,7 +78,14 @@ def register(app: typer.Typer) -> None:
 
         if max_seq_length is not None:
             typer.echo("warning: --max-seq-length is deprecated; use --pack-size", err=True)
-            pack_size = pack_size or max_seq_length
+            pack_size = pack_size if pack_size is not None else max_seq_length
+        from longpack.validate import optional_positive_int, positive_int
+
+        positive_int(batch_size, "batch_size")
+        for name, value in (("cp", cp), ("tp", tp)):  # (torch holds the offsets in int64)
+            positive_int(value, name, at_most=MAX_PARALLEL, why="no cluster is larger")
+        optional_positive_int(pack_size, "pack_size")
+        optional_positive_int(pad_seq_to_mult, "pad_seq_to_mult")
         try:
             folder = PackedFolder.open(path, split=split, allow_no_manifest=no_manifest_ok)
             if split is None and folder.kind == "folder" and len(folder.split_names) > 1:

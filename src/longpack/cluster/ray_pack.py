@@ -379,18 +379,42 @@ def _write_shard_group(
 # ---------------------------------------------------------------------------------------------- driver
 
 
-def _unwrap(exc: BaseException) -> BaseException:
-    """The user-level exception inside Ray's wrappers (RayTaskError, UserCodeException), if any."""
+def _unwrap(exc: BaseException, *, storage: bool = False) -> BaseException:
+    """The user-level exception inside Ray's wrappers (RayTaskError, UserCodeException), if any: a
+    ``LongpackError`` (a row's ``file:line``), or (``storage``, the write stage) an ``OSError`` of the
+    storage (a full disk on a worker), which the job reports as an output error.
+
+    Ray re-raises a task's exception as a ``RayTaskError(<its class>)``: an instance of both, whose
+    message is the whole remote stack trace, with the original in ``.cause``. So ``.cause`` is followed
+    first, and the original, not the wrapper, is returned (its own message, nothing buried).
+
+    >>> from longpack.errors import InputError
+    >>> class RayTaskError(Exception): ...
+    >>> original = InputError("a.jsonl:2: missing key 'completion'")
+    >>> wrapper = type("RayTaskError(InputError)", (RayTaskError, InputError), {})("Traceback ...")
+    >>> wrapper.cause = original
+    >>> try:
+    ...     raise RuntimeError("Ray Data task failed") from wrapper
+    ... except RuntimeError as exc:
+    ...     _unwrap(exc) is original
+    True
+    """
     from longpack.errors import LongpackError
+    from longpack.outputs import WRITE_ERRNOS
 
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
+        cause = getattr(cur, "cause", None)
+        if isinstance(cause, BaseException):  # a Ray wrapper: look inside before trusting its type
+            cur = cause
+            continue
         if isinstance(cur, LongpackError):
             return cur
-        cause = getattr(cur, "cause", None)
-        cur = cause if isinstance(cause, BaseException) else (cur.__cause__ or cur.__context__)
+        if storage and isinstance(cur, OSError) and cur.errno in WRITE_ERRNOS:
+            return cur
+        cur = cur.__cause__ or cur.__context__
     return exc
 
 
@@ -467,7 +491,7 @@ class RayExecutor:
                 warnings.filterwarnings("ignore", message=r".*ray_remote_args.* is deprecated")
                 return fn()
         except Exception as exc:
-            inner = _unwrap(exc)
+            inner = _unwrap(exc, storage=what == "write")
             if inner is not exc:
                 raise inner from exc
             raise RayBackendError(f"Ray {what} stage failed after retries: {exc}") from exc

@@ -11,12 +11,14 @@ optional packed folder; :meth:`~CheckConfig.run` returns a :class:`CheckResult`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from longpack.errors import ConfigError
+from longpack.validate import optional_positive_int
 
 __all__ = ["EXIT_ERRORS", "EXIT_OK", "CheckConfig", "CheckResult"]
 
@@ -42,10 +44,26 @@ class CheckConfig:
     def __post_init__(self) -> None:
         if isinstance(self.overrides, str):
             object.__setattr__(self, "overrides", (self.overrides,))
-        else:
+        elif isinstance(self.overrides, list | tuple):
             object.__setattr__(self, "overrides", tuple(self.overrides))
-        if self.gpus is not None and (not isinstance(self.gpus, int) or self.gpus < 1):
-            raise ConfigError(f"gpus must be a positive integer, got {self.gpus!r}", fields="gpus")
+        else:
+            raise ConfigError(
+                f"overrides must be a list of 'key=value' strings, got {self.overrides!r}", fields="overrides"
+            )
+        object.__setattr__(self, "gpus", optional_positive_int(self.gpus, "gpus"))
+        if not all(isinstance(o, str) for o in self.overrides):
+            raise ConfigError(
+                f"overrides must be strings such as 'model.context_parallel_size=8', got {self.overrides!r}",
+                fields="overrides",
+            )
+        for name in ("config", "packed"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str | os.PathLike):
+                raise ConfigError(f"{name} must be a path, got {value!r}", fields=name)
+        for name in ("model", "dataset_kind"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"{name} must be a name (a string), got {value!r}", fields=name)
 
     def run(self) -> CheckResult:
         """Load the setup, inspect ``packed`` (if given) and run every rule.

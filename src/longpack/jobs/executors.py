@@ -16,11 +16,39 @@ The same inputs and settings give the same bytes on every executor and for any w
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["LocalExecutor", "PackExecutor"]
+from longpack.errors import InputError, LongpackError
+
+__all__ = ["LocalExecutor", "PackExecutor", "input_read_errors"]
+
+
+@contextlib.contextmanager
+def input_read_errors() -> Iterator[None]:
+    """Report an ``OSError`` about a file while reading the inputs (no permission, a file that vanished
+    or turned into a folder, an I/O error) as an :class:`~longpack.errors.InputError` naming the file.
+
+    >>> with input_read_errors():
+    ...     raise PermissionError(13, "Permission denied", "data/rows.jsonl")
+    Traceback (most recent call last):
+    ...
+    longpack.errors.InputError: data/rows.jsonl: cannot read the input (Permission denied); check the file and its permissions
+    """
+    try:
+        yield
+    except LongpackError:
+        raise
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise InputError(
+            f"{exc.filename}: cannot read the input ({reason}); check the file and its permissions"
+        ) from exc
 
 
 @runtime_checkable
@@ -107,15 +135,16 @@ class LocalExecutor:
 
             total = self.memory_budget if self.memory_budget is not None else default_memory_budget()
             budget = max(0, total - self._held)
-        result = tokenize_inputs(
-            list(inputs),
-            tokenizer=tokenizer,
-            config=config,
-            workers=self.workers,
-            progress=progress,
-            memory_budget=budget,
-            spill_dir=self.spill_dir,
-        )
+        with input_read_errors():
+            result = tokenize_inputs(
+                list(inputs),
+                tokenizer=tokenizer,
+                config=config,
+                workers=self.workers,
+                progress=progress,
+                memory_budget=budget,
+                spill_dir=self.spill_dir,
+            )
         samples = result.samples
         if result.spilled_tokens:
             self._spilled += result.spilled_tokens

@@ -17,6 +17,7 @@ longpack.errors.ConfigError: give either val_inputs or val_fraction, not both
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -25,6 +26,8 @@ from typing import Any, cast
 
 from longpack.errors import ConfigError, InputError
 from longpack.text.rows import TextConfig
+from longpack.validate import finite_float, flag, optional_positive_int, positive_int
+from longpack.validate import seed as seed_value
 
 __all__ = [
     "BRIDGE_DEFAULT_SEED",
@@ -63,17 +66,16 @@ def resolve_pad_seq_to_mult(
     from longpack.topology import TopologyError
     from longpack.topology import pad_seq_to_mult as derive
 
+    # 0 is an error, never "not given" (`tp or 1` below must not turn --cp 0 into CP 1).
+    tp, cp = optional_positive_int(tp, "tp"), optional_positive_int(cp, "cp")
+    sp = flag(sp, "sp")
     if pad_seq_to_mult is not None:
         if tp is not None or cp is not None or sp:
             raise ConfigError(
                 "give either pad_seq_to_mult or tp, cp and sp, not both",
                 fields=("pad_seq_to_mult", "tp", "cp", "sp"),
             )
-        if not isinstance(pad_seq_to_mult, int) or pad_seq_to_mult < 1:
-            raise ConfigError(
-                f"pad_seq_to_mult must be a positive integer, got {pad_seq_to_mult!r}",
-                fields="pad_seq_to_mult",
-            )
+        pad_seq_to_mult = positive_int(pad_seq_to_mult, "pad_seq_to_mult")
         return pad_seq_to_mult, f"given: pad_seq_to_mult {pad_seq_to_mult}"
     if tp is None and cp is None and not sp:
         return 1, "default: no pad_seq_to_mult, tp, cp or sp given"
@@ -180,7 +182,20 @@ class PackConfig:
             set_(self, "inputs", self.mix.inputs)
         set_(self, "inputs", _paths(self.inputs, "inputs"))
         set_(self, "val_inputs", _paths(self.val_inputs, "val_inputs"))
+        if not isinstance(self.out, str | os.PathLike) or not str(self.out):
+            raise ConfigError(f"out must be a folder path, got {self.out!r}", fields="out")
         set_(self, "out", Path(self.out))
+        for name in ("sp", "overwrite", "demo", "progress", "pad_to_max_length", "pad_cu_seqlens"):
+            flag(getattr(self, name), name)
+        for name in ("seq_length", "pack_size", "rows_per_shard", "row_group_size", "workers"):
+            set_(self, name, optional_positive_int(getattr(self, name), name))
+        if self.seed is not None:  # None: the default (0, or Bridge's with compat)
+            set_(self, "seed", seed_value(self.seed))
+        set_(
+            self,
+            "val_fraction",
+            finite_float(self.val_fraction, "val_fraction", lo=0.0, hi=1.0, hi_open=True),
+        )
         if self.compat is not None and self.text.min_tokens != 1:
             # Bridge's prepare step keeps one-token samples (runtime length 0); the text layer must too.
             set_(self, "text", replace(self.text, min_tokens=1))
@@ -227,10 +242,6 @@ class PackConfig:
         elif self.workers is not None:
             raise ConfigError(
                 "workers goes to the executor object given as backend, not next to it", fields="workers"
-            )
-        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
-            raise ConfigError(
-                f"workers must be a positive integer or None, got {self.workers!r}", fields="workers"
             )
         if self.overlength is not None and self.overlength not in OVERLENGTH_POLICIES:
             raise ConfigError(
@@ -386,6 +397,7 @@ class PackConfig:
         The output folder is checked before the (long) tokenization; the manifest is written last, so an
         interrupted run leaves a folder that reads as unfinished.
         """
+        from longpack.outputs import OutputLock, output_write_errors
         from longpack.packed.manifest import PackManifest
         from longpack.packed.pipeline import (
             Provenance,
@@ -399,10 +411,15 @@ class PackConfig:
 
         out = Path(self.out)
         settings = self.settings
-        check_out_dir(out, self.overwrite)
-        tokenizer = as_tokenizer(self.tokenizer)
-        executor = self.executor()
+        given = cast(tuple[str, ...], self.inputs) + cast(tuple[str, ...], self.val_inputs)
+        check_out_dir(out, self.overwrite, inputs=given)
         with contextlib.ExitStack() as stack:
+            # Held to the end: a second writer of `out` fails now, not after tokenizing, and overwrite's
+            # removal of the old files happens under it. The folder is checked again under the lock.
+            stack.enter_context(OutputLock(out))
+            check_out_dir(out, self.overwrite)
+            tokenizer = as_tokenizer(self.tokenizer)
+            executor = self.executor()
             stack.enter_context(executor)
             if (
                 isinstance(self.backend, str)
@@ -450,13 +467,14 @@ class PackConfig:
                 provenance.extra["mix"] = _mix_outcome(mix_report, splits)
             else:
                 _file_outcomes(provenance.inputs, train, val, splits)
-            prepare_out_dir(out, self.overwrite)
             # The validation split indexes the validation set, or (val_fraction) the training set.
             sources = {"training": train_handle, "validation": val_handle if val else train_handle}
-            files_written = executor.write(out, splits, settings, sources=sources, progress=self.progress)
-            manifest = finish_packed_output(
-                out, splits, settings, provenance, files_written, handoff=self.handoff_options
-            )
+            with output_write_errors(out):  # a full disk: a clear error, no manifest
+                prepare_out_dir(out, self.overwrite)
+                files_written = executor.write(out, splits, settings, sources=sources, progress=self.progress)
+                manifest = finish_packed_output(
+                    out, splits, settings, provenance, files_written, handoff=self.handoff_options
+                )
             report = executor.report()
         return PackResult(
             out=out.resolve(),
@@ -696,6 +714,7 @@ class PackResult:
             "algorithm": settings["algorithm"],
             "seed": settings["seed"],
             "counts": self.counts,
+            "malformed_listed": len(self.manifest.malformed),
             "splits": {
                 name: {
                     "metadata": s.metadata,
@@ -705,6 +724,9 @@ class PackResult:
                     "files": list(s.file_names),
                     "truncated": s.truncated_count,
                     "dropped": s.dropped_count,
+                    # how many of those the manifest lists one by one (it stops at a cap)
+                    "truncated_listed": len(s.truncated),
+                    "dropped_listed": len(s.dropped),
                 }
                 for name, s in self.splits.items()
             },

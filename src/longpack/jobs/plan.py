@@ -165,8 +165,14 @@ class PlanConfig:
     top: int = 10
 
     def __post_init__(self) -> None:
-        if not isinstance(self.top, int) or self.top < 1:
-            raise ConfigError(f"top must be a positive integer, got {self.top!r}", fields="top")
+        from longpack.validate import flag, positive_int
+
+        positive_int(self.top, "top")
+        for name in ("model", "gpu", "precision", "optimizer", "dispatcher", "recompute"):
+            value = getattr(self, name)
+            if not isinstance(value, str) and (value is not None or name in ("model", "gpu", "precision")):
+                raise ConfigError(f"{name} must be a name (a string), got {value!r}", fields=name)
+        flag(self.offload, "offload")
         object.__setattr__(self, "_request", self._build_request())
 
     def request_kwargs(self) -> dict[str, Any]:

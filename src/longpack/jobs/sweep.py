@@ -49,6 +49,8 @@ from longpack.rules import TrainingSetup, run_rules
 from longpack.samples import TokenizedSamples
 from longpack.text.rows import TextConfig
 from longpack.topology import ParallelLayout, TopologyError
+from longpack.validate import finite_float, flag, optional_positive_int, positive_int
+from longpack.validate import seed as seed_value
 
 DEFAULT_PACK_LENGTHS = (2048, 4096, 8192, 16384)
 DEFAULT_TOKEN_SLOTS = 65536
@@ -718,6 +720,7 @@ class SweepConfig:
 
         set_ = object.__setattr__
         set_(self, "inputs", _paths(self.inputs, "inputs"))
+        self._check_values()
         if self.demo:
             if self.inputs:
                 raise SweepError(
@@ -750,11 +753,26 @@ class SweepConfig:
             raise SweepError(
                 "give either layout or tp, cp and sp, not both", fields=("layout", "tp", "cp", "sp")
             )
-        lengths = (
-            parse_pack_lengths(self.pack_lengths)
-            if isinstance(self.pack_lengths, str)
-            else tuple(sorted(int(x) for x in self.pack_lengths))
-        )
+        if isinstance(self.pack_lengths, str):
+            lengths = parse_pack_lengths(self.pack_lengths)
+        elif not isinstance(self.pack_lengths, list | tuple | range):
+            raise SweepError(
+                f"pack_lengths must be a list of pack sizes or a '2048,4096' string, got {self.pack_lengths!r}",
+                fields="pack_lengths",
+            )
+        else:
+            try:
+                lengths = tuple(sorted(positive_int(x, "pack_lengths") for x in self.pack_lengths))
+            except ConfigError as exc:
+                raise SweepError(str(exc), fields=exc.fields) from None
+        from longpack.binpack import MAX_CAPACITY
+
+        if lengths and max(lengths) > MAX_CAPACITY:
+            raise SweepError(
+                f"pack length {max(lengths)} is above the {MAX_CAPACITY} tokens the bin packer supports (its "
+                "working memory grows with the pack length); drop it from pack_lengths",
+                fields="pack_lengths",
+            )
         set_(self, "pack_lengths", lengths)
 
         pins: dict[str, int] = {}
@@ -840,6 +858,20 @@ class SweepConfig:
         set_(self, "_cluster", cluster)
         set_(self, "_mult_source", source)
 
+    def _check_values(self) -> None:
+        """Sizes are positive integers (0 is an error, never "unset"), switches booleans, headroom finite."""
+        set_ = object.__setattr__
+        try:
+            for name in ("pad_seq_to_mult", "tp", "cp", "workers", "gpus"):
+                set_(self, name, optional_positive_int(getattr(self, name), name))
+            set_(self, "token_slots", positive_int(self.token_slots, "token_slots"))
+            set_(self, "seed", seed_value(self.seed))
+            set_(self, "headroom", finite_float(self.headroom, "headroom", lo=0.0, hi=1.0, lo_open=True))
+            for name in ("demo", "sp", "offload", "progress"):
+                flag(getattr(self, name), name)
+        except ConfigError as exc:
+            raise SweepError(str(exc), fields=exc.fields) from None
+
     @property
     def settings(self) -> SweepSettings:
         """The candidates and the packing settings every candidate shares."""
@@ -863,9 +895,16 @@ class SweepConfig:
             inputs = list(cast(tuple[str, ...], self.inputs))  # normalized in __post_init__
             if self.demo:
                 inputs = [str(_demo_folder(stack))]  # the cached demo data (made once)
-            tokenized = tokenize_inputs(
-                inputs, tokenizer=tokenizer, config=self.text, workers=self.workers, progress=self.progress
-            )
+            from longpack.jobs.executors import input_read_errors
+
+            with input_read_errors():
+                tokenized = tokenize_inputs(
+                    inputs,
+                    tokenizer=tokenizer,
+                    config=self.text,
+                    workers=self.workers,
+                    progress=self.progress,
+                )
         eos_id = tokenized.tokenizer.get("eos_id")
         if eos_id is None:
             raise InputError(

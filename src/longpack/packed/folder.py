@@ -45,11 +45,12 @@ groups of 500), chosen by ``PackedFolder.format`` (``parquet`` | ``npy``).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
@@ -115,17 +116,36 @@ class ListColumn(NamedTuple):
         return np.diff(self.offsets)
 
 
-def list_column(column: pa.ChunkedArray | pa.Array, where: str = "column") -> ListColumn:
-    """Offsets and values of a list column without per-row Python objects; a clear error for anything else.
+def list_column(
+    column: pa.ChunkedArray | pa.Array, where: str = "column", *, integers: bool = True
+) -> ListColumn:
+    """Offsets and values of a list column without per-row Python objects; a clear error for anything else
+    (``integers``: the values must be integers; else any number or bool, as a loss mask may be).
 
     >>> c = list_column(pa.array([[1, 2], [], [3]]))
     >>> c.offsets.tolist(), c.values.tolist(), c.lengths.tolist()
     ([0, 2, 2, 3], [1, 2, 3], [2, 0, 1])
+    >>> list_column(pa.array([["a"]]), "input_ids")
+    Traceback (most recent call last):
+    ...
+    longpack.errors.PackedDataError: input_ids holds string values, expected integers; write it with `longpack pack`
     """
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
         raise PackedDataError(
             f"{where} has type {arr.type}, expected a list column; write it with `longpack pack`"
+        )
+    value_type = arr.type.value_type
+    # (a column of only empty lists has null-typed values: nothing to read)
+    numeric = (
+        pa.types.is_integer(value_type)
+        or pa.types.is_null(value_type)
+        or (not integers and (pa.types.is_boolean(value_type) or pa.types.is_floating(value_type)))
+    )
+    if not numeric:
+        raise PackedDataError(
+            f"{where} holds {value_type} values, expected {'integers' if integers else 'numbers'}; write it "
+            "with `longpack pack`"
         )
     if arr.null_count or arr.values.null_count:
         raise PackedDataError(f"{where} holds nulls; a packed row needs a value at every position")
@@ -185,7 +205,7 @@ def validate_rows(table: pa.Table) -> list[str]:
     ['row 1: loss_mask length 1 != input_ids length 2', 'row 1: seq_start_id must start with 0, got [1]']
     """
     ids = list_column(table.column("input_ids"), "input_ids")
-    mask = list_column(table.column("loss_mask"), "loss_mask")
+    mask = list_column(table.column("loss_mask"), "loss_mask", integers=False)
     starts = list_column(table.column("seq_start_id"), "seq_start_id")
     checks = _row_checks(ids.lengths, mask.lengths, starts.offsets, starts.values.astype(np.int64))
     return [f"row {r}: {message}" for r, message in checks]
@@ -274,7 +294,8 @@ class ParquetRowSource:
                 one_row_pages = (reader.schema_arrow.metadata or {}).get(ONE_ROW_PAGES_KEY) == b"1"
         except FileNotFoundError as exc:
             raise PackedDataError(f"{self.path}: no such file") from exc
-        except (OSError, pa.ArrowException) as exc:
+        # (ValueError: a damaged footer can hold names that are not UTF-8)
+        except (OSError, ValueError, pa.ArrowException) as exc:
             raise PackedDataError(
                 f"{self.path}: cannot open as Parquet ({_one_line(exc)}); {_DAMAGED}"
             ) from exc
@@ -320,7 +341,7 @@ class ParquetRowSource:
             # are the parallelism (pyarrow's pool costs more than it gives here: measured 0.38 -> 0.25 ms for
             # a one-row 8K group, 204 -> 159 ms for a 500-row group).
             table = self._reader().read_row_groups(list(groups), columns=list(columns), use_threads=False)
-        except (OSError, pa.ArrowException) as exc:
+        except (OSError, ValueError, pa.ArrowException) as exc:
             first = self.group_start(groups[0])
             last = self.group_start(groups[-1]) + self.group_rows[groups[-1]] - 1
             which = f"row group {groups[0]}" if len(groups) == 1 else f"row groups {groups[0]}-{groups[-1]}"
@@ -329,7 +350,9 @@ class ParquetRowSource:
             ) from exc
         where = f"row group {groups[0]}" if len(groups) == 1 else f"row groups {groups[0]}-{groups[-1]}"
         return {
-            name: list_column(table.column(name), f"{self.path}: {where}: column {name!r}")
+            name: list_column(
+                table.column(name), f"{self.path}: {where}: column {name!r}", integers=name != "loss_mask"
+            )
             for name in columns
         }
 
@@ -573,6 +596,23 @@ class Alignment:
     eos_id: int
 
 
+def _storage_errors_name_the_spec(open_: Callable[..., Any]) -> Callable[..., Any]:
+    """An ``OSError`` while looking at the spec (a name too long for the file system, a folder that cannot
+    be listed) becomes a :class:`PackedDataError` naming the spec."""
+
+    @functools.wraps(open_)
+    def wrapped(cls: Any, spec: Any, **kwargs: Any) -> Any:
+        try:
+            return open_(cls, spec, **kwargs)
+        except PackedDataError:
+            raise
+        except OSError as exc:
+            shown = str(spec) if len(str(spec)) <= 120 else str(spec)[:117] + "..."
+            raise PackedDataError(f"packed data {shown}: cannot be read ({exc.strerror or exc})") from exc
+
+    return wrapped
+
+
 class PackedFolder:
     """Packed data opened from a folder, a file or a glob; see the module docstring. Use :meth:`open`."""
 
@@ -611,6 +651,7 @@ class PackedFolder:
 
     # -- opening ------------------------------------------------------------------------------------
     @classmethod
+    @_storage_errors_name_the_spec
     def open(
         cls,
         spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],

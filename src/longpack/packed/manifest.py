@@ -37,6 +37,34 @@ def _known(data: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[dict[str, An
     return known, extra
 
 
+def _expect(known: dict[str, Any], where: str, kinds: Mapping[str, tuple[type, ...]]) -> None:
+    """Refuse a known key whose value has the wrong JSON type (a damaged or hand-edited manifest), so
+    readers never meet a list where a count belongs."""
+    names = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number"}
+    for key, types in kinds.items():
+        if key not in known:
+            continue
+        value = known[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            want = " or ".join(names.get(t, t.__name__) for t in types if t is not bool)
+            raise PackedDataError(
+                f"{MANIFEST_NAME}: {where}{key} must be {want}, got {type(value).__name__} {value!r:.60}; "
+                "the manifest is damaged: pack the folder again"
+            )
+
+
+def _records(values: Any, where: str) -> tuple[dict[str, Any], ...]:
+    if not isinstance(values, list | tuple) or not all(isinstance(v, Mapping) for v in values):
+        raise PackedDataError(
+            f"{MANIFEST_NAME}: {where} must be a list of objects; the manifest is damaged: pack the folder again"
+        )
+    return tuple(values)
+
+
+_COUNT = (int,)
+_NUMBER = (int, float)
+
+
 @dataclass(frozen=True, kw_only=True)
 class FileRecord:
     """One written data file: name (relative to the folder), rows, stored tokens, size and sha256."""
@@ -53,6 +81,18 @@ class FileRecord:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FileRecord:
         known, extra = _known(data, cls._KEYS)
+        _expect(
+            known,
+            "a file's ",
+            {"name": (str,), "rows": _COUNT, "stored_tokens": _COUNT, "size_bytes": _COUNT, "sha256": (str,)},
+        )
+        name = known.get("name")
+        parts = str(name).split("/")
+        if not name or name.startswith("/") or "\\" in name or any(p in ("", ".", "..") for p in parts):
+            raise PackedDataError(
+                f"{MANIFEST_NAME}: file name {name!r} is not a path inside the folder; the manifest is "
+                "damaged: pack the folder again"
+            )
         return cls(**known, extra=extra)
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,9 +146,24 @@ class SplitRecord:
     @classmethod
     def from_dict(cls, name: str, data: Mapping[str, Any]) -> SplitRecord:
         known, extra = _known(data, cls._KEYS)
-        known["files"] = tuple(FileRecord.from_dict(f) for f in known.get("files", ()))
+        counts = ("samples_in", "samples_packed", "rows", "runtime_tokens", "stored_tokens")
+        _expect(
+            known,
+            f"split {name!r}: ",
+            {
+                "metadata": (dict,),
+                "fill_mean": _NUMBER,
+                "truncated_count": _COUNT,
+                "dropped_count": _COUNT,
+                "alignment_pad_tokens": _COUNT,
+                **dict.fromkeys(counts, _COUNT),
+            },
+        )
+        known["files"] = tuple(
+            FileRecord.from_dict(f) for f in _records(known.get("files", []), f"split {name!r}: files")
+        )
         for key in ("truncated", "dropped"):
-            known[key] = tuple(known.get(key, ()))
+            known[key] = _records(known.get(key, []), f"split {name!r}: {key}")
         return cls(name=name, **known, extra=extra)
 
     def to_dict(self) -> dict[str, Any]:
@@ -191,9 +246,20 @@ class PackManifest:
         splits = known.get("splits", {})
         if not isinstance(splits, Mapping) or not all(isinstance(v, Mapping) for v in splits.values()):
             raise PackedDataError(f"{MANIFEST_NAME}: 'splits' must map split names to objects")
-        known["splits"] = {name: SplitRecord.from_dict(name, rec) for name, rec in splits.items()}
+        _expect(
+            known,
+            "",
+            {
+                "format": (str,),
+                **dict.fromkeys(
+                    ("versions", "settings", "tokenizer", "counts", "metadata_file", "megatron_bridge"),
+                    (dict,),
+                ),
+            },
+        )
+        known["splits"] = {str(name): SplitRecord.from_dict(str(name), rec) for name, rec in splits.items()}
         for key in ("inputs", "malformed"):
-            known[key] = tuple(known.get(key, ()))
+            known[key] = _records(known.get(key, []), key)
         return cls(**known, extra=extra)
 
     def to_dict(self) -> dict[str, Any]:

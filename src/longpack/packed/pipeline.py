@@ -20,6 +20,7 @@ import numpy as np
 from longpack._version import __version__
 from longpack.errors import ConfigError, InputError
 from longpack.errors import OutputExistsError as _OutputExistsError
+from longpack.outputs import OutputLock, check_output_dir, output_write_errors
 from longpack.packed.align import DEFAULT_OVERLENGTH, OVERLENGTH_POLICIES, AlignedSamples, align_samples
 from longpack.packed.files import (
     BRIDGE_ROW_GROUP_SIZE,
@@ -51,6 +52,8 @@ from longpack.packed.plan import (
 )
 from longpack.packed.rows import PackedRows, fill_rows
 from longpack.samples import TokenizedSamples
+from longpack.validate import finite_float, optional_positive_int, positive_int
+from longpack.validate import seed as seed_value
 
 if TYPE_CHECKING:
     from longpack.balance import BalanceTarget
@@ -61,7 +64,8 @@ IDS_DTYPES = ("int64", "int32")
 OUTPUT_FORMATS = ("parquet", "npy")
 #: ``compat`` presets: settings under which the output is byte-identical to the named tool's own prepare step.
 COMPAT_MODES = ("megatron-bridge",)
-# Entries listed one by one in the manifest; beyond this, counts only (the CLI says so).
+# Entries listed one by one in the manifest; beyond this, counts only: ``<kind>_listed`` /
+# ``<kind>_unlisted`` say how many of ``<kind>_count`` the list holds (the CLI says so).
 MAX_LISTED = 100_000
 
 
@@ -150,33 +154,25 @@ class PackSettings:
                 f"ids_dtype must be one of {', '.join(IDS_DTYPES)}, got {self.ids_dtype!r}",
                 fields="ids_dtype",
             )
-        if self.seq_length < 1:
-            raise ConfigError(f"seq_length must be positive, got {self.seq_length}", fields="seq_length")
-        if self.pack_size is not None and self.pack_size < 1:
-            raise ConfigError(f"pack_size must be positive, got {self.pack_size}", fields="pack_size")
+        from longpack.binpack import MAX_CAPACITY
+
+        why = "the bin packer's working memory grows with it"
+        positive_int(self.seq_length, "seq_length", at_most=MAX_CAPACITY, why=why)
+        optional_positive_int(self.pack_size, "pack_size", at_most=MAX_CAPACITY, why=why)
+        positive_int(self.pad_seq_to_mult, "pad_seq_to_mult")
+        optional_positive_int(self.rows_per_shard, "rows_per_shard")
+        seed_value(self.seed)
+        finite_float(self.val_fraction, "val_fraction", lo=0.0, hi=1.0, hi_open=True)
         if self.seq_length > self.resolved_pack_size:
             raise ConfigError(
                 f"seq_length ({self.seq_length}) must not exceed pack_size ({self.resolved_pack_size}): a "
                 "sample longer than a pack cannot be packed; lower seq_length or raise pack_size",
                 fields=("seq_length", "pack_size"),
             )
-        if self.pad_seq_to_mult < 1:
-            raise ConfigError(
-                f"pad_seq_to_mult must be a positive integer, got {self.pad_seq_to_mult}",
-                fields="pad_seq_to_mult",
-            )
         if self.overlength not in OVERLENGTH_POLICIES:
             raise ConfigError(
                 f"overlength must be one of {', '.join(OVERLENGTH_POLICIES)}, got {self.overlength!r}",
                 fields="overlength",
-            )
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ConfigError(
-                f"val_fraction must lie in [0, 1), got {self.val_fraction}", fields="val_fraction"
-            )
-        if self.rows_per_shard is not None and self.rows_per_shard < 1:
-            raise ConfigError(
-                f"rows_per_shard must be positive, got {self.rows_per_shard}", fields="rows_per_shard"
             )
         if (self.algorithm == BALANCED_ALGORITHM) != (self.balance is not None):
             raise ConfigError(
@@ -283,6 +279,10 @@ class SplitPlan:
             "fill_mean": round(float(np.mean(row_sums)) / pack_size, 6) if len(row_sums) else 0.0,
             "truncated_count": len(a.truncated),
             "dropped_count": len(a.dropped),
+            "truncated_listed": len(truncated),
+            "truncated_unlisted": len(a.truncated) - len(truncated),
+            "dropped_listed": len(dropped),
+            "dropped_unlisted": len(a.dropped) - len(dropped),
             "truncated": truncated,
             "dropped": dropped,
         }
@@ -412,8 +412,10 @@ class Provenance:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def check_out_dir(out_dir: str | Path, overwrite: bool) -> None:
-    """Raise :class:`OutputExistsError` now if writing to ``out_dir`` would be refused later."""
+def check_out_dir(out_dir: str | Path, overwrite: bool, *, inputs: tuple[str, ...] = ()) -> None:
+    """Raise now (``OutputExistsError``, ``OutputError``, ``ConfigError``) if writing to ``out_dir`` would
+    fail later: see :func:`longpack.outputs.check_output_dir` (``inputs``: the job's input specs)."""
+    check_output_dir(out_dir, overwrite=overwrite, inputs=inputs)
     _prepare_out_dir(Path(out_dir), overwrite, dry_run=True)
 
 
@@ -696,16 +698,18 @@ def write_packed_output(
      'training_4.idx.parquet')
     """
     out = Path(out_dir)
-    _prepare_out_dir(out, overwrite)
-    files: dict[str, list[dict[str, Any]]] = {}
-    for split in splits:
-        files[split.name] = write_split_files(out, split, settings, progress)
-    return finish_packed_output(out, splits, settings, provenance, files, handoff=handoff)
+    check_output_dir(out, overwrite=overwrite)
+    with OutputLock(out), output_write_errors(out):
+        _prepare_out_dir(out, overwrite)
+        files: dict[str, list[dict[str, Any]]] = {}
+        for split in splits:
+            files[split.name] = write_split_files(out, split, settings, progress)
+        return finish_packed_output(out, splits, settings, provenance, files, handoff=handoff)
 
 
 def prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
     """Create ``out_dir`` (or empty it with ``overwrite``; manifest removed first), or raise
-    :class:`OutputExistsError`."""
+    :class:`OutputExistsError`. Call it holding the folder's :class:`~longpack.outputs.OutputLock`."""
     _prepare_out_dir(out_dir, overwrite)
 
 
@@ -777,6 +781,8 @@ def finish_packed_output(
             "rows": {name: r["rows"] for name, r in reports.items()},
         },
         "malformed": [{"source": s, "reason": r} for s, r in provenance.malformed[:MAX_LISTED]],
+        "malformed_listed": min(len(provenance.malformed), MAX_LISTED),
+        "malformed_unlisted": max(len(provenance.malformed) - MAX_LISTED, 0),
         "splits": {
             s.name: {"metadata": s.metadata, "files": files[s.name], **reports[s.name]} for s in splits
         },

@@ -246,9 +246,14 @@ def read_calibration(path: str | Path | None = None) -> list[dict[str, Any]]:
         where = str(path)
         try:
             text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"{where}: cannot read calibration file: {exc}") from exc
-    raw = yaml.safe_load(text) or {}
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"{where}:{mark.line + 1}" if mark is not None else where
+        raise ValueError(f"{at}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from exc
     if not isinstance(raw, dict) or not isinstance(raw.get("points"), list):
         raise ValueError(
             f"{where}: expected a mapping with a 'points:' list (schema of calibration_points.yaml)"
@@ -262,6 +267,9 @@ def load_points(path: str | Path | None = None) -> tuple[list[CalibrationPoint],
     points: list[CalibrationPoint] = []
     skipped: list[tuple[str, str]] = []
     for entry in read_calibration(path):
+        if not isinstance(entry, dict):
+            skipped.append(("?", f"not a mapping: {entry!r:.40}"))
+            continue
         try:
             points.append(normalize_point(entry))
         except (CatalogError, PlanError, TopologyError, ValueError) as exc:

@@ -101,11 +101,17 @@ class SearchRequest:
         ):
             raise PlanError(f"gbs must be a positive integer, got {self.gbs!r}", fields="gbs")
         if not (
-            isinstance(self.headroom, int | float) and math.isfinite(self.headroom) and 0 < self.headroom <= 1
+            isinstance(self.headroom, int | float)
+            and not isinstance(self.headroom, bool)
+            and math.isfinite(self.headroom)
+            and 0 < self.headroom <= 1
         ):
             raise PlanError(f"headroom must be in (0, 1], got {self.headroom}", fields="headroom")
         if not (
-            isinstance(self.imbalance, int | float) and math.isfinite(self.imbalance) and self.imbalance >= 1
+            isinstance(self.imbalance, int | float)
+            and not isinstance(self.imbalance, bool)
+            and math.isfinite(self.imbalance)
+            and self.imbalance >= 1
         ):
             raise PlanError(
                 f"imbalance must be a finite number >= 1.0 (1.0 = balanced routing), got {self.imbalance}",

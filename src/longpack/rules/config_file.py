@@ -108,6 +108,8 @@ def _compose(text: str, where: str) -> tuple[Any, yaml.Node | None]:
         mark = getattr(exc, "problem_mark", None)
         at = f"{where}:{mark.line + 1}" if mark is not None else where
         raise ConfigError(f"{at}: invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+    except RecursionError:  # the YAML parser recurses per nesting level
+        raise ConfigError(f"{where}: YAML nested too deeply to read; a config is a few levels deep") from None
     return data, node
 
 
@@ -135,12 +137,19 @@ def read_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, str]]:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config {p}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        line = p.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{p}:{line}: not UTF-8 text (byte {exc.start}); save the config as UTF-8"
+        ) from None
     lines: dict[str, int] = {}
     if p.suffix.lower() == ".json":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{p}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
+        except RecursionError:
+            raise ConfigError(f"{p}: JSON nested too deeply to read; a config is a few levels deep") from None
     else:
         data, node = _compose(text, str(p))
         if node is not None:

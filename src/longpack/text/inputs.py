@@ -610,7 +610,8 @@ def jsonl_chunks(
     path: Path, hasher: Any, chunk_bytes: int = JSONL_CHUNK_BYTES
 ) -> Iterator[tuple[int, bytes]]:
     """``(first_row, blob)`` pieces of a JSON Lines file (plain or ``.gz``/``.zst``), each ending at a
-    newline (except maybe the last); ``first_row`` is the 1-based line of the blob's first line.
+    newline (except maybe the last); ``first_row`` is the 1-based line of the blob's first line. A UTF-8
+    byte-order mark at the start of the file is not part of any blob (``json.loads`` refuses it).
 
     A file whose text is one JSON array is read element by element instead: every blob line is one element
     (its inner line breaks, which JSON allows only as whitespace, turned into spaces) and ``first_row`` counts
@@ -627,9 +628,10 @@ def jsonl_chunks(
     where = [1]
     blocks = _blocks(path, hasher, chunk_bytes, where)
     first = b""
-    for block in blocks:
-        first = block
-        break
+    for block in blocks:  # at least the BOM's three bytes, whatever the block size
+        first += block
+        if len(first) >= len(_BOM):
+            break
     head = first[3:] if first.startswith(_BOM) else first
     if head.lstrip(b" \t\r\n").startswith(b"["):
         yield from _array_chunks(path, head, blocks, chunk_bytes)

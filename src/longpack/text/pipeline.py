@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from longpack import _optional
+from longpack.errors import OutputError
 from longpack.samples import TokenizedSamples
 from longpack.text import inputs as _inputs
 from longpack.text import workers as _workers
@@ -573,14 +574,28 @@ class _TokenStore:
     def extend(self, tokens: np.ndarray, mask: np.ndarray) -> None:
         need = (self.n + len(tokens)) * (self.dtype.itemsize + 1)
         if self.files is None and self.budget is not None and need > self.budget:
-            self._spill()
+            with self._scratch_errors():
+                self._spill()
         if self.files is not None:
-            np.ascontiguousarray(tokens, dtype=self.dtype).tofile(self.files[0])
-            np.ascontiguousarray(mask, dtype=np.uint8).tofile(self.files[1])
+            with self._scratch_errors():
+                np.ascontiguousarray(tokens, dtype=self.dtype).tofile(self.files[0])
+                np.ascontiguousarray(mask, dtype=np.uint8).tofile(self.files[1])
         else:
             self.tokens.extend(tokens)
             self.mask.extend(mask)
         self.n += len(tokens)
+
+    @contextlib.contextmanager
+    def _scratch_errors(self) -> Iterator[None]:
+        # A full disk or a read-only folder while spilling is about the output's place, not the inputs.
+        try:
+            yield
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise OutputError(
+                f"{self.spill_dir}: cannot write the scratch copy of the tokens ({reason}); free space "
+                "there or raise --memory-budget"
+            ) from exc
 
     def _spill(self) -> None:
         assert self.spill_dir is not None
