@@ -23,11 +23,8 @@ from __future__ import annotations
 import contextlib
 import glob as globlib
 import hashlib
-import io
 import os
 import time
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,81 +180,6 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
         while block := fh.read(chunk):
             digest.update(block)
     return digest.hexdigest()
-
-
-class HashingWriter(io.RawIOBase):
-    """A binary file wrapper that feeds every byte written to a sha256 (a written file need not be re-read).
-
-    With ``background=True`` the hashing and the file write run on one helper thread, in write order, so
-    they overlap with whatever produces the bytes (Parquet encoding): ``write`` returns at once. The bytes
-    and the digest are the same either way; :meth:`flush` and :meth:`hexdigest` wait for the queue (and
-    raise a write error from it).
-
-    >>> import tempfile
-    >>> p = Path(tempfile.mkdtemp()) / "x.bin"
-    >>> with open(p, "wb") as raw:
-    ...     w = HashingWriter(raw, background=True); _ = w.write(b"abc"); _ = w.write(b"de"); w.flush()
-    >>> w.hexdigest() == hashlib.sha256(p.read_bytes()).hexdigest(), p.read_bytes(), w.tell()
-    (True, b'abcde', 5)
-    """
-
-    # Writes queued at most (each one Parquet page or footer piece), so a slow disk holds back the encoder
-    # instead of letting encoded bytes pile up in memory.
-    MAX_QUEUED = 64
-
-    def __init__(self, raw: Any, *, background: bool = False) -> None:
-        super().__init__()
-        self._raw = raw
-        self._digest = hashlib.sha256()
-        self._pos = int(raw.tell())
-        self._pool: ThreadPoolExecutor | None = None
-        self._queued: deque[Future[None]] = deque()
-        if background:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="longpack-hash-write")
-
-    def writable(self) -> bool:
-        return True
-
-    def _consume(self, data: Any) -> None:
-        self._digest.update(data)
-        self._raw.write(data)
-
-    def write(self, data: Any) -> int:
-        n = memoryview(data).nbytes
-        if self._pool is None:
-            self._consume(data)
-        else:
-            # pyarrow hands over immutable ``bytes``; anything else is copied before it is queued.
-            self._queued.append(
-                self._pool.submit(self._consume, data if isinstance(data, bytes) else bytes(data))
-            )
-            while len(self._queued) > self.MAX_QUEUED:
-                self._queued.popleft().result()
-        self._pos += n
-        return n
-
-    def _drain(self) -> None:
-        while self._queued:
-            self._queued.popleft().result()
-
-    def tell(self) -> int:
-        return self._pos
-
-    def flush(self) -> None:
-        self._drain()
-        self._raw.flush()
-
-    def close(self) -> None:
-        try:
-            self._drain()
-        finally:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True, cancel_futures=True)
-            super().close()
-
-    def hexdigest(self) -> str:
-        self._drain()
-        return self._digest.hexdigest()
 
 
 #: The Parquet leaf path of the ``loss_mask`` list column. pyarrow's ``use_dictionary`` names leaf columns:

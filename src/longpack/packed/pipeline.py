@@ -26,7 +26,6 @@ from longpack.packed.files import (
     BRIDGE_ROW_GROUP_SIZE,
     BRIDGE_WRITER_OPTIONS,
     VALIDATION_DIR,
-    HashingWriter,
     ParquetWriterOptions,
     atomic_write_bytes,
     commit_file,
@@ -514,28 +513,23 @@ def write_shard_file(
     def fill(start: int, stop: int) -> PackedRows:
         return fill_rows(aligned, plan, start, stop, ids_dtype=ids_dtype)
 
-    # The next row group is filled (numba, no GIL) while this one is encoded; the file is hashed as it
-    # is written, so it is never read back.
+    # The next row group is filled (compiled, no GIL) while this one is encoded. pyarrow writes the file
+    # itself: a Python file object in between costs a call into Python per page, and with one row per
+    # page that was more than the encoding. The file is hashed once written, from the page cache.
     filler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="longpack-fill")
     try:
-        with open(tmp, "wb") as raw:
-            # Hashing and writing the file overlap with the encoding of the next pages (own thread).
-            sink = HashingWriter(raw, background=True)
-            try:
-                with open_parquet_writer(sink, ids_dtype=ids_dtype, options=opts) as writer:
-                    pending = filler.submit(fill, *groups[0]) if groups else None
-                    for k, (start, stop) in enumerate(groups):
-                        assert pending is not None
-                        rows = pending.result()
-                        pending = filler.submit(fill, *groups[k + 1]) if k + 1 < len(groups) else None
-                        tokens += len(rows.input_ids)
-                        writer.write_table(rows.to_arrow(), row_group_size=group_size)
-                        del rows
-                        if progress is not None:
-                            progress(stop - start)
-            finally:
-                sink.close()  # drains the queue before the file is closed
-
+        with open_parquet_writer(tmp, ids_dtype=ids_dtype, options=opts) as writer:
+            pending = filler.submit(fill, *groups[0]) if groups else None
+            for k, (start, stop) in enumerate(groups):
+                assert pending is not None
+                rows = pending.result()
+                pending = filler.submit(fill, *groups[k + 1]) if k + 1 < len(groups) else None
+                tokens += len(rows.input_ids)
+                writer.write_table(rows.to_arrow(), row_group_size=group_size)
+                del rows
+                if progress is not None:
+                    progress(stop - start)
+        digest = sha256_file(tmp)
         commit_file(tmp, path)
     finally:
         filler.shutdown(wait=True, cancel_futures=True)
@@ -545,7 +539,7 @@ def write_shard_file(
         "rows": hi - lo,
         "stored_tokens": tokens,
         "size_bytes": path.stat().st_size,
-        "sha256": sink.hexdigest(),
+        "sha256": digest,
     }
 
 
