@@ -225,3 +225,12 @@ def test_packed_dataset_on_damaged_data(world, tmp_path: Path) -> None:
                     ds[i]
             except (LongpackError, IndexError):
                 pass
+
+
+def test_inspect_names_a_damaged_manifest_as_damaged_not_missing(world, tmp_path: Path) -> None:
+    out = world.copy_packed(tmp_path / "p")
+    (out / "manifest.json").write_text('{"counts": 5')
+    outcome = assert_clean(invoke(["inspect", str(out)]))
+    assert outcome.exit_code == 1, str(outcome)
+    assert "manifest.json cannot be read" in outcome.output and "not valid JSON" in outcome.output
+    assert "no manifest.json" not in outcome.output

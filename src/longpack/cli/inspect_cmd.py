@@ -52,6 +52,8 @@ def _print_human(report: dict) -> None:  # type: ignore[type-arg]
     echo = typer.echo
     if report["finished"]:
         state = "finished"
+    elif report.get("manifest_unreadable"):
+        state = "UNFINISHED (manifest.json cannot be read; see the problems below)"
     elif report.get("no_manifest_ok"):
         state = "no manifest.json (read as Megatron-Bridge wrote it)"
     else:

@@ -823,7 +823,9 @@ class PackedFolder:
                     )
         else:
             example = f"{root}/training_*.idx.parquet" if "training" in self._on_disk else f"{root}/*.parquet"
-            if not self._allow_no_manifest:
+            if (root / MANIFEST_NAME).is_file():
+                pass  # there, but unreadable: _read_manifest noted why (or raised)
+            elif not self._allow_no_manifest:
                 self._refuse_or_note(
                     f"no {MANIFEST_NAME}: this output is unfinished (an interrupted or still-running `longpack "
                     "pack`)",

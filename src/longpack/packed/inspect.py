@@ -13,6 +13,7 @@ import numpy as np
 
 from longpack.errors import PackedDataError
 from longpack.packed.folder import PackedFolder
+from longpack.packed.manifest import MANIFEST_NAME
 
 HISTOGRAM_BINS = 10
 
@@ -78,6 +79,7 @@ def inspect_output(
         "folder": str(out),
         "finished": folder.finished,
         "no_manifest_ok": no_manifest_ok,
+        "manifest_unreadable": manifest is None and (out / MANIFEST_NAME).is_file(),
         "format": folder.format,
         "settings": dict(manifest.settings) if manifest is not None else {},
         "splits": {},
