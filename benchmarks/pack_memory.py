@@ -1,7 +1,9 @@
 """Peak memory of ``longpack pack`` against corpus size, in memory and out of core (``--memory-budget``).
 
 Each run is one fresh process running ``longpack.PackConfig(...).run()`` on a pre-tokenized JSON Lines file
-(``{"input_ids": [...], "loss_mask": [...]}`` rows) and reports its peak resident memory (``VmHWM``), wall and
+(``{"input_ids": [...], "loss_mask": [...]}`` rows) and reports its peak resident memory (``VmHWM``), and
+apart, sampled every 20 ms, the peaks of its own memory (``RssAnon``) and of resident file pages it maps
+(``RssFile``: the input's and the scratch files' memory maps, page cache the kernel can take back), wall and
 CPU seconds. ``in-memory`` holds every token (the default below half of the machine's memory);
 ``out-of-core`` sets ``memory_budget`` to ``--budget`` (64 MiB): tokens go to a scratch folder in pass 1 and
 rows are filled from its memory maps in pass 2. The two outputs are compared file by file (sha256): they
@@ -55,11 +57,50 @@ def make_input(path: Path, n: int, seed: int = 0) -> int:
     return total
 
 
+def _status_kib(*keys: str) -> dict[str, int]:
+    found: dict[str, int] = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            name = line.split(":", 1)[0]
+            if name in keys:
+                found[name] = int(line.split()[1])
+    return found
+
+
+class PeakSampler:
+    """Peak ``RssAnon`` (the process's own memory: what the OOM killer counts) and ``RssFile`` (file pages
+    mapped and resident: input and scratch-file memory maps; the kernel can drop them at will), sampled
+    every 20 ms on a thread. ``VmHWM`` counts both together."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.anon = self.file = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self.sample()
+
+    def sample(self) -> None:
+        now = _status_kib("RssAnon", "RssFile")
+        self.anon = max(self.anon, now.get("RssAnon", 0) * 1024)
+        self.file = max(self.file, now.get("RssFile", 0) * 1024)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+
 def child(args: argparse.Namespace) -> None:
     import longpack
     from longpack.text import TextConfig
 
     budget = None if args.mode == "in-memory" else args.budget
+    sampler = PeakSampler()
     c0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     result = longpack.PackConfig(
@@ -72,12 +113,9 @@ def child(args: argparse.Namespace) -> None:
         overwrite=True,
     ).run()
     wall = time.perf_counter() - t0
+    sampler.stop()
     c1 = resource.getrusage(resource.RUSAGE_SELF)
-    hwm = 0
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                hwm = int(line.split()[1]) * 1024
+    hwm = _status_kib("VmHWM")["VmHWM"] * 1024
     out = Path(args.out)
     digests = {
         str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -91,6 +129,8 @@ def child(args: argparse.Namespace) -> None:
                 "wall": wall,
                 "cpu": (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime),
                 "peak": hwm,
+                "peak_anon": sampler.anon,
+                "peak_file": sampler.file,
                 "samples": result.counts["samples_read"],
                 "spilled": (result.backend or {}).get("out_of_core", {}).get("spilled_tokens", 0),
                 "digests": digests,
@@ -115,8 +155,8 @@ def main() -> None:
         return
     print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs (shared)")
     print(
-        f"{'samples':>10} {'tokens':>12} {'data GiB':>9} {'mode':<12} {'peak GiB':>9} {'peak/data':>10} "
-        f"{'wall s':>8} {'CPU s':>8}  output"
+        f"{'samples':>10} {'tokens':>12} {'data GiB':>9} {'mode':<12} {'VmHWM GiB':>9} {'peak/data':>10} "
+        f"{'anon GiB':>9} {'anon/data':>9} {'file GiB':>9} {'wall s':>8} {'CPU s':>8}  output"
     )
     with tempfile.TemporaryDirectory(prefix="longpack-mem-") as tmp:
         data_dir = Path(args.data_dir) if args.data_dir else Path(tmp)
@@ -160,7 +200,8 @@ def main() -> None:
                 data = _token_bytes(src)
                 print(
                     f"{n:>10} {data // 5:>12} {data / 2**30:>9.2f} {mode:<12} {r['peak'] / 2**30:>9.2f} "
-                    f"{r['peak'] / data:>10.2f} {r['wall']:>8.1f} {r['cpu']:>8.1f}  {same}",
+                    f"{r['peak'] / data:>10.2f} {r['peak_anon'] / 2**30:>9.2f} {r['peak_anon'] / data:>9.2f} "
+                    f"{r['peak_file'] / 2**30:>9.2f} {r['wall']:>8.1f} {r['cpu']:>8.1f}  {same}",
                     flush=True,
                 )
                 for p in sorted(out.rglob("*"), reverse=True):
