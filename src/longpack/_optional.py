@@ -71,7 +71,11 @@ def native(module: str) -> ModuleType | None:
 
     choice = os.environ.get(KERNELS_ENV, "auto").strip().lower() or "auto"
     if choice not in KERNEL_CHOICES:
-        raise ValueError(f"{KERNELS_ENV}={choice!r}: choose one of {', '.join(KERNEL_CHOICES)}")
+        from longpack.errors import ConfigError
+
+        raise ConfigError(
+            f"{KERNELS_ENV}={choice!r} in the environment: choose one of {', '.join(KERNEL_CHOICES)}, or unset it"
+        )
     if choice == "numba":
         return None
     try:

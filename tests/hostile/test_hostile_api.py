@@ -339,3 +339,27 @@ def test_online_packer_constructor(field: str, value: Any) -> None:
     kwargs: dict[str, Any] = {"capacity": 16, "buffer_size": 4, field: value}
     capacity, buffer_size = kwargs.pop("capacity"), kwargs.pop("buffer_size")
     _constructs_or_refuses(lambda: OnlinePacker(capacity, buffer_size, **kwargs), field, value)
+
+
+@pytest.mark.parametrize("field", ["prefetch", "cache_bytes"])
+@pytest.mark.parametrize("value", [-1, 1.5, True, "8", None])
+def test_packed_dataset_reader_settings(world, field: str, value: Any) -> None:
+    pytest.importorskip("torch")
+    from longpack.runtime.dataset import PackedDataset
+
+    with pytest.raises(LongpackError, match=field):
+        PackedDataset(world.packed, split="training", **{field: value})
+
+
+def test_an_unknown_kernel_choice_in_the_environment_is_a_user_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hostile_helpers import assert_clean, run_subprocess
+
+    src = tmp_path / "d.jsonl"
+    src.write_text('{"prompt": "a", "completion": "b"}\n')
+    monkeypatch.setenv("LONGPACK_KERNELS", "bogus")  # read once per process: a fresh one
+    outcome = assert_clean(
+        run_subprocess(["pack", src, "--out", tmp_path / "o", "--tokenizer", "bytes", "--seq-length", "64"])
+    )
+    assert outcome.exit_code == 2 and "LONGPACK_KERNELS='bogus'" in outcome.output, str(outcome)

@@ -127,11 +127,11 @@ class PackedDataset:
         for source in self._sources:
             if source.num_rows == 0:
                 raise PackedDataError(f"{source.path}: the packed Parquet file is empty (0 rows)")
-        if cache_bytes < 0 or prefetch < 0:
-            raise PackedDataError(f"cache_bytes and prefetch must be >= 0, got {cache_bytes} and {prefetch}")
+        from longpack.validate import non_negative_int
+
         self.validate_rows = validate_rows
-        self.cache_bytes = cache_bytes
-        self.prefetch = prefetch
+        self.cache_bytes = non_negative_int(cache_bytes, "cache_bytes")
+        self.prefetch = non_negative_int(prefetch, "prefetch")
         self._row_group_offsets = [[0, *itertools.accumulate(source.group_rows)] for source in self._sources]
         self._file_offsets = [0, *itertools.accumulate(source.num_rows for source in self._sources)]
         self.num_rows = self._file_offsets[-1]
