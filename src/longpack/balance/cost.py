@@ -317,19 +317,23 @@ class PackCostModel:
         # Scale columns so the solves are well conditioned (Σ L² is ~1e9 where 1 is 1).
         scale = np.maximum(np.abs(x_all).max(axis=0), 1e-300)
         xs = x_all / scale
+        # The times too, so that "better by more than rounding" is relative: times of 1e-7 s have residuals
+        # far below any absolute tolerance, and the first feasible subset used to win by default.
+        y_scale = float(np.abs(y).max()) if len(y) and np.abs(y).max() > 0 else 1.0
+        ys = y / y_scale
         best: tuple[float, np.ndarray] | None = None
         for k in range(len(allowed), 0, -1):
             for subset in itertools.combinations(allowed, k):
                 cols = list(subset)
-                sol, *_ = np.linalg.lstsq(xs[:, cols], y, rcond=None)
+                sol, *_ = np.linalg.lstsq(xs[:, cols], ys, rcond=None)
                 if (sol < 0).any():
                     continue
                 coef = np.zeros(4)
                 coef[cols] = sol
-                resid = float(((xs @ coef - y) ** 2).sum())
+                resid = float(((xs @ coef - ys) ** 2).sum())
                 if best is None or resid < best[0] - 1e-12 * max(resid, 1.0):
                     best = (resid, coef)
-        coef = best[1] / scale if best is not None else np.zeros(4)
+        coef = best[1] / scale * y_scale if best is not None else np.zeros(4)
         ss_tot = float(((y - y.mean()) ** 2).sum()) if len(y) else 0.0
         resid = float(((x_all @ coef - y) ** 2).sum())
         r2 = 1.0 - resid / ss_tot if ss_tot > 0 else (1.0 if resid == 0 else 0.0)
