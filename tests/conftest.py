@@ -11,6 +11,14 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# A CI run must not depend on luck: by default every property test draws the same examples on every run
+# (derandomized, so a red run is reproducible and a green one stays green). `HYPOTHESIS_PROFILE=explore`
+# draws new examples each run: what to run when looking for bugs (it found the two fixed on 2026-12-01).
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TEST_DATA = REPO_ROOT / "tests" / "data"
