@@ -405,3 +405,31 @@ def test_cli_pinned_layout_json(data: Path) -> None:
 def test_cli_needs_input() -> None:
     res = runner.invoke(app, ["sweep", "--tokenizer", "bytes"])
     assert res.exit_code == 2 and "no INPUT: give at least one input" in res.output
+
+
+def test_cli_tools_key_counts_the_tools_pack_renders(tmp_path: Path) -> None:
+    """sweep reads the text options pack reads: a renamed tools column makes every sample longer by the
+    rendered tool definitions, in sweep's counts as in pack's."""
+    tools = [{"type": "function", "function": {"name": "lookup", "description": "find a word " * 5}}]
+    rows = [
+        {
+            "messages": [{"role": "user", "content": "hi " * k}, {"role": "assistant", "content": "yo"}],
+            "fns": tools,
+        }
+        for k in range(1, 30)
+    ]
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def runtime_tokens(*extra: str) -> int:
+        args = ["sweep", str(path), "--tokenizer", "bytes", "--pack-size", "4k", "--gpus", "1", "--json"]
+        res = runner.invoke(app, [*args, "--workers", "1", *extra])
+        assert res.exit_code == 0, res.output
+        return int(json.loads(res.output)["candidates"][0]["real_tokens"])
+
+    packed = tmp_path / "packed"
+    args = ["pack", str(path), "--out", str(packed), "--tokenizer", "bytes", "--seq-length", "4096"]
+    assert runner.invoke(app, [*args, "--tools-key", "fns"]).exit_code == 0
+    manifest = json.loads((packed / "manifest.json").read_text())
+    assert runtime_tokens("--tools-key", "fns") > runtime_tokens()
+    assert runtime_tokens("--tools-key", "fns") == manifest["splits"]["training"]["runtime_tokens"]
