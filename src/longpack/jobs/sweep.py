@@ -461,12 +461,15 @@ def estimate_candidate(candidate: Candidate, planner: PlannerSetup) -> Estimate:
     """The planner's layout, memory and step time for one packed candidate (MBS 1, GBS = ``candidate.gbs``).
 
     The layout search ranks layouts at a full-length context; the chosen layout's step time is then
-    re-estimated with the packed attention context ``Σ Lᵢ² / Σ Lᵢ`` of the candidate's samples. GEMMs see
-    every pack as ``L`` tokens wide (fixed-width rows), so the time is an upper bound when rows are short.
-    Real tokens/s = real tokens per step (``GBS * real_tokens / packs``) / step time.
+    re-estimated by the planner's one step-time model (:func:`longpack.planner.timing.estimate_time`)
+    on the candidate's mean packed row (:class:`~longpack.planner.timing.RowWork`: each sequence's
+    attention with its own per-CP-rank chunks, GEMMs on the full ``L``-token row, padding included). A
+    pack that is one full-length sample therefore gets exactly ``longpack plan estimate``'s step time,
+    and packed shorter samples never more. Real tokens/s = real tokens per step
+    (``GBS * real_tokens / packs``) / step time.
     """
     from longpack.planner.search import SearchRequest, enumerate_layouts, search
-    from longpack.planner.timing import estimate_time
+    from longpack.planner.timing import RowWork, estimate_time
 
     if candidate.packs == 0:
         return Estimate(fits=False, reason="no sample left to pack")
@@ -527,7 +530,9 @@ def estimate_candidate(candidate: Candidate, planner: PlannerSetup) -> Estimate:
         gbs=candidate.gbs,
         options=best.options,
         stage_counts=best.stage_counts,
-        sub_lengths=tuple(int(x) for x in candidate.sub_lengths),
+        rows=RowWork.from_packs(
+            candidate.sub_lengths.tolist(), packs=candidate.packs, row_length=candidate.pack_length
+        ),
     )
     real_per_step = candidate.gbs * candidate.real_tokens / candidate.packs
     real_rate = real_per_step / time.step_time
