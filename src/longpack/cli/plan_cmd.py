@@ -28,11 +28,17 @@ plan_app = typer.Typer(
 )
 
 
-def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
+def _print_candidates(
+    result: Any, req: Any, *, show_best: bool = True, reference: list[str] | None = None
+) -> None:
     from rich.console import Console
     from rich.table import Table
 
     from longpack.jobs.plan import plan_notes, rejection_lines
+    from longpack.planner.uncertainty import error_band, format_band
+
+    band = error_band(req.model, req.gpu, req.seq_length).width
+    dense = req.model.moe is None
 
     # wide enough for the layout labels when piped (rich falls back to 80 columns)
     console = Console(width=None if sys.stdout.isatty() else 180)
@@ -64,10 +70,10 @@ def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
             c.plan.label,
             ",".join(c.options.recompute) or "-",
             f"{c.options.optimizer_offload:.0%}",
-            c.options.dispatcher + (" +ovl" if c.options.ep_overlap else ""),
-            c.options.cp_comm_type if c.plan.layout.cp > 1 else "-",
+            "-" if dense else c.options.dispatcher + (" +ovl" if c.options.ep_overlap else ""),
+            (c.options.cp_comm_type if c.plan.layout.cp > 1 else "-") + (" unmeasured" if c.unmeasured else ""),
             f"{c.memory.total_gib:.1f}",
-            f"{c.time.step_time:.2f}",
+            f"{c.time.step_time:.2f} {format_band(band)}",
             f"{c.time.tflops_per_gpu:.0f}",
             f"{c.time.mfu_vs_bf16_peak:.0%}",
             f"{c.time.tokens_per_s_per_gpu:.0f}",
@@ -75,6 +81,11 @@ def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
     console.print(table)
     for note in plan_notes(req):
         console.print(f"note: {note}", markup=False, highlight=False)
+    for c in result.candidates:
+        for what in c.unmeasured:
+            console.print(f"unmeasured ({c.plan.label}): {what}", markup=False, highlight=False)
+    for line in reference or []:
+        console.print(line, markup=False, highlight=False)
     if not result.candidates:
         console.print("No layout fits. Why, by group of rejected layouts:", markup=False)
         for line in rejection_lines(result):
@@ -261,6 +272,9 @@ def plan(
     pp: int | None = typer.Option(None, "--pp", help="Pin PP."),
     ep: int | None = typer.Option(None, "--ep", help="Pin EP."),
     mbs: int | None = typer.Option(None, "--mbs", help="Pin the micro-batch size."),
+    explore: bool = typer.Option(
+        False, "--explore", help="Also rank settings no calibration point constrains (labelled unmeasured)."
+    ),
     as_json: opt.Json = False,
     plot: str | None = typer.Option(
         None, "--plot", help="Write a PNG of TFLOP/s and memory vs sequence length."
@@ -303,6 +317,7 @@ def plan(
         ep=ep,
         mbs=mbs,
         top=top,
+        explore=explore,
     )
     if plot is not None:
         from longpack.outputs import check_output_file
@@ -317,7 +332,9 @@ def plan(
             doc["plot"] = {"path": str(plot), "points": plot_rows}
         typer.echo(json.dumps(doc, indent=2))
     else:
-        _print_candidates(result.search, req)
+        from longpack.jobs.plan import reference_lines
+
+        _print_candidates(result.search, req, reference=reference_lines(result))
         if plot is not None:
             typer.echo(f"wrote {plot}")
     if not result.ok:

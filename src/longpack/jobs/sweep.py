@@ -204,6 +204,8 @@ class Estimate:
     recompute: tuple[str, ...] = ()
     optimizer_offload: float = 0.0
     step_time_s: float | None = None
+    #: relative 80 % error band of the step time (``longpack.planner.uncertainty``)
+    error_band: float | None = None
     real_tokens_per_s: float | None = None
     real_tokens_per_s_per_gpu: float | None = None
     notes: tuple[str, ...] = ()
@@ -220,6 +222,7 @@ class Estimate:
             "recompute": list(self.recompute),
             "optimizer_offload": self.optimizer_offload,
             "step_time_s": _round(self.step_time_s, 6),
+            "step_time_error_band": _round(self.error_band, 4),
             "real_tokens_per_s": _round(self.real_tokens_per_s, 1),
             "real_tokens_per_s_per_gpu": _round(self.real_tokens_per_s_per_gpu, 1),
             "notes": list(self.notes),
@@ -470,6 +473,7 @@ def estimate_candidate(candidate: Candidate, planner: PlannerSetup) -> Estimate:
     """
     from longpack.planner.search import SearchRequest, enumerate_layouts, search
     from longpack.planner.timing import RowWork, estimate_time
+    from longpack.planner.uncertainty import error_band
 
     if candidate.packs == 0:
         return Estimate(fits=False, reason="no sample left to pack")
@@ -546,6 +550,7 @@ def estimate_candidate(candidate: Candidate, planner: PlannerSetup) -> Estimate:
         recompute=tuple(best.options.recompute),
         optimizer_offload=best.options.optimizer_offload,
         step_time_s=time.step_time,
+        error_band=error_band(planner.model, planner.gpu, candidate.pack_length).width,
         real_tokens_per_s=real_rate,
         real_tokens_per_s_per_gpu=real_rate / planner.num_gpus,
         notes=tuple(best.reasons),
@@ -611,7 +616,14 @@ def recommend(candidates: tuple[Candidate, ...] | list[Candidate]) -> Recommenda
     if len(ranked) > 1:
         runner = ranked[1]
         other = runner.estimate.real_tokens_per_s or 0.0  # type: ignore[union-attr]
-        parts.append(f"{rate / other:.2f}x the next best, {runner.pack_length} ({other:,.0f} tokens/s)")
+        margin = f"{rate / other:.2f}x the next best, {runner.pack_length} ({other:,.0f} tokens/s)"
+        band = best.estimate.error_band  # type: ignore[union-attr]
+        if band is not None and rate / other - 1 <= band:
+            margin += (
+                f", inside the ± {band * 100:.0f} % error band of the estimates (the data-side figures above "
+                "decide)"
+            )
+        parts.append(margin)
     excluded = [c for c in candidates if c not in usable]
     for c in excluded:
         if c.pack_length > best.pack_length:

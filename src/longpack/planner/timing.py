@@ -544,9 +544,16 @@ def estimate_time(
     )
 
 
-def best_cp_comm_type(model: ModelSpec, gpu: GPUSpec, plan: PlanLayout, *, seq_length: int) -> str:
+def best_cp_comm_type(
+    model: ModelSpec,
+    gpu: GPUSpec,
+    plan: PlanLayout,
+    *,
+    seq_length: int,
+    among: tuple[str, ...] | None = None,
+) -> str:
     """The CP communication type with the least attention time (kernels + exposed communication) for
-    this layout (``p2p`` without CP).
+    this layout (``p2p`` without CP); ``among`` limits the choice (``p2p`` when none of them is allowed).
 
     >>> from longpack.planner.catalog import load_model, load_gpu
     >>> from longpack.topology import ParallelLayout
@@ -556,24 +563,36 @@ def best_cp_comm_type(model: ModelSpec, gpu: GPUSpec, plan: PlanLayout, *, seq_l
     """
     if plan.layout.cp == 1:
         return "p2p"
-    return _best_cp(model, gpu, plan.layout.tp, plan.layout.cp, plan.mbs, seq_length)
+    return _best_cp(model, gpu, plan.layout.tp, plan.layout.cp, plan.mbs, seq_length, among)
 
 
 @functools.lru_cache(maxsize=4096)
-def _best_cp(model: ModelSpec, gpu: GPUSpec, t: int, c: int, mbs: int, seq_length: int) -> str:
+def _best_cp(
+    model: ModelSpec, gpu: GPUSpec, t: int, c: int, mbs: int, seq_length: int, among: tuple[str, ...] | None
+) -> str:
     prm = fitted_params()
-    return best_attention_cost(
-        model,
-        gpu,
-        lengths=((seq_length, mbs),),
-        tp=t,
-        cp=c,
-        peak_scale=_arch_factor(gpu, prm),
-        factor=prm.attention_factor,
-        step_overhead_s=prm.cp_step_overhead_us * 1e-6,
-        internode_scale=prm.cp_internode_scale,
-        nvlink_eff=prm.cp_nvlink_eff,
-    ).kind
+    kinds = cp_comm_candidates(model, t=t, c=c)
+    if among is not None:
+        kinds = tuple(k for k in kinds if k in among)
+        if len(kinds) <= 1:
+            return kinds[0] if kinds else "p2p"
+    costs = [
+        best_attention_cost(
+            model,
+            gpu,
+            lengths=((seq_length, mbs),),
+            tp=t,
+            cp=c,
+            requested=k,
+            peak_scale=_arch_factor(gpu, prm),
+            factor=prm.attention_factor,
+            step_overhead_s=prm.cp_step_overhead_us * 1e-6,
+            internode_scale=prm.cp_internode_scale,
+            nvlink_eff=prm.cp_nvlink_eff,
+        )
+        for k in kinds
+    ]
+    return min(costs, key=lambda x: x.total).kind
 
 
 def _alltoall_time(
