@@ -428,8 +428,19 @@ def estimate(
     )
     for k, v in d["memory"].items():
         typer.echo(f"  memory {k:>24}: {v}")
+    from longpack.planner.uncertainty import format_with_band
+
     for k, v in d["time"].items():
+        if isinstance(v, dict):
+            continue  # error_band_basis: printed below
         typer.echo(f"  time   {k:>24}: {v if isinstance(v, str) else format(v, '.6g')}")
+    basis = d["time"]["error_band_basis"]
+    typer.echo(
+        f"step time {format_with_band(d['time']['step_time'], d['time']['error_band'])} (the band covers "
+        f"{basis['coverage']:.0%} of the leave-one-model-out residuals of group {basis['group']}, n = {basis['n']})"
+    )
+    for what in cand.unmeasured:
+        typer.echo(f"  unmeasured: {what}")
     for reason in cand.reasons:
         typer.echo(f"  - {reason}")
     _print_overrides(Console(width=None if sys.stdout.isatty() else 180), d)

@@ -181,7 +181,11 @@ def _seed(req: SearchRequest) -> Reference | None:
                 kind="seed rules",
                 source=(
                     "seed rules: CP = s/4096 as a power of two, selective recompute, Megatron defaults "
-                    "(p2p CP comm, alltoall dispatcher, no EP / TP-comm overlap)"
+                    + (
+                        "(p2p CP comm, alltoall dispatcher, no EP / TP-comm overlap)"
+                        if req.model.moe is not None
+                        else "(p2p CP comm, no TP-comm overlap)"
+                    )
                 ),
                 candidate=cand,
                 fits=True,
