@@ -336,6 +336,7 @@ def reference_dict(reference: Any, comparison: Any, req: Any) -> dict[str, Any] 
 
 def reference_lines(result: PlanResult) -> list[str]:
     """The reference and the verdict as ``longpack plan`` prints them under the table."""
+    from longpack.planner.search import versus
     from longpack.planner.uncertainty import error_band, format_band, format_with_band
 
     ref, cmp_ = result.reference, result.comparison
@@ -344,7 +345,7 @@ def reference_lines(result: PlanResult) -> list[str]:
     req = result.request
     band = error_band(req.model, req.gpu, req.seq_length)
     c = ref.candidate
-    fits = "" if ref.fits else f"; does NOT fit: {c.memory.total_gib:.1f} GiB > {req.memory_budget_gib:.1f} GiB budget"
+    fits = "" if ref.fits else f"; does NOT fit: {versus(c.memory.total_gib, req.memory_budget_gib)} budget"
     lines = [
         f"Reference ({ref.kind}): {c.plan.label}, recompute {','.join(c.options.recompute) or 'none'}, "
         f"{format_with_band(c.time.step_time, band.width)} per step, {c.time.tflops_per_gpu:.0f} TFLOP/s/GPU, "

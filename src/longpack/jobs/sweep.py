@@ -517,12 +517,13 @@ def estimate_candidate(candidate: Candidate, planner: PlannerSetup) -> Estimate:
                 saving = f"recompute {','.join(req.recompute) or 'none'}" + (
                     " and optimizer offload" if req.allow_offload else ", no offload"
                 )
-            reason = (
-                f"no layout fits {budget:.1f} GiB per GPU: the lightest of {result.layouts_considered} layout(s) "
-                f"needs {needed:.1f} GiB with {saving}"
-                if needed is not None
-                else f"no layout fits {budget:.1f} GiB per GPU ({dict(result.rejected)})"
-            )
+            if needed is not None and round(needed, 1) > round(budget, 1):
+                reason = (
+                    f"no layout fits {budget:.1f} GiB per GPU: the lightest of {result.layouts_considered} "
+                    f"layout(s) needs {needed:.1f} GiB with {saving}"
+                )
+            else:
+                reason = f"no layout fits {budget:.1f} GiB per GPU ({dict(result.rejected)})"
             return Estimate(fits=False, reason=reason, memory_budget_gib=budget, memory_gib=needed)
         return Estimate(fits=False, reason=reason, memory_budget_gib=budget)
     best = result.candidates[0]

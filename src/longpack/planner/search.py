@@ -523,6 +523,18 @@ def _time(
     )
 
 
+def versus(a: float, b: float, unit: str = "GiB", digits: int = 1) -> str:
+    """``"69.8 GiB < 75.1 GiB"``: two figures with the comparison their printed values show (so a reason
+    never says ``>`` of two numbers in the other order, or of two equal ones).
+
+    >>> versus(69.84, 75.1), versus(80.0, 75.1), versus(75.12, 75.14)
+    ('69.8 GiB < 75.1 GiB', '80.0 GiB > 75.1 GiB', '75.1 GiB = 75.1 GiB')
+    """
+    x, y = f"{a:.{digits}f}", f"{b:.{digits}f}"
+    op = ">" if float(x) > float(y) else "<" if float(x) < float(y) else "="
+    return f"{x} {unit} {op} {y} {unit}"
+
+
 def _recompute_reasons(req: SearchRequest, cand: Candidate) -> list[str]:
     """Why this recompute / offload setting: what the lighter setting would need, what the heavier
     (full recompute) would cost."""
@@ -536,13 +548,20 @@ def _recompute_reasons(req: SearchRequest, cand: Candidate) -> list[str]:
     elif opts.recompute and opts.recompute in ladder:
         idx = ladder.index(opts.recompute)
         lighter = ladder[idx - 1] if idx > 0 else ()
-        need = _memory(req, plan, replace(opts, recompute=lighter), counts)
-        out.append(
-            f"recompute {', '.join(opts.recompute)}: the lighter setting ({', '.join(lighter) or 'none'}) "
-            f"needs {need:.1f} GiB > {budget:.1f} GiB budget"
-        )
+        lighter_opts = _options_for(req, plan, lighter, opts.optimizer_offload)
+        need = _memory(req, plan, lighter_opts, counts)
+        if need > budget:
+            why = f"needs {versus(need, budget)} budget"
+        else:
+            slower = _time(req, plan, lighter_opts, counts).step_time
+            why = (
+                f"fits ({versus(need, budget)} budget) but takes {slower:.2f} s per step vs {step:.2f} s"
+                if slower > step
+                else f"fits ({versus(need, budget)} budget); the search kept the heavier setting"
+            )
+        out.append(f"recompute {', '.join(opts.recompute)}: the lighter setting ({', '.join(lighter) or 'none'}) {why}")
     else:
-        out.append(f"no recompute: fits at {cand.memory.total_gib:.1f} GiB of {budget:.1f}")
+        out.append(f"no recompute: fits ({versus(cand.memory.total_gib, budget)} budget)")
     if not opts.full_recompute:
         full = _time(req, plan, replace(opts, recompute=("full",), ep_overlap=False), counts).step_time
         if full > step:
@@ -552,9 +571,13 @@ def _recompute_reasons(req: SearchRequest, cand: Candidate) -> list[str]:
             )
     if opts.optimizer_offload > 0:
         need = _memory(req, plan, replace(opts, optimizer_offload=0.0), counts)
+        without = (
+            f"without it {versus(need, budget)} budget"
+            if need > budget
+            else f"without it the layout needs {versus(need, budget)} budget but a heavier recompute, slower"
+        )
         out.append(
-            f"optimizer CPU offload {opts.optimizer_offload:.0%}: without it {need:.1f} GiB > {budget:.1f} GiB; "
-            f"costs {cand.time.offload:.2f} s per step"
+            f"optimizer CPU offload {opts.optimizer_offload:.0%}: {without}; costs {cand.time.offload:.2f} s per step"
         )
     return out
 
@@ -725,7 +748,7 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
                 key = too_big
                 rejected[key] = rejected.get(key, 0) + 1
                 if plan.layout.cp == rule_cp:
-                    k2 = f"{plan.label}: {least:.0f} GiB at best > {budget:.0f} GiB"
+                    k2 = f"{plan.label}: {versus(least, budget, digits=0)} at best"
                     rule_rejected[k2] = rule_rejected.get(k2, 0) + 1
                 continue
             best: Candidate | None = None
