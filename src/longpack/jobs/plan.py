@@ -130,6 +130,7 @@ def candidate_dict(cand: Any, req: Any) -> dict[str, Any]:
         },
         "memory": cand.memory.as_dict(),
         "time": time,
+        "unmeasured": list(cand.unmeasured),
         "reasons": list(cand.reasons),
         "overrides": lines,
         "overrides_shell": to_shell(lines),
