@@ -96,7 +96,9 @@ def main() -> None:
             f"{res.layouts_feasible:>9} {secs:>9.2f}  {label}"  # type: ignore[attr-defined]
         )
 
-    print("\n== 1b. the plan job (search + reference + comparison), DeepSeek-V3 1,024 H100 128K FP8, top 10 ==")
+    print(
+        "\n== 1b. the plan job (search + reference + comparison), DeepSeek-V3 1,024 H100 128K FP8, top 10 =="
+    )
     secs, _ = _cpu_seconds(
         lambda: PlanConfig(
             model="deepseek_v3", gpu="H100", gpus=1024, seq_length=131072, precision="fp8", top=10
@@ -124,7 +126,9 @@ def main() -> None:
                 job()
                 grid.append((time.process_time() - t0, model, gpu, s, job))
     grid.sort(key=lambda r: -r[0])
-    print(f"{len(grid)} cases, single runs: max {grid[0][0]:.2f} s, median {statistics.median(r[0] for r in grid):.2f} s")
+    print(
+        f"{len(grid)} cases, single runs: max {grid[0][0]:.2f} s, median {statistics.median(r[0] for r in grid):.2f} s"
+    )
     for _, model, gpu, s, job in grid[:3]:
         secs, _ = _cpu_seconds(job, args.repeats)
         print(f"  {model} {gpu} s={s}: median {secs:.2f} s (target <= 10 s)")

@@ -88,7 +88,9 @@ def test_a_gain_inside_the_band_is_a_tie_and_the_tie_goes_to_the_reference(band)
 
 def test_unmeasured_settings_never_win_alone() -> None:
     assert measured_cp_comm_types() == {"p2p"}  # every published long-context run uses Megatron's default
-    base = dict(model=_model("deepseek_v3"), gpu=_gpu("H100"), num_gpus=256, seq_length=131072, precision="fp8")
+    base = dict(
+        model=_model("deepseek_v3"), gpu=_gpu("H100"), num_gpus=256, seq_length=131072, precision="fp8"
+    )
     default = search(SearchRequest(**base), top_k=5)
     assert all(not c.unmeasured for c in default.candidates)
     assert all(c.options.cp_comm_type == "p2p" for c in default.candidates)
@@ -128,7 +130,9 @@ def test_dense_models_get_no_expert_parallel_words_or_overrides(model, gpu, gpus
 NUMBER = r"(-?\d[\d,]*(?:\.\d+)?)"
 # a comparison: "80.0 GiB > 75.1 GiB", "3 < 5"; "=" only between two quantities with a unit (elsewhere
 # it is an equation: "GBS 1024 = 16 micro-batches x ...")
-COMPARED = re.compile(NUMBER + r"\s*(?:GiB|s|%)?\s+(>|<|>=|<=|≥|≤)\s+" + NUMBER + "|" + NUMBER + r" GiB (=) " + NUMBER + " GiB")
+COMPARED = re.compile(
+    NUMBER + r"\s*(?:GiB|s|%)?\s+(>|<|>=|<=|≥|≤)\s+" + NUMBER + "|" + NUMBER + r" GiB (=) " + NUMBER + " GiB"
+)
 OF = re.compile(NUMBER + r" of " + NUMBER + r" GiB")
 
 # requests that reach every reason the planner writes: recompute forced by memory, optimizer offload,
@@ -144,7 +148,9 @@ REQUESTS = [
 ]
 
 
-@pytest.mark.parametrize("request_kwargs", REQUESTS, ids=lambda r: f"{r['model']}-{r['gpus']}-{r['seq_length']}")
+@pytest.mark.parametrize(
+    "request_kwargs", REQUESTS, ids=lambda r: f"{r['model']}-{r['gpus']}-{r['seq_length']}"
+)
 def test_every_reason_compares_numbers_in_the_order_its_words_say(request_kwargs) -> None:
     result = PlanConfig(**request_kwargs, top=5).run()
     lines = [*reference_lines(result), *result.search.rejected]
@@ -155,7 +161,9 @@ def test_every_reason_compares_numbers_in_the_order_its_words_say(request_kwargs
         for match in COMPARED.findall(line):
             a, op, b = match[:3] if match[1] else match[3:]
             x, y = float(a.replace(",", "")), float(b.replace(",", ""))
-            ok = {">": x > y, "<": x < y, "=": x == y, ">=": x >= y, "<=": x <= y, "≥": x >= y, "≤": x <= y}[op]
+            ok = {">": x > y, "<": x < y, "=": x == y, ">=": x >= y, "<=": x <= y, "≥": x >= y, "≤": x <= y}[
+                op
+            ]
             assert ok, f"{line!r}: {a} {op} {b}"
             seen += 1
         for a, b in OF.findall(line):

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from typer.testing import CliRunner
 
 from longpack.cli.app import app
@@ -69,7 +68,12 @@ def _plan_estimate(model: str, gpu: str, gpus: int, pins: dict[str, int], s: int
     lay = est.plan.layout
     shown = doc["layout"]
     assert (shown["tp"], shown["cp"], shown["pp"], shown["vpp"], shown["dp"], shown["ep"]) == (
-        lay.tp, lay.cp, lay.pp, est.plan.vpp, lay.dp, lay.ep
+        lay.tp,
+        lay.cp,
+        lay.pp,
+        est.plan.vpp,
+        lay.dp,
+        lay.ep,
     )
     return float(doc["time"]["step_time"])
 
@@ -119,7 +123,9 @@ def test_the_10x_sweep_bug_is_gone() -> None:
 
 @settings(max_examples=15, deadline=None)
 @given(
-    st.sampled_from([("llama3_1_8b", "h100", 1, 1), ("qwen3_30b_a3b", "h100", 1, 1), ("llama3_1_70b", "b200", 2, 1)]),
+    st.sampled_from(
+        [("llama3_1_8b", "h100", 1, 1), ("qwen3_30b_a3b", "h100", 1, 1), ("llama3_1_70b", "b200", 2, 1)]
+    ),
     st.lists(st.integers(16, 8192), min_size=1, max_size=8),
     st.lists(st.integers(16, 8192), min_size=1, max_size=8),
 )

@@ -71,7 +71,8 @@ def _print_candidates(
             ",".join(c.options.recompute) or "-",
             f"{c.options.optimizer_offload:.0%}",
             "-" if dense else c.options.dispatcher + (" +ovl" if c.options.ep_overlap else ""),
-            (c.options.cp_comm_type if c.plan.layout.cp > 1 else "-") + (" unmeasured" if c.unmeasured else ""),
+            (c.options.cp_comm_type if c.plan.layout.cp > 1 else "-")
+            + (" unmeasured" if c.unmeasured else ""),
             f"{c.memory.total_gib:.1f}",
             f"{c.time.step_time:.2f} {format_band(band)}",
             f"{c.time.tflops_per_gpu:.0f}",

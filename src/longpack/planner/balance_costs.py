@@ -67,9 +67,7 @@ def pack_cost_model(
     spec, device = load_model(model), load_gpu(gpu)
     width = int(seq_length)
     try:
-        plan = PlanLayout(
-            layout=ParallelLayout(world_size=tp * cp, tp=tp, cp=cp, sp=tp > 1), mbs=1
-        )
+        plan = PlanLayout(layout=ParallelLayout(world_size=tp * cp, tp=tp, cp=cp, sp=tp > 1), mbs=1)
         options = TrainingOptions(precision=precision, tp_comm_overlap=tp > 1)
     except (PlanError, TopologyError, ValueError) as exc:
         raise ConfigError(f"balance cost model: {exc}") from None
@@ -81,7 +79,7 @@ def pack_cost_model(
         ).microbatch
 
     base = row_seconds(((1, 1.0),))  # the row without attention work (one 1-token sequence)
-    lengths = sorted({max(1, int(round(16 * (width / 16) ** (i / 23)))) for i in range(24)} | {width})
+    lengths = sorted({max(1, round(16 * (width / 16) ** (i / 23))) for i in range(24)} | {width})
     seconds = [row_seconds(((n, 1.0),)) - base for n in lengths]
     attention = PackCostModel.fit(
         [[n] for n in lengths], seconds, terms=("per_sequence", "linear", "quadratic")

@@ -56,7 +56,7 @@ def unmeasured_settings(
     lay = plan.layout
     if lay.cp > 1 and options.cp_comm_type not in measured_cp_comm_types():
         out.append(f"cp_comm_type {options.cp_comm_type}: no calibration point uses it")
-    if model.moe is not None and lay.ep * lay.expert_tp > 1:
-        if options.dispatcher not in measured_dispatchers(gpu.name):
-            out.append(f"dispatcher {options.dispatcher}: no calibration point on {gpu.name} uses it")
+    expert_parallel = model.moe is not None and lay.ep * lay.expert_tp > 1
+    if expert_parallel and options.dispatcher not in measured_dispatchers(gpu.name):
+        out.append(f"dispatcher {options.dispatcher}: no calibration point on {gpu.name} uses it")
     return tuple(out)

@@ -80,7 +80,11 @@ def _published(req: SearchRequest) -> Reference | None:
         mp = lay.tp * lay.cp * lay.pp
         if req.num_gpus % mp:
             continue
-        score = (int(point.options.precision == req.precision), int(lay.world_size == req.num_gpus), point.tflops or 0.0)
+        score = (
+            int(point.options.precision == req.precision),
+            int(lay.world_size == req.num_gpus),
+            point.tflops or 0.0,
+        )
         if best is None or score > best[0]:
             best = (score, point)
     if best is None:
@@ -176,7 +180,11 @@ def _seed(req: SearchRequest) -> Reference | None:
             continue
         if found.candidates:
             cand = found.candidates[0]
-            notes = [] if c == rule else [f"CP {rule} (s/4096) does not fit or is invalid here; nearest feasible CP {c}"]
+            notes = (
+                []
+                if c == rule
+                else [f"CP {rule} (s/4096) does not fit or is invalid here; nearest feasible CP {c}"]
+            )
             return Reference(
                 kind="seed rules",
                 source=(
@@ -246,7 +254,12 @@ def compare(pick: Candidate, reference: Reference, band: float) -> Comparison:
     outside = gain > band
     if not changes:
         return Comparison(
-            changes=(), gain=0.0, band=band, outside_band=False, verdict="reference", why="the pick is the reference"
+            changes=(),
+            gain=0.0,
+            band=band,
+            outside_band=False,
+            verdict="reference",
+            why="the pick is the reference",
         )
     if not reference.fits:
         return Comparison(

@@ -559,7 +559,9 @@ def _recompute_reasons(req: SearchRequest, cand: Candidate) -> list[str]:
                 if slower > step
                 else f"fits ({versus(need, budget)} budget); the search kept the heavier setting"
             )
-        out.append(f"recompute {', '.join(opts.recompute)}: the lighter setting ({', '.join(lighter) or 'none'}) {why}")
+        out.append(
+            f"recompute {', '.join(opts.recompute)}: the lighter setting ({', '.join(lighter) or 'none'}) {why}"
+        )
     else:
         out.append(f"no recompute: fits ({versus(cand.memory.total_gib, budget)} budget)")
     if not opts.full_recompute:

@@ -281,7 +281,9 @@ class RowWork:
         counts: dict[int, int] = {}
         for x in lengths:
             counts[int(x)] = counts.get(int(x), 0) + 1
-        return cls(row_length=int(row_length), sequences=tuple((n, c / packs) for n, c in sorted(counts.items())))
+        return cls(
+            row_length=int(row_length), sequences=tuple((n, c / packs) for n, c in sorted(counts.items()))
+        )
 
     @property
     def context(self) -> float:

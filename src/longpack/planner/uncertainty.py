@@ -223,7 +223,7 @@ def write_residuals(residuals: Sequence[Residual], path: str | Path, *, rounds: 
     import tempfile
     from dataclasses import asdict
 
-    groups: dict[str, dict[str, float | int]] = {}
+    groups: dict[str, dict[str, Any]] = {}
     for key in sorted({(r.band, r.generation, r.kind) for r in residuals}):
         b = band_for(key, residuals)
         groups["/".join(key)] = {"uses": b.group, "n": b.n, "width": round(b.width, 4)}
