@@ -21,18 +21,21 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "longpack"
 # Utilities every layer may use: ``errors`` (one exception base), ``_optional`` (clear errors for a
 # missing extra), ``_version`` (the one version string), ``validate`` (checks of one setting value),
 # ``outputs`` (output paths checked before work, the output-folder lock, write failures).
-UTILITIES = {"errors", "_optional", "_version", "validate", "outputs"}
+# ``choices`` (every choice list, pure constants), ``option`` (one option of a job config: flag, help, choices).
+UTILITIES = {"errors", "_optional", "_version", "validate", "outputs", "choices", "option"}
 LIBRARY = {"samples", "binpack", "balance", "packed", "text", "vlm", "runtime", "online"}
 LIBRARY |= {"topology", "catalog", "rules", "planner", "cluster", *UTILITIES}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "_version": set(),
+    "choices": set(),
+    "option": {"errors"},
     "_optional": {"errors"},
     "validate": {"errors"},
     "outputs": {"errors"},
     "samples": {"errors"},  # tokenized samples: what text/vlm hand to packed
-    "binpack": {"errors", "_optional"},  # lengths only: numpy + numba
-    "balance": {"binpack", "errors", "_optional"},  # cost models come from the planner, not back
+    "binpack": {"errors", "_optional", "choices"},  # lengths only: numpy + numba
+    "balance": {"binpack", "errors", "_optional", "choices"},  # cost models come from the planner, not back
     "packed": {"binpack", "balance", "samples", *UTILITIES},  # numpy + pyarrow, no torch
     "text": {"samples", *UTILITIES},  # rows -> tokens; knows nothing of packing
     "vlm": {"samples", "text", *UTILITIES},  # like text, and renders chats with text's tokenizers

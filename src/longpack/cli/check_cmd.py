@@ -165,7 +165,7 @@ def register(app: typer.Typer) -> None:
         except LongpackError as exc:
             raise _fail_input(exc, as_json) from exc
         if as_json:
-            typer.echo(json.dumps(result.as_dict(), indent=2))
+            typer.echo(json.dumps(result.to_dict(), indent=2))
         else:
             _print_human(result, show_ignored)
         raise typer.Exit(result.exit_code)

@@ -164,7 +164,7 @@ class CheckResult:
             "global_batch_size": setup.global_batch_size,
         }
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """What ``longpack check --json`` prints."""
         out: dict[str, Any] = {
             "config": self.config,
