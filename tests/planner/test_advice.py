@@ -52,7 +52,7 @@ def test_deepseek_v3_128k_on_256_h100_has_the_published_reference_row() -> None:
     result = PlanConfig(
         model="deepseek_v3", gpu="H100", gpus=256, seq_length=131072, precision="fp8", top=3
     ).run()
-    ref = result.as_dict()["reference"]
+    ref = result.to_dict()["reference"]
     lay = ref["layout"]
     assert (lay["tp"], lay["cp"], lay["ep"], lay["pp"], lay["vpp"]) == (1, 32, 32, 8, 4)
     assert ref["kind"] == "published" and "NVIDIA/skills" in ref["source"]
@@ -66,7 +66,7 @@ def test_deepseek_v3_128k_on_256_h100_has_the_published_reference_row() -> None:
 
 
 def test_every_estimate_carries_its_band_in_json() -> None:
-    doc = PlanConfig(model="llama3_1_8b", gpu="H100", gpus=8, seq_length=8192, top=2).run().as_dict()
+    doc = PlanConfig(model="llama3_1_8b", gpu="H100", gpus=8, seq_length=8192, top=2).run().to_dict()
     for cand in doc["candidates"]:
         assert 0 < cand["time"]["error_band"] < 1
         assert cand["time"]["error_band_basis"]["n"] >= 8
@@ -117,7 +117,7 @@ DENSE = [("llama3_1_8b", "H100", 16, 32768), ("llama3_1_70b", "B200", 64, 8192)]
 @pytest.mark.parametrize(("model", "gpu", "gpus", "s"), DENSE)
 def test_dense_models_get_no_expert_parallel_words_or_overrides(model, gpu, gpus, s) -> None:
     result = PlanConfig(model=model, gpu=gpu, gpus=gpus, seq_length=s, top=3).run()
-    doc = result.as_dict()
+    doc = result.to_dict()
     texts = [*reference_lines(result), doc["reference"]["source"]]
     for cand in [*doc["candidates"], doc["reference"]]:
         assert not any("expert" in line for line in cand["overrides"]), cand["overrides"]
