@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from longpack.errors import ConfigError
+from longpack.option import option
 
 __all__ = [
     "PlanConfig",
@@ -170,7 +171,9 @@ class PlanConfig:
     ep: int | None = None
     mbs: int | None = None
     top: int = 10
-    explore: bool = False
+    explore: bool = option(
+        False, help="Also rank settings no calibration point constrains (labelled unmeasured)."
+    )
 
     def __post_init__(self) -> None:
         from longpack.validate import flag, positive_int
