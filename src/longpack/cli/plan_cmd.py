@@ -28,6 +28,17 @@ plan_app = typer.Typer(
 )
 
 
+def _field_help(name: str) -> str:
+    """The help text of a ``PlanConfig`` field declared with ``longpack.option`` (written once there)."""
+    import dataclasses
+
+    from longpack.jobs.plan import PlanConfig
+    from longpack.option import option_of
+
+    spec = option_of(next(f for f in dataclasses.fields(PlanConfig) if f.name == name))
+    return spec.help if spec is not None else ""
+
+
 def _print_candidates(
     result: Any, req: Any, *, show_best: bool = True, reference: list[str] | None = None
 ) -> None:
@@ -273,9 +284,7 @@ def plan(
     pp: int | None = typer.Option(None, "--pp", help="Pin PP."),
     ep: int | None = typer.Option(None, "--ep", help="Pin EP."),
     mbs: int | None = typer.Option(None, "--mbs", help="Pin the micro-batch size."),
-    explore: bool = typer.Option(
-        False, "--explore", help="Also rank settings no calibration point constrains (labelled unmeasured)."
-    ),
+    explore: bool = typer.Option(False, "--explore", help=_field_help("explore")),
     as_json: opt.Json = False,
     plot: str | None = typer.Option(
         None, "--plot", help="Write a PNG of TFLOP/s and memory vs sequence length."
