@@ -190,3 +190,32 @@ def _search(req):
     if req not in _CACHE:
         _CACHE[req] = search(req, top_k=1)
     return _CACHE[req]
+
+
+def test_the_cli_labels_unmeasured_settings() -> None:
+    from typer.testing import CliRunner
+
+    from longpack.cli.app import app
+
+    args = [
+        "plan",
+        "--model",
+        "qwen3_30b_a3b",
+        "--gpu",
+        "H200",
+        "--gpus",
+        "16",
+        "--seq-length",
+        "4096",
+        "--top",
+        "2",
+    ]
+    out = CliRunner().invoke(app, args).output
+    # no calibration point used any dispatcher on H200: every MoE layout there says so
+    assert "unmeasured" in out and "no calibration point on H200 uses it" in out
+    doc = PlanConfig(model="qwen3_30b_a3b", gpu="H200", gpus=16, seq_length=4096, top=2).run().to_dict()
+    assert all(c["unmeasured"] for c in doc["candidates"])
+    # the seed reference runs without expert parallelism here: the pick's dispatcher is its alone
+    cmp_ = doc["reference"]["comparison"]
+    assert not doc["reference"]["unmeasured"]
+    assert cmp_["verdict"] == "reference" and "unmeasured" in cmp_["why"]

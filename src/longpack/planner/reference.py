@@ -273,14 +273,18 @@ def compare(pick: Candidate, reference: Reference, band: float) -> Comparison:
                 "memory estimate, more than the budget"
             ),
         )
-    if pick.unmeasured:
+    # an unmeasured kind of setting the reference shares (no dispatcher measured on this GPU at all)
+    # does not decide; one only the pick has does
+    shared = {u.split()[0] for u in reference.candidate.unmeasured}
+    alone = [u for u in pick.unmeasured if u.split()[0] not in shared]
+    if alone:
         return Comparison(
             changes=changes,
             gain=gain,
             band=band,
             outside_band=outside,
             verdict="reference",
-            why=f"the pick relies on unmeasured settings ({'; '.join(pick.unmeasured)}): its gain is modelled only",
+            why=f"the pick relies on unmeasured settings ({'; '.join(alone)}): its gain is modelled only",
         )
     if outside:
         why = f"predicted gain {gain:+.0%} is outside the {format_band(band)} error band"
