@@ -20,6 +20,14 @@ _LAZY = {
     "PackResult": "longpack.jobs.pack",
     "SweepConfig": "longpack.jobs.sweep",
     "SweepResult": "longpack.jobs.sweep",
+    "TopologyConfig": "longpack.jobs.topology",
+    "TopologyResult": "longpack.jobs.topology",
+    "CpCheckConfig": "longpack.jobs.cp_check",
+    "CpCheckResult": "longpack.jobs.cp_check",
+    "InspectConfig": "longpack.jobs.inspect",
+    "InspectResult": "longpack.jobs.inspect",
+    "ThdBatchConfig": "longpack.jobs.thd_batch",
+    "ThdBatchResult": "longpack.jobs.thd_batch",
     "PlanConfig": "longpack.jobs.plan",
     "PreviewConfig": "longpack.jobs.preview",
     "PreviewResult": "longpack.jobs.preview",
@@ -33,6 +41,10 @@ _LAZY = {
 __all__ = [
     "CheckConfig",
     "CheckResult",
+    "CpCheckConfig",
+    "CpCheckResult",
+    "InspectConfig",
+    "InspectResult",
     "LocalExecutor",
     "LongpackError",
     "PackConfig",
@@ -43,17 +55,25 @@ __all__ = [
     "PreviewResult",
     "SweepConfig",
     "SweepResult",
+    "ThdBatchConfig",
+    "ThdBatchResult",
+    "TopologyConfig",
+    "TopologyResult",
     "__version__",
 ]
 
 if TYPE_CHECKING:
     from longpack.errors import LongpackError
     from longpack.jobs.check import CheckConfig, CheckResult
+    from longpack.jobs.cp_check import CpCheckConfig, CpCheckResult
     from longpack.jobs.executors import LocalExecutor
+    from longpack.jobs.inspect import InspectConfig, InspectResult
     from longpack.jobs.pack import PackConfig, PackResult
     from longpack.jobs.plan import PlanConfig, PlanResult
     from longpack.jobs.preview import PreviewConfig, PreviewResult
     from longpack.jobs.sweep import SweepConfig, SweepResult
+    from longpack.jobs.thd_batch import ThdBatchConfig, ThdBatchResult
+    from longpack.jobs.topology import TopologyConfig, TopologyResult
 
 
 def __getattr__(name: str) -> Any:

@@ -98,5 +98,6 @@ def gpu_option() -> Any:
     return option(None, help="GPU type (e.g. H100_SXM, H200, B200).")
 
 
-def gpus_option() -> Any:
-    return option(None, help="Number of GPUs (world size).")
+def gpus_option(*, required: bool = False) -> Any:
+    help = "Number of GPUs (world size)."
+    return option(help=help, cli_type=int) if required else option(None, help=help)
