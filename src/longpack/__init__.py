@@ -23,6 +23,8 @@ _LAZY = {
     "TopologyConfig": "longpack.jobs.topology",
     "TopologyResult": "longpack.jobs.topology",
     "CpCheckConfig": "longpack.jobs.cp_check",
+    "BalanceConfig": "longpack.jobs.balance",
+    "BalanceResult": "longpack.jobs.balance",
     "CpCheckResult": "longpack.jobs.cp_check",
     "InspectConfig": "longpack.jobs.inspect",
     "InspectResult": "longpack.jobs.inspect",
@@ -39,6 +41,8 @@ _LAZY = {
 }
 
 __all__ = [
+    "BalanceConfig",
+    "BalanceResult",
     "CheckConfig",
     "CheckResult",
     "CpCheckConfig",
@@ -64,6 +68,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from longpack.errors import LongpackError
+    from longpack.jobs.balance import BalanceConfig, BalanceResult
     from longpack.jobs.check import CheckConfig, CheckResult
     from longpack.jobs.cp_check import CpCheckConfig, CpCheckResult
     from longpack.jobs.executors import LocalExecutor

@@ -37,6 +37,8 @@ _LAZY = {
     "TopologyConfig": "longpack.jobs.topology",
     "TopologyResult": "longpack.jobs.topology",
     "CpCheckConfig": "longpack.jobs.cp_check",
+    "BalanceConfig": "longpack.jobs.balance",
+    "BalanceResult": "longpack.jobs.balance",
     "CpCheckResult": "longpack.jobs.cp_check",
     "InspectConfig": "longpack.jobs.inspect",
     "InspectResult": "longpack.jobs.inspect",
@@ -45,6 +47,8 @@ _LAZY = {
 }
 
 __all__ = [
+    "BalanceConfig",
+    "BalanceResult",
     "CheckConfig",
     "CheckResult",
     "CpCheckConfig",
@@ -68,6 +72,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from longpack.jobs.balance import BalanceConfig, BalanceResult
     from longpack.jobs.check import CheckConfig, CheckResult
     from longpack.jobs.cp_check import CpCheckConfig, CpCheckResult
     from longpack.jobs.executors import LocalExecutor, PackExecutor
