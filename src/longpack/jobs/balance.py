@@ -206,6 +206,7 @@ class BalanceConfig:
                 "step; lower gbs or give more lengths",
                 fields="gbs",
             )
+        assert self.pack_size is not None  # required: checked on construction
         try:
             cost_model = PackCostModel.from_dense_model(
                 flops_per_second=self.tflops * 1e12, **parse_model_shape(self.model_shape)

@@ -15,9 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from longpack import choices
-from longpack.option import option, option_of
+from longpack.option import Option, option, option_of
 
 __all__ = [
+    "Option",
     "algorithm_option",
     "cp_option",
     "demo_option",
@@ -25,6 +26,7 @@ __all__ = [
     "gpus_option",
     "inputs_option",
     "model_option",
+    "option",
     "option_of",
     "pad_seq_to_mult_option",
     "seed_option",
