@@ -27,7 +27,7 @@ of attention work used for balancing, not a time. The planner turns schedules in
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from longpack.errors import ConfigError
@@ -306,79 +306,3 @@ def _widen_into_idle_ranks(
         for later in size:
             if later > gid:
                 members[later] = [r + gain for r in members[later]]
-
-
-@dataclass(frozen=True, kw_only=True)
-class CPModeComparison:
-    """Static CP against Megatron's hybrid CP on the same packs, in the unit of the cost function.
-
-    ``static_time`` / ``hybrid_time``: summed step times over every global batch; ``hybrid_groups``: the
-    hybrid schedule's groups per step (each ends with a DP x CP barrier); ``hybrid_balance``: mean over
-    groups of mean-rank / busiest-rank time (1.0 = every rank busy until the barrier).
-    """
-
-    static_time: float
-    hybrid_time: float
-    steps: int
-    hybrid_groups: float
-    hybrid_balance: float
-    max_seqlen_per_rank: int
-
-    @property
-    def speedup(self) -> float:
-        """Static CP time over hybrid CP time (> 1: hybrid CP is faster)."""
-        return self.static_time / self.hybrid_time if self.hybrid_time else float("nan")
-
-
-def compare_cp_modes(
-    pack_lengths: Sequence[Sequence[int]],
-    *,
-    dp: int,
-    cp: int,
-    gbs: int,
-    max_seqlen_per_rank: int,
-    seconds: Callable[[Sequence[int], int], float],
-) -> CPModeComparison:
-    """Step time of static CP (every pack split over ``cp`` ranks) and of Megatron's hybrid CP.
-
-    ``pack_lengths[k]`` are the sequence lengths of the ``k``-th pack read; ``seconds(lengths, ranks)`` is
-    the time of a micro-batch holding ``lengths`` on ``ranks`` CP ranks (the planner's step-time model).
-    Static CP: global batch ``s`` is packs ``s*gbs .. (s+1)*gbs - 1`` dealt to the DP ranks as Megatron's
-    batch sampler does; a step lasts as long as its busiest DP rank. Hybrid CP: the same packs' sequences
-    scheduled over ``dp * cp`` ranks by ``schedule_hybrid_cp``; a step lasts the sum over its groups of the
-    busiest rank. Neither side counts pipeline parallelism (hybrid CP refuses PP).
-
-    >>> cost = lambda lengths, ranks: sum(n + n * n / 1000 for n in lengths) / ranks
-    >>> packs = [[4000], [500] * 8, [3000, 1000], [250] * 16]
-    >>> c = compare_cp_modes(packs, dp=2, cp=2, gbs=4, max_seqlen_per_rank=2048, seconds=cost)
-    >>> round(c.static_time), round(c.hybrid_time), round(c.speedup, 2)
-    (17000, 14000, 1.21)
-    """
-    from longpack.balance.schedule import simulate_schedule
-
-    if gbs % dp:
-        raise ConfigError(f"gbs={gbs} must be a multiple of dp={dp}", fields="gbs")
-    static_costs = [seconds(list(lengths), cp) for lengths in pack_lengths]
-    static = simulate_schedule(static_costs, dp=dp, pp=1, gbs=gbs)
-    hybrid_time, groups, balance = 0.0, 0, 0.0
-    for start in range(0, len(pack_lengths), gbs):
-        batch = [int(n) for lengths in pack_lengths[start : start + gbs] for n in lengths]
-        schedule = schedule_hybrid_cp(batch, max_seqlen_per_rank=max_seqlen_per_rank, dp_cp_size=dp * cp)
-        for group in schedule.groups:
-            ranks = {sid: group.ranks_of(sid) for ids in group.sample_ids for sid in ids}
-            rank_times = [
-                sum(seconds([n], ranks[sid]) for sid, n in zip(ids, lens, strict=True))
-                for ids, lens in zip(group.sample_ids, group.lengths, strict=True)
-            ]
-            busiest = max(rank_times)
-            hybrid_time += busiest
-            balance += (sum(rank_times) / len(rank_times)) / busiest if busiest else 1.0
-            groups += 1
-    return CPModeComparison(
-        static_time=float(static.total_time),
-        hybrid_time=hybrid_time,
-        steps=static.num_steps,
-        hybrid_groups=groups / max(1, static.num_steps),
-        hybrid_balance=balance / max(1, groups),
-        max_seqlen_per_rank=max_seqlen_per_rank,
-    )
