@@ -40,13 +40,25 @@ SEQ_LENGTH = 256
 MULTIPLE = 8
 BROKEN = {"s00007", "s00031"}  # an image member that is not an image
 HUGE = {"s00019"}  # one image far above max_visual_tokens
+ASPECT = {"s00003"}  # a 402x2 image: aspect ratio above 200
+MISMATCH = {"s00011"}  # two <image> placeholders, one image
+EMPTY = {"s00023"}  # a 0-byte image member
+MALFORMED = {"s00040"}  # a json member that is not JSON
+BAD = {
+    **dict.fromkeys(BROKEN, "undecodable"),
+    **dict.fromkeys(HUGE, "visual_tokens"),
+    **dict.fromkeys(ASPECT, "aspect_ratio"),
+    **dict.fromkeys(MISMATCH, "placeholder_mismatch"),
+    **dict.fromkeys(EMPTY, "empty_image"),
+    **dict.fromkeys(MALFORMED, "malformed"),
+}
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 
 
 def sample_members(i: int) -> dict[str, bytes]:
     rng = np.random.default_rng(i)
     key = f"s{i:05d}"
-    n_images = int(rng.integers(0, 3)) or (1 if key in BROKEN | HUGE else 0)
+    n_images = int(rng.integers(0, 3)) or (1 if key in set(BAD) - MALFORMED else 0)
     members = {"json": json.dumps({"messages": conversation(rng, n_images)}).encode()}
     for j in range(n_images):
         w, h = (int(x) for x in rng.integers(20, 120, 2))
@@ -55,17 +67,29 @@ def sample_members(i: int) -> dict[str, bytes]:
         members["img0.png"] = b"\x89PNG\r\n\x1a\n but not really an image"
     if key in HUGE:
         members["img0.png"] = png_bytes(900, 900, seed=i)
+    if key in ASPECT:
+        members["img0.png"] = png_bytes(402, 2, seed=i)
+    if key in MISMATCH:
+        members = {"json": json.dumps({"messages": conversation(rng, 2)}).encode(), "img0.png": png_bytes(30, 30)}
+    if key in EMPTY:
+        members["img0.png"] = b""
+    if key in MALFORMED:
+        members["json"] = b'{"messages": [ not json'
     return members
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("energon_vlm_ds")
-    per_shard = N_SAMPLES // 3
-    for shard in range(3):
+    return write_dataset(tmp_path_factory.mktemp("energon_vlm_ds"), sample_members, N_SAMPLES)
+
+
+def write_dataset(root: Path, members_of, n: int, shards: int = 3) -> Path:
+    """A crude WebDataset of ``n`` samples (``members_of(i)``) prepared with ``energon prepare``."""
+    per_shard = n // shards
+    for shard in range(shards):
         with tarfile.open(root / f"shard_{shard:03d}.tar", "w") as tar:
             for i in range(shard * per_shard, (shard + 1) * per_shard):
-                for name, data in sample_members(i).items():
+                for name, data in members_of(i).items():
                     info = tarfile.TarInfo(f"s{i:05d}.{name}")
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
@@ -127,7 +151,8 @@ def test_every_sample_exactly_once_and_batches_are_bridge_rows(dataset: Path, wo
     keys = accounting(batches)
     assert len(keys) == N_SAMPLES and set(keys.values()) == {1}
     skipped = {r["key"]: r for b in batches for r in b["skipped"]}
-    assert set(skipped) == BROKEN | HUGE
+    assert {key: r["reason"] for key, r in skipped.items()} == BAD
+    assert all(r["message"].startswith(f"sample {r['key']}: ") for r in skipped.values())
     for key in BROKEN:
         assert skipped[key]["reason"] == "undecodable" and "cannot be read" in skipped[key]["message"]
     (huge,) = HUGE
@@ -227,3 +252,23 @@ def test_changed_packing_settings_are_named_on_restore(dataset: Path) -> None:
         LoaderStateMismatch, match=r"longpack_packing.pad_to_max_length: saved False, now True"
     ):
         restore_loader_state(other, state, other_encoder)
+
+
+def test_a_buffer_of_refused_samples_reports_them_in_a_padding_batch(tmp_path) -> None:
+    """3 samples, all refused, one buffer: one batch that trains nothing carries the three records."""
+    chat = json.dumps({"messages": [{"role": "user", "content": "<image>Q"}, {"role": "assistant", "content": "A"}]})
+
+    def members(i: int) -> dict[str, bytes]:
+        return {"json": chat.encode(), "img0.png": [b"", png_bytes(402, 2), b"oops"][i]}
+
+    root = write_dataset(tmp_path, members, 3)
+    loader, _ = make_loader(root, workers=0)
+    (batch,) = list(loader)
+    assert batch["sample_keys"] == []
+    assert sorted((r["key"], r["reason"]) for r in batch["skipped"]) == [
+        ("s00000", "empty_image"),
+        ("s00001", "aspect_ratio"),
+        ("s00002", "undecodable"),
+    ]
+    assert batch["total_tokens"] == MULTIPLE and batch["loss_mask"].sum() == 0
+    assert (batch["labels"] == -100).all() and batch["visual_inputs"] == {}

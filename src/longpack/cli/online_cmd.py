@@ -257,6 +257,10 @@ def _vlm_sim(
         f"p95 {s['tokens_p95']}, max {s['tokens_max']}; prepared MiB/sample mean {s['prepared_mib_mean']}, "
         f"p95 {s['prepared_mib_p95']}, max {s['prepared_mib_max']}"
     )
+    for message in s["examples"]:
+        typer.echo(f"  refused: {message}")
+    if len(s["skipped"]) > len(s["examples"]):
+        typer.echo(f"  ... {len(s['skipped']) - len(s['examples'])} more refused (--json lists every key)")
     typer.echo(
         f"pack size {capacity}, pad_seq_to_mult {pad_seq_to_mult}, algorithm {report['algorithm']}, "
         f"{report['workers']} loader worker(s) per rank"

@@ -6,13 +6,16 @@ Energon hooks (see docs/guide/online-sim.md and Energon's ``TaskEncoder`` packin
 
 - ``encode_sample`` (``@stateless``, failure tolerance 100) prepares the sample eagerly
   (:class:`longpack.vlm.QwenVLPreparer`): the packing buffer holds the prepared token rows **and pixel
-  tensors** of ``packing_buffer_size`` candidates per worker until they are selected. A sample a limit refuses
-  (too many images, too many visual tokens, longer than ``seq_length`` after expansion and alignment, an image
-  that does not decode) is encoded as a *refused* member: it holds no tensors, joins the first group of its
-  buffer and is reported in that batch's ``skipped`` records ``{"key", "reason", "message"}``. So every
-  sample is accounted for exactly once (packed or reported), the report is as deterministic as the packs
-  (it survives save/restore), and Energon's failure tolerance is left to real errors (a buffer whose every
-  sample is refused makes no batch);
+  tensors** of ``packing_buffer_size`` candidates per worker until they are selected. A sample refused by a
+  limit or by a problem of its own (too many images, too many visual tokens, longer than ``seq_length`` after
+  expansion and alignment, an image that does not decode, an aspect ratio above 200, an empty image,
+  ``<image>`` placeholders that do not match its images, no readable conversation: the reasons of
+  ``longpack.vlm.REJECT_REASONS``) is encoded as a *refused* member: it holds no tensors, joins the first group
+  of its buffer and is reported in that batch's ``skipped`` records ``{"key", "reason", "message"}``. So every
+  sample is accounted for exactly once (packed or reported), the report is as deterministic as the packs (it
+  survives save/restore), and Energon's failure handler (which logs a traceback and drops the sample uncounted)
+  is left to real errors. A buffer whose every sample is refused gives a batch of one padding sequence (loss
+  mask 0, ``sample_keys == []``) that carries the records;
 - ``select_samples_to_pack`` partitions one buffer by aligned length (``ceil(L / m) * m``) with capacity
   ``seq_length``; the default ``first_fit_decreasing`` gives Bridge's groups and member order
   (``longpack.binpack.megatron.first_fit_decreasing``); other ``longpack.binpack.ALGORITHMS`` keep buffer
@@ -50,7 +53,7 @@ import re
 from typing import Any
 
 import numpy as np
-from megatron.energon import Cooker, DefaultTaskEncoder, Sample, SkipSample, basic_sample_keys, stateless
+from megatron.energon import Cooker, DefaultTaskEncoder, Sample, basic_sample_keys, stateless
 from megatron.energon.worker import WorkerConfig
 
 from longpack import binpack
@@ -71,20 +74,33 @@ class VLMChatSample(Sample):
 
     conversation: dict[str, Any]
     images: list[bytes]
+    problem: str | None = None  # why the crude sample could not be read (reported as ``malformed``)
 
 
 @stateless
 def cook_vlm_sample(raw: dict[str, Any]) -> VLMChatSample:
-    """Crude WebDataset sample (``json`` + ``img<N>.<ext>`` members) -> :class:`VLMChatSample`."""
-    if "json" not in raw:
-        raise OnlineError(
-            f"sample {raw.get('__key__')}: no 'json' member (has {sorted(k for k in raw if k[0] != '_')})"
-        )
-    data = raw["json"]
-    conversation = json.loads(data) if isinstance(data, bytes | str) else data
+    """Crude WebDataset sample (``json`` + ``img<N>.<ext>`` members) -> :class:`VLMChatSample`. A sample
+    without a readable ``json`` member is cooked with ``problem`` set (the encoder reports it as
+    ``malformed``) instead of failing inside Energon, which would log a traceback and drop it uncounted."""
     found = sorted((int(m.group(1)), k) for k in raw if (m := _IMAGE_FIELD.match(k)))
     images = [raw[k] for _, k in found]
-    return VLMChatSample(**basic_sample_keys(raw), conversation=conversation, images=images)
+    problem = None
+    conversation: Any = {}
+    if "json" not in raw:
+        problem = f"no 'json' member (has {sorted(k for k in raw if k[0] != '_')})"
+    else:
+        data = raw["json"]
+        try:
+            conversation = json.loads(data) if isinstance(data, bytes | str) else data
+        except (ValueError, UnicodeDecodeError) as exc:
+            problem = f"the 'json' member is not JSON ({exc})"
+        if problem is None and not isinstance(conversation, dict):
+            problem = f"the 'json' member must be an object, got {type(conversation).__name__}"
+    if problem is not None:
+        conversation = {}
+    return VLMChatSample(
+        **basic_sample_keys(raw), conversation=conversation, images=images, problem=problem
+    )
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -179,8 +195,10 @@ class QwenVLPackingEncoder(DefaultTaskEncoder):
         conversation = dict(sample.conversation)
         conversation["images"] = list(sample.images)
         try:
+            if sample.problem is not None:
+                raise SampleRejected(sample.__key__, "malformed", sample.problem)
             prepared = self.preparer.prepare(conversation, key=sample.__key__)
-        except SampleRejected as exc:
+        except SampleRejected as exc:  # every problem of one sample (limits, images, placeholders, structure)
             record = {"key": exc.key, "reason": exc.reason, "message": str(exc)}
             return VLMTaskSample.derive_from(sample, prepared=None, rejected=record)
         return VLMTaskSample.derive_from(sample, prepared=prepared, rejected=None)
@@ -243,8 +261,18 @@ class QwenVLPackingEncoder(DefaultTaskEncoder):
         members = [_prepared(s) for s in samples[0].samples if s.prepared is not None]
         skipped = [s.rejected for s in samples[0].samples if s.rejected is not None]
         if not members:
-            # A whole buffer of refused samples: nothing to train on; Energon skips the batch.
-            raise SkipSample()
+            # A whole buffer of refused samples: a batch of one padding sequence that trains nothing
+            # (loss mask 0, no pixels) carries their records, so no refusal is lost from the report.
+            out = build_visual_thd_batch(
+                [_padding_sequence(max(2, self.pad_to_multiple_of))],
+                sequence_length=self.seq_length,
+                pad_to_multiple_of=self.pad_to_multiple_of,
+                pad_to_max_length=self.pad_to_max_length,
+                emit_padding_mask=self.emit_padding_mask,
+            )
+            out["sample_keys"] = []
+            out["skipped"] = skipped
+            return out
         total = sum(aligned(p.sequence_length, self.pad_to_multiple_of) for p in members)
         if total > self.seq_length:
             raise OnlineError(f"packed group length {total} exceeds seq_length={self.seq_length}")
@@ -258,6 +286,25 @@ class QwenVLPackingEncoder(DefaultTaskEncoder):
         out["sample_keys"] = [p.key for p in members]
         out["skipped"] = skipped
         return out
+
+
+def _padding_sequence(length: int) -> PreparedSequence:
+    """A sequence that trains nothing: pad id 0, labels -100, loss mask 0, no visual values."""
+    import torch
+
+    return PreparedSequence(
+        key="",
+        row={
+            "input_ids": torch.zeros(length, dtype=torch.int64),
+            "attention_mask": torch.ones(length, dtype=torch.int64),
+            "position_ids": torch.arange(length, dtype=torch.int64),
+            "labels": torch.full((length,), -100, dtype=torch.int64),
+            "loss_mask": torch.zeros(length, dtype=torch.float32),
+        },
+        visual_values={},
+        mrope_position_ids=torch.arange(length, dtype=torch.int64).expand(3, length).clone(),
+        visual_tokens=0,
+    )
 
 
 def _prepared(sample: VLMTaskSample) -> PreparedSequence:
