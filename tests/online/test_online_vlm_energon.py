@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -26,6 +27,9 @@ from megatron.energon.tools.prepare import command as energon_prepare  # noqa: E
 from longpack.binpack.megatron import first_fit_decreasing  # noqa: E402
 from longpack.online.energon import (  # noqa: E402
     LoaderStateMismatch,
+    LoaderStateReplay,
+    ResumeReplayWarning,
+    replaying_workers,
     read_loader_state,
     restore_loader_state,
     save_loader_state,
@@ -229,6 +233,39 @@ def test_restore_after_k_packs_continues_identically(dataset: Path, workers: int
         restored, encoder = make_loader(dataset, workers=workers)
         restore_loader_state(restored, read_loader_state(path), encoder)
         assert [signature(b) for b in restored] == reference[k:], f"continuation differs after k={k}"
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_state_saved_after_a_workers_pass_ended_is_refused_not_replayed(dataset: Path, workers: int) -> None:
+    """Saved after every pack: states up to the first worker's end of pass resume exactly; later ones (Energon
+    restores that worker at the start of a new pass) are named by replaying_workers, warned about when saved,
+    refused on restore, and with on_replay="warn" restored with a warning (and they do replay)."""
+    first, enc = make_loader(dataset, workers=workers)
+    it = iter(first)
+    reference = [signature(next(it))]  # (a loader with workers is saved once it has yielded)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResumeReplayWarning)
+        states = [save_loader_state(first, enc)]
+        for batch in it:
+            reference.append(signature(batch))
+            states.append(save_loader_state(first, enc))
+    # states[i]: saved after i + 1 packs
+    replays = [bool(replaying_workers(st)) for st in states]
+    k = replays.index(True)  # the first replaying save point; every later one replays too
+    assert 0 < k < len(states) - 1 and not any(replays[:k]) and all(replays[k:])
+    assert [st["replay_workers"] for st in states] == [replaying_workers(st) for st in states]
+    assert sum(issubclass(w.category, ResumeReplayWarning) for w in caught) == len(states) - k
+    exact, _ = make_loader(dataset, workers=workers)
+    restore_loader_state(exact, states[k - 1], enc)
+    assert [signature(b) for b in exact] == reference[k:]
+    refused, encoder = make_loader(dataset, workers=workers)
+    with pytest.raises(LoaderStateReplay, match=r"finished their pass over a single-pass dataset"):
+        restore_loader_state(refused, states[k], encoder)
+    list(refused)  # (exhaust it: an abandoned loader stalls the next gc)
+    replayed, encoder = make_loader(dataset, workers=workers)
+    with pytest.warns(ResumeReplayWarning, match="would yield samples again"):
+        restore_loader_state(replayed, states[k], encoder, on_replay="warn")
+    assert len(list(replayed)) > len(reference) - (k + 1)
 
 
 def test_two_data_parallel_ranks_split_the_epoch(dataset: Path) -> None:
