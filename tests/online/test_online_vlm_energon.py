@@ -35,7 +35,7 @@ from longpack.online.energon import (  # noqa: E402
     save_loader_state,
     write_loader_state,
 )
-from longpack.online.vlm import QwenVLPackingEncoder  # noqa: E402
+from longpack.online.vlm import EagerQwenVLPackingEncoder, QwenVLPackingEncoder  # noqa: E402
 from longpack.runtime.in_batch import build_visual_thd_batch  # noqa: E402
 from vlm_helpers import conversation, png_bytes, preparer  # noqa: E402
 
@@ -106,8 +106,10 @@ def write_dataset(root: Path, members_of, n: int, shards: int = 3) -> Path:
     return root
 
 
-def make_loader(root: Path, *, workers: int, buffer_size: int = 8, rank: int = 0, world: int = 1, **kwargs):
-    encoder = QwenVLPackingEncoder(
+def make_loader(
+    root: Path, *, workers: int, buffer_size: int = 8, rank: int = 0, world: int = 1, eager: bool = False, **kwargs
+):
+    encoder = (EagerQwenVLPackingEncoder if eager else QwenVLPackingEncoder)(
         preparer(max_visual_tokens=200), seq_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE, **kwargs
     )
     ds = get_train_dataset(
@@ -180,19 +182,27 @@ def test_every_sample_exactly_once_and_batches_are_bridge_rows(dataset: Path, wo
         assert b["total_tokens"] <= SEQ_LENGTH and b["input_ids"].shape == (1, b["total_tokens"])
 
 
-def test_groups_are_bridge_first_fit_decreasing(dataset: Path) -> None:
+@pytest.mark.parametrize("eager", [False, True])
+def test_groups_are_bridge_first_fit_decreasing(dataset: Path, eager: bool) -> None:
     """One worker: each selection of 8 buffered samples is Bridge's FFD of their aligned lengths (refused
-    samples take buffer slots but no room)."""
+    samples take buffer slots but no room). Deferred: the buffer holds no prepared tensors."""
     order: list = []
 
     class Recording(QwenVLPackingEncoder):
+        @stateless(failure_tolerance=100)
+        def preencode_sample(self, sample):
+            encoded = super().preencode_sample(sample)
+            order.append(encoded)
+            return encoded
+
+    class EagerRecording(EagerQwenVLPackingEncoder):
         @stateless(failure_tolerance=100)
         def encode_sample(self, sample):
             encoded = super().encode_sample(sample)
             order.append(encoded)
             return encoded
 
-    encoder = Recording(preparer(max_visual_tokens=200), seq_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE)
+    encoder = (EagerRecording if eager else Recording)(preparer(max_visual_tokens=200), seq_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE)
     ds = get_train_dataset(
         dataset, split_part="train", worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0), batch_size=1,
         packing_buffer_size=8, shuffle_buffer_size=None, max_samples_per_sequence=None, task_encoder=encoder,
@@ -202,20 +212,18 @@ def test_groups_are_bridge_first_fit_decreasing(dataset: Path) -> None:
     assert len(order) == N_SAMPLES
     expected = []
     for lo in range(0, N_SAMPLES, 8):
-        buffer = [s for s in order[lo : lo + 8] if s.prepared is not None]
-        lengths = [-(-s.prepared.sequence_length // MULTIPLE) * MULTIPLE for s in buffer]
+        buffer = [s for s in order[lo : lo + 8] if s.rejected is None]
+        assert all((s.prepared is not None) == eager for s in buffer)
+        lengths = [-(-s.length // MULTIPLE) * MULTIPLE for s in buffer]
         expected += first_fit_decreasing([s.__key__ for s in buffer], SEQ_LENGTH, item_lengths=lengths)
     assert packs == expected
     # The prepared lengths are the metadata lengths (image headers only).
     prep = preparer(max_visual_tokens=200)
     for s in order:
-        if s.prepared is not None:
+        if s.rejected is None:
             raw = sample_members(int(s.__key__[1:]))
             images = [raw[k] for k in sorted(raw) if k.startswith("img")]
-            assert (
-                prep.length({**json.loads(raw["json"]), "images": images}).tokens
-                == s.prepared.sequence_length
-            )
+            assert prep.length({**json.loads(raw["json"]), "images": images}).tokens == s.length
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -266,6 +274,14 @@ def test_a_state_saved_after_a_workers_pass_ended_is_refused_not_replayed(datase
     with pytest.warns(ResumeReplayWarning, match="would yield samples again"):
         restore_loader_state(replayed, states[k], encoder, on_replay="warn")
     assert len(list(replayed)) > len(reference) - (k + 1)
+
+
+def test_deferred_decoding_gives_the_eager_batches(dataset: Path) -> None:
+    """The buffer of encoded bytes and token counts gives the batches (and refusal records) of the buffer of
+    prepared tensors."""
+    deferred, _ = make_loader(dataset, workers=0)
+    eager, _ = make_loader(dataset, workers=0, eager=True)
+    assert [signature(b) for b in deferred] == [signature(b) for b in eager]
 
 
 def test_two_data_parallel_ranks_split_the_epoch(dataset: Path) -> None:

@@ -326,6 +326,47 @@ class QwenVLPreparer:
         tokens = len(ids) - len(grids) + visual
         return SampleLength(tokens, visual, grids, prepared_nbytes(tokens, grids, self.vision))
 
+    def measure(
+        self,
+        sample: Mapping[str, Any],
+        *,
+        key: str | None = None,
+        image_sizes: Sequence[tuple[int, int]] | None = None,
+    ) -> SampleLength:
+        """:meth:`length` with the limits applied as :meth:`prepare` applies them (``max_images``,
+        ``max_visual_tokens``, ``max_length`` aligned to ``pad_to_multiple_of``), still without decoding a
+        pixel: a refusal raises :class:`SampleRejected`, counted in :attr:`stats`. What a packer that decodes
+        only selected samples (deferred decoding) holds per candidate: the length, not the pixels."""
+        key = _key(sample, key)
+        cfg = self.config
+        try:
+            if cfg.max_images is not None:
+                n_images = len(media_sources(self._messages(sample))[0])
+                if n_images > cfg.max_images:
+                    raise SampleRejected(
+                        key, "too_many_images", f"{n_images} images > max_images={cfg.max_images}"
+                    )
+            length = self.length(sample, key=key, image_sizes=image_sizes)
+            if cfg.max_visual_tokens is not None and length.visual_tokens > cfg.max_visual_tokens:
+                raise SampleRejected(
+                    key,
+                    "visual_tokens",
+                    f"{length.visual_tokens} visual tokens > max_visual_tokens={cfg.max_visual_tokens}",
+                )
+            if cfg.max_length is not None and aligned(length.tokens, cfg.pad_to_multiple_of) > cfg.max_length:
+                raise SampleRejected(
+                    key,
+                    "too_long",
+                    f"{length.tokens} tokens after expanding {length.visual_tokens} visual tokens (aligned to "
+                    f"{cfg.pad_to_multiple_of}: {aligned(length.tokens, cfg.pad_to_multiple_of)}) > "
+                    f"max_length={cfg.max_length}",
+                )
+        except SampleError as exc:
+            rejected = exc.named(key)
+            self.stats.count_rejected(rejected)
+            raise rejected from None
+        return length
+
     # ------------------------------------------------------------------ full preparation
     def try_prepare(self, sample: Mapping[str, Any], *, key: str | None = None) -> PreparedSequence | None:
         """:meth:`prepare`, but a limit's refusal is counted in :attr:`stats` and returns ``None``."""
