@@ -107,10 +107,11 @@ def write_dataset(root: Path, members_of, n: int, shards: int = 3) -> Path:
 
 
 def make_loader(
-    root: Path, *, workers: int, buffer_size: int = 8, rank: int = 0, world: int = 1, eager: bool = False, **kwargs
-):
+    root: Path, *, workers: int, buffer_size: int = 8, rank: int = 0, world: int = 1, eager: bool = False,
+    prep=None, **kwargs,
+):  # fmt: skip
     encoder = (EagerQwenVLPackingEncoder if eager else QwenVLPackingEncoder)(
-        preparer(max_visual_tokens=200), seq_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE, **kwargs
+        prep or preparer(max_visual_tokens=200), seq_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE, **kwargs
     )
     ds = get_train_dataset(
         root,
@@ -274,6 +275,33 @@ def test_a_state_saved_after_a_workers_pass_ended_is_refused_not_replayed(datase
     with pytest.warns(ResumeReplayWarning, match="would yield samples again"):
         restore_loader_state(replayed, states[k], encoder, on_replay="warn")
     assert len(list(replayed)) > len(reference) - (k + 1)
+
+
+def test_qwen3_vl_family_packs_every_sample_once_into_its_own_rows(dataset: Path) -> None:
+    """Qwen3-VL (patch 16, its rope variant), from the family registry: Bridge's Qwen3-VL Energon packing is the
+    same ``QwenVLTaskEncoder`` with ``patch_size=16``; every sample once, each batch the THD row of its members
+    prepared alone, positions by the Qwen3-VL rope index."""
+    from transformers import Qwen2VLImageProcessor
+
+    from longpack.vlm.families import vlm_family
+
+    family = vlm_family("qwen3_vl")
+    prep = family.preparer(image_processor=Qwen2VLImageProcessor(patch_size=16), max_visual_tokens=200)
+    loader, _ = make_loader(dataset, workers=0, prep=prep)
+    batches = list(loader)
+    keys = accounting(batches)
+    assert len(keys) == N_SAMPLES and set(keys.values()) == {1}
+    for b in batches:
+        members = []
+        for key in b["sample_keys"]:
+            raw = sample_members(int(key[1:]))
+            images = [raw[k] for k in sorted(k for k in raw if k.startswith("img"))]
+            members.append(prep.prepare({**json.loads(raw["json"]), "images": images}, key=key))
+        assert all(m.visual_values.get("pixel_values", torch.zeros(0, 1536)).shape[1] == 1536 for m in members)
+        expected = build_visual_thd_batch(
+            members, sequence_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE, emit_padding_mask=True
+        )
+        assert signature({**expected, "sample_keys": b["sample_keys"], "skipped": b["skipped"]}) == signature(b)
 
 
 def test_deferred_decoding_gives_the_eager_batches(dataset: Path) -> None:
