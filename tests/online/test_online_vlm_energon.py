@@ -29,8 +29,8 @@ from longpack.online.energon import (  # noqa: E402
     LoaderStateMismatch,
     LoaderStateReplay,
     ResumeReplayWarning,
-    replaying_workers,
     read_loader_state,
+    replaying_workers,
     restore_loader_state,
     save_loader_state,
     write_loader_state,
@@ -74,7 +74,10 @@ def sample_members(i: int) -> dict[str, bytes]:
     if key in ASPECT:
         members["img0.png"] = png_bytes(402, 2, seed=i)
     if key in MISMATCH:
-        members = {"json": json.dumps({"messages": conversation(rng, 2)}).encode(), "img0.png": png_bytes(30, 30)}
+        members = {
+            "json": json.dumps({"messages": conversation(rng, 2)}).encode(),
+            "img0.png": png_bytes(30, 30),
+        }
     if key in EMPTY:
         members["img0.png"] = b""
     if key in MALFORMED:
@@ -203,7 +206,9 @@ def test_groups_are_bridge_first_fit_decreasing(dataset: Path, eager: bool) -> N
             order.append(encoded)
             return encoded
 
-    encoder = (EagerRecording if eager else Recording)(preparer(max_visual_tokens=200), seq_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE)
+    encoder = (EagerRecording if eager else Recording)(
+        preparer(max_visual_tokens=200), seq_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE
+    )
     ds = get_train_dataset(
         dataset, split_part="train", worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0), batch_size=1,
         packing_buffer_size=8, shuffle_buffer_size=None, max_samples_per_sequence=None, task_encoder=encoder,
@@ -245,7 +250,9 @@ def test_restore_after_k_packs_continues_identically(dataset: Path, workers: int
 
 
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
-def test_a_state_saved_after_a_workers_pass_ended_is_refused_not_replayed(dataset: Path, workers: int) -> None:
+def test_a_state_saved_after_a_workers_pass_ended_is_refused_not_replayed(
+    dataset: Path, workers: int
+) -> None:
     """Saved after every pack: states up to the first worker's end of pass resume exactly; later ones (Energon
     restores that worker at the start of a new pass) are named by replaying_workers, warned about when saved,
     refused on restore, and with on_replay="warn" restored with a warning (and they do replay)."""
@@ -297,11 +304,15 @@ def test_qwen3_vl_family_packs_every_sample_once_into_its_own_rows(dataset: Path
             raw = sample_members(int(key[1:]))
             images = [raw[k] for k in sorted(k for k in raw if k.startswith("img"))]
             members.append(prep.prepare({**json.loads(raw["json"]), "images": images}, key=key))
-        assert all(m.visual_values.get("pixel_values", torch.zeros(0, 1536)).shape[1] == 1536 for m in members)
+        assert all(
+            m.visual_values.get("pixel_values", torch.zeros(0, 1536)).shape[1] == 1536 for m in members
+        )
         expected = build_visual_thd_batch(
             members, sequence_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE, emit_padding_mask=True
         )
-        assert signature({**expected, "sample_keys": b["sample_keys"], "skipped": b["skipped"]}) == signature(b)
+        assert signature({**expected, "sample_keys": b["sample_keys"], "skipped": b["skipped"]}) == signature(
+            b
+        )
 
 
 def test_deferred_decoding_gives_the_eager_batches(dataset: Path) -> None:
@@ -337,7 +348,9 @@ def test_changed_packing_settings_are_named_on_restore(dataset: Path) -> None:
 
 def test_a_buffer_of_refused_samples_reports_them_in_a_padding_batch(tmp_path) -> None:
     """3 samples, all refused, one buffer: one batch that trains nothing carries the three records."""
-    chat = json.dumps({"messages": [{"role": "user", "content": "<image>Q"}, {"role": "assistant", "content": "A"}]})
+    chat = json.dumps(
+        {"messages": [{"role": "user", "content": "<image>Q"}, {"role": "assistant", "content": "A"}]}
+    )
 
     def members(i: int) -> dict[str, bytes]:
         return {"json": chat.encode(), "img0.png": [b"", png_bytes(402, 2), b"oops"][i]}

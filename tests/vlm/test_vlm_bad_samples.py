@@ -47,7 +47,8 @@ def test_prepare_names_the_key_and_the_reason(key: str) -> None:
 
 def test_in_batch_skips_bad_samples_and_packs_their_neighbours() -> None:
     good = [
-        {"__key__": f"ok{i}", "messages": CHAT, "images": [make_image(40 + 10 * i, 30, seed=i)]} for i in range(2)
+        {"__key__": f"ok{i}", "messages": CHAT, "images": [make_image(40 + 10 * i, 30, seed=i)]}
+        for i in range(2)
     ]
     bad = [{**sample, "__key__": key} for key, (_, sample) in sorted(bad_samples().items())]
     examples = [good[0], *bad, good[1]]
@@ -62,11 +63,16 @@ def test_in_batch_skips_bad_samples_and_packs_their_neighbours() -> None:
     alone = VisualInBatchCollator(prep.prepare, sequence_length=4096)(good)
     assert batch["input_ids"].tolist() == alone["input_ids"].tolist()
     assert batch["visual_inputs"]["pixel_values"].equal(alone["visual_inputs"]["pixel_values"])
-    with pytest.raises(SampleRejected, match=r"^sample empty_array: image size 5x0: both sides must be at least 1 pixel"):
+    with pytest.raises(
+        SampleRejected, match=r"^sample empty_array: image size 5x0: both sides must be at least 1 pixel"
+    ):
         VisualInBatchCollator(prep.prepare, sequence_length=4096, on_bad_sample="raise")(examples)
     with pytest.raises(InBatchPackingError, match="on_bad_sample='drop' is not one of"):
         VisualInBatchCollator(prep.prepare, sequence_length=4096, on_bad_sample="drop")
-    with pytest.raises(InBatchPackingError, match="was refused: sample two_for_one: .*; sample wide: image size 402x2: aspect ratio 201.0.*; sample empty_array"):
+    with pytest.raises(
+        InBatchPackingError,
+        match=r"was refused: sample two_for_one: .*; sample wide: image size 402x2: aspect ratio 201.0.*; sample empty_array",
+    ):
         VisualInBatchCollator(prep.prepare, sequence_length=4096)(bad[-2:] + bad[:1])
 
 

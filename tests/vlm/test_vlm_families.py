@@ -42,7 +42,10 @@ def test_qwen_family_preparer_is_the_qwen_preparer() -> None:
     family = QwenVLFamily("qwen2_vl")
     prep = family.preparer(image_processor=transformers.Qwen2VLImageProcessor())
     seq = prep.prepare(sample)
-    assert seq.mrope_position_ids.tolist() == family.position_ids(seq.row["input_ids"], seq.visual_values).tolist()
+    assert (
+        seq.mrope_position_ids.tolist()
+        == family.position_ids(seq.row["input_ids"], seq.visual_values).tolist()
+    )
 
 
 @pytest.mark.parametrize("pan_and_scan", [False, True])

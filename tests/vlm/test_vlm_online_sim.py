@@ -55,7 +55,11 @@ def test_metadata_equals_prepared_sequences_and_counts_refusals(tmp_path) -> Non
     path, expected = write_dataset(tmp_path)
     prep = preparer(max_images=2, max_visual_tokens=1000)
     table = read_vlm_metadata(path, prep)
-    assert {k: v for k, v in table.rejected.items() if v} == {"visual_tokens": 1, "too_many_images": 1, "undecodable": 1}
+    assert {k: v for k, v in table.rejected.items() if v} == {
+        "visual_tokens": 1,
+        "too_many_images": 1,
+        "undecodable": 1,
+    }
     assert len(table.keys) == len(expected) and table.keys[0] == "vlm.jsonl:1"
     for i, (row, sizes) in enumerate(expected):
         images = [make_image(w, h, i * 10 + j) for j, (w, h) in enumerate(sizes)]

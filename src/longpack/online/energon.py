@@ -419,7 +419,8 @@ def restore_loader_state(
     replay = replaying_workers(state)
     if replay and on_replay == "raise":
         raise LoaderStateReplay(
-            _replay_message(replay) + "; resume from an earlier state, start the next pass without restoring, "
+            _replay_message(replay)
+            + "; resume from an earlier state, start the next pass without restoring, "
             "or pass on_replay='warn' to restore it anyway",
             fields="on_replay",
         )

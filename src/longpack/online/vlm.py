@@ -101,9 +101,7 @@ def cook_vlm_sample(raw: dict[str, Any]) -> VLMChatSample:
             problem = f"the 'json' member must be an object, got {type(conversation).__name__}"
     if problem is not None:
         conversation = {}
-    return VLMChatSample(
-        **basic_sample_keys(raw), conversation=conversation, images=images, problem=problem
-    )
+    return VLMChatSample(**basic_sample_keys(raw), conversation=conversation, images=images, problem=problem)
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)

@@ -67,11 +67,15 @@ def _turns(sample: Mapping[str, Any]) -> tuple[list[Any], bool]:
             if isinstance(value, Mapping):  # {"conversations": [...]} nested (Energon ChatML JSON)
                 return _turns(value)
             if not isinstance(value, list):
-                raise SampleError("malformed", f"key {key!r} must be a list of turns, got {type(value).__name__}")
+                raise SampleError(
+                    "malformed", f"key {key!r} must be a list of turns, got {type(value).__name__}"
+                )
             if value and isinstance(value[0], Mapping) and "from" in value[0]:
                 sharegpt = True
             return value, sharegpt
-    raise SampleError("malformed", f"a VLM sample needs 'messages' or 'conversations', has keys {sorted(sample)}")
+    raise SampleError(
+        "malformed", f"a VLM sample needs 'messages' or 'conversations', has keys {sorted(sample)}"
+    )
 
 
 def normalize_conversation(
@@ -107,7 +111,7 @@ def normalize_conversation(
         if taken[kind] >= len(pools[kind]):
             raise SampleError(
                 "placeholder_mismatch",
-                f"the conversation has more {kind} parts/placeholders than the {len(pools[kind])} {kind}s given"
+                f"the conversation has more {kind} parts/placeholders than the {len(pools[kind])} {kind}s given",
             )
         source = pools[kind][taken[kind]]
         taken[kind] += 1
@@ -120,7 +124,9 @@ def normalize_conversation(
         role_raw = turn.get("from") if sharegpt else turn.get("role")
         role = _ROLES.get(str(role_raw).lower()) if role_raw is not None else None
         if role is None:
-            raise SampleError("malformed", f"turn {i}: unknown role {role_raw!r}; use one of {sorted(_ROLES)}")
+            raise SampleError(
+                "malformed", f"turn {i}: unknown role {role_raw!r}; use one of {sorted(_ROLES)}"
+            )
         content = turn.get("value") if sharegpt else turn.get("content")
         parts: list[Part] = []
         if content is None:
@@ -139,18 +145,22 @@ def normalize_conversation(
                     parts.append({"type": "text", "text": part})
                     continue
                 if not isinstance(part, Mapping):
-                    raise SampleError("malformed", f"turn {i} part {j}: expected an object, got {type(part).__name__}")
+                    raise SampleError(
+                        "malformed", f"turn {i} part {j}: expected an object, got {type(part).__name__}"
+                    )
                 kind = part.get("type")
                 if kind == "text" or (kind is None and "text" in part):
                     parts.append({"type": "text", "text": str(part.get("text", ""))})
                 elif kind in ("image", "video") or (kind is None and ("image" in part or "video" in part)):
                     parts.append(media(kind or ("image" if "image" in part else "video"), part))
                 else:
-                    raise SampleError("malformed", f"turn {i} part {j}: unknown part type {kind!r} (text, image, video)")
+                    raise SampleError(
+                        "malformed", f"turn {i} part {j}: unknown part type {kind!r} (text, image, video)"
+                    )
         else:
             raise SampleError(
                 "malformed",
-                f"turn {i}: content must be a string or a list of parts, got {type(content).__name__}"
+                f"turn {i}: content must be a string or a list of parts, got {type(content).__name__}",
             )
         if media_first:
             parts = [p for p in parts if p["type"] != "text"] + [p for p in parts if p["type"] == "text"]
@@ -160,7 +170,7 @@ def normalize_conversation(
             raise SampleError(
                 "placeholder_mismatch",
                 f"{len(pools[kind])} {kind}s given but the conversation places {taken[kind]}; add a <{kind}> "
-                "placeholder for each or drop the extra ones"
+                "placeholder for each or drop the extra ones",
             )
     if not out:
         raise SampleError("malformed", "the conversation is empty")

@@ -427,7 +427,7 @@ class QwenVLPreparer:
                 key,
                 "placeholder_mismatch",
                 f"the rendered text has {len(image_at)} {IMAGE_PAD} and {len(video_at)} {VIDEO_PAD} "
-                f"tokens for {len(images)} images and {len(videos)} videos (does the text spell a pad token?)"
+                f"tokens for {len(images)} images and {len(videos)} videos (does the text spell a pad token?)",
             )
         if images:
             decoded = [decode_image(src, key=key) for src in images]

@@ -130,7 +130,7 @@ def smart_resize(
         raise SampleError(
             "aspect_ratio",
             f"image size {width}x{height}: aspect ratio {max(height, width) / min(height, width):.1f} is above "
-            f"{MAX_ASPECT_RATIO}, which the Qwen-VL processors refuse"
+            f"{MAX_ASPECT_RATIO}, which the Qwen-VL processors refuse",
         )
     h_bar = round(height / factor) * factor
     w_bar = round(width / factor) * factor

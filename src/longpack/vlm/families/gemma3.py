@@ -50,16 +50,18 @@ class Gemma3Family:
         (4, 0)
         """
         if width < 1 or height < 1:
-            raise SampleError("empty_image", f"image size {width}x{height}: both sides must be at least 1 pixel")
+            raise SampleError(
+                "empty_image", f"image size {width}x{height}: both sides must be at least 1 pixel"
+            )
         if not self.do_pan_and_scan:
             return 0
         long, short = max(width, height), min(width, height)
         if long / short < self.min_ratio:
             return 0
-        n = int(math.floor(long / short + 0.5))
-        n = min(int(math.floor(long / self.min_crop)), n)
+        n = math.floor(long / short + 0.5)  # half rounds up
+        n = min(long // self.min_crop, n)
         n = min(self.max_crops, max(2, n))
-        crop_long, crop_short = int(math.ceil(long / n)), short
+        crop_long, crop_short = math.ceil(long / n), short
         if min(crop_long, crop_short) < self.min_crop:
             return 0
         return n

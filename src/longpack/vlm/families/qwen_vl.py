@@ -51,7 +51,9 @@ class QwenVLFamily:
             tokens_per_second=self.vision.tokens_per_second,
         )
 
-    def preparer(self, tokenizer: Any = "qwen3", image_processor: Any = None, **config: Any) -> QwenVLPreparer:
+    def preparer(
+        self, tokenizer: Any = "qwen3", image_processor: Any = None, **config: Any
+    ) -> QwenVLPreparer:
         """A :class:`QwenVLPreparer` with this family's vision settings (``config``: :class:`VLMConfig`
         fields)."""
         vision = config.pop("vision", None) or self.vision
