@@ -103,6 +103,6 @@ def test_frames_decoded_are_the_sampled_ones(tmp_path) -> None:
 
 
 def test_an_unreadable_video_is_refused_with_its_key() -> None:
-    with pytest.raises(SampleRejected, match="^sample v1: video cannot be read") as info:
+    with pytest.raises(SampleRejected, match=r"^sample v1: video cannot be read") as info:
         video_info(b"not a video", key="v1")
     assert info.value.reason == "undecodable"

@@ -50,7 +50,9 @@ class VideoConfig:
         for name in ("min_frames", "max_frames", "min_pixels", "max_pixels"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"VideoConfig.{name} must be a positive integer, got {value!r}", fields=name)
+                raise ConfigError(
+                    f"VideoConfig.{name} must be a positive integer, got {value!r}", fields=name
+                )
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,9 @@ def video_grid_thw(
     return t, h // vision.patch_size, w // vision.patch_size
 
 
-def video_token_count(n_frames: int, width: int, height: int, vision: VisionConfig, video: VideoConfig) -> int:
+def video_token_count(
+    n_frames: int, width: int, height: int, vision: VisionConfig, video: VideoConfig
+) -> int:
     """LLM tokens of a video: ``prod(grid_thw) // merge_size**2``."""
     t, h, w = video_grid_thw(n_frames, width, height, vision, video)
     return t * h * w // vision.merge_size**2
@@ -121,10 +125,14 @@ def video_info(source: Any, *, key: str = "?") -> VideoInfo:
                 frames = sum(1 for packet in container.demux(stream) if packet.size)
             return VideoInfo(frames, fps, int(stream.codec_context.width), int(stream.codec_context.height))
     except (OSError, IndexError, ValueError, TypeError) as exc:
-        raise SampleRejected(key, "undecodable", f"video cannot be read ({type(exc).__name__}: {exc})") from None
+        raise SampleRejected(
+            key, "undecodable", f"video cannot be read ({type(exc).__name__}: {exc})"
+        ) from None
 
 
-def read_video(source: Any, video: VideoConfig, *, temporal_patch_size: int = 2, key: str = "?") -> np.ndarray:
+def read_video(
+    source: Any, video: VideoConfig, *, temporal_patch_size: int = 2, key: str = "?"
+) -> np.ndarray:
     """The sampled frames as ``uint8 [n, H, W, 3]`` RGB (decoded with PyAV, in presentation order)."""
     info = video_info(source, key=key)
     try:
@@ -141,10 +149,14 @@ def read_video(source: Any, video: VideoConfig, *, temporal_patch_size: int = 2,
                 if index >= int(keep[-1]):
                     break
     except (OSError, ValueError) as exc:
-        raise SampleRejected(key, "undecodable", f"video cannot be decoded ({type(exc).__name__}: {exc})") from None
+        raise SampleRejected(
+            key, "undecodable", f"video cannot be decoded ({type(exc).__name__}: {exc})"
+        ) from None
     missing = [i for i in keep.tolist() if i not in frames]
     if missing:
         raise SampleRejected(
-            key, "undecodable", f"video header says {info.frames} frames but frames {missing[:5]} did not decode"
+            key,
+            "undecodable",
+            f"video header says {info.frames} frames but frames {missing[:5]} did not decode",
         )
     return np.stack([frames[i] for i in keep.tolist()])
