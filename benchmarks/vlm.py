@@ -154,12 +154,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer samples and sizes (about a minute)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seq-length", type=int, default=4096)
+    parser.add_argument("--buffer-sizes", default="4,16,64", help="packing buffer sizes, comma-separated")
+    parser.add_argument("--no-throughput", action="store_true", help="only the buffer table")
     args = parser.parse_args()
 
     from longpack.vlm import QwenVLPreparer, VLMConfig
 
     prep = QwenVLPreparer("qwen3", config=VLMConfig(max_visual_tokens=None, max_images=None))
-    sides = (224, 448) if args.quick else (224, 448, 896)
+    sides = () if args.no_throughput else (224, 448) if args.quick else (224, 448, 896)
     n = 16 if args.quick else 32
     print(
         f"## prepared-sample throughput ({n} samples per resolution, one image each, median of {args.repeats})"
@@ -174,7 +176,7 @@ def main() -> None:
         print(f"{side:>10} {visual:>10.0f} {fast:>10.1f} {floor:>11.1f} {fast / floor:>6.2f} {meta:>10.0f}")
 
     side = 448
-    buffers = (4, 16) if args.quick else (4, 16, 64)
+    buffers = (4, 16) if args.quick else tuple(int(b) for b in args.buffer_sizes.split(","))
     n_data = 2 * max(buffers)
     data = samples(n_data, side, seed=7)
     nbytes = sorted(prep.length(s).prepared_nbytes for s in data)

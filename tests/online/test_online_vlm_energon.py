@@ -315,6 +315,27 @@ def test_qwen3_vl_family_packs_every_sample_once_into_its_own_rows(dataset: Path
         )
 
 
+@pytest.mark.parametrize("eager", [False, True])
+def test_a_setting_that_fails_every_sample_stops_the_loader_naming_it(dataset: Path, eager: bool) -> None:
+    """Not a per-sample refusal: a preparer whose resize rule differs from its processor fails fatally at the
+    first prepared sample (Energon's handler would otherwise drop samples one by one)."""
+    from megatron.energon.errors import FatalSampleError
+
+    from longpack.vlm import QwenVLPreparer, VisionConfig, VLMConfig
+    from vlm_helpers import image_processor
+
+    wrong = QwenVLPreparer(
+        "qwen3",
+        image_processor(),
+        config=VLMConfig(vision=VisionConfig(patch_size=16), max_visual_tokens=200),
+    )
+    loader, _ = make_loader(dataset, workers=0, prep=wrong, eager=eager)
+    with pytest.raises(
+        FatalSampleError, match=r"failed due to system exception: sample s\d+: the image processor made grids"
+    ):
+        list(loader)
+
+
 def test_deferred_decoding_gives_the_eager_batches(dataset: Path) -> None:
     """The buffer of encoded bytes and token counts gives the batches (and refusal records) of the buffer of
     prepared tensors."""

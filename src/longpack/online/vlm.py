@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 from megatron.energon import Cooker, DefaultTaskEncoder, Sample, basic_sample_keys, stateless
+from megatron.energon.errors import FatalSampleError
 from megatron.energon.worker import WorkerConfig
 
 from longpack import binpack
@@ -64,7 +65,7 @@ from longpack.binpack.megatron import first_fit_decreasing
 from longpack.errors import OnlineError
 from longpack.online.packer import select_packs
 from longpack.runtime.in_batch import build_visual_thd_batch
-from longpack.vlm.errors import SampleRejected
+from longpack.vlm.errors import SampleRejected, VLMError
 from longpack.vlm.prepare import PreparedSequence, QwenVLPreparer, aligned
 
 _IMAGE_FIELD = re.compile(r"^img(\d+)\.\w+$")
@@ -305,6 +306,8 @@ class QwenVLPackingEncoder(_VLMPackingEncoder):
             length = self.preparer.measure(conversation, key=sample.__key__)
         except SampleRejected as exc:  # every problem of one sample (limits, images, placeholders, structure)
             return self._refused(sample, exc)
+        except VLMError as exc:  # a setting that fails every sample: stop, do not drop samples one by one
+            raise _fatal(sample, exc) from exc
         return VLMTaskSample.derive_from(
             sample,
             prepared=None,
@@ -325,8 +328,10 @@ class QwenVLPackingEncoder(_VLMPackingEncoder):
             prepared = self.preparer.prepare(conversation, key=sample.__key__)
         except SampleRejected as exc:
             return self._refused(sample, exc)
+        except VLMError as exc:
+            raise _fatal(sample, exc) from exc
         if prepared.sequence_length != sample.length:
-            raise OnlineError(
+            raise FatalSampleError(
                 f"sample {sample.__key__}: prepared {prepared.sequence_length} tokens but measured {sample.length} "
                 "from the image headers; the image processor does not follow the configured resize rule"
             )
@@ -350,9 +355,20 @@ class EagerQwenVLPackingEncoder(_VLMPackingEncoder):
             prepared = self.preparer.prepare(conversation, key=sample.__key__)
         except SampleRejected as exc:  # every problem of one sample (limits, images, placeholders, structure)
             return self._refused(sample, exc)
+        except VLMError as exc:  # a setting that fails every sample: stop, do not drop samples one by one
+            raise _fatal(sample, exc) from exc
         return VLMTaskSample.derive_from(
             sample, prepared=prepared, rejected=None, length=prepared.sequence_length
         )
+
+
+def _fatal(sample: Sample, exc: Exception) -> FatalSampleError:
+    """A setting that fails every sample, as an error Energon does not swallow (its handler would log a
+    traceback and drop the samples one by one until its failure tolerance runs out)."""
+    message = str(exc)
+    if not message.startswith(f"sample {sample.__key__}"):
+        message = f"sample {sample.__key__}: {message}"
+    return FatalSampleError(message)
 
 
 def _padding_sequence(length: int) -> PreparedSequence:
