@@ -23,6 +23,8 @@ _LAZY = {
     "TopologyConfig": "longpack.jobs.topology",
     "TopologyResult": "longpack.jobs.topology",
     "CpCheckConfig": "longpack.jobs.cp_check",
+    "OnlineSimConfig": "longpack.jobs.online_sim",
+    "OnlineSimResult": "longpack.jobs.online_sim",
     "BalanceConfig": "longpack.jobs.balance",
     "BalanceResult": "longpack.jobs.balance",
     "CpCheckResult": "longpack.jobs.cp_check",
@@ -51,6 +53,8 @@ __all__ = [
     "InspectResult",
     "LocalExecutor",
     "LongpackError",
+    "OnlineSimConfig",
+    "OnlineSimResult",
     "PackConfig",
     "PackResult",
     "PlanConfig",
@@ -73,6 +77,7 @@ if TYPE_CHECKING:
     from longpack.jobs.cp_check import CpCheckConfig, CpCheckResult
     from longpack.jobs.executors import LocalExecutor
     from longpack.jobs.inspect import InspectConfig, InspectResult
+    from longpack.jobs.online_sim import OnlineSimConfig, OnlineSimResult
     from longpack.jobs.pack import PackConfig, PackResult
     from longpack.jobs.plan import PlanConfig, PlanResult
     from longpack.jobs.preview import PreviewConfig, PreviewResult

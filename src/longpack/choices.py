@@ -46,6 +46,9 @@ PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "mxfp8", "nvfp4")
 DISPATCHERS: tuple[str, ...] = ("alltoall", "allgather", "deepep", "hybridep")
 OPTIMIZERS: tuple[str, ...] = ("adam", "adam_bf16_states", "muon")
 
+#: Synthetic sample-length workloads of the online-packing simulation (``longpack.online.simulate``).
+WORKLOADS: tuple[str, ...] = ("lognormal", "bimodal")
+
 #: Pipeline schedules and samplers of the balance simulation (``longpack.balance.schedule``).
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")
 SAMPLERS: tuple[str, ...] = ("batch", "single")

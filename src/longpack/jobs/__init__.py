@@ -37,6 +37,8 @@ _LAZY = {
     "TopologyConfig": "longpack.jobs.topology",
     "TopologyResult": "longpack.jobs.topology",
     "CpCheckConfig": "longpack.jobs.cp_check",
+    "OnlineSimConfig": "longpack.jobs.online_sim",
+    "OnlineSimResult": "longpack.jobs.online_sim",
     "BalanceConfig": "longpack.jobs.balance",
     "BalanceResult": "longpack.jobs.balance",
     "CpCheckResult": "longpack.jobs.cp_check",
@@ -56,6 +58,8 @@ __all__ = [
     "InspectConfig",
     "InspectResult",
     "LocalExecutor",
+    "OnlineSimConfig",
+    "OnlineSimResult",
     "PackConfig",
     "PackExecutor",
     "PackResult",
@@ -77,6 +81,7 @@ if TYPE_CHECKING:
     from longpack.jobs.cp_check import CpCheckConfig, CpCheckResult
     from longpack.jobs.executors import LocalExecutor, PackExecutor
     from longpack.jobs.inspect import InspectConfig, InspectResult
+    from longpack.jobs.online_sim import OnlineSimConfig, OnlineSimResult
     from longpack.jobs.pack import PackConfig, PackResult
     from longpack.jobs.plan import PlanConfig, PlanResult
     from longpack.jobs.preview import PreviewConfig, PreviewResult

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from longpack import binpack
+from longpack import binpack, choices
 from longpack.online.packer import OnlinePacker, aligned_length
 
-WORKLOADS: tuple[str, ...] = ("lognormal", "bimodal")
+WORKLOADS = choices.WORKLOADS
 
 
 def synthetic_lengths(workload: str, n: int, capacity: int, *, seed: int) -> np.ndarray:
