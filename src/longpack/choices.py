@@ -44,6 +44,8 @@ CHAT_LOSSES: tuple[str, ...] = ("assistant", "last_turn", "full")
 #: Planner training options (``longpack.planner.options``).
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "mxfp8", "nvfp4")
 DISPATCHERS: tuple[str, ...] = ("alltoall", "allgather", "deepep", "hybridep")
+#: Context-parallel communication (``auto``: the fastest the layout allows).
+CP_COMM_TYPES: tuple[str, ...] = ("p2p", "a2a", "a2a+p2p", "allgather", "auto")
 OPTIMIZERS: tuple[str, ...] = ("adam", "adam_bf16_states", "muon")
 
 #: Synthetic sample-length workloads of the online-packing simulation (``longpack.online.simulate``).

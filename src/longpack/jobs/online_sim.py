@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from longpack import choices
 from longpack.errors import ConfigError, InputError, LongpackError
@@ -145,6 +145,11 @@ class OnlineSimConfig:
             )
         object.__setattr__(self, "buffer_sizes", sizes)
 
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The buffer sizes, as integers (``buffer_sizes`` after validation)."""
+        return cast(tuple[int, ...], self.buffer_sizes)
+
     def run(self) -> OnlineSimResult:
         assert self.pack_size is not None
         if self.vlm is not None:
@@ -164,7 +169,7 @@ class OnlineSimConfig:
             rows = simulate(
                 lengths,
                 self.pack_size,
-                list(self.buffer_sizes),
+                list(self.sizes),
                 pad_to_multiple_of=self.pad_seq_to_mult,
                 algorithm=algorithm,
                 seed=self.seed,
@@ -190,7 +195,7 @@ class OnlineSimConfig:
         report = vlm_report(
             str(self.vlm),
             self.pack_size,
-            list(self.buffer_sizes),
+            list(self.sizes),
             vision=VisionConfig(
                 patch_size=self.patch_size,
                 merge_size=self.merge_size,
