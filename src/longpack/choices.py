@@ -51,6 +51,9 @@ OPTIMIZERS: tuple[str, ...] = ("adam", "adam_bf16_states", "muon")
 #: Synthetic sample-length workloads of the online-packing simulation (``longpack.online.simulate``).
 WORKLOADS: tuple[str, ...] = ("lognormal", "bimodal")
 
+#: Megatron-Bridge dataset configs the rules tell apart (``longpack.rules.config.DatasetKind``'s values).
+DATASET_KINDS: tuple[str, ...] = ("sft", "direct_hf", "energon", "mock_vlm", "pretraining")
+
 #: Pipeline schedules and samplers of the balance simulation (``longpack.balance.schedule``).
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")
 SAMPLERS: tuple[str, ...] = ("batch", "single")

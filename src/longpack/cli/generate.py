@@ -34,6 +34,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from longpack.cli.options import FIELD_FLAGS
+from longpack.errors import LongpackError
 from longpack.jobs.options import Option, option_of
 
 __all__ = ["CliField", "add_command", "add_group", "cli_fields"]
@@ -127,9 +128,9 @@ def _alias_annotation(item: CliField, alias: str) -> Any:
     return Annotated[item.type | None, typer.Option(alias, hidden=True)]
 
 
-def _parameters(items: list[CliField]) -> list[inspect.Parameter]:
+def _parameters(items: list[CliField], view_items: list[CliField] | None = None) -> list[inspect.Parameter]:
     params = []
-    for item in items:
+    for item in [*items, *(view_items or [])]:
         default = item.default
         if (item.spec.positional and default == ()) or _shown_default(item) is not None:
             default = None  # typer: not given
@@ -195,14 +196,22 @@ def _command(
     name: str,
     config_cls: type,
     *,
-    present: Callable[[Any, Any], None],
+    present: Callable[..., None],
     prepare: Callable[[dict[str, Any]], dict[str, Any]] | None,
     help: str | None,
     group: bool = False,
+    view: type | None = None,
+    intercept: Callable[[Any, bool], bool] | None = None,
+    on_error: Callable[[LongpackError, bool], None] | None = None,
 ) -> Callable[..., None]:
     """The typer function of one command: its signature is the config's fields (and ``--json``); with
-    ``group``, it is a group's callback that runs only when no sub-command is named."""
+    ``group``, it is a group's callback that runs only when no sub-command is named. ``view`` is a second
+    option dataclass for how the command prints (``check --show-ignored``), handed to ``present`` as a
+    third argument; ``intercept(view, as_json)`` may answer the command without a config (``--list-rules``)
+    and return True; ``on_error(exc, as_json)`` may report a ``LongpackError`` its own way (before exit 2)."""
     items = list(cli_fields(config_cls))
+    view_items = list(cli_fields(view)) if view is not None else []
+    assert not {i.param for i in items} & {i.param for i in view_items}, "a view option shadows a field"
     field_names = {f.name for f in dataclasses.fields(config_cls)}
     for item in items:  # error messages name a field by the flag that sets it
         if not item.spec.positional and item.flags[0] != "--" + item.path[-1].replace("_", "-"):
@@ -213,22 +222,34 @@ def _command(
         if ctx is not None and ctx.invoked_subcommand is not None:
             return
         as_json = values.pop("as_json")
+        shown = None
+        if view is not None:
+            shown = view(**config_kwargs(view_items, {i.param: values.pop(i.param) for i in view_items}))
+            if intercept is not None and intercept(shown, as_json):
+                return
         kwargs = config_kwargs(items, values)
         if prepare is not None:
             kwargs = prepare(kwargs)
         if "progress" in field_names:
             kwargs["progress"] = not as_json and sys.stderr.isatty()
-        config = config_cls(**_build_nested(config_cls, kwargs))
-        result = config.run()
+        try:
+            config = config_cls(**_build_nested(config_cls, kwargs))
+            result = config.run()
+        except LongpackError as exc:
+            if on_error is not None:
+                on_error(exc, as_json)
+            raise
         if as_json:
             typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False, default=_plain))
+        elif view is not None:
+            present(config, result, shown)
         else:
             present(config, result)
         code = getattr(result, "exit_code", 0)
         if code:
             raise typer.Exit(code)
 
-    params = _parameters(items)
+    params = _parameters(items, view_items)
     if group:
         ctx_param = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
         params = [ctx_param, *params]
@@ -236,6 +257,7 @@ def _command(
     command.__annotations__ = {p.name: p.annotation for p in params}
     command.__name__ = name.replace("-", "_")
     command.__doc__ = help or _summary(config_cls)
+    command.longpack_configs = (config_cls, *((view,) if view is not None else ()))  # type: ignore[attr-defined]
     return command
 
 
@@ -252,10 +274,14 @@ def add_command(
     name: str,
     config_cls: type,
     *,
-    present: Callable[[Any, Any], None],
+    present: Callable[..., None],
     prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     help: str | None = None,
     hidden: bool = False,
+    epilog: str | None = None,
+    view: type | None = None,
+    intercept: Callable[[Any, bool], bool] | None = None,
+    on_error: Callable[[LongpackError, bool], None] | None = None,
 ) -> None:
     """Register ``longpack <name>``: every offered field of ``config_cls`` is an option.
 
@@ -263,8 +289,17 @@ def add_command(
     arguments (what a command line can only spell one way, e.g. ``--mix a=1 b=2``). A result with an
     ``exit_code`` attribute sets the command's exit code (1: the command ran and found a problem).
     """
-    command = _command(name, config_cls, present=present, prepare=prepare, help=help)
-    app.command(name, hidden=hidden)(command)
+    command = _command(
+        name,
+        config_cls,
+        present=present,
+        prepare=prepare,
+        help=help,
+        view=view,
+        intercept=intercept,
+        on_error=on_error,
+    )
+    app.command(name, hidden=hidden, epilog=epilog)(command)
 
 
 def add_group(
@@ -272,7 +307,7 @@ def add_group(
     name: str,
     config_cls: type,
     *,
-    present: Callable[[Any, Any], None],
+    present: Callable[..., None],
     help: str | None = None,
 ) -> typer.Typer:
     """Register ``longpack <name>``, a command that also has sub-commands (``plan`` and ``plan estimate``):
