@@ -14,7 +14,8 @@ import typer
 
 # -- choices (shown in help as [a|b|c]) ------------------------------------------------------------------
 Algorithm = Literal["best_fit_decreasing", "first_fit_shuffle", "first_fit", "first_fit_decreasing"]
-Overlength = Literal["drop", "truncate", "error"]
+#: longpack.packed.align.OVERLENGTH_POLICIES (a test holds them equal)
+Overlength = Literal["drop", "truncate", "fragment", "error"]
 IdsDtype = Literal["int64", "int32"]
 Backend = Literal["local", "ray"]
 TextFormat = Literal["auto", "prompt_completion", "chat", "sharegpt", "pretokenized"]

@@ -172,6 +172,12 @@ def register(app: typer.Typer) -> None:
             "tokens go to a scratch folder next to --out and the rows are filled from there in a second "
             "pass: the same output, flat memory.",
         ),
+        max_drop_fraction: float | None = typer.Option(
+            None,
+            "--max-drop-fraction",
+            help="Fail (exit 1, nothing written) when more than this share (0..1) of the samples or tokens "
+            "would be dropped or truncated. Past 5 % a pack always warns.",
+        ),
         as_json: opt.Json = False,
         demo: bool = typer.Option(
             False,
@@ -237,6 +243,7 @@ def register(app: typer.Typer) -> None:
             demo=demo,
             progress=not as_json and sys.stderr.isatty(),
             memory_budget=memory_budget,
+            max_drop_fraction=max_drop_fraction,
         )
         result = config.run()
         summary = result.summary()
@@ -284,6 +291,7 @@ def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     echo(
         f"  rows read {c['rows_read']}, malformed {c['malformed']}, samples {c['samples_read']}, "
         f"packed {c['packed']}, truncated {c['truncated']}, dropped {c['dropped']}"
+        + (f", fragmented {c['fragmented']}" if c.get("fragmented") else "")
     )
     for name, s in summary["splits"].items():
         meta = s["metadata"]
@@ -293,14 +301,19 @@ def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
             f"files: {', '.join(s['files'])}"
         )
     for name, split in manifest["splits"].items():
-        for kind in ("truncated", "dropped"):
-            entries = split[kind]
+        for kind in ("truncated", "dropped", "fragmented"):
+            entries = split.get(kind)
             if not entries:
                 continue
             total = split[kind + "_count"]
             echo(f"  {name}: {total} {kind} ({listed_note(len(entries), total)}):")
             for e in entries[:SHOWN]:
-                detail = f"kept {e['kept_tokens']} tokens" if kind == "truncated" else e["reason"]
+                if kind == "truncated":
+                    detail = f"kept {e['kept_tokens']} tokens"
+                elif kind == "fragmented":
+                    detail = f"{e['fragments']} fragments"
+                else:
+                    detail = e["reason"]
                 echo(f"    {e['source']}: {e['stored_length']} tokens, {detail}")
             if total > SHOWN:
                 echo(f"    ... {total - SHOWN} more")

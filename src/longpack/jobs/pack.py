@@ -43,7 +43,6 @@ DEMO_SEQ_LENGTH = 4096
 DEMO_LABEL = "<longpack-demo>"
 BACKENDS = ("local", "ray")
 DEFAULT_ALGORITHM = "best_fit_decreasing"
-OVERLENGTH_POLICIES = ("drop", "truncate", "error")  # as longpack.packed.align (checked there too)
 OUTPUT_FORMATS = ("parquet", "npy")  # as longpack.packed.pipeline (checked there too)
 COMPAT_MODES = ("megatron-bridge",)
 #: Megatron-Bridge's ``dataset.seed`` default (``GPTSFTDatasetConfig``), the seed of its prepare step.
@@ -116,7 +115,7 @@ class PackConfig:
     - ``pad_seq_to_mult``, or ``tp`` / ``cp`` / ``sp`` to derive it (default 1).
     - ``algorithm``, ``balance`` (a ``longpack.balance.BalanceTarget`` or its ``dp=..,gbs=..`` spec:
       workload-balanced rows in training order), ``seed`` (default 0; 1234 with ``compat``),
-      ``overlength`` (``drop | truncate | error``; default ``drop``).
+      ``overlength`` (``drop | truncate | fragment | error``; default ``drop``).
     - ``output_format``: ``parquet`` (Megatron-Bridge v0.4.0+ and main) or ``npy`` (Bridge <= 0.3.x and
       NeMo 2: one pickled object array per split); ``row_group_size`` (Parquet rows per row group).
     - ``compat="megatron-bridge"``: Bridge's prepare step exactly: ``first_fit_shuffle``, seed 1234,
@@ -168,6 +167,10 @@ class PackConfig:
     #: memory). Past it the job packs in two passes through a scratch folder next to ``out``
     #: (``longpack.jobs.out_of_core``); the output is byte-identical.
     memory_budget: int | str | None = None
+    #: Largest share (0..1) of the samples or runtime tokens that may be dropped or truncated; past it the job
+    #: raises ``longpack.packed.drops.DropLimitError`` (CLI exit 1) before writing anything. ``None``: no
+    #: limit; a loss past 5 % still warns (length percentiles, the pack size that keeps 99 % of samples).
+    max_drop_fraction: float | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalized values are set once, here
@@ -243,6 +246,8 @@ class PackConfig:
             raise ConfigError(
                 "workers goes to the executor object given as backend, not next to it", fields="workers"
             )
+        from longpack.packed.align import OVERLENGTH_POLICIES  # the one list of policies
+
         if self.overlength is not None and self.overlength not in OVERLENGTH_POLICIES:
             raise ConfigError(
                 f"overlength must be one of {', '.join(OVERLENGTH_POLICIES)}, got {self.overlength!r}",
@@ -282,6 +287,19 @@ class PackConfig:
                     "output_format npy is written by the local backend (one file per split); use backend local",
                     fields=("output_format", "backend"),
                 )
+        if self.max_drop_fraction is not None:
+            set_(
+                self,
+                "max_drop_fraction",
+                finite_float(self.max_drop_fraction, "max_drop_fraction", lo=0.0, hi=1.0),
+            )
+        if self.overlength == "fragment" and not (
+            self.backend == "local" or type(self.backend).__name__ == "LocalExecutor"
+        ):
+            raise ConfigError(
+                "overlength fragment runs on the local backend (the Ray writer routes whole samples)",
+                fields=("overlength", "backend"),
+            )
         if self.memory_budget is not None:
             from longpack.jobs.out_of_core import parse_memory_budget
 
@@ -463,6 +481,13 @@ class PackConfig:
                 train.samples, settings, eos_id=int(eos_id), validation=val.samples if val else None
             )
             provenance = self._provenance(train, val, demo_prefix, Provenance)
+            from longpack.packed.drops import check_drop_limit, drop_report
+
+            drops = drop_report(splits)  # never quiet: a warning past 5 %, an error past max_drop_fraction
+            check_drop_limit(drops, self.max_drop_fraction)
+            if drops.warning() is not None:
+                provenance.extra["warnings"].insert(0, drops.warning())
+            provenance.extra["drops"] = drops.to_dict()
             if mix_report is not None:
                 provenance.extra["mix"] = _mix_outcome(mix_report, splits)
             else:
@@ -581,10 +606,13 @@ def _file_outcomes(inputs: Sequence[dict[str, Any]], train: Any, val: Any, split
         samples = np.bincount(of_file, minlength=n)
         truncated = np.bincount(of_file[aligned.truncated], minlength=n)
         dropped = np.bincount(of_file[aligned.dropped], minlength=n)
+        fragmented = np.bincount(of_file[aligned.fragmented], minlength=n)
         for k in range(n):
             inputs[offset + k].update(
                 packed=int(samples[k] - dropped[k]), truncated=int(truncated[k]), dropped=int(dropped[k])
             )
+            if len(aligned.fragmented):
+                inputs[offset + k]["fragmented"] = int(fragmented[k])
         offset += n
 
 
@@ -724,6 +752,7 @@ class PackResult:
                     "files": list(s.file_names),
                     "truncated": s.truncated_count,
                     "dropped": s.dropped_count,
+                    "fragmented": s.extra.get("fragmented_count", 0),
                     # how many of those the manifest lists one by one (it stops at a cap)
                     "truncated_listed": len(s.truncated),
                     "dropped_listed": len(s.dropped),

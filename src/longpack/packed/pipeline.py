@@ -267,6 +267,11 @@ class SplitPlan:
             {"source": src.provenance(int(i)), "stored_length": int(stored_in[i]), "reason": reason}
             for i, reason in zip(a.dropped[:MAX_LISTED].tolist(), a.dropped_reason, strict=False)
         ]
+        pieces = np.bincount(a.index, minlength=len(src))[a.fragmented] if len(a.fragmented) else a.fragmented
+        fragmented = [
+            {"source": src.provenance(int(i)), "stored_length": int(stored_in[i]), "fragments": int(n)}
+            for i, n in zip(a.fragmented[:MAX_LISTED].tolist(), pieces[:MAX_LISTED].tolist(), strict=True)
+        ]
         pack_size = self.metadata["pack_size"]
         return {
             "samples_in": self.source_count,
@@ -284,6 +289,12 @@ class SplitPlan:
             "dropped_unlisted": len(a.dropped) - len(dropped),
             "truncated": truncated,
             "dropped": dropped,
+            # over-long samples cut into fragments (overlength fragment): each is several packed sequences
+            "fragmented_count": len(a.fragmented),
+            "fragments": int(pieces.sum()),
+            "fragmented_listed": len(fragmented),
+            "fragmented_unlisted": len(a.fragmented) - len(fragmented),
+            "fragmented": fragmented,
         }
 
 
@@ -365,19 +376,27 @@ def plan_splits(
     )
     if settings.val_fraction == 0:
         return [plan_split("training", train, settings, eos_id=eos_id, aligned=aligned)]
-    k = len(aligned)
+    # Fragments of one sample stay in one split: the draw is over source samples when there are fragments.
+    units, unit_of = (len(aligned), None) if aligned.start is None else _source_units(aligned.index)
+    k = units
     n_val = min(max(1, round(settings.val_fraction * k)), k - 1)
     if k < 2:
         raise InputError(f"val_fraction needs at least 2 packable samples, got {k}", fields="val_fraction")
     chosen = np.zeros(k, dtype=bool)
     chosen[np.random.default_rng(settings.seed).permutation(k)[:n_val]] = True
+    if unit_of is not None:
+        chosen = chosen[unit_of]
     train_plan = plan_split(
         "training", train, settings, eos_id=eos_id, aligned=aligned.subset(np.flatnonzero(~chosen))
     )
     val_aligned = aligned.subset(np.flatnonzero(chosen))
     # Truncations and drops are reported once, with the training split.
     val_aligned = replace(
-        val_aligned, truncated=np.zeros(0, np.int64), dropped=np.zeros(0, np.int64), dropped_reason=()
+        val_aligned,
+        truncated=np.zeros(0, np.int64),
+        dropped=np.zeros(0, np.int64),
+        dropped_reason=(),
+        fragmented=np.zeros(0, np.int64),
     )
     val_plan = plan_split("validation", train, settings, eos_id=eos_id, aligned=val_aligned)
     return [
@@ -396,6 +415,13 @@ def plan_splits(
             source_count=n_val,
         ),
     ]
+
+
+def _source_units(index: np.ndarray) -> tuple[int, np.ndarray]:
+    """``(number of distinct source samples, unit of each kept sample)`` (``index`` is ascending)."""
+    new = np.ones(len(index), dtype=bool)
+    new[1:] = index[1:] != index[:-1]
+    return int(new.sum()), np.cumsum(new) - 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -769,8 +795,12 @@ def finish_packed_output(
             "rows_read": provenance.rows_read,
             "malformed": len(provenance.malformed),
             "samples_read": sum(r["samples_in"] for r in reports.values()),
-            "packed": sum(r["samples_packed"] for r in reports.values()),
+            # source samples packed (whole, truncated or fragmented); a split's samples_packed counts sequences
+            "packed": sum(
+                r["samples_packed"] - r["fragments"] + r["fragmented_count"] for r in reports.values()
+            ),
             "truncated": sum(r["truncated_count"] for r in reports.values()),
+            "fragmented": sum(r["fragmented_count"] for r in reports.values()),
             "dropped": sum(r["dropped_count"] for r in reports.values()),
             "rows": {name: r["rows"] for name, r in reports.items()},
         },
