@@ -68,6 +68,7 @@ def test_every_token_of_an_overlong_sample_is_in_exactly_one_fragment(lengths, c
 
 def test_fragment_cuts_leave_no_one_token_tail() -> None:
     sample, start, length = fragment_cuts(np.array([9, 5]), 3)
+    assert sample.tolist() == [0, 0, 0, 1, 1]
     assert length.tolist() == [4, 3, 2, 3, 2]  # 9 = 4+4+1 -> 4+3+2; 5 = 4+1 -> 3+2
     assert start.tolist() == [0, 4, 7, 0, 3]
 

@@ -18,7 +18,7 @@ Algorithm = Literal["best_fit_decreasing", "first_fit_shuffle", "first_fit", "fi
 Overlength = Literal["drop", "truncate", "fragment", "error"]
 IdsDtype = Literal["int64", "int32"]
 Backend = Literal["local", "ray"]
-TextFormat = Literal["auto", "prompt_completion", "chat", "sharegpt", "pretokenized"]
+TextFormat = Literal["auto", "prompt_completion", "chat", "sharegpt", "pretokenized", "text"]
 PromptCompletionLossChoice = Literal["completion", "full"]
 ChatLossChoice = Literal["assistant", "last_turn", "full"]
 Precision = Literal["bf16", "fp8", "mxfp8", "nvfp4"]
@@ -52,6 +52,14 @@ PromptCompletionLoss = Annotated[
 ]
 ChatLoss = Annotated[ChatLossChoice, typer.Option("--chat-loss", help="Assistant turns that train.")]
 MessagesKey = Annotated[str, typer.Option("--messages-key")]
+TextKey = Annotated[str, typer.Option("--text-key", help="Column with each document's text (--format text).")]
+AppendEod = Annotated[
+    bool,
+    typer.Option(
+        "--append-eod/--no-append-eod",
+        help="--format text: end every document with the tokenizer's EOS (Megatron's --append-eod).",
+    ),
+]
 SkipMalformed = Annotated[bool, typer.Option("--skip-malformed", help="Skip and count malformed rows.")]
 Tokenizer = Annotated[
     str | None, typer.Option("--tokenizer", help="tokenizer.json, HF model folder, 'qwen3' or 'bytes'.")

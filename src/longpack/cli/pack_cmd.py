@@ -28,6 +28,8 @@ def text_config(
     messages_key: str,
     skip_malformed: bool,
     tools_key: str = "tools",
+    text_key: str = "text",
+    append_eod: bool = True,
 ) -> Any:
     """The ``TextConfig`` of the text options ``pack`` and ``sweep`` share (``\\n``-style escapes in the
     prompt template and separator read as a user means them: :func:`longpack.cli.options.unescape`)."""
@@ -40,6 +42,8 @@ def text_config(
         prompt_template=opt.unescape(prompt_template),
         separator=opt.unescape(separator),
         tools_key=tools_key,
+        text_key=text_key,
+        append_eod=append_eod,
         prompt_completion_loss=prompt_completion_loss,
         chat_loss=chat_loss,
         messages_key=messages_key,
@@ -103,6 +107,8 @@ def register(app: typer.Typer) -> None:
         chat_loss: opt.ChatLoss = "assistant",
         messages_key: opt.MessagesKey = "messages",
         tools_key: opt.ToolsKey = "tools",
+        text_key: opt.TextKey = "text",
+        append_eod: opt.AppendEod = True,
         skip_malformed: opt.SkipMalformed = False,
         mix: Annotated[
             list[str] | None,
@@ -229,6 +235,8 @@ def register(app: typer.Typer) -> None:
                 messages_key=messages_key,
                 skip_malformed=skip_malformed,
                 tools_key=tools_key,
+                text_key=text_key,
+                append_eod=append_eod,
             ),
             rows_per_shard=rows_per_shard,
             overwrite=overwrite,

@@ -42,6 +42,8 @@ def register(app: typer.Typer) -> None:
         chat_loss: opt.ChatLoss = "assistant",
         messages_key: opt.MessagesKey = "messages",
         tools_key: opt.ToolsKey = "tools",
+        text_key: opt.TextKey = "text",
+        append_eod: opt.AppendEod = True,
         as_json: opt.Json = False,
     ) -> None:
         """Show samples decoded, supervised tokens highlighted (colours on a terminal, [[ ]] when piped)."""
@@ -62,6 +64,8 @@ def register(app: typer.Typer) -> None:
                 messages_key=messages_key,
                 skip_malformed=True,
                 tools_key=tools_key,
+                text_key=text_key,
+                append_eod=append_eod,
             ),
             index=index or (),
             at=at or (),
