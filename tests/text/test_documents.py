@@ -27,7 +27,7 @@ def test_text_rows_tokenize_as_documents(tmp_path: Path) -> None:
     assert len(r.samples) == len(DOCS)
     for i, doc in enumerate(DOCS):
         ids, mask = r.samples.sample(i)
-        assert ids.tolist() == tok.encode(doc) + [tok.eos_id]
+        assert ids.tolist() == [*tok.encode(doc), tok.eos_id]
         assert mask.tolist() == [1] * len(ids)
     assert r.inputs[0]["columns"]["used"] == ["text"]
     with pytest.raises(InputError, match=r"docs.jsonl:4: the document has 1 token\(s\)"):
