@@ -23,7 +23,7 @@ ends with EOD when it was written with ``append_eod``, so both views agree).
 >>> doc, sample, shuffle = gpt_indices(lengths, np.arange(4, dtype=np.int32), seq_length=4, seed=1)
 >>> doc.tolist(), sample.tolist(), shuffle.tolist()
 ([3, 2, 0, 1], [[0, 0], [1, 2], [1, 6], [2, 2], [3, 1]], [0, 2, 1, 3])
->>> sample_cu_seqlens(lengths, doc, sample, 1, seq_length=4).tolist()
+>>> sample_cu_seqlens(lengths, doc, sample, 0, seq_length=4).tolist()  # document 3 (2 tokens), then 2
 [0, 2, 4]
 """
 
