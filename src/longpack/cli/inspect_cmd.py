@@ -28,10 +28,36 @@ def register(app: typer.Typer) -> None:
             "--no-manifest-ok",
             help="A folder without manifest.json is Megatron-Bridge's (its prepare step writes none), not unfinished.",
         ),
+        seq_length: int | None = typer.Option(
+            None, "--seq-length", help="Indexed data: GPTDataset's sequence length (default: the manifest's)."
+        ),
+        seed: int | None = typer.Option(
+            None, "--seed", help="Indexed data: Megatron's --seed (default 1234)."
+        ),
+        split: str = typer.Option(
+            "1,0,0", "--split", help="Indexed data: Megatron's --split; the train part is shown."
+        ),
+        num_samples: int | None = typer.Option(
+            None,
+            "--num-samples",
+            help="Indexed data: samples GPTDataset draws (train_iters * GBS; default 1 epoch).",
+        ),
+        sample: int | None = typer.Option(
+            None, "--sample", help="Indexed data: show this sample's documents and cu_seqlens."
+        ),
     ) -> None:
-        """Summarize a packed output folder; exit 1 if it is unfinished or a check fails."""
+        """Summarize a packed output folder or a Megatron .bin/.idx prefix; exit 1 if unfinished or a check fails."""
         from longpack.outputs import check_output_file
         from longpack.packed import inspect_output, plot_output
+
+        if Path(f"{folder}.idx").is_file() or _indexed_folder(folder):
+            from longpack.packed.gpt_samples import inspect_indexed
+
+            report = inspect_indexed(
+                folder, seq_length=seq_length, seed=seed, split=split, num_samples=num_samples, sample=sample
+            )
+            typer.echo(json.dumps(report, indent=2) if as_json else _indexed_text(report))
+            return
 
         if plot is not None:
             check_output_file(plot, field="plot")  # before the (long) verification
@@ -92,3 +118,38 @@ def _print_human(report: dict) -> None:  # type: ignore[type-arg]
         )
     for problem in report["problems"]:
         echo(f"  problem: {problem}")
+
+
+def _indexed_folder(folder: Path) -> bool:
+    manifest = folder / "manifest.json"
+    try:
+        return (
+            manifest.is_file()
+            and json.loads(manifest.read_text()).get("settings", {}).get("output_format") == "indexed"
+        )
+    except (OSError, ValueError):
+        return False
+
+
+def _indexed_text(report: dict) -> str:  # type: ignore[type-arg]
+    lines = [f"{report['folder']}: Megatron indexed dataset(s)"]
+    for prefix, e in report["prefixes"].items():
+        g = e["gpt_dataset"]
+        lines.append(f"  {prefix}: {e['documents']} documents, {e['tokens']} tokens, {e['dtype']}")
+        lines.append(
+            f"    GPTDataset seq_length {g['seq_length']}, seed {g['seed']}, split {g['split']}: {g['samples']} "
+            f"samples in {g['epochs']} epoch(s), tokens per sample {g['seq_length']}, {g['documents_cut']} of "
+            f"{g['documents']} documents cut at sample boundaries, {g['segments_mean']} documents per sample "
+            f"(max {g['segments_max']})"
+        )
+        lines.append(
+            f"    attention work (causal, sum of squares / 2): {g['attention_work_unmasked']:.4g} without document "
+            f"masking, {g['attention_work_masked']:.4g} with ({g['attention_work_ratio']:.1%})"
+        )
+        if "sample" in e:
+            sm = e["sample"]
+            lines.append(
+                f"    sample {sm['index']} (index {sm['unshuffled_index']} before shuffling): documents "
+                f"{sm['documents']} from offset {sm['first_document_offset']}, cu_seqlens {sm['cu_seqlens']}"
+            )
+    return "\n".join(lines)

@@ -12,7 +12,7 @@ import typer
 from longpack.cli import options as opt
 
 SHOWN = 10
-OutputFormat = Literal["parquet", "npy"]
+OutputFormat = Literal["parquet", "npy", "indexed"]
 Compat = Literal["megatron-bridge"]
 
 
@@ -144,7 +144,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--output-format",
                 help="parquet: packed Parquet for Megatron-Bridge v0.4.0+ and main; npy: one .npy per split "
-                "for Megatron-Bridge <= 0.3.x (the PyPI release) and NeMo 2.",
+                "for Megatron-Bridge <= 0.3.x (the PyPI release) and NeMo 2; indexed: Megatron .bin/.idx "
+                "document datasets for pretraining (--data-path).",
             ),
         ] = "parquet",
         row_group_size: int | None = typer.Option(
@@ -284,8 +285,33 @@ def listed_note(listed: int, total: int) -> str:
     return f"the first {listed} listed in manifest.json, {total - listed} not listed"
 
 
+def print_indexed_summary(summary: dict[str, Any]) -> None:
+    """The human-readable account of an indexed (Megatron ``.bin``/``.idx``) pack."""
+    c, g, echo = summary["counts"], summary["gpt_dataset"], typer.echo
+    echo(f"indexed -> {summary['out']}")
+    echo(
+        f"  format: {summary['format']}   tokenizer: {summary['tokenizer'].get('name')}   dtype: {summary['dtype']}"
+    )
+    echo(
+        f"  rows read {c['rows_read']}, malformed {c['malformed']}, documents {summary['documents']}, "
+        f"tokens {summary['tokens']}, in {len(summary['prefixes'])} prefix(es)"
+    )
+    echo(
+        f"  GPTDataset at seq_length {g['seq_length']}, seed {g['seed']}: {g['samples']} samples, "
+        f"{g['documents_cut']} documents cut at sample boundaries, attention work with document masking "
+        f"{g['attention_work_ratio']:.1%} of without"
+    )
+    for warning in summary["warnings"]:
+        echo(f"  warning: {warning}")
+    echo("Megatron-LM: --data-path " + summary["data_path"])
+    echo(f"  inspect it: longpack inspect {summary['prefixes'][0]} --seq-length {g['seq_length']}")
+
+
 def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     """The human-readable account of a finished pack (``summary``: ``PackResult.summary()``)."""
+    if summary.get("output_format") == "indexed":
+        print_indexed_summary(summary)
+        return
     c = summary["counts"]
     echo = typer.echo
     echo(f"packed -> {summary['out']}")

@@ -43,7 +43,7 @@ DEMO_SEQ_LENGTH = 4096
 DEMO_LABEL = "<longpack-demo>"
 BACKENDS = ("local", "ray")
 DEFAULT_ALGORITHM = "best_fit_decreasing"
-OUTPUT_FORMATS = ("parquet", "npy")  # as longpack.packed.pipeline (checked there too)
+OUTPUT_FORMATS = ("parquet", "npy", "indexed")  # as longpack.packed.pipeline (checked there too)
 COMPAT_MODES = ("megatron-bridge",)
 #: Megatron-Bridge's ``dataset.seed`` default (``GPTSFTDatasetConfig``), the seed of its prepare step.
 BRIDGE_DEFAULT_SEED = 1234
@@ -300,6 +300,10 @@ class PackConfig:
                 "overlength fragment runs on the local backend (the Ray writer routes whole samples)",
                 fields=("overlength", "backend"),
             )
+        if self.output_format == "indexed":
+            self._check_indexed()
+            if self.text.min_tokens != 1:  # Megatron keeps one-token documents
+                set_(self, "text", replace(self.text, min_tokens=1))
         if self.memory_budget is not None:
             from longpack.jobs.out_of_core import parse_memory_budget
 
@@ -312,6 +316,38 @@ class PackConfig:
         mult, source = resolve_pad_seq_to_mult(self.pad_seq_to_mult, self.tp, self.cp, self.sp)
         set_(self, "_mult_source", source)
         set_(self, "_settings", self._pack_settings(mult))
+
+    def _check_indexed(self) -> None:
+        """Settings that mean nothing for Megatron indexed datasets (whole documents, cut into samples by
+        Megatron's GPTDataset at training time) are refused, each with the reason."""
+        why = {
+            "val_fraction": "Megatron's --split carves validation documents out of the same prefixes",
+            "val_inputs": "pack the validation documents into their own folder and give Megatron both",
+            "overlength": "documents are written whole; GPTDataset cuts them into seq_length samples",
+            "compat": "compat is Megatron-Bridge's packed SFT format",
+            "balance": "indexed data is not packed into rows",
+            "row_group_size": "a Parquet setting",
+            "pad_seq_to_mult": "indexed data has no per-sample alignment",
+            "pad_to_max_length": "a Megatron-Bridge packed-SFT setting",
+            "pad_cu_seqlens": "a Megatron-Bridge packed-SFT setting",
+            "pack_size": "indexed samples are seq_length tokens (GPTDataset)",
+        }
+        for name, reason in why.items():
+            value = getattr(self, name)
+            if value not in (None, (), False, 0.0):
+                raise ConfigError(
+                    f"output_format indexed: drop {name} ({reason})", fields=(name, "output_format")
+                )
+        if self.ids_dtype != "int64":
+            raise ConfigError(
+                "output_format indexed picks the token dtype from the vocabulary (uint16 or int32, as Megatron); "
+                "drop ids_dtype",
+                fields=("ids_dtype", "output_format"),
+            )
+        if not (self.backend == "local" or type(self.backend).__name__ == "LocalExecutor"):
+            raise ConfigError(
+                "output_format indexed is written by the local backend", fields=("output_format", "backend")
+            )
 
     def _pack_settings(self, mult: int) -> Any:
         """The packed layer's settings; the algorithm and the balance spec are settled here, once."""
@@ -358,6 +394,8 @@ class PackConfig:
                 f"algorithm {algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}",
                 fields="algorithm",
             )
+        if self.output_format == "indexed" and seed is None:
+            seed = BRIDGE_DEFAULT_SEED  # Megatron-LM's --seed default, the GPTDataset shuffle seed
         balance = balance_target(self.balance)  # a bad spec fails now, before any tokenization
         assert self.seq_length is not None
         return PackSettings(
@@ -477,6 +515,8 @@ class PackConfig:
                     f"tokenizer {tokenizer.name!r} has no EOS id; packing pads with EOS", fields="tokenizer"
                 )
             check_ids_dtype(settings.ids_dtype, train.tokenizer.get("vocab_size"))
+            if settings.output_format == "indexed":
+                return self._write_indexed(out, train, int(eos_id), demo_prefix, executor)
             splits = plan_splits(
                 train.samples, settings, eos_id=int(eos_id), validation=val.samples if val else None
             )
@@ -505,6 +545,35 @@ class PackConfig:
             out=out.resolve(),
             manifest=PackManifest.from_dict(manifest),
             pad_seq_to_mult_source=self.pad_seq_to_mult_source,
+            backend=None if report is None else {"name": executor.name, **report},
+        )
+
+    def _write_indexed(
+        self, out: Path, train: Any, eos_id: int, demo_prefix: str, executor: Any
+    ) -> PackResult:
+        """Every document into Megatron indexed datasets (``longpack.packed.indexed``); manifest last."""
+        from longpack.outputs import output_write_errors
+        from longpack.packed.indexed import write_indexed_output
+        from longpack.packed.manifest import PackManifest
+        from longpack.packed.pipeline import Provenance, prepare_out_dir
+
+        provenance = self._provenance(train, None, demo_prefix, Provenance)
+        for info in provenance.inputs:  # every document of every file is written whole
+            info.update(packed=info["rows"] - info.get("malformed", 0), truncated=0, dropped=0)
+        with output_write_errors(out):
+            prepare_out_dir(out, self.overwrite)
+            manifest = write_indexed_output(
+                out,
+                train.samples,
+                self.settings,
+                provenance,
+                vocab_size=int(train.tokenizer["vocab_size"]),
+                eos_id=eos_id,
+            )
+        report = executor.report()
+        return PackResult(
+            out=out.resolve(),
+            manifest=PackManifest.from_dict(manifest),
             backend=None if report is None else {"name": executor.name, **report},
         )
 
@@ -732,6 +801,10 @@ class PackResult:
     def summary(self) -> dict[str, Any]:
         """What ``longpack pack --json`` prints."""
         settings = self.settings
+        if settings.get("output_format") == "indexed":
+            from longpack.packed.indexed import indexed_summary
+
+            return indexed_summary(self.out, self.manifest.to_dict())
         doc: dict[str, Any] = {
             "out": str(self.out),
             "finished": True,

@@ -80,7 +80,9 @@ def _num_epochs(tokens_per_epoch: int, num_samples: int | None, seq_length: int,
     return epochs
 
 
-def _document_index(documents: np.ndarray, epochs: int, rs: np.random.RandomState, separate: bool) -> np.ndarray:
+def _document_index(
+    documents: np.ndarray, epochs: int, rs: np.random.RandomState, separate: bool
+) -> np.ndarray:
     if not separate or epochs == 1:
         index = np.tile(np.asarray(documents), epochs).astype(np.int32)
         rs.shuffle(index)
@@ -111,7 +113,11 @@ def _sample_index(
         last = len(ends) - 1
         pos[past] = last
         offset[past] = int(sizes[document_index[last]]) - extra
-    dtype = np.int32 if max(len(document_index), int(sizes.max(initial=0))) <= np.iinfo(np.int32).max else np.int64
+    dtype = (
+        np.int32
+        if max(len(document_index), int(sizes.max(initial=0))) <= np.iinfo(np.int32).max
+        else np.int64
+    )
     return np.stack([pos, offset], axis=1).astype(dtype)
 
 
@@ -178,7 +184,8 @@ class GptSamplesReport:
     tokens: int
     epochs: int
     samples: int
-    #: documents that a sample boundary cuts (they continue in the next sample, without their beginning)
+    #: documents a sample boundary cuts (they continue in the next sample, without their beginning); over
+    #: all epochs (a document repeated by an epoch counts again)
     documents_cut: int
     #: segments per sample with inter-document masking (mean, max)
     segments_mean: float
@@ -190,7 +197,9 @@ class GptSamplesReport:
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["attention_work_ratio"] = (
-            round(self.attention_work_masked / self.attention_work_unmasked, 6) if self.attention_work_unmasked else 0.0
+            round(self.attention_work_masked / self.attention_work_unmasked, 6)
+            if self.attention_work_unmasked
+            else 0.0
         )
         return d
 
@@ -243,3 +252,81 @@ def gpt_samples_report(
         attention_work_unmasked=float(n) * seq_length * seq_length / 2,
         attention_work_masked=squares_masked,
     )
+
+
+def inspect_indexed(
+    path: str | Any,
+    *,
+    seq_length: int | None = None,
+    seed: int | None = None,
+    split: str = "1,0,0",
+    num_samples: int | None = None,
+    sample: int | None = None,
+) -> dict[str, Any]:
+    """``longpack inspect`` of a Megatron indexed dataset: ``path`` is a prefix (``<path>.idx`` exists) or an
+    indexed pack folder (its prefixes; ``seq_length`` and ``seed`` default to the manifest's). Per prefix:
+    documents, tokens, dtype and the :class:`GptSamplesReport`; with ``sample``, that sample (the
+    ``sample``-th GPTDataset returns, after shuffling): its documents and ``cu_seqlens``."""
+    import json
+    from pathlib import Path
+
+    from longpack.errors import ConfigError, PackedDataError
+    from longpack.packed.indexed import IndexedFile
+
+    path = Path(path)
+    manifest: dict[str, Any] = {}
+    if Path(f"{path}.idx").is_file():
+        prefixes = [path]
+    elif (path / "manifest.json").is_file():
+        manifest = json.loads((path / "manifest.json").read_text())
+        if manifest.get("settings", {}).get("output_format") != "indexed":
+            raise PackedDataError(f"{path} is not an indexed pack folder", fields="folder")
+        prefixes = [path / p for p in manifest["megatron"]["prefixes"]]
+        seq_length = seq_length or manifest["settings"]["seq_length"]
+        seed = manifest["settings"]["seed"] if seed is None else seed
+    else:
+        raise PackedDataError(
+            f"{path}: neither a .bin/.idx prefix nor an indexed pack folder", fields="folder"
+        )
+    if seq_length is None:
+        raise ConfigError(
+            "seq_length is required to inspect a prefix (GPTDataset's sequence length)", fields="seq_length"
+        )
+    seed = 1234 if seed is None else seed
+    out: dict[str, Any] = {
+        "folder": str(path),
+        "ok": True,
+        "finished": True,
+        "format": "indexed",
+        "prefixes": {},
+    }
+    for prefix in prefixes:
+        data = IndexedFile(prefix)
+        sizes = np.asarray(data.sequence_lengths)
+        report = gpt_samples_report(
+            sizes, seq_length=seq_length, seed=seed, split=split, num_samples=num_samples
+        )
+        entry: dict[str, Any] = {
+            "documents": len(data),
+            "tokens": int(sizes.astype(np.int64).sum()),
+            "dtype": data.dtype.name,
+            "gpt_dataset": report.to_dict(),
+        }
+        if sample is not None:
+            docs = split_documents(split, len(sizes))
+            doc, sidx, shuffle = gpt_indices(
+                sizes, docs, seq_length=seq_length, seed=seed, num_samples=num_samples
+            )
+            if not 0 <= sample < len(shuffle):
+                raise ConfigError(f"sample {sample} is outside 0..{len(shuffle) - 1}", fields="sample")
+            k = int(shuffle[sample])
+            (p0, o0), (p1, _) = sidx[k], sidx[k + 1]
+            entry["sample"] = {
+                "index": sample,
+                "unshuffled_index": k,
+                "documents": [int(d) for d in doc[int(p0) : int(p1) + 1]],
+                "first_document_offset": int(o0),
+                "cu_seqlens": sample_cu_seqlens(sizes, doc, sidx, k, seq_length=seq_length).tolist(),
+            }
+        out["prefixes"][str(prefix)] = entry
+    return out

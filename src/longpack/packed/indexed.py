@@ -75,7 +75,9 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size < UINT16_BELOW else np.int32)
 
 
-def indexed_shards(lengths: np.ndarray, tokens_per_shard: int | None = None, docs_per_shard: int | None = None) -> list[tuple[int, int]]:
+def indexed_shards(
+    lengths: np.ndarray, tokens_per_shard: int | None = None, docs_per_shard: int | None = None
+) -> list[tuple[int, int]]:
     """``(first document, end document)`` of every shard: whole documents, ``docs_per_shard`` each when
     given, else as many as keep a shard within ``tokens_per_shard`` (default :data:`TOKENS_PER_SHARD`; a
     longer document gets a shard of its own).
@@ -118,7 +120,12 @@ def _atomic_write(path: Path, chunks: Sequence[bytes | np.ndarray]) -> None:
 
 
 def write_indexed(
-    prefix: Path, samples: TokenizedSamples, documents: np.ndarray, *, vocab_size: int, chunk_tokens: int = 1 << 24
+    prefix: Path,
+    samples: TokenizedSamples,
+    documents: np.ndarray,
+    *,
+    vocab_size: int,
+    chunk_tokens: int = 1 << 24,
 ) -> dict[str, Any]:
     """Write samples ``documents`` (indices, in this order) as one Megatron indexed dataset ``<prefix>.bin`` /
     ``<prefix>.idx`` (each atomically, ``.idx`` last); return the shard's manifest record."""
@@ -126,7 +133,9 @@ def write_indexed(
     documents = np.asarray(documents, dtype=np.int64)
     lengths = samples.stored_lengths()[documents]
     if len(lengths) and int(lengths.max()) > np.iinfo(np.int32).max:
-        raise PackedDataError(f"{prefix}: a document of {int(lengths.max())} tokens does not fit Megatron's int32 length")
+        raise PackedDataError(
+            f"{prefix}: a document of {int(lengths.max())} tokens does not fit Megatron's int32 length"
+        )
     starts = samples.offsets[:-1][documents]
     contiguous = bool((np.diff(documents) == 1).all())  # one slice of the token buffer, copied in chunks
     bin_path, idx_path = Path(f"{prefix}.bin"), Path(f"{prefix}.idx")
@@ -196,7 +205,9 @@ class IndexedFile:
             raise PackedDataError(f"{idx}: version {version}, dtype code {code}: not one longpack reads")
         need = 34 + 4 * n_seq + 8 * n_seq + 8 * n_doc
         if len(raw) < need:
-            raise PackedDataError(f"{idx}: {len(raw)} bytes, the header promises {need}: the file is cut short")
+            raise PackedDataError(
+                f"{idx}: {len(raw)} bytes, the header promises {need}: the file is cut short"
+            )
         o = 34
         self.dtype: np.dtype = by_code[code]
         self.sequence_lengths: np.ndarray = raw[o : o + 4 * n_seq].view(np.int32)
@@ -225,3 +236,123 @@ class IndexedFile:
 def indexed_prefixes(manifest: Mapping[str, Any], out: Path, split: str = "training") -> list[Path]:
     """The absolute shard prefixes of a split of an indexed pack folder."""
     return [out / f["name"] for f in manifest["splits"][split]["files"]]
+
+
+#: The file holding the ready ``--data-path`` (absolute prefixes) of an indexed pack folder.
+DATA_PATH_NAME = "data_path.txt"
+
+
+def write_indexed_output(
+    out: Path,
+    samples: TokenizedSamples,
+    settings: Any,
+    provenance: Any,
+    *,
+    vocab_size: int,
+    eos_id: int,
+) -> dict[str, Any]:
+    """Write every sample of ``samples`` as a document into sharded Megatron indexed datasets in the prepared
+    folder ``out``, then ``data_path.txt`` and, last, ``manifest.json``; return the manifest.
+
+    ``settings``: the job's ``PackSettings`` (``seq_length``, ``seed`` and ``rows_per_shard`` = documents per
+    shard); ``provenance``: its ``Provenance``. The manifest has the layout of a packed folder's (counts,
+    inputs, malformed rows, one record per shard) plus ``megatron`` (prefixes, ``data_path``, dtype, EOD id)
+    and ``gpt_dataset``: what ``GPTDataset`` makes of the data at ``seq_length`` / ``seed``.
+    """
+    from longpack.packed.files import atomic_write_bytes
+    from longpack.packed.gpt_samples import gpt_samples_report
+    from longpack.packed.manifest import MANIFEST_FORMAT, MANIFEST_NAME, PackManifest
+    from longpack.packed.pipeline import MAX_LISTED, versions
+
+    lengths = samples.stored_lengths()
+    shards = indexed_shards(lengths, docs_per_shard=settings.rows_per_shard)
+    stem = DOCUMENT_STEM.format(split="training")
+    names = (
+        [stem]
+        if len(shards) == 1
+        else [f"{stem}.part-{i:05d}-of-{len(shards):05d}" for i in range(len(shards))]
+    )
+    files = [
+        write_indexed(out / name, samples, np.arange(lo, hi), vocab_size=vocab_size)
+        for name, (lo, hi) in zip(names, shards, strict=True)
+    ]
+    prefixes = [(str((out / f["name"]).resolve()), f["stored_tokens"]) for f in files]
+    atomic_write_bytes(out / DATA_PATH_NAME, (data_path(prefixes) + "\n").encode())
+    report = gpt_samples_report(lengths.astype(np.int32), seq_length=settings.seq_length, seed=settings.seed)
+    tokens = int(lengths.sum())
+    manifest: dict[str, Any] = {
+        "format": MANIFEST_FORMAT,
+        "versions": versions(),
+        "settings": {
+            "output_format": "indexed",
+            "seq_length": settings.seq_length,
+            "seed": settings.seed,
+            "rows_per_shard": settings.rows_per_shard,
+            "tokens_per_shard": None if settings.rows_per_shard else TOKENS_PER_SHARD,
+            "text": provenance.text_settings,
+        },
+        "inputs": list(provenance.inputs),
+        "tokenizer": provenance.tokenizer,
+        "counts": {
+            "rows_read": provenance.rows_read,
+            "malformed": len(provenance.malformed),
+            "samples_read": len(samples),
+            "packed": len(samples),
+            "truncated": 0,
+            "dropped": 0,
+            "rows": {"training": len(samples)},
+        },
+        "malformed": [{"source": s, "reason": r} for s, r in provenance.malformed[:MAX_LISTED]],
+        "malformed_listed": min(len(provenance.malformed), MAX_LISTED),
+        "malformed_unlisted": max(len(provenance.malformed) - MAX_LISTED, 0),
+        "splits": {
+            "training": {
+                "files": files,
+                "samples_in": len(samples),
+                "samples_packed": len(samples),
+                "rows": len(samples),
+                "documents": len(samples),
+                "runtime_tokens": tokens,
+                "stored_tokens": tokens,
+                "truncated_count": 0,
+                "dropped_count": 0,
+            }
+        },
+        "megatron": {
+            "prefixes": [f["name"] for f in files],
+            "weights": [round(f["stored_tokens"] / (tokens or 1), 8) for f in files],
+            "data_path_file": DATA_PATH_NAME,
+            "dtype": files[0]["dtype"],
+            "eod_id": int(eos_id),
+            "vocab_size": int(vocab_size),
+        },
+        "gpt_dataset": report.to_dict(),
+        **provenance.extra,
+    }
+    atomic_write_bytes(out / MANIFEST_NAME, PackManifest.from_dict(manifest).to_json_bytes())
+    return manifest
+
+
+def indexed_summary(out: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``longpack pack --json`` prints for an indexed output (``data_path`` with absolute prefixes)."""
+    mg = manifest["megatron"]
+    prefixes = [str(out / p) for p in mg["prefixes"]]
+    files = manifest["splits"]["training"]["files"]
+    return {
+        "out": str(out),
+        "finished": True,
+        "output_format": "indexed",
+        "format": manifest["settings"]["text"].get("detected_format"),
+        "tokenizer": manifest["tokenizer"],
+        "seed": manifest["settings"]["seed"],
+        "counts": manifest["counts"],
+        "documents": manifest["splits"]["training"]["documents"],
+        "tokens": manifest["splits"]["training"]["stored_tokens"],
+        "prefixes": prefixes,
+        "data_path": data_path(list(zip(prefixes, [f["stored_tokens"] for f in files], strict=True))),
+        "dtype": mg["dtype"],
+        "gpt_dataset": manifest["gpt_dataset"],
+        "malformed_listed": len(manifest["malformed"]),
+        "warnings": list(manifest.get("warnings", [])),
+        "skipped_inputs": len(manifest.get("skipped_inputs", [])),
+    }

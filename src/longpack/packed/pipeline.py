@@ -59,8 +59,9 @@ if TYPE_CHECKING:
 
 IDS_DTYPES = ("int64", "int32")
 #: On-disk formats: ``parquet`` (Megatron-Bridge main's packed Parquet) and ``npy`` (the pickled object array
-#: of row dicts that released Megatron-Bridge <= 0.3 and NeMo 2 read).
-OUTPUT_FORMATS = ("parquet", "npy")
+#: of row dicts that released Megatron-Bridge <= 0.3 and NeMo 2 read) and ``indexed`` (Megatron-Core's
+#: ``.bin`` / ``.idx`` pairs for pretraining: ``longpack.packed.indexed``).
+OUTPUT_FORMATS = ("parquet", "npy", "indexed")
 #: ``compat`` presets: settings under which the output is byte-identical to the named tool's own prepare step.
 COMPAT_MODES = ("megatron-bridge",)
 # Entries listed one by one in the manifest; beyond this, counts only: ``<kind>_listed`` /
@@ -196,8 +197,8 @@ class PackSettings:
     @property
     def resolved_rows_per_shard(self) -> int | None:
         """Rows per shard; ``None`` = one file per split (the npy format and the compat mode)."""
-        if self.output_format == "npy" or self.compat is not None:
-            return None
+        if self.output_format in ("npy", "indexed") or self.compat is not None:
+            return None if self.output_format != "indexed" else self.rows_per_shard
         return self.rows_per_shard or default_rows_per_shard(self.resolved_pack_size)
 
     @property
@@ -481,7 +482,9 @@ def _is_ours(name: str) -> bool:
 
     return (
         name in (MANIFEST_NAME, BRIDGE_CONFIG_NAME)
-        or name.endswith(("_metadata.jsonl", ".idx.parquet", ".npy"))
+        or name.endswith(("_metadata.jsonl", ".idx.parquet", ".npy", "_document.bin", "_document.idx"))
+        or name == "data_path.txt"
+        or (name.endswith((".bin", ".idx")) and "_document.part-" in name)
         or (name.startswith(".") and ".tmp-" in name)
     )
 
