@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -103,7 +104,7 @@ def test_gpt_dataset_samples_and_cu_seqlens_equal_our_report(
 
     class MegatronTokenizer:  # what GPTDatasetConfig reads of a tokenizer
         vocab_size, eod, pad = tok.vocab_size, tok.eos_id, -1
-        unique_identifiers = {"class": "bytes"}
+        unique_identifiers: ClassVar[dict[str, str]] = {"class": "bytes"}
 
     config = GPTDatasetConfig(
         random_seed=seed, sequence_length=seq_length, blend=([str(prefix)], None), split=split,

@@ -64,8 +64,8 @@ def split_documents(split: str, num_documents: int, which: int = 0) -> np.ndarra
     lo, hi = bounds[which], bounds[which + 1]
     if hi <= lo:
         return np.zeros(0, dtype=np.int32)
-    beg = int(round(lo * float(num_documents)))
-    end = int(round(hi * float(num_documents)))
+    beg = round(lo * float(num_documents))  # Python's round, as Megatron (half to even)
+    end = round(hi * float(num_documents))
     return np.arange(beg, end, dtype=np.int32)
 
 
@@ -96,10 +96,7 @@ def _sample_index(
     sizes: np.ndarray, document_index: np.ndarray, seq_length: int, total: int, drop_last: bool, extra: int
 ) -> np.ndarray:
     """``helpers.build_sample_idx``: the ``(document index position, offset)`` of every sample boundary."""
-    if drop_last:
-        num_samples = (total - extra) // seq_length
-    else:
-        num_samples = int(np.ceil((total - extra) / seq_length))
+    num_samples = (total - extra) // seq_length if drop_last else int(np.ceil((total - extra) / seq_length))
     ends = np.cumsum(sizes[document_index].astype(np.int64))
     starts = ends - sizes[document_index]
     p = np.arange(num_samples + 1, dtype=np.int64) * seq_length

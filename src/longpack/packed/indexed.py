@@ -57,7 +57,7 @@ __all__ = [
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
 #: Megatron-Core's ``DType`` codes of the token dtypes longpack writes.
-DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
+DTYPE_CODES: dict[np.dtype, int] = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
 #: Megatron-Core ``DType.optimal_dtype``: ``uint16`` below this vocabulary size.
 UINT16_BELOW = 65500
 #: Tokens per shard by default (about 512 MiB of ``int32`` tokens), cut at document boundaries.
