@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from longpack.jobs import PackConfig
-from longpack.packed.gpt_samples import gpt_indices, inspect_indexed, sample_cu_seqlens, split_documents
-from longpack.packed.indexed import IndexedFile
+from longpack.packed.gpt_samples import gpt_indices, sample_cu_seqlens, split_documents
+from longpack.packed.indexed import IndexedFile, inspect_indexed
 from longpack.text.tokenizers import load_tokenizer
 
 megatron_indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")

@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         from longpack.packed import inspect_output, plot_output
 
         if Path(f"{folder}.idx").is_file() or _indexed_folder(folder):
-            from longpack.packed.gpt_samples import inspect_indexed
+            from longpack.packed.indexed import inspect_indexed
 
             report = inspect_indexed(
                 folder, seq_length=seq_length, seed=seed, split=split, num_samples=num_samples, sample=sample

@@ -49,6 +49,7 @@ __all__ = [
     "IndexedFile",
     "data_path",
     "indexed_shards",
+    "inspect_indexed",
     "token_dtype",
     "write_indexed",
 ]
@@ -356,3 +357,85 @@ def indexed_summary(out: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
         "warnings": list(manifest.get("warnings", [])),
         "skipped_inputs": len(manifest.get("skipped_inputs", [])),
     }
+
+
+def inspect_indexed(
+    path: str | Any,
+    *,
+    seq_length: int | None = None,
+    seed: int | None = None,
+    split: str = "1,0,0",
+    num_samples: int | None = None,
+    sample: int | None = None,
+) -> dict[str, Any]:
+    """``longpack inspect`` of a Megatron indexed dataset: ``path`` is a prefix (``<path>.idx`` exists) or an
+    indexed pack folder (its prefixes; ``seq_length`` and ``seed`` default to the manifest's). Per prefix:
+    documents, tokens, dtype and the :class:`GptSamplesReport`; with ``sample``, that sample (the
+    ``sample``-th GPTDataset returns, after shuffling): its documents and ``cu_seqlens``."""
+    import json
+
+    from longpack.errors import ConfigError
+    from longpack.packed.gpt_samples import (
+        gpt_indices,
+        gpt_samples_report,
+        sample_cu_seqlens,
+        split_documents,
+    )
+
+    path = Path(path)
+    manifest: dict[str, Any] = {}
+    if Path(f"{path}.idx").is_file():
+        prefixes = [path]
+    elif (path / "manifest.json").is_file():
+        manifest = json.loads((path / "manifest.json").read_text())
+        if manifest.get("settings", {}).get("output_format") != "indexed":
+            raise PackedDataError(f"{path} is not an indexed pack folder", fields="folder")
+        prefixes = [path / p for p in manifest["megatron"]["prefixes"]]
+        seq_length = seq_length or manifest["settings"]["seq_length"]
+        seed = manifest["settings"]["seed"] if seed is None else seed
+    else:
+        raise PackedDataError(
+            f"{path}: neither a .bin/.idx prefix nor an indexed pack folder", fields="folder"
+        )
+    if seq_length is None:
+        raise ConfigError(
+            "seq_length is required to inspect a prefix (GPTDataset's sequence length)", fields="seq_length"
+        )
+    seed = 1234 if seed is None else seed
+    out: dict[str, Any] = {
+        "folder": str(path),
+        "ok": True,
+        "finished": True,
+        "format": "indexed",
+        "prefixes": {},
+    }
+    for prefix in prefixes:
+        data = IndexedFile(prefix)
+        sizes = np.asarray(data.sequence_lengths)
+        report = gpt_samples_report(
+            sizes, seq_length=seq_length, seed=seed, split=split, num_samples=num_samples
+        )
+        entry: dict[str, Any] = {
+            "documents": len(data),
+            "tokens": int(sizes.astype(np.int64).sum()),
+            "dtype": data.dtype.name,
+            "gpt_dataset": report.to_dict(),
+        }
+        if sample is not None:
+            docs = split_documents(split, len(sizes))
+            doc, sidx, shuffle = gpt_indices(
+                sizes, docs, seq_length=seq_length, seed=seed, num_samples=num_samples
+            )
+            if not 0 <= sample < len(shuffle):
+                raise ConfigError(f"sample {sample} is outside 0..{len(shuffle) - 1}", fields="sample")
+            k = int(shuffle[sample])
+            (p0, o0), (p1, _) = sidx[k], sidx[k + 1]
+            entry["sample"] = {
+                "index": sample,
+                "unshuffled_index": k,
+                "documents": [int(d) for d in doc[int(p0) : int(p1) + 1]],
+                "first_document_offset": int(o0),
+                "cu_seqlens": sample_cu_seqlens(sizes, doc, sidx, k, seq_length=seq_length).tolist(),
+            }
+        out["prefixes"][str(prefix)] = entry
+    return out

@@ -17,22 +17,17 @@ sample: malformed, dropped, truncated, fragmented or packed, with ``file:line``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from longpack.text.errors import RowError
-
-if TYPE_CHECKING:
-    from longpack.text.rows import TextConfig
-    from longpack.text.tokenizers import Tokenizer
+from longpack.text.tokenizers import Tokenizer
 
 __all__ = ["document_sample"]
 
 
-def document_sample(
-    row: Mapping[str, Any], config: TextConfig, tok: Tokenizer
-) -> tuple[list[int], bytearray]:
-    """``(input_ids, loss_mask)`` of one document row: its ``config.text_key`` text, tokenized, EOS appended
-    with ``append_eod``; loss on every token. ``RowError`` when the column is missing or not a string, or the
+def document_sample(row: Mapping[str, Any], config: Any, tok: Tokenizer) -> tuple[list[int], bytearray]:
+    """``(input_ids, loss_mask)`` of one document row (``config``: a ``longpack.text.TextConfig``): its
+    ``config.text_key`` text, tokenized, EOS appended with ``append_eod``; loss on every token. ``RowError`` when the column is missing or not a string, or the
     document has fewer than ``config.min_tokens`` tokens."""
     key = config.text_key
     if key not in row:
