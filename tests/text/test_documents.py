@@ -52,3 +52,27 @@ def test_text_key_in_parquet_and_malformed_rows(tmp_path: Path) -> None:
     )
     assert len(r.samples) == len(DOCS) and r.malformed[0][0].endswith("docs.parquet:4")
     assert r.samples.sample(3)[0].tolist() == [ord("4"), 258]
+
+
+def test_plain_text_files_are_one_document_each(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("First document.\nTwo lines.\n")
+    (tmp_path / "b.txt").write_text("Second ☃")
+    (tmp_path / "c.txt").write_bytes(b"\xff\xfe not utf-8")
+    (tmp_path / "README.md").write_text("not read")
+    tok = load_tokenizer("bytes")
+    r = tokenize_inputs(
+        [str(tmp_path / "*.txt")], tokenizer="bytes", config=TextConfig(skip_malformed=True), workers=1
+    )
+    assert r.format == "text" and [i["kind"] for i in r.inputs] == ["txt"] * 3
+    assert [r.samples.sample(k)[0].tolist() for k in range(2)] == [
+        [*tok.encode("First document.\nTwo lines.\n"), tok.eos_id],
+        [*tok.encode("Second ☃"), tok.eos_id],
+    ]
+    assert r.malformed[0][0].endswith("c.txt:1") and "not UTF-8" in r.malformed[0][1]
+    # a folder scan leaves .txt files out (a README beside SFT data is no document); SFT formats refuse them
+    with pytest.raises(InputError, match="holds no"):
+        tokenize_inputs([str(tmp_path)], tokenizer="bytes", config=TextConfig(), workers=1)
+    with pytest.raises(InputError, match="a plain-text file is one document"):
+        tokenize_inputs(
+            [str(tmp_path / "a.txt")], tokenizer="bytes", config=TextConfig(format="chat"), workers=1
+        )
