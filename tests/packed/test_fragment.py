@@ -74,11 +74,14 @@ def test_fragment_cuts_leave_no_one_token_tail() -> None:
 
 
 def test_overlength_policies_are_defined_once() -> None:
-    from typing import get_args
+    import dataclasses
 
-    from longpack.cli.options import Overlength
+    from longpack import choices
+    from longpack.option import option_of
 
-    assert get_args(Overlength) == OVERLENGTH_POLICIES
+    assert OVERLENGTH_POLICIES is choices.OVERLENGTH_POLICIES and "fragment" in OVERLENGTH_POLICIES
+    field = next(f for f in dataclasses.fields(PackConfig) if f.name == "overlength")
+    assert option_of(field).choices is choices.OVERLENGTH_POLICIES  # the CLI's --overlength choices
 
 
 def test_pack_fragment_manifest_counts_and_rows(tmp_path: Path) -> None:

@@ -64,7 +64,7 @@ def test_megatron_reads_our_documents_and_writes_the_same_bytes(tmp_path: Path, 
     builder.finalize(f"{ref}.idx")
     assert Path(f"{ref}.bin").read_bytes() == Path(f"{prefix}.bin").read_bytes()
     assert Path(f"{ref}.idx").read_bytes() == Path(f"{prefix}.idx").read_bytes()
-    summary = r.summary()
+    summary = r.to_dict()
     assert summary["data_path"] == prefix and summary["documents"] == len(docs)
     assert r.manifest.counts["packed"] == len(docs)
 
@@ -78,9 +78,9 @@ def test_shards_data_path_and_determinism(tmp_path: Path) -> None:
         got += [x.tolist() for x in megatron_indexed.IndexedDataset(str(p))]
     tok = load_tokenizer("bytes")
     assert got == [[*tok.encode(d), tok.eos_id] for d in docs]
-    weights = [float(w) for w in r.summary()["data_path"].split()[::2]]
+    weights = [float(w) for w in r.to_dict()["data_path"].split()[::2]]
     assert sum(weights) == pytest.approx(1.0) and len(weights) == 3
-    assert (r.out / "data_path.txt").read_text().strip() == r.summary()["data_path"]
+    assert (r.out / "data_path.txt").read_text().strip() == r.to_dict()["data_path"]
     again = pack_indexed(tmp_path, docs, "bytes", name="again", rows_per_shard=20)
     for p in prefixes:
         for ext in (".bin", ".idx"):

@@ -1,80 +1,28 @@
-"""``longpack inspect``: summary, histograms and verification of a packed output folder."""
+"""``longpack inspect``: summary, histograms and verification of a packed output folder; options from
+``InspectConfig``."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Annotated
+from typing import Any
 
 import typer
 
+from longpack.cli.generate import add_command
+from longpack.jobs import InspectConfig
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("inspect")
-    def inspect(
-        folder: Annotated[Path, typer.Argument(help="Output folder of `longpack pack`.")],
-        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-        verify: bool = typer.Option(
-            False,
-            "--verify",
-            help="Check every row (Megatron-Bridge validate_row, alignment, pack size) and the "
-            "manifest against the files (hashes, counts, metadata).",
-        ),
-        plot: Annotated[
-            Path | None, typer.Option("--plot", help="Save length and fill histograms as a PNG.")
-        ] = None,
-        no_manifest_ok: bool = typer.Option(
-            False,
-            "--no-manifest-ok",
-            help="A folder without manifest.json is Megatron-Bridge's (its prepare step writes none), not unfinished.",
-        ),
-        seq_length: int | None = typer.Option(
-            None, "--seq-length", help="Indexed data: GPTDataset's sequence length (default: the manifest's)."
-        ),
-        seed: int | None = typer.Option(
-            None, "--seed", help="Indexed data: Megatron's --seed (default 1234)."
-        ),
-        split: str = typer.Option(
-            "1,0,0", "--split", help="Indexed data: Megatron's --split; the train part is shown."
-        ),
-        num_samples: int | None = typer.Option(
-            None,
-            "--num-samples",
-            help="Indexed data: samples GPTDataset draws (train_iters * GBS; default 1 epoch).",
-        ),
-        sample: int | None = typer.Option(
-            None, "--sample", help="Indexed data: show this sample's documents and cu_seqlens."
-        ),
-    ) -> None:
-        """Summarize a packed output folder or a Megatron .bin/.idx prefix; exit 1 if unfinished or a check fails."""
-        from longpack.outputs import check_output_file
-        from longpack.packed import inspect_output, plot_output
-
-        if Path(f"{folder}.idx").is_file() or _indexed_folder(folder):
-            from longpack.packed.indexed import inspect_indexed
-
-            report = inspect_indexed(
-                folder, seq_length=seq_length, seed=seed, split=split, num_samples=num_samples, sample=sample
-            )
-            typer.echo(json.dumps(report, indent=2) if as_json else _indexed_text(report))
-            return
-
-        if plot is not None:
-            check_output_file(plot, field="plot")  # before the (long) verification
-        # a LongpackError: exit 2 (cli.app)
-        report = inspect_output(folder, verify=verify, no_manifest_ok=no_manifest_ok)
-        if plot is not None:
-            plot_output(folder, plot)
-            report["plot"] = str(plot)
-        if as_json:
-            typer.echo(json.dumps(report, indent=2))
-        else:
-            _print_human(report)
-        if not report["ok"]:
-            raise typer.Exit(1)
+    add_command(app, "inspect", InspectConfig, present=lambda config, result: _present(result.report))
 
 
-def _print_human(report: dict) -> None:  # type: ignore[type-arg]
+def _present(report: dict[str, Any]) -> None:
+    if report.get("format") == "indexed":  # a Megatron .bin/.idx prefix or an indexed pack folder
+        typer.echo(_indexed_text(report))
+    else:
+        _print_human(report)
+
+
+def _print_human(report: dict[str, Any]) -> None:
     echo = typer.echo
     if report["finished"]:
         state = "finished"
@@ -120,18 +68,7 @@ def _print_human(report: dict) -> None:  # type: ignore[type-arg]
         echo(f"  problem: {problem}")
 
 
-def _indexed_folder(folder: Path) -> bool:
-    manifest = folder / "manifest.json"
-    try:
-        return (
-            manifest.is_file()
-            and json.loads(manifest.read_text()).get("settings", {}).get("output_format") == "indexed"
-        )
-    except (OSError, ValueError):
-        return False
-
-
-def _indexed_text(report: dict) -> str:  # type: ignore[type-arg]
+def _indexed_text(report: dict[str, Any]) -> str:
     lines = [f"{report['folder']}: Megatron indexed dataset(s)"]
     for prefix, e in report["prefixes"].items():
         g = e["gpt_dataset"]

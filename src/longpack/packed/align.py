@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from longpack import choices
 from longpack.errors import ConfigError, InputError
 from longpack.samples import TokenizedSamples
 
-#: What happens to a sample longer than the runtime cap; the one list every layer (jobs, CLI, sweep) reads.
-OVERLENGTH_POLICIES = ("drop", "truncate", "fragment", "error")
-DEFAULT_OVERLENGTH = "drop"
+OVERLENGTH_POLICIES = choices.OVERLENGTH_POLICIES
+DEFAULT_OVERLENGTH = choices.DEFAULT_OVERLENGTH
 
 
 class OverlengthError(InputError):

@@ -50,6 +50,7 @@ __all__ = [
     "data_path",
     "indexed_shards",
     "inspect_indexed",
+    "is_indexed",
     "token_dtype",
     "write_indexed",
 ]
@@ -357,6 +358,21 @@ def indexed_summary(out: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
         "warnings": list(manifest.get("warnings", [])),
         "skipped_inputs": len(manifest.get("skipped_inputs", [])),
     }
+
+
+def is_indexed(path: Path) -> bool:
+    """Whether ``path`` is a Megatron indexed dataset prefix (``<path>.idx`` exists) or a folder that
+    ``pack --output-format indexed`` wrote."""
+    import json
+
+    if Path(f"{path}.idx").is_file():
+        return True
+    manifest = Path(path) / "manifest.json"
+    try:
+        settings = json.loads(manifest.read_text()).get("settings", {}) if manifest.is_file() else {}
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(settings, dict) and settings.get("output_format") == "indexed"
 
 
 def inspect_indexed(
