@@ -85,9 +85,10 @@ def qwen3_hf_folder(folder: Path) -> Path:
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in QWEN3_SPECIAL_TOKENS])
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
+    # EOS as the built-in qwen3 has it (Qwen3's chat EOS), so all three runs append the same EOD token
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "eos_token": "<|endoftext|>",
+        "eos_token": "<|im_end|>",
         "pad_token": "<|endoftext|>",
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
