@@ -370,8 +370,8 @@ def is_indexed(path: Path) -> bool:
     manifest = Path(path) / "manifest.json"
     try:
         settings = json.loads(manifest.read_text()).get("settings", {}) if manifest.is_file() else {}
-    except (OSError, ValueError, AttributeError):
-        return False
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return False  # not ours to judge: the packed-folder reader reports a damaged manifest
     return isinstance(settings, dict) and settings.get("output_format") == "indexed"
 
 
