@@ -39,15 +39,7 @@ def present(config: Any, result: Any) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    add_command(
-        app,
-        "pack",
-        PackConfig,
-        present=present,
-        prepare=_mix_arguments,
-        help="Tokenize SFT data or documents and write Megatron-Bridge packed Parquet (or .npy, or Megatron "
-        ".bin/.idx with --output-format indexed), metadata and a manifest.",
-    )
+    add_command(app, "pack", PackConfig, present=present, prepare=_mix_arguments)
 
 
 def listed_note(listed: int, total: int) -> str:
