@@ -124,6 +124,7 @@ def test_gpt_dataset_samples_and_cu_seqlens_equal_our_report(
     report = inspect_indexed(prefix, seq_length=seq_length, seed=seed, split=split, num_samples=num_samples,
                              sample=5)["prefixes"][str(prefix)]  # fmt: skip
     assert report["gpt_dataset"]["samples"] == len(ds)
+    masked_work = 0.0
     for k in range(len(ds)):
         item = ds[k]
         assert item["tokens"].numel() == seq_length  # tokens per sample
@@ -132,8 +133,11 @@ def test_gpt_dataset_samples_and_cu_seqlens_equal_our_report(
         assert (
             sample_cu_seqlens(sizes, doc, sample, int(shuffle[k]), seq_length=seq_length).tolist() == theirs
         )
+        masked_work += float((np.diff(theirs).astype(np.float64) ** 2).sum()) / 2
         if k == 5:
             assert report["sample"]["cu_seqlens"] == theirs
+    # attention work with document masking: the segments Megatron's position ids give, squared
+    assert report["gpt_dataset"]["attention_work_masked"] == masked_work
     # documents cut at sample boundaries: a sample that starts inside a document (offset > 0); a document
     # repeated by a second epoch counts again
     starts_inside = {int(p) for p, o in sample[1:-1] if o > 0}

@@ -228,13 +228,14 @@ def gpt_samples_report(
     cut = inside < len(ends)
     cut &= starts[np.minimum(inside, len(ends) - 1)] < cut_at
     documents_cut = int(np.unique(inside[cut]).size)
-    squares_masked = 0.0
-    segments = np.zeros(n, dtype=np.int64)
-    for k in range(n):
-        cu = sample_cu_seqlens(sizes, doc, sample, k, seq_length=seq_length)
-        seg = np.diff(cu).astype(np.float64)
-        squares_masked += float((seg * seg).sum()) / 2
-        segments[k] = len(seg)
+    # Every sample's segments at once: cut the stream [0, n * seq_length) at the sample boundaries and at
+    # every document end inside it; a segment belongs to the sample its start lies in.
+    span = n * seq_length
+    cuts = np.union1d(np.arange(n + 1, dtype=np.int64) * seq_length, ends[(ends > 0) & (ends < span)])
+    seg = np.diff(cuts).astype(np.float64)
+    owner = cuts[:-1] // seq_length
+    segments = np.bincount(owner, minlength=n) if n else np.zeros(0, np.int64)
+    squares_masked = float((seg * seg).sum()) / 2
     return GptSamplesReport(
         seq_length=seq_length,
         seed=seed,
