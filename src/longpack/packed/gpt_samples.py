@@ -227,11 +227,14 @@ def gpt_samples_report(
     inside = np.searchsorted(ends, cut_at, side="right")
     cut = inside < len(ends)
     cut &= starts[np.minimum(inside, len(ends) - 1)] < cut_at
-    documents_cut = int(np.unique(inside[cut]).size)
+    hit = inside[cut]  # ascending: count the distinct document positions
+    documents_cut = int(len(hit) and 1 + np.count_nonzero(hit[1:] != hit[:-1]))
     # Every sample's segments at once: cut the stream [0, n * seq_length) at the sample boundaries and at
     # every document end inside it; a segment belongs to the sample its start lies in.
     span = n * seq_length
-    cuts = np.union1d(np.arange(n + 1, dtype=np.int64) * seq_length, ends[(ends > 0) & (ends < span)])
+    cuts = np.concatenate([np.arange(n + 1, dtype=np.int64) * seq_length, ends[(ends > 0) & (ends < span)]])
+    cuts.sort()
+    cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])]  # (np.union1d hashes: 10x slower here)
     seg = np.diff(cuts).astype(np.float64)
     owner = cuts[:-1] // seq_length
     segments = np.bincount(owner, minlength=n) if n else np.zeros(0, np.int64)
