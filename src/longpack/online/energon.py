@@ -59,7 +59,7 @@ from megatron.energon.errors import FatalSampleError
 from megatron.energon.task_encoder.base import get_stateless
 from megatron.energon.worker import WorkerConfig
 
-from longpack import binpack
+from longpack import binpack, choices
 from longpack.errors import OnlineError
 from longpack.online.packer import OVERLENGTH_POLICIES, aligned_length, select_packs
 
@@ -104,7 +104,7 @@ class LongpackPackingMixin:
         *args: Any,
         capacity: int,
         pad_to_multiple_of: int = 1,
-        algorithm: str = "best_fit_decreasing",
+        algorithm: str = choices.DEFAULT_ALGORITHM,
         seed: int = 0,
         overlength: str = "truncate",
         pad_id: int = 0,
