@@ -836,3 +836,14 @@ def sha256_file(path: Path) -> str:
     """Hex sha256 of a file."""
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def input_file(path: Path) -> InputFile:
+    """The :class:`InputFile` of one path: how it is read (its kind) and its compression. A public name for
+    the readers outside this layer (the Ray backend).
+
+    >>> f = input_file(Path("data/train.jsonl.zst"))
+    >>> f.kind, f.compression
+    ('jsonl', 'zstd')
+    """
+    return _input_file(path)

@@ -1435,3 +1435,27 @@ def count_rows(source: InputFile) -> int:
     for _, blob in jsonl_chunks(source.path, hashlib.sha256()):
         n += sum(1 for line in blob.split(b"\n") if line.strip())
     return n
+
+
+def is_json_array(path: Path) -> bool:
+    """Whether a JSON file holds one JSON array (its first non-blank byte is ``[``) rather than JSON Lines.
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "rows.json"
+    >>> _ = p.write_text(' [{"prompt": "q", "completion": "a"}]')
+    >>> is_json_array(p)
+    True
+    """
+    return _starts_array(path)
+
+
+def arrow_schema(source: InputFile) -> tuple[list[str], int]:
+    """Column names and row count of an Arrow source (a Parquet file or a ``datasets`` folder).
+
+    >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
+    >>> p = Path(tempfile.mkdtemp()) / "rows.parquet"
+    >>> pq.write_table(pa.table({"prompt": ["q"], "completion": ["a"]}), p)
+    >>> arrow_schema(InputFile(p, "parquet"))
+    (['prompt', 'completion'], 1)
+    """
+    return _arrow_schema(source)
