@@ -50,7 +50,8 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": {"packed", "text", "samples", "binpack", "balance", "topology", *UTILITIES},
     "jobs": LIBRARY,  # one config + run() per job, over every library layer
     "sweep": LIBRARY | {"jobs"},  # a job (moving into jobs)
-    "cli": LIBRARY | {"jobs", "sweep", "longpack"},  # presentation: may import anything; nothing imports it
+    # presentation, generated from the job configs: parse -> config -> run -> print; nothing imports it
+    "cli": {"longpack", "jobs", "errors"},
     "longpack": LIBRARY | {"jobs", "sweep"},  # the facade: re-exports jobs and library entry points
 }
 # External packages a unit must never import, even lazily (``require`` calls count as imports).
@@ -232,13 +233,31 @@ def test_every_unit_is_in_the_table() -> None:
     )
 
 
-def test_imports_run_the_way_the_design_draws_them() -> None:
-    wrong = sorted(
-        f"{a} -> {b}  ({unit_of(a)} may import {sorted(ALLOWED.get(unit_of(a), set())) or 'nothing'})"
+# The two commands whose logic still lives in cli/ (plan's sub-commands, online-sim): they may import the
+# library until they become jobs; the test below fails once one of them no longer needs to (drop it here).
+CLI_NOT_YET_JOBS = {"longpack.cli.plan_cmd", "longpack.cli.online_cmd"}
+
+
+def _wrong_edges() -> list[tuple[str, str]]:
+    return sorted(
+        (a, b)
         for a, b in INTERNAL
         if unit_of(a) != unit_of(b) and unit_of(b) not in ALLOWED.get(unit_of(a), set())
     )
+
+
+def test_imports_run_the_way_the_design_draws_them() -> None:
+    wrong = sorted(
+        f"{a} -> {b}  ({unit_of(a)} may import {sorted(ALLOWED.get(unit_of(a), set())) or 'nothing'})"
+        for a, b in _wrong_edges()
+        if a not in CLI_NOT_YET_JOBS
+    )
     assert not wrong, "imports against the layer direction:\n" + "\n".join(wrong)
+
+
+def test_the_commands_not_yet_jobs_still_need_their_exception() -> None:
+    needing = {a for a, _ in _wrong_edges() if a in CLI_NOT_YET_JOBS}
+    assert needing == CLI_NOT_YET_JOBS, f"{sorted(CLI_NOT_YET_JOBS - needing)} are jobs now: drop them"
 
 
 def test_nothing_imports_the_cli() -> None:

@@ -8,7 +8,7 @@ its tests and its error handling already use, neither alternative is installed, 
 field metadata -> ``Annotated[type, typer.Option(...)]`` parameters of one generated function.
 
 >>> import typer, dataclasses
->>> from longpack.option import option
+>>> from longpack.jobs.options import option
 >>> @dataclasses.dataclass(frozen=True, kw_only=True)
 ... class EchoConfig:
 ...     word: str = option("hi", help="What to say.", choices=("hi", "bye"))
@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from longpack.option import Option, option_of
+from longpack.jobs.options import Option, option_of
 
 __all__ = ["CliField", "add_command", "cli_fields"]
 

@@ -71,6 +71,7 @@ def cli_message(message: str, fields: tuple[str, ...]) -> str:
     """
     for field in sorted(fields, key=len, reverse=True):
         flag = flag_for(field)
-        pattern = rf"(?<![\w./\\-]){re.escape(field)}(?:=True)?(?![\w/\\-]|\.\w)"
+        # ``field=True`` is the bare flag; ``field=2`` speaks of a recorded value, not of the flag: kept
+        pattern = rf"(?<![\w./\\-]){re.escape(field)}(?:=True)?(?![\w/\\=-]|\.\w)"
         message = re.sub(pattern, flag, message)
     return message

@@ -15,9 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from longpack import choices
-from longpack.option import option, option_of
+from longpack.option import Option, option, option_of
 
 __all__ = [
+    "Option",
     "algorithm_option",
     "cp_option",
     "demo_option",
@@ -25,6 +26,7 @@ __all__ = [
     "gpus_option",
     "inputs_option",
     "model_option",
+    "option",
     "option_of",
     "pad_seq_to_mult_option",
     "seed_option",
@@ -98,5 +100,6 @@ def gpu_option() -> Any:
     return option(None, help="GPU type (e.g. H100_SXM, H200, B200).")
 
 
-def gpus_option() -> Any:
-    return option(None, help="Number of GPUs (world size).")
+def gpus_option(*, required: bool = False) -> Any:
+    help = "Number of GPUs (world size)."
+    return option(help=help, cli_type=int) if required else option(None, help=help)
