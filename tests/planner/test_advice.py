@@ -240,7 +240,11 @@ def test_seed_pattern_full_recompute_never_beats_selective_past_8k(s) -> None:
 
     from longpack.planner.search import _time
 
-    req = SearchRequest(model=_model("deepseek_v3"), gpu=_gpu("H100"), num_gpus=256, seq_length=s, precision="fp8")
+    req = SearchRequest(
+        model=_model("deepseek_v3"), gpu=_gpu("H100"), num_gpus=256, seq_length=s, precision="fp8"
+    )
     for cand in search(req, top_k=5).candidates:
-        full = _time(req, cand.plan, replace(cand.options, recompute=("full",), ep_overlap=False), cand.stage_counts)
+        full = _time(
+            req, cand.plan, replace(cand.options, recompute=("full",), ep_overlap=False), cand.stage_counts
+        )
         assert full.step_time >= cand.time.step_time
