@@ -12,7 +12,15 @@ import typer
 
 from longpack.cli.generate import add_command, add_group
 from longpack.jobs import EstimateConfig, EvaluateConfig, FitConfig, PlanConfig
-from longpack.jobs.plan import candidate_dict, plan_notes, reference_lines, rejection_lines
+from longpack.jobs.plan import (
+    candidate_dict,
+    format_band,
+    format_with_band,
+    plan_notes,
+    reference_lines,
+    rejection_lines,
+    step_band,
+)
 
 __all__ = ["register"]
 
@@ -31,9 +39,7 @@ def _print_candidates(
     from rich.console import Console
     from rich.table import Table
 
-    from longpack.planner.uncertainty import error_band, format_band
-
-    band = error_band(req.model, req.gpu, req.seq_length).width
+    band = step_band(req)
     dense = req.model.moe is None
 
     # wide enough for the layout labels when piped (rich falls back to 80 columns)
@@ -150,8 +156,6 @@ def present_estimate(config: Any, result: Any) -> None:
     )
     for k, v in d["memory"].items():
         typer.echo(f"  memory {k:>24}: {v}")
-    from longpack.planner.uncertainty import format_with_band
-
     for k, v in d["time"].items():
         if isinstance(v, dict):
             continue  # error_band_basis: printed below

@@ -352,6 +352,27 @@ class PlanResult:
         return doc
 
 
+def step_band(req: Any) -> float:
+    """The relative 80 % error band of the request's step-time estimates (``longpack.planner.uncertainty``)."""
+    from longpack.planner.uncertainty import error_band
+
+    return error_band(req.model, req.gpu, req.seq_length).width
+
+
+def format_band(width: float) -> str:
+    """``"± 9 %"`` (see ``longpack.planner.uncertainty.format_band``)."""
+    from longpack.planner import uncertainty
+
+    return uncertainty.format_band(width)
+
+
+def format_with_band(seconds: float, width: float) -> str:
+    """``"0.84 s ± 9 %"`` (see ``longpack.planner.uncertainty.format_with_band``)."""
+    from longpack.planner import uncertainty
+
+    return uncertainty.format_with_band(seconds, width)
+
+
 def reference_dict(reference: Any, comparison: Any, req: Any) -> dict[str, Any] | None:
     """The ``reference`` of ``longpack plan --json``: ``layout`` (as a candidate's), ``source``, ``kind``
     (``published`` / ``seed rules``), ``estimate`` (step time with its error band, TFLOP/s/GPU, memory,
