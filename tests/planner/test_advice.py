@@ -219,3 +219,32 @@ def test_the_cli_labels_unmeasured_settings() -> None:
     cmp_ = doc["reference"]["comparison"]
     assert not doc["reference"]["unmeasured"]
     assert cmp_["verdict"] == "reference" and "unmeasured" in cmp_["why"]
+
+
+def _best(model: str, gpu: str, n: int, s: int, precision: str = "bf16"):
+    req = SearchRequest(model=_model(model), gpu=_gpu(gpu), num_gpus=n, seq_length=s, precision=precision)
+    return _search(req).candidates[0]
+
+
+@pytest.mark.slow
+def test_seed_pattern_qwen3_235b_on_nvl72_holds_at_128k_within_10_percent_of_32k() -> None:
+    at_32k = _best("qwen3_235b_a22b", "GB200", 128, 32768, "mxfp8").time.tflops_per_gpu
+    at_128k = _best("qwen3_235b_a22b", "GB200", 128, 131072, "mxfp8").time.tflops_per_gpu
+    assert abs(at_128k / at_32k - 1) <= 0.10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("s", [16384, 65536])
+def test_seed_pattern_full_recompute_never_beats_selective_past_8k(s) -> None:
+    from dataclasses import replace
+
+    from longpack.planner.search import _time
+
+    req = SearchRequest(
+        model=_model("deepseek_v3"), gpu=_gpu("H100"), num_gpus=256, seq_length=s, precision="fp8"
+    )
+    for cand in search(req, top_k=5).candidates:
+        full = _time(
+            req, cand.plan, replace(cand.options, recompute=("full",), ep_overlap=False), cand.stage_counts
+        )
+        assert full.step_time >= cand.time.step_time

@@ -148,3 +148,24 @@ def test_balance_cost_ratios_are_the_planners(case, a, b) -> None:
         ).microbatch
 
     assert cost.pack_cost(a) / cost.pack_cost(b) == pytest.approx(planner(a) / planner(b), rel=5e-3)
+
+
+def test_cp_modes_are_timed_with_the_planners_micro_batch_model() -> None:
+    from longpack.balance.cp_modes import compare_cp_modes
+    from longpack.planner.balance_costs import microbatch_seconds
+
+    seconds = microbatch_seconds(model="llama3_1_8b", gpu="h100")
+    # a full-length row is exactly the planner's micro-batch on that CP size
+    plan = PlanLayout(layout=ParallelLayout(world_size=2, cp=2))
+    full = estimate_time(
+        load_model("llama3_1_8b"),
+        load_gpu("h100"),
+        plan,
+        seq_length=16384,
+        gbs=1,
+        options=TrainingOptions(tp_comm_overlap=False),
+    )
+    assert seconds([16384], 2) == pytest.approx(full.microbatch, rel=1e-12)
+    packs = [[16384], [2048] * 8, [12000, 4384], [1024] * 16]
+    c = compare_cp_modes(packs, dp=2, cp=2, gbs=4, max_seqlen_per_rank=8192, seconds=seconds)
+    assert set(c.times) == {"static", "hybrid", "dp_balanced"} and all(t > 0 for t in c.times.values())

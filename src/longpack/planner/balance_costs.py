@@ -15,13 +15,14 @@ balance; ``longpack.balance`` never imports the planner):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from longpack.balance.cost import PackCostModel
 from longpack.balance.target import BalanceTarget
 from longpack.errors import ConfigError
 
-__all__ = ["DEFAULT_COST_SEQ_LENGTH", "pack_cost_model", "parse_balance_spec"]
+__all__ = ["DEFAULT_COST_SEQ_LENGTH", "microbatch_seconds", "pack_cost_model", "parse_balance_spec"]
 
 _INT_KEYS = ("dp", "pp", "vpp", "gbs", "mbs", "tp", "cp", "seq_length")
 _FLOAT_KEYS = ("linear", "quadratic", "per_sequence", "per_pack")
@@ -85,6 +86,44 @@ def pack_cost_model(
         [[n] for n in lengths], seconds, terms=("per_sequence", "linear", "quadratic")
     )
     return replace(attention, per_pack=base)
+
+
+def microbatch_seconds(
+    *, model: str, gpu: str, precision: str = "bf16", tp: int = 1
+) -> Callable[[Sequence[int], int], float]:
+    """``seconds(lengths, ranks)``: the planner's one step-time model
+    (:func:`longpack.planner.timing.estimate_time`) for one micro-batch holding sequences of ``lengths``
+    (runtime tokens, one unpadded varlen row) on ``ranks`` CP ranks of ``tp`` GPUs each — the callable
+    ``longpack.balance.cp_modes.compare_cp_modes`` and the hybrid-CP schedules take, so they time CP
+    modes with the same model as ``plan``, ``sweep`` and ``pack --balance``.
+
+    >>> seconds = microbatch_seconds(model="llama3_1_8b", gpu="h100")
+    >>> one, split = seconds([32768], 1), seconds([32768], 4)
+    >>> 2.5 < one / split < 4.0, seconds([8192] * 4, 1) < one
+    (True, True)
+    """
+    from longpack.planner.catalog import load_gpu, load_model
+    from longpack.planner.options import PlanLayout, TrainingOptions
+    from longpack.planner.timing import RowWork, estimate_time
+    from longpack.topology import ParallelLayout
+
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision {precision!r} is unknown; choose one of {', '.join(PRECISIONS)}")
+    spec, device = load_model(model), load_gpu(gpu)
+    options = TrainingOptions(precision=precision, tp_comm_overlap=tp > 1)
+
+    def seconds(lengths: Sequence[int], ranks: int) -> float:
+        counts: dict[int, float] = {}
+        for n in lengths:
+            counts[int(n)] = counts.get(int(n), 0.0) + 1.0
+        width = sum(int(n) for n in lengths)
+        plan = PlanLayout(layout=ParallelLayout(world_size=tp * ranks, tp=tp, cp=ranks, sp=tp > 1), mbs=1)
+        rows = RowWork(row_length=width, sequences=tuple(sorted(counts.items())))
+        return estimate_time(
+            spec, device, plan, seq_length=width, gbs=1, options=options, rows=rows
+        ).microbatch
+
+    return seconds
 
 
 def parse_balance_spec(spec: str) -> BalanceTarget:

@@ -28,6 +28,7 @@ unmeasured setting (``longpack.planner.evidence``) never wins by its modelled ga
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -70,7 +71,7 @@ class Comparison:
 def _published(req: SearchRequest) -> Reference | None:
     from longpack.planner.calibration import packaged_points
 
-    best: tuple[tuple[int, int, float], Any] | None = None
+    best: tuple[tuple[int, int, int, float], Any] | None = None
     for point in packaged_points():
         if (point.model, point.gpu, point.seq_length) != (req.model.name, req.gpu.name, req.seq_length):
             continue
@@ -82,6 +83,7 @@ def _published(req: SearchRequest) -> Reference | None:
             continue
         score = (
             int(point.options.precision == req.precision),
+            int(not point.superseded),  # the newest release of a repeated row
             int(lay.world_size == req.num_gpus),
             point.tflops or 0.0,
         )
@@ -132,22 +134,19 @@ def replace_world(lay: Any, world_size: int) -> Any:
 
 
 def _source_of(point_id: str) -> str:
-    for raw in _raw_points():
-        if raw.get("id") == point_id:
-            return " ".join(str(raw.get("source", "calibration_points.yaml")).split())
-    return "calibration_points.yaml"
+    return _sources().get(point_id, "calibration_points.yaml")
 
 
-def _raw_points() -> list[dict[str, Any]]:
+@functools.cache
+def _sources() -> dict[str, str]:
+    """``id -> source`` of the packaged calibration points (read once)."""
     from longpack.planner.calibration import read_calibration
 
-    global _RAW
-    if _RAW is None:
-        _RAW = [p for p in read_calibration() if isinstance(p, dict)]
-    return _RAW
-
-
-_RAW: list[dict[str, Any]] | None = None
+    return {
+        str(p.get("id")): " ".join(str(p.get("source", "calibration_points.yaml")).split())
+        for p in read_calibration()
+        if isinstance(p, dict)
+    }
 
 
 def _seed(req: SearchRequest) -> Reference | None:
