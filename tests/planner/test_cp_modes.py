@@ -6,14 +6,11 @@ import numpy as np
 import pytest
 
 from longpack.errors import ConfigError
-from longpack.planner.catalog import load_gpu, load_model
 from longpack.planner.cp_modes import _sequence_seconds, plan_cp_modes
 
 
 def test_interpolated_sequence_times_stay_within_one_percent_of_the_model():
-    seconds = _sequence_seconds(
-        load_model("llama3_1_8b"), load_gpu("h100"), tp=2, precision="bf16", max_length=65536
-    )
+    seconds = _sequence_seconds("llama3_1_8b", "h100", tp=2, precision="bf16", max_length=65536)
     rng = np.random.default_rng(0)
     for ranks in (1, 2, 8):
         for n in rng.integers(100, 65536, 12).tolist():

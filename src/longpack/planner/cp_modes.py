@@ -147,48 +147,27 @@ def mode_overrides(mode: str, cap: int | None) -> dict[str, list[str]]:
     return {"megatron_lm": [], "bridge": []}
 
 
-def _sequence_seconds(model: Any, gpu: Any, *, tp: int, precision: str, max_length: int) -> Any:
-    """``seconds(lengths, ranks)`` from the planner's step-time model, per micro-batch."""
-    from longpack.planner.options import PlanLayout, TrainingOptions
-    from longpack.planner.timing import RowWork, estimate_time
-    from longpack.topology import ParallelLayout
+def _sequence_seconds(model: str, gpu: str, *, tp: int, precision: str, max_length: int) -> Any:
+    """The planner's ``seconds(lengths, ranks)`` (:func:`longpack.planner.balance_costs.microbatch_seconds`),
+    with single sequences (hybrid CP runs every sub-sample as its own micro-batch) interpolated on a
+    geometric grid of :data:`GRID_POINTS` lengths per rank count, so a corpus of a million distinct
+    lengths costs a few hundred model evaluations."""
+    from longpack.planner.balance_costs import microbatch_seconds
 
-    options = TrainingOptions(precision=precision, tp_comm_overlap=tp > 1)
-    dense = model.moe is None
-
-    def pad(n: int, ranks: int) -> int:
-        multiple = (2 * ranks if ranks > 1 else 1) * (tp if tp > 1 else 1)
-        return -(-n // multiple) * multiple
-
-    @functools.cache
-    def exact(width: int, sequences: tuple[tuple[int, float], ...], ranks: int) -> float:
-        plan = PlanLayout(
-            layout=ParallelLayout(world_size=tp * ranks, tp=tp, cp=ranks, sp=tp > 1), dense=dense
-        )
-        rows = RowWork(row_length=width, sequences=sequences)
-        return estimate_time(model, gpu, plan, seq_length=width, gbs=1, options=options, rows=rows).microbatch
+    exact = microbatch_seconds(model=model, gpu=gpu, precision=precision, tp=tp)
 
     @functools.cache
     def grid(ranks: int) -> tuple[np.ndarray, np.ndarray]:
         lengths = np.unique(np.geomspace(16, max(32, max_length), GRID_POINTS).astype(np.int64))
-        times = [exact(pad(int(n), ranks), ((int(n), 1.0),), ranks) for n in lengths]
-        return lengths.astype(np.float64), np.asarray(times)
-
-    def single(n: int, ranks: int) -> float:
-        """The model's time of one sequence on ``ranks`` ranks, not interpolated."""
-        return exact(pad(int(n), ranks), ((int(n), 1.0),), ranks)
+        return lengths.astype(np.float64), np.asarray([exact([int(n)], ranks) for n in lengths])
 
     def seconds(lengths: Sequence[int], ranks: int) -> float:
         if len(lengths) == 1:
             xs, ys = grid(ranks)
             return float(np.interp(float(lengths[0]), xs, ys))
-        counts: dict[int, int] = {}
-        for n in lengths:
-            counts[int(n)] = counts.get(int(n), 0) + 1
-        width = sum(pad(int(n), ranks) for n in lengths)
-        return exact(width, tuple((n, float(c)) for n, c in sorted(counts.items())), ranks)
+        return exact(lengths, ranks)
 
-    seconds.single = single  # type: ignore[attr-defined]
+    seconds.single = lambda n, ranks: exact([int(n)], ranks)  # type: ignore[attr-defined]
     return seconds
 
 
@@ -248,7 +227,7 @@ def plan_cp_modes(
     sample = [p for s in picked for p in packs[s * gbs : (s + 1) * gbs]]
 
     spec, device = load_model(model), load_gpu(gpu)
-    seconds = _sequence_seconds(spec, device, tp=tp, precision=precision, max_length=max(longest, pack_size))
+    seconds = _sequence_seconds(model, gpu, tp=tp, precision=precision, max_length=max(longest, pack_size))
     comparisons = tuple(
         compare_cp_modes(sample, dp=dp, cp=cp, gbs=gbs, max_seqlen_per_rank=c, seconds=seconds)
         for c in chosen
