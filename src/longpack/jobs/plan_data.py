@@ -81,7 +81,9 @@ def corpus_packs(
                 )
             scan = folder.scan("training")
             packs = split_rows(scan.sample_runtime.tolist(), scan.samples_per_row.tolist())
-            return CorpusPacks(packs=packs, pack_size=size or seq_length, source="packed folder", samples=scan.samples)
+            return CorpusPacks(
+                packs=packs, pack_size=size or seq_length, source="packed folder", samples=scan.samples
+            )
         finally:
             folder.close()
     if tokenizer is None:
@@ -103,7 +105,9 @@ def corpus_packs(
     split = plan_split(
         "training",
         tokenized.samples,
-        PackSettings(seq_length=seq_length, pad_seq_to_mult=pad_seq_to_mult, seed=seed, overlength=overlength),
+        PackSettings(
+            seq_length=seq_length, pad_seq_to_mult=pad_seq_to_mult, seed=seed, overlength=overlength
+        ),
         eos_id=int(eos_id),
     )
     lengths = split.aligned.runtime_lengths()

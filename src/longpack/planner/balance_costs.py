@@ -16,7 +16,6 @@ balance; ``longpack.balance`` never imports the planner):
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -123,7 +122,9 @@ def microbatch_seconds(
         width = int(sum(-(-n // mult) * mult * c for n, c in sequences))
         rows = RowWork(row_length=width, sequences=sequences)
         plan = PlanLayout(layout=layout, mbs=1)
-        return estimate_time(spec, device, plan, seq_length=width, gbs=1, options=options, rows=rows).microbatch
+        return estimate_time(
+            spec, device, plan, seq_length=width, gbs=1, options=options, rows=rows
+        ).microbatch
 
     def seconds(lengths: Sequence[int], ranks: int) -> float:
         counts: dict[int, float] = {}

@@ -37,7 +37,7 @@ from longpack.balance.cp_modes import CP_MODES, CPModeComparison, compare_cp_mod
 from longpack.balance.hybrid_cp import ranks_needed
 from longpack.errors import ConfigError
 
-__all__ = ["GRID_POINTS", "NOT_MODELLED", "CPModePlan", "plan_cp_modes", "mode_overrides"]
+__all__ = ["GRID_POINTS", "NOT_MODELLED", "CPModePlan", "mode_overrides", "plan_cp_modes"]
 
 #: Lengths per rank count at which single-sequence micro-batch times are computed (geometric grid,
 #: linear interpolation between points).
