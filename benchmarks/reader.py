@@ -80,7 +80,9 @@ class MemmapFloor:
         ids = table.column("input_ids").combine_chunks()
         starts = table.column("seq_start_id").combine_chunks()
         np.save(folder / "ids.npy", ids.values.to_numpy())
-        np.save(folder / "mask.npy", table.column("loss_mask").combine_chunks().values.to_numpy().astype(np.int8))
+        np.save(
+            folder / "mask.npy", table.column("loss_mask").combine_chunks().values.to_numpy().astype(np.int8)
+        )
         np.save(folder / "starts.npy", starts.values.to_numpy())
         self.offsets = ids.offsets.to_numpy().astype(np.int64)
         self.start_offsets = starts.offsets.to_numpy().astype(np.int64)

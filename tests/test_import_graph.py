@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "longpack"
 # missing extra), ``_version`` (the one version string), ``validate`` (checks of one setting value),
 # ``outputs`` (output paths checked before work, the output-folder lock, write failures).
 UTILITIES = {"errors", "_optional", "_version", "validate", "outputs"}
-LIBRARY = {"samples", "binpack", "balance", "packed", "text", "vlm", "runtime", "online"}
+LIBRARY = {"samples", "store", "binpack", "balance", "packed", "text", "vlm", "runtime", "online"}
 LIBRARY |= {"topology", "catalog", "rules", "planner", "cluster", *UTILITIES}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
@@ -31,6 +31,10 @@ ALLOWED: dict[str, set[str]] = {
     "validate": {"errors"},
     "outputs": {"errors"},
     "samples": {"errors"},  # tokenized samples: what text/vlm hand to packed
+    "store": {
+        "samples",
+        *UTILITIES,
+    },  # tokenized samples on disk (memory maps); knows no tokenizer or packing
     "binpack": {"errors", "_optional"},  # lengths only: numpy + numba
     "balance": {"binpack", "errors", "_optional"},  # cost models come from the planner, not back
     "packed": {"binpack", "balance", "samples", *UTILITIES},  # numpy + pyarrow, no torch
@@ -62,6 +66,7 @@ FORBIDDEN_EXTERNAL: dict[str, set[str]] = {
             "validate",
             "outputs",
             "samples",
+            "store",
             "binpack",
             "balance",
         )

@@ -27,6 +27,7 @@ _LAZY = {
     "CheckConfig": "longpack.jobs.check",
     "CheckResult": "longpack.jobs.check",
     "LocalExecutor": "longpack.jobs.executors",
+    "TokenizeConfig": "longpack.jobs.tokenize",
     "LongpackError": "longpack.errors",
 }
 
@@ -43,6 +44,7 @@ __all__ = [
     "PreviewResult",
     "SweepConfig",
     "SweepResult",
+    "TokenizeConfig",
     "__version__",
 ]
 
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
     from longpack.jobs.plan import PlanConfig, PlanResult
     from longpack.jobs.preview import PreviewConfig, PreviewResult
     from longpack.jobs.sweep import SweepConfig, SweepResult
+    from longpack.jobs.tokenize import TokenizeConfig
 
 
 def __getattr__(name: str) -> Any:

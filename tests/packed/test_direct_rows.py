@@ -40,7 +40,9 @@ def _table(rows: list[tuple[list[int], list[int], list[int]]], ids_dtype: str) -
     )
 
 
-def _random_rows(rng: np.random.Generator, n: int, vocab: int) -> list[tuple[list[int], list[int], list[int]]]:
+def _random_rows(
+    rng: np.random.Generator, n: int, vocab: int
+) -> list[tuple[list[int], list[int], list[int]]]:
     out = []
     for _ in range(n):
         length = int(rng.integers(1, 400))
@@ -78,10 +80,13 @@ def _direct_matches(path: Path) -> tuple[int, int]:
 @pytest.mark.parametrize("ids_dtype", ["int64", "int32"])
 @pytest.mark.parametrize("group", [1, 7])
 @pytest.mark.parametrize("dictionaries", [False, True])
-def test_direct_rows_give_pyarrows_values(tmp_path: Path, ids_dtype: str, group: int, dictionaries: bool) -> None:
+def test_direct_rows_give_pyarrows_values(
+    tmp_path: Path, ids_dtype: str, group: int, dictionaries: bool
+) -> None:
     rows = _random_rows(np.random.default_rng(group), 30, 40 if dictionaries else 151_669)
     options = ParquetWriterOptions(
-        row_group_size=group, use_dictionary=True if dictionaries else ("loss_mask.list.element",),
+        row_group_size=group,
+        use_dictionary=True if dictionaries else ("loss_mask.list.element",),
         **one_row_pages(512),  # type: ignore[arg-type]
     )
     path = tmp_path / "d.idx.parquet"
@@ -112,7 +117,9 @@ def test_direct_rows_property(tmp_path_factory: Any, rows: list[tuple[int, int, 
             mask = [0] * cut + [1] * (length - cut)
         built.append((rng.integers(0, 2**40, length).tolist(), mask, [0]))
     path = tmp_path_factory.mktemp("p") / "p.idx.parquet"
-    _write(path, _table(built, "int64"), "int64", ParquetWriterOptions(row_group_size=group, **one_row_pages(64)))  # type: ignore[arg-type]
+    _write(
+        path, _table(built, "int64"), "int64", ParquetWriterOptions(row_group_size=group, **one_row_pages(64))
+    )  # type: ignore[arg-type]
     assert _direct_matches(path) == (len(built), 0)
 
 

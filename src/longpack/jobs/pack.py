@@ -168,6 +168,10 @@ class PackConfig:
     #: memory). Past it the job packs in two passes through a scratch folder next to ``out``
     #: (``longpack.jobs.out_of_core``); the output is byte-identical.
     memory_budget: int | str | None = None
+    #: A token store (``longpack tokenize``) to pack instead of tokenizing ``inputs``; ``keep_store``: a
+    #: folder to keep this run's tokens in as a store (``longpack.jobs.tokenize``).
+    store: str | Path | None = None
+    keep_store: str | Path | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalized values are set once, here
@@ -200,7 +204,7 @@ class PackConfig:
             # Bridge's prepare step keeps one-token samples (runtime length 0); the text layer must too.
             set_(self, "text", replace(self.text, min_tokens=1))
         if self.demo:
-            if self.inputs:
+            if self.inputs or self.store is not None:
                 raise ConfigError(
                     "demo=True packs the built-in data set; give no inputs with it", fields=("demo", "inputs")
                 )
@@ -208,12 +212,22 @@ class PackConfig:
                 set_(self, "tokenizer", DEMO_TOKENIZER)
             if self.seq_length is None:
                 set_(self, "seq_length", DEMO_SEQ_LENGTH)
+        elif self.store is not None:
+            from longpack.jobs.stores import store_text
+
+            if self.inputs or self.mix is not None or self.keep_store is not None or self.val_inputs:
+                raise ConfigError(
+                    "store replaces inputs (mix, val_inputs: use val_fraction); give one of them, and "
+                    "keep_store only with inputs",
+                    fields=("store", "inputs"),
+                )
+            set_(self, "text", store_text(self.store, self.text))  # the store's options, checked
         elif not self.inputs:
             raise ConfigError(
                 "no inputs: give at least one input file, folder or glob in inputs, or set demo=True",
                 fields=("inputs", "demo"),
             )
-        if self.tokenizer is None:
+        if self.tokenizer is None and self.store is None:
             raise ConfigError(
                 "tokenizer is required (a tokenizer.json, an HF model folder, 'qwen3', 'bytes' or a loaded "
                 "tokenizer)",
@@ -418,7 +432,7 @@ class PackConfig:
             # removal of the old files happens under it. The folder is checked again under the lock.
             stack.enter_context(OutputLock(out))
             check_out_dir(out, self.overwrite)
-            tokenizer = as_tokenizer(self.tokenizer)
+            tokenizer = as_tokenizer(self.tokenizer) if self.tokenizer is not None else None
             executor = self.executor()
             stack.enter_context(executor)
             if (
@@ -435,9 +449,9 @@ class PackConfig:
                 demo = _demo_folder(stack)
                 inputs = [str(demo)]
                 demo_prefix = str(demo.parent)
-            train, train_handle = executor.tokenize(
-                inputs, tokenizer=tokenizer, config=self.text, progress=self.progress
-            )
+            from longpack.jobs.stores import tokenized_or_stored
+
+            train, train_handle, store_info = tokenized_or_stored(self, executor, inputs, tokenizer)
             val, val_handle = (None, None)
             if self.val_inputs:
                 val, val_handle = executor.tokenize(
@@ -456,13 +470,16 @@ class PackConfig:
             eos_id = train.tokenizer.get("eos_id")
             if eos_id is None:
                 raise InputError(
-                    f"tokenizer {tokenizer.name!r} has no EOS id; packing pads with EOS", fields="tokenizer"
+                    f"tokenizer {train.tokenizer.get('name')!r} has no EOS id; packing pads with EOS",
+                    fields="tokenizer",
                 )
             check_ids_dtype(settings.ids_dtype, train.tokenizer.get("vocab_size"))
             splits = plan_splits(
                 train.samples, settings, eos_id=int(eos_id), validation=val.samples if val else None
             )
             provenance = self._provenance(train, val, demo_prefix, Provenance)
+            if store_info is not None:
+                provenance.extra["store"] = store_info
             if mix_report is not None:
                 provenance.extra["mix"] = _mix_outcome(mix_report, splits)
             else:

@@ -488,7 +488,15 @@ class ParquetRowSource:
         self._direct = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_readers": {}, "_pid": None, "_chunks": None, "_map": None, "_direct": {}, "_native": None}
+        return {
+            **self.__dict__,
+            "_readers": {},
+            "_pid": None,
+            "_chunks": None,
+            "_map": None,
+            "_direct": {},
+            "_native": None,
+        }
 
 
 class NpyRowSource:
