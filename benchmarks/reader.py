@@ -174,7 +174,7 @@ def main() -> None:
                 floor_dir.mkdir(exist_ok=True)
                 floor = MemmapFloor(path, floor_dir)
                 floor_rates = [
-                    med(lambda o=o: floor_rows_per_s(floor, o, args.budget)) for o in (seq, perm, mapping)
+                    med(lambda o=o, f=floor: floor_rows_per_s(f, o, args.budget)) for o in (seq, perm, mapping)
                 ]
                 rows.insert(0, ("memmap floor", *floor_rates))
                 for name, s, r, m in rows:
@@ -183,7 +183,6 @@ def main() -> None:
                         f"{r / s:>10.2f} {m / s:>10.2f} {r / floor_rates[1]:>10.3f}",
                         flush=True,
                     )
-                del floor
                 path.unlink()
 
 

@@ -129,7 +129,7 @@ def test_other_text_options_or_tokenizer_are_refused(tmp_path: Path, data: tuple
     )  # the same: fine
     with pytest.raises(ConfigError, match="not the one the store was tokenized with"):
         PackConfig(store=store, out=tmp_path / "o", seq_length=256, tokenizer="qwen3").run()
-    with pytest.raises(ConfigError, match="store replaces inputs"):
+    with pytest.raises(ConfigError, match=r"store replaces inputs"):
         PackConfig(store=store, inputs=["x.jsonl"], out=tmp_path / "o", seq_length=256)
 
 
@@ -139,12 +139,12 @@ def test_unfinished_or_damaged_stores_are_refused(tmp_path: Path, data: tuple[li
     with pytest.raises(OutputExistsError):
         TokenizeConfig(inputs=inputs, out=tmp_path / "s", tokenizer="bytes", workers=1).run()
     (tmp_path / "s" / "offsets.npy").write_bytes(b"garbage")
-    with pytest.raises(InputError, match="offsets.npy cannot be read"):
+    with pytest.raises(InputError, match=r"offsets\.npy cannot be read"):
         TokenStore.open(tmp_path / "s")
     (tmp_path / "s" / STORE_MANIFEST).unlink()
     with pytest.raises(InputError, match="unfinished"):
         TokenStore.open(tmp_path / "s")
-    with pytest.raises(InputError, match="no readable store.json"):
+    with pytest.raises(InputError, match=r"no readable store\.json"):
         PackConfig(store=tmp_path / "s", out=tmp_path / "o", seq_length=256)
     r = TokenizeConfig(inputs=inputs, out=tmp_path / "s", tokenizer="bytes", workers=1, overwrite=True).run()
     assert r.summary()["samples"] == len(TokenStore.open(tmp_path / "s").samples)
