@@ -122,7 +122,7 @@ def test_changed_inputs_are_refused_with_what_changed(tmp_path: Path) -> None:
 
 def test_other_text_options_or_tokenizer_are_refused(tmp_path: Path, data: tuple[list[Path], Path]) -> None:
     _, store = data
-    with pytest.raises(ConfigError, match="min_tokens=2.*min_tokens=1"):
+    with pytest.raises(ConfigError, match=r"min_tokens=2.*min_tokens=1"):
         PackConfig(store=store, out=tmp_path / "o", seq_length=256, text=TextConfig(min_tokens=1))
     PackConfig(
         store=store, out=tmp_path / "o", seq_length=256, text=TextConfig(min_tokens=2)
