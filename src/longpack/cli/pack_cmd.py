@@ -172,6 +172,12 @@ def register(app: typer.Typer) -> None:
             "tokens go to a scratch folder next to --out and the rows are filled from there in a second "
             "pass: the same output, flat memory.",
         ),
+        store: Path | None = typer.Option(
+            None, "--store", help="Pack a token store (longpack tokenize) instead of tokenizing INPUTs."
+        ),
+        keep_store: Path | None = typer.Option(
+            None, "--keep-store", help="Also keep this run's tokens as a store in this folder."
+        ),
         as_json: opt.Json = False,
         demo: bool = typer.Option(
             False,
@@ -237,6 +243,8 @@ def register(app: typer.Typer) -> None:
             demo=demo,
             progress=not as_json and sys.stderr.isatty(),
             memory_budget=memory_budget,
+            store=store,
+            keep_store=keep_store,
         )
         result = config.run()
         summary = result.summary()

@@ -74,7 +74,7 @@ def check_store_text(store_text: dict[str, Any], text: TextConfig) -> TextConfig
     >>> check_store_text({"min_tokens": 2}, TextConfig(min_tokens=1))
     Traceback (most recent call last):
     ...
-    longpack.errors.ConfigError: the store was tokenized with text options min_tokens=2; this run asks for min_tokens=1: tokenize again with these options (longpack tokenize), or drop them
+    longpack.errors.ConfigError: the store was tokenized with min_tokens=2; this run asks for min_tokens=1: tokenize again with these options (longpack tokenize), or drop them
     """
     known = {f.name for f in fields(TextConfig)}
     stored = TextConfig(**{k: v for k, v in store_text.items() if k in known})
@@ -84,7 +84,7 @@ def check_store_text(store_text: dict[str, Any], text: TextConfig) -> TextConfig
     was = ", ".join(f"{n}={getattr(stored, n)!r}" for n in differ)
     now = ", ".join(f"{n}={getattr(text, n)!r}" for n in differ)
     raise ConfigError(
-        f"the store was tokenized with text options {was}; this run asks for {now}: tokenize again with "
+        f"the store was tokenized with {was}; this run asks for {now}: tokenize again with "
         "these options (longpack tokenize), or drop them",
         fields="text",
     )
