@@ -174,7 +174,8 @@ def main() -> None:
                 floor_dir.mkdir(exist_ok=True)
                 floor = MemmapFloor(path, floor_dir)
                 floor_rates = [
-                    med(lambda o=o, f=floor: floor_rows_per_s(f, o, args.budget)) for o in (seq, perm, mapping)
+                    med(lambda o=o, f=floor: floor_rows_per_s(f, o, args.budget))
+                    for o in (seq, perm, mapping)
                 ]
                 rows.insert(0, ("memmap floor", *floor_rates))
                 for name, s, r, m in rows:

@@ -148,3 +148,13 @@ def test_unfinished_or_damaged_stores_are_refused(tmp_path: Path, data: tuple[li
         PackConfig(store=tmp_path / "s", out=tmp_path / "o", seq_length=256)
     r = TokenizeConfig(inputs=inputs, out=tmp_path / "s", tokenizer="bytes", workers=1, overwrite=True).run()
     assert r.summary()["samples"] == len(TokenStore.open(tmp_path / "s").samples)
+
+
+def test_sweep_from_store_equals_sweep_from_inputs(data: tuple[list[Path], Path]) -> None:
+    from longpack.jobs import SweepConfig
+
+    inputs, store = data
+    kwargs: dict[str, Any] = {"pack_lengths": [128, 256, 512], "token_slots": 4096, "pad_seq_to_mult": 4}
+    direct = SweepConfig(inputs=inputs, tokenizer="bytes", workers=1, **kwargs).run().as_dict()
+    stored = SweepConfig(store=store, **kwargs).run().as_dict()
+    assert direct == stored

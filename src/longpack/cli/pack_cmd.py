@@ -172,12 +172,16 @@ def register(app: typer.Typer) -> None:
             "tokens go to a scratch folder next to --out and the rows are filled from there in a second "
             "pass: the same output, flat memory.",
         ),
-        store: Path | None = typer.Option(
-            None, "--store", help="Pack a token store (longpack tokenize) instead of tokenizing INPUTs."
-        ),
-        keep_store: Path | None = typer.Option(
-            None, "--keep-store", help="Also keep this run's tokens as a store in this folder."
-        ),
+        store: Annotated[
+            Path | None,
+            typer.Option(
+                "--store", help="Pack a token store (longpack tokenize) instead of tokenizing INPUTs."
+            ),
+        ] = None,
+        keep_store: Annotated[
+            Path | None,
+            typer.Option("--keep-store", help="Also keep this run's tokens as a store in this folder."),
+        ] = None,
         as_json: opt.Json = False,
         demo: bool = typer.Option(
             False,

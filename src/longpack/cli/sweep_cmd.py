@@ -72,6 +72,12 @@ def register(app: typer.Typer) -> None:
             help="Pin recompute modules ('none', 'layernorm,mlp', 'full'; default: cheapest that fits).",
         ),
         offload: bool = typer.Option(True, "--offload/--no-offload", help="Allow optimizer CPU offload."),
+        store: Annotated[
+            Path | None,
+            typer.Option(
+                "--store", help="Sweep a token store (longpack tokenize) instead of tokenizing INPUTs."
+            ),
+        ] = None,
         as_json: opt.Json = False,
         plot: str | None = typer.Option(
             None, "--plot", help="Write a PNG: real tokens/s, memory and truncation vs pack size."
@@ -92,6 +98,7 @@ def register(app: typer.Typer) -> None:
         if plot is not None and not Path(plot).parent.is_dir():
             raise ConfigError(f"plot {plot}: folder {Path(plot).parent} does not exist", fields="plot")
         config = SweepConfig(
+            store=store,
             inputs=list(inputs or []),
             tokenizer=tokenizer,
             demo=demo,
