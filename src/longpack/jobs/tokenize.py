@@ -22,7 +22,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from longpack.errors import ConfigError
 from longpack.text import TextConfig
@@ -94,13 +94,14 @@ class TokenizeConfig:
         from longpack.text.tokenizers import as_tokenizer
 
         out = Path(self.out)
-        check_output_dir(out, overwrite=self.overwrite, inputs=tuple(str(p) for p in self.inputs))
+        inputs = list(cast(tuple[str, ...], self.inputs))  # normalized in __post_init__
+        check_output_dir(out, overwrite=self.overwrite, inputs=tuple(inputs))
         with contextlib.ExitStack() as stack:
             stack.enter_context(OutputLock(out))
             tokenizer = as_tokenizer(self.tokenizer)
             executor = stack.enter_context(LocalExecutor(workers=self.workers))
             result, _ = executor.tokenize(
-                [str(p) for p in self.inputs], tokenizer=tokenizer, config=self.text, progress=self.progress
+                inputs, tokenizer=tokenizer, config=self.text, progress=self.progress
             )
             manifest = save_store(out, result, self.text, overwrite=self.overwrite)
         return TokenizeStoreResult(out=out.resolve(), manifest=manifest)
