@@ -48,7 +48,15 @@ from longpack._version import __version__
 from longpack.errors import InputError, OutputError, OutputExistsError
 from longpack.samples import TokenizedSamples
 
-__all__ = ["STORE_FORMAT", "STORE_MANIFEST", "TokenStore", "file_identity", "is_store", "write_store"]
+__all__ = [
+    "STORE_FORMAT",
+    "STORE_MANIFEST",
+    "TokenStore",
+    "file_identity",
+    "is_store",
+    "store_lengths",
+    "write_store",
+]
 
 #: ``format`` of ``store.json``.
 STORE_FORMAT = "longpack.store/1"
@@ -294,6 +302,13 @@ class TokenStore:
             "format": record.get("format"),
             "longpack_version": self.manifest.get("longpack_version"),
         }
+
+
+def store_lengths(path: str | os.PathLike[str]) -> np.ndarray:
+    """The runtime lengths (int64) of a store's samples that train on at least one position: what
+    ``longpack balance`` and ``longpack online-sim`` take from a store instead of a lengths file."""
+    lengths = TokenStore.open(path).samples.runtime_lengths()
+    return np.asarray(lengths[lengths > 0], dtype=np.int64)
 
 
 def remove_store(path: str | os.PathLike[str]) -> None:

@@ -26,10 +26,13 @@ def read_lengths(path: Path, *, pack_size: int | None = None) -> np.ndarray:
     (given ``pack_size``) longer than a pack.
     """
     from longpack.errors import InputError
+    from longpack.store import is_store, store_lengths
 
     where: list[str] = []
     try:
-        if path.suffix == ".npy":
+        if is_store(path):  # a token store (longpack tokenize): its samples' runtime lengths
+            lengths = store_lengths(path)
+        elif path.suffix == ".npy":
             try:
                 arr = np.load(path, allow_pickle=False)
             except ValueError as exc:  # pickled or not an array file
@@ -128,7 +131,9 @@ def write_npy_atomic(path: Path, array: np.ndarray) -> None:
         raise
 
 
-_LENGTHS_ARG = typer.Argument(..., help="Runtime lengths: .npy, or text with one integer per line.")
+_LENGTHS_ARG = typer.Argument(
+    ..., help="Runtime lengths: .npy, text with one integer per line, or a token store (longpack tokenize)."
+)
 _OUT_OPT = typer.Option(None, "--out", help="Write the balanced bin_of_item (.npy); bin id = read order.")
 
 

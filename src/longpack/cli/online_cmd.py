@@ -16,6 +16,10 @@ MAX_SAMPLES = 1_000_000
 
 def _read_lengths(path: Path) -> list[int]:
     from longpack.errors import InputError
+    from longpack.store import is_store, store_lengths
+
+    if is_store(path):  # a token store (longpack tokenize): its samples' runtime lengths
+        return store_lengths(path).tolist()  # type: ignore[no-any-return]
 
     try:
         text_lines = path.read_text(encoding="utf-8").splitlines()
@@ -58,7 +62,9 @@ def register(app: typer.Typer) -> None:
             opt.Workload, typer.Option("--workload", help="Synthetic workload of sample lengths.")
         ] = "lognormal",
         lengths_file: Path | None = typer.Option(  # noqa: B008
-            None, "--lengths", help="Text file with one runtime length per line (instead of --workload)."
+            None,
+            "--lengths",
+            help="Text file with one runtime length per line, or a token store (instead of --workload).",
         ),
         samples: int = typer.Option(20000, "--samples", help="Number of synthetic samples."),
         pad_seq_to_mult: int = typer.Option(
