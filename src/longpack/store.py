@@ -290,6 +290,24 @@ class TokenStore:
                     )
         return problems
 
+    def report(self, *, verify: bool = False) -> dict[str, Any]:
+        """:meth:`summary` plus sample-length figures and what no longer matches (``changes``; ``verify``
+        hashes every input whatever its time says); ``ok`` is whether the store can be packed."""
+        lengths = self.samples.stored_lengths()
+        changes = self.changes(hash_all=verify)
+        return {
+            **self.summary(),
+            "stored_length": {
+                "min": int(lengths.min()) if lengths.size else 0,
+                "mean": round(float(lengths.mean()), 1) if lengths.size else 0.0,
+                "max": int(lengths.max()) if lengths.size else 0,
+            },
+            "supervised_tokens": int(np.count_nonzero(self.samples.loss_mask)),
+            "text": self.record.get("text"),
+            "changes": changes,
+            "ok": not changes,
+        }
+
     def summary(self) -> dict[str, Any]:
         """Samples, tokens, inputs and tokenizer in a few keys (what ``longpack tokenize`` prints)."""
         record = self.record

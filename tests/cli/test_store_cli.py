@@ -1,4 +1,5 @@
-"""`longpack tokenize` and the commands that take its store (pack, sweep, balance, online-sim) through the CLI;
+"""`longpack tokenize` and the commands that take its store (pack, sweep, balance, online-sim, inspect) through
+the CLI;
 a changed input is exit 2 with what changed."""
 
 from __future__ import annotations
@@ -63,7 +64,11 @@ def test_tokenize_then_pack_sweep_balance_online_sim(tmp_path: Path) -> None:
         app, ["online-sim", "--lengths", str(store), "--pack-size", "512", "--buffer-sizes", "8"]
     )
     assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["inspect", str(store), "--verify", "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["changes"] == [], r.output
     src.write_text(src.read_text() + "\n")  # the input changed
+    r = runner.invoke(app, ["inspect", str(store)])
+    assert r.exit_code == 1 and "changed: " in r.output and "d.jsonl: size" in r.output
     r = runner.invoke(
         app, ["pack", "--store", str(store), "--seq-length", "512", "--out", str(tmp_path / "c")]
     )

@@ -12,7 +12,7 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("inspect")
     def inspect(
-        folder: Annotated[Path, typer.Argument(help="Output folder of `longpack pack`.")],
+        folder: Annotated[Path, typer.Argument(help="Output folder of `longpack pack`, or a token store.")],
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
         verify: bool = typer.Option(
             False,
@@ -32,6 +32,14 @@ def register(app: typer.Typer) -> None:
         """Summarize a packed output folder; exit 1 if it is unfinished or a check fails."""
         from longpack.outputs import check_output_file
         from longpack.packed import inspect_output, plot_output
+        from longpack.store import TokenStore, is_store
+
+        if is_store(folder):  # a token store (longpack tokenize)
+            store_report = TokenStore.open(folder).report(verify=verify)
+            typer.echo(json.dumps(store_report, indent=2) if as_json else _store_text(store_report))
+            if not store_report["ok"]:
+                raise typer.Exit(1)
+            return
 
         if plot is not None:
             check_output_file(plot, field="plot")  # before the (long) verification
@@ -46,6 +54,17 @@ def register(app: typer.Typer) -> None:
             _print_human(report)
         if not report["ok"]:
             raise typer.Exit(1)
+
+
+def _store_text(r: dict) -> str:  # type: ignore[type-arg]
+    lines = [
+        f"{r['store']}: token store, {r['samples']} samples, {r['tokens']} tokens ({r['supervised_tokens']} "
+        f"supervised), stored lengths {r['stored_length']['min']}..{r['stored_length']['max']} (mean "
+        f"{r['stored_length']['mean']}); tokenizer {r['tokenizer']}, format {r['format']}, {r['inputs']} input "
+        f"file(s), longpack {r['longpack_version']}",
+    ]
+    lines += [f"  changed: {c}" for c in r["changes"]] or ["  inputs unchanged: packs as tokenized"]
+    return "\n".join(lines)
 
 
 def _print_human(report: dict) -> None:  # type: ignore[type-arg]
