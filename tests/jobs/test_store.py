@@ -129,6 +129,8 @@ def test_other_text_options_or_tokenizer_are_refused(tmp_path: Path, data: tuple
     )  # the same: fine
     with pytest.raises(ConfigError, match="not the one the store was tokenized with"):
         PackConfig(store=store, out=tmp_path / "o", seq_length=256, tokenizer="qwen3").run()
+    with pytest.raises(ConfigError, match=r"local backend"):
+        PackConfig(store=store, out=tmp_path / "o", seq_length=256, backend="ray")
     with pytest.raises(ConfigError, match=r"store replaces inputs"):
         PackConfig(store=store, inputs=["x.jsonl"], out=tmp_path / "o", seq_length=256)
 

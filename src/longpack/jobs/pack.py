@@ -296,6 +296,13 @@ class PackConfig:
                     "output_format npy is written by the local backend (one file per split); use backend local",
                     fields=("output_format", "backend"),
                 )
+        if (self.store is not None or self.keep_store is not None) and not (
+            self.backend == "local" or type(self.backend).__name__ == "LocalExecutor"
+        ):
+            raise ConfigError(
+                "token stores are read and written by the local backend; use backend local",
+                fields=("store" if self.store is not None else "keep_store", "backend"),
+            )
         if self.memory_budget is not None:
             from longpack.jobs.out_of_core import parse_memory_budget
 
