@@ -445,12 +445,93 @@ static PyObject *dict_values(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* chunk_rows(chunk, num_rows, max_def) -> (dict_at, dict_count, [(encoding, values_at, num_values, end)])
+ * or None: row_page for every row of the chunk at once (one walk; the caller keeps the list). */
+static PyObject *chunk_rows(PyObject *self, PyObject *args) {
+    PyObject *od;
+    long long num_rows, max_def;
+    if (!PyArg_ParseTuple(args, "OLL", &od, &num_rows, &max_def)) return NULL;
+    lp_array data;
+    if (lp_get(od, &data, 0, "chunk") < 0) return NULL;
+    const uint8_t *base = (const uint8_t *)data.data, *end = base + data.n * data.itemsize, *p = base;
+    int64_t pages = 0, dict_at = -1, dict_n = 0;
+    int bad = 0;
+    PyObject *rows = PyList_New(0);
+    if (rows == NULL) {
+        lp_release(&data);
+        return NULL;
+    }
+    int def_bw = bit_width_of(max_def);
+    while (p < end && !bad) {
+        tc t = {p, end, 0};
+        int64_t kind = -1, usize = -1, csize = -1, nvalues = -1, encoding = -1;
+        int last = 0;
+        for (;;) {
+            if (t.p >= t.end) { t.bad = 1; break; }
+            uint8_t head = *t.p++;
+            if (head == 0) break;
+            int delta = head >> 4, ftype = head & 0x0F;
+            int fid = delta ? last + delta : (int)tc_zigzag(&t);
+            if (ftype == 5 && fid >= 1 && fid <= 3) {
+                int64_t v = tc_zigzag(&t);
+                if (fid == 1) kind = v; else if (fid == 2) usize = v; else csize = v;
+            } else if (ftype == 12 && (fid == 5 || fid == 7)) {
+                tc_sub(&t, &nvalues, &encoding);
+            } else {
+                tc_skip(&t, ftype, 1);
+            }
+            if (t.bad) break;
+            last = fid;
+        }
+        if (t.bad || kind < 0 || csize < 0 || csize != usize || csize > end - t.p || nvalues < 0) {
+            bad = 1;
+            break;
+        }
+        const uint8_t *body = t.p, *body_end = t.p + csize;
+        if (kind == 2) {
+            if (encoding != 0 && encoding != 2) { bad = 1; break; }
+            dict_at = body - base;
+            dict_n = nvalues;
+        } else if (kind == 0) {
+            const uint8_t *q = nvalues > 0 ? check_levels(body, body_end, 1, nvalues, 0, 1) : NULL;
+            if (q != NULL) q = check_levels(q, body_end, def_bw, nvalues, max_def, max_def);
+            if (q == NULL || !(encoding == 0 || encoding == 2 || encoding == 8) || (encoding != 0 && dict_at < 0)) {
+                bad = 1;
+                break;
+            }
+            PyObject *item = Py_BuildValue("LLLL", (long long)encoding, (long long)(q - base), (long long)nvalues,
+                                           (long long)(body_end - base));
+            if (item == NULL || PyList_Append(rows, item) < 0) {
+                Py_XDECREF(item);
+                Py_DECREF(rows);
+                lp_release(&data);
+                return NULL;
+            }
+            Py_DECREF(item);
+            pages++;
+        } else {
+            bad = 1;
+        }
+        p = body_end;
+    }
+    lp_release(&data);
+    if (bad || pages != num_rows) {
+        Py_DECREF(rows);
+        Py_RETURN_NONE;
+    }
+    PyObject *out = Py_BuildValue("LLN", (long long)dict_at, (long long)dict_n, rows);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"page_headers", page_headers, METH_VARARGS,
      "page_headers(chunk) -> [(type, header_size, compressed_size, uncompressed_size, num_values, encoding)]"},
     {"row_page", row_page, METH_VARARGS,
      "row_page(chunk, row, num_rows, max_def) -> (encoding, values_at, num_values, dict_at, dict_count, end) "
      "or None: where one row's values are in an uncompressed one-row-per-page column chunk"},
+    {"chunk_rows", chunk_rows, METH_VARARGS,
+     "chunk_rows(chunk, num_rows, max_def) -> (dict_at, dict_count, [(encoding, values_at, num_values, end)]) "
+     "or None: row_page for every row of a chunk"},
     {"dict_values", dict_values, METH_VARARGS,
      "dict_values(chunk, at, end, dictionary, out): dictionary-encoded values into out (int64)"},
     {"fill_tokens_and_mask", fill_tokens_and_mask, METH_VARARGS,

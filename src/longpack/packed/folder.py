@@ -316,7 +316,7 @@ class ParquetRowSource:
         # Uncompressed one-row pages: rows are read from a memory map of the file (this process's), with
         # each row group's column chunks located once (``_direct_chunks``).
         self._map: Any = None
-        self._direct: dict[int, dict[str, tuple[memoryview, str, int, int]] | None] = {}
+        self._direct: dict[int, dict[str, Any] | None] = {}
         self._native: Any = None
 
     def group_start(self, group: int) -> int:
@@ -421,25 +421,24 @@ class ParquetRowSource:
             chunks = self._direct_chunks(group)
         if chunks is None:
             return None
-        from longpack.packed.pages import row_values
-
         out: dict[str, np.ndarray] = {}
         for name in columns:
+            rows = chunks.get(name)  # type: ignore[union-attr]
+            if rows is None:
+                return None
             try:
-                chunk, physical, max_def, num_rows = chunks[name]  # type: ignore[index]
-            except KeyError:
+                out[name] = rows.values(row)
+            except ValueError:  # damaged dictionary indices: the row-group read reports it
                 return None
-            values = row_values(chunk, physical, row, num_rows, max_def=max_def, module=self._native)
-            if values is None:
-                return None
-            out[name] = values
         return out
 
-    def _direct_chunks(self, group: int) -> dict[str, tuple[memoryview, str, int, int]] | None:
-        """Where each column chunk of a row group lies in the memory map, if every one is uncompressed."""
+    def _direct_chunks(self, group: int) -> dict[str, Any] | None:
+        """Each column chunk of a row group walked once in the memory map (``longpack.packed.pages.ChunkRows``),
+        if every one is uncompressed with one row per page; else ``None``."""
         import mmap
 
         from longpack._optional import native
+        from longpack.packed.pages import chunk_rows
 
         reader = self._reader()  # also resets this process's handles after a fork
         if self._map is None or self._map[0] != os.getpid():
@@ -451,27 +450,35 @@ class ParquetRowSource:
                 with open(self.path, "rb") as fh:
                     self._map = (os.getpid(), memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)))
         view = self._map[1]
-        chunks: dict[str, tuple[memoryview, str, int, int]] | None = None
+        chunks: dict[str, Any] | None = None
         if view is not None:
             meta = reader.metadata
             chunks = {}
             rg = meta.row_group(group)
             for i in range(rg.num_columns):
                 col = rg.column(i)
-                name = col.path_in_schema.split(".")[0]
-                if col.compression != "UNCOMPRESSED":
-                    chunks = None
-                    break
+                leaf = meta.schema.column(i)
                 start = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
                 end = start + col.total_compressed_size
-                if start < 0 or end > len(view):
+                if (
+                    col.compression != "UNCOMPRESSED"
+                    or start < 0
+                    or end > len(view)
+                    or leaf.max_repetition_level != 1
+                ):
                     chunks = None
                     break
-                leaf = meta.schema.column(i)
-                if leaf.max_repetition_level != 1:
+                rows = chunk_rows(
+                    view[start:end],
+                    col.physical_type,
+                    rg.num_rows,
+                    max_def=leaf.max_definition_level,
+                    module=self._native,
+                )
+                if rows is None:
                     chunks = None
                     break
-                chunks[name] = (view[start:end], col.physical_type, leaf.max_definition_level, rg.num_rows)
+                chunks[col.path_in_schema.split(".")[0]] = rows
         self._direct[group] = chunks
         return chunks
 
