@@ -106,7 +106,11 @@ def child(args: argparse.Namespace) -> None:
     store = Path(args.path).with_suffix(".store")
     if args.mode == "from-store" and not (store / "store.json").exists():
         longpack.TokenizeConfig(
-            inputs=[args.path], out=store, tokenizer="qwen3", text=TextConfig(format="pretokenized"), overwrite=True
+            inputs=[args.path],
+            out=store,
+            tokenizer="qwen3",
+            text=TextConfig(format="pretokenized"),
+            overwrite=True,
         ).run()
         return
     sampler = PeakSampler()
@@ -132,7 +136,8 @@ def child(args: argparse.Namespace) -> None:
     digests = {
         str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(out.rglob("*"))
-        if p.is_file() and p.name not in ("bridge_config.yaml", "manifest.json")  # absolute paths; store entry
+        if p.is_file()
+        and p.name not in ("bridge_config.yaml", "manifest.json")  # absolute paths; store entry
     }
     print(
         "RESULT "
@@ -182,7 +187,17 @@ def main() -> None:
                 out = Path(tmp) / f"out-{mode}"
                 if mode == "from-store":  # tokenize into the store first (not measured)
                     subprocess.run(
-                        [sys.executable, __file__, "--child", "--mode", mode, "--path", str(src), "--out", str(out)],
+                        [
+                            sys.executable,
+                            __file__,
+                            "--child",
+                            "--mode",
+                            mode,
+                            "--path",
+                            str(src),
+                            "--out",
+                            str(out),
+                        ],
                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")},
                         check=True,
                         capture_output=True,

@@ -45,10 +45,7 @@ LENGTHS = "1024,2048,4096,8192,16384,32768"
 def make_rows(path: Path, n: int, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     words = np.array(
-        [
-            "".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), int(k)))
-            for k in rng.integers(2, 10, 5000)
-        ]
+        ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), int(k))) for k in rng.integers(2, 10, 5000)]
     )
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as fh:
@@ -181,8 +178,12 @@ print('RESULT ' + json.dumps({{'floor': f, 'longpack': l}}))
 
     tokens = tok["tokens"]
     first_cpu = med(firsts, "cpu")
-    print(f"samples {tok['samples']}, stored tokens {tokens}; medians of {args.repeats} runs (first pack: {args.first_repeats})")
-    print(f"{'step':<34} {'wall s':>8} {'CPU s':>8} {'vs first pack CPU':>18} {'peak anon MiB':>14} {'anon B/token':>13}")
+    print(
+        f"samples {tok['samples']}, stored tokens {tokens}; medians of {args.repeats} runs (first pack: {args.first_repeats})"
+    )
+    print(
+        f"{'step':<34} {'wall s':>8} {'CPU s':>8} {'vs first pack CPU':>18} {'peak anon MiB':>14} {'anon B/token':>13}"
+    )
     for name, runs in (
         ("first pack (tokenize + pack 4K)", firsts),
         ("tokenize -> store", [tok]),

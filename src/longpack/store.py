@@ -296,6 +296,7 @@ class TokenStore:
         lengths = self.samples.stored_lengths()
         changes = self.changes(hash_all=verify)
         return {
+            "kind": "token store",
             **self.summary(),
             "stored_length": {
                 "min": int(lengths.min()) if lengths.size else 0,

@@ -157,6 +157,6 @@ def test_sweep_from_store_equals_sweep_from_inputs(data: tuple[list[Path], Path]
 
     inputs, store = data
     kwargs: dict[str, Any] = {"pack_lengths": [128, 256, 512], "token_slots": 4096, "pad_seq_to_mult": 4}
-    direct = SweepConfig(inputs=inputs, tokenizer="bytes", workers=1, **kwargs).run().as_dict()
-    stored = SweepConfig(store=store, **kwargs).run().as_dict()
+    direct = SweepConfig(inputs=inputs, tokenizer="bytes", workers=1, **kwargs).run().to_dict()
+    stored = SweepConfig(store=store, **kwargs).run().to_dict()
     assert direct == stored

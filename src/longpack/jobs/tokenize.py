@@ -20,11 +20,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from longpack.errors import ConfigError
+from longpack.jobs.options import inputs_option, tokenizer_option, workers_option
+from longpack.option import option
 from longpack.text import TextConfig
 from longpack.validate import flag, optional_positive_int
 
@@ -44,6 +46,10 @@ class TokenizeStoreResult:
 
         return TokenStore(path=self.out, manifest=self.manifest, samples=None).summary()  # type: ignore[arg-type]
 
+    def to_dict(self) -> dict[str, Any]:
+        """What ``longpack tokenize --json`` prints: :meth:`summary`."""
+        return self.summary()
+
 
 @dataclass(frozen=True, kw_only=True)
 class TokenizeConfig:
@@ -55,12 +61,14 @@ class TokenizeConfig:
     - ``workers``: tokenizer processes (default all cores; the store is the same for any count).
     """
 
-    inputs: Sequence[str | Path] | str | Path
-    out: str | Path
-    tokenizer: Any
-    text: TextConfig = field(default_factory=TextConfig)
-    workers: int | None = None
-    overwrite: bool = False
+    inputs: Sequence[str | Path] | str | Path = inputs_option(
+        "JSONL / Parquet files, folders or globs.", metavar="INPUT...", required=True
+    )
+    out: str | Path = option(help="Store folder to write (must not exist unless --overwrite).", cli_type=Path)
+    tokenizer: Any = tokenizer_option()
+    text: TextConfig = option(default_factory=TextConfig, help="How rows become samples.", nested_except=())
+    workers: int | None = workers_option()
+    overwrite: bool = option(False, help="Replace an existing store.")
     progress: bool = False
 
     def __post_init__(self) -> None:
