@@ -96,6 +96,36 @@ _stop = threading.Event(); _t = threading.Thread(target=_sample, daemon=True); _
 """
 
 
+def store_only(store: Path, data: Path, args: argparse.Namespace) -> None:
+    """Re-pack (8K) and sweep an existing store, medians of ``--repeats`` fresh processes."""
+    data.mkdir(parents=True, exist_ok=True)
+    repack = (
+        SAMPLER
+        + f"""
+import longpack
+r = longpack.PackConfig(store={str(store)!r}, seq_length=8192, out={str(data / "again")!r}, overwrite=True).run()
+_stop.set(); _t.join()
+print('RESULT ' + json.dumps({{'samples': r.counts['samples_read'], 'peak_anon': peak[0]}}))
+"""
+    )
+    sweep = f"""
+import json, longpack
+r = longpack.SweepConfig(store={str(store)!r}, pack_lengths={args.lengths!r}).run()
+print('RESULT ' + json.dumps({{'candidates': len(r.candidates)}}))
+"""
+    repacks = [step(repack) for _ in range(args.repeats)]
+    sweeps = [step(sweep) for _ in range(args.repeats)]
+    print(
+        f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}; store {store}: "
+        f"{repacks[0]['samples']} samples; medians of {args.repeats} fresh processes"
+    )
+    for name, runs in (("re-pack at 8K", repacks), (f"sweep ({len(args.lengths.split(','))} lengths)", sweeps)):
+        print(
+            f"{name:<22} wall {statistics.median(r['wall'] for r in runs):7.2f} s   "
+            f"CPU {statistics.median(r['cpu'] for r in runs):7.2f} s"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -103,7 +133,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--first-repeats", type=int, default=1, help="runs of the first pack (each tokenizes)")
     ap.add_argument("--lengths", default=LENGTHS)
+    ap.add_argument(
+        "--store", default="", help="an existing store: time only the re-pack and the sweep on it (no text rows)"
+    )
     args = ap.parse_args()
+    if args.store:
+        store_only(Path(args.store), Path(args.data_dir), args)
+        return
     data = Path(args.data_dir)
     data.mkdir(parents=True, exist_ok=True)
     rows = data / f"rows_{args.rows}.jsonl"

@@ -308,9 +308,9 @@ static int hybrid_run(const uint8_t *p, const uint8_t *end, int bw, int64_t coun
             p += byte_width;
             if (run == 0) return -1;
             int64_t take = (int64_t)run < count - n ? (int64_t)run : count - n;
-            if (mode == 0) {
-                for (int64_t j = 0; j < take; j++)
-                    if ((int64_t)v != (n + j == 0 ? first : rest)) return -1;
+            if (mode == 0) { /* one value repeated: the first position may differ (first), the rest not */
+                if (n == 0 ? ((int64_t)v != first || (take > 1 && (int64_t)v != rest)) : (int64_t)v != rest)
+                    return -1;
             } else {
                 if ((int64_t)v >= dict_n) return -1;
                 int64_t value = dict_size == 4 ? (int64_t)((const int32_t *)dict)[v] : ((const int64_t *)dict)[v];
