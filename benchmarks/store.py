@@ -119,7 +119,10 @@ print('RESULT ' + json.dumps({{'candidates': len(r.candidates)}}))
         f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}; store {store}: "
         f"{repacks[0]['samples']} samples; medians of {args.repeats} fresh processes"
     )
-    for name, runs in (("re-pack at 8K", repacks), (f"sweep ({len(args.lengths.split(','))} lengths)", sweeps)):
+    for name, runs in (
+        ("re-pack at 8K", repacks),
+        (f"sweep ({len(args.lengths.split(','))} lengths)", sweeps),
+    ):
         print(
             f"{name:<22} wall {statistics.median(r['wall'] for r in runs):7.2f} s   "
             f"CPU {statistics.median(r['cpu'] for r in runs):7.2f} s"
@@ -134,7 +137,9 @@ def main() -> None:
     ap.add_argument("--first-repeats", type=int, default=1, help="runs of the first pack (each tokenizes)")
     ap.add_argument("--lengths", default=LENGTHS)
     ap.add_argument(
-        "--store", default="", help="an existing store: time only the re-pack and the sweep on it (no text rows)"
+        "--store",
+        default="",
+        help="an existing store: time only the re-pack and the sweep on it (no text rows)",
     )
     args = ap.parse_args()
     if args.store:
