@@ -593,6 +593,7 @@ class PackConfig:
             train, train_handle, store_info = tokenized_or_stored(self, executor, inputs, tokenizer)
             val, val_handle = (None, None)
             if self.val_inputs:
+                assert tokenizer is not None  # val_inputs are refused with a store (__post_init__)
                 val, val_handle = executor.tokenize(
                     list(cast(tuple[str, ...], self.val_inputs)),
                     tokenizer=tokenizer,
