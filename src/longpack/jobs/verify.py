@@ -1,0 +1,374 @@
+"""The verify job: prove that a model sees what was packed (``longpack verify``).
+
+:class:`VerifyConfig` names a packed folder and a model (a Hugging Face ``config.json`` or its folder, a
+cached hub id, or a dense catalog model); :meth:`~VerifyConfig.run` builds a tiny float64 model of that
+family, checks rows of every split (as many as ``time_budget`` allows: the first and last row of every
+file, the longest rows, then the rest in a seeded order), runs the CP and PP checks in real gloo processes
+where the layout allows them, and returns a :class:`VerifyResult` whose ``certificate`` is the JSON record
+(versions, model, layout, rows checked, worst figures, failures). What each check proves:
+:data:`longpack.runtime.verify.CHECKS`.
+
+``backend="megatron"`` runs the same checks with Megatron-Core's ``GPTModel`` and TransformerEngine attention;
+it needs CUDA, megatron-core and transformer-engine, and says which are missing (a
+:class:`~longpack.errors.MissingDependencyError`, exit 2).
+
+>>> VerifyConfig(packed="p", model="qwen3_8b", fault="nope")
+Traceback (most recent call last):
+...
+longpack.errors.ConfigError: fault 'nope' is not one of cp-positions-shifted, drop-cu-seqlens, loss-on-padding, positions-not-restarted, token-across-boundary
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from longpack.errors import ConfigError, MissingDependencyError
+from longpack.validate import finite_float, non_negative_int, positive_int
+from longpack.validate import seed as seed_value
+
+__all__ = ["BACKENDS", "EXIT_FAILED", "EXIT_OK", "VerifyConfig", "VerifyResult", "megatron_backend_missing"]
+
+EXIT_OK, EXIT_FAILED = 0, 1
+#: ``hf``: transformers on the CPU (float64). ``megatron``: Megatron-Core GPTModel + TransformerEngine (CUDA).
+BACKENDS = ("hf", "megatron")
+#: The fault names (one definition: ``longpack.runtime.verify.FAULTS``; listed here without importing torch).
+FAULT_NAMES = (
+    "cp-positions-shifted",
+    "drop-cu-seqlens",
+    "loss-on-padding",
+    "positions-not-restarted",
+    "token-across-boundary",
+)
+
+
+def megatron_backend_missing() -> list[str]:
+    """What the ``megatron`` backend lacks on this machine (empty: it can run).
+
+    >>> isinstance(megatron_backend_missing(), list)
+    True
+    """
+    import importlib.util
+
+    missing = []
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            missing.append("a CUDA device (torch.cuda.is_available() is False)")
+    except ImportError:
+        missing.append("torch")
+    if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
+        missing.append("megatron-core (pip install 'longpack[megatron]')")
+    if importlib.util.find_spec("transformer_engine") is None:
+        missing.append("transformer-engine (pip install transformer-engine[pytorch], on a CUDA machine)")
+    return missing
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyConfig:
+    """What to verify: ``packed`` (a folder ``longpack pack`` wrote, ``.npy`` or Parquet) with a model of the
+    family ``model``; ``split`` (default: every split); ``time_budget`` seconds for the row checks (``None``:
+    every row), ``max_rows``; ``cp`` / ``pp``: sizes for the distributed checks (CP sizes the data's
+    alignment does not allow are skipped and said so) on ``dist_rows`` rows; ``in_batch_rows``: rows that also
+    get the in-batch check; ``fault``: inject one of the faults (the verdict must fail); ``certificate``:
+    write the JSON certificate there."""
+
+    packed: str | Path
+    model: str
+    split: str | None = None
+    backend: str = "hf"
+    time_budget: float | None = 60.0
+    max_rows: int | None = None
+    cp: tuple[int, ...] = (2, 4)
+    pp: tuple[int, ...] = (2,)
+    dist_rows: int = 2
+    in_batch_rows: int = 8
+    fault: str | None = None
+    seed: int = 0
+    certificate: str | Path | None = None
+    allow_no_manifest: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.packed, str | os.PathLike):
+            raise ConfigError(f"packed must be a path, got {self.packed!r}", fields="packed")
+        if not isinstance(self.model, str) or not self.model:
+            raise ConfigError(f"model must be a name or a config path, got {self.model!r}", fields="model")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}", fields="backend")
+        if self.fault is not None and self.fault not in FAULT_NAMES:
+            raise ConfigError(f"fault {self.fault!r} is not one of {', '.join(FAULT_NAMES)}", fields="fault")
+        if self.time_budget is not None:
+            finite_float(self.time_budget, "time_budget", lo=0.0)
+        if self.max_rows is not None:
+            positive_int(self.max_rows, "max_rows")
+        for name in ("cp", "pp"):
+            value = getattr(self, name)
+            sizes = (value,) if isinstance(value, int) else tuple(value)
+            for size in sizes:
+                positive_int(size, name, at_most=16, why="verify starts one process per rank on this machine")
+            object.__setattr__(self, name, sizes)
+        non_negative_int(self.dist_rows, "dist_rows")
+        non_negative_int(self.in_batch_rows, "in_batch_rows")
+        seed_value(self.seed)
+
+    def run(self) -> VerifyResult:
+        """Run every check; a folder or model that cannot be read raises a ``LongpackError``."""
+        if self.backend == "megatron":
+            missing = megatron_backend_missing()
+            if missing:
+                raise MissingDependencyError(
+                    "--backend megatron needs " + "; ".join(missing) + ". Run benchmarks/gpu_verify.py on a GPU "
+                    "machine, or use --backend hf (transformers, CPU)",
+                    fields="backend",
+                )
+            from longpack.runtime.verify_megatron import run_megatron_verify
+
+            return run_megatron_verify(self)
+        return _run_hf(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyResult:
+    """The verdict, the per-row and distributed figures, notes (skipped checks) and the certificate."""
+
+    ok: bool
+    verdict: str
+    rows: tuple[Any, ...]
+    distributed: tuple[Any, ...]
+    failures: tuple[dict[str, Any], ...]
+    notes: tuple[str, ...]
+    certificate: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.ok else EXIT_FAILED
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    import longpack
+
+    out: dict[str, str | None] = {"longpack": longpack.__version__}
+    for name in ("torch", "transformers", "megatron-core", "transformer-engine", "transformer_engine"):
+        try:
+            out[name.replace("_", "-")] = version(name)
+        except PackageNotFoundError:
+            out.setdefault(name.replace("_", "-"), None)
+    return out
+
+
+def _order_rows(scan: Any, seed: int) -> list[int]:
+    """Rows of a split in checking order: every file's first and last row, the 4 longest rows, the rest
+    in a seeded permutation."""
+    import numpy as np
+
+    order: list[int] = []
+    start = 0
+    for n in scan.file_rows:
+        if n:
+            order += [start, start + n - 1]
+        start += n
+    order += [int(i) for i in np.argsort(-scan.row_stored, kind="stable")[:4]]
+    order += [int(i) for i in np.random.default_rng(seed).permutation(scan.rows)]
+    return list(dict.fromkeys(order))
+
+
+def _locate(scan: Any, index: int) -> tuple[str, int]:
+    import numpy as np
+
+    ends = np.cumsum(scan.file_rows)
+    f = int(np.searchsorted(ends, index, side="right"))
+    return scan.files[f], index - int(ends[f] - scan.file_rows[f])
+
+
+def _cp_unaligned(rows: list[tuple[dict[str, Any], dict[str, Any], int]], collate: Any, size: int) -> str | None:
+    """Why these rows cannot be split over ``size`` CP ranks (``None``: they can)."""
+    from longpack.errors import LongpackError
+    from longpack.runtime.context_parallel import check_thd_alignment, physical_cu_seqlens
+
+    for row, where, _ in rows:
+        batch = collate([row])
+        try:
+            physical = physical_cu_seqlens(batch)
+            assert physical is not None
+            check_thd_alignment(physical, int(batch["tokens"].size(1)), cp_size=size)
+        except LongpackError as exc:
+            return f"{where['split']} {where['file']} row {where['row']}: {exc}"
+    return None
+
+
+def _run_hf(config: VerifyConfig) -> VerifyResult:
+    import torch
+
+    from longpack.packed.folder import PackedFolder
+    from longpack.runtime.collate import PackedCollator
+    from longpack.runtime.dataset import PackedDataset
+    from longpack.runtime.verify import CHECKS, RowVerifier
+    from longpack.runtime.verify_dist import run_cp_verify, run_pp_verify
+    from longpack.runtime.verify_model import HEAD_CLASSES, THD_ATTENTION, build_model, load_hf_config, tiny_config
+
+    began = time.perf_counter()
+    source = load_hf_config(config.model)
+    folder = PackedFolder.open(config.packed, allow_no_manifest=config.allow_no_manifest)
+    splits = [config.split] if config.split is not None else list(folder.split_names)
+    options = dict((folder.manifest.bridge_config or {}).get("options", {})) if folder.manifest else {}
+    pad_to_max = bool(options.get("pad_to_max_length"))
+    pad_cu = bool(options.get("pad_cu_seqlens"))
+    model = build_model(source, seed=config.seed)
+    threads = torch.get_num_threads()
+    reports: list[Any] = []
+    chosen: dict[str, list[int]] = {}
+    notes: list[str] = []
+    dist_rows: list[tuple[dict[str, Any], dict[str, Any], int]] = []
+    collators: dict[str, Any] = {}
+    total_rows = 0
+    row_seconds: list[float] = []
+    for position, split in enumerate(splits):
+        # Each split gets an equal share of what is left of the budget.
+        share = None if config.time_budget is None else (config.time_budget - (time.perf_counter() - began))
+        deadline = None if share is None else time.perf_counter() + share / (len(splits) - position)
+        scan = folder.scan(split)
+        total_rows += scan.rows
+        dataset = PackedDataset(folder, split=split, prefetch=0)
+        collate = PackedCollator.for_data(folder, split=split, pad_to_max_length=pad_to_max, pad_cu_seqlens=pad_cu)
+        collators[split] = collate
+        verifier = RowVerifier(
+            model, collate=collate, seed=config.seed, fault=config.fault, in_batch_multiple=collate.pad_seq_to_mult
+        )
+        chosen[split] = []
+        for n, index in enumerate(_order_rows(scan, config.seed)):
+            if config.max_rows is not None and len(chosen[split]) >= config.max_rows:
+                break
+            if deadline is not None and row_seconds and chosen[split]:
+                estimate = max(row_seconds[-3:])
+                if time.perf_counter() + estimate > deadline:
+                    break
+            file, row_in_file = _locate(scan, index)
+            where = {"split": split, "file": file, "row": row_in_file}
+            row = dataset[index]
+            t = time.perf_counter()
+            reports.append(verifier.verify(row, where, index, in_batch=n < config.in_batch_rows))
+            row_seconds.append(time.perf_counter() - t)
+            chosen[split].append(index)
+            if len(dist_rows) < config.dist_rows and n < 2 * config.dist_rows:
+                dist_rows.append((row, where, index))
+        dataset.close()
+        if len(chosen[split]) < scan.rows:
+            notes.append(
+                f"{split}: {len(chosen[split])} of {scan.rows} rows checked (time budget {config.time_budget} s, "
+                f"max_rows {config.max_rows}; every file's first and last row and the longest rows first)"
+            )
+    distributed: list[Any] = []
+    multiple = folder.pad_seq_to_mult or 1
+    if dist_rows:
+        split0 = dist_rows[0][1]["split"]
+        rows_for_split = [r for r in dist_rows if r[1]["split"] == split0]
+        collate = collators[split0]
+        for size in config.cp:
+            unaligned = _cp_unaligned(rows_for_split, collate, size)
+            if unaligned is not None:
+                notes.append(
+                    f"CP {size}: skipped: {unaligned}; the data is aligned to pad_seq_to_mult={multiple} and "
+                    f"CP {size} needs every packed sequence a multiple of 2*CP={2 * size} (pack with --cp {size})"
+                )
+                continue
+            distributed.append(
+                run_cp_verify(
+                    size, rows_for_split, model=source, collate=collate, seed=config.seed, fault=config.fault
+                )
+            )
+        for size in config.pp:
+            distributed.append(
+                run_pp_verify(
+                    size, rows_for_split, model=source, collate=collate, seed=config.seed, fault=config.fault
+                )
+            )
+    failures = [asdict(f) for r in reports for f in r.failures]
+    failures += [dict(f) for d in distributed for f in d.failures]
+    ok = not failures
+    checked = sum(len(v) for v in chosen.values())
+    seconds = time.perf_counter() - began
+    if ok:
+        dist_text = ", ".join(f"{d.kind.upper()} {d.size}" for d in distributed) or "no CP/PP"
+        verdict = (
+            f"PASS: {checked} of {total_rows} rows, packed = unpacked (loss, gradients, isolation, padding, "
+            f"positions; {dist_text}) with a tiny {source.get('model_type')} in float64 ({seconds:.1f} s)"
+        )
+    else:
+        first = failures[0]
+        sample = "" if first.get("sample") is None else f" sample {first['sample']}"
+        verdict = (
+            f"FAIL: {len(failures)} difference(s); first: {first['check']} in {first['split']} {first['file']} "
+            f"row {first['row']}{sample} ({first['rank']}): {first['detail']}"
+        )
+    tiny = tiny_config(source)
+    certificate = {
+        "verdict": "pass" if ok else "fail",
+        "summary": verdict,
+        "versions": _versions(),
+        "model": {
+            "source": str(config.model),
+            "model_type": source.get("model_type"),
+            "kept": {k: tiny.get(k) for k in ("vocab_size", "rope_theta", "rope_scaling", "rope_parameters",
+                                               "sliding_window", "layer_types", "max_position_embeddings")
+                     if tiny.get(k) is not None},
+            "shrunk": {k: tiny.get(k) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads",
+                                                 "num_key_value_heads", "head_dim", "intermediate_size")},
+            "dtype": "float64",
+            "seed": config.seed,
+            "packed_attention": f"{THD_ATTENTION} (transformers AttentionInterface, per-sequence SDPA from cu_seqlens)",
+            "reference": "transformers sdpa, each sample on its own",
+            "loss_head": f"cross-entropy over label id mod {HEAD_CLASSES}",
+            "threads": threads,
+        },
+        "data": {
+            "path": str(config.packed),
+            "format": folder.format,
+            "splits": splits,
+            "alignment": asdict(folder.alignment()) if folder.manifest else None,
+            "collate": {"pad_to_max_length": pad_to_max, "pad_cu_seqlens": pad_cu},
+        },
+        "layout": {
+            "cp_checked": [d.size for d in distributed if d.kind == "cp"],
+            "pp_checked": [d.size for d in distributed if d.kind == "pp"],
+            "in_batch_mbs": "all samples of a row",
+            "micro_batch_size": 1,
+        },
+        "checks": CHECKS,
+        "rows_checked": chosen,
+        "rows_total": total_rows,
+        "worst": {
+            "loss_rel_diff": max((r.loss_max_rel_diff for r in reports), default=0.0),
+            "grad_rel_diff": max((r.grad_max_rel_diff for r in reports), default=0.0),
+            "embedding_grad_rel_diff": max((r.embedding_grad_max_rel_diff for r in reports), default=0.0),
+            "cross_sample_gradient": max((r.leak_max_abs for r in reports), default=0.0),
+            "in_batch_rel_diff": max((r.in_batch_max_rel_diff for r in reports), default=0.0),
+            "distributed": [asdict(d) | {"failures": len(d.failures)} for d in distributed],
+        },
+        "fault_injected": config.fault,
+        "notes": notes,
+        "failures": failures[:100],
+        "seconds": round(seconds, 2),
+    }
+    if config.certificate is not None:
+        import json
+
+        from longpack.packed.files import atomic_write_bytes
+
+        atomic_write_bytes(Path(config.certificate), (json.dumps(certificate, indent=2) + "\n").encode())
+    return VerifyResult(
+        ok=ok,
+        verdict=verdict,
+        rows=tuple(reports),
+        distributed=tuple(distributed),
+        failures=tuple(failures),
+        notes=tuple(notes),
+        certificate=certificate,
+        seconds=seconds,
+    )
