@@ -399,8 +399,11 @@ class RowVerifier:
         return torch.stack([per_token[int(a) : int(b)].sum() for a, b in zip(spans[:-1], spans[1:], strict=True)])
 
     # -- one row ---------------------------------------------------------------------------------------
-    def verify(self, row: Mapping[str, Any], where: dict[str, Any], index: int) -> RowReport:
-        """All single-process checks of one row; ``where``: ``split``, ``file``, ``row`` (in the file)."""
+    def verify(
+        self, row: Mapping[str, Any], where: dict[str, Any], index: int, *, in_batch: bool = True
+    ) -> RowReport:
+        """All single-process checks of one row (the in-batch one if ``in_batch``); ``where``: ``split``,
+        ``file``, ``row`` (in the file); ``index``: the row's number in its split (seeds its weights)."""
         where = {**where, "rank": "single process"}
         spans = expected_spans(row)
         batch = apply_fault(self.collate([row]), self.fault, spans)
@@ -521,7 +524,7 @@ class RowVerifier:
                 )
             )
         in_batch_diff = 0.0
-        if len(samples) > 1:
+        if in_batch and len(samples) > 1:
             got = self.in_batch(samples)
             diffs = (got - ref.losses).abs() / ref.losses.abs().clamp(min=1.0)
             in_batch_diff = float(diffs.max())
