@@ -5,6 +5,7 @@ returning a typed result. The CLI is a thin front end over these; Python users c
 - :class:`SweepConfig` -> :class:`SweepResult`: compare pack sizes at equal token slots per step.
 - :class:`PlanConfig` -> :class:`PlanResult`: rank parallel layouts by estimated step time.
 - :class:`CheckConfig` -> :class:`CheckResult`: run every configuration rule on a training config.
+- :class:`VerifyConfig` -> :class:`VerifyResult`: prove with a tiny model that packed = unpacked.
 
 The jobs may import every library layer (nothing below imports them); heavy dependencies are imported
 when a job runs, not when this package is imported.
@@ -34,6 +35,8 @@ _LAZY = {
     "PlanResult": "longpack.jobs.plan",
     "SweepConfig": "longpack.jobs.sweep",
     "SweepResult": "longpack.jobs.sweep",
+    "VerifyConfig": "longpack.jobs.verify",
+    "VerifyResult": "longpack.jobs.verify",
 }
 
 __all__ = [
@@ -49,6 +52,8 @@ __all__ = [
     "PreviewResult",
     "SweepConfig",
     "SweepResult",
+    "VerifyConfig",
+    "VerifyResult",
 ]
 
 if TYPE_CHECKING:
@@ -58,6 +63,7 @@ if TYPE_CHECKING:
     from longpack.jobs.plan import PlanConfig, PlanResult
     from longpack.jobs.preview import PreviewConfig, PreviewResult
     from longpack.jobs.sweep import SweepConfig, SweepResult
+    from longpack.jobs.verify import VerifyConfig, VerifyResult
 
 
 def __getattr__(name: str) -> Any:
