@@ -28,7 +28,7 @@ CONFIG = ROOT / "tests" / "data" / "hf_configs" / "qwen3_8b.json"
 
 
 def baseline(folder: Path, rows: int) -> float:
-    """Seconds for one packed forward + backward (THD attention) of the same rows, no reference, no checks."""
+    """CPU seconds for one packed forward + backward (THD attention) of the same rows, no reference, no checks."""
     from longpack.runtime.collate import PackedCollator
     from longpack.runtime.dataset import PackedDataset
     from longpack.runtime.verify import RowVerifier, batch_layout, run_thd, token_losses
@@ -38,7 +38,7 @@ def baseline(folder: Path, rows: int) -> float:
     ds = PackedDataset(folder, split="training")
     collate = PackedCollator.for_data(ds)
     verifier = RowVerifier(model, collate=collate)
-    began = time.perf_counter()
+    began = time.process_time()
     for i in range(rows):
         batch = collate([ds[i]])
         width = batch["tokens"].size(1)
@@ -46,7 +46,7 @@ def baseline(folder: Path, rows: int) -> float:
         hidden = run_thd(model, embeds, batch["position_ids"][0], attention_plan(batch_layout(batch, width)))
         loss = token_losses(hidden, batch["labels"][0], batch["loss_mask"][0], verifier.head).sum()
         torch.autograd.grad(loss, [embeds, *verifier.params], allow_unused=True)
-    return time.perf_counter() - began
+    return time.process_time() - began
 
 
 def main() -> None:
@@ -60,24 +60,28 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="longpack-verify-bench-") as tmp:
         out = Path(tmp) / "demo8k"
         PackConfig(demo=True, out=out, pack_size=8192, seq_length=4096).run()
-        times, bases, tokens = [], [], 0
+        times, cpus, bases, tokens = [], [], [], 0
         for _ in range(args.repeats):
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), time.process_time()
             result = VerifyConfig(
                 packed=out, model=str(CONFIG), split="training", max_rows=args.rows, time_budget=None, cp=(), pp=()
             ).run()
             times.append(time.perf_counter() - began)
+            cpus.append(time.process_time() - cpu)
             assert result.ok, result.verdict
             tokens = sum(r.tokens for r in result.rows)
             bases.append(baseline(out, args.rows))
         samples = sum(r.samples for r in result.rows)
-        verify_s, base_s = statistics.median(times), statistics.median(bases)
+        verify_s, base_s = statistics.median(times), statistics.median(bases)  # wall, CPU
         print(f"torch threads {torch.get_num_threads()}; rows {len(result.rows)}, {tokens} runtime tokens, {samples} samples")
         print(f"{'what':<44}{'median s':>10}{'runs':>28}")
-        print(f"{'verify (all single-process checks)':<44}{verify_s:>10.1f}{str([round(t, 1) for t in times]):>28}")
-        print(f"{'baseline: packed fwd+bwd only':<44}{base_s:>10.1f}{str([round(t, 1) for t in bases]):>28}")
-        print(f"ratio verify / baseline: {verify_s / base_s:.2f}; per row {verify_s / len(result.rows):.2f} s")
-        print(f"target: {args.rows} rows of 8K in <= 60 s: {'met' if verify_s <= 60 else 'MISSED'}")
+        print(f"{'verify (all single-process checks), wall':<44}{verify_s:>10.1f}{str([round(t, 1) for t in times]):>28}")
+        cpu_s = statistics.median(cpus)
+        print(f"{'verify, CPU seconds (all threads)':<44}{cpu_s:>10.1f}{str([round(t, 1) for t in cpus]):>28}")
+        print(f"{'baseline: packed fwd+bwd only, CPU seconds':<44}{base_s:>10.1f}{str([round(t, 1) for t in bases]):>28}")
+        print(f"ratio verify / baseline (CPU): {cpu_s / base_s:.2f}; per row {cpu_s / len(result.rows):.2f} CPU-s")
+        print(f"target: {args.rows} rows of 8K in <= 60 s: wall {'met' if verify_s <= 60 else 'MISSED'}, "
+              f"CPU {'met' if cpu_s <= 60 else 'MISSED'}")
 
 
 if __name__ == "__main__":

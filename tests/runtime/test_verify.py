@@ -58,7 +58,7 @@ def test_verify_passes_on_longpack_layouts(packs, name, tmp_path):
     ],
 )
 def test_each_fault_fails_naming_the_row(packs, fault, check):
-    result = run(packs["aligned"], fault=fault, max_rows=1)
+    result = run(packs["aligned"], fault=fault, max_rows=1, thorough=True)
     assert not result.ok
     assert result.verdict.startswith("FAIL")
     first = result.failures[0]

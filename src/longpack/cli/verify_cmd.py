@@ -24,6 +24,7 @@ def register(app: typer.Typer) -> None:
         dist_rows: int = typer.Option(2, "--dist-rows", help="Rows checked under CP and PP."),
         fault: str | None = typer.Option(None, "--inject-fault", help="Inject a fault; the verdict must fail."),
         seed: int = typer.Option(0, "--seed"),
+        thorough: bool = typer.Option(False, "--thorough", help="Isolation check both ways on every row."),
         certificate: str | None = typer.Option(None, "--certificate", help="Write the JSON certificate here."),
         no_manifest_ok: bool = typer.Option(False, "--no-manifest-ok", help="Read a folder without manifest.json."),
         as_json: bool = typer.Option(False, "--json", help="Print the certificate as JSON."),
@@ -49,6 +50,7 @@ def register(app: typer.Typer) -> None:
             seed=seed,
             certificate=certificate,
             allow_no_manifest=no_manifest_ok,
+            thorough=thorough,
         ).run()
         if as_json:
             typer.echo(json.dumps(result.certificate, indent=2))

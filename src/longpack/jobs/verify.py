@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from longpack.errors import ConfigError, MissingDependencyError
-from longpack.validate import finite_float, non_negative_int, positive_int
+from longpack.validate import finite_float, flag, non_negative_int, positive_int
 from longpack.validate import seed as seed_value
 
 __all__ = ["BACKENDS", "EXIT_FAILED", "EXIT_OK", "VerifyConfig", "VerifyResult", "megatron_backend_missing"]
@@ -75,7 +75,8 @@ class VerifyConfig:
     every row), ``max_rows``; ``cp`` / ``pp``: sizes for the distributed checks (CP sizes the data's
     alignment does not allow are skipped and said so) on ``dist_rows`` rows; ``in_batch_rows``: rows that also
     get the in-batch check; ``fault``: inject one of the faults (the verdict must fail); ``certificate``:
-    write the JSON certificate there."""
+    write the JSON certificate there; ``thorough``: the isolation check both ways on every row (default:
+    even samples on even rows, odd samples on odd rows; one backward pass per row)."""
 
     packed: str | Path
     model: str
@@ -91,6 +92,7 @@ class VerifyConfig:
     seed: int = 0
     certificate: str | Path | None = None
     allow_no_manifest: bool = False
+    thorough: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.packed, str | os.PathLike):
@@ -114,6 +116,7 @@ class VerifyConfig:
         non_negative_int(self.dist_rows, "dist_rows")
         non_negative_int(self.in_batch_rows, "in_batch_rows")
         seed_value(self.seed)
+        flag(self.thorough, "thorough")
 
     def run(self) -> VerifyResult:
         """Run every check; a folder or model that cannot be read raises a ``LongpackError``."""
@@ -239,7 +242,12 @@ def _run_hf(config: VerifyConfig) -> VerifyResult:
         collate = PackedCollator.for_data(folder, split=split, pad_to_max_length=pad_to_max, pad_cu_seqlens=pad_cu)
         collators[split] = collate
         verifier = RowVerifier(
-            model, collate=collate, seed=config.seed, fault=config.fault, in_batch_multiple=collate.pad_seq_to_mult
+            model,
+            collate=collate,
+            seed=config.seed,
+            fault=config.fault,
+            in_batch_multiple=collate.pad_seq_to_mult,
+            thorough=config.thorough,
         )
         chosen[split] = []
         for n, index in enumerate(_order_rows(scan, config.seed)):
@@ -322,6 +330,7 @@ def _run_hf(config: VerifyConfig) -> VerifyResult:
                                                  "num_key_value_heads", "head_dim", "intermediate_size")},
             "dtype": "float64",
             "seed": config.seed,
+            "isolation": "both parities on every row" if config.thorough else "even samples on even rows, odd on odd",
             "packed_attention": f"{THD_ATTENTION} (transformers AttentionInterface, per-sequence SDPA from cu_seqlens)",
             "reference": "transformers sdpa, each sample on its own",
             "loss_head": f"cross-entropy over label id mod {HEAD_CLASSES}",

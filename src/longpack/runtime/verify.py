@@ -12,9 +12,10 @@ batch's ``cu_seqlens*`` and position ids from the batch, and compares with every
   token outside ``cu_seqlens`` (attention never reaches it).
 - ``loss``: every sample's packed loss equals its unpacked loss (relative :data:`TOLERANCE`).
 - ``gradients``: parameter gradients and each sample's input-embedding gradients equal the unpacked ones.
-- ``isolation``: the gradient of the even samples' losses w.r.t. the odd samples' embeddings (and the
-  reverse) is exactly zero: no attention across samples (neighbours always differ in parity; other pairs
-  are covered by the gradient equality, with random per-sample weights so leaks cannot cancel).
+- ``isolation``: the gradient of the even samples' losses w.r.t. the odd samples' embeddings (even rows;
+  the reverse on odd rows, both with ``thorough``) is exactly zero: no attention across samples
+  (neighbours always differ in parity; other pairs are covered by the gradient equality, with random
+  per-sample weights so leaks cannot cancel).
 - ``in-batch``: the row's samples as a right-padded micro-batch (MBS = samples in the row) packed in-batch
   (:func:`~longpack.runtime.in_batch.pack_right_padded_batch`) give the unpacked losses.
 
@@ -297,12 +298,14 @@ class RowVerifier:
         fault: str | None = None,
         in_batch_multiple: int = 1,
         reference_tokens: int = 8192,
+        thorough: bool = False,
     ) -> None:
         self.model = model
         self.collate = collate
         self.fault = fault
         self.in_batch_multiple = in_batch_multiple
         self.reference_tokens = reference_tokens
+        self.thorough = thorough
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.embed = model.get_input_embeddings()
         gen = torch.Generator().manual_seed(seed + 1)
@@ -325,21 +328,30 @@ class RowVerifier:
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
         return 0.5 + torch.rand(count, generator=gen, dtype=torch.float64)
 
-    def reference(self, samples: Sequence[tuple[torch.Tensor, ...]], weights: torch.Tensor) -> Reference:
-        """Run the samples unpacked (right-padded batches of similar lengths, transformers' ``sdpa``)."""
+    def reference(
+        self,
+        samples: Sequence[tuple[torch.Tensor, ...]],
+        weights: torch.Tensor,
+        with_grad: Sequence[bool] | None = None,
+    ) -> Reference:
+        """Run the samples unpacked (right-padded batches of similar lengths, transformers' ``sdpa``);
+        gradients (of the weighted losses) only through the samples ``with_grad`` marks (default: all)."""
         losses = torch.zeros(len(samples), dtype=torch.float64)
         param_grads = [torch.zeros_like(p) for p in self.params]
         embed_grads: list[torch.Tensor] = [torch.zeros(0)] * len(samples)
-        order = sorted(range(len(samples)), key=lambda i: samples[i][0].numel())
-        groups: list[list[int]] = [[]]
-        for i in order:
-            longest = samples[i][0].numel()
-            if groups[-1] and longest * (len(groups[-1]) + 1) > self.reference_tokens:
-                groups.append([])
-            groups[-1].append(i)
-        for group in groups:
-            if not group:
-                continue
+        marks = [True] * len(samples) if with_grad is None else list(with_grad)
+        groups: list[tuple[bool, list[int]]] = []
+        for grad in (True, False):
+            order = sorted((i for i in range(len(samples)) if marks[i] == grad), key=lambda i: samples[i][0].numel())
+            current: list[int] = []
+            for i in order:
+                if current and samples[i][0].numel() * (len(current) + 1) > self.reference_tokens:
+                    groups.append((grad, current))
+                    current = []
+                current.append(i)
+            if current:
+                groups.append((grad, current))
+        for grad, group in groups:
             width = max(samples[i][0].numel() for i in group)
             tokens = torch.zeros(len(group), width, dtype=torch.int64)
             labels = torch.zeros(len(group), width, dtype=torch.int64)
@@ -351,12 +363,16 @@ class RowVerifier:
                 labels[j, : t.numel()] = lab
                 mask[j, : t.numel()] = m
                 attend[j, : t.numel()] = 1
-            embeds = self.embed(tokens).detach().requires_grad_(True)
-            hidden = self.model(inputs_embeds=embeds, attention_mask=attend).last_hidden_state
-            per_token = token_losses(
-                hidden.reshape(-1, hidden.size(-1)), labels.flatten(), mask.flatten(), self.head
-            ).view(len(group), width)
-            sample_losses = per_token.sum(dim=1)
+            embeds = self.embed(tokens).detach().requires_grad_(grad)
+            with torch.set_grad_enabled(grad):
+                hidden = self.model(inputs_embeds=embeds, attention_mask=attend).last_hidden_state
+                per_token = token_losses(
+                    hidden.reshape(-1, hidden.size(-1)), labels.flatten(), mask.flatten(), self.head
+                ).view(len(group), width)
+                sample_losses = per_token.sum(dim=1)
+            if not grad:
+                losses[group] = sample_losses.detach()
+                continue
             w = weights[group]
             grads = torch.autograd.grad((sample_losses * w).sum(), [embeds, *self.params], allow_unused=True)
             for j, i in enumerate(group):
@@ -438,17 +454,18 @@ class RowVerifier:
         owner = torch.full((width,), -1, dtype=torch.int64)
         for i in range(len(samples)):
             owner[int(spans[i]) : int(spans[i + 1])] = i
-        grads_by_parity = []
-        for p in (0, 1):
+        # Both parities (thorough), or the row's own parity: even rows check the even samples' gradients (and
+        # that they reach no odd sample), odd rows the odd ones; one backward pass per row instead of two.
+        wanted = (0, 1) if self.thorough else (index % 2 if len(samples) > 1 else 0,)
+        grads_by_parity: list[Any] = [None, None]
+        for p in wanted:
             chosen = parity == p
-            if not bool(chosen.any()):
-                grads_by_parity.append(None)
-                continue
             objective = (packed_losses * weights * chosen).sum()
-            retain = p == 0
-            grads = torch.autograd.grad(objective, [embeds, *self.params], retain_graph=retain, allow_unused=True)
-            grads_by_parity.append(grads)
-        ref = self.reference(samples, weights)
+            grads = torch.autograd.grad(
+                objective, [embeds, *self.params], retain_graph=p != wanted[-1], allow_unused=True
+            )
+            grads_by_parity[p] = grads
+        ref = self.reference(samples, weights, with_grad=[int(q) in wanted for q in parity.tolist()])
 
         loss_diffs = [
             abs(float(a) - float(b)) / max(1.0, abs(float(b)))
@@ -469,14 +486,11 @@ class RowVerifier:
         embed_diff = 0.0
         leak = 0.0
         leak_sample: int | None = None
-        if all(g is not None for g in grads_by_parity) or len(samples) == 1:
-            summed = []
-            for j in range(len(self.params)):
-                parts = [g[j + 1] for g in grads_by_parity if g is not None and g[j + 1] is not None]
-                summed.append(sum(parts) if parts else torch.zeros_like(self.params[j]))
-            param_diff = max(
-                (_rel(a, b) for a, b in zip(summed, ref.param_grads, strict=True)), default=0.0
-            )
+        summed = []
+        for j in range(len(self.params)):
+            parts = [g[j + 1] for g in grads_by_parity if g is not None and g[j + 1] is not None]
+            summed.append(sum(parts) if parts else torch.zeros_like(self.params[j]))
+        param_diff = max((_rel(a, b) for a, b in zip(summed, ref.param_grads, strict=True)), default=0.0)
         for p, grads in enumerate(grads_by_parity):
             if grads is None:
                 continue

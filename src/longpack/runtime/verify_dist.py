@@ -116,7 +116,7 @@ def _setup(payload: dict[str, Any]) -> tuple[Any, Any]:
     from longpack.runtime.verify_model import build_model
 
     torch.set_num_threads(1)
-    model = build_model(payload["model"], seed=payload["seed"], layers=payload.get("layers", 2))
+    model = build_model(payload["model"], seed=payload["seed"], layers=payload.get("layers", 1))
     verifier = RowVerifier(model, collate=payload["collate"], seed=payload["seed"])
     return model, verifier
 

@@ -18,7 +18,7 @@ runs the same model through transformers' own ``sdpa`` path with its own causal 
 >>> cfg = tiny_config({"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 4096, "num_hidden_layers": 36,
 ...                    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "rope_theta": 1e6})
 >>> cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"], cfg["num_key_value_heads"]
-(2, 16, 1000, 1)
+(1, 16, 1000, 1)
 """
 
 from __future__ import annotations
@@ -135,8 +135,8 @@ def _from_catalog(name: str) -> dict[str, Any] | None:
     return config
 
 
-def tiny_config(source: Mapping[str, Any], *, layers: int = 2) -> dict[str, Any]:
-    """The shrunk config of a family: ``layers`` layers (more if the family's layer types need them), width
+def tiny_config(source: Mapping[str, Any], *, layers: int = 1) -> dict[str, Any]:
+    """The shrunk config of a family: ``layers`` layers (one per layer type if the family has several), width
     and heads from :data:`TINY`, a few experts for MoE families; vocabulary, RoPE and sliding windows kept.
 
     >>> tiny_config({"model_type": "llama", "vocab_size": 50, "num_attention_heads": 8,
@@ -188,7 +188,7 @@ def tiny_config(source: Mapping[str, Any], *, layers: int = 2) -> dict[str, Any]
     return config
 
 
-def build_model(source: Mapping[str, Any], *, seed: int = 0, layers: int = 2) -> Any:
+def build_model(source: Mapping[str, Any], *, seed: int = 0, layers: int = 1) -> Any:
     """The tiny float64 model (``transformers.AutoModel``: the decoder without its LM head) for ``source``,
     its weights drawn from ``seed`` without touching the global RNG, in eval mode, THD attention set."""
     try:
