@@ -5,7 +5,7 @@ A thin typed entry point over ``longpack.planner.search``: :class:`PlanConfig` g
 Megatron-Bridge overrides).
 
 >>> r = PlanConfig(model="llama3_1_8b", gpu="H100_SXM", gpus=8, seq_length=8192, top=2).run()
->>> r.ok, len(r.candidates) <= 2, r.as_dict()["request"]["gpus"]
+>>> r.ok, len(r.candidates) <= 2, r.to_dict()["request"]["gpus"]
 (True, True, 8)
 """
 
@@ -239,7 +239,7 @@ class PlanResult:
         """Whether at least one layout fits (``longpack plan`` exits 1 otherwise)."""
         return bool(self.search.candidates)
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """What ``longpack plan --json`` prints (without the plot)."""
         req, result = self.request, self.search
         rule = result.rule_of_thumb
