@@ -21,7 +21,7 @@ def folder(tmp_path_factory):
 
 def test_verify_passes_and_writes_the_certificate(folder, tmp_path):
     cert = tmp_path / "c.json"
-    args = ["verify", str(folder), "--model", str(QWEN3), "--max-rows", "2", "--dist-rows", "0",
+    args = ["verify", str(folder), "--model", str(QWEN3), "--max-rows", "2", "--dist-rows", "0", "--time-budget", "0",
             "--certificate", str(cert)]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output

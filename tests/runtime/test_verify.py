@@ -111,7 +111,7 @@ def test_fault_names_are_the_runtime_faults():
 
 
 def test_bad_inputs_are_clear_errors(packs):
-    with pytest.raises(ConfigError, match="fault 'x'"):
+    with pytest.raises(ConfigError, match="fault must be one of"):
         VerifyConfig(packed=packs["plain"], model="qwen3_8b", fault="x")
     with pytest.raises(ConfigError, match="not a config.json"):
         run(packs["plain"], model="no/such-model-anywhere")

@@ -15,7 +15,7 @@ it needs CUDA, megatron-core and transformer-engine, and says which are missing 
 >>> VerifyConfig(packed="p", model="qwen3_8b", fault="nope")
 Traceback (most recent call last):
 ...
-longpack.errors.ConfigError: fault 'nope' is not one of cp-positions-shifted, drop-cu-seqlens, loss-on-padding, positions-not-restarted, token-across-boundary
+longpack.errors.ConfigError: fault must be one of cp-positions-shifted, drop-cu-seqlens, loss-on-padding, positions-not-restarted, token-across-boundary, got 'nope'
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from longpack.errors import ConfigError, MissingDependencyError
+from longpack.jobs.options import seed_option
+from longpack.option import check_choices, option
 from longpack.validate import finite_float, flag, non_negative_int, positive_int
 from longpack.validate import seed as seed_value
 
@@ -78,33 +80,48 @@ class VerifyConfig:
     write the JSON certificate there; ``thorough``: the isolation check both ways on every row (default:
     even samples on even rows, odd samples on odd rows; one backward pass per row)."""
 
-    packed: str | Path
-    model: str
-    split: str | None = None
-    backend: str = "hf"
-    time_budget: float | None = 60.0
-    max_rows: int | None = None
-    cp: tuple[int, ...] = (2, 4)
-    pp: tuple[int, ...] = (2,)
-    dist_rows: int = 2
-    in_batch_rows: int = 8
-    fault: str | None = None
-    seed: int = 0
-    certificate: str | Path | None = None
-    allow_no_manifest: bool = False
-    thorough: bool = False
+    command_help = (
+        "Check with a tiny float64 model of the family that packed = unpacked: per-sample loss, gradients, no "
+        "attention across samples, no loss on padding, positions, in-batch packing, CP ranks and PP stages.\n\n"
+        "Prints a one-line verdict; exit status 1 names the failing row, sample and rank."
+    )
+
+    packed: str | Path = option(
+        help="Packed output folder (Parquet or .npy).", positional=True, cli_type=Path, metavar="PACKED_DIR"
+    )
+    model: str = option(help="HF config.json (or its folder), cached hub id, or catalog model.", cli_type=str)
+    split: str | None = option(None, help="One split (default: every split).", choices=("training", "validation"))
+    backend: str = option(
+        "hf", help="hf: transformers, CPU, float64; megatron: Megatron-Core + TE (CUDA).", choices=BACKENDS
+    )
+    time_budget: float | None = option(60.0, help="Seconds for the row checks; 0 = every row.", cli_type=float)
+    max_rows: int | None = option(None, help="At most this many rows per split.")
+    cp: tuple[int, ...] = option(
+        (2, 4), help="CP sizes to check (gloo processes), where the alignment allows.", cli_type=list[int] | None
+    )
+    pp: tuple[int, ...] = option((2,), help="PP sizes to check (one process per stage).", cli_type=list[int] | None)
+    dist_rows: int = option(2, help="Rows checked under CP and PP (0: none).")
+    in_batch_rows: int = option(8, help="Rows that also get the in-batch (MBS > 1) check.")
+    fault: str | None = option(
+        None, help="Inject a fault; the verdict must fail.", flag="--inject-fault", choices=FAULT_NAMES
+    )
+    seed: int = seed_option()
+    certificate: str | Path | None = option(None, help="Write the JSON certificate here.", cli_type=Path | None)
+    allow_no_manifest: bool = option(
+        False, help="Read a folder without manifest.json (as Megatron-Bridge writes it).", flag="--no-manifest-ok"
+    )
+    thorough: bool = option(False, help="Isolation check both ways on every row.")
 
     def __post_init__(self) -> None:
         if not isinstance(self.packed, str | os.PathLike):
             raise ConfigError(f"packed must be a path, got {self.packed!r}", fields="packed")
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"model must be a name or a config path, got {self.model!r}", fields="model")
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}", fields="backend")
-        if self.fault is not None and self.fault not in FAULT_NAMES:
-            raise ConfigError(f"fault {self.fault!r} is not one of {', '.join(FAULT_NAMES)}", fields="fault")
+        check_choices(self)
         if self.time_budget is not None:
             finite_float(self.time_budget, "time_budget", lo=0.0)
+            if self.time_budget == 0:
+                object.__setattr__(self, "time_budget", None)  # 0 = no limit, as on the command line
         if self.max_rows is not None:
             positive_int(self.max_rows, "max_rows")
         for name in ("cp", "pp"):
@@ -150,6 +167,21 @@ class VerifyResult:
     @property
     def exit_code(self) -> int:
         return EXIT_OK if self.ok else EXIT_FAILED
+
+    def to_dict(self) -> dict[str, Any]:
+        """The certificate (what ``--json`` prints)."""
+        return self.certificate
+
+    def present(self) -> list[str]:
+        """The lines ``longpack verify`` prints: the verdict, notes, then the next failures."""
+        lines = [self.verdict, *(f"  note: {note}" for note in self.notes)]
+        for failure in self.failures[1:10]:
+            sample = "" if failure.get("sample") is None else f" sample {failure['sample']}"
+            lines.append(
+                f"  {failure['check']}: {failure['split']} {failure['file']} row {failure['row']}{sample} "
+                f"({failure['rank']}): {failure['detail']}"
+            )
+        return lines
 
 
 def _versions() -> dict[str, str | None]:
