@@ -40,7 +40,11 @@ def main() -> int:
         out = args.out / name
         PackConfig(demo=True, out=out, pack_size=8192, seq_length=4096, overwrite=True, **options).run()
         result = VerifyConfig(
-            packed=out, model=str(CONFIG), backend="megatron", max_rows=args.rows, time_budget=120.0,
+            packed=out,
+            model=str(CONFIG),
+            backend="megatron",
+            max_rows=args.rows,
+            time_budget=120.0,
             certificate=args.out / f"{name}.verify.json",
         ).run()
         print(f"{name}: {result.verdict}")

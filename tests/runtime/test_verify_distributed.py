@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from tests.runtime.verify_helpers import QWEN3, pack
 
 from longpack.jobs.verify import VerifyConfig
-from tests.runtime.verify_helpers import QWEN3, pack
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -27,7 +27,11 @@ def test_cp_2_and_4_and_pp_2_pass(cp4_pack):
     kinds = {(d.kind, d.size) for d in result.distributed}
     assert kinds == {("cp", 2), ("cp", 4), ("pp", 2)}
     for d in result.distributed:
-        assert d.loss_max_rel_diff <= 1e-12 and d.token_loss_max_rel_diff <= 1e-12 and d.grad_max_rel_diff <= 1e-12
+        assert (
+            d.loss_max_rel_diff <= 1e-12
+            and d.token_loss_max_rel_diff <= 1e-12
+            and d.grad_max_rel_diff <= 1e-12
+        )
 
 
 def test_cp_positions_shifted_fails_naming_the_rank(cp4_pack):

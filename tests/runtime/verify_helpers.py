@@ -17,7 +17,7 @@ def write_samples(path: Path, n: int = 40, *, seed: int = 0, max_len: int = 40) 
     lines = []
     for _ in range(n):
         length = int(rng.integers(3, max_len))
-        ids = rng.integers(10, 150000, size=length - 1).tolist() + [EOS]
+        ids = [*rng.integers(10, 150000, size=length - 1).tolist(), EOS]
         prompt = int(rng.integers(1, length - 1))
         lines.append(json.dumps({"input_ids": ids, "loss_mask": [0] * prompt + [1] * (length - prompt)}))
     path.write_text("\n".join(lines) + "\n")

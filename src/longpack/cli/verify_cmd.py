@@ -10,4 +10,6 @@ from longpack.jobs import VerifyConfig
 
 
 def register(app: typer.Typer) -> None:
-    add_command(app, "verify", VerifyConfig, present=lambda config, result: typer.echo("\n".join(result.present())))
+    add_command(
+        app, "verify", VerifyConfig, present=lambda config, result: typer.echo("\n".join(result.present()))
+    )

@@ -90,25 +90,37 @@ class VerifyConfig:
         help="Packed output folder (Parquet or .npy).", positional=True, cli_type=Path, metavar="PACKED_DIR"
     )
     model: str = option(help="HF config.json (or its folder), cached hub id, or catalog model.", cli_type=str)
-    split: str | None = option(None, help="One split (default: every split).", choices=("training", "validation"))
+    split: str | None = option(
+        None, help="One split (default: every split).", choices=("training", "validation")
+    )
     backend: str = option(
         "hf", help="hf: transformers, CPU, float64; megatron: Megatron-Core + TE (CUDA).", choices=BACKENDS
     )
-    time_budget: float | None = option(60.0, help="Seconds for the row checks; 0 = every row.", cli_type=float)
+    time_budget: float | None = option(
+        60.0, help="Seconds for the row checks; 0 = every row.", cli_type=float
+    )
     max_rows: int | None = option(None, help="At most this many rows per split.")
     cp: tuple[int, ...] = option(
-        (2, 4), help="CP sizes to check (gloo processes), where the alignment allows.", cli_type=list[int] | None
+        (2, 4),
+        help="CP sizes to check (gloo processes), where the alignment allows.",
+        cli_type=list[int] | None,
     )
-    pp: tuple[int, ...] = option((2,), help="PP sizes to check (one process per stage).", cli_type=list[int] | None)
+    pp: tuple[int, ...] = option(
+        (2,), help="PP sizes to check (one process per stage).", cli_type=list[int] | None
+    )
     dist_rows: int = option(2, help="Rows checked under CP and PP (0: none).")
     in_batch_rows: int = option(8, help="Rows that also get the in-batch (MBS > 1) check.")
     fault: str | None = option(
         None, help="Inject a fault; the verdict must fail.", flag="--inject-fault", choices=FAULT_NAMES
     )
     seed: int = seed_option()
-    certificate: str | Path | None = option(None, help="Write the JSON certificate here.", cli_type=Path | None)
+    certificate: str | Path | None = option(
+        None, help="Write the JSON certificate here.", cli_type=Path | None
+    )
     allow_no_manifest: bool = option(
-        False, help="Read a folder without manifest.json (as Megatron-Bridge writes it).", flag="--no-manifest-ok"
+        False,
+        help="Read a folder without manifest.json (as Megatron-Bridge writes it).",
+        flag="--no-manifest-ok",
     )
     thorough: bool = option(False, help="Isolation check both ways on every row.")
 
@@ -141,7 +153,9 @@ class VerifyConfig:
             missing = megatron_backend_missing()
             if missing:
                 raise MissingDependencyError(
-                    "--backend megatron needs " + "; ".join(missing) + ". Run benchmarks/gpu_verify.py on a GPU "
+                    "--backend megatron needs "
+                    + "; ".join(missing)
+                    + ". Run benchmarks/gpu_verify.py on a GPU "
                     "machine, or use --backend hf (transformers, CPU)",
                     fields="backend",
                 )
@@ -222,7 +236,9 @@ def _locate(scan: Any, index: int) -> tuple[str, int]:
     return scan.files[f], index - int(ends[f] - scan.file_rows[f])
 
 
-def _cp_unaligned(rows: list[tuple[dict[str, Any], dict[str, Any], int]], collate: Any, size: int) -> str | None:
+def _cp_unaligned(
+    rows: list[tuple[dict[str, Any], dict[str, Any], int]], collate: Any, size: int
+) -> str | None:
     """Why these rows cannot be split over ``size`` CP ranks (``None``: they can)."""
     from longpack.errors import LongpackError
     from longpack.runtime.context_parallel import check_thd_alignment, physical_cu_seqlens
@@ -246,7 +262,13 @@ def _run_hf(config: VerifyConfig) -> VerifyResult:
     from longpack.runtime.dataset import PackedDataset
     from longpack.runtime.verify import CHECKS, RowVerifier
     from longpack.runtime.verify_dist import run_cp_verify, run_pp_verify
-    from longpack.runtime.verify_model import HEAD_CLASSES, THD_ATTENTION, build_model, load_hf_config, tiny_config
+    from longpack.runtime.verify_model import (
+        HEAD_CLASSES,
+        THD_ATTENTION,
+        build_model,
+        load_hf_config,
+        tiny_config,
+    )
 
     began = time.perf_counter()
     source = load_hf_config(config.model)
@@ -271,7 +293,9 @@ def _run_hf(config: VerifyConfig) -> VerifyResult:
         scan = folder.scan(split)
         total_rows += scan.rows
         dataset = PackedDataset(folder, split=split, prefetch=0)
-        collate = PackedCollator.for_data(folder, split=split, pad_to_max_length=pad_to_max, pad_cu_seqlens=pad_cu)
+        collate = PackedCollator.for_data(
+            folder, split=split, pad_to_max_length=pad_to_max, pad_cu_seqlens=pad_cu
+        )
         collators[split] = collate
         verifier = RowVerifier(
             model,
@@ -355,14 +379,35 @@ def _run_hf(config: VerifyConfig) -> VerifyResult:
         "model": {
             "source": str(config.model),
             "model_type": source.get("model_type"),
-            "kept": {k: tiny.get(k) for k in ("vocab_size", "rope_theta", "rope_scaling", "rope_parameters",
-                                               "sliding_window", "layer_types", "max_position_embeddings")
-                     if tiny.get(k) is not None},
-            "shrunk": {k: tiny.get(k) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads",
-                                                 "num_key_value_heads", "head_dim", "intermediate_size")},
+            "kept": {
+                k: tiny.get(k)
+                for k in (
+                    "vocab_size",
+                    "rope_theta",
+                    "rope_scaling",
+                    "rope_parameters",
+                    "sliding_window",
+                    "layer_types",
+                    "max_position_embeddings",
+                )
+                if tiny.get(k) is not None
+            },
+            "shrunk": {
+                k: tiny.get(k)
+                for k in (
+                    "num_hidden_layers",
+                    "hidden_size",
+                    "num_attention_heads",
+                    "num_key_value_heads",
+                    "head_dim",
+                    "intermediate_size",
+                )
+            },
             "dtype": "float64",
             "seed": config.seed,
-            "isolation": "both parities on every row" if config.thorough else "even samples on even rows, odd on odd",
+            "isolation": "both parities on every row"
+            if config.thorough
+            else "even samples on even rows, odd on odd",
             "packed_attention": f"{THD_ATTENTION} (transformers AttentionInterface, per-sequence SDPA from cu_seqlens)",
             "reference": "transformers sdpa, each sample on its own",
             "loss_head": f"cross-entropy over label id mod {HEAD_CLASSES}",

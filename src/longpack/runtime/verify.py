@@ -29,6 +29,7 @@ Faults (:data:`FAULTS`) change the batch as a broken training stack would; each 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -320,7 +321,7 @@ class RowVerifier:
         mask = torch.from_numpy(np.array(row["loss_mask"], dtype=np.int64))
         b = row_boundaries(row).tolist()
         out = []
-        for start, end in zip(b[:-1], b[1:], strict=True):
+        for start, end in itertools.pairwise(b):
             out.append((ids[start : end - 1], ids[start + 1 : end], mask[start : end - 1]))
         return out
 
@@ -342,7 +343,9 @@ class RowVerifier:
         marks = [True] * len(samples) if with_grad is None else list(with_grad)
         groups: list[tuple[bool, list[int]]] = []
         for grad in (True, False):
-            order = sorted((i for i in range(len(samples)) if marks[i] == grad), key=lambda i: samples[i][0].numel())
+            order = sorted(
+                (i for i in range(len(samples)) if marks[i] == grad), key=lambda i: samples[i][0].numel()
+            )
             current: list[int] = []
             for i in order:
                 if current and samples[i][0].numel() * (len(current) + 1) > self.reference_tokens:
@@ -401,18 +404,20 @@ class RowVerifier:
             batch["labels"][j, : t.numel()] = lab
             batch["loss_mask"][j, : t.numel()] = m
             batch["attention_mask"][j, : t.numel()] = 1
-        packed = pack_right_padded_batch(batch, pad_to_multiple_of=self.in_batch_multiple, emit_padding_mask=True)
+        packed = pack_right_padded_batch(
+            batch, pad_to_multiple_of=self.in_batch_multiple, emit_padding_mask=True
+        )
         total = int(packed["total_tokens"])
         layout = token_layout(
             packed["cu_seqlens_q"], total, cu_seqlens_padded=packed.get("cu_seqlens_q_padded")
         )
-        m = self.in_batch_multiple
-        spans = np.concatenate([[0], np.cumsum([-(-s[0].numel() // m) * m for s in samples])])
+        multiple = self.in_batch_multiple
+        spans = np.concatenate([[0], np.cumsum([-(-s[0].numel() // multiple) * multiple for s in samples])])
         with torch.no_grad():
             embeds = self.embed(packed["tokens"])
             hidden = run_thd(self.model, embeds, packed["position_ids"][0], attention_plan(layout))
             per_token = token_losses(hidden, packed["labels"][0], packed["loss_mask"][0], self.head)
-        return torch.stack([per_token[int(a) : int(b)].sum() for a, b in zip(spans[:-1], spans[1:], strict=True)])
+        return torch.stack([per_token[int(a) : int(b)].sum() for a, b in itertools.pairwise(spans)])
 
     # -- one row ---------------------------------------------------------------------------------------
     def verify(
@@ -447,9 +452,7 @@ class RowVerifier:
         embeds = self.embed(tokens.view(1, -1)).detach().requires_grad_(True)
         hidden = run_thd(self.model, embeds, positions, attention_plan(layout))
         per_token = token_losses(hidden, labels, loss_mask, self.head)
-        packed_losses = torch.stack(
-            [per_token[int(a) : int(b)].sum() for a, b in zip(spans[:-1], spans[1:], strict=True)]
-        )
+        packed_losses = torch.stack([per_token[int(a) : int(b)].sum() for a, b in itertools.pairwise(spans)])
         parity = torch.arange(len(samples)) % 2
         owner = torch.full((width,), -1, dtype=torch.int64)
         for i in range(len(samples)):
@@ -551,8 +554,10 @@ class RowVerifier:
                         **where,
                     )
                 )
-        seen: set[str] = set()
-        kept = [f for f in failures if not (f.check in seen or seen.add(f.check))]  # first per check
+        kept: list[Failure] = []
+        for failure in failures:  # the first failure of each check, in order
+            if all(k.check != failure.check for k in kept):
+                kept.append(failure)
         return RowReport(
             split=where["split"],
             file=where["file"],

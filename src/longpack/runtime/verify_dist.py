@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import tempfile
@@ -195,9 +196,9 @@ def _cp_worker(rank: int, size: int, init_file: str, out_dir: str, payload: dict
             embeds = verifier.embed(shard["tokens"]).detach().requires_grad_(True)
             hidden = run_thd(model, embeds, positions, plan, gather=_gather)
             per_token = token_losses(hidden, shard["labels"][0], shard["loss_mask"][0], verifier.head)
-            token_diff = (per_token.detach() - whole_tokens[index_t]).abs() / whole_tokens[index_t].abs().clamp(
-                min=1.0
-            )
+            token_diff = (per_token.detach() - whole_tokens[index_t]).abs() / whole_tokens[
+                index_t
+            ].abs().clamp(min=1.0)
             if token_diff.numel() and float(token_diff.max()) > TOLERANCE:
                 token = int(index_t[int(token_diff.argmax())])
                 sample = int(np.searchsorted(spans, token, side="right") - 1)
@@ -258,8 +259,8 @@ def _pp_worker(rank: int, size: int, init_file: str, out_dir: str, payload: dict
 
     from longpack.runtime.context_parallel import thd_local_positions
     from longpack.runtime.verify import (
-        TOLERANCE,
         THD_ATTENTION,
+        TOLERANCE,
         batch_layout,
         expected_spans,
         metadata_failures,
@@ -320,9 +321,7 @@ def _pp_worker(rank: int, size: int, init_file: str, out_dir: str, payload: dict
                     continue
                 hidden = model.norm(hidden)[0]
                 per_token = token_losses(hidden, view["labels"][0], view["loss_mask"][0], verifier.head)
-            losses = torch.stack(
-                [per_token[int(a) : int(b)].sum() for a, b in zip(spans[:-1], spans[1:], strict=True)]
-            )
+            losses = torch.stack([per_token[int(a) : int(b)].sum() for a, b in itertools.pairwise(spans)])
             samples = verifier.samples(row)
             ref = verifier.reference(samples, verifier.weights(len(samples), index))
             diffs = (losses - ref.losses).abs() / ref.losses.abs().clamp(min=1.0)
@@ -408,5 +407,11 @@ def run_pp_verify(
     fault: str | None = None,
 ) -> DistReport:
     """PP check of ``rows`` as ``pp_size`` stages (one decoder layer each at least), one micro-batch per row."""
-    payload = {"model": dict(model), "collate": collate, "seed": seed, "fault": fault, "layers": max(2, pp_size)}
+    payload = {
+        "model": dict(model),
+        "collate": collate,
+        "seed": seed,
+        "fault": fault,
+        "layers": max(2, pp_size),
+    }
     return _run("pp", _pp_worker, pp_size, rows, payload)

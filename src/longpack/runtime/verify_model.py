@@ -75,7 +75,9 @@ def load_hf_config(name_or_path: str) -> dict[str, Any]:
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{path}: not a readable JSON config ({exc})", fields="model") from exc
         if not isinstance(data, dict) or "model_type" not in data:
-            raise ConfigError(f"{path}: no 'model_type' key; is it a Hugging Face config.json?", fields="model")
+            raise ConfigError(
+                f"{path}: no 'model_type' key; is it a Hugging Face config.json?", fields="model"
+            )
         return data
     catalog = _from_catalog(name_or_path)
     if catalog is not None:
@@ -177,7 +179,7 @@ def tiny_config(source: Mapping[str, Any], *, layers: int = 1) -> dict[str, Any]
         ("n_routed_experts", 4),
         ("num_experts_per_tok", 2),
     ):
-        if key in config and config[key]:
+        if config.get(key):
             config[key] = value
     config["initializer_range"] = 0.2  # sharper attention than 0.02: a wrong position shows in the loss
     config["tie_word_embeddings"] = False
