@@ -29,10 +29,11 @@ CONFIG = ROOT / "tests" / "data" / "hf_configs" / "qwen3_8b.json"
 
 def baseline(folder: Path, rows: int) -> float:
     """CPU seconds for one packed forward + backward (THD attention) of the same rows, no reference, no checks."""
+    from longpack.jobs.verify import load_hf_config
     from longpack.runtime.collate import PackedCollator
     from longpack.runtime.dataset import PackedDataset
     from longpack.runtime.verify import RowVerifier, batch_layout, run_thd, token_losses
-    from longpack.runtime.verify_model import attention_plan, build_model, load_hf_config
+    from longpack.runtime.verify_model import attention_plan, build_model
 
     model = build_model(load_hf_config(str(CONFIG)))
     ds = PackedDataset(folder, split="training")

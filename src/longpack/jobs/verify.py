@@ -20,6 +20,7 @@ longpack.errors.ConfigError: fault must be one of cp-positions-shifted, drop-cu-
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -45,6 +46,88 @@ FAULT_NAMES = (
     "positions-not-restarted",
     "token-across-boundary",
 )
+
+
+#: Catalog families (``longpack.catalog``) verify can build from the catalog alone, by model type.
+_CATALOG_MODEL_TYPES = {"qwen3_8b": "qwen3", "llama3_1_8b": "llama", "llama3_1_70b": "llama"}
+
+
+def load_hf_config(name_or_path: str) -> dict[str, Any]:
+    """A Hugging Face config as a dict: a ``config.json`` file or a folder holding one, a hub id found in the
+    local Hugging Face cache (never downloaded), or a dense catalog model (``qwen3_8b``, ``llama3_1_8b``).
+
+    >>> load_hf_config("qwen3_8b")["model_type"], load_hf_config("qwen3_8b")["vocab_size"]
+    ('qwen3', 151936)
+    """
+    path = Path(name_or_path)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{path}: not a readable JSON config ({exc})", fields="model") from exc
+        if not isinstance(data, dict) or "model_type" not in data:
+            raise ConfigError(
+                f"{path}: no 'model_type' key; is it a Hugging Face config.json?", fields="model"
+            )
+        return data
+    catalog = _from_catalog(name_or_path)
+    if catalog is not None:
+        return catalog
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(name_or_path, local_files_only=True)
+        return dict(config.to_dict())
+    except Exception as exc:  # not cached, or not a hub id: say what is accepted
+        raise ConfigError(
+            f"--model {name_or_path!r}: not a config.json file or folder, not a model of the catalog that "
+            f"verify can build ({', '.join(sorted(_CATALOG_MODEL_TYPES))}), and not found in the local Hugging "
+            "Face cache (nothing is downloaded); pass the folder holding the model's config.json",
+            fields="model",
+        ) from exc
+
+
+def _from_catalog(name: str) -> dict[str, Any] | None:
+    from longpack.catalog import catalog_entry, list_models
+
+    key = name.strip().lower().replace("-", "_").replace(".", "_")
+    known = {m.lower(): m for m in list_models()}
+    if key not in known:
+        for model in list_models():
+            if str(catalog_entry(model).get("hf_id", "")).lower() == name.strip().lower():
+                key = model
+                break
+        else:
+            return None
+    entry = catalog_entry(known.get(key, key))
+    model_type = _CATALOG_MODEL_TYPES.get(known.get(key, key))
+    if model_type is None:
+        return None
+    attention = entry["attention"]
+    rope = attention.get("rope", {})
+    config: dict[str, Any] = {
+        "model_type": model_type,
+        "vocab_size": entry["vocab_size"],
+        "hidden_size": entry["hidden_size"],
+        "num_hidden_layers": entry["num_layers"],
+        "num_attention_heads": attention["num_attention_heads"],
+        "num_key_value_heads": attention["num_kv_heads"],
+        "head_dim": attention["head_dim"],
+        "intermediate_size": entry["ffn_hidden_size"],
+        "rope_theta": rope.get("theta", 10000),
+        "max_position_embeddings": entry.get("max_position_embeddings", 131072),
+    }
+    if rope.get("scaling") == "llama3":
+        config["rope_scaling"] = {
+            "rope_type": "llama3",
+            "factor": rope.get("factor", 8.0),
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        }
+    return config
 
 
 def megatron_backend_missing() -> list[str]:
@@ -159,9 +242,7 @@ class VerifyConfig:
                     "machine, or use --backend hf (transformers, CPU)",
                     fields="backend",
                 )
-            from longpack.runtime.verify_megatron import run_megatron_verify
-
-            return run_megatron_verify(self)
+            return _run_megatron(self)
         return _run_hf(self)
 
 
@@ -201,9 +282,9 @@ class VerifyResult:
 def _versions() -> dict[str, str | None]:
     from importlib.metadata import PackageNotFoundError, version
 
-    import longpack
+    from longpack._version import __version__
 
-    out: dict[str, str | None] = {"longpack": longpack.__version__}
+    out: dict[str, str | None] = {"longpack": __version__}
     for name in ("torch", "transformers", "megatron-core", "transformer-engine", "transformer_engine"):
         try:
             out[name.replace("_", "-")] = version(name)
@@ -266,7 +347,6 @@ def _run_hf(config: VerifyConfig) -> VerifyResult:
         HEAD_CLASSES,
         THD_ATTENTION,
         build_model,
-        load_hf_config,
         tiny_config,
     )
 
@@ -455,6 +535,95 @@ def _run_hf(config: VerifyConfig) -> VerifyResult:
         distributed=tuple(distributed),
         failures=tuple(failures),
         notes=tuple(notes),
+        certificate=certificate,
+        seconds=seconds,
+    )
+
+
+def _run_megatron(config: VerifyConfig) -> VerifyResult:
+    """The megatron backend: Megatron-Core GPTModel + TE attention on one CUDA device, packed vs alone."""
+    import torch
+
+    from longpack.packed.folder import PackedFolder
+    from longpack.runtime.collate import PackedCollator
+    from longpack.runtime.dataset import PackedDataset
+    from longpack.runtime.verify import expected_spans
+    from longpack.runtime.verify_megatron import TOLERANCE, build_megatron_model, sample_losses
+
+    began = time.perf_counter()
+    source = load_hf_config(config.model)
+    folder = PackedFolder.open(config.packed, allow_no_manifest=config.allow_no_manifest)
+    split = config.split or folder.split_names[0]
+    collate = PackedCollator.for_data(folder, split=split)
+    model = build_megatron_model(int(source["vocab_size"]), collate.max_seq_length, config.seed)
+    model.eval()
+    dataset = PackedDataset(folder, split=split, prefetch=0)
+    scan = folder.scan(split)
+    failures: list[dict[str, Any]] = []
+    checked: list[int] = []
+    worst = 0.0
+    for index in _order_rows(scan, config.seed):
+        if config.max_rows is not None and len(checked) >= config.max_rows:
+            break
+        if config.time_budget is not None and checked and time.perf_counter() - began > config.time_budget:
+            break
+        file, row_in_file = _locate(scan, index)
+        row = dataset[index]
+        for sample, got, want in sample_losses(model, collate([row]), expected_spans(row)):
+            diff = abs(got - want) / max(1.0, abs(want))
+            worst = max(worst, diff)
+            if diff > TOLERANCE:
+                failures.append(
+                    {
+                        "check": "loss",
+                        "split": split,
+                        "file": file,
+                        "row": row_in_file,
+                        "sample": sample,
+                        "rank": "megatron-core GPTModel, TE attention",
+                        "detail": f"packed mean loss {got:.6g} != alone {want:.6g} (relative {diff:.2e})",
+                    }
+                )
+        checked.append(index)
+    ok = not failures
+    seconds = time.perf_counter() - began
+    if ok:
+        verdict = (
+            f"PASS: {len(checked)} of {scan.rows} rows, packed = unpacked with Megatron-Core GPTModel + TE "
+            f"attention (bf16, worst relative {worst:.1e}; {seconds:.1f} s)"
+        )
+    else:
+        first = failures[0]
+        verdict = (
+            f"FAIL: {len(failures)} difference(s); first: loss in {split} {first['file']} row {first['row']} "
+            f"sample {first['sample']} ({first['rank']}): {first['detail']}"
+        )
+    certificate = {
+        "verdict": "pass" if ok else "fail",
+        "summary": verdict,
+        "backend": "megatron",
+        "versions": _versions(),
+        "device": torch.cuda.get_device_name(0),
+        "rows_checked": {split: checked},
+        "rows_total": scan.rows,
+        "worst": {"loss_rel_diff": worst},
+        "tolerance": TOLERANCE,
+        "failures": failures[:100],
+        "seconds": round(seconds, 2),
+    }
+    if config.certificate is not None:
+        import json
+
+        from longpack.packed.files import atomic_write_bytes
+
+        atomic_write_bytes(Path(config.certificate), (json.dumps(certificate, indent=2) + "\n").encode())
+    return VerifyResult(
+        ok=ok,
+        verdict=verdict,
+        rows=(),
+        distributed=(),
+        failures=tuple(failures),
+        notes=(),
         certificate=certificate,
         seconds=seconds,
     )

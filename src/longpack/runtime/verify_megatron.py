@@ -6,21 +6,21 @@ refuses packed sequences), so this backend needs a GPU, megatron-core and transf
 which are missing (:func:`longpack.jobs.verify.megatron_backend_missing`). Per checked row: the Bridge
 collate, ``PackedSeqParams`` from the batch (:func:`~longpack.runtime.megatron.to_packed_seq_params`), the
 per-token loss of the packed row vs every sample run alone (no packed parameters); bf16 tolerances
-(:data:`TOLERANCE`). Prepared script: ``benchmarks/gpu_verify.py`` (≤ 5 minutes on one GPU).
+(:data:`TOLERANCE`). The job (``longpack.jobs.verify``) drives it. Prepared script: ``benchmarks/gpu_verify.py`` (≤ 5 minutes on one GPU).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-__all__ = ["TOLERANCE", "run_megatron_verify"]
+__all__ = ["TOLERANCE", "build_megatron_model", "sample_losses"]
 
 #: Relative tolerance of a sample's mean loss, packed vs alone, in bf16 with TE kernels.
 TOLERANCE = 2e-2
 
 
-def _model(vocab_size: int, seq_length: int, seed: int) -> Any:
+def build_megatron_model(vocab_size: int, seq_length: int, seed: int) -> Any:
+    """A 2-layer bf16 ``GPTModel`` with TransformerEngine layers and RoPE on the current CUDA device."""
     import os
 
     import torch
@@ -58,106 +58,34 @@ def _model(vocab_size: int, seq_length: int, seed: int) -> Any:
     ).cuda()
 
 
-def run_megatron_verify(config: Any) -> Any:
-    """Run ``config`` (a :class:`longpack.jobs.verify.VerifyConfig`) on Megatron-Core; a ``VerifyResult``."""
+def sample_losses(model: Any, batch: dict[str, Any], spans: Any) -> list[tuple[int, float, float]]:
+    """``(sample, packed mean loss, alone mean loss)`` of every supervised sample of a one-row THD ``batch``
+    (``spans``: the samples' runtime offsets, :func:`longpack.runtime.verify.expected_spans`)."""
     import torch
 
-    from longpack.jobs.verify import VerifyResult, _locate, _order_rows, _versions
-    from longpack.packed.folder import PackedFolder
-    from longpack.runtime.collate import PackedCollator
-    from longpack.runtime.dataset import PackedDataset
     from longpack.runtime.megatron import to_packed_seq_params
-    from longpack.runtime.verify import expected_spans
-    from longpack.runtime.verify_model import load_hf_config
 
-    began = time.perf_counter()
-    source = load_hf_config(config.model)
-    folder = PackedFolder.open(config.packed, allow_no_manifest=config.allow_no_manifest)
-    split = config.split or folder.split_names[0]
-    collate = PackedCollator.for_data(folder, split=split)
-    model = _model(int(source["vocab_size"]), collate.max_seq_length, config.seed)
-    model.eval()
-    dataset = PackedDataset(folder, split=split, prefetch=0)
-    scan = folder.scan(split)
-    failures: list[dict[str, Any]] = []
-    checked: list[int] = []
-    worst = 0.0
-    deadline = None if config.time_budget is None else began + config.time_budget
-    for index in _order_rows(scan, config.seed):
-        if (config.max_rows is not None and len(checked) >= config.max_rows) or (
-            deadline is not None and checked and time.perf_counter() > deadline
-        ):
-            break
-        file, row_in_file = _locate(scan, index)
-        row = dataset[index]
-        spans = expected_spans(row)
-        batch = collate([row])
-        params = to_packed_seq_params(batch)
-        with torch.no_grad():
-            packed = model(
-                batch["tokens"].cuda(),
-                batch["position_ids"].cuda(),
+    out = []
+    with torch.no_grad():
+        packed = model(
+            batch["tokens"].cuda(),
+            batch["position_ids"].cuda(),
+            None,
+            labels=batch["labels"].cuda(),
+            packed_seq_params=to_packed_seq_params(batch),
+        )[0].float()
+        for i in range(len(spans) - 1):
+            a, b = int(spans[i]), int(spans[i + 1])
+            mask = batch["loss_mask"][0, a:b].cuda().float()
+            if not bool(mask.any()):
+                continue
+            alone = model(
+                batch["tokens"][:, a:b].cuda(),
+                torch.arange(b - a).view(1, -1).cuda(),
                 None,
-                labels=batch["labels"].cuda(),
-                packed_seq_params=params,
+                labels=batch["labels"][:, a:b].cuda(),
             )[0].float()
-            for i in range(spans.size - 1):
-                a, b = int(spans[i]), int(spans[i + 1])
-                mask = batch["loss_mask"][0, a:b].cuda().float()
-                if not bool(mask.any()):
-                    continue
-                alone = model(
-                    batch["tokens"][:, a:b].cuda(),
-                    torch.arange(b - a).view(1, -1).cuda(),
-                    None,
-                    labels=batch["labels"][:, a:b].cuda(),
-                )[0].float()
-                got = float((packed[a:b] * mask).sum() / mask.sum())
-                want = float((alone * mask).sum() / mask.sum())
-                diff = abs(got - want) / max(1.0, abs(want))
-                worst = max(worst, diff)
-                if diff > TOLERANCE:
-                    failures.append(
-                        {
-                            "check": "loss",
-                            "split": split,
-                            "file": file,
-                            "row": row_in_file,
-                            "sample": i,
-                            "rank": "megatron-core GPTModel, TE attention",
-                            "detail": f"packed mean loss {got:.6g} != alone {want:.6g} (relative {diff:.2e})",
-                        }
-                    )
-        checked.append(index)
-    ok = not failures
-    seconds = time.perf_counter() - began
-    verdict = (
-        f"PASS: {len(checked)} of {scan.rows} rows, packed = unpacked with Megatron-Core GPTModel + TE attention "
-        f"(bf16, worst relative {worst:.1e}; {seconds:.1f} s)"
-        if ok
-        else f"FAIL: {len(failures)} difference(s); first: {failures[0]['file']} row {failures[0]['row']} "
-        f"sample {failures[0]['sample']}: {failures[0]['detail']}"
-    )
-    certificate = {
-        "verdict": "pass" if ok else "fail",
-        "summary": verdict,
-        "backend": "megatron",
-        "versions": _versions(),
-        "device": torch.cuda.get_device_name(0),
-        "rows_checked": {split: checked},
-        "rows_total": scan.rows,
-        "worst": {"loss_rel_diff": worst},
-        "tolerance": TOLERANCE,
-        "failures": failures[:100],
-        "seconds": round(seconds, 2),
-    }
-    return VerifyResult(
-        ok=ok,
-        verdict=verdict,
-        rows=(),
-        distributed=(),
-        failures=tuple(failures),
-        notes=(),
-        certificate=certificate,
-        seconds=seconds,
-    )
+            got = float((packed[a:b] * mask).sum() / mask.sum())
+            want = float((alone * mask).sum() / mask.sum())
+            out.append((i, got, want))
+    return out

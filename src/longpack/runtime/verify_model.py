@@ -23,10 +23,8 @@ runs the same model through transformers' own ``sdpa`` path with its own causal 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,7 +38,6 @@ __all__ = [
     "AttentionPlan",
     "attention_plan",
     "build_model",
-    "load_hf_config",
     "tiny_config",
 ]
 
@@ -54,87 +51,6 @@ TINY = {"hidden_size": 16, "num_attention_heads": 2, "head_dim": 8, "intermediat
 #: Layer types whose token mixer is not softmax attention (state across packed sequences needs the
 #: family's own varlen kernels, which transformers does not run on the CPU).
 _UNSUPPORTED_LAYER_TYPES = ("linear_attention", "mamba", "conv", "recurrent")
-
-#: Catalog families (``longpack.catalog``) this command can build from the catalog alone, by model type.
-_CATALOG_MODEL_TYPES = {"qwen3_8b": "qwen3", "llama3_1_8b": "llama", "llama3_1_70b": "llama"}
-
-
-def load_hf_config(name_or_path: str) -> dict[str, Any]:
-    """A Hugging Face config as a dict: a ``config.json`` file or a folder holding one, a hub id found in the
-    local Hugging Face cache (never downloaded), or a dense catalog model (``qwen3_8b``, ``llama3_1_8b``).
-
-    >>> load_hf_config("qwen3_8b")["model_type"], load_hf_config("qwen3_8b")["vocab_size"]
-    ('qwen3', 151936)
-    """
-    path = Path(name_or_path)
-    if path.is_dir():
-        path = path / "config.json"
-    if path.is_file():
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"{path}: not a readable JSON config ({exc})", fields="model") from exc
-        if not isinstance(data, dict) or "model_type" not in data:
-            raise ConfigError(
-                f"{path}: no 'model_type' key; is it a Hugging Face config.json?", fields="model"
-            )
-        return data
-    catalog = _from_catalog(name_or_path)
-    if catalog is not None:
-        return catalog
-    try:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(name_or_path, local_files_only=True)
-        return dict(config.to_dict())
-    except Exception as exc:  # not cached, or not a hub id: say what is accepted
-        raise ConfigError(
-            f"--model {name_or_path!r}: not a config.json file or folder, not a model of the catalog that "
-            f"verify can build ({', '.join(sorted(_CATALOG_MODEL_TYPES))}), and not found in the local Hugging "
-            "Face cache (nothing is downloaded); pass the folder holding the model's config.json",
-            fields="model",
-        ) from exc
-
-
-def _from_catalog(name: str) -> dict[str, Any] | None:
-    from longpack.catalog import catalog_entry, list_models
-
-    key = name.strip().lower().replace("-", "_").replace(".", "_")
-    known = {m.lower(): m for m in list_models()}
-    if key not in known:
-        for model in list_models():
-            if str(catalog_entry(model).get("hf_id", "")).lower() == name.strip().lower():
-                key = model
-                break
-        else:
-            return None
-    entry = catalog_entry(known.get(key, key))
-    model_type = _CATALOG_MODEL_TYPES.get(known.get(key, key))
-    if model_type is None:
-        return None
-    attention = entry["attention"]
-    rope = attention.get("rope", {})
-    config: dict[str, Any] = {
-        "model_type": model_type,
-        "vocab_size": entry["vocab_size"],
-        "hidden_size": entry["hidden_size"],
-        "num_hidden_layers": entry["num_layers"],
-        "num_attention_heads": attention["num_attention_heads"],
-        "num_key_value_heads": attention["num_kv_heads"],
-        "head_dim": attention["head_dim"],
-        "intermediate_size": entry["ffn_hidden_size"],
-        "rope_theta": rope.get("theta", 10000),
-        "max_position_embeddings": entry.get("max_position_embeddings", 131072),
-    }
-    if rope.get("scaling") == "llama3":
-        config["rope_scaling"] = {
-            "rope_type": "llama3",
-            "factor": rope.get("factor", 8.0),
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192,
-        }
-    return config
 
 
 def tiny_config(source: Mapping[str, Any], *, layers: int = 1) -> dict[str, Any]:
