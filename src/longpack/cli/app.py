@@ -31,6 +31,7 @@ COMMAND_ORDER = (
     "online-sim",
     "thd-batch",
     "cp-check",
+    "verify",
     "topology",
 )
 EXIT_USER_ERROR = 2
@@ -137,6 +138,7 @@ _COMMAND_MODULES = (
     "online_cmd",
     "thd_batch_cmd",
     "cp_check_cmd",
+    "verify_cmd",
     "topology_cmd",
 )
 

@@ -77,6 +77,12 @@ def _print_human(report: dict[str, Any]) -> None:
         echo(
             "  verify: " + ("all checks passed" if report["ok"] else f"{len(report['problems'])} problem(s)")
         )
+        outside = report.get("supervised_outside_cu_seqlens") or {}
+        for name, c in outside.items():  # recorded by pack (manifest.json)
+            echo(
+                f"  verify: {name}: {c['tokens']} supervised token(s) outside cu_seqlens in {c['samples']} "
+                "sample(s) (manifest)" + (f", first {c['listed'][0]}" if c["listed"] else "")
+            )
     for problem in report["problems"]:
         echo(f"  problem: {problem}")
 

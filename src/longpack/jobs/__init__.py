@@ -6,6 +6,7 @@ returning a typed result. The CLI is a thin front end over these; Python users c
 - :class:`PlanConfig` -> :class:`PlanResult`: rank parallel layouts by estimated step time.
 - :class:`CheckConfig` -> :class:`CheckResult`: run every configuration rule on a training config.
 - :class:`TokenizeConfig` -> :class:`TokenizeStoreResult`: inputs -> a token store to pack again and again.
+- :class:`VerifyConfig` -> :class:`VerifyResult`: prove with a tiny model that packed = unpacked.
 
 The jobs may import every library layer (nothing below imports them); heavy dependencies are imported
 when a job runs, not when this package is imported.
@@ -55,6 +56,8 @@ _LAZY = {
     "ThdBatchResult": "longpack.jobs.thd_batch",
     "TokenizeConfig": "longpack.jobs.tokenize",
     "TokenizeStoreResult": "longpack.jobs.tokenize",
+    "VerifyConfig": "longpack.jobs.verify",
+    "VerifyResult": "longpack.jobs.verify",
 }
 
 __all__ = [
@@ -90,6 +93,8 @@ __all__ = [
     "TokenizeStoreResult",
     "TopologyConfig",
     "TopologyResult",
+    "VerifyConfig",
+    "VerifyResult",
 ]
 
 if TYPE_CHECKING:
@@ -107,6 +112,7 @@ if TYPE_CHECKING:
     from longpack.jobs.thd_batch import ThdBatchConfig, ThdBatchResult
     from longpack.jobs.tokenize import TokenizeConfig, TokenizeStoreResult
     from longpack.jobs.topology import TopologyConfig, TopologyResult
+    from longpack.jobs.verify import VerifyConfig, VerifyResult
 
 
 def __getattr__(name: str) -> Any:

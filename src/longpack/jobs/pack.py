@@ -630,6 +630,7 @@ class PackConfig:
             if drops.warning() is not None:
                 provenance.extra["warnings"].insert(0, drops.warning())
             provenance.extra["drops"] = drops.to_dict()
+            _count_supervised_outside(splits, provenance.extra)
             if mix_report is not None:
                 provenance.extra["mix"] = _mix_outcome(mix_report, splits)
             else:
@@ -747,6 +748,26 @@ class PackConfig:
             "source_of_mixed": source_of_sample[indices],
         }
         return mixed, report
+
+
+def _count_supervised_outside(splits: Any, extra: dict[str, Any]) -> None:
+    """Manifest key ``supervised_outside_cu_seqlens`` (with ``pad_seq_to_mult > 1``) and a warning when any
+    supervised token lies outside ``cu_seqlens`` (``longpack.packed.align.supervised_outside_cu_seqlens``)."""
+    from longpack.packed.align import supervised_outside_cu_seqlens
+
+    if not splits or splits[0].aligned.pad_seq_to_mult <= 1:
+        return
+    counts = {split.name: supervised_outside_cu_seqlens(split.aligned) for split in splits}
+    extra["supervised_outside_cu_seqlens"] = counts
+    for name, c in counts.items():
+        if c["tokens"]:
+            extra.setdefault("warnings", []).append(
+                f"{name}: {c['tokens']} supervised token(s) in {c['samples']} sample(s) lie outside cu_seqlens "
+                f"(first: {c['listed'][0]}): the sample's inputs end in EOS tokens and an EOS label inside that "
+                "run has loss_mask 1; Megatron-Bridge's collate marks those positions as padding, so they carry "
+                "loss where attention never reaches. Fix: drop the trailing EOS from the inputs, or pack with "
+                "--pad-seq-to-mult 1 (the layout is Bridge's and is kept)"
+            )
 
 
 def _demo_folder(stack: contextlib.ExitStack) -> Path:

@@ -24,6 +24,7 @@ trains on ``r = S - 1`` positions):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -307,3 +308,41 @@ def _with_fragments(
         start=start.astype(np.int64),
         fragmented=fragmented.astype(np.int64),
     )
+
+
+def supervised_outside_cu_seqlens(aligned: AlignedSamples, *, listed: int = 20) -> dict[str, Any]:
+    """Supervised tokens the THD batch puts outside ``cu_seqlens`` (only when ``pad_seq_to_mult > 1``).
+
+    Megatron-Bridge's collate ends a sample's logical sequence at its last input token that is not EOS
+    (docs/reference/thd-batch.md), so a sample whose inputs end in a run of EOS tokens with a supervised
+    label inside the run (``[..., c, EOS, EOS]`` with the last EOS in the loss) trains those positions
+    although attention never reaches them (``padding_mask`` marks them). Counted here, the layout kept.
+
+    >>> s = TokenizedSamples(tokens=np.array([5, 6, 2, 2, 7, 2], np.int32),
+    ...     loss_mask=np.array([0, 1, 1, 1, 1, 1], np.uint8), offsets=np.array([0, 4, 6]),
+    ...     source_file=np.zeros(2, np.int32), source_row=np.array([1, 2]), files=("a.jsonl",))
+    >>> supervised_outside_cu_seqlens(align_samples(s, max_seq_length=8, pad_seq_to_mult=4, eos_id=2))
+    {'tokens': 1, 'samples': 1, 'listed': ['a.jsonl:1']}
+    """
+    out: dict[str, Any] = {"tokens": 0, "samples": 0, "listed": []}
+    if aligned.pad_seq_to_mult <= 1 or not len(aligned):
+        return out
+    src = aligned.samples
+    starts = src.offsets[:-1][aligned.index].astype(np.int64) + aligned.starts()  # fragments start later
+    kept = aligned.kept.astype(np.int64)
+    real_inputs = np.minimum(kept, aligned.stored.astype(np.int64) - 1)
+    last = starts + real_inputs - 1
+    # Only a sample whose last real input token is EOS can have a label outside its logical sequence.
+    candidates = np.flatnonzero((real_inputs >= 1) & (src.tokens[np.maximum(last, 0)] == aligned.eos_id))
+    for k in candidates.tolist():
+        begin, n_in, n_kept = int(starts[k]), int(real_inputs[k]), int(kept[k])
+        ids = src.tokens[begin : begin + n_in]
+        not_eos = np.flatnonzero(ids != aligned.eos_id)
+        logical = int(not_eos[-1]) + 1 if not_eos.size else 0
+        count = int(np.count_nonzero(src.loss_mask[begin + logical + 1 : begin + n_kept]))
+        if count:
+            out["tokens"] += count
+            out["samples"] += 1
+            if len(out["listed"]) < listed:
+                out["listed"].append(src.provenance(int(aligned.index[k])))
+    return out

@@ -104,6 +104,7 @@ def inspect_output(
         result["counts"] = manifest.counts
         result["megatron_bridge"] = manifest.megatron_bridge
         result["metadata"] = list(folder.metadata) if folder.metadata_path is not None else None
+        result["supervised_outside_cu_seqlens"] = manifest.extra.get("supervised_outside_cu_seqlens")
     result["verified"] = verify
     result["problems"] = problems
     result["ok"] = not problems

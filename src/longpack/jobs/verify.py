@@ -1,0 +1,629 @@
+"""The verify job: prove that a model sees what was packed (``longpack verify``).
+
+:class:`VerifyConfig` names a packed folder and a model (a Hugging Face ``config.json`` or its folder, a
+cached hub id, or a dense catalog model); :meth:`~VerifyConfig.run` builds a tiny float64 model of that
+family, checks rows of every split (as many as ``time_budget`` allows: the first and last row of every
+file, the longest rows, then the rest in a seeded order), runs the CP and PP checks in real gloo processes
+where the layout allows them, and returns a :class:`VerifyResult` whose ``certificate`` is the JSON record
+(versions, model, layout, rows checked, worst figures, failures). What each check proves:
+:data:`longpack.runtime.verify.CHECKS`.
+
+``backend="megatron"`` runs the same checks with Megatron-Core's ``GPTModel`` and TransformerEngine attention;
+it needs CUDA, megatron-core and transformer-engine, and says which are missing (a
+:class:`~longpack.errors.MissingDependencyError`, exit 2).
+
+>>> VerifyConfig(packed="p", model="qwen3_8b", fault="nope")
+Traceback (most recent call last):
+...
+longpack.errors.ConfigError: fault must be one of cp-positions-shifted, drop-cu-seqlens, loss-on-padding, positions-not-restarted, token-across-boundary, got 'nope'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from longpack.errors import ConfigError, MissingDependencyError
+from longpack.jobs.options import seed_option
+from longpack.option import check_choices, option
+from longpack.validate import finite_float, flag, non_negative_int, positive_int
+from longpack.validate import seed as seed_value
+
+__all__ = ["BACKENDS", "EXIT_FAILED", "EXIT_OK", "VerifyConfig", "VerifyResult", "megatron_backend_missing"]
+
+EXIT_OK, EXIT_FAILED = 0, 1
+#: ``hf``: transformers on the CPU (float64). ``megatron``: Megatron-Core GPTModel + TransformerEngine (CUDA).
+BACKENDS = ("hf", "megatron")
+#: The fault names (one definition: ``longpack.runtime.verify.FAULTS``; listed here without importing torch).
+FAULT_NAMES = (
+    "cp-positions-shifted",
+    "drop-cu-seqlens",
+    "loss-on-padding",
+    "positions-not-restarted",
+    "token-across-boundary",
+)
+
+
+#: Catalog families (``longpack.catalog``) verify can build from the catalog alone, by model type.
+_CATALOG_MODEL_TYPES = {"qwen3_8b": "qwen3", "llama3_1_8b": "llama", "llama3_1_70b": "llama"}
+
+
+def load_hf_config(name_or_path: str) -> dict[str, Any]:
+    """A Hugging Face config as a dict: a ``config.json`` file or a folder holding one, a hub id found in the
+    local Hugging Face cache (never downloaded), or a dense catalog model (``qwen3_8b``, ``llama3_1_8b``).
+
+    >>> load_hf_config("qwen3_8b")["model_type"], load_hf_config("qwen3_8b")["vocab_size"]
+    ('qwen3', 151936)
+    """
+    path = Path(name_or_path)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{path}: not a readable JSON config ({exc})", fields="model") from exc
+        if not isinstance(data, dict) or "model_type" not in data:
+            raise ConfigError(
+                f"{path}: no 'model_type' key; is it a Hugging Face config.json?", fields="model"
+            )
+        return data
+    catalog = _from_catalog(name_or_path)
+    if catalog is not None:
+        return catalog
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(name_or_path, local_files_only=True)
+        return dict(config.to_dict())
+    except Exception as exc:  # not cached, or not a hub id: say what is accepted
+        raise ConfigError(
+            f"--model {name_or_path!r}: not a config.json file or folder, not a model of the catalog that "
+            f"verify can build ({', '.join(sorted(_CATALOG_MODEL_TYPES))}), and not found in the local Hugging "
+            "Face cache (nothing is downloaded); pass the folder holding the model's config.json",
+            fields="model",
+        ) from exc
+
+
+def _from_catalog(name: str) -> dict[str, Any] | None:
+    from longpack.catalog import catalog_entry, list_models
+
+    key = name.strip().lower().replace("-", "_").replace(".", "_")
+    known = {m.lower(): m for m in list_models()}
+    if key not in known:
+        for model in list_models():
+            if str(catalog_entry(model).get("hf_id", "")).lower() == name.strip().lower():
+                key = model
+                break
+        else:
+            return None
+    entry = catalog_entry(known.get(key, key))
+    model_type = _CATALOG_MODEL_TYPES.get(known.get(key, key))
+    if model_type is None:
+        return None
+    attention = entry["attention"]
+    rope = attention.get("rope", {})
+    config: dict[str, Any] = {
+        "model_type": model_type,
+        "vocab_size": entry["vocab_size"],
+        "hidden_size": entry["hidden_size"],
+        "num_hidden_layers": entry["num_layers"],
+        "num_attention_heads": attention["num_attention_heads"],
+        "num_key_value_heads": attention["num_kv_heads"],
+        "head_dim": attention["head_dim"],
+        "intermediate_size": entry["ffn_hidden_size"],
+        "rope_theta": rope.get("theta", 10000),
+        "max_position_embeddings": entry.get("max_position_embeddings", 131072),
+    }
+    if rope.get("scaling") == "llama3":
+        config["rope_scaling"] = {
+            "rope_type": "llama3",
+            "factor": rope.get("factor", 8.0),
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        }
+    return config
+
+
+def megatron_backend_missing() -> list[str]:
+    """What the ``megatron`` backend lacks on this machine (empty: it can run).
+
+    >>> isinstance(megatron_backend_missing(), list)
+    True
+    """
+    import importlib.util
+
+    missing = []
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            missing.append("a CUDA device (torch.cuda.is_available() is False)")
+    except ImportError:
+        missing.append("torch")
+    if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
+        missing.append("megatron-core (pip install 'longpack[megatron]')")
+    if importlib.util.find_spec("transformer_engine") is None:
+        missing.append("transformer-engine (pip install transformer-engine[pytorch], on a CUDA machine)")
+    return missing
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyConfig:
+    """What to verify: ``packed`` (a folder ``longpack pack`` wrote, ``.npy`` or Parquet) with a model of the
+    family ``model``; ``split`` (default: every split); ``time_budget`` seconds for the row checks (``None``:
+    every row), ``max_rows``; ``cp`` / ``pp``: sizes for the distributed checks (CP sizes the data's
+    alignment does not allow are skipped and said so) on ``dist_rows`` rows; ``in_batch_rows``: rows that also
+    get the in-batch check; ``fault``: inject one of the faults (the verdict must fail); ``certificate``:
+    write the JSON certificate there; ``thorough``: the isolation check both ways on every row (default:
+    even samples on even rows, odd samples on odd rows; one backward pass per row)."""
+
+    command_help = (
+        "Check with a tiny float64 model of the family that packed = unpacked: per-sample loss, gradients, no "
+        "attention across samples, no loss on padding, positions, in-batch packing, CP ranks and PP stages.\n\n"
+        "Prints a one-line verdict; exit status 1 names the failing row, sample and rank."
+    )
+
+    packed: str | Path = option(
+        help="Packed output folder (Parquet or .npy).", positional=True, cli_type=Path, metavar="PACKED_DIR"
+    )
+    model: str = option(help="HF config.json (or its folder), cached hub id, or catalog model.", cli_type=str)
+    split: str | None = option(
+        None, help="One split (default: every split).", choices=("training", "validation")
+    )
+    backend: str = option(
+        "hf", help="hf: transformers, CPU, float64; megatron: Megatron-Core + TE (CUDA).", choices=BACKENDS
+    )
+    time_budget: float | None = option(
+        60.0, help="Seconds for the row checks; 0 = every row.", cli_type=float
+    )
+    max_rows: int | None = option(None, help="At most this many rows per split.")
+    cp: tuple[int, ...] = option(
+        (2, 4),
+        help="CP sizes to check (gloo processes), where the alignment allows.",
+        cli_type=list[int] | None,
+    )
+    pp: tuple[int, ...] = option(
+        (2,), help="PP sizes to check (one process per stage).", cli_type=list[int] | None
+    )
+    dist_rows: int = option(2, help="Rows checked under CP and PP (0: none).")
+    in_batch_rows: int = option(8, help="Rows that also get the in-batch (MBS > 1) check.")
+    fault: str | None = option(
+        None, help="Inject a fault; the verdict must fail.", flag="--inject-fault", choices=FAULT_NAMES
+    )
+    seed: int = seed_option()
+    certificate: str | Path | None = option(
+        None, help="Write the JSON certificate here.", cli_type=Path | None
+    )
+    allow_no_manifest: bool = option(
+        False,
+        help="Read a folder without manifest.json (as Megatron-Bridge writes it).",
+        flag="--no-manifest-ok",
+    )
+    thorough: bool = option(False, help="Isolation check both ways on every row.")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.packed, str | os.PathLike):
+            raise ConfigError(f"packed must be a path, got {self.packed!r}", fields="packed")
+        if not isinstance(self.model, str) or not self.model:
+            raise ConfigError(f"model must be a name or a config path, got {self.model!r}", fields="model")
+        check_choices(self)
+        if self.time_budget is not None:
+            finite_float(self.time_budget, "time_budget", lo=0.0)
+            if self.time_budget == 0:
+                object.__setattr__(self, "time_budget", None)  # 0 = no limit, as on the command line
+        if self.max_rows is not None:
+            positive_int(self.max_rows, "max_rows")
+        for name in ("cp", "pp"):
+            value = getattr(self, name)
+            sizes = (value,) if isinstance(value, int) else tuple(value)
+            for size in sizes:
+                positive_int(size, name, at_most=16, why="verify starts one process per rank on this machine")
+            object.__setattr__(self, name, sizes)
+        non_negative_int(self.dist_rows, "dist_rows")
+        non_negative_int(self.in_batch_rows, "in_batch_rows")
+        seed_value(self.seed)
+        flag(self.thorough, "thorough")
+
+    def run(self) -> VerifyResult:
+        """Run every check; a folder or model that cannot be read raises a ``LongpackError``."""
+        if self.backend == "megatron":
+            missing = megatron_backend_missing()
+            if missing:
+                raise MissingDependencyError(
+                    "--backend megatron needs "
+                    + "; ".join(missing)
+                    + ". Run benchmarks/gpu_verify.py on a GPU "
+                    "machine, or use --backend hf (transformers, CPU)",
+                    fields="backend",
+                )
+            return _run_megatron(self)
+        return _run_hf(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyResult:
+    """The verdict, the per-row and distributed figures, notes (skipped checks) and the certificate."""
+
+    ok: bool
+    verdict: str
+    rows: tuple[Any, ...]
+    distributed: tuple[Any, ...]
+    failures: tuple[dict[str, Any], ...]
+    notes: tuple[str, ...]
+    certificate: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.ok else EXIT_FAILED
+
+    def to_dict(self) -> dict[str, Any]:
+        """The certificate (what ``--json`` prints)."""
+        return self.certificate
+
+    def present(self) -> list[str]:
+        """The lines ``longpack verify`` prints: the verdict, notes, then the next failures."""
+        lines = [self.verdict, *(f"  note: {note}" for note in self.notes)]
+        for failure in self.failures[1:10]:
+            sample = "" if failure.get("sample") is None else f" sample {failure['sample']}"
+            lines.append(
+                f"  {failure['check']}: {failure['split']} {failure['file']} row {failure['row']}{sample} "
+                f"({failure['rank']}): {failure['detail']}"
+            )
+        return lines
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from longpack._version import __version__
+
+    out: dict[str, str | None] = {"longpack": __version__}
+    for name in ("torch", "transformers", "megatron-core", "transformer-engine", "transformer_engine"):
+        try:
+            out[name.replace("_", "-")] = version(name)
+        except PackageNotFoundError:
+            out.setdefault(name.replace("_", "-"), None)
+    return out
+
+
+def _order_rows(scan: Any, seed: int) -> list[int]:
+    """Rows of a split in checking order: every file's first and last row, the 4 longest rows, the rest
+    in a seeded permutation."""
+    import numpy as np
+
+    order: list[int] = []
+    start = 0
+    for n in scan.file_rows:
+        if n:
+            order += [start, start + n - 1]
+        start += n
+    order += [int(i) for i in np.argsort(-scan.row_stored, kind="stable")[:4]]
+    order += [int(i) for i in np.random.default_rng(seed).permutation(scan.rows)]
+    return list(dict.fromkeys(order))
+
+
+def _locate(scan: Any, index: int) -> tuple[str, int]:
+    import numpy as np
+
+    ends = np.cumsum(scan.file_rows)
+    f = int(np.searchsorted(ends, index, side="right"))
+    return scan.files[f], index - int(ends[f] - scan.file_rows[f])
+
+
+def _cp_unaligned(
+    rows: list[tuple[dict[str, Any], dict[str, Any], int]], collate: Any, size: int
+) -> str | None:
+    """Why these rows cannot be split over ``size`` CP ranks (``None``: they can)."""
+    from longpack.errors import LongpackError
+    from longpack.runtime.context_parallel import check_thd_alignment, physical_cu_seqlens
+
+    for row, where, _ in rows:
+        batch = collate([row])
+        try:
+            physical = physical_cu_seqlens(batch)
+            assert physical is not None
+            check_thd_alignment(physical, int(batch["tokens"].size(1)), cp_size=size)
+        except LongpackError as exc:
+            return f"{where['split']} {where['file']} row {where['row']}: {exc}"
+    return None
+
+
+def _run_hf(config: VerifyConfig) -> VerifyResult:
+    import torch
+
+    from longpack.packed.folder import PackedFolder
+    from longpack.runtime.collate import PackedCollator
+    from longpack.runtime.dataset import PackedDataset
+    from longpack.runtime.verify import CHECKS, RowVerifier
+    from longpack.runtime.verify_dist import run_cp_verify, run_pp_verify
+    from longpack.runtime.verify_model import (
+        HEAD_CLASSES,
+        THD_ATTENTION,
+        build_model,
+        tiny_config,
+    )
+
+    began = time.perf_counter()
+    source = load_hf_config(config.model)
+    folder = PackedFolder.open(config.packed, allow_no_manifest=config.allow_no_manifest)
+    splits = [config.split] if config.split is not None else list(folder.split_names)
+    options = dict((folder.manifest.bridge_config or {}).get("options", {})) if folder.manifest else {}
+    pad_to_max = bool(options.get("pad_to_max_length"))
+    pad_cu = bool(options.get("pad_cu_seqlens"))
+    model = build_model(source, seed=config.seed)
+    threads = torch.get_num_threads()
+    reports: list[Any] = []
+    chosen: dict[str, list[int]] = {}
+    notes: list[str] = []
+    dist_rows: list[tuple[dict[str, Any], dict[str, Any], int]] = []
+    collators: dict[str, Any] = {}
+    total_rows = 0
+    row_seconds: list[float] = []
+    for position, split in enumerate(splits):
+        # Each split gets an equal share of what is left of the budget.
+        share = None if config.time_budget is None else (config.time_budget - (time.perf_counter() - began))
+        deadline = None if share is None else time.perf_counter() + share / (len(splits) - position)
+        scan = folder.scan(split)
+        total_rows += scan.rows
+        dataset = PackedDataset(folder, split=split, prefetch=0)
+        collate = PackedCollator.for_data(
+            folder, split=split, pad_to_max_length=pad_to_max, pad_cu_seqlens=pad_cu
+        )
+        collators[split] = collate
+        verifier = RowVerifier(
+            model,
+            collate=collate,
+            seed=config.seed,
+            fault=config.fault,
+            in_batch_multiple=collate.pad_seq_to_mult,
+            thorough=config.thorough,
+        )
+        chosen[split] = []
+        for n, index in enumerate(_order_rows(scan, config.seed)):
+            if config.max_rows is not None and len(chosen[split]) >= config.max_rows:
+                break
+            if deadline is not None and row_seconds and chosen[split]:
+                estimate = max(row_seconds[-3:])
+                if time.perf_counter() + estimate > deadline:
+                    break
+            file, row_in_file = _locate(scan, index)
+            where = {"split": split, "file": file, "row": row_in_file}
+            row = dataset[index]
+            t = time.perf_counter()
+            reports.append(verifier.verify(row, where, index, in_batch=n < config.in_batch_rows))
+            row_seconds.append(time.perf_counter() - t)
+            chosen[split].append(index)
+            if len(dist_rows) < config.dist_rows and n < 2 * config.dist_rows:
+                dist_rows.append((row, where, index))
+        dataset.close()
+        if len(chosen[split]) < scan.rows:
+            notes.append(
+                f"{split}: {len(chosen[split])} of {scan.rows} rows checked (time budget {config.time_budget} s, "
+                f"max_rows {config.max_rows}; every file's first and last row and the longest rows first)"
+            )
+    distributed: list[Any] = []
+    multiple = folder.pad_seq_to_mult or 1
+    if dist_rows:
+        split0 = dist_rows[0][1]["split"]
+        rows_for_split = [r for r in dist_rows if r[1]["split"] == split0]
+        collate = collators[split0]
+        for size in config.cp:
+            unaligned = _cp_unaligned(rows_for_split, collate, size)
+            if unaligned is not None:
+                notes.append(
+                    f"CP {size}: skipped: {unaligned}; the data is aligned to pad_seq_to_mult={multiple} and "
+                    f"CP {size} needs every packed sequence a multiple of 2*CP={2 * size} (pack with --cp {size})"
+                )
+                continue
+            distributed.append(
+                run_cp_verify(
+                    size, rows_for_split, model=source, collate=collate, seed=config.seed, fault=config.fault
+                )
+            )
+        for size in config.pp:
+            distributed.append(
+                run_pp_verify(
+                    size, rows_for_split, model=source, collate=collate, seed=config.seed, fault=config.fault
+                )
+            )
+    failures = [asdict(f) for r in reports for f in r.failures]
+    failures += [dict(f) for d in distributed for f in d.failures]
+    ok = not failures
+    checked = sum(len(v) for v in chosen.values())
+    seconds = time.perf_counter() - began
+    if ok:
+        dist_text = ", ".join(f"{d.kind.upper()} {d.size}" for d in distributed) or "no CP/PP"
+        verdict = (
+            f"PASS: {checked} of {total_rows} rows, packed = unpacked (loss, gradients, isolation, padding, "
+            f"positions; {dist_text}) with a tiny {source.get('model_type')} in float64 ({seconds:.1f} s)"
+        )
+    else:
+        first = failures[0]
+        sample = "" if first.get("sample") is None else f" sample {first['sample']}"
+        verdict = (
+            f"FAIL: {len(failures)} difference(s); first: {first['check']} in {first['split']} {first['file']} "
+            f"row {first['row']}{sample} ({first['rank']}): {first['detail']}"
+        )
+    tiny = tiny_config(source)
+    certificate = {
+        "verdict": "pass" if ok else "fail",
+        "summary": verdict,
+        "versions": _versions(),
+        "model": {
+            "source": str(config.model),
+            "model_type": source.get("model_type"),
+            "kept": {
+                k: tiny.get(k)
+                for k in (
+                    "vocab_size",
+                    "rope_theta",
+                    "rope_scaling",
+                    "rope_parameters",
+                    "sliding_window",
+                    "layer_types",
+                    "max_position_embeddings",
+                )
+                if tiny.get(k) is not None
+            },
+            "shrunk": {
+                k: tiny.get(k)
+                for k in (
+                    "num_hidden_layers",
+                    "hidden_size",
+                    "num_attention_heads",
+                    "num_key_value_heads",
+                    "head_dim",
+                    "intermediate_size",
+                )
+            },
+            "dtype": "float64",
+            "seed": config.seed,
+            "isolation": "both parities on every row"
+            if config.thorough
+            else "even samples on even rows, odd on odd",
+            "packed_attention": f"{THD_ATTENTION} (transformers AttentionInterface, per-sequence SDPA from cu_seqlens)",
+            "reference": "transformers sdpa, each sample on its own",
+            "loss_head": f"cross-entropy over label id mod {HEAD_CLASSES}",
+            "threads": threads,
+        },
+        "data": {
+            "path": str(config.packed),
+            "format": folder.format,
+            "splits": splits,
+            "alignment": asdict(folder.alignment()) if folder.manifest else None,
+            "collate": {"pad_to_max_length": pad_to_max, "pad_cu_seqlens": pad_cu},
+        },
+        "layout": {
+            "cp_checked": [d.size for d in distributed if d.kind == "cp"],
+            "pp_checked": [d.size for d in distributed if d.kind == "pp"],
+            "in_batch_mbs": "all samples of a row",
+            "micro_batch_size": 1,
+        },
+        "checks": CHECKS,
+        "rows_checked": chosen,
+        "rows_total": total_rows,
+        "worst": {
+            "loss_rel_diff": max((r.loss_max_rel_diff for r in reports), default=0.0),
+            "grad_rel_diff": max((r.grad_max_rel_diff for r in reports), default=0.0),
+            "embedding_grad_rel_diff": max((r.embedding_grad_max_rel_diff for r in reports), default=0.0),
+            "cross_sample_gradient": max((r.leak_max_abs for r in reports), default=0.0),
+            "in_batch_rel_diff": max((r.in_batch_max_rel_diff for r in reports), default=0.0),
+            "distributed": [asdict(d) | {"failures": len(d.failures)} for d in distributed],
+        },
+        "fault_injected": config.fault,
+        "notes": notes,
+        "failures": failures[:100],
+        "seconds": round(seconds, 2),
+    }
+    if config.certificate is not None:
+        import json
+
+        from longpack.packed.files import atomic_write_bytes
+
+        atomic_write_bytes(Path(config.certificate), (json.dumps(certificate, indent=2) + "\n").encode())
+    return VerifyResult(
+        ok=ok,
+        verdict=verdict,
+        rows=tuple(reports),
+        distributed=tuple(distributed),
+        failures=tuple(failures),
+        notes=tuple(notes),
+        certificate=certificate,
+        seconds=seconds,
+    )
+
+
+def _run_megatron(config: VerifyConfig) -> VerifyResult:
+    """The megatron backend: Megatron-Core GPTModel + TE attention on one CUDA device, packed vs alone."""
+    import torch
+
+    from longpack.packed.folder import PackedFolder
+    from longpack.runtime.collate import PackedCollator
+    from longpack.runtime.dataset import PackedDataset
+    from longpack.runtime.verify import expected_spans
+    from longpack.runtime.verify_megatron import TOLERANCE, build_megatron_model, sample_losses
+
+    began = time.perf_counter()
+    source = load_hf_config(config.model)
+    folder = PackedFolder.open(config.packed, allow_no_manifest=config.allow_no_manifest)
+    split = config.split or folder.split_names[0]
+    collate = PackedCollator.for_data(folder, split=split)
+    model = build_megatron_model(int(source["vocab_size"]), collate.max_seq_length, config.seed)
+    model.eval()
+    dataset = PackedDataset(folder, split=split, prefetch=0)
+    scan = folder.scan(split)
+    failures: list[dict[str, Any]] = []
+    checked: list[int] = []
+    worst = 0.0
+    for index in _order_rows(scan, config.seed):
+        if config.max_rows is not None and len(checked) >= config.max_rows:
+            break
+        if config.time_budget is not None and checked and time.perf_counter() - began > config.time_budget:
+            break
+        file, row_in_file = _locate(scan, index)
+        row = dataset[index]
+        for sample, got, want in sample_losses(model, collate([row]), expected_spans(row)):
+            diff = abs(got - want) / max(1.0, abs(want))
+            worst = max(worst, diff)
+            if diff > TOLERANCE:
+                failures.append(
+                    {
+                        "check": "loss",
+                        "split": split,
+                        "file": file,
+                        "row": row_in_file,
+                        "sample": sample,
+                        "rank": "megatron-core GPTModel, TE attention",
+                        "detail": f"packed mean loss {got:.6g} != alone {want:.6g} (relative {diff:.2e})",
+                    }
+                )
+        checked.append(index)
+    ok = not failures
+    seconds = time.perf_counter() - began
+    if ok:
+        verdict = (
+            f"PASS: {len(checked)} of {scan.rows} rows, packed = unpacked with Megatron-Core GPTModel + TE "
+            f"attention (bf16, worst relative {worst:.1e}; {seconds:.1f} s)"
+        )
+    else:
+        first = failures[0]
+        verdict = (
+            f"FAIL: {len(failures)} difference(s); first: loss in {split} {first['file']} row {first['row']} "
+            f"sample {first['sample']} ({first['rank']}): {first['detail']}"
+        )
+    certificate = {
+        "verdict": "pass" if ok else "fail",
+        "summary": verdict,
+        "backend": "megatron",
+        "versions": _versions(),
+        "device": torch.cuda.get_device_name(0),
+        "rows_checked": {split: checked},
+        "rows_total": scan.rows,
+        "worst": {"loss_rel_diff": worst},
+        "tolerance": TOLERANCE,
+        "failures": failures[:100],
+        "seconds": round(seconds, 2),
+    }
+    if config.certificate is not None:
+        import json
+
+        from longpack.packed.files import atomic_write_bytes
+
+        atomic_write_bytes(Path(config.certificate), (json.dumps(certificate, indent=2) + "\n").encode())
+    return VerifyResult(
+        ok=ok,
+        verdict=verdict,
+        rows=(),
+        distributed=(),
+        failures=tuple(failures),
+        notes=(),
+        certificate=certificate,
+        seconds=seconds,
+    )

@@ -1,0 +1,575 @@
+"""Proof that a model sees what was packed: packed = unpacked, row by row (``longpack verify``).
+
+For each checked row of a packed folder, :class:`RowVerifier` collates it exactly as Megatron-Bridge does
+(:class:`~longpack.runtime.collate.PackedCollator`), runs a small random model of the real family
+(:mod:`longpack.runtime.verify_model`, float64) on the packed THD row with the attention built from the
+batch's ``cu_seqlens*`` and position ids from the batch, and compares with every sample run on its own
+(transformers' own ``sdpa`` path, no THD metadata). Checks, each naming the row, sample and rank that fails:
+
+- ``metadata``: the batch has ``cu_seqlens_q``; its physical boundaries are the row's samples
+  (from ``seq_start_id``, independently of the collate); positions restart at 0 in every sample.
+- ``padding``: no ``loss_mask`` on a token the batch marks as padding (``padding_mask``), i.e. no loss on a
+  token outside ``cu_seqlens`` (attention never reaches it).
+- ``loss``: every sample's packed loss equals its unpacked loss (relative :data:`TOLERANCE`).
+- ``gradients``: parameter gradients and each sample's input-embedding gradients equal the unpacked ones.
+- ``isolation``: the gradient of the even samples' losses w.r.t. the odd samples' embeddings (even rows;
+  the reverse on odd rows, both with ``thorough``) is exactly zero: no attention across samples
+  (neighbours always differ in parity; other pairs are covered by the gradient equality, with random
+  per-sample weights so leaks cannot cancel).
+- ``in-batch``: the row's samples as a right-padded micro-batch (MBS = samples in the row) packed in-batch
+  (:func:`~longpack.runtime.in_batch.pack_right_padded_batch`) give the unpacked losses.
+
+Context parallelism and pipeline stages run in real processes: :mod:`longpack.runtime.verify_dist`.
+
+Faults (:data:`FAULTS`) change the batch as a broken training stack would; each must fail the verdict.
+
+>>> sorted(FAULTS)[:2]
+['cp-positions-shifted', 'drop-cu-seqlens']
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from longpack.runtime.attention import TokenLayout, token_layout
+from longpack.runtime.collate import row_boundaries
+from longpack.runtime.verify_model import HEAD_CLASSES, THD_ATTENTION, AttentionPlan, attention_plan
+
+__all__ = [
+    "CHECKS",
+    "FAULTS",
+    "TOLERANCE",
+    "Failure",
+    "RowReport",
+    "RowVerifier",
+    "apply_fault",
+    "batch_layout",
+    "expected_spans",
+    "metadata_failures",
+]
+
+#: Relative tolerance of loss and gradient equality (float64; measured differences are ~1e-14).
+TOLERANCE = 1e-9
+#: What each check proves (the certificate lists them).
+CHECKS = {
+    "metadata": "cu_seqlens present and equal to the row's samples; positions restart at 0 in every sample",
+    "padding": "no loss_mask on a token outside cu_seqlens (padding_mask)",
+    "loss": "per-sample packed loss = the sample's unpacked loss",
+    "gradients": "parameter and input-embedding gradients packed = unpacked",
+    "isolation": "gradient of one sample's loss w.r.t. another sample's embeddings is exactly zero",
+    "in-batch": "in-batch THD packing of the row's samples (MBS > 1) = unpacked",
+    "cp": "context-parallel zigzag shards (gloo ranks, all-gathered K/V) = the whole row; positions per rank",
+    "pp": "every pipeline stage receives cu_seqlens and positions for every micro-batch; last-stage loss",
+}
+#: Injected faults (what a broken stack does) -> what they model. Each must fail ``verify``.
+FAULTS = {
+    "drop-cu-seqlens": "a pipeline stage receives no cu_seqlens (Megatron-Bridge #2952); without PP the "
+    "attention receives none",
+    "positions-not-restarted": "position ids run on across samples instead of restarting at 0",
+    "cp-positions-shifted": "a CP rank's position ids are shifted (Megatron-LM #5243; needs CP)",
+    "loss-on-padding": "loss_mask 1 on a padding token",
+    "token-across-boundary": "a sample's last token counted in the next sample (boundary moved by one)",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    """One difference: which check, where (split, file, row in file, sample in row, rank) and by how much."""
+
+    check: str
+    split: str
+    file: str
+    row: int
+    sample: int | None
+    rank: str
+    detail: str
+
+    def line(self) -> str:
+        sample = "" if self.sample is None else f" sample {self.sample}"
+        return f"{self.check}: {self.split} {self.file} row {self.row}{sample} ({self.rank}): {self.detail}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowReport:
+    """Figures of one checked row (worst over its samples) and its failures."""
+
+    split: str
+    file: str
+    row: int
+    index: int
+    tokens: int
+    samples: int
+    loss_max_rel_diff: float
+    grad_max_rel_diff: float
+    embedding_grad_max_rel_diff: float
+    leak_max_abs: float
+    padding_loss_tokens: int
+    in_batch_max_rel_diff: float
+    failures: tuple[Failure, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def expected_spans(row: Mapping[str, Any]) -> np.ndarray:
+    """Runtime offsets of the row's samples, from its stored boundaries alone (not from any collate).
+
+    >>> expected_spans({"input_ids": [1, 2, 3, 4, 5], "seq_start_id": [0, 3]}).tolist()
+    [0, 2, 3]
+    """
+    b = row_boundaries(row)
+    runtime = np.diff(b) - 1
+    return np.concatenate([[0], np.cumsum(runtime)]).astype(np.int64)
+
+
+def _first_row(value: Any) -> torch.Tensor:
+    tensor = torch.as_tensor(value)
+    return tensor[0] if tensor.dim() == 2 else tensor
+
+
+def batch_layout(batch: Mapping[str, Any], width: int) -> TokenLayout:
+    """The token labels the attention derives from a batch's THD metadata (physical ``cu_seqlens_q_padded``
+    when present); a batch without ``cu_seqlens_q`` is one causal sequence over the row, as attention
+    without packed parameters treats it.
+
+    >>> lay = batch_layout({"cu_seqlens_q": torch.tensor([[0, 2, 4]])}, 4)
+    >>> lay.seq_id.tolist()
+    [0, 0, 1, 1]
+    """
+    cu = batch.get("cu_seqlens_q")
+    if cu is None:
+        return token_layout([0, width], width)
+    padded = batch.get("cu_seqlens_q_padded")
+    return token_layout(
+        _first_row(cu), width, cu_seqlens_padded=None if padded is None else _first_row(padded)
+    )
+
+
+def metadata_failures(
+    batch: Mapping[str, Any], spans: np.ndarray, positions: torch.Tensor | None, where: dict[str, Any]
+) -> list[Failure]:
+    """Exact checks of what a stage received: ``cu_seqlens_q`` present, its physical boundaries equal to the
+    samples' spans, and ``positions`` (if given) restarting at 0 in every sample."""
+    out: list[Failure] = []
+    cu = batch.get("cu_seqlens_q")
+    if cu is None:
+        out.append(Failure(check="metadata", sample=None, detail="the batch has no cu_seqlens_q", **where))
+    else:
+        padded = batch.get("cu_seqlens_q_padded")
+        physical = _first_row(cu if padded is None else padded).to(torch.int64).numpy()
+        got = physical[: spans.size]
+        if got.size < spans.size or not np.array_equal(got, spans):
+            bad = int(np.argmax(got != spans[: got.size])) if got.size else 0
+            out.append(
+                Failure(
+                    check="metadata",
+                    sample=max(bad - 1, 0),
+                    detail=f"physical cu_seqlens {got.tolist()[:8]}... differ from the samples' offsets "
+                    f"{spans.tolist()[:8]}... at entry {bad}",
+                    **where,
+                )
+            )
+    if positions is not None:
+        pos = positions.to(torch.int64).numpy()
+        for i in range(spans.size - 1):
+            start, end = int(spans[i]), int(spans[i + 1])
+            if end > start and not np.array_equal(pos[start:end], np.arange(end - start)):
+                first = int(np.argmax(pos[start:end] != np.arange(end - start)))
+                out.append(
+                    Failure(
+                        check="metadata",
+                        sample=i,
+                        detail=f"position ids do not restart at 0 in this sample: token {first} has position "
+                        f"{int(pos[start + first])}, expected {first}",
+                        **where,
+                    )
+                )
+                break
+    return out
+
+
+def apply_fault(batch: dict[str, Any], fault: str | None, spans: np.ndarray) -> dict[str, Any]:
+    """The batch as a broken stack would hand it to the model (``fault`` one of :data:`FAULTS`; the CP and PP
+    faults act in :mod:`longpack.runtime.verify_dist` and leave the single-process batch alone)."""
+    if fault is None or fault == "cp-positions-shifted":
+        return batch
+    out = dict(batch)
+    if fault == "drop-cu-seqlens":
+        for key in ("cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded", "cu_seqlens_kv_padded"):
+            out.pop(key, None)
+    elif fault == "positions-not-restarted":
+        width = out["position_ids"].size(1)
+        out["position_ids"] = torch.arange(width).unsqueeze(0).repeat(out["position_ids"].size(0), 1)
+    elif fault == "loss-on-padding":
+        pad = out["padding_mask"][0].nonzero().flatten()
+        if pad.numel():
+            mask = out["loss_mask"].clone()
+            mask[0, int(pad[0])] = 1
+            out["loss_mask"] = mask
+    elif fault == "token-across-boundary":
+        if spans.size > 2:
+            for key in ("cu_seqlens_q", "cu_seqlens_q_padded"):
+                if key in out:
+                    cu = out[key].clone()
+                    cu[0, 1] -= 1  # the first sample's last token now opens the second sample
+                    out[key] = cu
+            out["cu_seqlens_kv"] = out["cu_seqlens_q"]
+            if "cu_seqlens_q_padded" in out:
+                out["cu_seqlens_kv_padded"] = out["cu_seqlens_q_padded"]
+    else:
+        raise ValueError(f"unknown fault {fault!r}; known: {', '.join(sorted(FAULTS))}")
+    return out
+
+
+def layer_masks(model: Any) -> dict[str, None]:
+    """``attention_mask`` for every layer type: ``None`` (masking is the THD plan's)."""
+    kinds = set(getattr(model.config, "layer_types", None) or ())
+    return dict.fromkeys(kinds | {"full_attention", "sliding_attention", "chunked_attention"})
+
+
+def run_thd(
+    model: Any,
+    embeds: torch.Tensor,
+    positions: torch.Tensor,
+    plan: AttentionPlan,
+    *,
+    gather: Any = None,
+) -> torch.Tensor:
+    """The model's last hidden states ``[T, hidden]`` for one THD row ``embeds [1, T, hidden]``."""
+    model.config._attn_implementation = THD_ATTENTION
+    try:
+        out = model(
+            inputs_embeds=embeds,
+            position_ids=positions.view(1, -1),
+            attention_mask=layer_masks(model),
+            thd_plan=plan,
+            thd_gather=gather,
+        )
+    finally:
+        model.config._attn_implementation = "sdpa"
+    return out.last_hidden_state[0]
+
+
+def token_losses(
+    hidden: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor, head: torch.Tensor
+) -> torch.Tensor:
+    """Masked per-token cross-entropy of a hashed-label head (:data:`HEAD_CLASSES` classes)."""
+    logits = hidden @ head
+    target = torch.remainder(labels.to(torch.int64), HEAD_CLASSES)
+    ce = F.cross_entropy(logits, target, reduction="none")
+    return ce * loss_mask.to(ce.dtype)
+
+
+def _rel(a: torch.Tensor | float, b: torch.Tensor | float) -> float:
+    a_t, b_t = torch.as_tensor(a), torch.as_tensor(b)
+    scale = max(1.0, float(b_t.abs().max()) if b_t.numel() else 1.0)
+    return float((a_t - b_t).abs().max()) / scale if a_t.numel() else 0.0
+
+
+@dataclass
+class Reference:
+    """Each sample run on its own: losses, parameter gradients and input-embedding gradients."""
+
+    losses: torch.Tensor
+    param_grads: list[torch.Tensor]
+    embed_grads: list[torch.Tensor]
+
+
+class RowVerifier:
+    """Checks rows with one model: ``verify(row, where)`` -> :class:`RowReport`.
+
+    ``collate``: a callable ``[row] -> batch`` (a :class:`~longpack.runtime.collate.PackedCollator`);
+    ``in_batch_multiple``: the alignment of the in-batch check (the folder's ``pad_seq_to_mult``).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        collate: Any,
+        seed: int = 0,
+        fault: str | None = None,
+        in_batch_multiple: int = 1,
+        reference_tokens: int = 8192,
+        thorough: bool = False,
+    ) -> None:
+        self.model = model
+        self.collate = collate
+        self.fault = fault
+        self.in_batch_multiple = in_batch_multiple
+        self.reference_tokens = reference_tokens
+        self.thorough = thorough
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.embed = model.get_input_embeddings()
+        gen = torch.Generator().manual_seed(seed + 1)
+        hidden = int(model.config.hidden_size)
+        self.head = torch.randn(hidden, HEAD_CLASSES, generator=gen, dtype=torch.float64) / hidden**0.5
+        self.seed = seed
+
+    # -- pieces ----------------------------------------------------------------------------------------
+    def samples(self, row: Mapping[str, Any]) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Each sample alone: ``(input tokens, labels, loss mask)`` after the next-token shift."""
+        ids = torch.from_numpy(np.array(row["input_ids"], dtype=np.int64))
+        mask = torch.from_numpy(np.array(row["loss_mask"], dtype=np.int64))
+        b = row_boundaries(row).tolist()
+        out = []
+        for start, end in itertools.pairwise(b):
+            out.append((ids[start : end - 1], ids[start + 1 : end], mask[start : end - 1]))
+        return out
+
+    def weights(self, count: int, index: int) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        return 0.5 + torch.rand(count, generator=gen, dtype=torch.float64)
+
+    def reference(
+        self,
+        samples: Sequence[tuple[torch.Tensor, ...]],
+        weights: torch.Tensor,
+        with_grad: Sequence[bool] | None = None,
+    ) -> Reference:
+        """Run the samples unpacked (right-padded batches of similar lengths, transformers' ``sdpa``);
+        gradients (of the weighted losses) only through the samples ``with_grad`` marks (default: all)."""
+        losses = torch.zeros(len(samples), dtype=torch.float64)
+        param_grads = [torch.zeros_like(p) for p in self.params]
+        embed_grads: list[torch.Tensor] = [torch.zeros(0)] * len(samples)
+        marks = [True] * len(samples) if with_grad is None else list(with_grad)
+        groups: list[tuple[bool, list[int]]] = []
+        for grad in (True, False):
+            order = sorted(
+                (i for i in range(len(samples)) if marks[i] == grad), key=lambda i: samples[i][0].numel()
+            )
+            current: list[int] = []
+            for i in order:
+                if current and samples[i][0].numel() * (len(current) + 1) > self.reference_tokens:
+                    groups.append((grad, current))
+                    current = []
+                current.append(i)
+            if current:
+                groups.append((grad, current))
+        for grad, group in groups:
+            width = max(samples[i][0].numel() for i in group)
+            tokens = torch.zeros(len(group), width, dtype=torch.int64)
+            labels = torch.zeros(len(group), width, dtype=torch.int64)
+            mask = torch.zeros(len(group), width, dtype=torch.int64)
+            attend = torch.zeros(len(group), width, dtype=torch.int64)
+            for j, i in enumerate(group):
+                t, lab, m = samples[i]
+                tokens[j, : t.numel()] = t
+                labels[j, : t.numel()] = lab
+                mask[j, : t.numel()] = m
+                attend[j, : t.numel()] = 1
+            embeds = self.embed(tokens).detach().requires_grad_(grad)
+            with torch.set_grad_enabled(grad):
+                hidden = self.model(inputs_embeds=embeds, attention_mask=attend).last_hidden_state
+                per_token = token_losses(
+                    hidden.reshape(-1, hidden.size(-1)), labels.flatten(), mask.flatten(), self.head
+                ).view(len(group), width)
+                sample_losses = per_token.sum(dim=1)
+            if not grad:
+                losses[group] = sample_losses.detach()
+                continue
+            w = weights[group]
+            grads = torch.autograd.grad((sample_losses * w).sum(), [embeds, *self.params], allow_unused=True)
+            for j, i in enumerate(group):
+                losses[i] = sample_losses[j].detach()
+                embed_grads[i] = grads[0][j, : samples[i][0].numel()].detach()
+            for acc, g in zip(param_grads, grads[1:], strict=True):
+                if g is not None:
+                    acc += g
+        return Reference(losses=losses, param_grads=param_grads, embed_grads=embed_grads)
+
+    def in_batch(self, samples: Sequence[tuple[torch.Tensor, ...]]) -> torch.Tensor:
+        """Per-sample losses of the samples packed in-batch (MBS = number of samples)."""
+        from longpack.runtime.in_batch import pack_right_padded_batch
+
+        width = max(s[0].numel() for s in samples)
+        n = len(samples)
+        batch: dict[str, Any] = {
+            "tokens": torch.zeros(n, width, dtype=torch.int64),
+            "labels": torch.full((n, width), -100, dtype=torch.int64),
+            "loss_mask": torch.zeros(n, width, dtype=torch.int64),
+            "position_ids": torch.arange(width).repeat(n, 1),
+            "attention_mask": torch.zeros(n, width, dtype=torch.int64),
+        }
+        for j, (t, lab, m) in enumerate(samples):
+            batch["tokens"][j, : t.numel()] = t
+            batch["labels"][j, : t.numel()] = lab
+            batch["loss_mask"][j, : t.numel()] = m
+            batch["attention_mask"][j, : t.numel()] = 1
+        packed = pack_right_padded_batch(
+            batch, pad_to_multiple_of=self.in_batch_multiple, emit_padding_mask=True
+        )
+        total = int(packed["total_tokens"])
+        layout = token_layout(
+            packed["cu_seqlens_q"], total, cu_seqlens_padded=packed.get("cu_seqlens_q_padded")
+        )
+        multiple = self.in_batch_multiple
+        spans = np.concatenate([[0], np.cumsum([-(-s[0].numel() // multiple) * multiple for s in samples])])
+        with torch.no_grad():
+            embeds = self.embed(packed["tokens"])
+            hidden = run_thd(self.model, embeds, packed["position_ids"][0], attention_plan(layout))
+            per_token = token_losses(hidden, packed["labels"][0], packed["loss_mask"][0], self.head)
+        return torch.stack([per_token[int(a) : int(b)].sum() for a, b in itertools.pairwise(spans)])
+
+    # -- one row ---------------------------------------------------------------------------------------
+    def verify(
+        self, row: Mapping[str, Any], where: dict[str, Any], index: int, *, in_batch: bool = True
+    ) -> RowReport:
+        """All single-process checks of one row (the in-batch one if ``in_batch``); ``where``: ``split``,
+        ``file``, ``row`` (in the file); ``index``: the row's number in its split (seeds its weights)."""
+        where = {**where, "rank": "single process"}
+        spans = expected_spans(row)
+        batch = apply_fault(self.collate([row]), self.fault, spans)
+        tokens, labels = batch["tokens"][0], batch["labels"][0]
+        loss_mask, positions = batch["loss_mask"][0], batch["position_ids"][0]
+        width = tokens.numel()
+        failures = metadata_failures(batch, spans, positions, where)
+        padding = batch["padding_mask"][0]
+        supervised_pad = (padding & (loss_mask != 0)).nonzero().flatten()
+        if supervised_pad.numel():
+            first = int(supervised_pad[0])
+            sample = int(np.searchsorted(spans, first, side="right") - 1)
+            failures.append(
+                Failure(
+                    check="padding",
+                    sample=sample if sample < spans.size - 1 else None,
+                    detail=f"{supervised_pad.numel()} padding token(s) carry loss (first: token {first} of the "
+                    "row); attention never reaches them",
+                    **where,
+                )
+            )
+        samples = self.samples(row)
+        weights = self.weights(len(samples), index)
+        layout = batch_layout(batch, width)
+        embeds = self.embed(tokens.view(1, -1)).detach().requires_grad_(True)
+        hidden = run_thd(self.model, embeds, positions, attention_plan(layout))
+        per_token = token_losses(hidden, labels, loss_mask, self.head)
+        packed_losses = torch.stack([per_token[int(a) : int(b)].sum() for a, b in itertools.pairwise(spans)])
+        parity = torch.arange(len(samples)) % 2
+        owner = torch.full((width,), -1, dtype=torch.int64)
+        for i in range(len(samples)):
+            owner[int(spans[i]) : int(spans[i + 1])] = i
+        # Both parities (thorough), or the row's own parity: even rows check the even samples' gradients (and
+        # that they reach no odd sample), odd rows the odd ones; one backward pass per row instead of two.
+        wanted = (0, 1) if self.thorough else (index % 2 if len(samples) > 1 else 0,)
+        grads_by_parity: list[Any] = [None, None]
+        for p in wanted:
+            chosen = parity == p
+            objective = (packed_losses * weights * chosen).sum()
+            grads = torch.autograd.grad(
+                objective, [embeds, *self.params], retain_graph=p != wanted[-1], allow_unused=True
+            )
+            grads_by_parity[p] = grads
+        ref = self.reference(samples, weights, with_grad=[int(q) in wanted for q in parity.tolist()])
+
+        loss_diffs = [
+            abs(float(a) - float(b)) / max(1.0, abs(float(b)))
+            for a, b in zip(packed_losses.detach(), ref.losses, strict=True)
+        ]
+        worst = int(np.argmax(loss_diffs)) if loss_diffs else 0
+        if loss_diffs and loss_diffs[worst] > TOLERANCE:
+            failures.append(
+                Failure(
+                    check="loss",
+                    sample=worst,
+                    detail=f"packed loss {float(packed_losses[worst].detach()):.12g} != unpacked "
+                    f"{float(ref.losses[worst]):.12g} (relative difference {loss_diffs[worst]:.2e})",
+                    **where,
+                )
+            )
+        param_diff = 0.0
+        embed_diff = 0.0
+        leak = 0.0
+        leak_sample: int | None = None
+        summed = []
+        for j in range(len(self.params)):
+            parts = [g[j + 1] for g in grads_by_parity if g is not None and g[j + 1] is not None]
+            summed.append(sum(parts) if parts else torch.zeros_like(self.params[j]))
+        param_diff = max((_rel(a, b) for a, b in zip(summed, ref.param_grads, strict=True)), default=0.0)
+        for p, grads in enumerate(grads_by_parity):
+            if grads is None:
+                continue
+            g_embed = grads[0][0]  # [T, hidden]
+            foreign = (owner >= 0) & (parity[owner.clamp(min=0)] != p) | (owner < 0)
+            if bool(foreign.any()):
+                size = float(g_embed[foreign].abs().max())
+                if size > leak:
+                    leak = size
+                    bad = (g_embed.abs().amax(dim=1) > 0) & foreign
+                    hit = int(bad.nonzero()[0]) if bool(bad.any()) else -1
+                    leak_sample = int(owner[hit]) if hit >= 0 else None
+            for i in range(p, len(samples), 2):
+                n = samples[i][0].numel()
+                got = g_embed[int(spans[i]) : int(spans[i]) + n]
+                d = _rel(got, ref.embed_grads[i])
+                if d > embed_diff:
+                    embed_diff = d
+                    if d > TOLERANCE:
+                        failures.append(
+                            Failure(
+                                check="gradients",
+                                sample=i,
+                                detail=f"input-embedding gradient differs from unpacked (relative {d:.2e})",
+                                **where,
+                            )
+                        )
+        if param_diff > TOLERANCE:
+            failures.append(
+                Failure(
+                    check="gradients",
+                    sample=None,
+                    detail=f"parameter gradients differ from unpacked (relative {param_diff:.2e})",
+                    **where,
+                )
+            )
+        if leak > 0.0:
+            failures.append(
+                Failure(
+                    check="isolation",
+                    sample=leak_sample,
+                    detail=f"another sample's loss has a gradient of up to {leak:.2e} w.r.t. this sample's "
+                    "input embeddings (attention crosses a sample boundary)",
+                    **where,
+                )
+            )
+        in_batch_diff = 0.0
+        if in_batch and len(samples) > 1:
+            got = self.in_batch(samples)
+            diffs = (got - ref.losses).abs() / ref.losses.abs().clamp(min=1.0)
+            in_batch_diff = float(diffs.max())
+            if in_batch_diff > TOLERANCE:
+                failures.append(
+                    Failure(
+                        check="in-batch",
+                        sample=int(diffs.argmax()),
+                        detail=f"in-batch packed loss differs from unpacked (relative {in_batch_diff:.2e})",
+                        **where,
+                    )
+                )
+        kept: list[Failure] = []
+        for failure in failures:  # the first failure of each check, in order
+            if all(k.check != failure.check for k in kept):
+                kept.append(failure)
+        return RowReport(
+            split=where["split"],
+            file=where["file"],
+            row=where["row"],
+            index=index,
+            tokens=int(spans[-1]),
+            samples=len(samples),
+            loss_max_rel_diff=max(loss_diffs, default=0.0),
+            grad_max_rel_diff=param_diff,
+            embedding_grad_max_rel_diff=embed_diff,
+            leak_max_abs=leak,
+            padding_loss_tokens=int(supervised_pad.numel()),
+            in_batch_max_rel_diff=in_batch_diff,
+            failures=tuple(kept),
+        )

@@ -1,0 +1,236 @@
+"""A small random model of a real architecture family, and THD attention for it (``longpack verify``).
+
+:func:`tiny_config` shrinks a Hugging Face ``config.json`` (layers, width, heads, experts) and keeps what
+packing can get wrong: the vocabulary, the positional scheme (RoPE theta and scaling: llama3, YaRN, ...),
+sliding windows and the family's layer types. :func:`build_model` builds it with ``transformers`` from the
+config alone (no download), in float64, with weights drawn from ``seed``.
+
+Packed attention on the CPU: transformers has a varlen path only for flash-attention kernels (the
+``cu_seq_lens_q`` keyword arguments) and, for ``sdpa``/``eager``, a block-diagonal mask it infers from
+restarting ``position_ids`` (a ``W x W`` mask). Neither reads the THD metadata the training stack hands the
+attention, so longpack registers its own attention function with ``transformers.AttentionInterface``
+(:data:`THD_ATTENTION`): it attends per packed sequence (``scaled_dot_product_attention`` per sequence,
+``Σ s_i²`` work) from the :class:`~longpack.runtime.attention.TokenLayout` built from the batch's
+``cu_seqlens_q`` / ``cu_seqlens_q_padded`` (or, under CP, from the rank's shard of them); tokens outside
+every sequence get a zero output, as TransformerEngine's THD kernels give them. The unpacked reference
+runs the same model through transformers' own ``sdpa`` path with its own causal (and sliding-window) masks.
+
+>>> cfg = tiny_config({"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 4096, "num_hidden_layers": 36,
+...                    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "rope_theta": 1e6})
+>>> cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"], cfg["num_key_value_heads"]
+(1, 16, 1000, 1)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from longpack.errors import ConfigError, MissingDependencyError
+
+__all__ = [
+    "HEAD_CLASSES",
+    "THD_ATTENTION",
+    "AttentionPlan",
+    "attention_plan",
+    "build_model",
+    "tiny_config",
+]
+
+#: Name of longpack's THD attention in ``transformers.AttentionInterface``.
+THD_ATTENTION = "longpack_thd"
+#: Classes of the loss head: labels are hashed to ``label % HEAD_CLASSES`` (a per-token function, as the full
+#: vocabulary head is, at a fraction of its cost; the embedding keeps the whole vocabulary).
+HEAD_CLASSES = 256
+#: Width of the shrunk model (hidden size, heads x head dim, MLP width).
+TINY = {"hidden_size": 16, "num_attention_heads": 2, "head_dim": 8, "intermediate_size": 32}
+#: Layer types whose token mixer is not softmax attention (state across packed sequences needs the
+#: family's own varlen kernels, which transformers does not run on the CPU).
+_UNSUPPORTED_LAYER_TYPES = ("linear_attention", "mamba", "conv", "recurrent")
+
+
+def tiny_config(source: Mapping[str, Any], *, layers: int = 1) -> dict[str, Any]:
+    """The shrunk config of a family: ``layers`` layers (one per layer type if the family has several), width
+    and heads from :data:`TINY`, a few experts for MoE families; vocabulary, RoPE and sliding windows kept.
+
+    >>> tiny_config({"model_type": "llama", "vocab_size": 50, "num_attention_heads": 8,
+    ...              "num_key_value_heads": 8})["num_key_value_heads"]
+    2
+    """
+    config = dict(source)
+    if isinstance(config.get("text_config"), Mapping):
+        raise ConfigError(
+            f"model_type {config.get('model_type')!r} is a vision-language config; verify builds text "
+            "decoders only (mRoPE rows are not verified yet): pass the text model's config.json",
+            fields="model",
+        )
+    types = config.get("layer_types")
+    if isinstance(types, list) and any(t in _UNSUPPORTED_LAYER_TYPES for t in types):
+        raise ConfigError(
+            f"model_type {config.get('model_type')!r} has {sorted(set(types))} layers; verify runs softmax "
+            "attention only (linear-attention state across packed sequences needs the family's own kernels)",
+            fields="model",
+        )
+    heads, kv = int(config.get("num_attention_heads") or 4), int(config.get("num_key_value_heads") or 0)
+    config.update(TINY)
+    config["num_key_value_heads"] = TINY["num_attention_heads"] if kv in (0, heads) else 1
+    if isinstance(types, list) and types:
+        kinds = list(dict.fromkeys(types))
+        count = max(layers, len(kinds))
+        config["layer_types"] = (kinds * count)[:count]
+        config["num_hidden_layers"] = count
+    else:
+        config["num_hidden_layers"] = layers
+    if "max_window_layers" in config:
+        config["max_window_layers"] = min(int(config["max_window_layers"] or 0), config["num_hidden_layers"])
+    for key, value in (
+        ("moe_intermediate_size", 32),
+        ("shared_expert_intermediate_size", 32),
+        ("num_experts", 4),
+        ("num_local_experts", 4),
+        ("n_routed_experts", 4),
+        ("num_experts_per_tok", 2),
+    ):
+        if config.get(key):
+            config[key] = value
+    config["initializer_range"] = 0.2  # sharper attention than 0.02: a wrong position shows in the loss
+    config["tie_word_embeddings"] = False
+    config.pop("architectures", None)
+    config.pop("torch_dtype", None)
+    config.pop("dtype", None)
+    config.pop("quantization_config", None)
+    return config
+
+
+def build_model(source: Mapping[str, Any], *, seed: int = 0, layers: int = 1) -> Any:
+    """The tiny float64 model (``transformers.AutoModel``: the decoder without its LM head) for ``source``,
+    its weights drawn from ``seed`` without touching the global RNG, in eval mode, THD attention set."""
+    try:
+        from transformers import AutoConfig, AutoModel
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "longpack verify needs transformers: pip install 'longpack[hf,torch]'", fields="model"
+        ) from exc
+    register_thd_attention()
+    shrunk = tiny_config(source, layers=layers)
+    model_type = shrunk.pop("model_type")
+    try:
+        config = AutoConfig.for_model(model_type, **shrunk)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"transformers {__import__('transformers').__version__} cannot build model_type {model_type!r}: {exc}",
+            fields="model",
+        ) from exc
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModel.from_config(config, dtype=torch.float64)
+    model.eval()  # no dropout; gradients still flow
+    model.config._attn_implementation = "sdpa"
+    return model
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """Which queries see which keys, per packed sequence: ``(query index, key index, causal mask or None)``.
+
+    ``None`` as mask means the query and key spans are the same contiguous run of real tokens in order
+    (a plain causal block); otherwise the boolean mask (True = may attend) decides.
+    """
+
+    queries: int
+    blocks: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor], ...]
+
+
+def attention_plan(q_layout: Any, k_layout: Any | None = None) -> AttentionPlan:
+    """The per-sequence blocks of a THD row (``k_layout``: the gathered keys' labels under CP).
+
+    >>> from longpack.runtime.attention import token_layout
+    >>> plan = attention_plan(token_layout([0, 2, 3], 4))
+    >>> [(q.tolist(), k.tolist()) for q, k, _, _, _ in plan.blocks]
+    [([0, 1], [0, 1]), ([2], [2])]
+    """
+    same = k_layout is None
+    k_layout = q_layout if k_layout is None else k_layout
+    blocks = []
+    q_real = q_layout.real
+    k_real = k_layout.real
+    seq_ids = torch.unique(q_layout.seq_id[q_real])
+    for seq in seq_ids.tolist():
+        qi = torch.nonzero((q_layout.seq_id == seq) & q_real).flatten()
+        ki = torch.nonzero((k_layout.seq_id == seq) & k_real).flatten()
+        q_off = q_layout.offset[qi]
+        k_off = k_layout.offset[ki]
+        contiguous = (
+            same
+            and qi.numel() > 0
+            and int(qi[-1] - qi[0]) + 1 == qi.numel()
+            and bool((q_off == torch.arange(qi.numel())).all())
+        )
+        mask = None if contiguous else (k_off[None, :] <= q_off[:, None])
+        blocks.append((qi, ki, mask, q_off, k_off))
+    return AttentionPlan(queries=int(q_layout.seq_id.numel()), blocks=tuple(blocks))
+
+
+def _thd_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Any,
+    *,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    sliding_window: int | None = None,
+    thd_plan: AttentionPlan | None = None,
+    thd_gather: Any = None,
+    **_: Any,
+) -> tuple[torch.Tensor, None]:
+    """``transformers`` attention interface: ``query [1, H, T, D]`` -> ``([1, T, H, Dv], None)``."""
+    if thd_plan is None:
+        raise RuntimeError("longpack THD attention called without thd_plan")
+    q = query[0].transpose(0, 1)  # [T, H, D]
+    k = key[0].transpose(0, 1)
+    v = value[0].transpose(0, 1)
+    groups = q.size(1) // k.size(1)
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+    if thd_gather is not None:  # context parallel: every rank's keys and values
+        k, v = thd_gather(k), thd_gather(v)
+    pieces, where = [], []
+    for qi, ki, mask, q_off, k_off in thd_plan.blocks:
+        qb = q.index_select(0, qi).transpose(0, 1)
+        kb = k.index_select(0, ki).transpose(0, 1)
+        vb = v.index_select(0, ki).transpose(0, 1)
+        windowed = sliding_window is not None and int(q_off.max()) >= int(sliding_window)
+        if mask is None and not windowed:
+            out = F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scaling)
+        else:
+            allowed = k_off[None, :] <= q_off[:, None] if mask is None else mask
+            if windowed:
+                allowed = allowed & (q_off[:, None] - k_off[None, :] < int(sliding_window))  # type: ignore[arg-type]
+            out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=allowed, scale=scaling)
+        pieces.append(out.transpose(0, 1))
+        where.append(qi)
+    result = torch.zeros(q.size(0), q.size(1), v.size(2), dtype=v.dtype)
+    if pieces:
+        result = result.index_copy(0, torch.cat(where), torch.cat(pieces))
+    return result.unsqueeze(0), None
+
+
+_REGISTERED = False
+
+
+def register_thd_attention() -> None:
+    """Register :data:`THD_ATTENTION` with transformers (once per process)."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(THD_ATTENTION, _thd_attention)
+    _REGISTERED = True
