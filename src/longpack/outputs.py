@@ -51,6 +51,7 @@ __all__ = [
     "check_output_dir",
     "check_output_file",
     "output_write_errors",
+    "resolved_path",
 ]
 
 LOCK_SUFFIX = ".longpack-lock"
@@ -145,6 +146,28 @@ def _check_parent(path: Path, field: str, *, create: bool) -> Path:
     return existing
 
 
+def resolved_path(path: Path, field: str) -> Path:
+    """``path.resolve()``, with a symbolic-link loop (``a -> b -> a``) a :class:`ConfigError` naming it.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp()); (d / "a").symlink_to(d / "b"); (d / "b").symlink_to(d / "a")
+    >>> resolved_path(d / "a", "inputs")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: inputs .../a is a loop of symbolic links (it never reaches a file or folder); remove the loop or give the real path
+    """
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:  # RuntimeError: Python < 3.13's "Symlink loop"; ELOOP after
+        raise ConfigError(
+            f"{field} {path} is a loop of symbolic links (it never reaches a file or folder); remove the loop "
+            "or give the real path"
+            if isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP
+            else f"{field} {path} cannot be resolved ({exc}); give another path",
+            fields=field,
+        ) from None
+
+
 def _input_base(text: str) -> Path:
     """The part of an input spec before its first glob character (the folder a glob walks)."""
     parts = Path(text).parts
@@ -169,7 +192,7 @@ def _would_read(spec: str, out: Path) -> bool:
     (False, True)
     """
     plain = _input_base(spec)
-    base = plain.resolve()
+    base = resolved_path(plain, "inputs")
     if not _GLOB_CHARS & set(spec):
         return base.is_dir() and (out == base or base in out.parents)
     if "**" in spec:
@@ -208,9 +231,9 @@ def check_output_dir(
                 f"{field} {path} is not writable by this user; choose another {field}", fields=field
             )
     _check_parent(path, field, create=True)
-    resolved = path.resolve()
+    resolved = resolved_path(path, field)
     for spec in inputs:
-        base = _input_base(str(spec)).resolve()
+        base = resolved_path(_input_base(str(spec)), "inputs")
         if _would_read(str(spec), resolved):
             raise ConfigError(
                 f"{field} {path} is inside the input folder {base}: a later run over that input would read "
@@ -252,7 +275,7 @@ class OutputLock:
 
     def __init__(self, out_dir: str | Path, *, field: str = "out") -> None:
         self.out = Path(out_dir)
-        resolved = self.out.resolve()
+        resolved = resolved_path(self.out, field)
         self.path = resolved.parent / f".{resolved.name or 'root'}{LOCK_SUFFIX}"
         self.field = field
         self._fd: int | None = None

@@ -170,6 +170,9 @@ class PackConfig:
     memory_budget: int | str | None = None
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         set_ = object.__setattr__  # frozen: normalized values are set once, here
         if self.mix is not None:
             from longpack.text.mix import parse_mix

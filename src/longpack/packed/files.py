@@ -282,6 +282,13 @@ def open_parquet_writer(
     schema = arrow_schema(ids_dtype)
     if opts.max_rows_per_page == 1:  # said in the file, so a reader of the file alone knows it
         schema = schema.with_metadata({ONE_ROW_PAGES_KEY: b"1"})
+    if isinstance(path, str | os.PathLike):
+        # A local path, always: given a string, pyarrow reads "a:b/x.parquet" as a URI of scheme "a".
+        from pyarrow.fs import LocalFileSystem
+
+        return pq.ParquetWriter(
+            os.fspath(path), schema, filesystem=LocalFileSystem(), **opts.writer_kwargs()
+        )
     return pq.ParquetWriter(path, schema, **opts.writer_kwargs())
 
 

@@ -29,6 +29,7 @@ Example::
 from __future__ import annotations
 
 import json
+import re
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -92,6 +93,9 @@ class TextConfig:
     min_tokens: int = 2
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         for field, value, allowed in (
             ("format", self.format, FORMATS),
             ("prompt_completion_loss", self.prompt_completion_loss, ("completion", "full")),
@@ -438,7 +442,59 @@ def sample_from_row(
     row: Any, fmt: str, config: TextConfig, tok: Tokenizer, ignored: dict[str, int] | None = None
 ) -> tuple[list[int], list[int] | bytearray]:
     """``row_to_sample`` with the mask as a list or a bytearray of 0/1, whichever is cheaper;
-    ``ignored`` collects the turn keys nothing reads (see :func:`chat_messages`)."""
+    ``ignored`` collects the turn keys nothing reads (see :func:`chat_messages`).
+
+    Text that is not Unicode (a lone surrogate: a ``\\ud800`` escape, or its raw bytes, which
+    ``json.loads`` lets through) makes the row malformed, whichever tokenizer meets it first:
+
+    >>> from longpack.text.tokenizers import load_tokenizer
+    >>> sample_from_row({"prompt": "a" + chr(0xD800), "completion": "b"},
+    ...                 "prompt_completion", TextConfig(), load_tokenizer("bytes"))
+    Traceback (most recent call last):
+    ...
+    longpack.text.errors.RowError: key 'prompt' holds U+D800, a lone UTF-16 surrogate (not a character: no tokenizer can encode it); fix the text (a surrogate pair, or the character itself)
+    """
+    try:
+        return _sample_from_row(row, fmt, config, tok, ignored)
+    except (UnicodeError, TypeError):  # tokenizers differ: UnicodeEncodeError (Python), TypeError (Rust)
+        where = _lone_surrogate(row)
+        if where is None:
+            raise
+        key, char = where
+        raise RowError(
+            f"key {key!r} holds U+{ord(char):04X}, a lone UTF-16 surrogate (not a character: no tokenizer "
+            "can encode it); fix the text (a surrogate pair, or the character itself)"
+        ) from None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_MAX_WALK_DEPTH = 200  # rows nest at most 100 deep (the readers refuse deeper JSON)
+
+
+def _lone_surrogate(value: Any, key: str = "row", depth: int = 0) -> tuple[str, str] | None:
+    """``(key, character)`` of the first lone surrogate in a row's strings (keys too), or ``None``."""
+    if isinstance(value, str):
+        found = _SURROGATE.search(value)
+        return None if found is None else (key, found.group())
+    if depth > _MAX_WALK_DEPTH:
+        return None
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            name = str(k) if depth == 0 else f"{key}.{k}"
+            hit = _lone_surrogate(k, name, depth + 1) or _lone_surrogate(v, name, depth + 1)
+            if hit is not None:
+                return hit
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            hit = _lone_surrogate(v, f"{key}[{i}]", depth + 1)
+            if hit is not None:
+                return hit
+    return None
+
+
+def _sample_from_row(
+    row: Any, fmt: str, config: TextConfig, tok: Tokenizer, ignored: dict[str, int] | None = None
+) -> tuple[list[int], list[int] | bytearray]:
     if not isinstance(row, Mapping):
         raise RowError(f"a row must be a JSON object, got {type(row).__name__}")
     if fmt == "prompt_completion":

@@ -718,6 +718,11 @@ class HFTokenizer(Tokenizer):
                 self._template = env.from_string(self._template_src)
             except jinja2.TemplateError as e:
                 raise InputError(f"{self._config_label}: chat_template does not compile ({e})") from e
+            except (RecursionError, MemoryError, ValueError, TypeError) as e:  # nested too deep to parse
+                raise InputError(
+                    f"{self._config_label}: chat_template cannot be compiled ({type(e).__name__}: {e}); "
+                    "it is nested too deeply or is not a jinja template"
+                ) from e
         return self._template
 
     def render_chat(self, messages: Sequence[Message], tools: Tools | None = None) -> list[Piece]:
@@ -734,7 +739,14 @@ class HFTokenizer(Tokenizer):
             )
         except jinja2.TemplateError as e:
             raise RowError(f"the chat template rejected this conversation ({e})") from e
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError) as e:
+        except RecursionError as e:
+            # A macro or recursive loop that never ends: the template's fault, for every row alike.
+            raise InputError(
+                f"{self._config_label}: the chat template recurses without end ({e}: a macro or a "
+                "`recursive` loop calls itself on every path); fix the template",
+                fields="tokenizer",
+            ) from e
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
             # A template doing arithmetic on a value of the wrong type (e.g. content + a list): the data
             # does not fit the template; the row is malformed for it, not a crash.
             raise RowError(
