@@ -549,7 +549,8 @@ def model_from_hf_config(config: str | Path | dict[str, Any], *, name: str | Non
         num_layers=layers,
         vocab_size=count("vocab_size"),
         attention=attention,
-        ffn_hidden_size=count("intermediate_size", minimum=0, default=0),
+        # a dense model's FFN has a width; an MoE model's experts may carry all of it
+        ffn_hidden_size=count("intermediate_size", minimum=0 if moe else 1, default=0 if moe else None),
         moe=moe,
         first_k_dense_layers=first_dense,
         gated_mlp=act in ("silu", "swiglu", "swish") or model_type.startswith("gemma"),

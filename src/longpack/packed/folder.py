@@ -67,6 +67,7 @@ from longpack.packed.files import (
     SPLITS,
     VALIDATION_DIR,
     is_parquet_name,
+    local_path,
     metadata_name,
     resolve_packed_parquet_paths,
     sha256_file,
@@ -287,7 +288,7 @@ class ParquetRowSource:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         try:
-            with pq.ParquetFile(self.path) as reader:
+            with pq.ParquetFile(local_path(self.path)) as reader:
                 names = set(reader.schema_arrow.names)
                 meta = reader.metadata
                 self.group_rows = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
@@ -325,7 +326,7 @@ class ParquetRowSource:
         thread = threading.get_ident()
         reader = self._readers.get(thread)
         if reader is None:
-            reader = self._readers[thread] = pq.ParquetFile(self.path)
+            reader = self._readers[thread] = pq.ParquetFile(local_path(self.path))
         return reader
 
     def read_group(self, group: int, columns: Sequence[str] = REQUIRED_COLUMNS) -> dict[str, ListColumn]:

@@ -791,7 +791,7 @@ def _parquet_file(path: Path) -> Any:
     import pyarrow.parquet as pq
 
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(os.path.abspath(path))  # relative 's3:x.parquet' would be a URI
     except OSError as e:
         raise InputError(
             f"{path}: cannot read ({e.strerror or e}); check the path and its permissions"
