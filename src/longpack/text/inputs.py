@@ -574,25 +574,33 @@ class _ZstdFrames(io.RawIOBase):
         self._dctx = zstd.ZstdDecompressor()
         self._frame: Any = None  # the frame being decompressed, None between frames
         self._out = bytearray()
+        self._error: Exception | None = None  # damage met, raised once the data before it is read
 
     def readable(self) -> bool:
         return True
 
     def read(self, size: int | None = -1) -> bytes:
         want = None if size is None or size < 0 else size
-        while want is None or len(self._out) < want:
+        while self._error is None and (want is None or len(self._out) < want):
             data = self._raw.read(self.RAW_READ)
             if not data:
-                if self._frame is not None and not self._out:  # what came before the cut, first
-                    raise self._zstd.ZstdError("the stream ends inside a zstd frame: the file is cut short")
+                if self._frame is not None:
+                    self._error = self._zstd.ZstdError(
+                        "the stream ends inside a zstd frame: the file is cut short"
+                    )
                 break
-            while data:
-                if self._frame is None:
-                    self._frame = self._dctx.decompressobj()
-                self._out += self._frame.decompress(data)
-                if not self._frame.eof:
-                    break
-                data, self._frame = self._frame.unused_data, None
+            try:
+                while data:
+                    if self._frame is None:
+                        self._frame = self._dctx.decompressobj()
+                    self._out += self._frame.decompress(data)
+                    if not self._frame.eof:
+                        break
+                    data, self._frame = self._frame.unused_data, None
+            except self._zstd.ZstdError as e:
+                self._error = e
+        if self._error is not None and not self._out:  # what came before the damage is read first
+            raise self._error
         cut = len(self._out) if want is None else min(want, len(self._out))
         out = bytes(self._out[:cut])
         del self._out[:cut]
