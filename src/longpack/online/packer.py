@@ -177,6 +177,12 @@ def _int_array(raw: Any, position: int, name: str) -> np.ndarray:
         array = np.asarray(raw)
     except (TypeError, ValueError) as exc:
         raise OnlineError(f"sample {position}: {name} is not an array of integers ({exc})") from None
+    if array.ndim != 1:  # a batch ([[...], [...]]) or a scalar: flattening would join or invent samples
+        raise OnlineError(
+            f"sample {position}: {name} must be a flat list of token ids (1-D), got {array.ndim}-D shape "
+            f"{array.shape}; pass one sample per item (split a batch into its rows)",
+            fields=name,
+        )
     if array.size and array.dtype.kind not in "iu":
         hint = ""
         if array.dtype.kind == "f":
@@ -198,6 +204,11 @@ def _mask_array(raw: Any, position: int) -> np.ndarray:
     if array.size and array.dtype.kind not in "biuf":
         raise OnlineError(
             f"sample {position}: loss_mask must hold 0/1 values, got dtype {array.dtype}", fields="loss_mask"
+        )
+    if array.ndim != 1:
+        raise OnlineError(
+            f"sample {position}: loss_mask must be a flat list (1-D), got {array.ndim}-D shape {array.shape}",
+            fields="loss_mask",
         )
     flat = array.reshape(-1)
     bad = np.flatnonzero((flat != 0) & (flat != 1))
