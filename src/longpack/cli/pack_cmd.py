@@ -172,6 +172,12 @@ def register(app: typer.Typer) -> None:
             "tokens go to a scratch folder next to --out and the rows are filled from there in a second "
             "pass: the same output, flat memory.",
         ),
+        chat_template: Path | None = typer.Option(
+            None,
+            "--chat-template",
+            help="A jinja chat template file (a model's chat_template.jinja) for chat rows, instead of the "
+            "tokenizer's own.",
+        ),
         as_json: opt.Json = False,
         demo: bool = typer.Option(
             False,
@@ -237,6 +243,7 @@ def register(app: typer.Typer) -> None:
             demo=demo,
             progress=not as_json and sys.stderr.isatty(),
             memory_budget=memory_budget,
+            chat_template=chat_template,
         )
         result = config.run()
         summary = result.summary()

@@ -168,6 +168,9 @@ class PackConfig:
     #: memory). Past it the job packs in two passes through a scratch folder next to ``out``
     #: (``longpack.jobs.out_of_core``); the output is byte-identical.
     memory_budget: int | str | None = None
+    #: A jinja chat template file (a model's ``chat_template.jinja``) that renders chat rows instead of the
+    #: tokenizer's own (a ``tokenizer.json`` alone has none); hashed into the manifest.
+    chat_template: str | Path | None = None
 
     def __post_init__(self) -> None:
         from longpack.validate import plain_fields
@@ -188,6 +191,13 @@ class PackConfig:
         if not isinstance(self.out, str | os.PathLike) or not str(self.out):
             raise ConfigError(f"out must be a folder path, got {self.out!r}", fields="out")
         set_(self, "out", Path(self.out))
+        if self.chat_template is not None:
+            if not isinstance(self.chat_template, str | os.PathLike) or not Path(self.chat_template).is_file():
+                raise ConfigError(
+                    f"chat_template must be a jinja template file, got {self.chat_template!r}",
+                    fields="chat_template",
+                )
+            set_(self, "chat_template", Path(self.chat_template))
         for name in ("sp", "overwrite", "demo", "progress", "pad_to_max_length", "pad_cu_seqlens"):
             flag(getattr(self, name), name)
         for name in ("seq_length", "pack_size", "rows_per_shard", "row_group_size", "workers"):
@@ -422,6 +432,8 @@ class PackConfig:
             stack.enter_context(OutputLock(out))
             check_out_dir(out, self.overwrite)
             tokenizer = as_tokenizer(self.tokenizer)
+            if self.chat_template is not None:
+                tokenizer = tokenizer.with_chat_template(self.chat_template)
             executor = self.executor()
             stack.enter_context(executor)
             if (

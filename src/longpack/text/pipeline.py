@@ -928,7 +928,7 @@ def _file_format(source: InputFile | Path, kind: str | None, config: TextConfig)
         try:
             return detect_format([dict.fromkeys(names)], config)
         except RowError as e:
-            raise InputError(f"{path}: {e}; or pass format=... (--format)") from e
+            raise InputError(f"{path}: {e}; or pass format=... (--format)", fields=e.fields) from e
     rows, seen = first_jsonl_rows(path)
     if seen == 0:
         return None
@@ -942,7 +942,7 @@ def _file_format(source: InputFile | Path, kind: str | None, config: TextConfig)
     try:
         return detect_format(rows, config)
     except RowError as e:
-        raise InputError(f"{path}: {e}; or pass format=... (--format)") from e
+        raise InputError(f"{path}: {e}; or pass format=... (--format)", fields=e.fields) from e
 
 
 def _starts_array(path: Path) -> bool:

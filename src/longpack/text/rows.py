@@ -160,6 +160,10 @@ class TextConfig:
         return ()
 
 
+#: The keys of an Alpaca-style row (``input`` may be empty or absent).
+ALPACA_KEYS = frozenset({"instruction", "output"})
+
+
 def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
     """The most common format among the first rows (ties: the earliest). Rows whose keys fit no format are
     ignored unless no row fits. Per row: ``input_ids`` -> pretokenized, messages key -> chat,
@@ -170,7 +174,7 @@ def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
         >>> detect_format([{"question": "q"}], TextConfig())
         Traceback (most recent call last):
         ...
-        longpack.text.errors.RowError: cannot detect the format from keys ['question']: prompt_completion needs 'prompt' and 'completion' (set the keys), chat needs 'messages', sharegpt needs 'conversations', pretokenized needs 'input_ids'
+        longpack.text.errors.RowError: cannot detect the format from keys ['question']: prompt_completion needs 'prompt' and 'completion' (or name your keys with prompt_key and completion_key), chat needs 'messages', sharegpt needs 'conversations', pretokenized needs 'input_ids'
     """
     found: list[str] = []
     for row in rows:
@@ -184,10 +188,19 @@ def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
             found.append("prompt_completion")
     if not found:
         keys = sorted(rows[0]) if rows else []
+        hint = ""
+        if any(ALPACA_KEYS <= set(row) for row in rows):
+            hint = (
+                "; these are Alpaca rows (instruction, input, output): pack them as prompt_completion with "
+                "prompt_key=instruction completion_key=output prompt_template='{instruction}\\n\\n{input}' "
+                "(rows without an input: prompt_template='{instruction}')"
+            )
         raise RowError(
             f"cannot detect the format from keys {keys}: prompt_completion needs "
-            f"{config.prompt_key!r} and {config.completion_key!r} (set the keys), chat needs "
-            f"{config.messages_key!r}, sharegpt needs {SHAREGPT_KEY!r}, pretokenized needs 'input_ids'"
+            f"{config.prompt_key!r} and {config.completion_key!r} (or name your keys with prompt_key and "
+            f"completion_key), chat needs {config.messages_key!r}, sharegpt needs {SHAREGPT_KEY!r}, "
+            f"pretokenized needs 'input_ids'{hint}",
+            fields=("prompt_key", "completion_key", "prompt_template"),
         )
     return max(dict.fromkeys(found), key=found.count)
 

@@ -295,6 +295,15 @@ class Tokenizer(ABC):
         rebuilds it from that string (built-ins, files), else the tokenizer itself (pickled)."""
         return self
 
+    def with_chat_template(self, path: str | Path) -> Tokenizer:
+        """This tokenizer rendering chats with the jinja template in the file ``path`` (a model's
+        ``chat_template.jinja``) instead of its own; only Hugging Face tokenizers render templates."""
+        raise InputError(
+            f"chat_template={path} applies to a Hugging Face tokenizer (a tokenizer.json or a model folder); "
+            f"{self.name!r} renders chats in its own built-in format",
+            fields="chat_template",
+        )
+
     @cached_property
     def skipped_ids(self) -> np.ndarray:
         """Ids never trained on (Megatron-Bridge's "skipped" tokens), sorted int64."""
@@ -658,6 +667,38 @@ class HFTokenizer(Tokenizer):
     def portable(self) -> str | HFTokenizer:
         return self.spec if self._from_file else self
 
+    def with_chat_template(self, path: str | Path) -> HFTokenizer:
+        """A copy that renders chats with the template in ``path`` (hashed into :meth:`identity`; sent to
+        worker processes whole, since its spec alone would not carry the template).
+
+        >>> import tempfile
+        >>> from tokenizers import Tokenizer, models
+        >>> tok = HFTokenizer.from_object(Tokenizer(models.WordLevel({"a": 0, "</s>": 1}, unk_token="a")),
+        ...                               config={"eos_token": "</s>"})
+        >>> f = Path(tempfile.mkdtemp()) / "chat_template.jinja"
+        >>> _ = f.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+        >>> tok.with_chat_template(f).render_chat([{"role": "user", "content": "a"}])
+        [('a', -1)]
+        """
+        import copy
+
+        file = Path(path)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(
+                f"chat_template {file}: cannot read it as a UTF-8 text file ({e})", fields="chat_template"
+            ) from e
+        out = copy.copy(self)
+        out._files = {**self._files, file.name: file}
+        out._template_src, out._template = text, None
+        out._config_label = str(file)
+        out._origin = self.spec if self._from_file else getattr(self, "_origin", None)
+        out._from_file = False
+        out.spec = f"{self.spec}+chat_template:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+        out._compiled()  # a template that does not compile: an error now, naming the file
+        return out
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_template"] = None  # compiled jinja: rebuilt on first use
@@ -681,9 +722,13 @@ class HFTokenizer(Tokenizer):
     def _compiled(self) -> Any:
         if self._template is None:
             if self._template_src is None:
+                folder = self.name if self._from_file else "the tokenizer's folder"
                 raise InputError(
-                    f"{self.name}: no chat_template in tokenizer_config.json, so chat rows cannot be rendered; "
-                    "use a model folder whose tokenizer_config.json has one, or the built-in 'qwen3'"
+                    f"{self.name}: no chat template (none in tokenizer_config.json, no chat_template.jinja "
+                    f"beside tokenizer.json), so chat rows cannot be rendered; save the model's template as "
+                    f"{folder}/chat_template.jinja (read like transformers does), or pass chat_template=FILE, "
+                    "or use the built-in 'qwen3'",
+                    fields="chat_template",
                 )
             jinja2 = require("jinja2", "text", purpose="rendering a chat template")
             from jinja2.ext import Extension
@@ -785,8 +830,11 @@ class HFTokenizer(Tokenizer):
             for label, src in self._files.items()
         }
         out: dict[str, Any] = {"kind": "hf", "name": self.name}
-        if self._from_file:
-            out["path"] = self.spec
+        origin = self.spec if self._from_file else getattr(self, "_origin", None)
+        if origin is not None:
+            out["path"] = origin
+            if origin != self.spec:
+                out["chat_template_file"] = self._config_label
         else:
             # No file: the hash is of the tokenizer's JSON (``Tokenizer.to_str()``), not of a file on disk.
             out["source"] = "in-memory tokenizer object (sha256 of its JSON)"
