@@ -716,6 +716,29 @@ class PackResult:
 
         return self.out / self.manifest.bridge_config.get("name", BRIDGE_CONFIG_NAME)
 
+    def notes(self) -> list[str]:
+        """What a user should know about how the data was read (not a problem): for prompt/completion data
+        with no separator, that the two texts are joined with nothing between them.
+
+        >>> from longpack.packed.manifest import PackManifest
+        >>> m = PackManifest.from_dict({"settings": {"text": {"separator": "",
+        ...                             "detected_format": "prompt_completion"}}, "splits": {}})
+        >>> PackResult(out=Path("o"), manifest=m).notes()[0][:60]
+        'prompt and completion are joined with nothing between them '
+        """
+        extra = self.manifest.extra
+        text = self.manifest.settings.get("text") or {}
+        formats = {i.get("format") for i in extra.get("inputs", []) if isinstance(i, dict)}
+        formats |= {text.get("detected_format"), text.get("validation_detected_format")}
+        if "prompt_completion" in formats and text.get("separator", "") == "":
+            return [
+                "prompt and completion are joined with nothing between them (separator='', as "
+                "Megatron-Bridge does: 'What is 2+2?' + '4' is trained as 'What is 2+2?4'); to put text "
+                "between them pass separator (e.g. separator=' ' or '\\n') or shape the prompt with "
+                "prompt_template; `longpack preview` shows a sample as packed"
+            ]
+        return []
+
     def summary(self) -> dict[str, Any]:
         """What ``longpack pack --json`` prints."""
         settings = self.settings
@@ -747,6 +770,7 @@ class PackResult:
             },
             "megatron_bridge": self.megatron_bridge,
             "warnings": list(self.manifest.extra.get("warnings", [])),
+            "notes": self.notes(),
             "skipped_inputs": len(self.manifest.extra.get("skipped_inputs", [])),
             "output_format": settings.get("output_format", "parquet"),
             "compat": settings.get("compat"),
