@@ -724,7 +724,7 @@ class PackResult:
         >>> m = PackManifest.from_dict({"settings": {"text": {"separator": "",
         ...                             "detected_format": "prompt_completion"}}, "splits": {}})
         >>> PackResult(out=Path("o"), manifest=m).notes()[0][:60]
-        'prompt and completion are joined with nothing between them '
+        'prompt and completion are joined with nothing between them ('
         """
         extra = self.manifest.extra
         text = self.manifest.settings.get("text") or {}
