@@ -149,7 +149,7 @@ def test_online_packer_refuses_a_sample_that_is_not_flat(shape, as_list, field) 
     bad = np.ones(shape, dtype=np.int64)
     sample = {"input_ids": list(range(1, n + 1)), "loss_mask": [1] * n}
     sample[field] = bad.tolist() if as_list else bad
-    with pytest.raises(OnlineError, match="1-D|flat"):
+    with pytest.raises(OnlineError, match=r"1-D|flat"):
         list(OnlinePacker(64, 2).rows([sample]))
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,6 +11,7 @@ import numpy as np
 import typer
 
 from longpack.cli import options as opt
+from longpack.outputs import temp_file_beside
 
 _MODEL_KEYS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab")
 #: Pipeline stages (PP*VPP) at most: each holds at least one layer, and no model has a thousand.
@@ -116,7 +116,7 @@ def parse_model_shape(spec: str) -> dict[str, Any]:
 
 def write_npy_atomic(path: Path, array: np.ndarray) -> None:
     """Write ``array`` to ``path`` (its folder must exist) through a temp file, fsync and rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = temp_file_beside(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             np.save(fh, array, allow_pickle=False)

@@ -172,12 +172,14 @@ def register(app: typer.Typer) -> None:
             "tokens go to a scratch folder next to --out and the rows are filled from there in a second "
             "pass: the same output, flat memory.",
         ),
-        chat_template: Path | None = typer.Option(
-            None,
-            "--chat-template",
-            help="A jinja chat template file (a model's chat_template.jinja) for chat rows, instead of the "
-            "tokenizer's own.",
-        ),
+        chat_template: Annotated[
+            Path | None,
+            typer.Option(
+                "--chat-template",
+                help="A jinja chat template file (a model's chat_template.jinja) for chat rows, instead "
+                "of the tokenizer's own.",
+            ),
+        ] = None,
         as_json: opt.Json = False,
         demo: bool = typer.Option(
             False,

@@ -7,7 +7,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -15,6 +14,7 @@ import typer
 
 from longpack.cli import options as opt
 from longpack.jobs.plan import candidate_dict, parse_layout
+from longpack.outputs import temp_file_beside
 from longpack.planner.catalog import list_gpus, list_models, load_gpu, load_model
 from longpack.planner.options import TrainingOptions, normalize_recompute
 
@@ -128,7 +128,7 @@ def _print_overrides(console: Any, d: dict[str, Any]) -> None:
 
 def write_png_atomic(fig: Any, path: Path) -> None:
     """Save a matplotlib figure as a PNG atomically (temp file, fsync, rename), without a timestamp."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    fd, tmp = temp_file_beside(path, suffix=".png")
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=120, metadata={"Software": None})

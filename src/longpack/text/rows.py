@@ -189,7 +189,7 @@ def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
     if not found:
         keys = sorted(rows[0]) if rows else []
         hint = ""
-        if any(ALPACA_KEYS <= set(row) for row in rows):
+        if any(set(row) >= ALPACA_KEYS for row in rows):
             hint = (
                 "; these are Alpaca rows (instruction, input, output): pack them as prompt_completion with "
                 "prompt_key=instruction completion_key=output prompt_template='{instruction}\\n\\n{input}' "

@@ -408,13 +408,16 @@ def data_paths(s: TrainingSetup) -> Iterator[Violation]:
                 f"set {dotted} to the <N>_metadata.jsonl of the packed folder",
                 dotted,
             )
-        elif p is not None and p.metadata_path is not None:
-            if os.path.realpath(meta) != os.path.realpath(p.metadata_path):
-                yield V(
-                    f"packed_metadata_path={meta} is not the metadata of {p.path} ({p.metadata_path})",
-                    f"set {dotted}={p.metadata_path}",
-                    dotted,
-                )
+        elif (
+            p is not None
+            and p.metadata_path is not None
+            and os.path.realpath(meta) != os.path.realpath(p.metadata_path)
+        ):
+            yield V(
+                f"packed_metadata_path={meta} is not the metadata of {p.path} ({p.metadata_path})",
+                f"set {dotted}={p.metadata_path}",
+                dotted,
+            )
 
 
 @FAMILY.rule(
