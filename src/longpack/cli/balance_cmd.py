@@ -160,7 +160,12 @@ def register(app: typer.Typer) -> None:
         out: Path | None = _OUT_OPT,
         as_json: opt.Json = False,
     ) -> None:
-        """Simulate a training pass (DP x PP) for three packers and optionally save the balanced packing."""
+        """Simulate a training pass (DP x PP) for three packers and optionally save the balanced packing.
+
+        Columns (explained again under the table): packs, fill %, time s (simulated pass), /ideal (time
+        over a perfectly balanced pass), rank imb (slowest over mean DP rank per step), corr (step index vs
+        the step's mean sample length).
+        """
         from longpack.balance import PackCostModel
         from longpack.balance.report import compare_packings
         from longpack.errors import ConfigError
@@ -241,5 +246,9 @@ def register(app: typer.Typer) -> None:
                 f"{row['vs_ideal']:>7.3f} {row['rank_imbalance']:>8.3f} {row['step_length_correlation']:>+6.2f}"
             )
         typer.echo(f"{'ideal':<18} {'':>7} {'':>7} {ideal:>12.3f} {1.0:>7.3f}")
+        from longpack.balance.report import COLUMNS
+
+        for name, meaning in COLUMNS.items():
+            typer.echo(f"  {name}: {meaning}")
         if out is not None:
             typer.echo(f"balanced bin_of_item written to {out} (bin k is the k-th pack read)")

@@ -726,10 +726,11 @@ class PackResult:
         >>> PackResult(out=Path("o"), manifest=m).notes()[0][:60]
         'prompt and completion are joined with nothing between them ('
         """
-        extra = self.manifest.extra
+        record = self.manifest.to_dict()
         text = self.manifest.settings.get("text") or {}
-        formats = {i.get("format") for i in extra.get("inputs", []) if isinstance(i, dict)}
-        formats |= {text.get("detected_format"), text.get("validation_detected_format")}
+        formats = {i.get("format") for i in record.get("inputs", []) if isinstance(i, dict)}
+        for key in ("detected_format", "validation_detected_format"):
+            formats |= set(str(text.get(key) or "").split(","))  # "chat,prompt_completion": several inputs
         if "prompt_completion" in formats and text.get("separator", "") == "":
             return [
                 "prompt and completion are joined with nothing between them (separator='', as "

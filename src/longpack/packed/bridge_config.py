@@ -46,6 +46,7 @@ from longpack.errors import ConfigError
 __all__ = [
     "BRIDGE_APIS",
     "BRIDGE_CONFIG_NAME",
+    "BRIDGE_CONFIG_VERSION",
     "SPECS_CLASS",
     "BridgeHandoff",
     "balance_topology",
@@ -54,6 +55,9 @@ __all__ = [
 ]
 
 BRIDGE_CONFIG_NAME = "bridge_config.yaml"
+#: The Megatron-Bridge release whose config keys ``bridge_config.yaml`` (main API) uses; earlier releases
+#: that read packed Parquet (v0.4.0 - v0.5.1) name the specs ``packed_sequence_specs`` (docs: bridge.md).
+BRIDGE_CONFIG_VERSION = "v0.6.0"
 BRIDGE_APIS = ("main", "legacy")
 #: Import path of ``PackedSequenceSpecs`` and the dataset key holding it, per config generation.
 SPECS_CLASS = {
@@ -170,7 +174,7 @@ class BridgeHandoff:
         import yaml
 
         served = (
-            "Megatron-Bridge v0.6.0 and main (packed Parquet)"
+            f"Megatron-Bridge {BRIDGE_CONFIG_VERSION} and main (packed Parquet)"
             if self.api == "main"
             else "Megatron-Bridge <= 0.5.1 (dataset.packed_sequence_specs; .npy for 0.3.x and NeMo 2)"
         )
