@@ -189,11 +189,18 @@ def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
     if not found:
         keys = sorted(rows[0]) if rows else []
         hint = ""
-        if any(set(row) >= ALPACA_KEYS for row in rows):
+        alpaca = [row for row in rows if set(row) >= ALPACA_KEYS]
+        if alpaca:
+            with_input = sum("input" in row for row in alpaca)
+            template = "{instruction}\\n\\n{input}" if with_input else "{instruction}"
+            mixed = (
+                " (some rows have no 'input' key: give them an empty one, \"input\": \"\")"
+                if 0 < with_input < len(alpaca)
+                else ""
+            )
             hint = (
                 "; these are Alpaca rows (instruction, input, output): pack them as prompt_completion with "
-                "prompt_key=instruction completion_key=output prompt_template='{instruction}\\n\\n{input}' "
-                "(rows without an input: prompt_template='{instruction}')"
+                f"prompt_key=instruction completion_key=output prompt_template='{template}'{mixed}"
             )
         raise RowError(
             f"cannot detect the format from keys {keys}: prompt_completion needs "

@@ -909,6 +909,7 @@ def register_tokenizer(tokenizer: str | Tokenizer) -> Tokenizer:
     if isinstance(tokenizer, str):
         return load_tokenizer(tokenizer)
     _CACHE[tokenizer.spec] = tokenizer
+    _STAMPS[tokenizer.spec] = _file_stamp(tokenizer)
     return tokenizer
 
 
@@ -924,7 +925,7 @@ def load_tokenizer(spec: str) -> Tokenizer:
         ...
         longpack.text.errors.InputError: tokenizer '/nonexistent/model' not found; tried: built-in names ...
     """
-    if spec in _CACHE:
+    if spec in _CACHE and _STAMPS.get(spec) == _file_stamp(_CACHE[spec]):
         return _CACHE[spec]
     if spec.startswith("object:"):
         raise InputError(
@@ -962,4 +963,26 @@ def load_tokenizer(spec: str) -> Tokenizer:
                 fields="tokenizer",
             )
     _CACHE[spec] = tok
+    _STAMPS[spec] = _file_stamp(tok)
     return tok
+
+
+_STAMPS: dict[str, tuple[Any, ...]] = {}
+
+
+def _file_stamp(tok: Tokenizer) -> tuple[Any, ...]:
+    """Size and mtime of the files a tokenizer was read from, and of the chat template files that would
+    change it if they appeared: a cached tokenizer whose files changed is read again (a
+    ``chat_template.jinja`` saved next to ``tokenizer.json`` after a first failed run is used)."""
+    files = [f for f in getattr(tok, "_files", {}).values() if isinstance(f, Path)]
+    if not files or not getattr(tok, "_from_file", False):
+        return ()
+    folder = files[0].parent
+    stamp = []
+    for path in [*files, folder / "chat_template.jinja", folder / "chat_template.json"]:
+        try:
+            st = path.stat()
+            stamp.append((str(path), st.st_size, st.st_mtime_ns))
+        except OSError:
+            stamp.append((str(path), None, None))
+    return tuple(stamp)
