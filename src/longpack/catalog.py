@@ -517,7 +517,9 @@ def model_from_hf_config(config: str | Path | dict[str, Any], *, name: str | Non
             shared_ffn = n_shared * expert_ffn
         moe = MoESpec(
             num_experts=num_experts,
-            top_k=count("num_experts_per_tok", "moe_topk", default=2, at_most=(num_experts, "the number of experts")),
+            top_k=count(
+                "num_experts_per_tok", "moe_topk", default=2, at_most=(num_experts, "the number of experts")
+            ),
             moe_ffn_hidden_size=expert_ffn,
             shared_ffn_hidden_size=shared_ffn,
             shared_expert_gate=model_type in ("qwen2_moe", "qwen3_next") and shared_ffn > 0,

@@ -63,7 +63,9 @@ def test_alpaca_rows_get_the_flags_that_pack_them(tmp_path_factory, rows) -> Non
 def _tokenizer_without_template(folder: Path) -> Path:
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 
-    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "user": 1, "assistant": 2, "hi": 3, "yo": 4}, unk_token="[UNK]"))
+    tok = Tokenizer(
+        models.WordLevel({"[UNK]": 0, "user": 1, "assistant": 2, "hi": 3, "yo": 4}, unk_token="[UNK]")
+    )
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.add_special_tokens([AddedToken("<|im_start|>", special=True), AddedToken("<|im_end|>", special=True)])
     folder.mkdir(parents=True)
@@ -103,7 +105,9 @@ def test_a_tokenizer_without_a_chat_template_says_where_one_goes(tmp_path: Path,
 def test_a_chat_template_for_a_builtin_tokenizer_is_refused(world, tmp_path: Path) -> None:
     template = tmp_path / "t.jinja"
     template.write_text(CHATML)
-    outcome = assert_clean(invoke(["pack", world.good, "--out", tmp_path / "o", *PACK, "--chat-template", template]))
+    outcome = assert_clean(
+        invoke(["pack", world.good, "--out", tmp_path / "o", *PACK, "--chat-template", template])
+    )
     assert outcome.exit_code == 2 and "--chat-template" in outcome.output, str(outcome)
 
 
@@ -111,7 +115,9 @@ def test_a_chat_template_for_a_builtin_tokenizer_is_refused(world, tmp_path: Pat
     ("extra", "noted"), [([], True), (["--separator", " "], False), (["--separator", "\\n"], False)]
 )
 def test_pack_says_how_prompt_and_completion_are_joined(world, tmp_path: Path, extra, noted) -> None:
-    outcome = assert_clean(invoke(["pack", world.good, "--out", tmp_path / "o", *PACK, *extra]), frozenset({0}))
+    outcome = assert_clean(
+        invoke(["pack", world.good, "--out", tmp_path / "o", *PACK, *extra]), frozenset({0})
+    )
     said = "note: prompt and completion are joined with nothing between them" in outcome.output
     assert said == noted, str(outcome)
     if noted:
@@ -122,7 +128,9 @@ def test_no_join_note_for_chat_data(tmp_path: Path) -> None:
     data = tmp_path / "chat.jsonl"
     row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
     data.write_text(json.dumps(row) + "\n")
-    outcome = assert_clean(invoke(["pack", data, "--out", tmp_path / "o", "--tokenizer", "qwen3", "--seq-length", "64"]))
+    outcome = assert_clean(
+        invoke(["pack", data, "--out", tmp_path / "o", "--tokenizer", "qwen3", "--seq-length", "64"])
+    )
     assert outcome.exit_code == 0 and "note:" not in outcome.output, str(outcome)
 
 

@@ -28,7 +28,9 @@ SCALARS = st.one_of(st.integers(1, 9999), st.booleans(), st.sampled_from(["x", "
 def configs_with_a_duplicate(draw) -> tuple[list, str]:
     """A nested config as a list of (key, value) pairs, one mapping holding one key twice; and the
     dotted path of the duplicate."""
-    sections = draw(st.lists(st.sampled_from(["model", "train", "dataset", "ddp"]), min_size=1, max_size=3, unique=True))
+    sections = draw(
+        st.lists(st.sampled_from(["model", "train", "dataset", "ddp"]), min_size=1, max_size=3, unique=True)
+    )
     doc: list = []
     for section in sections:
         keys = draw(st.lists(KEYS, min_size=1, max_size=4, unique=True))
@@ -113,9 +115,16 @@ def test_an_override_key_with_group_syntax_is_refused(parts, joiner, prefix, val
 def test_pad_seq_to_mult_larger_than_the_pack_is_an_error(exponent, over, cp) -> None:
     pack = 2**exponent
     mult = pack * 2**over
-    overrides = [f"model.seq_length={pack}", f"dataset.seq_length={pack}", "dataset.enable_offline_packing=true"]
+    overrides = [
+        f"model.seq_length={pack}",
+        f"dataset.seq_length={pack}",
+        "dataset.enable_offline_packing=true",
+    ]
     overrides += [f"dataset.offline_packing_specs.packed_sequence_size={pack}"]
-    overrides += [f"dataset.offline_packing_specs.pad_seq_to_mult={mult}", f"model.context_parallel_size={cp}"]
+    overrides += [
+        f"dataset.offline_packing_specs.pad_seq_to_mult={mult}",
+        f"model.context_parallel_size={cp}",
+    ]
     outcome = assert_clean(invoke(["check", *overrides, "--json"]))
     findings = {f["id"]: f for f in json.loads(outcome.output)["findings"]}
     assert outcome.exit_code == 1 and findings["LP-PACK-017"]["severity"] == "error", findings
@@ -124,7 +133,20 @@ def test_pad_seq_to_mult_larger_than_the_pack_is_an_error(exponent, over, cp) ->
 
 def test_pad_seq_to_mult_larger_than_the_pack_is_refused_by_pack(world, tmp_path: Path) -> None:
     outcome = assert_clean(
-        invoke(["pack", world.good, "--out", tmp_path / "o", "--tokenizer", "bytes", "--seq-length", "64", "--pad-seq-to-mult", "128"])
+        invoke(
+            [
+                "pack",
+                world.good,
+                "--out",
+                tmp_path / "o",
+                "--tokenizer",
+                "bytes",
+                "--seq-length",
+                "64",
+                "--pad-seq-to-mult",
+                "128",
+            ]
+        )
     )
     assert outcome.exit_code == 2 and "--pad-seq-to-mult" in outcome.output, str(outcome)
 

@@ -32,7 +32,8 @@ ROWS = 240
 
 def _data() -> bytes:
     return b"".join(
-        json.dumps({"prompt": f"q{i}", "completion": "a" * (i % 40 + 1)}).encode() + b"\n" for i in range(ROWS)
+        json.dumps({"prompt": f"q{i}", "completion": "a" * (i % 40 + 1)}).encode() + b"\n"
+        for i in range(ROWS)
     )
 
 
@@ -73,7 +74,9 @@ def _decodable_lines(kind: str, blob: bytes) -> tuple[int, bool]:
     return lines, True
 
 
-@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     kind=st.sampled_from(["gz", "zst"]),
     frames=st.integers(1, 4),
@@ -82,7 +85,9 @@ def _decodable_lines(kind: str, blob: bytes) -> tuple[int, bool]:
     seed=st.integers(0, 2**16),
     skip=st.booleans(),
 )
-def test_a_damaged_compressed_stream_is_never_packed_short(tmp_path_factory, kind, frames, cut, flips, seed, skip):
+def test_a_damaged_compressed_stream_is_never_packed_short(
+    tmp_path_factory, kind, frames, cut, flips, seed, skip
+):
     import random
 
     folder = tmp_path_factory.mktemp("stream")
@@ -96,7 +101,8 @@ def test_a_damaged_compressed_stream_is_never_packed_short(tmp_path_factory, kin
     good, whole = _decodable_lines(kind, bytes(blob))
     out = folder / "out"
     outcome = assert_clean(
-        invoke(["pack", path, "--out", out, *PACK, *(["--skip-malformed"] if skip else [])]), frozenset({0, 2})
+        invoke(["pack", path, "--out", out, *PACK, *(["--skip-malformed"] if skip else [])]),
+        frozenset({0, 2}),
     )
     if outcome.exit_code == 0:  # only a stream that decodes whole (a cut exactly between frames)
         assert whole, str(outcome)

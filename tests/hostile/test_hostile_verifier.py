@@ -66,11 +66,20 @@ def _damage(out: Path, how: str, rng: random.Random, other: Path) -> None:
             data[rng.randrange(lo, hi)] ^= 1 << rng.randrange(8)
         shard.write_bytes(bytes(data))
     elif how == "manifest pack_size disagrees":
-        section, key = rng.choice([("settings", "pack_size"), ("alignment", "pack_size"), ("megatron_bridge", "packed_sequence_size")])
+        section, key = rng.choice(
+            [
+                ("settings", "pack_size"),
+                ("alignment", "pack_size"),
+                ("megatron_bridge", "packed_sequence_size"),
+            ]
+        )
         value = rng.choice([32, 128, 4096])
         _edit_json(out / "manifest.json", lambda m: m[section].__setitem__(key, value))
     elif how == "manifest row count":
-        _edit_json(out / "manifest.json", lambda m: m["splits"]["training"].__setitem__("rows", m["splits"]["training"]["rows"] + 1))
+        _edit_json(
+            out / "manifest.json",
+            lambda m: m["splits"]["training"].__setitem__("rows", m["splits"]["training"]["rows"] + 1),
+        )
     else:
         raise AssertionError(how)
 
@@ -91,7 +100,9 @@ DAMAGE = [
 def other_pack(world, tmp_path_factory) -> Path:
     """Another pack of other data, shards named as the world's are."""
     data = tmp_path_factory.mktemp("other") / "rows.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"z{i}", "completion": "b" * (i % 30 + 3)}) + "\n" for i in range(40)))
+    data.write_text(
+        "".join(json.dumps({"prompt": f"z{i}", "completion": "b" * (i % 30 + 3)}) + "\n" for i in range(40))
+    )
     out = data.parent / "packed"
     outcome = invoke(["pack", data, "--out", out, *PACK, "--val-fraction", "0.2", "--rows-per-shard", "5"])
     assert outcome.exit_code == 0, str(outcome)
@@ -110,7 +121,9 @@ def _verdicts(out: Path) -> tuple[int, list[str], int, list[str]]:
 
 @settings(max_examples=examples(16), deadline=None, suppress_health_check=FIXTURE_OK)
 @given(how=st.sampled_from(DAMAGE), seed=st.integers(0, 2**16))
-def test_check_packed_and_inspect_verify_give_one_verdict(world, other_pack, tmp_path_factory, how, seed) -> None:
+def test_check_packed_and_inspect_verify_give_one_verdict(
+    world, other_pack, tmp_path_factory, how, seed
+) -> None:
     out = world.copy_packed(tmp_path_factory.mktemp("verdict") / "p")
     _damage(out, how, random.Random(seed), other_pack)
     inspect_code, problems, check_code, findings = _verdicts(out)
@@ -155,7 +168,9 @@ def test_check_refuses_config_paths_that_do_not_exist(world, tmp_path: Path) -> 
     which=st.sampled_from(["packed_train_data_path", "packed_val_data_path", "packed_metadata_path"]),
     to=st.sampled_from(["other pack", "validation in training", "missing"]),
 )
-def test_check_refuses_config_paths_outside_the_folder(world, other_pack, tmp_path_factory, which, to) -> None:
+def test_check_refuses_config_paths_outside_the_folder(
+    world, other_pack, tmp_path_factory, which, to
+) -> None:
     import yaml
 
     out = world.copy_packed(tmp_path_factory.mktemp("paths") / "p")

@@ -961,9 +961,14 @@ CASES = [
     Case(
         "LP-DATA-013",
         "SFT",
-        ["++dataset.offline_packing_specs.packed_train_data_path=/nonexistent/longpack/training_8192.idx.parquet"],
+        [
+            "++dataset.offline_packing_specs.packed_train_data_path=/nonexistent/longpack/training_8192.idx.parquet"
+        ],
         [],
-        ("packed_train_data_path=/nonexistent/longpack/training_8192.idx.parquet names no file", "FileNotFoundError"),
+        (
+            "packed_train_data_path=/nonexistent/longpack/training_8192.idx.parquet names no file",
+            "FileNotFoundError",
+        ),
         fix_says=("dataset.offline_packing_specs.packed_train_data_path",),
     ),
     Case(

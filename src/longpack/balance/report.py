@@ -13,7 +13,6 @@ from longpack.balance.schedule import simulate_schedule
 from longpack.balance.target import BalanceTarget
 from longpack.binpack import pack_lengths
 
-
 #: What each column of ``longpack balance`` means (the table's legend, its help and the docs say this).
 COLUMNS = {
     "packs": "packs the packer made",

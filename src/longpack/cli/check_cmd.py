@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from longpack.cli import options as opt
+from longpack.jobs.check import family_table, rule_table
 
 EXIT_OK, EXIT_ERRORS, EXIT_UNREADABLE = 0, 1, 2
 
@@ -31,12 +32,10 @@ def _fail_input(exc: Exception, as_json: bool) -> typer.Exit:
 
 def rules_markdown() -> str:
     """The rule table of README.md (``longpack check --list-rules --markdown``)."""
-    from longpack.rules import RULES
-
     lines = ["| id | severity | what it checks | source |", "|---|---|---|---|"]
-    for r in RULES.values():
-        title = r.title + (" (with `--packed`)" if r.scope == "packed" else "")
-        lines.append(f"| `{r.id}` | {r.severity.value} | {title} | {r.source} |")
+    for r in rule_table():
+        title = r["title"] + (" (with `--packed`)" if r["scope"] == "packed" else "")
+        lines.append(f"| `{r['id']}` | {r['severity']} | {title} | {r['source']} |")
     return "\n".join(lines)
 
 
@@ -44,12 +43,7 @@ def _list_rules(as_json: bool, markdown: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from longpack.rules import RULES
-
-    rows = [
-        {"id": r.id, "severity": r.severity.value, "title": r.title, "source": r.source, "scope": r.scope}
-        for r in RULES.values()
-    ]
+    rows = rule_table()
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -66,22 +60,7 @@ def _list_rules(as_json: bool, markdown: bool = False) -> None:
 
 
 def _list_families(as_json: bool) -> None:
-    from longpack.rules import FAMILIES
-
-    rows = [
-        {
-            "name": f.name,
-            "display_name": f.display_name,
-            "num_layers": f.num_layers,
-            "num_attention_heads": f.num_attention_heads,
-            "num_query_groups": f.num_query_groups,
-            "num_moe_experts": f.num_moe_experts,
-            "mtp_num_layers": f.mtp_num_layers,
-            "offline_packing": f.offline_packing and f.any_packing,
-            "in_batch_packing": f.in_batch_packing and f.any_packing,
-        }
-        for f in FAMILIES
-    ]
+    rows = family_table()
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -165,7 +144,7 @@ def register(app: typer.Typer) -> None:
         except LongpackError as exc:
             raise _fail_input(exc, as_json) from exc
         if as_json:
-            typer.echo(json.dumps(result.as_dict(), indent=2))
+            typer.echo(json.dumps(result.to_dict(), indent=2))
         else:
             _print_human(result, show_ignored)
         raise typer.Exit(result.exit_code)

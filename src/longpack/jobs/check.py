@@ -20,7 +20,7 @@ from typing import Any
 from longpack.errors import ConfigError
 from longpack.validate import optional_positive_int
 
-__all__ = ["EXIT_ERRORS", "EXIT_OK", "CheckConfig", "CheckResult"]
+__all__ = ["EXIT_ERRORS", "EXIT_OK", "CheckConfig", "CheckResult", "family_table", "rule_table"]
 
 EXIT_OK, EXIT_ERRORS = 0, 1
 
@@ -167,7 +167,7 @@ class CheckResult:
             "global_batch_size": setup.global_batch_size,
         }
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """What ``longpack check --json`` prints."""
         out: dict[str, Any] = {
             "config": self.config,
@@ -193,3 +193,37 @@ class CheckResult:
                 "manifest": p.manifest is not None,
             }
         return out
+
+
+def rule_table() -> list[dict[str, str]]:
+    """Every configuration rule: ``id``, ``severity``, ``title``, ``source``, ``scope`` (``--list-rules``).
+
+    >>> rule_table()[0]["id"].startswith("LP-")
+    True
+    """
+    from longpack.rules import RULES
+
+    return [
+        {"id": r.id, "severity": r.severity.value, "title": r.title, "source": r.source, "scope": r.scope}
+        for r in RULES.values()
+    ]
+
+
+def family_table() -> list[dict[str, Any]]:
+    """Every model family the rules know, with its shape and which packing it supports (``--list-families``)."""
+    from longpack.rules import FAMILIES
+
+    return [
+        {
+            "name": f.name,
+            "display_name": f.display_name,
+            "num_layers": f.num_layers,
+            "num_attention_heads": f.num_attention_heads,
+            "num_query_groups": f.num_query_groups,
+            "num_moe_experts": f.num_moe_experts,
+            "mtp_num_layers": f.mtp_num_layers,
+            "offline_packing": f.offline_packing and f.any_packing,
+            "in_batch_packing": f.in_batch_packing and f.any_packing,
+        }
+        for f in FAMILIES
+    ]

@@ -5,7 +5,7 @@ A thin typed entry point over ``longpack.planner.search``: :class:`PlanConfig` g
 Megatron-Bridge overrides).
 
 >>> r = PlanConfig(model="llama3_1_8b", gpu="H100_SXM", gpus=8, seq_length=8192, top=2).run()
->>> r.ok, len(r.candidates) <= 2, r.as_dict()["request"]["gpus"]
+>>> r.ok, len(r.candidates) <= 2, r.to_dict()["request"]["gpus"]
 (True, True, 8)
 """
 
@@ -44,16 +44,15 @@ def parse_layout(text: str, *, world_size: int) -> tuple[Any, dict[str, int]]:
         key, sep, raw = part.partition("=")
         if not sep or key not in ("tp", "cp", "ep", "etp", "pp", "vpp", "mbs", "dp"):
             raise PlanError(
-                f"layout part {part!r} is not key=value with key in tp,cp,ep,etp,pp,vpp,mbs,dp", fields="layout"
+                f"layout part {part!r} is not key=value with key in tp,cp,ep,etp,pp,vpp,mbs,dp",
+                fields="layout",
             )
         try:
             number = int(raw)
         except ValueError as exc:
             raise PlanError(f"layout {key}={raw!r} is not an integer", fields="layout") from exc
         if number < 1:  # a size: 0 is never "unset" (mbs=0 divided by zero in the memory model)
-            raise PlanError(
-                f"layout {key}={raw} must be a positive integer (e.g. {key}=1)", fields="layout"
-            )
+            raise PlanError(f"layout {key}={raw} must be a positive integer (e.g. {key}=1)", fields="layout")
         values[key] = number
     tp = values.get("tp", 1)
     lay = ParallelLayout(
@@ -247,7 +246,7 @@ class PlanResult:
         """Whether at least one layout fits (``longpack plan`` exits 1 otherwise)."""
         return bool(self.search.candidates)
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """What ``longpack plan --json`` prints (without the plot)."""
         req, result = self.request, self.search
         rule = result.rule_of_thumb

@@ -1174,8 +1174,12 @@ class PackedFolder:
             said[f"{self.metadata_path.name if self.metadata_path else 'metadata'} entries"] = int(value)
         if self.metadata_path is not None and (m := _META_RE.match(self.metadata_path.name)):
             said[f"the metadata file name {self.metadata_path.name}"] = int(m.group(1))
-        for value in sorted({n for s in self.splits.values() for f in s.files if (n := _pack_size_of(f.name))}):
-            said[f"shard file names ({value})" if "the shard file names" in said else "the shard file names"] = value
+        for value in sorted(
+            {n for s in self.splits.values() for f in s.files if (n := _pack_size_of(f.name))}
+        ):
+            said[
+                f"shard file names ({value})" if "the shard file names" in said else "the shard file names"
+            ] = value
         if len(set(said.values())) <= 1:
             return []
         listed = ", ".join(f"{where} {value}" for where, value in said.items())

@@ -295,7 +295,9 @@ def _check_override_key(raw: str, key: str) -> None:
     """
     for char in "/@":
         if char in key:
-            name = "'/' in a key selects a Hydra config group" if char == "/" else "'@' in a key names a package"
+            name = (
+                "'/' in a key selects a Hydra config group" if char == "/" else "'@' in a key names a package"
+            )
             raise ConfigError(
                 f"override {raw!r}: {name} (another config file), which longpack does not read, so the value "
                 f"would go unused; separate keys with '.': {key.replace('/', '.').split('@')[0]}",

@@ -337,7 +337,9 @@ def data_verified(s: TrainingSetup) -> Iterator[Violation]:
         yield V(f"{p.path}: {problem}", "repack into a fresh folder, or restore the files the manifest lists")
     if len(p.problems) > MAX_QUOTED_PROBLEMS:
         more = len(p.problems) - MAX_QUOTED_PROBLEMS
-        yield V(f"{p.path}: {more} more problem(s)", f"run longpack inspect {p.path} --verify for all of them")
+        yield V(
+            f"{p.path}: {more} more problem(s)", f"run longpack inspect {p.path} --verify for all of them"
+        )
 
 
 def _named_files(spec: str) -> list[str]:
@@ -451,6 +453,8 @@ def data_balanced_topology(s: TrainingSetup) -> Iterator[Violation]:
             yield V(
                 f"{p.path} was balanced for {key.upper()}={want} but the config has {name}={value}: the "
                 "batches would cut the balanced order elsewhere",
-                f"set {name}={want}" if key != "dp" else f"run on DP={want} (or repack with --balance dp={value},...)",
+                f"set {name}={want}"
+                if key != "dp"
+                else f"run on DP={want} (or repack with --balance dp={value},...)",
                 *([name] if "." in name else []),
             )
