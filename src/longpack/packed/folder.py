@@ -1165,11 +1165,11 @@ class PackedFolder:
                 value = record.get(section, {}).get(key) if isinstance(record.get(section), dict) else None
                 if isinstance(value, int) and not isinstance(value, bool):
                     said[f"manifest.json {section}.{key}"] = value
-        entries = {
-            e.get("pack_size")
-            for e in self.metadata
-            if isinstance(e.get("pack_size"), int) and not isinstance(e.get("pack_size"), bool)
-        }
+        entries: set[int] = set()
+        for e in self.metadata:
+            stated = e.get("pack_size")
+            if isinstance(stated, int) and not isinstance(stated, bool):
+                entries.add(stated)
         for value in sorted(entries):
             said[f"{self.metadata_path.name if self.metadata_path else 'metadata'} entries"] = int(value)
         if self.metadata_path is not None and (m := _META_RE.match(self.metadata_path.name)):

@@ -630,6 +630,7 @@ class HFTokenizer(Tokenizer):
         eos_hint: str,
     ) -> None:
         self._tok = rust
+        self._origin: str | None = None  # the spec of the files a with_chat_template copy came from
         self._config_label = config_label
         self.spec = spec
         self.name = name
@@ -693,7 +694,7 @@ class HFTokenizer(Tokenizer):
         out._files = {**self._files, file.name: file}
         out._template_src, out._template = text, None
         out._config_label = str(file)
-        out._origin = self.spec if self._from_file else getattr(self, "_origin", None)
+        out._origin = self.spec if self._from_file else self._origin
         out._from_file = False
         out.spec = f"{self.spec}+chat_template:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
         out._compiled()  # a template that does not compile: an error now, naming the file
@@ -830,7 +831,7 @@ class HFTokenizer(Tokenizer):
             for label, src in self._files.items()
         }
         out: dict[str, Any] = {"kind": "hf", "name": self.name}
-        origin = self.spec if self._from_file else getattr(self, "_origin", None)
+        origin = self.spec if self._from_file else self._origin
         if origin is not None:
             out["path"] = origin
             if origin != self.spec:
@@ -978,7 +979,7 @@ def _file_stamp(tok: Tokenizer) -> tuple[Any, ...]:
     if not files or not getattr(tok, "_from_file", False):
         return ()
     folder = files[0].parent
-    stamp = []
+    stamp: list[tuple[str, int | None, int | None]] = []
     for path in [*files, folder / "chat_template.jinja", folder / "chat_template.json"]:
         try:
             st = path.stat()
