@@ -51,6 +51,7 @@ def test_alpaca_rows_get_the_flags_that_pack_them(tmp_path_factory, rows) -> Non
     # the flags the message gives, taken as a user would copy them (and its advice for mixed rows followed)
     hint = refused.output.split("pack them as prompt_completion with ", 1)[1]
     hint = hint.split(" (some rows", 1)[0].split("; or pass format", 1)[0]
+    assert hint.startswith("--prompt-key instruction --completion-key output --prompt-template "), hint
     flags = [a.replace("\\n", "\n") for a in shlex.split(hint)]
     if "(some rows have no 'input' key" in refused.output:
         data.write_text("".join(json.dumps({"input": "", **r}) + "\n" for r in rows))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from longpack import choices
+from longpack.balance.report import COLUMNS
 from longpack.errors import ConfigError
 from longpack.jobs.options import seed_option
 from longpack.option import check_choices, option
@@ -24,7 +25,7 @@ from longpack.outputs import temp_file_beside
 from longpack.validate import finite_float, positive_int
 from longpack.validate import seed as seed_value
 
-__all__ = ["BalanceConfig", "BalanceResult", "parse_model_shape", "read_lengths"]
+__all__ = ["COLUMNS", "BalanceConfig", "BalanceResult", "parse_model_shape", "read_lengths"]
 
 _MODEL_KEYS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab")
 #: Pipeline stages (PP*VPP) at most: each holds at least one layer, and no model has a thousand.

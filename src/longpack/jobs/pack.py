@@ -794,10 +794,10 @@ class PackResult:
             formats |= set(str(text.get(key) or "").split(","))  # "chat,prompt_completion": several inputs
         if "prompt_completion" in formats and text.get("separator", "") == "":
             return [
-                "prompt and completion are joined with nothing between them (separator='', as "
+                "prompt and completion are joined with nothing between them (an empty separator, as "
                 "Megatron-Bridge does: 'What is 2+2?' + '4' is trained as 'What is 2+2?4'); to put text "
-                "between them pass separator (e.g. separator=' ' or '\\n') or shape the prompt with "
-                "prompt_template; `longpack preview` shows a sample as packed"
+                "between them pass separator (e.g. ' ' or '\\n') or shape the prompt with prompt_template; "
+                "`longpack preview` shows a sample as packed"
             ]
         return []
 

@@ -202,7 +202,7 @@ def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
             )
             hint = (
                 "; these are Alpaca rows (instruction, input, output): pack them as prompt_completion with "
-                f"prompt_key=instruction completion_key=output prompt_template='{template}'{mixed}"
+                f"prompt_key instruction completion_key output prompt_template '{template}'{mixed}"
             )
         raise RowError(
             f"cannot detect the format from keys {keys}: prompt_completion needs "

@@ -299,7 +299,7 @@ class Tokenizer(ABC):
         """This tokenizer rendering chats with the jinja template in the file ``path`` (a model's
         ``chat_template.jinja``) instead of its own; only Hugging Face tokenizers render templates."""
         raise InputError(
-            f"chat_template={path} applies to a Hugging Face tokenizer (a tokenizer.json or a model folder); "
+            f"chat_template {path} applies to a Hugging Face tokenizer (a tokenizer.json or a model folder); "
             f"{self.name!r} renders chats in its own built-in format",
             fields="chat_template",
         )
@@ -727,7 +727,7 @@ class HFTokenizer(Tokenizer):
                 raise InputError(
                     f"{self.name}: no chat template (none in tokenizer_config.json, no chat_template.jinja "
                     f"beside tokenizer.json), so chat rows cannot be rendered; save the model's template as "
-                    f"{folder}/chat_template.jinja (read like transformers does), or pass chat_template=FILE, "
+                    f"{folder}/chat_template.jinja (read like transformers does), or pass chat_template FILE, "
                     "or use the built-in 'qwen3'",
                     fields="chat_template",
                 )
