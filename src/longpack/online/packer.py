@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from longpack import binpack
+from longpack import binpack, choices
 from longpack.errors import OnlineError
 from longpack.outputs import temp_file_beside
 
@@ -287,7 +287,7 @@ class OnlinePacker:
         buffer_size: int,
         *,
         pad_to_multiple_of: int = 1,
-        algorithm: str = "best_fit_decreasing",
+        algorithm: str = choices.DEFAULT_ALGORITHM,
         seed: int = 0,
         overlength: Overlength = "truncate",
         pad_id: int = 0,

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from longpack.errors import OutputError
+from longpack.errors import ConfigError, OutputError
 from longpack.outputs import WRITE_ERRNOS
 
 __all__ = ["CPCheckCase", "run_cp_check"]
@@ -294,14 +294,14 @@ def run_cp_check(
     import torch.multiprocessing as mp
 
     if start_method not in ("forkserver", "spawn"):
-        raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
+        raise ConfigError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
     if start_method == "forkserver":
         multiprocessing.get_context("forkserver").set_forkserver_preload(["torch", __name__])
     if cp_size < 1:
-        raise ValueError(f"cp_size must be >= 1, got {cp_size}")
+        raise ConfigError(f"cp_size must be >= 1, got {cp_size}")
     for dtype_name in dtypes:
         if dtype_name not in TOLERANCE:
-            raise ValueError(f"dtype {dtype_name!r} not supported; use one of {sorted(TOLERANCE)}")
+            raise ConfigError(f"dtype {dtype_name!r} not supported; use one of {sorted(TOLERANCE)}")
     try:
         with tempfile.TemporaryDirectory(prefix="longpack-cp-") as folder:
             init_file = os.path.join(folder, "init")
