@@ -407,6 +407,9 @@ class EstimateConfig:
     headroom: float = option(0.95, help="Fraction of usable GPU memory a layout may use.")
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         from longpack.option import check_choices
 
         check_choices(self)
