@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
@@ -400,6 +401,48 @@ def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
+class _HFCounts:
+    """Reads the integer fields of a Hugging Face ``config.json``: a count is a whole number (JSON ``32``;
+    ``32.0`` is accepted as 32), never ``true``, ``NaN``, ``Infinity``, a fraction or a string; a missing
+    field takes its default. A bad value is a :class:`CatalogError` naming the file, field and value."""
+
+    def __init__(self, cfg: dict[str, Any], where: str) -> None:
+        self.cfg, self.where = cfg, where
+
+    def __call__(
+        self,
+        *keys: str,
+        minimum: int = 1,
+        default: int | None = None,
+        at_most: tuple[int, str] | None = None,
+    ) -> int:
+        key = next((k for k in keys if self.cfg.get(k) is not None), None)
+        if key is None:
+            if default is None:
+                raise CatalogError(
+                    f"{self.where}: field {keys[0]!r} is missing; is this a decoder LM config.json?",
+                    fields="model",
+                )
+            return default
+        value = self.cfg[key]
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            whole, value = True, int(value)
+        if not whole or value < minimum:
+            kind = "a positive integer" if minimum >= 1 else "a non-negative integer"
+            raise CatalogError(
+                f"{self.where}: field {key!r} must be {kind}, got {self.cfg[key]!r}; fix config.json",
+                fields="model",
+            )
+        if at_most is not None and value > at_most[0]:
+            raise CatalogError(
+                f"{self.where}: field {key!r} is {value}, more than {at_most[1]} ({at_most[0]}); fix "
+                "config.json",
+                fields="model",
+            )
+        return int(value)
+
+
 def model_from_hf_config(config: str | Path | dict[str, Any], *, name: str | None = None) -> ModelSpec:
     """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` (path or parsed dict).
 
@@ -430,72 +473,91 @@ def model_from_hf_config(config: str | Path | dict[str, Any], *, name: str | Non
     for required in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if cfg.get(required) is None:
             raise CatalogError(f"{where}: field {required!r} is missing; is this a decoder LM config.json?")
-    h = int(cfg["hidden_size"])
-    heads = int(cfg["num_attention_heads"])
+    count = _HFCounts(cfg, where)
+    h = count("hidden_size")
+    heads = count("num_attention_heads")
     model_type = str(cfg.get("model_type", ""))
     if cfg.get("kv_lora_rank"):
         attention = AttentionSpec(
             kind="mla",
             num_heads=heads,
             num_kv_heads=heads,
-            q_lora_rank=int(cfg.get("q_lora_rank") or 0),
-            kv_lora_rank=int(cfg["kv_lora_rank"]),
-            qk_nope_head_dim=int(cfg["qk_nope_head_dim"]),
-            qk_rope_head_dim=int(cfg["qk_rope_head_dim"]),
-            v_head_dim=int(cfg["v_head_dim"]),
+            q_lora_rank=count("q_lora_rank", minimum=0, default=0),
+            kv_lora_rank=count("kv_lora_rank"),
+            qk_nope_head_dim=count("qk_nope_head_dim"),
+            qk_rope_head_dim=count("qk_rope_head_dim"),
+            v_head_dim=count("v_head_dim"),
             qk_layernorm=True,
         )
     else:
         attention = AttentionSpec(
             kind="gqa",
             num_heads=heads,
-            num_kv_heads=int(_first(cfg, "num_key_value_heads", default=heads)),
-            head_dim=int(_first(cfg, "head_dim", default=h // heads)),
+            num_kv_heads=count("num_key_value_heads", default=heads),
+            head_dim=count("head_dim", default=h // heads if h % heads == 0 else None),
             output_gate=model_type == "qwen3_next",
             qk_layernorm=model_type in ("qwen3", "qwen3_moe", "qwen3_next") or bool(cfg.get("use_qk_norm")),
         )
-    num_experts = int(_first(cfg, "n_routed_experts", "num_experts", "num_local_experts", default=0) or 0)
+    if attention.kind == "gqa":
+        kv = attention.num_kv_heads
+        if kv > heads or heads % kv:
+            raise CatalogError(
+                f"{where}: num_key_value_heads={kv} must divide num_attention_heads={heads} (each KV head "
+                "serves a whole group of query heads); fix config.json",
+                fields="model",
+            )
+    num_experts = count("n_routed_experts", "num_experts", "num_local_experts", minimum=0, default=0)
     moe = None
     first_dense = 0
     if num_experts > 0:
-        expert_ffn = int(_first(cfg, "moe_intermediate_size", default=cfg.get("intermediate_size")))
-        shared_ffn = int(cfg.get("shared_expert_intermediate_size") or 0)
-        n_shared = int(cfg.get("n_shared_experts") or 0)
+        expert_ffn = count("moe_intermediate_size", "intermediate_size")
+        shared_ffn = count("shared_expert_intermediate_size", minimum=0, default=0)
+        n_shared = count("n_shared_experts", minimum=0, default=0)
         if not shared_ffn and n_shared:
             shared_ffn = n_shared * expert_ffn
         moe = MoESpec(
             num_experts=num_experts,
-            top_k=int(_first(cfg, "num_experts_per_tok", "moe_topk", default=2)),
+            top_k=count(
+                "num_experts_per_tok", "moe_topk", default=2, at_most=(num_experts, "the number of experts")
+            ),
             moe_ffn_hidden_size=expert_ffn,
             shared_ffn_hidden_size=shared_ffn,
             shared_expert_gate=model_type in ("qwen2_moe", "qwen3_next") and shared_ffn > 0,
         )
-        first_dense = int(cfg.get("first_k_dense_replace") or 0)
+        first_dense = count("first_k_dense_replace", minimum=0, default=0)
     gdn = None
     interval = 1
     if model_type == "qwen3_next" or cfg.get("linear_num_value_heads"):
-        interval = int(cfg.get("full_attention_interval") or 4)
+        interval = count("full_attention_interval", default=4)
         gdn = GatedDeltaNetSpec(
-            num_key_heads=int(cfg["linear_num_key_heads"]),
-            key_head_dim=int(cfg["linear_key_head_dim"]),
-            num_value_heads=int(cfg["linear_num_value_heads"]),
-            value_head_dim=int(cfg["linear_value_head_dim"]),
-            conv_kernel_dim=int(cfg.get("linear_conv_kernel_dim") or 4),
+            num_key_heads=count("linear_num_key_heads"),
+            key_head_dim=count("linear_key_head_dim"),
+            num_value_heads=count("linear_num_value_heads"),
+            value_head_dim=count("linear_value_head_dim"),
+            conv_kernel_dim=count("linear_conv_kernel_dim", default=4),
         )
     act = str(_first(cfg, "hidden_act", "activation_function", default="silu")).lower()
+    layers = count("num_hidden_layers")
+    if first_dense > layers:
+        raise CatalogError(
+            f"{where}: first_k_dense_replace={first_dense} is more than num_hidden_layers={layers}; fix "
+            "config.json",
+            fields="model",
+        )
     return ModelSpec(
         name=name or str(cfg.get("_name_or_path") or model_type or "hf_model"),
         display_name=name or str(cfg.get("_name_or_path") or model_type),
         hidden_size=h,
-        num_layers=int(cfg["num_hidden_layers"]),
-        vocab_size=int(cfg["vocab_size"]),
+        num_layers=layers,
+        vocab_size=count("vocab_size"),
         attention=attention,
-        ffn_hidden_size=int(cfg.get("intermediate_size") or 0),
+        # a dense model's FFN has a width; an MoE model's experts may carry all of it
+        ffn_hidden_size=count("intermediate_size", minimum=0 if moe else 1, default=0 if moe else None),
         moe=moe,
         first_k_dense_layers=first_dense,
         gated_mlp=act in ("silu", "swiglu", "swish") or model_type.startswith("gemma"),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        mtp_layers=int(_first(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
+        mtp_layers=count("num_nextn_predict_layers", "mtp_num_hidden_layers", minimum=0, default=0),
         full_attention_interval=interval,
         gdn=gdn,
         source=where,

@@ -51,6 +51,8 @@ __all__ = [
     "check_output_dir",
     "check_output_file",
     "output_write_errors",
+    "resolved_path",
+    "temp_file_beside",
 ]
 
 LOCK_SUFFIX = ".longpack-lock"
@@ -145,6 +147,28 @@ def _check_parent(path: Path, field: str, *, create: bool) -> Path:
     return existing
 
 
+def resolved_path(path: Path, field: str) -> Path:
+    """``path.resolve()``, with a symbolic-link loop (``a -> b -> a``) a :class:`ConfigError` naming it.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp()); (d / "a").symlink_to(d / "b"); (d / "b").symlink_to(d / "a")
+    >>> resolved_path(d / "a", "inputs")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: inputs .../a is a loop of symbolic links (it never reaches a file or folder); remove the loop or give the real path
+    """
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:  # RuntimeError: Python < 3.13's "Symlink loop"; ELOOP after
+        raise ConfigError(
+            f"{field} {path} is a loop of symbolic links (it never reaches a file or folder); remove the loop "
+            "or give the real path"
+            if isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP
+            else f"{field} {path} cannot be resolved ({exc}); give another path",
+            fields=field,
+        ) from None
+
+
 def _input_base(text: str) -> Path:
     """The part of an input spec before its first glob character (the folder a glob walks)."""
     parts = Path(text).parts
@@ -169,7 +193,7 @@ def _would_read(spec: str, out: Path) -> bool:
     (False, True)
     """
     plain = _input_base(spec)
-    base = plain.resolve()
+    base = resolved_path(plain, "inputs")
     if not _GLOB_CHARS & set(spec):
         return base.is_dir() and (out == base or base in out.parents)
     if "**" in spec:
@@ -208,9 +232,9 @@ def check_output_dir(
                 f"{field} {path} is not writable by this user; choose another {field}", fields=field
             )
     _check_parent(path, field, create=True)
-    resolved = path.resolve()
+    resolved = resolved_path(path, field)
     for spec in inputs:
-        base = _input_base(str(spec)).resolve()
+        base = resolved_path(_input_base(str(spec)), "inputs")
         if _would_read(str(spec), resolved):
             raise ConfigError(
                 f"{field} {path} is inside the input folder {base}: a later run over that input would read "
@@ -252,7 +276,7 @@ class OutputLock:
 
     def __init__(self, out_dir: str | Path, *, field: str = "out") -> None:
         self.out = Path(out_dir)
-        resolved = self.out.resolve()
+        resolved = resolved_path(self.out, field)
         self.path = resolved.parent / f".{resolved.name or 'root'}{LOCK_SUFFIX}"
         self.field = field
         self._fd: int | None = None
@@ -342,3 +366,35 @@ def output_write_errors(out: str | Path, *, field: str = "out") -> Iterator[None
             f"manifest.json and reads as unfinished: {fix}, then pack again with overwrite=True",
             fields=(field, "overwrite"),
         ) from exc
+
+
+def _umask() -> int:
+    """This process's umask (from /proc without changing it; else set and restored at once)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def temp_file_beside(path: str | Path, suffix: str = ".tmp") -> tuple[int, str]:
+    """``tempfile.mkstemp`` in ``path``'s folder (a rename onto ``path`` is then atomic), with the mode
+    ``open()`` gives a new file, 0666 minus the umask: ``mkstemp``'s 0600 made every ``--plot`` PNG and
+    ``--out`` file unreadable to anyone else.
+
+    >>> import stat, tempfile
+    >>> fd, tmp = temp_file_beside(Path(tempfile.mkdtemp()) / "plot.png"); os.close(fd)
+    >>> oct(stat.S_IMODE(os.stat(tmp).st_mode)) == oct(0o666 & ~_umask())
+    True
+    """
+    import tempfile
+
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=suffix)
+    os.fchmod(fd, 0o666 & ~_umask())
+    return fd, tmp

@@ -31,6 +31,8 @@ __all__ = [
     "flag",
     "non_negative_int",
     "optional_positive_int",
+    "plain_fields",
+    "plain_value",
     "positive_int",
     "seed",
 ]
@@ -166,3 +168,35 @@ def flag(value: Any, field: str) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{field} must be True or False, got {value!r}", fields=field)
     return value
+
+
+def plain_value(value: Any) -> Any:
+    """``value`` with numpy scalars (``np.int32(8)``, ``np.float32(0.1)``, ``np.bool_(True)``) as the
+    Python ``int`` / ``float`` / ``bool`` they hold, also inside lists and tuples; anything else as is.
+
+    A config keeps what it is given, and what it keeps is written (YAML, JSON) after the work is done:
+    a numpy scalar there cannot be written, so it is made plain on the way in.
+
+    >>> import numpy as np
+    >>> plain_value(np.int32(8)), plain_value((np.int64(2), 3)), plain_value("x")
+    (8, (2, 3), 'x')
+    >>> type(plain_value(np.bool_(True))).__name__
+    'bool'
+    """
+    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        return value.item()
+    if isinstance(value, list | tuple) and any(type(v).__module__ == "numpy" for v in value):
+        return type(value)(plain_value(v) for v in value)
+    return value
+
+
+def plain_fields(config: Any) -> None:
+    """Make every field of the (frozen) dataclass ``config`` plain (:func:`plain_value`); every
+    ``*Config.__post_init__`` calls it first, so its checks and its writers see Python values only."""
+    import dataclasses
+
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        plain = plain_value(value)
+        if plain is not value:
+            object.__setattr__(config, f.name, plain)

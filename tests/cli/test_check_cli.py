@@ -143,12 +143,14 @@ def write_packed(
     for segs in rows:
         row_ids: list[int] = []
         row_starts = []
+        row_mask: list[int] = []
         for length in segs:
             row_starts.append(len(row_ids))
             row_ids.extend([7] * (length - 1) + [2])
+            row_mask.extend([1] * (length - 1) + [0])  # label-shifted: a sample's last position is 0
         ids.append(row_ids)
         starts.append(row_starts)
-        masks.append([1] * len(row_ids))
+        masks.append(row_mask)
     table = pa.table(
         {
             "input_ids": pa.array(ids, type=pa.list_(pa.int64())),
@@ -157,17 +159,15 @@ def write_packed(
         }
     )
     pq.write_table(table, folder / f"{name}_{pack_size}.idx.parquet", row_group_size=2)
-    if metadata:
-        meta = [
-            {
-                "dataset_max_seqlen": 64,
-                "max_samples_per_bin": 3,
-                "packing_factor": 2.0,
-                "packing_efficiency": 90.0,
-                "pack_size": pack_size,
-                "min_packed_seqlen": 32,
-            }
-        ]
+    if metadata:  # what the rows give (check --packed verifies it, as inspect --verify does)
+        import numpy as np
+
+        from longpack.packed.plan import PackPlan, pack_metadata
+
+        runtime = np.array([n - 1 for segs in rows for n in segs])
+        offsets = np.cumsum([0, *(len(segs) for segs in rows)])
+        plan = PackPlan(order=np.arange(len(runtime)), row_offsets=offsets)
+        meta = [pack_metadata(runtime, plan, pack_size)]
         (folder / f"{pack_size}_metadata.jsonl").write_text(json.dumps(meta))
     return folder
 

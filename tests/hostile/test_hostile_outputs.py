@@ -338,6 +338,14 @@ def test_complete_lists_say_all_listed(world, tmp_path: Path) -> None:
 # -- interrupted runs: real signals ---------------------------------------------------------------------------
 
 
+def _default_signal_dispositions() -> None:
+    """In the child, before exec: SIGINT and SIGTERM back to their defaults. A suite started with them
+    ignored (a background job of a non-interactive shell ignores SIGINT) would pass that on, and Python
+    installs no KeyboardInterrupt handler for an ignored SIGINT: the signal the test sends would be lost."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _start_blocked_pack(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     """A real `pack` process that holds the lock and then waits where tokenizing would run (a stand-in for a
     long tokenization that makes the signal's timing deterministic)."""
@@ -353,7 +361,12 @@ def _start_blocked_pack(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
     proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        preexec_fn=_default_signal_dispositions,
     )
     lock = tmp_path / ".out.longpack-lock"
     for _ in range(1200):

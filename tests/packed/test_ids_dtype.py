@@ -81,7 +81,14 @@ def test_check_packed_reads_int32(outputs: dict[str, Path]) -> None:
 
     wide = inspect_packed_dir(outputs["int64"], multiple=4)
     narrow = inspect_packed_dir(outputs["int32"], multiple=4)
-    same = ("path", "metadata_path", "parquet_files", "manifest")  # differ by folder name only
+    same = (
+        "path",
+        "metadata_path",
+        "parquet_files",
+        "manifest",
+        "split_files",
+        "root",
+    )  # folder names differ
     assert replace(narrow, **{k: getattr(wide, k) for k in same}) == wide and narrow.rows > 0
     assert narrow.manifest is not None and narrow.manifest["settings"]["ids_dtype"] == "int32"
 

@@ -390,6 +390,14 @@ CASES = [
         fix_says=("dataset.offline_packing_specs.pad_seq_to_mult=4",),
     ),
     Case(
+        "LP-PACK-017",
+        "SFT",
+        ["dataset.offline_packing_specs.pad_seq_to_mult=16384"],
+        ["dataset.offline_packing_specs.pad_seq_to_mult=4"],
+        ("pad_seq_to_mult=16384", "packed_sequence_size=8192"),
+        fix_says=("dataset.offline_packing_specs.pad_seq_to_mult=4",),
+    ),
+    Case(
         "LP-PACK-010",
         "SFT",
         ["dataset.offline_packing_specs.packed_sequence_size=16384"],
@@ -940,6 +948,39 @@ CASES = [
         {"recorded_pad_seq_to_mult": 8},
         fix_says=("dataset.offline_packing_specs.pad_seq_to_mult=8",),
     ),
+    Case(
+        "LP-DATA-012",
+        "SFT",
+        [],
+        [],
+        ("training: row 3 holds more than pack_size=8192",),
+        {"problems": ("training: row 3 holds more than pack_size=8192 runtime tokens",), "verified": True},
+        {"problems": (), "verified": True},
+        fix_says=("repack into a fresh folder",),
+    ),
+    Case(
+        "LP-DATA-013",
+        "SFT",
+        [
+            "++dataset.offline_packing_specs.packed_train_data_path=/nonexistent/longpack/training_8192.idx.parquet"
+        ],
+        [],
+        (
+            "packed_train_data_path=/nonexistent/longpack/training_8192.idx.parquet names no file",
+            "FileNotFoundError",
+        ),
+        fix_says=("dataset.offline_packing_specs.packed_train_data_path",),
+    ),
+    Case(
+        "LP-DATA-014",
+        "SFT",
+        ["train.global_batch_size=128"],
+        ["train.global_batch_size=64"],
+        ("balanced for GBS=64", "train.global_batch_size=128"),
+        {"balanced_for": {"dp": 4, "gbs": 64}},
+        {"balanced_for": {"dp": 4, "gbs": 64}},
+        fix_says=("train.global_batch_size=64",),
+    ),
 ]
 
 
@@ -950,8 +991,9 @@ LP-CFG-001 LP-TOPO-001 LP-TOPO-002 LP-TOPO-003 LP-TOPO-004 LP-TOPO-005 LP-SP-001
 LP-PP-003 LP-PP-004 LP-PP-005 LP-PP-006 LP-CP-001 LP-CP-002 LP-CP-003 LP-CP-004 LP-CP-005 LP-CP-006
 LP-CP-007 LP-SEQ-001 LP-BATCH-001 LP-BATCH-002 LP-BATCH-003 LP-PACK-001 LP-PACK-002 LP-PACK-003
 LP-PACK-004 LP-PACK-005 LP-PACK-006 LP-PACK-007 LP-PACK-008 LP-PACK-011 LP-PACK-012 LP-PACK-013
-LP-PACK-015 LP-MTP-001 LP-CG-001 LP-CG-002 LP-CG-003 LP-CG-004 LP-EN-001 LP-EN-002 LP-EN-003 LP-EN-004
+LP-PACK-015 LP-PACK-017 LP-MTP-001 LP-CG-001 LP-CG-002 LP-CG-003 LP-CG-004 LP-EN-001 LP-EN-002 LP-EN-003 LP-EN-004
 LP-EN-005 LP-EN-006 LP-EN-007 LP-EN-008 LP-EN-010 LP-EN-011 LP-EN-012 LP-EN-013 LP-EN-014 LP-EN-016
+LP-DATA-012 LP-DATA-013 LP-DATA-014
 LP-EN-017 LP-VLM-001 LP-VLM-002 LP-MOE-001 LP-MOE-002 LP-MOE-003 LP-MODEL-001 LP-MODEL-002 LP-MODEL-003 LP-DATA-001
 LP-DATA-002 LP-DATA-004 LP-DATA-005 LP-DATA-006 LP-DATA-008 LP-DATA-011
 """

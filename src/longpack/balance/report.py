@@ -13,6 +13,19 @@ from longpack.balance.schedule import simulate_schedule
 from longpack.balance.target import BalanceTarget
 from longpack.binpack import pack_lengths
 
+#: What each column of ``longpack balance`` means (the table's legend, its help and the docs say this).
+COLUMNS = {
+    "packs": "packs the packer made",
+    "fill %": "tokens / (packs x pack size)",
+    "time s": "simulated time of one pass over the data: the sum of step times, each step waiting for its "
+    "slowest DP rank and pipeline",
+    "/ideal": "time s / the ideal: the same work spread perfectly evenly over ranks and micro-batches "
+    "(1.000 = nothing lost to imbalance)",
+    "rank imb": "mean over steps of (slowest DP rank's work / mean rank's work); 1.000 = every rank equal",
+    "corr": "correlation of the step index with the step's mean sample length: near 0 no trend over "
+    "training (as a shuffle), -1 long samples first (a sorted order changes the loss curve)",
+}
+
 
 @dataclass(frozen=True, kw_only=True)
 class PackingReport:

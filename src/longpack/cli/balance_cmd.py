@@ -21,6 +21,10 @@ def present(config: Any, result: Any) -> None:
             f"{row['vs_ideal']:>7.3f} {row['rank_imbalance']:>8.3f} {row['step_length_correlation']:>+6.2f}"
         )
     typer.echo(f"{'ideal':<18} {'':>7} {'':>7} {result.ideal_time_s:>12.3f} {1.0:>7.3f}")
+    from longpack.jobs.balance import COLUMNS
+
+    for name, meaning in COLUMNS.items():
+        typer.echo(f"  {name}: {meaning}")
     if result.out is not None:
         typer.echo(f"balanced bin_of_item written to {result.out} (bin k is the k-th pack read)")
 

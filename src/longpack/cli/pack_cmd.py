@@ -146,6 +146,8 @@ def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
             )
     for warning in manifest.get("warnings", []):
         echo(f"  warning: {warning}")
+    for note in summary.get("notes", []):
+        echo(f"  note: {opt.cli_message(note, ('separator', 'prompt_template'))}")
     handoff = summary["bridge_config"]
     echo(f"Megatron-Bridge config ({handoff['api']} API): {handoff['path']}")
     echo("  as Hydra overrides (paste after the launcher, e.g. run_recipe.py --recipe ...):")

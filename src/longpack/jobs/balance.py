@@ -10,7 +10,6 @@ longpack.errors.ConfigError: PP*VPP = 2000*1 pipeline stages: at most 1024 (each
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,13 +17,15 @@ from typing import Any
 import numpy as np
 
 from longpack import choices
+from longpack.balance.report import COLUMNS
 from longpack.errors import ConfigError
 from longpack.jobs.options import seed_option
 from longpack.option import check_choices, option
+from longpack.outputs import temp_file_beside
 from longpack.validate import finite_float, positive_int
 from longpack.validate import seed as seed_value
 
-__all__ = ["BalanceConfig", "BalanceResult", "parse_model_shape", "read_lengths"]
+__all__ = ["COLUMNS", "BalanceConfig", "BalanceResult", "parse_model_shape", "read_lengths"]
 
 _MODEL_KEYS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab")
 #: Pipeline stages (PP*VPP) at most: each holds at least one layer, and no model has a thousand.
@@ -133,7 +134,7 @@ def parse_model_shape(spec: str) -> dict[str, Any]:
 
 def write_npy_atomic(path: Path, array: np.ndarray) -> None:
     """Write ``array`` to ``path`` (its folder must exist) through a temp file, fsync and rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = temp_file_beside(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             np.save(fh, array, allow_pickle=False)
@@ -181,6 +182,9 @@ class BalanceConfig:
     )
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         if self.pack_size is None:
             raise ConfigError("pack_size is required (the pack size in tokens)", fields="pack_size")
         for name in ("pack_size", "dp", "pp", "gbs", "mbs", "vpp"):

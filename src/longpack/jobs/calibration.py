@@ -46,6 +46,9 @@ class EvaluateConfig:
     lomo_rounds: int = option(3, help="Coordinate-search rounds of each LOMO refit.")
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         positive_int(self.lomo_rounds, "lomo_rounds")
 
     def run(self) -> EvaluateResult:
@@ -77,6 +80,9 @@ class FitConfig:
     rounds: int = option(8, help="Coordinate-search rounds (the shipped fit used 8).")
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         non_negative_int(self.rounds, "rounds")
 
     def run(self) -> FitResult:

@@ -67,6 +67,9 @@ class CheckConfig:
     )
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         if isinstance(self.overrides, str):
             object.__setattr__(self, "overrides", (self.overrides,))
         elif isinstance(self.overrides, list | tuple):

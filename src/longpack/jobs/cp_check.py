@@ -46,6 +46,9 @@ class CpCheckConfig:
     spawn: bool = option(False, help="Start ranks with spawn instead of forkserver.")
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         object.__setattr__(self, "cp", tuple(self.cp))
         object.__setattr__(self, "dtype", tuple(self.dtype))
         for size in self.cp:

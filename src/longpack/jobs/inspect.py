@@ -49,6 +49,11 @@ class InspectConfig:
     )
     sample: int | None = option(None, help="Indexed data: show this sample's documents and cu_seqlens.")
 
+    def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
+
     def run(self) -> InspectResult:
         from longpack.outputs import check_output_file
         from longpack.packed import inspect_output, plot_output

@@ -123,6 +123,9 @@ class OnlineSimConfig:
     )
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         if self.pack_size is None:
             raise ConfigError("pack_size is required (pack size in runtime tokens)", fields="pack_size")
         positive_int(self.pack_size, "pack_size")

@@ -92,13 +92,65 @@ def default_memory_budget() -> int:
 @contextlib.contextmanager
 def spill_folder(out: Path) -> Iterator[Path]:
     """The path of a hidden scratch folder next to ``out`` (the output's file system, which has room for
-    the data); created only if tokens are spilled, removed on exit whatever happened."""
+    the data); created only if tokens are spilled, removed on exit whatever happened: an exception, or
+    SIGTERM (``kill``, a scheduler's preemption), whose default action would end the process before any
+    ``finally`` runs. Scratch folders of ``out`` that an earlier run left (``kill -9``) are removed first:
+    the caller holds ``out``'s lock (:class:`~longpack.outputs.OutputLock`), so no live run owns them.
+
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp()) / "packed"
+    >>> stale = out.parent / ".packed.spill-1-1"; stale.mkdir()
+    >>> with spill_folder(out) as folder:
+    ...     folder.mkdir(); stale.exists()
+    False
+    >>> folder.exists()
+    False
+    """
     parent = out.resolve().parent
     folder = parent / f".{out.name}.spill-{os.getpid()}-{threading.get_ident():x}"
-    try:
-        yield folder
-    finally:
+    for old in parent.glob(f".{glob_escape(out.name)}.spill-*"):
+        shutil.rmtree(old, ignore_errors=True)
+    with _removed_on_sigterm(folder):
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def glob_escape(name: str) -> str:
+    """``name`` as a glob pattern that matches only itself.
+
+    >>> glob_escape("a[1]*")
+    'a[[]1][*]'
+    """
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+@contextlib.contextmanager
+def _removed_on_sigterm(folder: Path) -> Iterator[None]:
+    """While inside, SIGTERM removes ``folder`` and then does what it did before (by default: ends the
+    process, killed by the signal, as a caller expects). Only the main thread can set a handler; in
+    another thread nothing changes."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
         shutil.rmtree(folder, ignore_errors=True)
+        if callable(previous):
+            previous(signum, frame)
+            return
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 class PageTrimmer:

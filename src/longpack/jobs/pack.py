@@ -264,6 +264,14 @@ class PackConfig:
     keep_store: str | Path | None = option(
         None, help="Also keep this run's tokens as a store in this folder.", cli_type=Path | None
     )
+    #: A jinja chat template file (a model's ``chat_template.jinja``) that renders chat rows instead of the
+    #: tokenizer's own (a ``tokenizer.json`` alone has none); hashed into the manifest.
+    chat_template: str | Path | None = option(
+        None,
+        help="A jinja chat template file (a model's chat_template.jinja) for chat rows, instead of the "
+        "tokenizer's own.",
+        cli_type=Path | None,
+    )
     #: Largest share (0..1) of the samples or runtime tokens that may be dropped or truncated; past it the job
     #: raises ``longpack.packed.drops.DropLimitError`` (CLI exit 1) before writing anything. ``None``: no
     #: limit; a loss past 5 % still warns (length percentiles, the pack size that keeps 99 % of samples).
@@ -274,6 +282,9 @@ class PackConfig:
     )
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         set_ = object.__setattr__  # frozen: normalized values are set once, here
         if self.mix is not None:
             from longpack.text.mix import parse_mix
@@ -289,6 +300,16 @@ class PackConfig:
         if not isinstance(self.out, str | os.PathLike) or not str(self.out):
             raise ConfigError(f"out must be a folder path, got {self.out!r}", fields="out")
         set_(self, "out", Path(self.out))
+        if self.chat_template is not None:
+            if (
+                not isinstance(self.chat_template, str | os.PathLike)
+                or not Path(self.chat_template).is_file()
+            ):
+                raise ConfigError(
+                    f"chat_template must be a jinja template file, got {self.chat_template!r}",
+                    fields="chat_template",
+                )
+            set_(self, "chat_template", Path(self.chat_template))
         for name in ("sp", "overwrite", "demo", "progress", "pad_to_max_length", "pad_cu_seqlens"):
             flag(getattr(self, name), name)
         for name in ("seq_length", "pack_size", "rows_per_shard", "row_group_size", "workers"):
@@ -571,6 +592,14 @@ class PackConfig:
             stack.enter_context(OutputLock(out))
             check_out_dir(out, self.overwrite)
             tokenizer = as_tokenizer(self.tokenizer) if self.tokenizer is not None else None
+            if self.chat_template is not None:
+                if tokenizer is None:
+                    raise ConfigError(
+                        "chat_template renders rows while tokenizing, and a store holds tokens already; drop "
+                        "chat_template, or pack the inputs with it instead of the store",
+                        fields=("chat_template", "store"),
+                    )
+                tokenizer = tokenizer.with_chat_template(self.chat_template)
             executor = self.executor()
             stack.enter_context(executor)
             from longpack.jobs.executors import LocalExecutor
@@ -928,6 +957,30 @@ class PackResult:
 
         return self.out / self.manifest.bridge_config.get("name", BRIDGE_CONFIG_NAME)
 
+    def notes(self) -> list[str]:
+        """What a user should know about how the data was read (not a problem): for prompt/completion data
+        with no separator, that the two texts are joined with nothing between them.
+
+        >>> from longpack.packed.manifest import PackManifest
+        >>> m = PackManifest.from_dict({"settings": {"text": {"separator": "",
+        ...                             "detected_format": "prompt_completion"}}, "splits": {}})
+        >>> PackResult(out=Path("o"), manifest=m).notes()[0][:60]
+        'prompt and completion are joined with nothing between them ('
+        """
+        record = self.manifest.to_dict()
+        text = self.manifest.settings.get("text") or {}
+        formats = {i.get("format") for i in record.get("inputs", []) if isinstance(i, dict)}
+        for key in ("detected_format", "validation_detected_format"):
+            formats |= set(str(text.get(key) or "").split(","))  # "chat,prompt_completion": several inputs
+        if "prompt_completion" in formats and text.get("separator", "") == "":
+            return [
+                "prompt and completion are joined with nothing between them (an empty separator, as "
+                "Megatron-Bridge does: 'What is 2+2?' + '4' is trained as 'What is 2+2?4'); to put text "
+                "between them pass separator (e.g. ' ' or '\\n') or shape the prompt with prompt_template; "
+                "`longpack preview` shows a sample as packed"
+            ]
+        return []
+
     def to_dict(self) -> dict[str, Any]:
         """What ``longpack pack --json`` prints."""
         settings = self.settings
@@ -964,6 +1017,7 @@ class PackResult:
             },
             "megatron_bridge": self.megatron_bridge,
             "warnings": list(self.manifest.extra.get("warnings", [])),
+            "notes": self.notes(),
             "skipped_inputs": len(self.manifest.extra.get("skipped_inputs", [])),
             "output_format": settings.get("output_format", "parquet"),
             "compat": settings.get("compat"),

@@ -50,12 +50,16 @@ def parse_layout(text: str, *, world_size: int) -> tuple[Any, dict[str, int]]:
         key, sep, raw = part.partition("=")
         if not sep or key not in ("tp", "cp", "ep", "etp", "pp", "vpp", "mbs", "dp"):
             raise PlanError(
-                f"layout part {part!r} is not key=value with key in tp,cp,ep,etp,pp,vpp,mbs", fields="layout"
+                f"layout part {part!r} is not key=value with key in tp,cp,ep,etp,pp,vpp,mbs,dp",
+                fields="layout",
             )
         try:
-            values[key] = int(raw)
+            number = int(raw)
         except ValueError as exc:
             raise PlanError(f"layout {key}={raw!r} is not an integer", fields="layout") from exc
+        if number < 1:  # a size: 0 is never "unset" (mbs=0 divided by zero in the memory model)
+            raise PlanError(f"layout {key}={raw} must be a positive integer (e.g. {key}=1)", fields="layout")
+        values[key] = number
     tp = values.get("tp", 1)
     lay = ParallelLayout(
         world_size=world_size,
@@ -211,8 +215,9 @@ class PlanConfig:
     )
 
     def __post_init__(self) -> None:
-        from longpack.validate import flag, optional_positive_int, positive_int
+        from longpack.validate import flag, optional_positive_int, plain_fields, positive_int
 
+        plain_fields(self)
         object.__setattr__(
             self,
             "max_seqlen_per_dp_cp_rank",
@@ -636,6 +641,9 @@ class EstimateConfig:
     headroom: float = option(0.95, help="Fraction of usable GPU memory a layout may use.")
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         from longpack.option import check_choices
 
         check_choices(self)

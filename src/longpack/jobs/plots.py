@@ -4,16 +4,17 @@ atomically and without a timestamp, so the same result gives the same bytes."""
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from longpack.outputs import temp_file_beside
 
 __all__ = ["plan_png", "plot_figure", "sweep_png", "write_png_atomic"]
 
 
 def write_png_atomic(fig: Any, path: Path) -> None:
     """Save a matplotlib figure as a PNG atomically (temp file, fsync, rename), without a timestamp."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    fd, tmp = temp_file_beside(path, suffix=".png")
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=120, metadata={"Software": None})

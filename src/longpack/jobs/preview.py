@@ -64,6 +64,9 @@ class PreviewConfig:
     )
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         set_ = object.__setattr__
         inputs = [self.inputs] if isinstance(self.inputs, str | Path) else list(self.inputs)
         if not inputs:

@@ -798,6 +798,9 @@ class SweepConfig:
     )
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         from longpack.jobs.pack import DEMO_TOKENIZER, _paths, resolve_pad_seq_to_mult
 
         set_ = object.__setattr__

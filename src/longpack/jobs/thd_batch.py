@@ -57,6 +57,9 @@ class ThdBatchConfig:
     )
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         positive_int(self.batch_size, "batch_size")
         for name in ("cp", "tp"):  # (torch holds the offsets in int64)
             positive_int(getattr(self, name), name, at_most=MAX_PARALLEL, why="no cluster is larger")

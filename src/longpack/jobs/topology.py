@@ -31,6 +31,11 @@ class TopologyConfig:
     etp: int | None = option(None, help="Expert tensor parallel size (default: --tp).")
     sp: bool = option(False, help="Sequence parallelism.", negative="--no-sp")
 
+    def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
+
     def run(self) -> TopologyResult:
         from longpack.topology import ParallelLayout
 

@@ -47,7 +47,6 @@ import io
 import os
 import pickle
 import sys
-import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,6 +62,7 @@ from megatron.energon.worker import WorkerConfig
 from longpack import binpack, choices
 from longpack.errors import ConfigError, OnlineError
 from longpack.online.packer import OVERLENGTH_POLICIES, aligned_length, select_packs
+from longpack.outputs import temp_file_beside
 
 LOADER_STATE_FORMAT = "longpack.online.energon.loader_state/1"
 
@@ -492,7 +492,7 @@ def write_loader_state(path: str | os.PathLike[str], state: dict[str, Any]) -> N
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     _StatePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(state)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = temp_file_beside(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(buffer.getvalue())

@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -44,6 +43,7 @@ import numpy as np
 
 from longpack import binpack, choices
 from longpack.errors import OnlineError
+from longpack.outputs import temp_file_beside
 
 Overlength = Literal["truncate", "drop", "error"]
 OVERLENGTH_POLICIES: tuple[str, ...] = ("truncate", "drop", "error")
@@ -177,6 +177,12 @@ def _int_array(raw: Any, position: int, name: str) -> np.ndarray:
         array = np.asarray(raw)
     except (TypeError, ValueError) as exc:
         raise OnlineError(f"sample {position}: {name} is not an array of integers ({exc})") from None
+    if array.ndim != 1:  # a batch ([[...], [...]]) or a scalar: flattening would join or invent samples
+        raise OnlineError(
+            f"sample {position}: {name} must be a flat list of token ids (1-D), got {array.ndim}-D shape "
+            f"{array.shape}; pass one sample per item (split a batch into its rows)",
+            fields=name,
+        )
     if array.size and array.dtype.kind not in "iu":
         hint = ""
         if array.dtype.kind == "f":
@@ -198,6 +204,11 @@ def _mask_array(raw: Any, position: int) -> np.ndarray:
     if array.size and array.dtype.kind not in "biuf":
         raise OnlineError(
             f"sample {position}: loss_mask must hold 0/1 values, got dtype {array.dtype}", fields="loss_mask"
+        )
+    if array.ndim != 1:
+        raise OnlineError(
+            f"sample {position}: loss_mask must be a flat list (1-D), got {array.ndim}-D shape {array.shape}",
+            fields="loss_mask",
         )
     flat = array.reshape(-1)
     bad = np.flatnonzero((flat != 0) & (flat != 1))
@@ -617,7 +628,7 @@ class OnlinePacker:
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write ``obj`` as JSON to ``path`` atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = temp_file_beside(path)
     try:
         with os.fdopen(fd, "w") as fh:
             json.dump(obj, fh, indent=1, sort_keys=True)
@@ -635,7 +646,7 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = temp_file_beside(path)
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)

@@ -46,13 +46,18 @@ from longpack.errors import ConfigError
 __all__ = [
     "BRIDGE_APIS",
     "BRIDGE_CONFIG_NAME",
+    "BRIDGE_CONFIG_VERSION",
     "SPECS_CLASS",
     "BridgeHandoff",
+    "balance_topology",
     "format_override_value",
     "handoff_from_manifest",
 ]
 
 BRIDGE_CONFIG_NAME = "bridge_config.yaml"
+#: The Megatron-Bridge release whose config keys ``bridge_config.yaml`` (main API) uses; earlier releases
+#: that read packed Parquet (v0.4.0 - v0.5.1) name the specs ``packed_sequence_specs`` (docs: bridge.md).
+BRIDGE_CONFIG_VERSION = "v0.6.0"
 BRIDGE_APIS = ("main", "legacy")
 #: Import path of ``PackedSequenceSpecs`` and the dataset key holding it, per config generation.
 SPECS_CLASS = {
@@ -92,6 +97,9 @@ class BridgeHandoff:
     sp: bool = False
     pad_to_max_length: bool = False
     pad_cu_seqlens: bool = False
+    #: The topology a ``--balance`` pack was ordered for (``balance_topology``): its GBS, MBS and PP are
+    #: pinned in the config, since the order is balanced for exactly them.
+    balanced_for: Mapping[str, int] | None = None
 
     def __post_init__(self) -> None:
         if self.api not in BRIDGE_APIS:
@@ -148,7 +156,14 @@ class BridgeHandoff:
         if self.pad_to_max_length:
             dataset["dataset_kwargs"] = {"pad_to_max_length": True}
         dataset[SPECS_KEY[self.api]] = {"_target_": SPECS_CLASS[self.api], **self.specs()}
-        out: dict[str, Any] = {"model": model, "train": {"micro_batch_size": 1}}
+        train: dict[str, Any] = {"micro_batch_size": 1}
+        if self.balanced_for:
+            b = self.balanced_for
+            model["pipeline_model_parallel_size"] = b.get("pp", 1)
+            if b.get("vpp", 1) > 1:
+                model["virtual_pipeline_model_parallel_size"] = b["vpp"]
+            train = {"micro_batch_size": b.get("mbs", 1), "global_batch_size": b["gbs"]}
+        out: dict[str, Any] = {"model": model, "train": train}
         if cp_loss:
             out["ddp"] = {"average_in_collective": False}
         out["dataset"] = dataset
@@ -159,7 +174,7 @@ class BridgeHandoff:
         import yaml
 
         served = (
-            "Megatron-Bridge v0.6.0 and main (packed Parquet)"
+            f"Megatron-Bridge {BRIDGE_CONFIG_VERSION} and main (packed Parquet)"
             if self.api == "main"
             else "Megatron-Bridge <= 0.5.1 (dataset.packed_sequence_specs; .npy for 0.3.x and NeMo 2)"
         )
@@ -169,6 +184,13 @@ class BridgeHandoff:
             f"#   longpack check {shlex.quote(str(Path(self.out).absolute() / BRIDGE_CONFIG_NAME))} "
             f"--packed {shlex.quote(str(Path(self.out).absolute()))}\n"
         )
+        if self.balanced_for:
+            b = self.balanced_for
+            head += (
+                f"# The packs are in workload-balanced order for DP={b.get('dp')}, PP={b.get('pp', 1)}, "
+                f"GBS={b.get('gbs')}, MBS={b.get('mbs', 1)}:\n# train on exactly that topology (DP = GPUs / "
+                "(TP*CP*PP)); `longpack check --gpus N` compares it.\n"
+            )
         return head + yaml.safe_dump(self.to_mapping(), sort_keys=False, default_flow_style=False)
 
     def flat(self) -> dict[str, Any]:
@@ -272,6 +294,7 @@ def handoff_from_manifest(
     6
     """
     settings, mb = manifest["settings"], manifest["megatron_bridge"]
+    balanced_for = balance_topology(settings.get("balance"))
     output_format = settings.get("output_format", "parquet")
     return BridgeHandoff(
         out=out,
@@ -288,4 +311,27 @@ def handoff_from_manifest(
         sp=sp,
         pad_to_max_length=pad_to_max_length,
         pad_cu_seqlens=pad_cu_seqlens,
+        balanced_for=balanced_for,
     )
+
+
+#: Topology keys of a ``--balance`` spec (``dp=8,pp=4,gbs=128,...``) that the order depends on.
+BALANCE_TOPOLOGY_KEYS = ("dp", "pp", "vpp", "gbs", "mbs")
+
+
+def balance_topology(spec: Any) -> dict[str, int] | None:
+    """The topology of a ``--balance`` spec as the manifest records it (``settings.balance``), or ``None``.
+
+    >>> balance_topology("dp=8,pp=4,gbs=128,model=qwen3_8b,gpu=H100")
+    {'dp': 8, 'pp': 4, 'gbs': 128}
+    >>> balance_topology(None) is None, balance_topology("nonsense") is None
+    (True, True)
+    """
+    if not isinstance(spec, str):
+        return None
+    out: dict[str, int] = {}
+    for part in spec.replace(" ", "").split(","):
+        key, _, value = part.partition("=")
+        if key in BALANCE_TOPOLOGY_KEYS and value.isdigit():
+            out[key] = int(value)
+    return out if "gbs" in out and "dp" in out else None

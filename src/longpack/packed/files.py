@@ -285,6 +285,16 @@ BRIDGE_WRITER_OPTIONS = ParquetWriterOptions(
 )
 
 
+def local_path(path: str | os.PathLike[str]) -> str:
+    """``path`` as pyarrow must be given a local file: absolute (pyarrow reads a relative ``s3:x/y.parquet``,
+    a folder named ``s3:x``, as a URI of scheme ``s3``).
+
+    >>> local_path("/data/s3:x/training_8.idx.parquet")
+    '/data/s3:x/training_8.idx.parquet'
+    """
+    return os.path.abspath(os.fspath(path))
+
+
 def open_parquet_writer(
     path: Path | Any, *, ids_dtype: str = "int64", options: ParquetWriterOptions | None = None
 ) -> pq.ParquetWriter:
@@ -296,6 +306,13 @@ def open_parquet_writer(
     schema = arrow_schema(ids_dtype)
     if opts.max_rows_per_page == 1:  # said in the file, so a reader of the file alone knows it
         schema = schema.with_metadata({ONE_ROW_PAGES_KEY: b"1"})
+    if isinstance(path, str | os.PathLike):
+        # A local path, always: given a string, pyarrow reads "s3:x/y.parquet" as a URI.
+        from pyarrow.fs import LocalFileSystem
+
+        return pq.ParquetWriter(
+            local_path(path), schema, filesystem=LocalFileSystem(), **opts.writer_kwargs()
+        )
     return pq.ParquetWriter(path, schema, **opts.writer_kwargs())
 
 

@@ -67,6 +67,7 @@ from longpack.packed.files import (
     SPLITS,
     VALIDATION_DIR,
     is_parquet_name,
+    local_path,
     metadata_name,
     resolve_packed_parquet_paths,
     sha256_file,
@@ -287,7 +288,7 @@ class ParquetRowSource:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         try:
-            with pq.ParquetFile(self.path) as reader:
+            with pq.ParquetFile(local_path(self.path)) as reader:
                 names = set(reader.schema_arrow.names)
                 meta = reader.metadata
                 self.group_rows = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
@@ -330,7 +331,7 @@ class ParquetRowSource:
         thread = threading.get_ident()
         reader = self._readers.get(thread)
         if reader is None:
-            reader = self._readers[thread] = pq.ParquetFile(self.path)
+            reader = self._readers[thread] = pq.ParquetFile(local_path(self.path))
         return reader
 
     def read_group(self, group: int, columns: Sequence[str] = REQUIRED_COLUMNS) -> dict[str, ListColumn]:
@@ -1242,6 +1243,7 @@ class PackedFolder:
         problems = list(self._problems)
         if not verify:
             return problems
+        problems += self._pack_size_problems()
         for name, s in self.splits.items():
             scan = self.scan(name, verify=True)
             problems += [f"{name}: {e}" for e in scan.problems]
@@ -1259,6 +1261,40 @@ class PackedFolder:
         if self.manifest is not None and self.kind == "folder":
             problems += self._check_manifest_files()
         return problems
+
+    def _pack_size_problems(self) -> list[str]:
+        """Every place that states the pack size N (manifest, metadata entries, metadata and shard file
+        names) must state the same N: a reader takes whichever it finds first."""
+        said: dict[str, int] = {}
+        if self.manifest is not None:
+            record = self.manifest.to_dict()
+            for section, key in (
+                ("alignment", "pack_size"),
+                ("settings", "pack_size"),
+                ("megatron_bridge", "packed_sequence_size"),
+            ):
+                value = record.get(section, {}).get(key) if isinstance(record.get(section), dict) else None
+                if isinstance(value, int) and not isinstance(value, bool):
+                    said[f"manifest.json {section}.{key}"] = value
+        entries: set[int] = set()
+        for e in self.metadata:
+            stated = e.get("pack_size")
+            if isinstance(stated, int) and not isinstance(stated, bool):
+                entries.add(stated)
+        for value in sorted(entries):
+            said[f"{self.metadata_path.name if self.metadata_path else 'metadata'} entries"] = int(value)
+        if self.metadata_path is not None and (m := _META_RE.match(self.metadata_path.name)):
+            said[f"the metadata file name {self.metadata_path.name}"] = int(m.group(1))
+        for value in sorted(
+            {n for s in self.splits.values() for f in s.files if (n := _pack_size_of(f.name))}
+        ):
+            said[
+                f"shard file names ({value})" if "the shard file names" in said else "the shard file names"
+            ] = value
+        if len(set(said.values())) <= 1:
+            return []
+        listed = ", ".join(f"{where} {value}" for where, value in said.items())
+        return [f"the pack size is stated differently: {listed}"]
 
     def _check_record(self, s: PackedSplit, scan: SplitScan) -> list[str]:
         record, problems = s.record, []

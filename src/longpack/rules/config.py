@@ -353,6 +353,9 @@ class OfflinePackingSpecs:
     pad_cu_seqlens: Bool = False
     pad_seq_to_mult: OptInt = 1
     packed_metadata_path: OptStr = None
+    #: Files (or a glob of shards) Bridge reads; it raises FileNotFoundError when one does not exist.
+    packed_train_data_path: OptStr = None
+    packed_val_data_path: OptStr = None
 
 
 @dataclass(frozen=True, kw_only=True, config=_SETTINGS)

@@ -102,6 +102,7 @@ def _compose(text: str, where: str) -> tuple[Any, yaml.Node | None]:
             node = loader.get_single_node()
             if node is not None:
                 _check_expansion(node, where)
+                _check_duplicate_keys(node, where)
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
@@ -112,6 +113,69 @@ def _compose(text: str, where: str) -> tuple[Any, yaml.Node | None]:
     except RecursionError:  # the YAML parser recurses per nesting level
         raise ConfigError(f"{where}: YAML nested too deeply to read; a config is a few levels deep") from None
     return data, node
+
+
+def _check_duplicate_keys(root: yaml.Node, where: str) -> None:
+    """Refuse a mapping that holds a key twice: YAML (and JSON) readers keep the last value silently, so
+    one of the two settings the file shows is not the one that runs.
+
+    >>> load_yaml_text("model:\\n  seq_length: 4096\\n  cp: 2\\n  seq_length: 8192\\n", where="c.yaml")
+    Traceback (most recent call last):
+    ...
+    longpack.rules.config_file.ConfigError: c.yaml:4: key 'model.seq_length' is given twice (lines 2 and 4); a reader keeps the last one silently: remove one of them
+    """
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    seen_nodes: set[int] = set()
+    while stack:
+        node, prefix = stack.pop()
+        if id(node) in seen_nodes:  # an alias: checked where it is defined
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            lines: dict[str, int] = {}
+            for key_node, value_node in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    key = str(key_node.value)
+                    path = f"{prefix}.{key}" if prefix else key
+                    line = key_node.start_mark.line + 1
+                    if key in lines:
+                        raise ConfigError(
+                            f"{where}:{line}: key {path!r} is given twice (lines {lines[key]} and {line}); a "
+                            "reader keeps the last one silently: remove one of them"
+                        )
+                    lines[key] = line
+                    stack.append((value_node, path))
+                else:
+                    stack.append((value_node, prefix))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((child, f"{prefix}[{i}]") for i, child in enumerate(node.value))
+
+
+class _DuplicateKey(ValueError):
+    """A JSON object holds a key twice (``args[0]``: the key)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _json_duplicate(text: str, where: str, key: str) -> None:
+    """Raise the duplicate-key error of a JSON config with both lines (JSON is YAML: its nodes have them)."""
+    try:
+        _compose(text, where)
+    except ConfigError:
+        raise
+    except Exception:
+        pass
+    raise ConfigError(
+        f"{where}: key {key!r} is given twice in one object; a reader keeps the last one silently: remove "
+        "one of them"
+    )
 
 
 def load_yaml_text(text: str, *, where: str) -> Any:
@@ -146,7 +210,9 @@ def read_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, str]]:
     lines: dict[str, int] = {}
     if p.suffix.lower() == ".json":
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_keys)
+        except _DuplicateKey as exc:
+            _json_duplicate(text, str(p), exc.args[0])
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{p}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
         except RecursionError:
@@ -185,6 +251,7 @@ def apply_overrides(
         text = raw.strip()
         if text.startswith("~"):
             path = text[1:].split("=", 1)[0].strip()
+            _check_override_key(raw, path)
             _delete(result, path.split("."))
             if sources is not None:
                 sources.pop(path, None)
@@ -195,6 +262,7 @@ def apply_overrides(
         key = key.lstrip("+").strip()
         if not key or any(not part for part in key.split(".")):
             raise ConfigError(f"override {raw!r}: empty key part in {key!r}")
+        _check_override_key(raw, key)
         try:
             quoted = _hydra_unquote(value_text.strip())
             if quoted is not None:
@@ -215,6 +283,27 @@ def apply_overrides(
         if sources is not None:
             sources[key] = f"override {raw!r}"
     return result
+
+
+def _check_override_key(raw: str, key: str) -> None:
+    """Refuse a key with Hydra's config-group syntax (``model/size=big``, ``x@pkg=y``): it selects another
+    config file, which no rule can read, so the value would go unused without a word.
+
+    >>> _check_override_key("model/seq_length=8192", "model/seq_length")
+    Traceback (most recent call last):
+    ...
+    longpack.rules.config_file.ConfigError: override 'model/seq_length=8192': '/' in a key selects a Hydra config group (another config file), which longpack does not read, so the value would go unused; separate keys with '.': model.seq_length
+    """
+    for char in "/@":
+        if char in key:
+            name = (
+                "'/' in a key selects a Hydra config group" if char == "/" else "'@' in a key names a package"
+            )
+            raise ConfigError(
+                f"override {raw!r}: {name} (another config file), which longpack does not read, so the value "
+                f"would go unused; separate keys with '.': {key.replace('/', '.').split('@')[0]}",
+                fields="overrides",
+            )
 
 
 def _hydra_unquote(text: str) -> str | None:

@@ -59,6 +59,17 @@ class PackedDataSummary:
     #: Misaligned-sequence counts (and first example) for every multiple that was scanned.
     misaligned_by_multiple: Mapping[int, int] = field(default_factory=dict)
     first_misaligned_by_multiple: Mapping[int, SegmentExample] = field(default_factory=dict)
+    #: What :meth:`PackedFolder.validate` finds (``verify=True``: the checks of ``inspect --verify``, the
+    #: same code, so ``check --packed`` and ``inspect --verify`` give one verdict); empty = sound.
+    problems: tuple[str, ...] = ()
+    #: Whether ``problems`` come from the full verification (every row, hashes, metadata, pack size).
+    verified: bool = False
+    #: The files of each split, resolved (what a config's data paths must name, exactly).
+    split_files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: The folder the data is in (``None``: files or a glob were named).
+    root: str | None = None
+    #: The topology a ``balance``-d pack was ordered for (``gbs``, ``dp``, ``pp``...), from the manifest.
+    balanced_for: Mapping[str, Any] | None = None
 
     def misaligned_count(self, multiple: int) -> int | None:
         """Sequences whose runtime length is not a multiple of ``multiple``; ``None`` if not scanned for it."""
@@ -74,6 +85,7 @@ def inspect_packed_dir(
     pack_size_hint: int | None = None,
     allow_unfinished: bool = False,
     allow_no_manifest: bool = False,
+    verify: bool = True,
 ) -> PackedDataSummary:
     """Summarize packed data: pack size, metadata, and segment alignment against ``multiple`` (one
     multiple, or several: the first is the primary one reported in ``misaligned_segments``).
@@ -81,7 +93,9 @@ def inspect_packed_dir(
     ``path`` is a folder, a file or a glob (see :class:`~longpack.packed.PackedFolder`); ``pack_size_hint``
     picks among several ``<N>_metadata.jsonl`` files. Raises :class:`PackedDataError` when the data cannot
     be read, or is an unfinished folder (no ``manifest.json``) and neither ``allow_unfinished`` nor
-    ``allow_no_manifest`` (a folder Megatron-Bridge wrote) is set.
+    ``allow_no_manifest`` (a folder Megatron-Bridge wrote) is set. ``verify`` runs
+    :meth:`PackedFolder.validate` with ``verify=True`` (the checks of ``longpack inspect --verify``) into
+    ``problems``.
 
     >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
     >>> d = Path(tempfile.mkdtemp())
@@ -102,6 +116,7 @@ def inspect_packed_dir(
     bad_counts = dict.fromkeys(checks, 0)
     firsts: dict[int, SegmentExample] = {}
     rows = segments = over = max_row = gcd = 0
+    problems = tuple(folder.validate(verify=verify))  # scans every split (verified), cached for below
     for split in folder.split_names:
         scan = folder.scan(split)
         runtime = scan.sample_runtime
@@ -140,4 +155,17 @@ def inspect_packed_dir(
         max_row_runtime_tokens=max_row,
         misaligned_by_multiple=bad_counts,
         first_misaligned_by_multiple=firsts,
+        problems=problems,
+        verified=verify,
+        split_files={s: tuple(str(f.resolve()) for f in folder.files(s)) for s in folder.split_names},
+        root=None if folder.root is None else str(folder.root.resolve()),
+        balanced_for=_balanced_for(folder.manifest.to_dict() if folder.manifest is not None else None),
     )
+
+
+def _balanced_for(manifest: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The topology a balanced pack's order was made for (the manifest's ``settings.balance``), or ``None``."""
+    from longpack.packed.bridge_config import balance_topology
+
+    settings = manifest.get("settings") if manifest else None
+    return balance_topology(settings.get("balance")) if isinstance(settings, Mapping) else None

@@ -18,6 +18,7 @@ Used by the test-suite and by ``longpack cp-check``.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -27,7 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from longpack.errors import ConfigError
+from longpack.errors import ConfigError, OutputError
+from longpack.outputs import WRITE_ERRNOS
 
 __all__ = ["CPCheckCase", "run_cp_check"]
 
@@ -300,14 +302,36 @@ def run_cp_check(
     for dtype_name in dtypes:
         if dtype_name not in TOLERANCE:
             raise ConfigError(f"dtype {dtype_name!r} not supported; use one of {sorted(TOLERANCE)}")
-    with tempfile.TemporaryDirectory(prefix="longpack-cp-") as folder:
-        init_file = os.path.join(folder, "init")
-        result_file = os.path.join(folder, "result.json")
-        mp.start_processes(
-            _worker,
-            args=(cp_size, init_file, result_file, seed, tuple(dtypes)),
-            nprocs=cp_size,
-            start_method=start_method,
-        )
-        with open(result_file) as handle:
-            return [CPCheckCase(**entry) for entry in json.load(handle)]
+    try:
+        with tempfile.TemporaryDirectory(prefix="longpack-cp-") as folder:
+            init_file = os.path.join(folder, "init")
+            result_file = os.path.join(folder, "result.json")
+            mp.start_processes(
+                _worker,
+                args=(cp_size, init_file, result_file, seed, tuple(dtypes)),
+                nprocs=cp_size,
+                start_method=start_method,
+            )
+            with open(result_file) as handle:
+                return [CPCheckCase(**entry) for entry in json.load(handle)]
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS | {errno.ENOENT}:
+            raise
+        raise _temp_folder_error(os.strerror(exc.errno or 0)) from exc
+    except mp.ProcessRaisedException as exc:  # a rank could not write its files (the traceback as text)
+        said = next((os.strerror(n) for n in WRITE_ERRNOS if f"[Errno {n}]" in str(exc)), None)
+        if said is None:
+            raise
+        raise _temp_folder_error(said) from exc
+
+
+def _temp_folder_error(reason: str) -> OutputError:
+    """The ranks meet in files of a temporary folder: one that cannot be written is the user's to fix.
+
+    >>> str(_temp_folder_error("No space left on device")).startswith("cp-check cannot write its temporary")
+    True
+    """
+    return OutputError(
+        f"cp-check cannot write its temporary folder in {tempfile.gettempdir()} ({reason}); the CP ranks "
+        "meet through files there: free space, or set TMPDIR to a writable folder"
+    )

@@ -37,6 +37,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 import os
 import threading
 from collections import OrderedDict
@@ -77,6 +78,27 @@ __all__ = [
 
 #: The name this module used for packed-data errors; they are :class:`longpack.errors.PackedDataError`.
 PackedParquetError = PackedDataError
+
+
+def _index(idx: Any) -> int:
+    """A dataset index as an ``int``: Python and numpy integers, 0-d integer tensors; a float, a string or
+    a bool is refused (``int(1.7)`` would read row 1 without a word), as a ``list`` refuses it.
+
+    >>> _index(np.int32(3))
+    3
+    >>> _index(1.0)
+    Traceback (most recent call last):
+    ...
+    TypeError: PackedDataset indices must be integers, got 1.0 (float)
+    """
+    if isinstance(idx, bool | np.bool_):
+        raise TypeError(f"PackedDataset indices must be integers, got {idx!r} (bool)")
+    try:
+        return operator.index(idx)
+    except TypeError:
+        raise TypeError(
+            f"PackedDataset indices must be integers, got {idx!r} ({type(idx).__name__})"
+        ) from None
 
 
 class PackedDataset:
@@ -194,7 +216,7 @@ class PackedDataset:
         return idx + self.num_rows if idx < 0 else idx
 
     def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
-        idx = int(idx)
+        idx = _index(idx)
         self._check_process()
         if self.prefetch and self._last_index is not None and idx == self._last_index + 1:
             self._schedule(
@@ -207,7 +229,7 @@ class PackedDataset:
         """A batch: its row groups are decoded together (on the prefetch thread and this one), then the rows
         are taken in order. ``torch.utils.data.DataLoader`` calls this with each batch's indices."""
         self._check_process()
-        wanted = [int(i) for i in indices]
+        wanted = [_index(i) for i in indices]
         if self.prefetch:
             self._schedule(wanted[1:])
         return [self._item(i) for i in wanted]

@@ -555,7 +555,68 @@ def _decompressed(path: Path, raw: _HashingReader, compression: str | None) -> B
     from longpack._optional import require
 
     zstd = require("zstandard", "text", purpose=f"reading {path.name}")
-    return zstd.ZstdDecompressor().stream_reader(raw, read_across_frames=True)  # type: ignore[no-any-return]
+    return _ZstdFrames(raw, zstd)  # type: ignore[return-value]
+
+
+class _ZstdFrames(io.RawIOBase):
+    """The frames of a ``.zst`` file, one after another, decompressed; a stream that ends inside a frame
+    (a file cut short) raises ``ZstdError``. (zstandard's own readers return a cut file's first part as if
+    it were the whole file, and the rows after the cut were lost without a word.)
+
+    >>> import zstandard
+    >>> frame = zstandard.ZstdCompressor().compress(b"row 1\\nrow 2\\n" * 100)
+    >>> len(_ZstdFrames(io.BytesIO(frame * 2), zstandard).read())
+    2400
+    >>> _ZstdFrames(io.BytesIO(frame[:-3]), zstandard).read()
+    Traceback (most recent call last):
+    ...
+    zstandard.backend_c.ZstdError: the stream ends inside a zstd frame: the file is cut short
+    """
+
+    #: Compressed bytes fed at a time: bounds what one step can expand to (a frame of zeros ~ 32000x).
+    RAW_READ = 1 << 14
+
+    def __init__(self, raw: Any, zstd: Any) -> None:
+        self._raw, self._zstd = raw, zstd
+        self._dctx = zstd.ZstdDecompressor()
+        self._frame: Any = None  # the frame being decompressed, None between frames
+        self._out = bytearray()
+        self._error: Exception | None = None  # damage met, raised once the data before it is read
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        want = None if size is None or size < 0 else size
+        while self._error is None and (want is None or len(self._out) < want):
+            data = self._raw.read(self.RAW_READ)
+            if not data:
+                if self._frame is not None:
+                    self._error = self._zstd.ZstdError(
+                        "the stream ends inside a zstd frame: the file is cut short"
+                    )
+                break
+            try:
+                while data:
+                    if self._frame is None:
+                        self._frame = self._dctx.decompressobj()
+                    self._out += self._frame.decompress(data)
+                    if not self._frame.eof:
+                        break
+                    data, self._frame = self._frame.unused_data, None
+            except self._zstd.ZstdError as e:
+                self._error = e
+        if self._error is not None and not self._out:  # what came before the damage is read first
+            raise self._error
+        cut = len(self._out) if want is None else min(want, len(self._out))
+        out = bytes(self._out[:cut])
+        del self._out[:cut]
+        return out
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
 
 
 def _corrupt_errors() -> tuple[type[BaseException], ...]:
@@ -567,6 +628,33 @@ def _corrupt_errors() -> tuple[type[BaseException], ...]:
     except ImportError:  # pragma: no cover - zstandard is in the text extra
         pass
     return tuple(errors)
+
+
+def _complete_lines(path: Path, compression: str | None) -> int:
+    """How many whole lines a damaged compressed file yields before its damage (read again, only when
+    the damage was met: the error names the last good line)."""
+    lines = 0
+    with open(path, "rb") as f:
+        raw = _HashingReader(f, hashlib.sha256())
+        if compression == "gzip":  # zlib directly: GzipFile drops the last piece it decoded at an error
+            decoder = zlib.decompressobj(wbits=31)
+            try:
+                while data := raw.read(1 << 16):
+                    while data:
+                        lines += decoder.decompress(data).count(b"\n")
+                        data = decoder.unused_data if decoder.eof else b""
+                        if decoder.eof:
+                            decoder = zlib.decompressobj(wbits=31)
+            except zlib.error:
+                pass
+            return lines
+        stream = _decompressed(path, raw, compression)
+        try:
+            while piece := stream.read(1 << 16):
+                lines += piece.count(b"\n")
+        except _corrupt_errors():
+            pass
+    return lines
 
 
 def _blocks(path: Path, hasher: Any, block_bytes: int, where: list[int]) -> Iterator[bytes]:
@@ -593,9 +681,11 @@ def _blocks(path: Path, hasher: Any, block_bytes: int, where: list[int]) -> Iter
                         break
                     block += more
             except corrupt as e:
+                good = _complete_lines(path, compression)
                 raise InputError(
-                    f"{path}:{where[0]}: corrupt {compression} data after line {where[0] - 1} (near byte "
-                    f"{raw.offset} of the file): {e}; {_FIX.get(compression or '', 'check the file')}"
+                    f"{path}:{good + 1}: corrupt or cut-short {compression} data after line {good} (the last "
+                    f"complete line; the rows after it cannot be read, so the file is refused, not packed "
+                    f"short): {e}; {_FIX.get(compression or '', 'check the file')}"
                 ) from e
             except OSError as e:
                 raise InputError(

@@ -795,7 +795,7 @@ def _parquet_file(path: Path) -> Any:
     import pyarrow.parquet as pq
 
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(os.path.abspath(path))  # relative 's3:x.parquet' would be a URI
     except OSError as e:
         raise InputError(
             f"{path}: cannot read ({e.strerror or e}); check the path and its permissions"
@@ -938,7 +938,7 @@ def _file_format(source: InputFile | Path, kind: str | None, config: TextConfig)
         try:
             return detect_format([dict.fromkeys(names)], config)
         except RowError as e:
-            raise InputError(f"{path}: {e}; or pass format=... (--format)") from e
+            raise InputError(f"{path}: {e}; or pass format=... (--format)", fields=e.fields) from e
     rows, seen = first_jsonl_rows(path)
     if seen == 0:
         return None
@@ -952,7 +952,7 @@ def _file_format(source: InputFile | Path, kind: str | None, config: TextConfig)
     try:
         return detect_format(rows, config)
     except RowError as e:
-        raise InputError(f"{path}: {e}; or pass format=... (--format)") from e
+        raise InputError(f"{path}: {e}; or pass format=... (--format)", fields=e.fields) from e
 
 
 def _document_bytes(path: Path, hasher: Any) -> bytes:

@@ -31,6 +31,7 @@ Example::
 from __future__ import annotations
 
 import json
+import re
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -112,6 +113,9 @@ class TextConfig:
     )
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         check_choices(self, prefix="text.")
         if self.min_tokens not in (1, 2):
             raise ConfigError(f"text.min_tokens={self.min_tokens!r} must be 1 or 2", fields="text.min_tokens")
@@ -174,6 +178,10 @@ class TextConfig:
         return ()
 
 
+#: The keys of an Alpaca-style row (``input`` may be empty or absent).
+ALPACA_KEYS = frozenset({"instruction", "output"})
+
+
 def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
     """The most common format among the first rows (ties: the earliest). Rows whose keys fit no format are
     ignored unless no row fits. Per row: ``input_ids`` -> pretokenized, messages key -> chat,
@@ -184,7 +192,7 @@ def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
         >>> detect_format([{"question": "q"}], TextConfig())
         Traceback (most recent call last):
         ...
-        longpack.text.errors.RowError: cannot detect the format from keys ['question']: prompt_completion needs 'prompt' and 'completion' (set the keys), chat needs 'messages', sharegpt needs 'conversations', pretokenized needs 'input_ids', text needs 'text'
+        longpack.text.errors.RowError: cannot detect the format from keys ['question']: prompt_completion needs 'prompt' and 'completion' (or name your keys with prompt_key and completion_key), chat needs 'messages', sharegpt needs 'conversations', pretokenized needs 'input_ids', text needs 'text'
     """
     found: list[str] = []
     for row in rows:
@@ -200,11 +208,26 @@ def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
             found.append("text")
     if not found:
         keys = sorted(rows[0]) if rows else []
+        hint = ""
+        alpaca = [row for row in rows if set(row) >= ALPACA_KEYS]
+        if alpaca:
+            with_input = sum("input" in row for row in alpaca)
+            template = "{instruction}\\n\\n{input}" if with_input else "{instruction}"
+            mixed = (
+                ' (some rows have no \'input\' key: give them an empty one, "input": "")'
+                if 0 < with_input < len(alpaca)
+                else ""
+            )
+            hint = (
+                "; these are Alpaca rows (instruction, input, output): pack them as prompt_completion with "
+                f"prompt_key instruction completion_key output prompt_template '{template}'{mixed}"
+            )
         raise RowError(
             f"cannot detect the format from keys {keys}: prompt_completion needs "
-            f"{config.prompt_key!r} and {config.completion_key!r} (set the keys), chat needs "
-            f"{config.messages_key!r}, sharegpt needs {SHAREGPT_KEY!r}, pretokenized needs 'input_ids', text needs "
-            f"{config.text_key!r}"
+            f"{config.prompt_key!r} and {config.completion_key!r} (or name your keys with prompt_key and "
+            f"completion_key), chat needs {config.messages_key!r}, sharegpt needs {SHAREGPT_KEY!r}, "
+            f"pretokenized needs 'input_ids', text needs {config.text_key!r}{hint}",
+            fields=("prompt_key", "completion_key", "prompt_template"),
         )
     return max(dict.fromkeys(found), key=found.count)
 
@@ -459,7 +482,59 @@ def sample_from_row(
     row: Any, fmt: str, config: TextConfig, tok: Tokenizer, ignored: dict[str, int] | None = None
 ) -> tuple[list[int], list[int] | bytearray]:
     """``row_to_sample`` with the mask as a list or a bytearray of 0/1, whichever is cheaper;
-    ``ignored`` collects the turn keys nothing reads (see :func:`chat_messages`)."""
+    ``ignored`` collects the turn keys nothing reads (see :func:`chat_messages`).
+
+    Text that is not Unicode (a lone surrogate: a ``\\ud800`` escape, or its raw bytes, which
+    ``json.loads`` lets through) makes the row malformed, whichever tokenizer meets it first:
+
+    >>> from longpack.text.tokenizers import load_tokenizer
+    >>> sample_from_row({"prompt": "a" + chr(0xD800), "completion": "b"},
+    ...                 "prompt_completion", TextConfig(), load_tokenizer("bytes"))
+    Traceback (most recent call last):
+    ...
+    longpack.text.errors.RowError: key 'prompt' holds U+D800, a lone UTF-16 surrogate (not a character: no tokenizer can encode it); fix the text (a surrogate pair, or the character itself)
+    """
+    try:
+        return _sample_from_row(row, fmt, config, tok, ignored)
+    except (UnicodeError, TypeError):  # tokenizers differ: UnicodeEncodeError (Python), TypeError (Rust)
+        where = _lone_surrogate(row)
+        if where is None:
+            raise
+        key, char = where
+        raise RowError(
+            f"key {key!r} holds U+{ord(char):04X}, a lone UTF-16 surrogate (not a character: no tokenizer "
+            "can encode it); fix the text (a surrogate pair, or the character itself)"
+        ) from None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_MAX_WALK_DEPTH = 200  # rows nest at most 100 deep (the readers refuse deeper JSON)
+
+
+def _lone_surrogate(value: Any, key: str = "row", depth: int = 0) -> tuple[str, str] | None:
+    """``(key, character)`` of the first lone surrogate in a row's strings (keys too), or ``None``."""
+    if isinstance(value, str):
+        found = _SURROGATE.search(value)
+        return None if found is None else (key, found.group())
+    if depth > _MAX_WALK_DEPTH:
+        return None
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            name = str(k) if depth == 0 else f"{key}.{k}"
+            hit = _lone_surrogate(k, name, depth + 1) or _lone_surrogate(v, name, depth + 1)
+            if hit is not None:
+                return hit
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            hit = _lone_surrogate(v, f"{key}[{i}]", depth + 1)
+            if hit is not None:
+                return hit
+    return None
+
+
+def _sample_from_row(
+    row: Any, fmt: str, config: TextConfig, tok: Tokenizer, ignored: dict[str, int] | None = None
+) -> tuple[list[int], list[int] | bytearray]:
     if not isinstance(row, Mapping):
         raise RowError(f"a row must be a JSON object, got {type(row).__name__}")
     if fmt == "prompt_completion":

@@ -295,6 +295,15 @@ class Tokenizer(ABC):
         rebuilds it from that string (built-ins, files), else the tokenizer itself (pickled)."""
         return self
 
+    def with_chat_template(self, path: str | Path) -> Tokenizer:
+        """This tokenizer rendering chats with the jinja template in the file ``path`` (a model's
+        ``chat_template.jinja``) instead of its own; only Hugging Face tokenizers render templates."""
+        raise InputError(
+            f"chat_template {path} applies to a Hugging Face tokenizer (a tokenizer.json or a model folder); "
+            f"{self.name!r} renders chats in its own built-in format",
+            fields="chat_template",
+        )
+
     @cached_property
     def skipped_ids(self) -> np.ndarray:
         """Ids never trained on (Megatron-Bridge's "skipped" tokens), sorted int64."""
@@ -621,6 +630,7 @@ class HFTokenizer(Tokenizer):
         eos_hint: str,
     ) -> None:
         self._tok = rust
+        self._origin: str | None = None  # the spec of the files a with_chat_template copy came from
         self._config_label = config_label
         self.spec = spec
         self.name = name
@@ -658,6 +668,38 @@ class HFTokenizer(Tokenizer):
     def portable(self) -> str | HFTokenizer:
         return self.spec if self._from_file else self
 
+    def with_chat_template(self, path: str | Path) -> HFTokenizer:
+        """A copy that renders chats with the template in ``path`` (hashed into :meth:`identity`; sent to
+        worker processes whole, since its spec alone would not carry the template).
+
+        >>> import tempfile
+        >>> from tokenizers import Tokenizer, models
+        >>> tok = HFTokenizer.from_object(Tokenizer(models.WordLevel({"a": 0, "</s>": 1}, unk_token="a")),
+        ...                               config={"eos_token": "</s>"})
+        >>> f = Path(tempfile.mkdtemp()) / "chat_template.jinja"
+        >>> _ = f.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+        >>> tok.with_chat_template(f).render_chat([{"role": "user", "content": "a"}])
+        [('a', -1)]
+        """
+        import copy
+
+        file = Path(path)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(
+                f"chat_template {file}: cannot read it as a UTF-8 text file ({e})", fields="chat_template"
+            ) from e
+        out = copy.copy(self)
+        out._files = {**self._files, file.name: file}
+        out._template_src, out._template = text, None
+        out._config_label = str(file)
+        out._origin = self.spec if self._from_file else self._origin
+        out._from_file = False
+        out.spec = f"{self.spec}+chat_template:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+        out._compiled()  # a template that does not compile: an error now, naming the file
+        return out
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_template"] = None  # compiled jinja: rebuilt on first use
@@ -681,9 +723,13 @@ class HFTokenizer(Tokenizer):
     def _compiled(self) -> Any:
         if self._template is None:
             if self._template_src is None:
+                folder = self.name if self._from_file else "the tokenizer's folder"
                 raise InputError(
-                    f"{self.name}: no chat_template in tokenizer_config.json, so chat rows cannot be rendered; "
-                    "use a model folder whose tokenizer_config.json has one, or the built-in 'qwen3'"
+                    f"{self.name}: no chat template (none in tokenizer_config.json, no chat_template.jinja "
+                    f"beside tokenizer.json), so chat rows cannot be rendered; save the model's template as "
+                    f"{folder}/chat_template.jinja (read like transformers does), or pass chat_template FILE, "
+                    "or use the built-in 'qwen3'",
+                    fields="chat_template",
                 )
             jinja2 = require("jinja2", "text", purpose="rendering a chat template")
             from jinja2.ext import Extension
@@ -718,6 +764,11 @@ class HFTokenizer(Tokenizer):
                 self._template = env.from_string(self._template_src)
             except jinja2.TemplateError as e:
                 raise InputError(f"{self._config_label}: chat_template does not compile ({e})") from e
+            except (RecursionError, MemoryError, ValueError, TypeError) as e:  # nested too deep to parse
+                raise InputError(
+                    f"{self._config_label}: chat_template cannot be compiled ({type(e).__name__}: {e}); "
+                    "it is nested too deeply or is not a jinja template"
+                ) from e
         return self._template
 
     def render_chat(self, messages: Sequence[Message], tools: Tools | None = None) -> list[Piece]:
@@ -734,7 +785,14 @@ class HFTokenizer(Tokenizer):
             )
         except jinja2.TemplateError as e:
             raise RowError(f"the chat template rejected this conversation ({e})") from e
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError) as e:
+        except RecursionError as e:
+            # A macro or recursive loop that never ends: the template's fault, for every row alike.
+            raise InputError(
+                f"{self._config_label}: the chat template recurses without end ({e}: a macro or a "
+                "`recursive` loop calls itself on every path); fix the template",
+                fields="tokenizer",
+            ) from e
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
             # A template doing arithmetic on a value of the wrong type (e.g. content + a list): the data
             # does not fit the template; the row is malformed for it, not a crash.
             raise RowError(
@@ -773,8 +831,11 @@ class HFTokenizer(Tokenizer):
             for label, src in self._files.items()
         }
         out: dict[str, Any] = {"kind": "hf", "name": self.name}
-        if self._from_file:
-            out["path"] = self.spec
+        origin = self.spec if self._from_file else self._origin
+        if origin is not None:
+            out["path"] = origin
+            if origin != self.spec:
+                out["chat_template_file"] = self._config_label
         else:
             # No file: the hash is of the tokenizer's JSON (``Tokenizer.to_str()``), not of a file on disk.
             out["source"] = "in-memory tokenizer object (sha256 of its JSON)"
@@ -849,6 +910,7 @@ def register_tokenizer(tokenizer: str | Tokenizer) -> Tokenizer:
     if isinstance(tokenizer, str):
         return load_tokenizer(tokenizer)
     _CACHE[tokenizer.spec] = tokenizer
+    _STAMPS[tokenizer.spec] = _file_stamp(tokenizer)
     return tokenizer
 
 
@@ -864,7 +926,7 @@ def load_tokenizer(spec: str) -> Tokenizer:
         ...
         longpack.errors.InputError: tokenizer '/nonexistent/model' not found; tried: built-in names ...
     """
-    if spec in _CACHE:
+    if spec in _CACHE and _STAMPS.get(spec) == _file_stamp(_CACHE[spec]):
         return _CACHE[spec]
     if spec.startswith("object:"):
         raise InputError(
@@ -902,4 +964,26 @@ def load_tokenizer(spec: str) -> Tokenizer:
                 fields="tokenizer",
             )
     _CACHE[spec] = tok
+    _STAMPS[spec] = _file_stamp(tok)
     return tok
+
+
+_STAMPS: dict[str, tuple[Any, ...]] = {}
+
+
+def _file_stamp(tok: Tokenizer) -> tuple[Any, ...]:
+    """Size and mtime of the files a tokenizer was read from, and of the chat template files that would
+    change it if they appeared: a cached tokenizer whose files changed is read again (a
+    ``chat_template.jinja`` saved next to ``tokenizer.json`` after a first failed run is used)."""
+    files = [f for f in getattr(tok, "_files", {}).values() if isinstance(f, Path)]
+    if not files or not getattr(tok, "_from_file", False):
+        return ()
+    folder = files[0].parent
+    stamp: list[tuple[str, int | None, int | None]] = []
+    for path in [*files, folder / "chat_template.jinja", folder / "chat_template.json"]:
+        try:
+            st = path.stat()
+            stamp.append((str(path), st.st_size, st.st_mtime_ns))
+        except OSError:
+            stamp.append((str(path), None, None))
+    return tuple(stamp)

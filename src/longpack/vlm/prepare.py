@@ -95,6 +95,9 @@ class VLMConfig:
     supervise_turn_newline: bool = True
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         for name in ("max_images", "max_visual_tokens", "max_length"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

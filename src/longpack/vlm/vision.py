@@ -59,6 +59,9 @@ class VisionConfig:
     tokens_per_second: float = 2.0
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         for name in ("patch_size", "merge_size", "temporal_patch_size", "min_pixels", "max_pixels"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -312,3 +312,149 @@ def data_config_mult(s: TrainingSetup) -> Iterator[Violation]:
             f"set {K_PSM}={p.recorded_pad_seq_to_mult} (or repack with pad_seq_to_mult={given} into a fresh folder)",
             K_PSM,
         )
+
+
+#: Problems of the verification quoted in one finding each; the rest are counted.
+MAX_QUOTED_PROBLEMS = 10
+
+
+@FAMILY.rule(
+    "LP-DATA-012",
+    E,
+    "packed data passes verification",
+    "Bridge GPTSFTPackedDataset (reads every row as written); longpack inspect --verify",
+    fix="repack into a fresh folder (or restore the damaged files); `longpack inspect DIR --verify` lists the same problems",
+    scope="packed",
+)
+def data_verified(s: TrainingSetup) -> Iterator[Violation]:
+    """``check --packed`` runs the verification ``inspect --verify`` runs (one code path: structure,
+    metadata against the rows, the manifest's sizes and sha256, pack size, split membership, every data
+    page), so the two commands give one verdict on one folder."""
+    p = s.packed
+    if p is None:
+        return
+    for problem in p.problems[:MAX_QUOTED_PROBLEMS]:
+        yield V(f"{p.path}: {problem}", "repack into a fresh folder, or restore the files the manifest lists")
+    if len(p.problems) > MAX_QUOTED_PROBLEMS:
+        more = len(p.problems) - MAX_QUOTED_PROBLEMS
+        yield V(
+            f"{p.path}: {more} more problem(s)", f"run longpack inspect {p.path} --verify for all of them"
+        )
+
+
+def _named_files(spec: str) -> list[str]:
+    import glob
+    import os
+
+    if glob.has_magic(spec):
+        return sorted(os.path.realpath(f) for f in glob.glob(spec))
+    return [os.path.realpath(spec)] if os.path.exists(spec) else []
+
+
+@FAMILY.rule(
+    "LP-DATA-013",
+    E,
+    "data paths the config names exist and belong to the packed folder",
+    "Bridge GPTSFTPackedDataset (FileNotFoundError for a path that does not exist)",
+    fix="point offline_packing_specs.packed_train_data_path / packed_val_data_path / packed_metadata_path "
+    "at the packed folder's files (its bridge_config.yaml names them)",
+)
+def data_paths(s: TrainingSetup) -> Iterator[Violation]:
+    """Bridge opens the paths the config names, not the folder ``--packed`` points at: a path that does not
+    exist fails the run at start, and one that names other files (another pack, the validation shards in
+    the training glob) trains on data ``--packed`` never checked."""
+    import os
+
+    specs = s.dataset.offline_packing_specs
+    if specs is None or not s.dataset.offline_packing:
+        return
+    p = s.packed
+    named = (
+        ("training", "packed_train_data_path", specs.packed_train_data_path),
+        ("validation", "packed_val_data_path", specs.packed_val_data_path),
+    )
+    for split, key, spec in named:
+        if not spec:
+            continue
+        files = _named_files(spec)
+        dotted = f"dataset.offline_packing_specs.{key}"
+        if not files:
+            yield V(
+                f"{key}={spec} names no file (Bridge raises FileNotFoundError at start)",
+                f"set {dotted} to the files of the packed folder (see its bridge_config.yaml)",
+                dotted,
+            )
+            continue
+        if p is None or not p.split_files:
+            continue
+        held = sorted(p.split_files.get(split, ()))
+        if files != held:
+            other = sorted(set(files) - set(held))
+            missing = sorted(set(held) - set(files))
+            parts = []
+            if other:
+                parts.append(f"{len(other)} file(s) outside the {split} split of {p.path} (e.g. {other[0]})")
+            if missing:
+                parts.append(f"not {len(missing)} of its {split} file(s) (e.g. {missing[0]})")
+            yield V(
+                f"{key}={spec} names {' and '.join(parts)}: Bridge would read other data than was checked",
+                f"set {dotted} to exactly the {split} files of {p.path} (its bridge_config.yaml names them)",
+                dotted,
+            )
+    meta = specs.packed_metadata_path
+    if meta:
+        dotted = "dataset.offline_packing_specs.packed_metadata_path"
+        if not os.path.isfile(meta):
+            yield V(
+                f"packed_metadata_path={meta} is not a file (Bridge raises FileNotFoundError at start)",
+                f"set {dotted} to the <N>_metadata.jsonl of the packed folder",
+                dotted,
+            )
+        elif (
+            p is not None
+            and p.metadata_path is not None
+            and os.path.realpath(meta) != os.path.realpath(p.metadata_path)
+        ):
+            yield V(
+                f"packed_metadata_path={meta} is not the metadata of {p.path} ({p.metadata_path})",
+                f"set {dotted}={p.metadata_path}",
+                dotted,
+            )
+
+
+@FAMILY.rule(
+    "LP-DATA-014",
+    E,
+    "a balanced pack's topology matches the config's",
+    "longpack pack --balance (packs ordered for one DP, PP, GBS and MBS)",
+    fix="train with the topology the pack was balanced for (bridge_config.yaml pins it), or repack with "
+    "--balance for this one",
+    scope="packed",
+)
+def data_balanced_topology(s: TrainingSetup) -> Iterator[Violation]:
+    """``pack --balance`` orders the packs so that each global batch splits evenly over its DP ranks and
+    pipeline micro-batches; with another GBS, MBS, PP or DP the batches cut the order elsewhere and the
+    balance (the reason for the order) is gone, silently."""
+    p = s.packed
+    if p is None or not p.balanced_for:
+        return
+    b = p.balanced_for
+    config = {
+        "gbs": ("train.global_batch_size", s.global_batch_size),
+        "mbs": ("train.micro_batch_size", s.micro_batch_size),
+        "pp": ("model.pipeline_model_parallel_size", s.pp),
+        "dp": ("the data-parallel size (GPUs / (TP*CP*PP))", s.dp),
+    }
+    for key, (name, value) in config.items():
+        want = b.get(key, 1 if key in ("mbs", "pp") else None)
+        if want is None or value is None:
+            continue
+        if value != want:
+            yield V(
+                f"{p.path} was balanced for {key.upper()}={want} but the config has {name}={value}: the "
+                "batches would cut the balanced order elsewhere",
+                f"set {name}={want}"
+                if key != "dp"
+                else f"run on DP={want} (or repack with --balance dp={value},...)",
+                *([name] if "." in name else []),
+            )

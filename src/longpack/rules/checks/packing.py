@@ -240,12 +240,40 @@ def pack_pad_mult_wasteful(s: TrainingSetup) -> Iterator[Violation]:
     if not s.dataset.offline_packing or specs is None or specs.pad_seq_to_mult is None:
         return
     m, p = s.required_pad_seq_to_mult, specs.pad_seq_to_mult
+    pss = packed_size(s)
+    if pss and p > pss:
+        return  # LP-PACK-017: an error, not waste
     if p > m and p % m == 0:
         extra = " and selects TE's slower padded-offset kernel" if m == 1 else ""
         yield V(
             f"pad_seq_to_mult={p} is more than the {m} this topology needs: it adds padding{extra}",
             f"set {K_PSM}={m} unless you keep one packed build for several topologies",
             K_PSM,
+        )
+
+
+@FAMILY.rule(
+    "LP-PACK-017",
+    E,
+    "pad_seq_to_mult no larger than the pack",
+    "Bridge packed_sequence (every sequence is padded up to a multiple of pad_seq_to_mult)",
+    fix="set dataset.offline_packing_specs.pad_seq_to_mult to the multiple the topology needs",
+)
+def pack_pad_mult_over_pack(s: TrainingSetup) -> Iterator[Violation]:
+    """A sequence padded up to a multiple larger than the pack fits in no pack: every sample is longer
+    than ``packed_sequence_size`` once padded, so nothing can be packed."""
+    specs = s.dataset.offline_packing_specs
+    pss = packed_size(s)
+    if not s.dataset.offline_packing or specs is None or specs.pad_seq_to_mult is None or not pss:
+        return
+    p = specs.pad_seq_to_mult
+    if p > pss:
+        yield V(
+            f"pad_seq_to_mult={p} is more than packed_sequence_size={pss}: every sequence is padded to at "
+            f"least {p} tokens and fits in no pack",
+            f"set {K_PSM}={s.required_pad_seq_to_mult} (the multiple this topology needs)",
+            K_PSM,
+            K_PSS,
         )
 
 
