@@ -19,24 +19,30 @@ from longpack.rules.checks import (
     cuda_graphs,
     energon,
     family,
+    hybrid_cp,
     inputs,
     moe,
     packed_data,
     packing,
     pipeline,
     topology,
+    upstream,
     vlm,
 )
 from longpack.rules.config import TrainingSetup
 from longpack.rules.packed_data import PackedDataSummary
-from longpack.rules.registry import Finding, RuleSet, Severity, sorted_findings
+from longpack.rules.provenance import PROVENANCE
+from longpack.rules.registry import Finding, Rule, RuleSet, Severity, sorted_findings
+from longpack.rules.versions import UpstreamVersions
 
 #: The rule families, in the order ``longpack check --list-rules`` prints them.
 FAMILY_MODULES = (
     inputs,
+    upstream,
     topology,
     pipeline,
     cp,
+    hybrid_cp,
     batch,
     packing,
     cuda_graphs,
@@ -48,24 +54,47 @@ FAMILY_MODULES = (
 )
 
 #: Every rule: iterate for :class:`~longpack.rules.registry.Rule` records, ``RULES[id]`` for one.
-RULES = RuleSet(module.FAMILY for module in FAMILY_MODULES)
+RULES = RuleSet((module.FAMILY for module in FAMILY_MODULES), provenance=PROVENANCE)
+
+
+def rules_outside(versions: UpstreamVersions) -> list[Rule]:
+    """The rules whose version ranges leave out ``versions`` (``longpack check --verbose`` lists them).
+
+    >>> ids = [r.id for r in rules_outside(UpstreamVersions.resolve(bridge="0.5.1", mcore="0.16.1"))]
+    >>> "LP-MOE-005" in ids, "LP-CG-006" in ids, "LP-HCP-001" in ids
+    (False, False, False)
+    >>> "LP-MOE-006" in [r.id for r in rules_outside(UpstreamVersions.resolve(bridge="main", mcore="0.19.0"))]
+    True
+    """
+    return [r for r in RULES if not r.provenance.applies(versions)]
 
 
 def run_rules(
-    setup: TrainingSetup, packed: PackedDataSummary | None = None, *, select: set[str] | None = None
+    setup: TrainingSetup,
+    packed: PackedDataSummary | None = None,
+    *,
+    select: set[str] | None = None,
+    versions: UpstreamVersions | None = None,
 ) -> list[Finding]:
-    """Run every rule (or those in ``select``) and return findings, errors first.
+    """Run every rule (or those in ``select``) whose version ranges hold ``versions`` and return
+    findings, errors first.
 
-    ``packed`` (a summary of the packed folder the run reads) enables the packed-data rules; it may also
-    come in as ``setup.packed``. When a size is not positive (``LP-CFG-001``), only the ``LP-CFG`` rules
-    run: the others would divide by it.
+    ``versions`` (default: ``setup.versions``, else :meth:`UpstreamVersions.resolve`: the installed
+    packages' versions, else the newest the catalog knows) decides which rules apply; each finding names
+    them. ``packed`` (a summary of the packed folder the run reads) enables the packed-data rules; it may
+    also come in as ``setup.packed``. When a size is not positive (``LP-CFG-001``), only the ``LP-CFG``
+    rules run: the others would divide by it.
     """
+    versions = versions or setup.versions or UpstreamVersions.resolve()
+    setup = dataclasses.replace(setup, versions=versions)
     if packed is not None:
         setup = dataclasses.replace(setup, packed=packed)
     findings: list[Finding] = []
     basic_broken = bool(inputs.non_positive_sizes(setup))
     for r in RULES:
         if select is not None and r.id not in select:
+            continue
+        if not r.provenance.applies(versions):
             continue
         if basic_broken and r.family != inputs.FAMILY.name:
             continue
@@ -81,6 +110,7 @@ def run_rules(
                     fix=v.fix,
                     keys=v.keys,
                     where=tuple(setup.where(*v.keys)),
+                    applies_to=r.provenance.applies_to(versions),
                 )
             )
     return sorted_findings(findings)
