@@ -21,6 +21,7 @@ True
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -29,6 +30,7 @@ from longpack.errors import ConfigError
 
 __all__ = [
     "BRIDGE",
+    "ENV_VARS",
     "MCORE",
     "PRODUCTS",
     "Product",
@@ -104,6 +106,9 @@ PRODUCTS: dict[Product, _ProductInfo] = {
         ),
     ),
 }
+
+#: Environment variables that set the default versions (a container pinned to one release sets them once).
+ENV_VARS: dict[Product, str] = {BRIDGE: "LONGPACK_BRIDGE_VERSION", MCORE: "LONGPACK_MEGATRON_CORE_VERSION"}
 
 _VERSION = re.compile(r"^(?:core_)?v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?(dev|a|b|rc|alpha|beta)\.?(\d*))?(?:[+.].*)?$")
 _STAGE = {"dev": 0, "a": 1, "alpha": 1, "b": 2, "beta": 2, "rc": 3}
@@ -185,7 +190,8 @@ class UpstreamVersions:
 
     @classmethod
     def resolve(cls, *, bridge: str | None = None, mcore: str | None = None) -> UpstreamVersions:
-        """The versions given, else the installed packages', else the newest the catalog knows (``main``).
+        """The versions given, else ``$LONGPACK_BRIDGE_VERSION`` / ``$LONGPACK_MEGATRON_CORE_VERSION``,
+        else the installed packages', else the newest the catalog knows (``main``).
 
         A version that does not parse is a :class:`~longpack.errors.ConfigError`.
         """
@@ -199,6 +205,11 @@ class UpstreamVersions:
                     )
                 version_key(given, product)
                 found[product] = (given.strip(), "given")
+                continue
+            from_env = os.environ.get(ENV_VARS[product], "").strip()
+            if from_env:
+                version_key(from_env, product)
+                found[product] = (from_env, f"${ENV_VARS[product]}")
                 continue
             installed = installed_version(product)
             if installed is not None:
