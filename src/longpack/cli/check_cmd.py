@@ -33,11 +33,30 @@ def rules_markdown() -> str:
     """The rule table of README.md (``longpack check --list-rules --markdown``)."""
     from longpack.rules import RULES
 
-    lines = ["| id | severity | what it checks | source |", "|---|---|---|---|"]
+    lines = [
+        "| id | severity | what it checks | versions | source |",
+        "|---|---|---|---|---|",
+    ]
     for r in RULES.values():
         title = r.title + (" (with `--packed`)" if r.scope == "packed" else "")
-        lines.append(f"| `{r.id}` | {r.severity.value} | {title} | {r.source} |")
+        lines.append(
+            f"| `{r.id}` | {r.severity.value} | {title} | {r.provenance.ranges_text()} | {_sources_md(r)} |"
+        )
     return "\n".join(lines)
+
+
+def _sources_md(rule: Any) -> str:
+    """The rule's source in words, then each upstream file with its commit (linked on GitHub)."""
+    parts = [rule.source]
+    for src in rule.provenance.sources:
+        if src.repo == "longpack" or not src.path:
+            continue
+        where = f"{src.repo.split('/')[1]} `{src.path}`"
+        if src.commit:
+            url = f"https://github.com/{src.repo}/commit/{src.commit}"
+            where += f" @ [{src.commit}]({url})"
+        parts.append(where + (" (relaxed it)" if src.relaxes else ""))
+    return "<br>".join(parts)
 
 
 def _list_rules(as_json: bool, markdown: bool = False) -> None:
@@ -47,7 +66,18 @@ def _list_rules(as_json: bool, markdown: bool = False) -> None:
     from longpack.rules import RULES
 
     rows = [
-        {"id": r.id, "severity": r.severity.value, "title": r.title, "source": r.source, "scope": r.scope}
+        {
+            "id": r.id,
+            "severity": r.severity.value,
+            "title": r.title,
+            "source": r.source,
+            "scope": r.scope,
+            "versions": r.provenance.ranges_text(),
+            "sources": [
+                {"repo": s.repo, "path": s.path, "commit": s.commit, "relaxes": s.relaxes}
+                for s in r.provenance.sources
+            ],
+        }
         for r in RULES.values()
     ]
     if as_json:
@@ -57,11 +87,11 @@ def _list_rules(as_json: bool, markdown: bool = False) -> None:
         typer.echo(rules_markdown())
         return
     table = Table(title=f"longpack check: {len(rows)} rules")
-    for col in ("id", "severity", "checks", "source"):
+    for col in ("id", "severity", "checks", "versions", "source"):
         table.add_column(col, no_wrap=col in ("id", "severity"), overflow="fold")
     for r in rows:
         title = r["title"] + (" [--packed]" if r["scope"] == "packed" else "")
-        table.add_row(r["id"], r["severity"], title, r["source"])
+        table.add_row(r["id"], r["severity"], title, r["versions"], r["source"])
     Console().print(table)
 
 
@@ -136,6 +166,11 @@ def register(app: typer.Typer) -> None:
         show_ignored: bool = typer.Option(
             False, "--show-ignored", help="List every config key no rule reads."
         ),
+        bridge_version: opt.BridgeVersion = None,
+        megatron_core_version: opt.McoreVersion = None,
+        verbose: bool = typer.Option(
+            False, "--verbose", "-v", help="Also list the rules not applied to these versions (and why)."
+        ),
     ) -> None:
         """Check a Megatron-Bridge training config (plus overrides, GPU count and packed data) against every
         packing, context-parallel, batch, CUDA-graph, Energon, MoE and pipeline rule."""
@@ -161,17 +196,19 @@ def register(app: typer.Typer) -> None:
                 dataset_kind=dataset_kind,
                 packed=packed,
                 packed_no_manifest_ok=no_manifest_ok,
+                bridge_version=bridge_version,
+                megatron_core_version=megatron_core_version,
             ).run()
         except LongpackError as exc:
             raise _fail_input(exc, as_json) from exc
         if as_json:
             typer.echo(json.dumps(result.as_dict(), indent=2))
         else:
-            _print_human(result, show_ignored)
+            _print_human(result, show_ignored, verbose)
         raise typer.Exit(result.exit_code)
 
 
-def _print_human(result: Any, show_ignored: bool) -> None:
+def _print_human(result: Any, show_ignored: bool, verbose: bool = False) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -189,6 +226,15 @@ def _print_human(result: Any, show_ignored: bool) -> None:
     )
     for note in loaded.notes:
         console.print(Text(f"  {note}", style="dim"))
+    if result.versions is not None:
+        console.print(
+            Text(
+                f"  rules for {result.versions.describe('bridge')}, {result.versions.describe('mcore')}; "
+                f"{len(result.not_applied)} rules do not apply to these versions"
+                + ("" if verbose else " (--verbose lists them)"),
+                style="dim",
+            )
+        )
     if packed is not None:
         console.print(
             Text(
@@ -207,6 +253,9 @@ def _print_human(result: Any, show_ignored: bool) -> None:
             problem = Text(f.message)
             if f.where:
                 problem.append("\n" + "; ".join(f.where), style="dim")
+            if f.applies_to and not f.applies_to.endswith("(rule: all versions)"):
+                # version-bounded rules say which versions they were applied for (JSON always does)
+                problem.append("\nfor " + f.applies_to, style="dim")
             table.add_row(
                 Text(f.severity.value, style=colors[f.severity.value]), f.rule_id, problem, Text(f.fix)
             )
@@ -216,6 +265,10 @@ def _print_human(result: Any, show_ignored: bool) -> None:
     console.print(
         f"{verdict}: {counts['error']} errors, {counts['warning']} warnings, {counts['info']} infos"
     )
+    if verbose and result.not_applied:
+        console.print(Text("Rules not applied to these versions:", style="dim"))
+        for r in result.not_applied:
+            console.print(Text(f"  {r.id}  {r.title}  [{r.provenance.ranges_text()}]", style="dim"))
     if loaded.ignored_keys:
         shown = loaded.ignored_keys if show_ignored else loaded.ignored_keys[:8]
         more = "" if show_ignored or len(loaded.ignored_keys) <= 8 else " ... (--show-ignored lists all)"

@@ -75,6 +75,24 @@ ModelId = Annotated[
 ]
 Gpu = Annotated[str | None, typer.Option("--gpu", help="GPU type (e.g. H100_SXM, H200, B200).")]
 Gpus = Annotated[int | None, typer.Option("--gpus", help="Number of GPUs (world size).")]
+# The default order is longpack.rules.versions.UpstreamVersions.resolve's (not imported here: --help must
+# not load the rules); tests/rules/test_rules_versions.py checks the variable names against ENV_VARS.
+BridgeVersion = Annotated[
+    str | None,
+    typer.Option(
+        "--bridge-version",
+        help="Megatron-Bridge version the rules are for (0.6.0, main; default: $LONGPACK_BRIDGE_VERSION, "
+        "else the installed megatron-bridge, else the newest longpack knows).",
+    ),
+]
+McoreVersion = Annotated[
+    str | None,
+    typer.Option(
+        "--megatron-core-version",
+        help="Megatron-Core version the rules are for (0.19.0, main; default: $LONGPACK_MEGATRON_CORE_VERSION, "
+        "else the installed megatron-core, else the newest longpack knows).",
+    ),
+]
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
 

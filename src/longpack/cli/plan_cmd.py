@@ -240,6 +240,8 @@ def plan(
         opt.Precision, typer.Option("--precision", help="Training precision (fp8: Hopper blockwise).")
     ] = "bf16",
     top: int = typer.Option(10, "--top", help="Show the best K layouts."),
+    bridge_version: opt.BridgeVersion = None,
+    megatron_core_version: opt.McoreVersion = None,
     headroom: float = typer.Option(
         0.95, "--headroom", help="Fraction of usable GPU memory a layout may use."
     ),
@@ -303,6 +305,8 @@ def plan(
         ep=ep,
         mbs=mbs,
         top=top,
+        bridge_version=bridge_version,
+        megatron_core_version=megatron_core_version,
     )
     if plot is not None:
         from longpack.outputs import check_output_file

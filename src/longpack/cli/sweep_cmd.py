@@ -79,6 +79,8 @@ def register(app: typer.Typer) -> None:
         demo: bool = typer.Option(
             False, "--demo", help="Sweep the built-in demo SFT data (default --tokenizer qwen3)."
         ),
+        bridge_version: opt.BridgeVersion = None,
+        megatron_core_version: opt.McoreVersion = None,
     ) -> None:
         """Pack at every candidate size with equal token slots per step; compare counts, fill, batch
         rules and (with --model/--gpu/--gpus) memory and real tokens/s; recommend a pack size."""
@@ -126,6 +128,8 @@ def register(app: typer.Typer) -> None:
             recompute=recompute,
             offload=offload,
             progress=not as_json and sys.stderr.isatty(),
+            bridge_version=bridge_version,
+            megatron_core_version=megatron_core_version,
         )
         result = config.run()
         doc = result.as_dict()

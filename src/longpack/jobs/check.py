@@ -31,7 +31,12 @@ class CheckConfig:
     only), ``overrides`` (``model.context_parallel_size=8``, ``+key=value``, ``~key``), ``gpus`` (world
     size), ``model`` (a catalog model id), ``dataset_kind`` (default: inferred) and ``packed`` (a packed
     output folder to check against the config; ``packed_no_manifest_ok`` reads a folder without
-    ``manifest.json``, as Megatron-Bridge's prepare step writes it)."""
+    ``manifest.json``, as Megatron-Bridge's prepare step writes it).
+
+    ``bridge_version`` / ``megatron_core_version`` (``0.6.0``, ``0.19.0``, ``main``) choose the rules: a
+    rule whose version range leaves them out is not applied. Default: ``$LONGPACK_BRIDGE_VERSION`` /
+    ``$LONGPACK_MEGATRON_CORE_VERSION``, else the installed packages' versions, else the newest the
+    catalog knows (``main``); the result says which and why."""
 
     config: str | Path | None = None
     overrides: Sequence[str] = ()
@@ -40,6 +45,8 @@ class CheckConfig:
     dataset_kind: str | None = None
     packed: str | Path | None = None
     packed_no_manifest_ok: bool = False
+    bridge_version: str | None = None
+    megatron_core_version: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.overrides, str):
@@ -64,6 +71,14 @@ class CheckConfig:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise ConfigError(f"{name} must be a name (a string), got {value!r}", fields=name)
+        self.versions()  # a version that does not parse is refused here, before any work
+
+    def versions(self) -> Any:
+        """The :class:`~longpack.rules.versions.UpstreamVersions` the rules run for (given, from the
+        environment, installed, or the newest known)."""
+        from longpack.rules.versions import UpstreamVersions
+
+        return UpstreamVersions.resolve(bridge=self.bridge_version, mcore=self.megatron_core_version)
 
     def run(self) -> CheckResult:
         """Load the setup, inspect ``packed`` (if given) and run every rule.
@@ -72,6 +87,7 @@ class CheckConfig:
         ``longpack.errors.LongpackError`` (``ConfigError``, ``PackedDataError``).
         """
         from longpack.rules import inspect_packed_dir, load_setup, run_rules, setup_from_mapping
+        from longpack.rules.runner import rules_outside
 
         common: dict[str, Any] = {
             "world_size": self.gpus,
@@ -97,13 +113,16 @@ class CheckConfig:
                 pack_size_hint=None if pss is None else pss.packed_sequence_size,
                 allow_no_manifest=self.packed_no_manifest_ok,
             )
-        findings = run_rules(setup, packed)
+        versions = self.versions()
+        findings = run_rules(setup, packed, versions=versions)
         return CheckResult(
             config=None if self.config is None else str(self.config),
             overrides=tuple(self.overrides),
             loaded=loaded,
             packed=packed,
             findings=tuple(findings),
+            versions=versions,
+            not_applied=tuple(rules_outside(versions)),
         )
 
 
@@ -117,6 +136,9 @@ class CheckResult:
     loaded: Any  # longpack.rules.LoadedSetup
     findings: tuple[Any, ...] = ()
     packed: Any = None  # longpack.rules.PackedDataSummary | None
+    versions: Any = None  # longpack.rules.versions.UpstreamVersions
+    #: Rules whose version ranges leave the checked versions out (not applied).
+    not_applied: tuple[Any, ...] = ()
 
     @property
     def setup(self) -> Any:
@@ -174,6 +196,10 @@ class CheckResult:
             "summary": self.summary(),
             "counts": self.counts,
             "findings": [f.to_dict() for f in self.findings],
+            "versions": None if self.versions is None else self.versions.to_dict(),
+            "rules_not_applied": [
+                {"id": r.id, "title": r.title, "versions": r.provenance.ranges_text()} for r in self.not_applied
+            ],
             "notes": list(self.loaded.notes),
             "ignored_keys": list(self.loaded.ignored_keys),
         }

@@ -163,6 +163,9 @@ class PlanConfig:
     ep: int | None = None
     mbs: int | None = None
     top: int = 10
+    #: Versions the rules check candidates for (as ``CheckConfig``'s; default: check's default).
+    bridge_version: str | None = None
+    megatron_core_version: str | None = None
 
     def __post_init__(self) -> None:
         from longpack.validate import flag, positive_int
@@ -179,6 +182,7 @@ class PlanConfig:
         """The keyword arguments of the planner's ``SearchRequest`` (catalog entries loaded)."""
         from longpack.planner.catalog import load_gpu, load_model
         from longpack.planner.options import normalize_recompute
+        from longpack.rules.versions import UpstreamVersions
 
         return {
             "model": load_model(self.model),
@@ -198,6 +202,7 @@ class PlanConfig:
             "pp": self.pp,
             "ep": self.ep,
             "mbs": self.mbs,
+            "rule_versions": UpstreamVersions.resolve(bridge=self.bridge_version, mcore=self.megatron_core_version),
         }
 
     def _build_request(self) -> Any:

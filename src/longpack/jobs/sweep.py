@@ -46,6 +46,7 @@ from longpack.packed.plan import DEFAULT_ALGORITHM
 from longpack.planner.catalog import GPUSpec, ModelSpec
 from longpack.planner.options import PlanError, PlanLayout
 from longpack.rules import TrainingSetup, run_rules
+from longpack.rules.versions import UpstreamVersions
 from longpack.samples import TokenizedSamples
 from longpack.text.rows import TextConfig
 from longpack.topology import ParallelLayout, TopologyError
@@ -362,7 +363,9 @@ def _round(x: float | None, digits: int) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-def batch_rule_findings(layout: ParallelLayout, *, pack_length: int, gbs: int) -> tuple[dict[str, Any], ...]:
+def batch_rule_findings(
+    layout: ParallelLayout, *, pack_length: int, gbs: int, versions: UpstreamVersions | None = None
+) -> tuple[dict[str, Any], ...]:
     """Findings of the batch rules (``LP-BATCH-001`` GBS % (MBS*DP) == 0, ``LP-BATCH-002`` GBS ≥ MBS*DP) for
     this layout with MBS 1, as ``longpack check --json`` prints them.
 
@@ -372,7 +375,7 @@ def batch_rule_findings(layout: ParallelLayout, *, pack_length: int, gbs: int) -
     ()
     """
     setup = TrainingSetup.from_layout(
-        layout, seq_length=pack_length, micro_batch_size=1, global_batch_size=gbs
+        layout, seq_length=pack_length, micro_batch_size=1, global_batch_size=gbs, versions=versions
     )
     return tuple(f.to_dict() for f in run_rules(setup, select=set(BATCH_RULES)))
 
@@ -626,6 +629,7 @@ def sweep(
     eos_id: int,
     layout: ParallelLayout | None = None,
     planner: PlannerSetup | None = None,
+    versions: UpstreamVersions | None = None,
 ) -> SweepResult:
     """Pack ``samples`` at every candidate length; check the batch rules against the layout the planner
     picks (with ``planner``), else against ``layout`` (its DP); recommend (planner only). With a planner,
@@ -644,13 +648,13 @@ def sweep(
             rules = None
             if chosen is not None:
                 _check_alignment(settings, chosen)
-                rules = batch_rule_findings(chosen, pack_length=length, gbs=cand.gbs)
+                rules = batch_rule_findings(chosen, pack_length=length, gbs=cand.gbs, versions=versions)
             cand = replace(cand, estimate=est, dp=None if chosen is None else chosen.dp, batch_rules=rules)
         elif layout is not None:
             cand = replace(
                 cand,
                 dp=layout.dp,
-                batch_rules=batch_rule_findings(layout, pack_length=length, gbs=cand.gbs),
+                batch_rules=batch_rule_findings(layout, pack_length=length, gbs=cand.gbs, versions=versions),
             )
         out.append(cand)
     candidates = tuple(out)
@@ -714,6 +718,9 @@ class SweepConfig:
     recompute: str | Sequence[str] | None = None
     offload: bool = True
     progress: bool = False
+    #: Versions the batch rules check candidates for (as ``CheckConfig``'s; default: check's default).
+    bridge_version: str | None = None
+    megatron_core_version: str | None = None
 
     def __post_init__(self) -> None:
         from longpack.jobs.pack import DEMO_TOKENIZER, _paths, resolve_pad_seq_to_mult
@@ -914,7 +921,10 @@ class SweepConfig:
         cluster: ParallelLayout | None = self._cluster  # type: ignore[attr-defined]
         # with the planner, a layout fixes DP only when ``layout`` pins it (else the planner picks PP)
         fixed = cluster if planner is None or self.layout is not None else None
-        result = sweep(tokenized.samples, self.settings, eos_id=int(eos_id), layout=fixed, planner=planner)
+        versions = UpstreamVersions.resolve(bridge=self.bridge_version, mcore=self.megatron_core_version)
+        result = sweep(
+            tokenized.samples, self.settings, eos_id=int(eos_id), layout=fixed, planner=planner, versions=versions
+        )
         return replace(
             result,
             input={

@@ -29,6 +29,7 @@ from longpack.planner.memory import MemoryBreakdown, estimate_memory, stage_coun
 from longpack.planner.options import PlanError, PlanLayout, TrainingOptions, layout_string
 from longpack.planner.timing import TimeBreakdown, TimeModelParams, best_cp_comm_type, estimate_time
 from longpack.rules import Finding, TrainingSetup, has_errors, run_rules
+from longpack.rules.versions import UpstreamVersions
 from longpack.rules.checks.batch import gbs_covers_dp, gbs_divisible
 from longpack.rules.checks.cp import cp_divides_seq_length
 from longpack.rules.checks.pipeline import vpp_has_pp
@@ -75,6 +76,8 @@ class SearchRequest:
     mbs: int | None = None
     max_tp: int = 8
     keep_all: bool = False
+    #: Megatron-Bridge / Megatron-Core versions the rules check candidates for (None: check's default).
+    rule_versions: UpstreamVersions | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "seq_length"):
@@ -629,6 +632,7 @@ def layout_findings(req: SearchRequest, cand: Candidate) -> tuple[Finding, ...]:
         global_batch_size=req.global_batch,
         dataset_kind="pretraining",
         pipeline_model_parallel_layout=cand.pipeline_layout,
+        versions=req.rule_versions,
     )
     return tuple(run_rules(setup))
 

@@ -521,13 +521,15 @@ class TrainingSetup:
         global_batch_size: int | None = None,
         dataset: DatasetSettings | None = None,
         dataset_kind: str | DatasetKind = DatasetKind.SFT,
+        versions: UpstreamVersions | None = None,
         **model_fields: Any,
     ) -> TrainingSetup:
         """A setup from a :class:`ParallelLayout` (what the planner and ``longpack pack`` hold).
 
         ``model_fields`` are further :class:`ModelSettings` fields (``num_layers=61``, ...); the
         architecture the family knows fills the ones not given. ``dataset`` (or just ``dataset_kind``)
-        describes the data side.
+        describes the data side; ``versions`` the Megatron-Bridge / Megatron-Core versions the rules run for
+        (``None``: ``run_rules``'s default).
 
         >>> TrainingSetup.from_layout(ParallelLayout(world_size=8, tp=2), num_layers=32).model.num_layers
         32
@@ -556,6 +558,7 @@ class TrainingSetup:
             micro_batch_size=micro_batch_size,
             global_batch_size=global_batch_size,
             dataset=ds,
+            versions=versions,
         )
 
     # --- derived values ---------------------------------------------------------------------------

@@ -110,7 +110,9 @@ PRODUCTS: dict[Product, _ProductInfo] = {
 #: Environment variables that set the default versions (a container pinned to one release sets them once).
 ENV_VARS: dict[Product, str] = {BRIDGE: "LONGPACK_BRIDGE_VERSION", MCORE: "LONGPACK_MEGATRON_CORE_VERSION"}
 
-_VERSION = re.compile(r"^(?:core_)?v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?(dev|a|b|rc|alpha|beta)\.?(\d*))?(?:[+.].*)?$")
+_VERSION = re.compile(
+    r"^(?:core_)?v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?(dev|a|b|rc|alpha|beta)\.?(\d*))?(?:\.post\d+)?(?:\+[\w.]+)?$"
+)
 _STAGE = {"dev": 0, "a": 1, "alpha": 1, "b": 2, "beta": 2, "rc": 3}
 _MAIN_NAMES = ("main", "dev", "head", "latest")
 
@@ -135,7 +137,7 @@ def version_key(text: str, product: Product) -> tuple[int, int, int, int, int]:
     if m is None or int(m.group(1)) > 1:  # container tags such as 26.04 are not package versions
         known = [r.version for r in info.releases]
         raise ConfigError(
-            f"{info.name} version {text!r} is not a version such as 0.6.0 or main "
+            f"{info.name} version {text!r} is not a version such as {known[-2]} or main "
             f"(releases this catalog knows: {known[0]} ... {', '.join(known[-2:])})",
             fields=f"{product}_version",
         )
