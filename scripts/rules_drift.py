@@ -96,6 +96,8 @@ class Site:
     condition: str
     message: str
     line: int
+    #: The statement's source text (what rules' probes are looked for in; not part of its identity).
+    segment: str = field(default="", compare=False)
 
     @property
     def text(self) -> str:
@@ -140,16 +142,30 @@ def sites_in(source: str, path: str) -> list[Site]:
                 continue
             if isinstance(child, ast.Assert):
                 found.append(
-                    Site(path, ".".join(scope), "assert", ast.unparse(child.test), _message(child.msg), child.lineno)
+                    Site(
+                        path,
+                        ".".join(scope),
+                        "assert",
+                        ast.unparse(child.test),
+                        _message(child.msg),
+                        child.lineno,
+                        _segment(source, child),
+                    )
                 )
             elif isinstance(child, ast.Raise) and child.exc is not None:
                 exc = child.exc
                 name = ast.unparse(exc.func if isinstance(exc, ast.Call) else exc)
-                found.append(Site(path, ".".join(scope), "raise", name, _message(exc), child.lineno))
+                found.append(
+                    Site(path, ".".join(scope), "raise", name, _message(exc), child.lineno, _segment(source, child))
+                )
             walk(child, scope)
 
     walk(tree, ())
     return found
+
+
+def _segment(source: str, node: ast.stmt) -> str:
+    return ast.get_source_segment(source, node) or ""
 
 
 def sites_at(gitdir: Path, commit: str, patterns: Sequence[str]) -> list[Site]:
@@ -208,7 +224,7 @@ def citing_rules(site: Site, repo: str) -> list[str]:
     """The longpack rules whose sources name this site's file and whose probe occurs in its text."""
     from longpack.rules import RULES
 
-    text = f"{site.condition} {site.message}"
+    text = f"{site.segment} {site.condition} {site.message}"
     return [
         r.id
         for r in RULES
