@@ -134,6 +134,7 @@ def sites_in(source: str, path: str) -> list[Site]:
     except SyntaxError:
         return []
     found: list[Site] = []
+    lines = source.splitlines()
 
     def walk(node: ast.AST, scope: tuple[str, ...]) -> None:
         for child in ast.iter_child_nodes(node):
@@ -149,14 +150,14 @@ def sites_in(source: str, path: str) -> list[Site]:
                         ast.unparse(child.test),
                         _message(child.msg),
                         child.lineno,
-                        _segment(source, child),
+                        _segment(lines, child),
                     )
                 )
             elif isinstance(child, ast.Raise) and child.exc is not None:
                 exc = child.exc
                 name = ast.unparse(exc.func if isinstance(exc, ast.Call) else exc)
                 found.append(
-                    Site(path, ".".join(scope), "raise", name, _message(exc), child.lineno, _segment(source, child))
+                    Site(path, ".".join(scope), "raise", name, _message(exc), child.lineno, _segment(lines, child))
                 )
             walk(child, scope)
 
@@ -164,8 +165,9 @@ def sites_in(source: str, path: str) -> list[Site]:
     return found
 
 
-def _segment(source: str, node: ast.stmt) -> str:
-    return ast.get_source_segment(source, node) or ""
+def _segment(lines: list[str], node: ast.stmt) -> str:
+    # whole lines (ast.get_source_segment re-splits the file on every call: minutes on Megatron-LM)
+    return "\n".join(lines[node.lineno - 1 : node.end_lineno or node.lineno])
 
 
 def sites_at(gitdir: Path, commit: str, patterns: Sequence[str]) -> list[Site]:
@@ -220,17 +222,36 @@ def compare(old: Iterable[Site], new: Iterable[Site]) -> Drift:
     return drift
 
 
-def citing_rules(site: Site, repo: str) -> list[str]:
-    """The longpack rules whose sources name this site's file and whose probe occurs in its text."""
+def _probes() -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(repo, path) -> [(probe, rule id)] over every rule source with a probe."""
     from longpack.rules import RULES
 
+    index: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for r in RULES:
+        for src in r.provenance.sources:
+            if src.probe:
+                index.setdefault((src.repo, src.path), []).append((src.probe, r.id))
+    return index
+
+
+_PROBES: dict[tuple[str, str], list[tuple[str, str]]] | None = None
+
+
+def citing_rules(site: Site, repo: str) -> list[str]:
+    """The longpack rules whose sources name this site's file and whose probe occurs in its text."""
+    global _PROBES
+    if _PROBES is None:
+        _PROBES = _probes()
     text = f"{site.segment} {site.condition} {site.message}"
-    return [
-        r.id
-        for r in RULES
-        for src in r.provenance.sources
-        if src.repo == repo and src.path == site.path and src.probe and src.probe in text
-    ]
+    return sorted({rule_id for probe, rule_id in _PROBES.get((repo, site.path), ()) if probe in text})
+
+
+#: Words that mark a site as about packing, CP, CUDA graphs or MoE dispatch (for the triage list).
+TOPICS = re.compile(
+    r"pack|cu_seqlens|thd|context.parallel|\bcp\b|cp_size|hybrid|cuda.?graph|cudagraph|hybridep|dispatch|"
+    r"micro.batch|seq_length|sequence length|pad_|padding",
+    re.IGNORECASE,
+)
 
 
 def report(gitdir: Path, old_ref: str, new_ref: str, patterns: Sequence[str] | None = None) -> str:
@@ -244,6 +265,18 @@ def report(gitdir: Path, old_ref: str, new_ref: str, patterns: Sequence[str] | N
         "",
         f"appeared {len(drift.appeared)}, changed {len(drift.changed)}, disappeared {len(drift.disappeared)}",
     ]
+    touched = [*drift.appeared, *drift.disappeared, *(b for _, b in drift.changed)]
+    cited = [s for s in touched if citing_rules(s, repo)]
+    lines.append(f"cited by a longpack rule: {len(cited)}; rules cited: "
+                 f"{', '.join(sorted({i for s in cited for i in citing_rules(s, repo)})) or 'none'}")
+    per_file: dict[str, list[int]] = {}
+    for i, group in enumerate((drift.appeared, [b for _, b in drift.changed], drift.disappeared)):
+        for s in group:
+            per_file.setdefault(s.path, [0, 0, 0])[i] += 1
+    lines += ["", "| file | appeared | changed | disappeared |", "|---|---|---|---|"]
+    lines += [f"| `{p}` | {a} | {c} | {d} |" for p, (a, c, d) in sorted(per_file.items())]
+    triage = [s for s in touched if not citing_rules(s, repo) and TOPICS.search(f"{s.condition} {s.message}")]
+    lines += ["", f"## To triage: {len(triage)} uncited sites about packing, CP, CUDA graphs or MoE dispatch"]
 
     def cite(s: Site) -> str:
         ids = citing_rules(s, repo)
@@ -252,6 +285,8 @@ def report(gitdir: Path, old_ref: str, new_ref: str, patterns: Sequence[str] | N
     def one(s: Site) -> str:
         what = s.message or s.condition
         return f"- `{s.path}:{s.line}` {s.function or '<module>'}: {s.kind} {what[:160]}{cite(s)}"
+
+    lines += [one(s) for s in triage]
 
     for title, items in (("Appeared", drift.appeared), ("Disappeared", drift.disappeared)):
         lines += ["", f"## {title}", *[one(s) for s in items]]
