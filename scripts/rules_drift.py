@@ -78,7 +78,9 @@ def resolve(gitdir: Path, ref: str, branch: str = "HEAD") -> str:
 def repo_name(gitdir: Path) -> str:
     """Which watched repository a checkout is (by its files)."""
     names = _git(gitdir, "ls-tree", "--name-only", "HEAD").split()
-    return "NVIDIA-NeMo/Megatron-Bridge" if "src" in names and "megatron" not in names else "NVIDIA/Megatron-LM"
+    return (
+        "NVIDIA-NeMo/Megatron-Bridge" if "src" in names and "megatron" not in names else "NVIDIA/Megatron-LM"
+    )
 
 
 def watched_files(gitdir: Path, commit: str, patterns: Sequence[str]) -> list[str]:
@@ -115,7 +117,8 @@ def _message(node: ast.expr | None) -> str:
     if isinstance(node, ast.JoinedStr):
         return " ".join(
             "".join(
-                v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else "{}" for v in node.values
+                v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else "{}"
+                for v in node.values
             ).split()
         )
     if isinstance(node, ast.BinOp):
@@ -157,7 +160,15 @@ def sites_in(source: str, path: str) -> list[Site]:
                 exc = child.exc
                 name = ast.unparse(exc.func if isinstance(exc, ast.Call) else exc)
                 found.append(
-                    Site(path, ".".join(scope), "raise", name, _message(exc), child.lineno, _segment(lines, child))
+                    Site(
+                        path,
+                        ".".join(scope),
+                        "raise",
+                        name,
+                        _message(exc),
+                        child.lineno,
+                        _segment(lines, child),
+                    )
                 )
             walk(child, scope)
 
@@ -212,7 +223,9 @@ def compare(old: Iterable[Site], new: Iterable[Site]) -> Drift:
         for s in list(gone):
             if key == "message" and not s.message:
                 continue
-            candidates = [c for c in came_by.get((s.path, s.function, getattr(s, key)), []) if id(c) not in used_new]
+            candidates = [
+                c for c in came_by.get((s.path, s.function, getattr(s, key)), []) if id(c) not in used_new
+            ]
             if candidates:
                 drift.changed.append((s, candidates[0]))
                 used_new.add(id(candidates[0]))
@@ -267,8 +280,10 @@ def report(gitdir: Path, old_ref: str, new_ref: str, patterns: Sequence[str] | N
     ]
     touched = [*drift.appeared, *drift.disappeared, *(b for _, b in drift.changed)]
     cited = [s for s in touched if citing_rules(s, repo)]
-    lines.append(f"cited by a longpack rule: {len(cited)}; rules cited: "
-                 f"{', '.join(sorted({i for s in cited for i in citing_rules(s, repo)})) or 'none'}")
+    lines.append(
+        f"cited by a longpack rule: {len(cited)}; rules cited: "
+        f"{', '.join(sorted({i for s in cited for i in citing_rules(s, repo)})) or 'none'}"
+    )
     per_file: dict[str, list[int]] = {}
     for i, group in enumerate((drift.appeared, [b for _, b in drift.changed], drift.disappeared)):
         for s in group:

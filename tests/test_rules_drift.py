@@ -77,7 +77,9 @@ def test_sites_between_two_dates(repo: Path) -> None:
     assert text.startswith("# NVIDIA/Megatron-LM: assert/raise drift 2026-02-01")
     assert "appeared 3, changed 1, disappeared 1" in text
     appeared = text.split("## Appeared")[1].split("## Disappeared")[0]
-    assert "Hybrid context parallelism not supported with pipeline parallelism  [rules: LP-HCP-001]" in appeared
+    assert (
+        "Hybrid context parallelism not supported with pipeline parallelism  [rules: LP-HCP-001]" in appeared
+    )
     assert "Not enough samples to move  [rules: LP-SCHED-003]" in appeared
     assert "unknown scheduler {}  [no longpack rule]" in appeared
     assert "other/ignored.py" not in text  # not a watched file
@@ -90,7 +92,10 @@ def test_sites_between_two_dates(repo: Path) -> None:
 def test_commits_and_cli(repo: Path, tmp_path: Path) -> None:
     drift = _load()
     first = subprocess.run(
-        ["git", "-C", str(repo), "rev-list", "--max-parents=0", "HEAD"], capture_output=True, text=True, check=True
+        ["git", "-C", str(repo), "rev-list", "--max-parents=0", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     out = tmp_path / "drift.md"
     assert drift.main(["sites", "--repo", str(repo), "--from", first, "--to", "HEAD", "--out", str(out)]) == 0

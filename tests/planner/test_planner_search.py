@@ -12,7 +12,6 @@ from longpack.cli.plan_cmd import parse_layout
 from longpack.planner.catalog import load_gpu, load_model
 from longpack.planner.options import PlanLayout, TrainingOptions, normalize_recompute
 from longpack.planner.overrides import parse_overrides, to_overrides, to_python_snippet
-from longpack.rules.versions import UpstreamVersions
 from longpack.planner.search import (
     SearchRequest,
     _options_for,
@@ -22,6 +21,7 @@ from longpack.planner.search import (
     rule_of_thumb_cp,
     search,
 )
+from longpack.rules.versions import UpstreamVersions
 from longpack.topology import ParallelLayout
 
 

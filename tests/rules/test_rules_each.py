@@ -1101,8 +1101,20 @@ CASES += [
     Case(
         "LP-MOE-007",
         "MOE",
-        [*HYBRIDEP, PTML, PCU, "model.cuda_graph_impl=transformer_engine", "model.moe_hybridep_pad_uneven_dispatch_inputs=true"],
-        [*HYBRIDEP, PTML, PCU, "model.cuda_graph_impl=transformer_engine", "model.moe_hybridep_pad_uneven_dispatch_inputs=false"],
+        [
+            *HYBRIDEP,
+            PTML,
+            PCU,
+            "model.cuda_graph_impl=transformer_engine",
+            "model.moe_hybridep_pad_uneven_dispatch_inputs=true",
+        ],
+        [
+            *HYBRIDEP,
+            PTML,
+            PCU,
+            "model.cuda_graph_impl=transformer_engine",
+            "model.moe_hybridep_pad_uneven_dispatch_inputs=false",
+        ],
         ("not capture-safe",),
         fix_says=("model.moe_hybridep_pad_uneven_dispatch_inputs=false",),
     ),
@@ -1220,7 +1232,9 @@ def test_rule_fires_and_nearest_config_passes(case: Case) -> None:
     packed_fail = None if case.packed_fail is None else packed_summary(**case.packed_fail)
     packed_fix = None if case.packed_fix is None else packed_summary(**case.packed_fix)
     versions = {"bridge": case.bridge, "mcore": case.mcore}
-    fired = [f for f in findings_of(case.base, case.fail, packed_fail, **versions) if f.rule_id == case.rule_id]
+    fired = [
+        f for f in findings_of(case.base, case.fail, packed_fail, **versions) if f.rule_id == case.rule_id
+    ]
     assert fired, f"{case.rule_id} did not fire for {case.fail}"
     finding = fired[0]
     assert finding.severity.value == EXPECTED_SEVERITY[case.rule_id]

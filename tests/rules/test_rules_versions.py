@@ -48,7 +48,9 @@ def test_bridge_versions_order(lower: str, higher: str) -> None:
 
 
 def test_mcore_versions_order_including_dev_builds() -> None:
-    assert version_key("0.19.0", MCORE) < version_key("0.20.0.dev0+abc123", MCORE) == version_key("main", MCORE)
+    assert (
+        version_key("0.19.0", MCORE) < version_key("0.20.0.dev0+abc123", MCORE) == version_key("main", MCORE)
+    )
     assert version_key("core_v0.16.1", MCORE) == version_key("0.16.1", MCORE)
 
 
@@ -86,7 +88,12 @@ def test_default_versions_given_then_environment_then_installed_then_newest(monk
     )
     monkeypatch.delenv(ENV_VARS[BRIDGE])
     got = UpstreamVersions.resolve(mcore="0.17.1")
-    assert (got.bridge, got.bridge_origin, got.mcore, got.mcore_origin) == ("main", "newest known", "0.17.1", "given")
+    assert (got.bridge, got.bridge_origin, got.mcore, got.mcore_origin) == (
+        "main",
+        "newest known",
+        "0.17.1",
+        "given",
+    )
     assert "newest known" in got.describe(BRIDGE) and "067f987df" in got.describe(BRIDGE)
 
 
@@ -134,7 +141,10 @@ def test_every_rule_records_versions_and_sources(rule) -> None:
 def test_rules_outside_a_version_are_listed() -> None:
     old = UpstreamVersions.resolve(bridge="0.5.1", mcore="0.18.2")
     outside = {r.id for r in rules_outside(old)}
-    assert {"LP-EN-001", "LP-CG-007", "LP-HCP-001", "LP-MOE-005", "LP-MOE-007"} - {"LP-HCP-001", "LP-MOE-005"} <= outside
+    assert {"LP-EN-001", "LP-CG-007", "LP-HCP-001", "LP-MOE-005", "LP-MOE-007"} - {
+        "LP-HCP-001",
+        "LP-MOE-005",
+    } <= outside
     assert "LP-HCP-001" not in outside and "LP-MOE-006" not in outside
     assert {r.id for r in rules_outside(UpstreamVersions.resolve(bridge="main", mcore="main"))} >= {
         "LP-MOE-005",
@@ -150,11 +160,25 @@ def test_rules_outside_a_version_are_listed() -> None:
 # (rule, base, overrides, versions where it applies, versions where it does not)
 BOUNDARIES = [
     # added: hybrid CP exists from Megatron-Core 0.16.0
-    ("LP-HCP-001", "SFT", ["model.hybrid_context_parallel=true", "model.max_seqlen_per_dp_cp_rank=4096",
-                           "model.pipeline_model_parallel_size=2"], ("main", "0.16.0"), ("main", "0.15.3")),
+    (
+        "LP-HCP-001",
+        "SFT",
+        [
+            "model.hybrid_context_parallel=true",
+            "model.max_seqlen_per_dp_cp_rank=4096",
+            "model.pipeline_model_parallel_size=2",
+        ],
+        ("main", "0.16.0"),
+        ("main", "0.15.3"),
+    ),
     # added: the DP-balanced scheduler is on Megatron-LM main only (#6684)
-    ("LP-SCHED-002", "SFT", ["model.sequence_packing_scheduler=dp_balanced",
-                             "model.max_seqlen_per_dp_cp_rank=1024"], ("main", "main"), ("main", "0.19.0")),
+    (
+        "LP-SCHED-002",
+        "SFT",
+        ["model.sequence_packing_scheduler=dp_balanced", "model.max_seqlen_per_dp_cp_rank=1024"],
+        ("main", "main"),
+        ("main", "0.19.0"),
+    ),
     # relaxed: Bridge 0.6.0 pads uneven eager HybridEP inputs itself
     ("LP-MOE-005", "MOE", HYBRIDEP, ("0.5.1", "0.19.0"), ("0.6.0", "0.19.0")),
     # relaxed: Megatron-Core 0.19.0 can pad uneven HybridEP inputs
@@ -167,21 +191,35 @@ BOUNDARIES = [
     ("LP-CP-009", "SFT", [], ("0.6.0", "0.17.1"), ("0.6.0", "0.18.0")),
     ("LP-CP-009", "SFT", [], ("0.6.0", "0.17.1"), ("0.5.1", "0.17.1")),
     # added: Bridge 0.6.0 checks the Energon dataset's micro-batch size for every Energon dataset
-    ("LP-EN-002", "ENERGON", ["~dataset.packing_buffer_size", "dataset.micro_batch_size=2"],
-     ("0.6.0", "main"), ("0.5.1", "main")),
+    (
+        "LP-EN-002",
+        "ENERGON",
+        ["~dataset.packing_buffer_size", "dataset.micro_batch_size=2"],
+        ("0.6.0", "main"),
+        ("0.5.1", "main"),
+    ),
     # added: native Energon packing (Qwen3-VL, #5285) is on Bridge main only
-    ("LP-EN-001", "ENERGON", ["train.micro_batch_size=2", "dataset.micro_batch_size=2"],
-     ("main", "main"), ("0.6.0", "main")),
+    (
+        "LP-EN-001",
+        "ENERGON",
+        ["train.micro_batch_size=2", "dataset.micro_batch_size=2"],
+        ("main", "main"),
+        ("0.6.0", "main"),
+    ),
     # added: Bridge 0.6.0 refuses locally captured scoped graphs (#4607)
     ("LP-CG-007", "SFT", ["model.cuda_graph_impl=local"], ("0.6.0", "main"), ("0.5.1", "main")),
 ]
 
 
 @pytest.mark.parametrize(
-    ("rule_id", "base", "overrides", "inside", "outside"), BOUNDARIES, ids=[f"{b[0]}-{b[4]}" for b in BOUNDARIES]
+    ("rule_id", "base", "overrides", "inside", "outside"),
+    BOUNDARIES,
+    ids=[f"{b[0]}-{b[4]}" for b in BOUNDARIES],
 )
 def test_version_boundary(rule_id, base, overrides, inside, outside) -> None:
-    fired = [f for f in findings_of(base, overrides, bridge=inside[0], mcore=inside[1]) if f.rule_id == rule_id]
+    fired = [
+        f for f in findings_of(base, overrides, bridge=inside[0], mcore=inside[1]) if f.rule_id == rule_id
+    ]
     assert fired, f"{rule_id} did not fire for Bridge {inside[0]} / MCore {inside[1]}"
     assert f"Megatron-Bridge {inside[0]}, Megatron-Core {inside[1]}" in fired[0].applies_to
     assert rule_id not in ids(findings_of(base, overrides, bridge=outside[0], mcore=outside[1]))
@@ -199,20 +237,27 @@ def test_hybrid_cp_key_on_an_older_megatron_core_is_named() -> None:
 
 def test_bridge_packing_keys_follow_the_rename() -> None:
     # 0.5.1 spells the specs packed_sequence_specs and has no enable_offline_packing
-    old_style = ["~dataset.enable_offline_packing", "~dataset.offline_packing_specs",
-                 "+dataset.packed_sequence_specs.packed_sequence_size=8192",
-                 "+dataset.packed_sequence_specs.pad_seq_to_mult=4"]
+    old_style = [
+        "~dataset.enable_offline_packing",
+        "~dataset.offline_packing_specs",
+        "+dataset.packed_sequence_specs.packed_sequence_size=8192",
+        "+dataset.packed_sequence_specs.pad_seq_to_mult=4",
+    ]
     assert "LP-VER-001" not in ids(findings_of("SFT", old_style, bridge="0.5.1", mcore="0.18.2"))
     on_main = [f for f in findings_of("SFT", old_style) if f.rule_id == "LP-VER-001"]
     assert [f.keys for f in on_main] == [("dataset.packed_sequence_specs",)]
-    new_style_on_old = [f.keys for f in findings_of("SFT", bridge="0.5.1", mcore="0.18.2") if f.rule_id == "LP-VER-001"]
+    new_style_on_old = [
+        f.keys for f in findings_of("SFT", bridge="0.5.1", mcore="0.18.2") if f.rule_id == "LP-VER-001"
+    ]
     assert new_style_on_old == [("dataset.enable_offline_packing",), ("dataset.offline_packing_specs",)]
 
 
 def test_must_fail_must_pass_and_must_warn_on_the_2026_rules() -> None:
     hcp = ["model.hybrid_context_parallel=true", "model.max_seqlen_per_dp_cp_rank=4096"]
     assert ids(findings_of("SFT", hcp)) == set()  # pass: a valid hybrid-CP setup
-    warned = findings_of("SFT", ["model.hybrid_context_parallel=true", "model.max_seqlen_per_dp_cp_rank=8192"])
+    warned = findings_of(
+        "SFT", ["model.hybrid_context_parallel=true", "model.max_seqlen_per_dp_cp_rank=8192"]
+    )
     assert [(f.rule_id, f.severity.value) for f in warned] == [("LP-HCP-007", "warning")]  # warn
     failed = findings_of("SFT", [*hcp, "model.calculate_per_token_loss=false"])
     assert {f.rule_id for f in failed if f.severity.value == "error"} >= {"LP-HCP-003"}  # fail

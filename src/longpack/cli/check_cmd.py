@@ -65,7 +65,7 @@ def _list_rules(as_json: bool, markdown: bool = False) -> None:
 
     from longpack.rules import RULES
 
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "id": r.id,
             "severity": r.severity.value,

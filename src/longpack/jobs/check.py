@@ -198,7 +198,8 @@ class CheckResult:
             "findings": [f.to_dict() for f in self.findings],
             "versions": None if self.versions is None else self.versions.to_dict(),
             "rules_not_applied": [
-                {"id": r.id, "title": r.title, "versions": r.provenance.ranges_text()} for r in self.not_applied
+                {"id": r.id, "title": r.title, "versions": r.provenance.ranges_text()}
+                for r in self.not_applied
             ],
             "notes": list(self.loaded.notes),
             "ignored_keys": list(self.loaded.ignored_keys),

@@ -202,7 +202,9 @@ class PlanConfig:
             "pp": self.pp,
             "ep": self.ep,
             "mbs": self.mbs,
-            "rule_versions": UpstreamVersions.resolve(bridge=self.bridge_version, mcore=self.megatron_core_version),
+            "rule_versions": UpstreamVersions.resolve(
+                bridge=self.bridge_version, mcore=self.megatron_core_version
+            ),
         }
 
     def _build_request(self) -> Any:

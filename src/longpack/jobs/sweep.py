@@ -923,7 +923,12 @@ class SweepConfig:
         fixed = cluster if planner is None or self.layout is not None else None
         versions = UpstreamVersions.resolve(bridge=self.bridge_version, mcore=self.megatron_core_version)
         result = sweep(
-            tokenized.samples, self.settings, eos_id=int(eos_id), layout=fixed, planner=planner, versions=versions
+            tokenized.samples,
+            self.settings,
+            eos_id=int(eos_id),
+            layout=fixed,
+            planner=planner,
+            versions=versions,
         )
         return replace(
             result,

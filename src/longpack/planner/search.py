@@ -29,7 +29,6 @@ from longpack.planner.memory import MemoryBreakdown, estimate_memory, stage_coun
 from longpack.planner.options import PlanError, PlanLayout, TrainingOptions, layout_string
 from longpack.planner.timing import TimeBreakdown, TimeModelParams, best_cp_comm_type, estimate_time
 from longpack.rules import Finding, TrainingSetup, has_errors, run_rules
-from longpack.rules.versions import UpstreamVersions
 from longpack.rules.checks.batch import gbs_covers_dp, gbs_divisible
 from longpack.rules.checks.cp import cp_divides_seq_length
 from longpack.rules.checks.pipeline import vpp_has_pp
@@ -40,6 +39,7 @@ from longpack.rules.checks.topology import (
     sp_splits_cp_shard,
     tp_divides,
 )
+from longpack.rules.versions import UpstreamVersions
 from longpack.topology import ParallelLayout, TopologyError
 
 VPP_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)

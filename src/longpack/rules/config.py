@@ -493,7 +493,9 @@ class TrainingSetup:
     )
     use_megatron_fsdp: Bool = Field(
         default=False,
-        validation_alias=AliasChoices(AliasPath("dist", "use_megatron_fsdp"), AliasPath("ddp", "use_megatron_fsdp")),
+        validation_alias=AliasChoices(
+            AliasPath("dist", "use_megatron_fsdp"), AliasPath("ddp", "use_megatron_fsdp")
+        ),
     )
     use_dist_train: Bool = Field(
         default=False,

@@ -110,8 +110,8 @@ class Provenance:
     """A rule's versions and sources (one entry per rule in :mod:`longpack.rules.provenance`):
     ``bridge`` and ``mcore`` are the Megatron-Bridge and Megatron-Core ranges it applies to."""
 
-    bridge: VersionRange = VersionRange()
-    mcore: VersionRange = VersionRange()
+    bridge: VersionRange = dataclasses.field(default_factory=VersionRange)
+    mcore: VersionRange = dataclasses.field(default_factory=VersionRange)
     sources: tuple[Source, ...] = ()
 
     def applies(self, versions: UpstreamVersions) -> bool:
@@ -121,7 +121,9 @@ class Provenance:
     def ranges_text(self) -> str:
         """``Megatron-Bridge >= 0.4.0; Megatron-Core all`` (only the bounded ranges, or ``all versions``)."""
         parts = [
-            f"{PRODUCTS[p].name} {r.text}" for p, r in ((BRIDGE, self.bridge), (MCORE, self.mcore)) if not r.everywhere
+            f"{PRODUCTS[p].name} {r.text}"
+            for p, r in ((BRIDGE, self.bridge), (MCORE, self.mcore))
+            if not r.everywhere
         ]
         return "; ".join(parts) or "all versions"
 
@@ -158,7 +160,7 @@ class Rule:
     description: str
     fix: str
     check: Check
-    provenance: Provenance = Provenance()
+    provenance: Provenance = dataclasses.field(default_factory=Provenance)
 
 
 class RuleFamily:

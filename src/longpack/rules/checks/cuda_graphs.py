@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from longpack.rules.checks.common import K_CGI, K_CGS, K_CP, K_IBP, K_PCU, K_PTML, E, V, W, fixed_width, pad_cu
+from longpack.rules.checks.common import (
+    K_CGI,
+    K_CGS,
+    K_CP,
+    K_IBP,
+    K_PCU,
+    K_PTML,
+    E,
+    V,
+    W,
+    fixed_width,
+    pad_cu,
+)
 from longpack.rules.config import TrainingSetup
 from longpack.rules.registry import RuleFamily, Violation
 

@@ -302,7 +302,9 @@ def sched_enough_samples(s: TrainingSetup) -> Iterator[Violation]:
     dp, gbs = s.dp, s.global_batch_size
     if not s.model.sequence_packing_scheduler or dp is None or gbs is None:
         return
-    group = s.model.microbatch_group_size_per_vp_stage if s.model.virtual_pipeline_model_parallel_size else None
+    group = (
+        s.model.microbatch_group_size_per_vp_stage if s.model.virtual_pipeline_model_parallel_size else None
+    )
     multiple = dp * (group or 1)
     if gbs < multiple:
         yield V(

@@ -139,7 +139,11 @@ def moe_hybridep_uneven(s: TrainingSetup) -> Iterator[Violation]:
     """HybridEP needs equal per-rank dispatch sizes. Megatron-Core 0.19 can pad uneven inputs to the group
     maximum, but only on request; Megatron-Bridge from 0.6.0 turns the padding on itself for eager
     HybridEP, so this rule is for older Bridge versions."""
-    if _variable_hybridep(s) and not s.model.training_cuda_graph and not s.model.moe_hybridep_pad_uneven_dispatch_inputs:
+    if (
+        _variable_hybridep(s)
+        and not s.model.training_cuda_graph
+        and not s.model.moe_hybridep_pad_uneven_dispatch_inputs
+    ):
         yield V(
             "HybridEP with variable-width packed rows: ranks enter dispatch with different token counts, and "
             "this Megatron-Bridge does not pad them",
@@ -178,7 +182,11 @@ def moe_hybridep_fixed_old(s: TrainingSetup) -> Iterator[Violation]:
 def moe_hybridep_pad_graphs(s: TrainingSetup) -> Iterator[Violation]:
     """The padding path all-reduces the token count and reads it on the host: a CUDA graph cannot capture
     that, so graphed HybridEP must get equal shapes from fixed-width packs instead."""
-    if s.model.uses_hybridep and s.model.training_cuda_graph and s.model.moe_hybridep_pad_uneven_dispatch_inputs:
+    if (
+        s.model.uses_hybridep
+        and s.model.training_cuda_graph
+        and s.model.moe_hybridep_pad_uneven_dispatch_inputs
+    ):
         yield V(
             f"{K_PAD_UNEVEN}=true with CUDA graphs (cuda_graph_impl={s.model.cuda_graph_impl}): the padding path's "
             "all-reduce and host read are not capture-safe",

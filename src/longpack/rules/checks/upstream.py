@@ -34,9 +34,14 @@ class VersionedKey:
 
 KEYS_BY_VERSION: tuple[VersionedKey, ...] = (
     VersionedKey("model.hybrid_context_parallel", "mcore", VersionRange(since="0.16.0"), "hybrid CP (#2282)"),
-    VersionedKey("model.max_seqlen_per_dp_cp_rank", "mcore", VersionRange(since="0.16.0"), "hybrid CP (#2282)"),
     VersionedKey(
-        "model.sequence_packing_scheduler", "mcore", VersionRange(since="main"), "DP-balanced scheduler (#6684)"
+        "model.max_seqlen_per_dp_cp_rank", "mcore", VersionRange(since="0.16.0"), "hybrid CP (#2282)"
+    ),
+    VersionedKey(
+        "model.sequence_packing_scheduler",
+        "mcore",
+        VersionRange(since="main"),
+        "DP-balanced scheduler (#6684)",
     ),
     VersionedKey(
         "model.moe_hybridep_pad_uneven_dispatch_inputs",
@@ -48,13 +53,22 @@ KEYS_BY_VERSION: tuple[VersionedKey, ...] = (
         "dist.eval_context_parallel_size", "bridge", VersionRange(since="0.5.0"), "eval-time CP (#3755)"
     ),
     VersionedKey(
-        "dataset.enable_offline_packing", "bridge", VersionRange(since="0.6.0"), "packing config refactor (#4685)"
+        "dataset.enable_offline_packing",
+        "bridge",
+        VersionRange(since="0.6.0"),
+        "packing config refactor (#4685)",
     ),
     VersionedKey(
-        "dataset.offline_packing_specs", "bridge", VersionRange(since="0.6.0"), "packing config refactor (#4685)"
+        "dataset.offline_packing_specs",
+        "bridge",
+        VersionRange(since="0.6.0"),
+        "packing config refactor (#4685)",
     ),
     VersionedKey(
-        "dataset.enable_in_batch_packing", "bridge", VersionRange(since="0.6.0"), "in-batch packing rename (#4307)"
+        "dataset.enable_in_batch_packing",
+        "bridge",
+        VersionRange(since="0.6.0"),
+        "in-batch packing rename (#4307)",
     ),
     VersionedKey(
         "dataset.packed_sequence_specs",
