@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable
 
 from longpack.rules.checks import (
@@ -57,6 +58,13 @@ FAMILY_MODULES = (
 RULES = RuleSet((module.FAMILY for module in FAMILY_MODULES), provenance=PROVENANCE)
 
 
+@functools.lru_cache(maxsize=64)
+def _applicable(bridge: str, mcore: str) -> frozenset[str]:
+    # the ranges are fixed per process: work the set out once per pair of versions
+    versions = UpstreamVersions(bridge=bridge, mcore=mcore)
+    return frozenset(r.id for r in RULES if r.provenance.applies(versions))
+
+
 def rules_outside(versions: UpstreamVersions) -> list[Rule]:
     """The rules whose version ranges leave out ``versions`` (``longpack check --verbose`` lists them).
 
@@ -66,7 +74,8 @@ def rules_outside(versions: UpstreamVersions) -> list[Rule]:
     >>> sorted(r.id for r in rules_outside(new) if r.family == "moe")  # relaxed by later versions
     ['LP-MOE-005', 'LP-MOE-006', 'LP-MOE-008']
     """
-    return [r for r in RULES if not r.provenance.applies(versions)]
+    applicable = _applicable(versions.bridge, versions.mcore)
+    return [r for r in RULES if r.id not in applicable]
 
 
 def run_rules(
@@ -91,10 +100,11 @@ def run_rules(
         setup = dataclasses.replace(setup, packed=packed)
     findings: list[Finding] = []
     basic_broken = bool(inputs.non_positive_sizes(setup))
+    applicable = _applicable(versions.bridge, versions.mcore)
     for r in RULES:
         if select is not None and r.id not in select:
             continue
-        if not r.provenance.applies(versions):
+        if r.id not in applicable:
             continue
         if basic_broken and r.family != inputs.FAMILY.name:
             continue

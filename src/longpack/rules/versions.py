@@ -21,6 +21,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -117,6 +118,7 @@ _STAGE = {"dev": 0, "a": 1, "alpha": 1, "b": 2, "beta": 2, "rc": 3}
 _MAIN_NAMES = ("main", "dev", "head", "latest")
 
 
+@functools.lru_cache(maxsize=1024)
 def version_key(text: str, product: Product) -> tuple[int, int, int, int, int]:
     """A sortable key for a version string: ``0.6.0``, ``v0.6.0``, ``core_v0.16.1``, ``0.6.0rc1``,
     ``0.20.0.dev0+abc``, or ``main`` (the unreleased version ``main`` carries, before its final release).
@@ -154,6 +156,8 @@ class VersionRange:
     until: str | None = None
 
     def contains(self, version: str, product: Product = BRIDGE) -> bool:
+        if self.since is None and self.until is None:
+            return True
         key = version_key(version, product)
         if self.since is not None and key < version_key(self.since, product):
             return False
@@ -170,8 +174,10 @@ class VersionRange:
         return ", ".join(parts) or "all"
 
 
+@functools.lru_cache(maxsize=None)
 def installed_version(product: Product) -> str | None:
-    """The installed distribution's version (package metadata only: nothing is imported)."""
+    """The installed distribution's version (package metadata only: nothing is imported; read once per
+    process)."""
     from importlib import metadata
 
     try:
