@@ -174,7 +174,7 @@ class VersionRange:
         return ", ".join(parts) or "all"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def installed_version(product: Product) -> str | None:
     """The installed distribution's version (package metadata only: nothing is imported; read once per
     process)."""
