@@ -21,18 +21,21 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "longpack"
 # Utilities every layer may use: ``errors`` (one exception base), ``_optional`` (clear errors for a
 # missing extra), ``_version`` (the one version string), ``validate`` (checks of one setting value),
 # ``outputs`` (output paths checked before work, the output-folder lock, write failures).
-UTILITIES = {"errors", "_optional", "_version", "validate", "outputs"}
+# ``choices`` (every choice list, pure constants), ``option`` (one option of a job config: flag, help, choices).
+UTILITIES = {"errors", "_optional", "_version", "validate", "outputs", "choices", "option"}
 LIBRARY = {"samples", "binpack", "balance", "packed", "text", "vlm", "runtime", "online"}
 LIBRARY |= {"topology", "catalog", "rules", "planner", "cluster", *UTILITIES}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "_version": set(),
+    "choices": set(),
+    "option": {"errors"},
     "_optional": {"errors"},
     "validate": {"errors"},
     "outputs": {"errors"},
     "samples": {"errors"},  # tokenized samples: what text/vlm hand to packed
-    "binpack": {"errors", "_optional"},  # lengths only: numpy + numba
-    "balance": {"binpack", "errors", "_optional"},  # cost models come from the planner, not back
+    "binpack": {"errors", "_optional", "choices"},  # lengths only: numpy + numba
+    "balance": {"binpack", "errors", "_optional", "choices"},  # cost models come from the planner, not back
     "packed": {"binpack", "balance", "samples", *UTILITIES},  # numpy + pyarrow, no torch
     "text": {"samples", *UTILITIES},  # rows -> tokens; knows nothing of packing
     "vlm": {"samples", "text", *UTILITIES},  # like text, and renders chats with text's tokenizers
@@ -47,7 +50,8 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": {"packed", "text", "samples", "binpack", "balance", "topology", *UTILITIES},
     "jobs": LIBRARY,  # one config + run() per job, over every library layer
     "sweep": LIBRARY | {"jobs"},  # a job (moving into jobs)
-    "cli": LIBRARY | {"jobs", "sweep", "longpack"},  # presentation: may import anything; nothing imports it
+    # presentation, generated from the job configs: parse -> config -> run -> print; nothing imports it
+    "cli": {"longpack", "jobs", "errors"},
     "longpack": LIBRARY | {"jobs", "sweep"},  # the facade: re-exports jobs and library entry points
 }
 # External packages a unit must never import, even lazily (``require`` calls count as imports).
@@ -229,13 +233,31 @@ def test_every_unit_is_in_the_table() -> None:
     )
 
 
-def test_imports_run_the_way_the_design_draws_them() -> None:
-    wrong = sorted(
-        f"{a} -> {b}  ({unit_of(a)} may import {sorted(ALLOWED.get(unit_of(a), set())) or 'nothing'})"
+# The two commands whose logic still lives in cli/ (plan's sub-commands, online-sim): they may import the
+# library until they become jobs; the test below fails once one of them no longer needs to (drop it here).
+CLI_NOT_YET_JOBS = {"longpack.cli.plan_cmd", "longpack.cli.online_cmd"}
+
+
+def _wrong_edges() -> list[tuple[str, str]]:
+    return sorted(
+        (a, b)
         for a, b in INTERNAL
         if unit_of(a) != unit_of(b) and unit_of(b) not in ALLOWED.get(unit_of(a), set())
     )
+
+
+def test_imports_run_the_way_the_design_draws_them() -> None:
+    wrong = sorted(
+        f"{a} -> {b}  ({unit_of(a)} may import {sorted(ALLOWED.get(unit_of(a), set())) or 'nothing'})"
+        for a, b in _wrong_edges()
+        if a not in CLI_NOT_YET_JOBS
+    )
     assert not wrong, "imports against the layer direction:\n" + "\n".join(wrong)
+
+
+def test_the_commands_not_yet_jobs_still_need_their_exception() -> None:
+    needing = {a for a, _ in _wrong_edges() if a in CLI_NOT_YET_JOBS}
+    assert needing == CLI_NOT_YET_JOBS, f"{sorted(CLI_NOT_YET_JOBS - needing)} are jobs now: drop them"
 
 
 def test_nothing_imports_the_cli() -> None:

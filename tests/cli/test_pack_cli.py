@@ -247,26 +247,3 @@ def test_pack_balance_errors(tmp_path: Path) -> None:
     # "balanced" is not an --algorithm choice: --balance alone chooses the balanced packer.
     lone = pack(str(src), "--out", str(tmp_path / "o2"), "--seq-length", "128", "--algorithm", "balanced")
     assert lone.exit_code == 2 and "'balanced' is not one of" in lone.output
-
-
-def test_pack_sweep_and_preview_offer_the_same_text_options() -> None:
-    """Each command declares its own typer parameters, so a text option added to one can be missing from
-    another (sweep once lacked --tools-key and counted shorter samples than pack packs). The text options are
-    those of pack that set a ``TextConfig`` field; sweep must offer all of them, preview all but
-    ``--skip-malformed`` (it always skips, and says so)."""
-    import dataclasses
-
-    import typer
-
-    from longpack.text import TextConfig
-
-    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
-
-    def flags(name: str) -> set[str]:
-        return {o for p in commands[name].params for o in p.opts if o.startswith("--")}
-
-    fields = {"--" + f.name.replace("_", "-") for f in dataclasses.fields(TextConfig)}
-    text_flags = flags("pack") & fields
-    assert {"--format", "--prompt-key", "--tools-key", "--chat-loss", "--skip-malformed"} <= text_flags
-    assert text_flags - flags("sweep") == set()
-    assert text_flags - flags("preview") == {"--skip-malformed"}

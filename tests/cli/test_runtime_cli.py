@@ -77,5 +77,5 @@ def test_thd_batch_table_and_errors(packed_file):
 def test_cp_check_command():
     result = runner.invoke(app, ["cp-check", "--cp", "1", "--dtype", "float64", "--json"])
     assert result.exit_code == 0, result.output
-    cases = json.loads(result.output)
+    cases = json.loads(result.output)["cases"]  # one JSON object per command (was a bare list)
     assert len(cases) == 3 and all(c["ok"] for c in cases)

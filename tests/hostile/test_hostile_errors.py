@@ -61,7 +61,7 @@ COMMANDS = {
     ),
     "thd-batch": ("longpack.packed.folder.PackedFolder.open", ["thd-batch", "{packed}", "--pack-size", "64"]),
     "cp-check": ("longpack.runtime.cp_check.run_cp_check", ["cp-check", "--cp", "2"]),
-    "topology": ("longpack.cli.topology_cmd.ParallelLayout", ["topology", "--gpus", "8"]),
+    "topology": ("longpack.topology.ParallelLayout", ["topology", "--gpus", "8"]),
 }
 
 

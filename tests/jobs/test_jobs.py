@@ -197,7 +197,7 @@ def test_pack_config_run_equals_cli_byte_for_byte(tmp_path: Path) -> None:
     names = same_files(tmp_path / "cli", tmp_path / "py")
     assert "manifest.json" in names and len([n for n in names if n.startswith("training")]) > 1
     summary = json.loads(cli.output)
-    ours = result.summary()
+    ours = result.to_dict()
     assert {**summary, "out": None, "megatron_bridge": None, "bridge_config": None} == {
         **ours,
         "out": None,
@@ -225,7 +225,7 @@ def test_sweep_plan_check_configs_equal_their_cli(tmp_path: Path) -> None:
     swept = SweepConfig(
         inputs=[str(src)], tokenizer="bytes", pack_lengths=(1024, 512), token_slots=4096, gpus=8, workers=1
     ).run()
-    assert json.loads(cli.output) == json.loads(json.dumps(swept.as_dict()))
+    assert json.loads(cli.output) == json.loads(json.dumps(swept.to_dict()))
     assert [c.pack_length for c in swept.candidates] == [512, 1024] and swept.input["rows_read"] == 200
 
     args = [
@@ -243,13 +243,13 @@ def test_sweep_plan_check_configs_equal_their_cli(tmp_path: Path) -> None:
     cli = runner.invoke(app, ["plan", *args, "--json"])
     assert cli.exit_code == 0, cli.output
     planned = PlanConfig(model="llama3_1_8b", gpu="H100_SXM", gpus=8, seq_length=8192, top=3).run()
-    assert json.loads(cli.output) == json.loads(json.dumps(planned.as_dict()))
+    assert json.loads(cli.output) == json.loads(json.dumps(planned.to_dict()))
 
     config = REPO / "examples" / "check" / "llama3_8b_sft_cp4_broken.yaml"
     cli = runner.invoke(app, ["check", str(config), "--gpus", "8", "--json"])
     checked = CheckConfig(config=config, gpus=8).run()
     assert cli.exit_code == checked.exit_code == 1
-    assert json.loads(cli.output) == json.loads(json.dumps(checked.as_dict()))
+    assert json.loads(cli.output) == json.loads(json.dumps(checked.to_dict()))
 
 
 # --- tokenizer objects ----------------------------------------------------------------------------------
@@ -374,15 +374,11 @@ def test_cli_choice_lists_are_the_librarys() -> None:
     from longpack.balance.schedule import SAMPLERS, SCHEDULES
     from longpack.binpack import ALGORITHMS
     from longpack.cli import options as opt
-    from longpack.packed.align import OVERLENGTH_POLICIES
-    from longpack.packed.pipeline import IDS_DTYPES
     from longpack.planner.options import DISPATCHERS, OPTIMIZERS, PRECISIONS
     from longpack.rules.config import DatasetKind
-    from longpack.text.rows import FORMATS
 
     assert set(get_args(opt.Algorithm)) == set(ALGORITHMS)
-    assert get_args(opt.Overlength) == OVERLENGTH_POLICIES and get_args(opt.IdsDtype) == IDS_DTYPES
-    assert get_args(opt.TextFormat) == FORMATS and get_args(opt.Precision) == PRECISIONS
+    assert get_args(opt.Precision) == PRECISIONS
     assert get_args(opt.Dispatcher) == DISPATCHERS and get_args(opt.Optimizer) == OPTIMIZERS
     assert get_args(opt.Schedule) == SCHEDULES and get_args(opt.Sampler) == SAMPLERS
     assert set(get_args(opt.DatasetKindChoice)) == {k.value for k in DatasetKind}

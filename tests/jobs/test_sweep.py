@@ -184,7 +184,7 @@ def test_recommendation_changes_when_memory_rules_out_the_longer_pack() -> None:
             assert c.estimate.real_tokens_per_s == pytest.approx(
                 c.gbs * c.real_tokens / c.packs / (c.estimate.step_time_s or 1)
             )
-    assert roomy.as_dict()["warning"] == PACK_LENGTH_WARNING
+    assert roomy.to_dict()["warning"] == PACK_LENGTH_WARNING
 
 
 def test_planner_reports_gbs_below_dp() -> None:

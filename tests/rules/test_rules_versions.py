@@ -288,7 +288,7 @@ def test_check_result_and_json_name_the_versions() -> None:
         bridge_version="0.5.1",
         megatron_core_version="0.18.2",
     ).run()
-    out = result.as_dict()
+    out = result.to_dict()
     assert out["versions"]["megatron_bridge"] == "0.5.1" and out["versions"]["megatron_core_from"] == "given"
     assert {"LP-EN-001", "LP-SCHED-001"} <= {r["id"] for r in out["rules_not_applied"]}
     assert all("Megatron-Bridge 0.5.1, Megatron-Core 0.18.2" in f["applies_to"] for f in out["findings"])

@@ -30,8 +30,10 @@ from typing import Any
 
 import numpy as np
 
-SCHEDULES = ("1f1b", "interleaved")
-SAMPLERS = ("batch", "single")
+from longpack import choices
+
+SCHEDULES = choices.SCHEDULES
+SAMPLERS = choices.SAMPLERS
 
 
 def _positive_int(name: str, value: Any) -> int:

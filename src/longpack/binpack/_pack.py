@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from longpack import choices as _choices
+
 
 def _compiled() -> Any:
     """The compiled kernels (the C extension built with the package, else numba), imported on first use,
@@ -18,14 +20,8 @@ def _compiled() -> Any:
     return kernels()
 
 
-#: Names accepted by ``pack_lengths(..., algorithm=...)``. The last three reproduce Megatron-Bridge's
-#: bins exactly (compatibility mode); ``best_fit_decreasing`` packs tightest and is the default.
-ALGORITHMS: tuple[str, ...] = (
-    "best_fit_decreasing",
-    "first_fit",
-    "first_fit_decreasing",
-    "first_fit_shuffle",
-)
+#: Names accepted by ``pack_lengths(..., algorithm=...)`` (the list lives in ``longpack.choices``).
+ALGORITHMS = _choices.ALGORITHMS
 MEGATRON_ALGORITHMS: tuple[str, ...] = ("first_fit", "first_fit_decreasing", "first_fit_shuffle")
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from longpack.cli import options as opt
+from longpack.jobs.check import family_table, rule_table
 
 EXIT_OK, EXIT_ERRORS, EXIT_UNREADABLE = 0, 1, 2
 
@@ -31,31 +32,27 @@ def _fail_input(exc: Exception, as_json: bool) -> typer.Exit:
 
 def rules_markdown() -> str:
     """The rule table of README.md (``longpack check --list-rules --markdown``)."""
-    from longpack.rules import RULES
-
     lines = [
         "| id | severity | what it checks | versions | source |",
         "|---|---|---|---|---|",
     ]
-    for r in RULES.values():
-        title = r.title + (" (with `--packed`)" if r.scope == "packed" else "")
-        lines.append(
-            f"| `{r.id}` | {r.severity.value} | {title} | {r.provenance.ranges_text()} | {_sources_md(r)} |"
-        )
+    for r in rule_table():
+        title = r["title"] + (" (with `--packed`)" if r["scope"] == "packed" else "")
+        lines.append(f"| `{r['id']}` | {r['severity']} | {title} | {r['versions']} | {_sources_md(r)} |")
     return "\n".join(lines)
 
 
-def _sources_md(rule: Any) -> str:
+def _sources_md(row: dict[str, Any]) -> str:
     """The rule's source in words, then each upstream file with its commit (linked on GitHub)."""
-    parts = [rule.source]
-    for src in rule.provenance.sources:
-        if src.repo == "longpack" or not src.path:
+    parts = [row["source"]]
+    for src in row["sources"]:
+        if src["repo"] == "longpack" or not src["path"]:
             continue
-        where = f"{src.repo.split('/')[1]} `{src.path}`"
-        if src.commit:
-            url = f"https://github.com/{src.repo}/commit/{src.commit}"
-            where += f" @ [{src.commit}]({url})"
-        parts.append(where + (" (relaxed it)" if src.relaxes else ""))
+        where = f"{src['repo'].split('/')[1]} `{src['path']}`"
+        if src["commit"]:
+            url = f"https://github.com/{src['repo']}/commit/{src['commit']}"
+            where += f" @ [{src['commit']}]({url})"
+        parts.append(where + (" (relaxed it)" if src["relaxes"] else ""))
     return "<br>".join(parts)
 
 
@@ -63,23 +60,7 @@ def _list_rules(as_json: bool, markdown: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from longpack.rules import RULES
-
-    rows: list[dict[str, Any]] = [
-        {
-            "id": r.id,
-            "severity": r.severity.value,
-            "title": r.title,
-            "source": r.source,
-            "scope": r.scope,
-            "versions": r.provenance.ranges_text(),
-            "sources": [
-                {"repo": s.repo, "path": s.path, "commit": s.commit, "relaxes": s.relaxes}
-                for s in r.provenance.sources
-            ],
-        }
-        for r in RULES.values()
-    ]
+    rows = rule_table()
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -96,22 +77,7 @@ def _list_rules(as_json: bool, markdown: bool = False) -> None:
 
 
 def _list_families(as_json: bool) -> None:
-    from longpack.rules import FAMILIES
-
-    rows = [
-        {
-            "name": f.name,
-            "display_name": f.display_name,
-            "num_layers": f.num_layers,
-            "num_attention_heads": f.num_attention_heads,
-            "num_query_groups": f.num_query_groups,
-            "num_moe_experts": f.num_moe_experts,
-            "mtp_num_layers": f.mtp_num_layers,
-            "offline_packing": f.offline_packing and f.any_packing,
-            "in_batch_packing": f.in_batch_packing and f.any_packing,
-        }
-        for f in FAMILIES
-    ]
+    rows = family_table()
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -202,7 +168,7 @@ def register(app: typer.Typer) -> None:
         except LongpackError as exc:
             raise _fail_input(exc, as_json) from exc
         if as_json:
-            typer.echo(json.dumps(result.as_dict(), indent=2))
+            typer.echo(json.dumps(result.to_dict(), indent=2))
         else:
             _print_human(result, show_ignored, verbose)
         raise typer.Exit(result.exit_code)

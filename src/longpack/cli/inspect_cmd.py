@@ -1,54 +1,21 @@
-"""``longpack inspect``: summary, histograms and verification of a packed output folder."""
+"""``longpack inspect``: summary, histograms and verification of a packed output folder; options from
+``InspectConfig``."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Annotated
+from typing import Any
 
 import typer
 
+from longpack.cli.generate import add_command
+from longpack.jobs import InspectConfig
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("inspect")
-    def inspect(
-        folder: Annotated[Path, typer.Argument(help="Output folder of `longpack pack`.")],
-        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-        verify: bool = typer.Option(
-            False,
-            "--verify",
-            help="Check every row (Megatron-Bridge validate_row, alignment, pack size) and the "
-            "manifest against the files (hashes, counts, metadata).",
-        ),
-        plot: Annotated[
-            Path | None, typer.Option("--plot", help="Save length and fill histograms as a PNG.")
-        ] = None,
-        no_manifest_ok: bool = typer.Option(
-            False,
-            "--no-manifest-ok",
-            help="A folder without manifest.json is Megatron-Bridge's (its prepare step writes none), not unfinished.",
-        ),
-    ) -> None:
-        """Summarize a packed output folder; exit 1 if it is unfinished or a check fails."""
-        from longpack.outputs import check_output_file
-        from longpack.packed import inspect_output, plot_output
-
-        if plot is not None:
-            check_output_file(plot, field="plot")  # before the (long) verification
-        # a LongpackError: exit 2 (cli.app)
-        report = inspect_output(folder, verify=verify, no_manifest_ok=no_manifest_ok)
-        if plot is not None:
-            plot_output(folder, plot)
-            report["plot"] = str(plot)
-        if as_json:
-            typer.echo(json.dumps(report, indent=2))
-        else:
-            _print_human(report)
-        if not report["ok"]:
-            raise typer.Exit(1)
+    add_command(app, "inspect", InspectConfig, present=lambda config, result: _print_human(result.report))
 
 
-def _print_human(report: dict) -> None:  # type: ignore[type-arg]
+def _print_human(report: dict[str, Any]) -> None:
     echo = typer.echo
     if report["finished"]:
         state = "finished"

@@ -1,8 +1,9 @@
-"""What every command shares: one flag per concept, the choice lists shown in help, and the translation of
-library field names (``seq_length``) into the flags that set them (``--seq-length``) in error messages.
+"""What the commands share: the translation of library field names (``seq_length``) into the flags that set
+them (``--seq-length``) in error messages, and the typer options of the commands still written by hand
+(the generated ones take theirs from their job config: ``longpack.cli.generate``).
 
-The choice lists are the library's (``tests/test_cli_consistency.py`` checks they stay equal); they are
-spelled out here so that ``longpack --help`` does not import the packing stack.
+The choice lists below are ``longpack.choices``' (``tests/jobs/test_jobs.py::test_cli_choice_lists_are_the_librarys``
+checks they stay equal).
 """
 
 from __future__ import annotations
@@ -12,14 +13,10 @@ from typing import Annotated, Literal
 
 import typer
 
+from longpack.jobs.options import BRIDGE_VERSION_HELP, MCORE_VERSION_HELP
+
 # -- choices (shown in help as [a|b|c]) ------------------------------------------------------------------
 Algorithm = Literal["best_fit_decreasing", "first_fit_shuffle", "first_fit", "first_fit_decreasing"]
-Overlength = Literal["drop", "truncate", "error"]
-IdsDtype = Literal["int64", "int32"]
-Backend = Literal["local", "ray"]
-TextFormat = Literal["auto", "prompt_completion", "chat", "sharegpt", "pretokenized"]
-PromptCompletionLossChoice = Literal["completion", "full"]
-ChatLossChoice = Literal["assistant", "last_turn", "full"]
 Precision = Literal["bf16", "fp8", "mxfp8", "nvfp4"]
 Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
 Optimizer = Literal["adam", "adam_bf16_states", "muon"]
@@ -28,84 +25,13 @@ Schedule = Literal["1f1b", "interleaved"]
 Sampler = Literal["batch", "single"]
 Workload = Literal["lognormal", "bimodal"]
 
-# -- options shared by pack and sweep (one definition, so their flags and help never drift) --------------
-Workers = Annotated[int | None, typer.Option("--workers", help="Tokenizer processes (default: all cores).")]
-Format = Annotated[TextFormat, typer.Option("--format", help="How rows are read (auto: detected per file).")]
-PromptKey = Annotated[str, typer.Option("--prompt-key")]
-CompletionKey = Annotated[str, typer.Option("--completion-key")]
-PromptTemplate = Annotated[
-    str,
-    typer.Option(
-        "--prompt-template",
-        help=r"Prompt format with {prompt} and other row keys; \n, \t, \r and \\ are read as escapes.",
-    ),
-]
-Separator = Annotated[
-    str, typer.Option("--separator", help=r"Text between prompt and completion; \n, \t, \r, \\ escapes.")
-]
-ToolsKey = Annotated[
-    str, typer.Option("--tools-key", help="Column with each row's tool definitions (chat, sharegpt).")
-]
-PromptCompletionLoss = Annotated[
-    PromptCompletionLossChoice, typer.Option("--prompt-completion-loss", help="Tokens that train.")
-]
-ChatLoss = Annotated[ChatLossChoice, typer.Option("--chat-loss", help="Assistant turns that train.")]
-MessagesKey = Annotated[str, typer.Option("--messages-key")]
-SkipMalformed = Annotated[bool, typer.Option("--skip-malformed", help="Skip and count malformed rows.")]
-Tokenizer = Annotated[
-    str | None, typer.Option("--tokenizer", help="tokenizer.json, HF model folder, 'qwen3' or 'bytes'.")
-]
-PadSeqToMult = Annotated[
-    int | None,
-    typer.Option(
-        "--pad-seq-to-mult", help="Per-sample alignment multiple (default: from --tp/--cp/--sp, else 1)."
-    ),
-]
-Tp = Annotated[int | None, typer.Option("--tp", help="Tensor parallel size (derives --pad-seq-to-mult).")]
-Cp = Annotated[int | None, typer.Option("--cp", help="Context parallel size (derives --pad-seq-to-mult).")]
-Sp = Annotated[bool, typer.Option("--sp", help="Sequence parallelism on (derives --pad-seq-to-mult).")]
-AlgorithmOpt = Annotated[
-    Algorithm,
-    typer.Option("--algorithm", help="Bin packing; first_fit_shuffle gives Megatron-Bridge's exact rows."),
-]
+# -- options the commands not yet generated from their configs share --------------------------------------
 Seed = Annotated[int, typer.Option("--seed", help="Seed of every random step (Megatron: dataset.seed).")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
-ModelId = Annotated[
-    str | None, typer.Option("--model", help="Model: a catalog id (e.g. llama3_1_8b) or a config.json path.")
-]
-Gpu = Annotated[str | None, typer.Option("--gpu", help="GPU type (e.g. H100_SXM, H200, B200).")]
 Gpus = Annotated[int | None, typer.Option("--gpus", help="Number of GPUs (world size).")]
-# The default order is longpack.rules.versions.UpstreamVersions.resolve's (not imported here: --help must
-# not load the rules); tests/rules/test_rules_versions.py checks the variable names against ENV_VARS.
-BridgeVersion = Annotated[
-    str | None,
-    typer.Option(
-        "--bridge-version",
-        help="Megatron-Bridge version the rules are for (0.6.0, main; default: $LONGPACK_BRIDGE_VERSION, "
-        "else the installed megatron-bridge, else the newest longpack knows).",
-    ),
-]
-McoreVersion = Annotated[
-    str | None,
-    typer.Option(
-        "--megatron-core-version",
-        help="Megatron-Core version the rules are for (0.19.0, main; default: $LONGPACK_MEGATRON_CORE_VERSION, "
-        "else the installed megatron-core, else the newest longpack knows).",
-    ),
-]
-
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
-
-
-def unescape(text: str) -> str:
-    r"""A flag value with the escapes a user types in a shell read as such: ``\n`` newline, ``\t`` tab, ``\r``
-    carriage return, ``\\`` one backslash. Any other backslash stays as typed (``\x`` is two characters);
-    real newlines (``$'...'`` in bash) pass through.
-
-    >>> unescape(r"Q: {prompt}\nA:"), unescape(r"a\\nb"), unescape(r"\d+")
-    ('Q: {prompt}\nA:', 'a\\nb', '\\d+')
-    """
-    return re.sub(r"\\([ntr\\])", lambda m: _ESCAPES[m.group(1)], text)
+# Help written once, with the job options (longpack.jobs.options); check and plan are not generated yet.
+BridgeVersion = Annotated[str | None, typer.Option("--bridge-version", help=BRIDGE_VERSION_HELP)]
+McoreVersion = Annotated[str | None, typer.Option("--megatron-core-version", help=MCORE_VERSION_HELP)]
 
 
 # -- field -> flag ------------------------------------------------------------------------------------
@@ -150,6 +76,7 @@ def cli_message(message: str, fields: tuple[str, ...]) -> str:
     """
     for field in sorted(fields, key=len, reverse=True):
         flag = flag_for(field)
-        pattern = rf"(?<![\w./\\-]){re.escape(field)}(?:=True)?(?![\w/\\-]|\.\w)"
+        # ``field=True`` is the bare flag; ``field=2`` speaks of a recorded value, not of the flag: kept
+        pattern = rf"(?<![\w./\\-]){re.escape(field)}(?:=True)?(?![\w/\\=-]|\.\w)"
         message = re.sub(pattern, flag, message)
     return message

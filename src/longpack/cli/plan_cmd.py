@@ -316,7 +316,7 @@ def plan(
     req = result.request
     plot_rows = _plot(config.request_kwargs(), seq_length, Path(plot)) if plot is not None else None
     if as_json:
-        doc = result.as_dict()
+        doc = result.to_dict()
         if plot_rows is not None:
             doc["plot"] = {"path": str(plot), "points": plot_rows}
         typer.echo(json.dumps(doc, indent=2))

@@ -34,11 +34,27 @@ _LAZY = {
     "PlanResult": "longpack.jobs.plan",
     "SweepConfig": "longpack.jobs.sweep",
     "SweepResult": "longpack.jobs.sweep",
+    "TopologyConfig": "longpack.jobs.topology",
+    "TopologyResult": "longpack.jobs.topology",
+    "CpCheckConfig": "longpack.jobs.cp_check",
+    "BalanceConfig": "longpack.jobs.balance",
+    "BalanceResult": "longpack.jobs.balance",
+    "CpCheckResult": "longpack.jobs.cp_check",
+    "InspectConfig": "longpack.jobs.inspect",
+    "InspectResult": "longpack.jobs.inspect",
+    "ThdBatchConfig": "longpack.jobs.thd_batch",
+    "ThdBatchResult": "longpack.jobs.thd_batch",
 }
 
 __all__ = [
+    "BalanceConfig",
+    "BalanceResult",
     "CheckConfig",
     "CheckResult",
+    "CpCheckConfig",
+    "CpCheckResult",
+    "InspectConfig",
+    "InspectResult",
     "LocalExecutor",
     "PackConfig",
     "PackExecutor",
@@ -49,15 +65,24 @@ __all__ = [
     "PreviewResult",
     "SweepConfig",
     "SweepResult",
+    "ThdBatchConfig",
+    "ThdBatchResult",
+    "TopologyConfig",
+    "TopologyResult",
 ]
 
 if TYPE_CHECKING:
+    from longpack.jobs.balance import BalanceConfig, BalanceResult
     from longpack.jobs.check import CheckConfig, CheckResult
+    from longpack.jobs.cp_check import CpCheckConfig, CpCheckResult
     from longpack.jobs.executors import LocalExecutor, PackExecutor
+    from longpack.jobs.inspect import InspectConfig, InspectResult
     from longpack.jobs.pack import PackConfig, PackResult
     from longpack.jobs.plan import PlanConfig, PlanResult
     from longpack.jobs.preview import PreviewConfig, PreviewResult
     from longpack.jobs.sweep import SweepConfig, SweepResult
+    from longpack.jobs.thd_batch import ThdBatchConfig, ThdBatchResult
+    from longpack.jobs.topology import TopologyConfig, TopologyResult
 
 
 def __getattr__(name: str) -> Any:

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from longpack.errors import ConfigError
+from longpack.jobs.options import bridge_version_option, megatron_core_version_option
 from longpack.validate import optional_positive_int
 
-__all__ = ["EXIT_ERRORS", "EXIT_OK", "CheckConfig", "CheckResult"]
+__all__ = ["EXIT_ERRORS", "EXIT_OK", "CheckConfig", "CheckResult", "family_table", "rule_table"]
 
 EXIT_OK, EXIT_ERRORS = 0, 1
 
@@ -45,8 +46,8 @@ class CheckConfig:
     dataset_kind: str | None = None
     packed: str | Path | None = None
     packed_no_manifest_ok: bool = False
-    bridge_version: str | None = None
-    megatron_core_version: str | None = None
+    bridge_version: str | None = bridge_version_option()
+    megatron_core_version: str | None = megatron_core_version_option()
 
     def __post_init__(self) -> None:
         if isinstance(self.overrides, str):
@@ -186,7 +187,7 @@ class CheckResult:
             "global_batch_size": setup.global_batch_size,
         }
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """What ``longpack check --json`` prints."""
         out: dict[str, Any] = {
             "config": self.config,
@@ -217,3 +218,51 @@ class CheckResult:
                 "manifest": p.manifest is not None,
             }
         return out
+
+
+def rule_table() -> list[dict[str, Any]]:
+    """Every configuration rule: ``id``, ``severity``, ``title``, ``source``, ``scope``, ``versions`` (the
+    Megatron-Bridge / Megatron-Core ranges it applies to) and ``sources`` (``repo``, ``path``, ``commit``,
+    ``relaxes``: the upstream files it was read from) (``--list-rules``).
+
+    >>> row = next(r for r in rule_table() if r["id"] == "LP-HCP-001")
+    >>> row["versions"], row["sources"][0]["commit"]
+    ('Megatron-Core >= 0.16.0', '98d8c56dbd')
+    """
+    from longpack.rules import RULES
+
+    return [
+        {
+            "id": r.id,
+            "severity": r.severity.value,
+            "title": r.title,
+            "source": r.source,
+            "scope": r.scope,
+            "versions": r.provenance.ranges_text(),
+            "sources": [
+                {"repo": s.repo, "path": s.path, "commit": s.commit, "relaxes": s.relaxes}
+                for s in r.provenance.sources
+            ],
+        }
+        for r in RULES.values()
+    ]
+
+
+def family_table() -> list[dict[str, Any]]:
+    """Every model family the rules know, with its shape and which packing it supports (``--list-families``)."""
+    from longpack.rules import FAMILIES
+
+    return [
+        {
+            "name": f.name,
+            "display_name": f.display_name,
+            "num_layers": f.num_layers,
+            "num_attention_heads": f.num_attention_heads,
+            "num_query_groups": f.num_query_groups,
+            "num_moe_experts": f.num_moe_experts,
+            "mtp_num_layers": f.mtp_num_layers,
+            "offline_packing": f.offline_packing and f.any_packing,
+            "in_batch_packing": f.in_batch_packing and f.any_packing,
+        }
+        for f in FAMILIES
+    ]

@@ -20,11 +20,27 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, cast
 
+from longpack import choices
+from longpack.choices import DEFAULT_ALGORITHM, MEGATRON_ALGORITHM
+from longpack.choices import OUTPUT_FORMATS as OUTPUT_FORMATS
+from longpack.choices import OVERLENGTH_POLICIES as OVERLENGTH_POLICIES
 from longpack.errors import ConfigError, InputError
+from longpack.jobs.options import (
+    algorithm_option,
+    cp_option,
+    inputs_option,
+    pad_seq_to_mult_option,
+    seed_option,
+    sp_option,
+    tokenizer_option,
+    tp_option,
+    workers_option,
+)
+from longpack.option import check_choices, option
 from longpack.text.rows import TextConfig
 from longpack.validate import finite_float, flag, optional_positive_int, positive_int
 from longpack.validate import seed as seed_value
@@ -41,14 +57,8 @@ __all__ = [
 DEMO_TOKENIZER = "qwen3"
 DEMO_SEQ_LENGTH = 4096
 DEMO_LABEL = "<longpack-demo>"
-BACKENDS = ("local", "ray")
-DEFAULT_ALGORITHM = "best_fit_decreasing"
-OVERLENGTH_POLICIES = ("drop", "truncate", "error")  # as longpack.packed.align (checked there too)
-OUTPUT_FORMATS = ("parquet", "npy")  # as longpack.packed.pipeline (checked there too)
-COMPAT_MODES = ("megatron-bridge",)
 #: Megatron-Bridge's ``dataset.seed`` default (``GPTSFTDatasetConfig``), the seed of its prepare step.
 BRIDGE_DEFAULT_SEED = 1234
-MEGATRON_ALGORITHM = "first_fit_shuffle"
 
 
 def resolve_pad_seq_to_mult(
@@ -133,41 +143,106 @@ class PackConfig:
     - ``progress``: rich progress bars on stderr when it is a terminal.
     """
 
-    out: str | Path
-    inputs: Sequence[str | Path] | str | Path = ()
-    tokenizer: Any = None
-    seq_length: int | None = None
-    pack_size: int | None = None
-    pad_seq_to_mult: int | None = None
-    tp: int | None = None
-    cp: int | None = None
-    sp: bool = False
-    algorithm: str = DEFAULT_ALGORITHM
-    balance: Any = None
-    seed: int | None = None
-    overlength: str | None = None
-    val_fraction: float = 0.0
-    val_inputs: Sequence[str | Path] | str | Path = ()
-    text: TextConfig = field(default_factory=TextConfig)
-    rows_per_shard: int | None = None
-    overwrite: bool = False
-    ids_dtype: str = "int64"
-    output_format: str = "parquet"
-    row_group_size: int | None = None
-    compat: str | None = None
-    pad_to_max_length: bool = False
-    pad_cu_seqlens: bool = False
-    backend: Any = "local"
-    workers: int | None = None
-    demo: bool = False
+    out: str | Path = option(help="Output folder (must not exist unless --overwrite).", cli_type=Path)
+    inputs: Sequence[str | Path] | str | Path = inputs_option()
+    tokenizer: Any = tokenizer_option()
+    seq_length: int | None = option(None, help="Max runtime length of one sample (Megatron seq_length).")
+    pack_size: int | None = option(
+        None, help="packed_sequence_size in runtime tokens (default: --seq-length)."
+    )
+    pad_seq_to_mult: int | None = pad_seq_to_mult_option()
+    tp: int | None = tp_option()
+    cp: int | None = cp_option()
+    sp: bool = sp_option()
+    algorithm: str = algorithm_option()
+    balance: Any = option(
+        None,
+        help="Workload-balanced packing for a training topology: dp=D,gbs=B[,pp=P,vpp=V,mbs=M],"
+        "model=M,gpu=G (planner catalog) or linear=..,quadratic=.. ; rows are written in training order.",
+        cli_type=str | None,
+    )
+    seed: int | None = seed_option(
+        None, "Seed of every random step (Megatron: dataset.seed). Default 0; 1234 with --compat."
+    )
+    overlength: str | None = option(
+        None,
+        help="Samples longer than --seq-length (default drop; --compat: Bridge's rule).",
+        choices=choices.OVERLENGTH_POLICIES,
+    )
+    val_fraction: float = option(0.0, help="Fraction of samples for validation.")
+    val_inputs: Sequence[str | Path] | str | Path = option(
+        (), help="Validation inputs (repeatable).", flag="--val-input", cli_type=list[str] | None
+    )
+    text: TextConfig = option(default_factory=TextConfig, help="How rows become samples.", nested_except=())
+    rows_per_shard: int | None = option(
+        None, help="Rows per Parquet shard (default: ~2**27 tokens per shard)."
+    )
+    overwrite: bool = option(False, help="Replace an existing output folder.")
+    ids_dtype: str = option(
+        "int64",
+        help="Parquet type of input_ids: int64 (as Megatron-Bridge writes) or int32 (opt-in, smaller and "
+        "faster to write; Megatron-Bridge reads any integer type; needs a vocab that fits).",
+        choices=choices.IDS_DTYPES,
+    )
+    output_format: str = option(
+        "parquet",
+        help="parquet: packed Parquet for Megatron-Bridge v0.4.0+ and main; npy: one .npy per split for "
+        "Megatron-Bridge <= 0.3.x (the PyPI release) and NeMo 2.",
+        choices=choices.OUTPUT_FORMATS,
+    )
+    row_group_size: int | None = option(
+        None,
+        # longpack.packed.files.ROW_GROUP_TOKENS and ROW_GROUP_SIZE (a test checks the figures)
+        help="Parquet rows per row group (default: about 65,536 tokens per group, at most 500; Bridge's "
+        "reader decodes a whole group per random access).",
+    )
+    compat: str | None = option(
+        None,
+        help="megatron-bridge: Bridge's prepare step exactly (first_fit_shuffle, seed 1234, its over-length "
+        "and one-token rules, its Parquet writer): byte-identical files on the same tokenized samples.",
+        choices=choices.COMPAT_MODES,
+    )
+    pad_to_max_length: bool = option(
+        False,
+        help="Write dataset_kwargs.pad_to_max_length: true into bridge_config.yaml (fixed-width rows).",
+    )
+    pad_cu_seqlens: bool = option(
+        False,
+        help="Write pad_cu_seqlens: true (and pad_to_max_length) into bridge_config.yaml (CUDA graphs).",
+    )
+    backend: Any = option(
+        "local",
+        help="local: this machine; ray: tokenize and write on a Ray cluster.",
+        choices=choices.BACKENDS,
+        or_object=True,
+    )
+    #: The Ray cluster ``backend="ray"`` joins (``"auto"``, ``"ray://host:10001"``; ``None``: start one).
+    ray_address: str | None = option(
+        None, help="Ray cluster to join ('auto', 'ray://host:10001'); default: start one."
+    )
+    workers: int | None = workers_option()
+    demo: bool = option(
+        False, help="Pack the built-in demo SFT data (defaults: --tokenizer qwen3 --seq-length 4096)."
+    )
     progress: bool = False
     #: Weighted sources instead of ``inputs``: ``["a.jsonl=0.7", "b/=0.3"]``, a YAML file, or a
     #: ``longpack.text.mix.Mix`` (see that module: shares of the mix, up/down-sampled by epochs, seeded).
-    mix: Any = None
+    mix: Any = option(
+        None,
+        help="Weighted sources instead of inputs: PATH=WEIGHT (repeatable; more PATH=WEIGHT may follow as "
+        "arguments) or one YAML mix file. Weights are shares of the mix, met by up/down-sampling.",
+        cli_type=list[str] | None,
+    )
     #: Token data the local backend holds in memory (bytes, or ``"8G"``; ``None``: half of this machine's
     #: memory). Past it the job packs in two passes through a scratch folder next to ``out``
     #: (``longpack.jobs.out_of_core``); the output is byte-identical.
-    memory_budget: int | str | None = None
+    memory_budget: int | str | None = option(
+        None,
+        help="Token data held in memory (e.g. 8G; default: half of this machine's memory). Past it, tokens "
+        "go to a scratch folder next to --out and the rows are filled from there in a second pass: the "
+        "same output, flat memory.",
+        cli_type=str | None,
+    )
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalized values are set once, here
@@ -232,32 +307,16 @@ class PackConfig:
             raise ConfigError(
                 f"text must be a longpack.text.TextConfig, got {type(self.text).__name__}", fields="text"
             )
-        if isinstance(self.backend, str):
-            if self.backend not in BACKENDS:
+        # overlength, output_format, compat, ids_dtype, algorithm, backend (a name)
+        check_choices(self, also={"algorithm": (choices.BALANCED_ALGORITHM,)})
+        if not isinstance(self.backend, str):
+            if self.workers is not None or self.ray_address is not None:
                 raise ConfigError(
-                    f"backend {self.backend!r} is unknown; choose one of {', '.join(BACKENDS)} (or pass an "
-                    "executor object)",
-                    fields="backend",
+                    "workers and ray_address go to the executor object given as backend, not next to it",
+                    fields=("workers", "ray_address"),
                 )
-        elif self.workers is not None:
-            raise ConfigError(
-                "workers goes to the executor object given as backend, not next to it", fields="workers"
-            )
-        if self.overlength is not None and self.overlength not in OVERLENGTH_POLICIES:
-            raise ConfigError(
-                f"overlength must be one of {', '.join(OVERLENGTH_POLICIES)}, got {self.overlength!r}",
-                fields="overlength",
-            )
-        if self.output_format not in OUTPUT_FORMATS:
-            raise ConfigError(
-                f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {self.output_format!r}",
-                fields="output_format",
-            )
-        if self.compat is not None and self.compat not in COMPAT_MODES:
-            raise ConfigError(
-                f"compat must be one of {', '.join(COMPAT_MODES)} (or None), got {self.compat!r}",
-                fields="compat",
-            )
+        elif self.ray_address is not None and self.backend != "ray":
+            raise ConfigError("ray_address needs backend ray", fields=("ray_address", "backend"))
         if self.pad_cu_seqlens and not self.pad_to_max_length:
             set_(self, "pad_to_max_length", True)  # Bridge asserts pad_to_max_length with pad_cu_seqlens
         if self.output_format == "npy":
@@ -297,9 +356,8 @@ class PackConfig:
 
     def _pack_settings(self, mult: int) -> Any:
         """The packed layer's settings; the algorithm and the balance spec are settled here, once."""
-        from longpack.binpack import ALGORITHMS
+        from longpack.choices import BALANCED_ALGORITHM as BALANCED
         from longpack.packed.pipeline import PackSettings
-        from longpack.packed.plan import BALANCED_ALGORITHM as BALANCED
 
         algorithm = self.algorithm
         seed = self.seed
@@ -334,11 +392,6 @@ class PackConfig:
             raise ConfigError(
                 "algorithm 'balanced' needs balance (dp=..,gbs=..,model=..,gpu=..)",
                 fields=("algorithm", "balance"),
-            )
-        if algorithm not in (*ALGORITHMS, BALANCED):
-            raise ConfigError(
-                f"algorithm {algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}",
-                fields="algorithm",
             )
         balance = balance_target(self.balance)  # a bad spec fails now, before any tokenization
         assert self.seq_length is not None
@@ -386,7 +439,7 @@ class PackConfig:
         if self.backend == "ray":
             from longpack.cluster.ray_pack import RayExecutor
 
-            return RayExecutor(workers=self.workers)
+            return RayExecutor(address=self.ray_address, workers=self.workers)
         from longpack.jobs.executors import LocalExecutor
 
         return LocalExecutor(workers=self.workers, memory_budget=cast(int | None, self.memory_budget))
@@ -643,7 +696,7 @@ def balance_target(balance: Any) -> Any:
 @dataclass(frozen=True, kw_only=True)
 class PackResult:
     """A finished pack: its folder, its manifest (:class:`longpack.packed.manifest.PackManifest`, what
-    ``manifest.json`` holds) and what the CLI prints about it (:meth:`summary`).
+    ``manifest.json`` holds) and what the CLI prints about it (:meth:`to_dict`).
 
     ``counts``, ``splits``, ``settings`` and ``tokenizer`` are the manifest's; ``megatron_bridge`` holds
     the ``dataset.offline_packing_specs`` for Megatron-Bridge with absolute paths.
@@ -701,7 +754,7 @@ class PackResult:
 
         return self.out / self.manifest.bridge_config.get("name", BRIDGE_CONFIG_NAME)
 
-    def summary(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """What ``longpack pack --json`` prints."""
         settings = self.settings
         doc: dict[str, Any] = {

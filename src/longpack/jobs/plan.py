@@ -5,7 +5,7 @@ A thin typed entry point over ``longpack.planner.search``: :class:`PlanConfig` g
 Megatron-Bridge overrides).
 
 >>> r = PlanConfig(model="llama3_1_8b", gpu="H100_SXM", gpus=8, seq_length=8192, top=2).run()
->>> r.ok, len(r.candidates) <= 2, r.as_dict()["request"]["gpus"]
+>>> r.ok, len(r.candidates) <= 2, r.to_dict()["request"]["gpus"]
 (True, True, 8)
 """
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from longpack.errors import ConfigError
+from longpack.jobs.options import bridge_version_option, megatron_core_version_option
 
 __all__ = [
     "PlanConfig",
@@ -164,8 +165,8 @@ class PlanConfig:
     mbs: int | None = None
     top: int = 10
     #: Versions the rules check candidates for (as ``CheckConfig``'s; default: check's default).
-    bridge_version: str | None = None
-    megatron_core_version: str | None = None
+    bridge_version: str | None = bridge_version_option()
+    megatron_core_version: str | None = megatron_core_version_option()
 
     def __post_init__(self) -> None:
         from longpack.validate import flag, positive_int
@@ -246,7 +247,7 @@ class PlanResult:
         """Whether at least one layout fits (``longpack plan`` exits 1 otherwise)."""
         return bool(self.search.candidates)
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """What ``longpack plan --json`` prints (without the plot)."""
         req, result = self.request, self.search
         rule = result.rule_of_thumb

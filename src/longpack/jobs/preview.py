@@ -15,11 +15,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from longpack.errors import ConfigError
+from longpack.jobs.options import inputs_option, seed_option, tokenizer_option
+from longpack.option import option
 from longpack.text.rows import TextConfig
 
 __all__ = ["PreviewConfig", "PreviewResult"]
@@ -35,14 +37,27 @@ class PreviewConfig:
       (that many rows drawn with ``seed``). None given: the first ``limit`` rows.
     """
 
-    inputs: Sequence[str | Path] | str | Path
-    tokenizer: Any
-    text: TextConfig = field(default_factory=TextConfig)
-    index: Sequence[int] = ()
-    at: Sequence[str] = ()
-    random: int | None = None
-    seed: int = 0
-    limit: int = 3
+    inputs: Sequence[str | Path] | str | Path = inputs_option(
+        "Files, folders, globs or hf:org/name.", metavar="INPUT...", required=True
+    )
+    tokenizer: Any = tokenizer_option()
+    index: Sequence[int] = option(
+        (), help="Row position over all inputs, 0-based (repeatable).", cli_type=list[int] | None
+    )
+    at: Sequence[str] = option(
+        (), help="Row as reports name it, FILE:ROW (repeatable).", cli_type=list[str] | None
+    )
+    random: int | None = option(None, help="Show this many rows drawn with --seed.")
+    seed: int = seed_option()
+    limit: int = option(3, help="Rows shown when nothing is selected (the first ones).")
+    #: Also write the samples as a self-contained HTML page here (:meth:`PreviewResult.html`).
+    html: str | Path | None = option(
+        None, help="Also write the samples as an HTML page here.", cli_type=Path | None
+    )
+    # malformed rows are always shown as such (never an error), so skip_malformed is not offered
+    text: TextConfig = option(
+        default_factory=TextConfig, help="How rows become samples.", nested_except=("skip_malformed",)
+    )
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -148,12 +163,18 @@ class PreviewConfig:
         beyond = sorted(i for i in wanted_index if i >= position)
         if beyond:
             raise ConfigError(f"index {beyond[0]} is past the last row ({position} rows)", fields="index")
-        return PreviewResult(
+        result = PreviewResult(
             samples=tuple(picked[k] for k in sorted(picked)),
             tokenizer=tok.name,
             rows_seen=position,
             rows_total=total,
+            html_path=None if self.html is None else str(self.html),
         )
+        if self.html is not None:
+            from longpack.packed.files import atomic_write_bytes
+
+            atomic_write_bytes(Path(self.html), result.html().encode("utf-8"))
+        return result
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,6 +185,8 @@ class PreviewResult:
     tokenizer: str
     rows_seen: int
     rows_total: int | None = None
+    #: Where the HTML page was written (``PreviewConfig.html``), or ``None``.
+    html_path: str | None = None
 
     def text(self, *, color: bool) -> str:
         """Every sample as text (rich markup with ``color``, ``[[ ]]`` markers without)."""

@@ -39,10 +39,27 @@ from typing import Any, cast
 
 import numpy as np
 
+from longpack import choices
+from longpack.choices import DEFAULT_ALGORITHM, OVERLENGTH_POLICIES
 from longpack.errors import ConfigError, InputError
-from longpack.packed.align import OVERLENGTH_POLICIES, OverlengthError, align_samples, runtime_cap
-from longpack.packed.pipeline import PackSettings, plan_split
-from longpack.packed.plan import DEFAULT_ALGORITHM
+from longpack.jobs.options import (
+    algorithm_option,
+    bridge_version_option,
+    cp_option,
+    demo_option,
+    gpu_option,
+    gpus_option,
+    inputs_option,
+    megatron_core_version_option,
+    model_option,
+    pad_seq_to_mult_option,
+    seed_option,
+    sp_option,
+    tokenizer_option,
+    tp_option,
+    workers_option,
+)
+from longpack.option import check_choices, option
 from longpack.planner.catalog import GPUSpec, ModelSpec
 from longpack.planner.options import PlanError, PlanLayout
 from longpack.rules import TrainingSetup, run_rules
@@ -210,7 +227,7 @@ class Estimate:
     notes: tuple[str, ...] = ()
     plan: PlanLayout | None = field(default=None, repr=False, compare=False)
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "fits": self.fits,
             "reason": self.reason,
@@ -278,7 +295,7 @@ class Candidate:
     def ok(self) -> bool:
         return not self.problems
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "pack_length": self.pack_length,
             "gbs": self.gbs,
@@ -302,7 +319,7 @@ class Candidate:
             "linear_work_per_step": round(self.linear_work_per_step, 1),
             "dp": self.dp,
             "batch_rules": None if self.batch_rules is None else list(self.batch_rules),
-            "estimate": None if self.estimate is None else self.estimate.as_dict(),
+            "estimate": None if self.estimate is None else self.estimate.to_dict(),
             "ok": self.ok,
             "problems": list(self.problems),
         }
@@ -314,7 +331,7 @@ class Recommendation:
     gbs: int
     reason: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {"pack_length": self.pack_length, "gbs": self.gbs, "reason": self.reason}
 
 
@@ -334,11 +351,24 @@ class SweepResult:
     gpus: int | None = None
     model: str | None = None
     gpu: str | None = None
+    #: The PNG written (``SweepConfig.plot``), or ``None``.
+    plot: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    @property
+    def title(self) -> str:
+        """``pack-length sweep at 65,536 token slots per step, llama3_1_8b on 8xH100_SXM`` (table, figure)."""
+        where = f", {self.model} on {self.gpus}x{self.gpu}" if self.model else ""
+        return f"pack-length sweep at {self.settings.token_slots:,} token slots per step{where}"
+
+    @property
+    def exit_code(self) -> int:
+        """1 when the planner ran and no candidate fits (the command found a problem), else 0."""
+        return 1 if self.model is not None and self.recommendation is None else 0
+
+    def to_dict(self) -> dict[str, Any]:
         """What ``longpack sweep --json`` prints."""
         s = self.settings
-        return {
+        doc: dict[str, Any] = {
             "input": self.input,
             "pad_seq_to_mult_source": self.pad_seq_to_mult_source,
             "gpus": self.gpus,
@@ -353,10 +383,13 @@ class SweepResult:
                 "overlength": s.overlength,
             },
             "samples_read": self.read,
-            "candidates": [c.as_dict() for c in self.candidates],
-            "recommendation": None if self.recommendation is None else self.recommendation.as_dict(),
+            "candidates": [c.to_dict() for c in self.candidates],
+            "recommendation": None if self.recommendation is None else self.recommendation.to_dict(),
             "warning": self.warning,
         }
+        if self.plot is not None:
+            doc["plot"] = self.plot
+        return doc
 
 
 def _round(x: float | None, digits: int) -> float | None:
@@ -403,6 +436,9 @@ def pack_candidate(
     >>> c.kept, c.dropped, c.dropped_tokens, c.packs, c.gbs, c.attention_work_per_step
     (3, 1, 8, 3, 2, 24.0)
     """
+    from longpack.packed.align import OverlengthError, align_samples, runtime_cap
+    from longpack.packed.pipeline import PackSettings, plan_split
+
     gbs = settings.gbs(pack_length)
     pack = PackSettings(
         seq_length=pack_length,
@@ -695,32 +731,51 @@ class SweepConfig:
     longpack.jobs.sweep.SweepError: model, gpu and gpus go together (e.g. model llama3_1_8b, gpu H100, gpus 8)
     """
 
-    inputs: Sequence[str | Path] | str | Path = ()
-    tokenizer: Any = None
-    demo: bool = False
-    pack_lengths: Sequence[int] | str = DEFAULT_PACK_LENGTHS
-    token_slots: int = DEFAULT_TOKEN_SLOTS
-    pad_seq_to_mult: int | None = None
-    tp: int | None = None
-    cp: int | None = None
-    sp: bool = False
-    layout: str | None = None
-    algorithm: str = DEFAULT_ALGORITHM
-    seed: int = 0
-    overlength: str = "drop"
-    text: TextConfig = field(default_factory=TextConfig)
-    workers: int | None = None
-    model: str | None = None
-    gpu: str | None = None
-    gpus: int | None = None
-    precision: str = "bf16"
-    headroom: float = 0.95
-    recompute: str | Sequence[str] | None = None
-    offload: bool = True
+    inputs: Sequence[str | Path] | str | Path = inputs_option()
+    pack_lengths: Sequence[int] | str = option(
+        DEFAULT_PACK_LENGTHS,
+        help="Candidate pack sizes (packed_sequence_size = seq_length), comma-separated; 8k = 8192.",
+        flag="--pack-size",
+        aliases=("--pack-lengths",),
+        cli_type=str,
+    )
+    token_slots: int = option(
+        DEFAULT_TOKEN_SLOTS,
+        help="packed_sequence_size x global_batch_size, equal for every candidate (GBS = slots / size).",
+    )
+    tokenizer: Any = tokenizer_option()
+    pad_seq_to_mult: int | None = pad_seq_to_mult_option()
+    tp: int | None = tp_option()
+    cp: int | None = cp_option()
+    sp: bool = sp_option()
+    algorithm: str = algorithm_option()
+    seed: int = seed_option()
+    overlength: str = option(
+        choices.DEFAULT_OVERLENGTH, help="Samples longer than a pack.", choices=choices.OVERLENGTH_POLICIES
+    )
+    workers: int | None = workers_option()
+    text: TextConfig = option(default_factory=TextConfig, help="How rows become samples.", nested_except=())
+    model: str | None = model_option()
+    gpu: str | None = gpu_option()
+    gpus: int | None = gpus_option()
+    layout: str | None = option(None, help="Pin the layout, e.g. 'tp=2,cp=1,pp=2,ep=8' (SP on when TP > 1).")
+    precision: str = option("bf16", help="Training precision.", choices=choices.PRECISIONS)
+    headroom: float = option(0.95, help="Fraction of usable GPU memory a layout may use.")
+    recompute: str | Sequence[str] | None = option(
+        None,
+        help="Pin recompute modules ('none', 'layernorm,mlp', 'full'; default: cheapest that fits).",
+        cli_type=str | None,
+    )
+    offload: bool = option(True, help="Allow optimizer CPU offload.", negative="--no-offload")
+    #: A PNG of real tokens/s, memory and truncation vs pack size, written by :meth:`run` (needs matplotlib).
+    plot: str | Path | None = option(
+        None, help="Write a PNG: real tokens/s, memory and truncation vs pack size.", cli_type=Path | None
+    )
+    demo: bool = demo_option("Sweep")
     progress: bool = False
     #: Versions the batch rules check candidates for (as ``CheckConfig``'s; default: check's default).
-    bridge_version: str | None = None
-    megatron_core_version: str | None = None
+    bridge_version: str | None = bridge_version_option()
+    megatron_core_version: str | None = megatron_core_version_option()
 
     def __post_init__(self) -> None:
         from longpack.jobs.pack import DEMO_TOKENIZER, _paths, resolve_pad_seq_to_mult
@@ -728,6 +783,11 @@ class SweepConfig:
         set_ = object.__setattr__
         set_(self, "inputs", _paths(self.inputs, "inputs"))
         self._check_values()
+        check_choices(self, error=SweepError)
+        if self.plot is not None and not Path(self.plot).parent.is_dir():
+            raise SweepError(
+                f"plot {self.plot}: folder {Path(self.plot).parent} does not exist", fields="plot"
+            )
         if self.demo:
             if self.inputs:
                 raise SweepError(
@@ -930,7 +990,7 @@ class SweepConfig:
             planner=planner,
             versions=versions,
         )
-        return replace(
+        result = replace(
             result,
             input={
                 "demo": self.demo,
@@ -944,3 +1004,9 @@ class SweepConfig:
             model=None if planner is None else planner.model.name,
             gpu=None if planner is None else planner.gpu.name,
         )
+        if self.plot is not None:
+            from longpack.jobs.plots import sweep_png
+
+            sweep_png(result, Path(self.plot))
+            result = replace(result, plot=str(self.plot))
+        return result

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from longpack import choices
 from longpack.errors import ConfigError, InputError
 from longpack.samples import TokenizedSamples
 
-OVERLENGTH_POLICIES = ("drop", "truncate", "error")
-DEFAULT_OVERLENGTH = "drop"
+OVERLENGTH_POLICIES = choices.OVERLENGTH_POLICIES
+DEFAULT_OVERLENGTH = choices.DEFAULT_OVERLENGTH
 
 
 class OverlengthError(InputError):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from longpack import choices
 from longpack._version import __version__
 from longpack.errors import ConfigError, InputError
 from longpack.errors import OutputExistsError as _OutputExistsError
@@ -57,12 +58,12 @@ from longpack.validate import seed as seed_value
 if TYPE_CHECKING:
     from longpack.balance import BalanceTarget
 
-IDS_DTYPES = ("int64", "int32")
-#: On-disk formats: ``parquet`` (Megatron-Bridge main's packed Parquet) and ``npy`` (the pickled object array
-#: of row dicts that released Megatron-Bridge <= 0.3 and NeMo 2 read).
-OUTPUT_FORMATS = ("parquet", "npy")
-#: ``compat`` presets: settings under which the output is byte-identical to the named tool's own prepare step.
-COMPAT_MODES = ("megatron-bridge",)
+#: The lists live in ``longpack.choices``: on-disk formats (``parquet``: Megatron-Bridge main's packed Parquet;
+#: ``npy``: the pickled object array of row dicts that released Megatron-Bridge <= 0.3 and NeMo 2 read), and
+#: ``compat`` presets (settings under which the output is byte-identical to the named tool's prepare step).
+IDS_DTYPES = choices.IDS_DTYPES
+OUTPUT_FORMATS = choices.OUTPUT_FORMATS
+COMPAT_MODES = choices.COMPAT_MODES
 # Entries listed one by one in the manifest; beyond this, counts only: ``<kind>_listed`` /
 # ``<kind>_unlisted`` say how many of ``<kind>_count`` the list holds (the CLI says so).
 MAX_LISTED = 100_000

@@ -17,13 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from longpack import choices
+
 if TYPE_CHECKING:
     from longpack.balance import BalanceTarget
 
-MEGATRON_ALGORITHM = "first_fit_shuffle"
-DEFAULT_ALGORITHM = "best_fit_decreasing"
+MEGATRON_ALGORITHM = choices.MEGATRON_ALGORITHM
+DEFAULT_ALGORITHM = choices.DEFAULT_ALGORITHM
 #: Workload-balanced rows for a training topology (``plan_rows(..., balance=BalanceTarget(...))``).
-BALANCED_ALGORITHM = "balanced"
+BALANCED_ALGORITHM = choices.BALANCED_ALGORITHM
 
 
 @dataclass(frozen=True, kw_only=True)

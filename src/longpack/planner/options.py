@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from longpack import choices
 from longpack.errors import PlanError as _PlanError
 from longpack.topology import ParallelLayout
 
-PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
-DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
-OPTIMIZERS = ("adam", "adam_bf16_states", "muon")
+PRECISIONS = choices.PRECISIONS
+DISPATCHERS = choices.DISPATCHERS
+OPTIMIZERS = choices.OPTIMIZERS
 RECOMPUTE_MODULES = (
     "core_attn",
     "layernorm",

@@ -36,11 +36,13 @@ from typing import Any
 
 import numpy as np
 
+from longpack import choices
 from longpack.errors import ConfigError
+from longpack.option import check_choices, option, unescape
 from longpack.text.errors import RowError
 from longpack.text.tokenizers import Message, Tokenizer, Tools
 
-FORMATS = ("auto", "prompt_completion", "chat", "sharegpt", "pretokenized")
+FORMATS = choices.TEXT_FORMATS
 SHAREGPT_KEY = "conversations"
 _SHAREGPT_ROLES = {
     "human": "user",
@@ -71,36 +73,36 @@ class TextConfig:
     >>> TextConfig(format="csv")
     Traceback (most recent call last):
     ...
-    longpack.errors.ConfigError: text.format='csv' is not one of auto, prompt_completion, chat, sharegpt, pretokenized
+    longpack.errors.ConfigError: text.format must be one of auto, prompt_completion, chat, sharegpt, pretokenized, got 'csv'
 
     ``tools_key`` names the column holding a row's tool definitions (a list of OpenAI-style tool objects, or
     a JSON string of one), passed to the chat template as ``tools``.
     """
 
-    format: str = "auto"
-    prompt_key: str = "prompt"
-    completion_key: str = "completion"
-    prompt_template: str = "{prompt}"
-    separator: str = ""
-    prompt_completion_loss: str = "completion"
-    chat_loss: str = "assistant"
-    messages_key: str = "messages"
-    tools_key: str = "tools"
-    skip_malformed: bool = False
+    format: str = option("auto", help="How rows are read (auto: detected per file).", choices=FORMATS)
+    prompt_key: str = option("prompt", help="Column of the prompt (prompt_completion).")
+    completion_key: str = option("completion", help="Column of the completion (prompt_completion).")
+    prompt_template: str = option(
+        "{prompt}",
+        help=r"Prompt format with {prompt} and other row keys; \n, \t, \r and \\ are read as escapes.",
+        parse=unescape,
+    )
+    separator: str = option(
+        "", help=r"Text between prompt and completion; \n, \t, \r, \\ escapes.", parse=unescape
+    )
+    prompt_completion_loss: str = option(
+        "completion", help="Tokens that train.", choices=choices.PROMPT_COMPLETION_LOSSES
+    )
+    chat_loss: str = option("assistant", help="Assistant turns that train.", choices=choices.CHAT_LOSSES)
+    messages_key: str = option("messages", help="Column of the messages (chat).")
+    tools_key: str = option("tools", help="Column with each row's tool definitions (chat, sharegpt).")
+    skip_malformed: bool = option(False, help="Skip and count malformed rows.")
     #: Fewest tokens a sample may have: 2 (a stored sample of S tokens trains on S - 1 positions, so one
     #: token trains on nothing) or 1, which Megatron-Bridge's own prepare step keeps (``--compat``).
     min_tokens: int = 2
 
     def __post_init__(self) -> None:
-        for field, value, allowed in (
-            ("format", self.format, FORMATS),
-            ("prompt_completion_loss", self.prompt_completion_loss, ("completion", "full")),
-            ("chat_loss", self.chat_loss, ("assistant", "last_turn", "full")),
-        ):
-            if value not in allowed:
-                raise ConfigError(
-                    f"text.{field}={value!r} is not one of {', '.join(allowed)}", fields=f"text.{field}"
-                )
+        check_choices(self, prefix="text.")
         if self.min_tokens not in (1, 2):
             raise ConfigError(f"text.min_tokens={self.min_tokens!r} must be 1 or 2", fields="text.min_tokens")
         for field in ("prompt_key", "completion_key", "messages_key", "tools_key"):

@@ -1,0 +1,51 @@
+"""Every choice list of longpack's settings, in one module (pure constants, no imports), so each list is
+written once and every layer, the job configs and the CLI read the same tuple; the defaults sit next to
+their lists. The layer that acts on a choice re-exports its list (``longpack.binpack.ALGORITHMS`` is
+:data:`ALGORITHMS`).
+
+>>> DEFAULT_ALGORITHM in ALGORITHMS and MEGATRON_ALGORITHM in ALGORITHMS, DEFAULT_OVERLENGTH
+(True, 'drop')
+"""
+
+from __future__ import annotations
+
+#: Bin packing (``longpack.binpack.pack_lengths``). The three ``first_fit*`` reproduce Megatron-Bridge's
+#: bins exactly; ``best_fit_decreasing`` packs tightest and is the default.
+ALGORITHMS: tuple[str, ...] = (
+    "best_fit_decreasing",
+    "first_fit",
+    "first_fit_decreasing",
+    "first_fit_shuffle",
+)
+DEFAULT_ALGORITHM = "best_fit_decreasing"
+#: Megatron-Bridge's prepare step packs with this one (``--compat megatron-bridge``).
+MEGATRON_ALGORITHM = "first_fit_shuffle"
+#: Workload-balanced rows for a training topology: chosen by a balance target, never named alone.
+BALANCED_ALGORITHM = "balanced"
+
+#: What happens to a sample longer than ``seq_length`` (``longpack.packed.align``).
+OVERLENGTH_POLICIES: tuple[str, ...] = ("drop", "truncate", "error")
+DEFAULT_OVERLENGTH = "drop"
+
+#: Packed output on disk: ``parquet`` (Megatron-Bridge v0.4.0+ and main) or ``npy`` (Bridge <= 0.3.x, NeMo 2).
+OUTPUT_FORMATS: tuple[str, ...] = ("parquet", "npy")
+#: Parquet type of ``input_ids``.
+IDS_DTYPES: tuple[str, ...] = ("int64", "int32")
+#: ``compat`` presets: settings under which the output is byte-identical to the named tool's prepare step.
+COMPAT_MODES: tuple[str, ...] = ("megatron-bridge",)
+#: Where the pack job runs (or an executor object, from Python).
+BACKENDS: tuple[str, ...] = ("local", "ray")
+
+#: How rows are read (``longpack.text``).
+TEXT_FORMATS: tuple[str, ...] = ("auto", "prompt_completion", "chat", "sharegpt", "pretokenized")
+PROMPT_COMPLETION_LOSSES: tuple[str, ...] = ("completion", "full")
+CHAT_LOSSES: tuple[str, ...] = ("assistant", "last_turn", "full")
+
+#: Planner training options (``longpack.planner.options``).
+PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "mxfp8", "nvfp4")
+DISPATCHERS: tuple[str, ...] = ("alltoall", "allgather", "deepep", "hybridep")
+OPTIMIZERS: tuple[str, ...] = ("adam", "adam_bf16_states", "muon")
+
+#: Pipeline schedules and samplers of the balance simulation (``longpack.balance.schedule``).
+SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")
+SAMPLERS: tuple[str, ...] = ("batch", "single")

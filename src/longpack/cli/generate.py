@@ -1,0 +1,240 @@
+"""The CLI, generated from the job configs: each config field declared with :func:`longpack.option.option`
+becomes one typer option (flag, type, default, choices and help from the field), so an option is written
+once, in the config. A command is parse -> config -> ``.run()`` -> print: ``--json`` prints the result's
+``to_dict()``; otherwise the command's ``present`` function prints it for people.
+
+Why a small adapter over typer rather than cyclopts or tyro: typer (and click under it) is what the CLI,
+its tests and its error handling already use, neither alternative is installed, and the adapter is short:
+field metadata -> ``Annotated[type, typer.Option(...)]`` parameters of one generated function.
+
+>>> import typer, dataclasses
+>>> from longpack.jobs.options import option
+>>> @dataclasses.dataclass(frozen=True, kw_only=True)
+... class EchoConfig:
+...     word: str = option("hi", help="What to say.", choices=("hi", "bye"))
+...     def run(self) -> dict[str, str]:
+...         return {"said": self.word}
+>>> demo = typer.Typer()
+>>> add_command(demo, "echo", EchoConfig, present=lambda config, result: typer.echo(result["said"]))
+>>> from typer.testing import CliRunner
+>>> CliRunner().invoke(demo, ["--word", "bye"]).output
+'bye\\n'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import sys
+import typing
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any, Literal
+
+import typer
+
+from longpack.jobs.options import Option, option_of
+
+__all__ = ["CliField", "add_command", "cli_fields"]
+
+JSON_FLAG = "--json"
+
+
+@dataclasses.dataclass(frozen=True)
+class CliField:
+    """One config field as the CLI offers it: ``path`` is ``("text", "format")`` for a nested field."""
+
+    path: tuple[str, ...]
+    spec: Option
+    type: Any
+    default: Any  # inspect.Parameter.empty: required
+
+    @property
+    def param(self) -> str:
+        return "__".join(self.path)
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return self.spec.flags(self.path[-1])
+
+
+def _default(field: dataclasses.Field[Any]) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return inspect.Parameter.empty
+
+
+def cli_fields(config_cls: type) -> Iterator[CliField]:
+    """The fields of a config class the CLI offers, nested configs flattened, in declaration order."""
+    hints = typing.get_type_hints(config_cls)
+    for field in dataclasses.fields(config_cls):
+        spec = option_of(field)
+        if spec is None or not spec.cli:
+            continue
+        if spec.nested_except is None:
+            yield CliField((field.name,), spec, spec.cli_type or hints[field.name], _default(field))
+            continue
+        inner_cls = hints[field.name]
+        inner_hints = typing.get_type_hints(inner_cls)
+        for inner in dataclasses.fields(inner_cls):
+            inner_spec = option_of(inner)
+            if inner_spec is None or not inner_spec.cli or inner.name in spec.nested_except:
+                continue
+            yield CliField(
+                (field.name, inner.name),
+                inner_spec,
+                inner_spec.cli_type or inner_hints[inner.name],
+                _default(inner),
+            )
+
+
+def _shown_default(item: CliField) -> str | None:
+    """A default the command line cannot spell as is (a tuple of sizes): shown in help as it would be typed,
+    while the option itself defaults to "not given" (the config's default applies)."""
+    if isinstance(item.default, tuple | list) and item.default and not item.spec.positional:
+        return ",".join(str(x) for x in item.default)
+    return None
+
+
+def _annotation(item: CliField) -> Any:
+    spec = item.spec
+    kind = item.type
+    if spec.choices is not None:
+        kind = Literal[spec.choices]  # type: ignore[valid-type]
+        if item.default is None:
+            kind = kind | None
+    if spec.positional:
+        info: Any = typer.Argument(metavar=spec.metavar, help=spec.help, hidden=spec.hidden)
+    else:
+        flags = item.flags[:1]
+        if spec.negative is not None:
+            flags = (f"{flags[0]}/{spec.negative}",)
+        shown = _shown_default(item)
+        info = typer.Option(
+            *flags,
+            help=spec.help,
+            hidden=spec.hidden,
+            metavar=spec.metavar,
+            show_default=True if shown is None else shown,
+        )
+    return Annotated[kind, info]
+
+
+def _alias_annotation(item: CliField, alias: str) -> Any:
+    return Annotated[item.type | None, typer.Option(alias, hidden=True)]
+
+
+def _parameters(items: list[CliField]) -> list[inspect.Parameter]:
+    params = []
+    for item in items:
+        default = item.default
+        if (item.spec.positional and default == ()) or _shown_default(item) is not None:
+            default = None  # typer: not given
+        params.append(
+            inspect.Parameter(
+                item.param, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=_annotation(item)
+            )
+        )
+        for i, alias in enumerate(item.spec.aliases):
+            params.append(
+                inspect.Parameter(
+                    f"{item.param}__alias{i}",
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=None,
+                    annotation=_alias_annotation(item, alias),
+                )
+            )
+    params.append(
+        inspect.Parameter(
+            "as_json",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=False,
+            annotation=Annotated[bool, typer.Option(JSON_FLAG, help="Print JSON for machines.")],
+        )
+    )
+    return params
+
+
+def config_kwargs(items: list[CliField], values: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of the config from the parsed command line: values parsed, nested configs built
+    from their flat options, options left out (``None`` where the field's default is not) not passed."""
+    kwargs: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for item in items:
+        value = values[item.param]
+        for i, alias in enumerate(item.spec.aliases):
+            old = values.get(f"{item.param}__alias{i}")
+            if old is not None:
+                typer.echo(f"warning: {alias} is deprecated; use {item.flags[0]}", err=True)
+                value = old
+        if value is None and item.default is not None:
+            continue
+        if item.spec.parse is not None and value is not None:
+            value = item.spec.parse(value)
+        if len(item.path) == 1:
+            kwargs[item.path[0]] = value
+        else:
+            nested.setdefault(item.path[0], {})[item.path[1]] = value
+    return {**kwargs, **nested}
+
+
+def _build_nested(config_cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
+    hints = typing.get_type_hints(config_cls)
+    return {
+        name: hints[name](**value)
+        if isinstance(value, dict) and dataclasses.is_dataclass(hints[name])
+        else value
+        for name, value in kwargs.items()
+    }
+
+
+def add_command(
+    app: typer.Typer,
+    name: str,
+    config_cls: type,
+    *,
+    present: Callable[[Any, Any], None],
+    prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    help: str | None = None,
+    hidden: bool = False,
+) -> None:
+    """Register ``longpack <name>``: every offered field of ``config_cls`` is an option.
+
+    ``present(config, result)`` prints a result for people; ``prepare`` may rewrite the config's keyword
+    arguments (what a command line can only spell one way, e.g. ``--mix a=1 b=2``). A result with an
+    ``exit_code`` attribute sets the command's exit code (1: the command ran and found a problem).
+    """
+    items = list(cli_fields(config_cls))
+    field_names = {f.name for f in dataclasses.fields(config_cls)}
+
+    def command(**values: Any) -> None:
+        as_json = values.pop("as_json")
+        kwargs = config_kwargs(items, values)
+        if prepare is not None:
+            kwargs = prepare(kwargs)
+        if "progress" in field_names:
+            kwargs["progress"] = not as_json and sys.stderr.isatty()
+        config = config_cls(**_build_nested(config_cls, kwargs))
+        result = config.run()
+        if as_json:
+            typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        else:
+            present(config, result)
+        code = getattr(result, "exit_code", 0)
+        if code:
+            raise typer.Exit(code)
+
+    params = _parameters(items)
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__name__ = name.replace("-", "_")
+    command.__doc__ = help or _summary(config_cls)
+    app.command(name, hidden=hidden)(command)
+
+
+def _summary(config_cls: type) -> str:
+    """A command's help: the job's ``command_help``, else the first paragraph of the config's docstring."""
+    text = getattr(config_cls, "command_help", None) or (config_cls.__doc__ or "").split("\n\n")[0]
+    return inspect.cleandoc(text)

@@ -1,0 +1,61 @@
+"""The inspect job: summary, histograms and (``verify``) a check of every row of a packed output folder
+(``longpack.packed.inspect_output``, the one reader)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from longpack.option import option
+
+__all__ = ["InspectConfig", "InspectResult"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class InspectConfig:
+    """Which folder and what to check; ``plot`` is checked before the (long) verification."""
+
+    command_help = "Summarize a packed output folder; exit 1 if it is unfinished or a check fails."
+
+    folder: str | Path = option(help="Output folder of `longpack pack`.", positional=True, cli_type=Path)
+    verify: bool = option(
+        False,
+        help="Check every row (Megatron-Bridge validate_row, alignment, pack size) and the manifest "
+        "against the files (hashes, counts, metadata).",
+    )
+    plot: str | Path | None = option(
+        None, help="Save length and fill histograms as a PNG.", cli_type=Path | None
+    )
+    no_manifest_ok: bool = option(
+        False,
+        help="A folder without manifest.json is Megatron-Bridge's (its prepare step writes none), not "
+        "unfinished.",
+    )
+
+    def run(self) -> InspectResult:
+        from longpack.outputs import check_output_file
+        from longpack.packed import inspect_output, plot_output
+
+        if self.plot is not None:
+            check_output_file(Path(self.plot), field="plot")  # before the (long) verification
+        report = inspect_output(Path(self.folder), verify=self.verify, no_manifest_ok=self.no_manifest_ok)
+        if self.plot is not None:
+            plot_output(Path(self.folder), Path(self.plot))
+            report["plot"] = str(self.plot)
+        return InspectResult(report=report)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InspectResult:
+    """``longpack.packed.inspect_output``'s report (``ok``, ``finished``, ``splits``, ``problems``, ...)."""
+
+    report: dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        """1 when the folder is unfinished or a check failed."""
+        return 0 if self.report["ok"] else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.report

@@ -1,0 +1,131 @@
+"""The options several jobs share, each written once: a factory per option returns the config field (its
+default, help, flag, choices), so ``pack``, ``sweep`` and ``preview`` offer the same ``--tokenizer``, the
+same ``--tp``/``--cp``/``--sp`` and so on. A job's own options are written in its config.
+
+>>> import dataclasses
+>>> @dataclasses.dataclass(frozen=True, kw_only=True)
+... class Demo:
+...     seed: int = seed_option()
+>>> option_of(dataclasses.fields(Demo)[0]).help
+'Seed of every random step (Megatron: dataset.seed).'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from longpack import choices
+from longpack.option import Option, option, option_of
+
+__all__ = [
+    "BRIDGE_VERSION_HELP",
+    "MCORE_VERSION_HELP",
+    "Option",
+    "algorithm_option",
+    "bridge_version_option",
+    "cp_option",
+    "demo_option",
+    "gpu_option",
+    "gpus_option",
+    "inputs_option",
+    "megatron_core_version_option",
+    "model_option",
+    "option",
+    "option_of",
+    "pad_seq_to_mult_option",
+    "seed_option",
+    "sp_option",
+    "tokenizer_option",
+    "tp_option",
+    "workers_option",
+]
+
+INPUTS_HELP = "JSONL / Parquet files, folders or globs."
+
+
+def inputs_option(help: str = INPUTS_HELP, *, metavar: str = "[INPUT]...", required: bool = False) -> Any:
+    """The data to read: ``INPUT...`` arguments on the command line."""
+    return option(
+        **({} if required else {"default": ()}),
+        help=help,
+        positional=True,
+        metavar=metavar,
+        cli_type=list[str] if required else list[str] | None,
+    )
+
+
+def tokenizer_option() -> Any:
+    return option(None, help="tokenizer.json, HF model folder, 'qwen3' or 'bytes'.", cli_type=str | None)
+
+
+def pad_seq_to_mult_option() -> Any:
+    """One definition of ``pad_seq_to_mult`` for every job: ``None`` means derived from ``tp``/``cp``/``sp``
+    (``longpack.jobs.pack.resolve_pad_seq_to_mult``, the one place it is validated), else 1."""
+    return option(None, help="Per-sample alignment multiple (default: from --tp/--cp/--sp, else 1).")
+
+
+def tp_option() -> Any:
+    return option(None, help="Tensor parallel size (derives --pad-seq-to-mult).")
+
+
+def cp_option() -> Any:
+    return option(None, help="Context parallel size (derives --pad-seq-to-mult).")
+
+
+def sp_option() -> Any:
+    return option(False, help="Sequence parallelism on (derives --pad-seq-to-mult).")
+
+
+def algorithm_option() -> Any:
+    return option(
+        choices.DEFAULT_ALGORITHM,
+        help="Bin packing; first_fit_shuffle gives Megatron-Bridge's exact rows.",
+        choices=choices.ALGORITHMS,
+    )
+
+
+# The default order is longpack.rules.versions.UpstreamVersions.resolve's (given, environment, installed,
+# newest known); tests/rules/test_rules_versions.py checks the variable names against its ENV_VARS.
+BRIDGE_VERSION_HELP = (
+    "Megatron-Bridge version the rules are for (0.6.0, main; default: $LONGPACK_BRIDGE_VERSION, "
+    "else the installed megatron-bridge, else the newest longpack knows)."
+)
+MCORE_VERSION_HELP = (
+    "Megatron-Core version the rules are for (0.19.0, main; default: $LONGPACK_MEGATRON_CORE_VERSION, "
+    "else the installed megatron-core, else the newest longpack knows)."
+)
+
+
+def bridge_version_option() -> Any:
+    """``--bridge-version``: the Megatron-Bridge version ``check``, ``plan`` and ``sweep`` apply rules for."""
+    return option(None, help=BRIDGE_VERSION_HELP, cli_type=str | None)
+
+
+def megatron_core_version_option() -> Any:
+    """``--megatron-core-version``: the Megatron-Core version the rules are applied for."""
+    return option(None, help=MCORE_VERSION_HELP, cli_type=str | None)
+
+
+def seed_option(default: int | None = 0, help: str = "") -> Any:
+    return option(default, help=help or "Seed of every random step (Megatron: dataset.seed).")
+
+
+def workers_option() -> Any:
+    return option(None, help="Tokenizer processes (default: all cores).")
+
+
+def demo_option(what: str) -> Any:
+    return option(False, help=f"{what} the built-in demo SFT data (default --tokenizer qwen3).")
+
+
+def model_option() -> Any:
+    return option(None, help="Model: a catalog id (e.g. llama3_1_8b) or a config.json path.")
+
+
+def gpu_option() -> Any:
+    return option(None, help="GPU type (e.g. H100_SXM, H200, B200).")
+
+
+def gpus_option(*, required: bool = False) -> Any:
+    help = "Number of GPUs (world size)."
+    return option(help=help, cli_type=int) if required else option(None, help=help)
