@@ -330,6 +330,18 @@ def test_sweep_batch_rules_carry_the_versions() -> None:
     assert "Megatron-Bridge 0.4.2" in found[0]["applies_to"]
 
 
+@pytest.mark.parametrize("job", ["sweep", "plan"])
+def test_sweep_and_plan_refuse_a_version_before_work(job: str) -> None:
+    from longpack.jobs.plan import PlanConfig
+    from longpack.jobs.sweep import SweepConfig
+
+    with pytest.raises(ConfigError, match="Megatron-Bridge version '26.04' is not a version"):
+        if job == "sweep":
+            SweepConfig(demo=True, bridge_version="26.04")
+        else:
+            PlanConfig(model="llama3_1_8b", gpu="H100", gpus=8, seq_length=8192, bridge_version="26.04")
+
+
 def test_from_layout_carries_versions_into_run_rules() -> None:
     versions = UpstreamVersions.resolve(bridge="main", mcore="0.17.1")
     setup = TrainingSetup.from_layout(ParallelLayout(world_size=8, cp=2), seq_length=8192, versions=versions)

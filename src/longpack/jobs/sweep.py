@@ -928,6 +928,8 @@ class SweepConfig:
     def _check_values(self) -> None:
         """Sizes are positive integers (0 is an error, never "unset"), switches booleans, headroom finite."""
         set_ = object.__setattr__
+        # a version that does not parse is refused before any tokenizing
+        UpstreamVersions.resolve(bridge=self.bridge_version, mcore=self.megatron_core_version)
         try:
             for name in ("pad_seq_to_mult", "tp", "cp", "workers", "gpus"):
                 set_(self, name, optional_positive_int(getattr(self, name), name))
