@@ -335,7 +335,7 @@ def test_sweep_and_plan_refuse_a_version_before_work(job: str) -> None:
     from longpack.jobs.plan import PlanConfig
     from longpack.jobs.sweep import SweepConfig
 
-    with pytest.raises(ConfigError, match="Megatron-Bridge version '26.04' is not a version"):
+    with pytest.raises(ConfigError, match=r"Megatron-Bridge version '26\.04' is not a version"):
         if job == "sweep":
             SweepConfig(demo=True, bridge_version="26.04")
         else:
