@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from collections.abc import Iterable
@@ -95,7 +96,10 @@ def run_rules(
     rules run: the others would divide by it.
     """
     versions = versions or setup.versions or UpstreamVersions.resolve()
-    setup = dataclasses.replace(setup, versions=versions)
+    if setup.versions != versions:
+        # a shallow copy, not dataclasses.replace: re-validating the whole setup costs more than the rules
+        setup = copy.copy(setup)
+        object.__setattr__(setup, "versions", versions)
     if packed is not None:
         setup = dataclasses.replace(setup, packed=packed)
     findings: list[Finding] = []
