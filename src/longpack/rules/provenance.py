@@ -288,7 +288,9 @@ PROVENANCE: dict[str, Provenance] = {
             ),
         )
     ),
-    "LP-BATCH-002": Provenance(sources=(Source(BRIDGE_REPO, "docs/training/packed-sequences.md"),)),
+    "LP-BATCH-002": Provenance(
+        sources=(Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="6a33a2a95"),)
+    ),
     "LP-BATCH-003": Provenance(
         bridge=VersionRange(since="0.6.0"),
         sources=(
@@ -669,7 +671,9 @@ PROVENANCE: dict[str, Provenance] = {
     "LP-VLM-002": Provenance(
         sources=(
             Source(
-                "huggingface/transformers", "src/transformers/models/qwen2_vl/image_processing_qwen2_vl.py"
+                "huggingface/transformers",
+                "src/transformers/models/qwen2_vl/image_processing_qwen2_vl.py",
+                commit="cb0fc56f3c",
             ),
         )
     ),
@@ -691,7 +695,9 @@ PROVENANCE: dict[str, Provenance] = {
     "LP-MOE-003": Provenance(
         sources=(Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="6a33a2a95"),)
     ),
-    "LP-MOE-004": Provenance(sources=(LONGPACK, Source(BRIDGE_REPO, "docs/training/packed-sequences.md"))),
+    "LP-MOE-004": Provenance(
+        sources=(LONGPACK, Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="46d7e9f4f"))
+    ),
     "LP-MOE-005": Provenance(
         bridge=VersionRange(until="0.6.0"),
         mcore=VersionRange(since="0.19.0"),
@@ -928,5 +934,15 @@ PROVENANCE: dict[str, Provenance] = {
             ),
         ),
     ),
-    "LP-VER-001": Provenance(sources=(Source(BRIDGE_REPO), Source(MLM_REPO))),
+    # where each key of longpack.rules.checks.upstream.KEYS_BY_VERSION appeared (or was renamed)
+    "LP-VER-001": Provenance(
+        sources=(
+            Source(MLM_REPO, "megatron/core/model_parallel_config.py", commit="98d8c56dbd"),
+            Source(MLM_REPO, "megatron/core/datasets/data_schedule.py", commit="a9381be598"),
+            Source(MLM_REPO, "megatron/core/transformer/transformer_config.py", commit="81770cb015"),
+            Source(BRIDGE_REPO, "src/megatron/bridge/training/config.py", commit="b19f2e775"),
+            Source(BRIDGE_REPO, "src/megatron/bridge/training/config.py", commit="e577829e1"),
+            Source(BRIDGE_REPO, "src/megatron/bridge/training/config.py", commit="814ad79af"),
+        )
+    ),
 }
