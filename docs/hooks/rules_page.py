@@ -97,7 +97,9 @@ def upstream_text(record: Any) -> str:
         text = f"{src.repo.split('/')[-1]} `{src.path}`"
         if src.commit:
             text += f" @ [{src.commit}](https://github.com/{src.repo}/commit/{src.commit})"
-        parts.append(text + (" (relaxed the rule)" if src.relaxes else ""))
+        text += " (relaxed the rule)" if src.relaxes else ""
+        if text not in parts:  # two probes of one file and commit are one source on the page
+            parts.append(text)
     return "<br>".join(parts)
 
 

@@ -52,7 +52,9 @@ def _sources_md(row: dict[str, Any]) -> str:
         if src["commit"]:
             url = f"https://github.com/{src['repo']}/commit/{src['commit']}"
             where += f" @ [{src['commit']}]({url})"
-        parts.append(where + (" (relaxed it)" if src["relaxes"] else ""))
+        where += " (relaxed it)" if src["relaxes"] else ""
+        if where not in parts:
+            parts.append(where)
     return "<br>".join(parts)
 
 
