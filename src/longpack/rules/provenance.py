@@ -292,13 +292,14 @@ PROVENANCE: dict[str, Provenance] = {
         sources=(Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="6a33a2a95"),)
     ),
     "LP-BATCH-003": Provenance(
-        bridge=VersionRange(since="0.6.0"),
+        # configurable eval batch sizes (validation.eval_*) arrived in 0.5.0
+        bridge=VersionRange(since="0.5.0"),
         sources=(
             Source(
                 BRIDGE_REPO,
                 "src/megatron/bridge/training/config.py",
-                commit="05adbac3c",
-                probe="eval_micro_batch_size * eval_data_parallel_size",
+                commit="6c78fba79",
+                probe="eval_global_batch_size % eval_dp_product == 0",
             ),
         ),
     ),
@@ -368,14 +369,15 @@ PROVENANCE: dict[str, Provenance] = {
         ),
     ),
     "LP-PACK-007": Provenance(
-        bridge=VersionRange(since="0.6.0"),
+        # the dataset refused it in every release; ConfigContainer.validate refuses it up front from 0.6.0
         sources=(
             Source(
                 BRIDGE_REPO,
-                "src/megatron/bridge/training/config.py",
-                commit="e4cb868dc",
-                probe="pad_cu_seqlens=True requires dataset pad_to_max_length=True",
+                "src/megatron/bridge/data/packing/gpt_sft.py",
+                commit="958fb9b7d",
+                probe="'pad_to_max_length=True' is required when pad_cu_seqlens is enabled",
             ),
+            Source(BRIDGE_REPO, "src/megatron/bridge/training/config.py", commit="e4cb868dc"),
         ),
     ),
     "LP-PACK-008": Provenance(
