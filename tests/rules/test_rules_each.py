@@ -1056,6 +1056,14 @@ CASES += [
         fix_says=("dataset.offline_packing_specs.pad_seq_to_mult=8",),
     ),
     Case(
+        "LP-HCP-009",
+        "SFT",
+        [*HCP, f"{CAP}=4096"],
+        [f"{CAP}=4096"],
+        ("model.hybrid_context_parallel set in a Megatron-Bridge config", "static CP"),
+        fix_says=("pretrain_gpt.py",),
+    ),
+    Case(
         "LP-SCHED-001",
         "SFT",
         ["model.sequence_packing_scheduler=greedy", f"{CAP}=4096"],
@@ -1180,7 +1188,7 @@ LP-MOE-006 LP-MOE-007 LP-CG-006 LP-CG-007 LP-CP-009 LP-TOPO-007
 """
 WARNINGS = """
 LP-TOPO-006 LP-PACK-016 LP-PACK-010 LP-CG-005 LP-EN-009 LP-VLM-003 LP-VLM-004 LP-MOE-004 LP-DATA-003 LP-DATA-010 LP-DATA-007
-LP-DATA-009 LP-HCP-007 LP-MOE-008
+LP-DATA-009 LP-HCP-007 LP-HCP-009 LP-MOE-008
 """
 INFOS = "LP-CFG-002 LP-CFG-003 LP-CP-008 LP-PACK-009 LP-PACK-014 LP-EN-015"
 EXPECTED_SEVERITY = {

@@ -903,6 +903,12 @@ PROVENANCE: dict[str, Provenance] = {
             ),
         ),
     ),
+    "LP-HCP-009": Provenance(
+        sources=(
+            Source(BRIDGE_REPO, "src/megatron/bridge/training/gpt_step.py", commit="92deeef43"),
+            Source(BRIDGE_REPO, "src/megatron/bridge/training/initialize.py", commit="bf8effe43"),
+        ),
+    ),
     "LP-SCHED-001": Provenance(
         mcore=VersionRange(since="main"),
         sources=(

@@ -314,3 +314,26 @@ def sched_enough_samples(s: TrainingSetup) -> Iterator[Violation]:
             K_GBS,
             K_SCHED,
         )
+
+
+@FAMILY.rule(
+    "LP-HCP-009",
+    W,
+    "Megatron-Bridge does not run the hybrid-CP or packing schedulers",
+    "Bridge gpt_step (is_hybrid_cp=False); Bridge initialize",
+    fix="train with Megatron-LM's pretrain_gpt.py for hybrid CP / the DP-balanced scheduler, or drop the keys",
+)
+def hcp_not_in_bridge(s: TrainingSetup) -> Iterator[Violation]:
+    """Megatron-Bridge passes ``hybrid_context_parallel`` to the process-group set-up only: its training
+    steps split every batch with ``is_hybrid_cp=False`` and nothing wraps the data iterator with
+    Megatron-Core's ``HybridCPDataLoaderWrapper`` or ``wrap_data_iterator``, so the schedulers never run
+    (batches are split as static CP)."""
+    keys = [k for k, on in ((K_HCP, _hybrid(s)), (K_SCHED, s.model.sequence_packing_scheduler)) if on]
+    if keys:
+        yield V(
+            f"{' and '.join(keys)} set in a Megatron-Bridge config: Bridge builds the groups but never schedules "
+            "batches by them (every step splits with is_hybrid_cp=False), so the run trains with static CP",
+            "run the hybrid-CP / DP-balanced schedule with Megatron-LM's pretrain_gpt.py, or drop "
+            f"{' and '.join(keys)} from the Bridge config",
+            *keys,
+        )
