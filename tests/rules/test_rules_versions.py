@@ -87,14 +87,29 @@ def test_default_versions_given_then_environment_then_installed_then_newest(monk
         "installed",
     )
     monkeypatch.delenv(ENV_VARS[BRIDGE])
+    # Bridge not installed: the release built on the installed (or given) Megatron-Core
+    got = UpstreamVersions.resolve()
+    assert (got.bridge, got.bridge_origin) == ("0.5.1", "paired with Megatron-Core 0.18.2")
     got = UpstreamVersions.resolve(mcore="0.17.1")
+    assert (got.bridge, got.bridge_origin, got.mcore) == (
+        "0.4.2",
+        "paired with Megatron-Core 0.17.1",
+        "0.17.1",
+    )
+    assert "c81012934" in got.describe(BRIDGE)
+    # nothing known at all: the newest of both
+    monkeypatch.setattr(v, "installed_version", lambda product: None)
+    got = UpstreamVersions.resolve()
     assert (got.bridge, got.bridge_origin, got.mcore, got.mcore_origin) == (
         "main",
         "newest known",
-        "0.17.1",
-        "given",
+        "main",
+        "newest known",
     )
-    assert "newest known" in got.describe(BRIDGE) and "067f987df" in got.describe(BRIDGE)
+    assert "067f987df" in got.describe(BRIDGE)
+    # a Megatron-Core older than every pairing: newest known; a given Bridge brings its own Core
+    assert UpstreamVersions.resolve(mcore="0.15.3").bridge_origin == "newest known"
+    assert UpstreamVersions.resolve(bridge="0.6.0").mcore == "0.19.0"
 
 
 def test_installed_version_is_read_from_package_metadata() -> None:

@@ -87,12 +87,12 @@ def algorithm_option() -> Any:
 # The default order is longpack.rules.versions.UpstreamVersions.resolve's (given, environment, installed,
 # newest known); tests/rules/test_rules_versions.py checks the variable names against its ENV_VARS.
 BRIDGE_VERSION_HELP = (
-    "Megatron-Bridge version the rules are for (0.6.0, main; default: $LONGPACK_BRIDGE_VERSION, "
-    "else the installed megatron-bridge, else the newest longpack knows)."
+    "Megatron-Bridge version the rules are for (0.6.0, main; default: $LONGPACK_BRIDGE_VERSION, else the "
+    "installed megatron-bridge, else the release built on the Megatron-Core used, else the newest known)."
 )
 MCORE_VERSION_HELP = (
-    "Megatron-Core version the rules are for (0.19.0, main; default: $LONGPACK_MEGATRON_CORE_VERSION, "
-    "else the installed megatron-core, else the newest longpack knows)."
+    "Megatron-Core version the rules are for (0.19.0, main; default: $LONGPACK_MEGATRON_CORE_VERSION, else "
+    "the installed megatron-core, else the one of the Megatron-Bridge used, else the newest known)."
 )
 
 

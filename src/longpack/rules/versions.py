@@ -3,10 +3,11 @@
 Upstream changes its rules from release to release, so every rule carries the range of versions it
 applies to (:class:`VersionRange`, recorded in :mod:`longpack.rules.provenance`) and a check runs for one
 pair of versions (:class:`UpstreamVersions`): the ones the user names, else the installed packages',
-else the newest this catalog knows (the ``main`` snapshots below).
+else the one paired with the other product's, else the newest this catalog knows (``main``).
 
 The catalog is the release tags of the two repositories (tag commit and date, read from their git
-history) plus the ``main`` snapshots the newest rules were read from.
+history), the ``main`` snapshots the newest rules were read from, and for each Megatron-Bridge release
+the Megatron-Core release of its ``3rdparty/Megatron-LM`` submodule.
 
 >>> VersionRange(since="0.4.0").contains("0.6.0"), VersionRange(since="0.4.0").contains("0.3.1")
 (True, False)
@@ -49,11 +50,14 @@ MCORE: Product = "mcore"
 
 @dataclass(frozen=True)
 class Release:
-    """A release (or the ``main`` snapshot) of one upstream project: tag commit and date."""
+    """A release (or the ``main`` snapshot) of one upstream project: tag commit and date; for a
+    Megatron-Bridge release, ``mcore`` is the Megatron-Core release its ``3rdparty/Megatron-LM`` submodule
+    commit belongs to (the first ``core_v*`` tag containing it)."""
 
     version: str
     commit: str
     date: str
+    mcore: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,14 +81,14 @@ PRODUCTS: dict[Product, _ProductInfo] = {
             Release("0.2.1", "1c43b3928", "2025-12-09"),
             Release("0.2.2", "046518960", "2026-01-09"),
             Release("0.3.0", "21b02e0cf", "2026-02-26"),
-            Release("0.3.1", "9c9dd8489", "2026-03-20"),
-            Release("0.4.0", "0fbfe7d3e", "2026-04-16"),
+            Release("0.3.1", "9c9dd8489", "2026-03-20", mcore="0.16.1"),
+            Release("0.4.0", "0fbfe7d3e", "2026-04-16", mcore="0.17.0"),
             Release("0.4.1", "f9b6319e5", "2026-05-06"),
-            Release("0.4.2", "c81012934", "2026-05-28"),
-            Release("0.5.0", "fcbb60311", "2026-06-16"),
-            Release("0.5.1", "5cb3444c4", "2026-07-20"),
-            Release("0.6.0", "51885cf13", "2026-08-19"),
-            Release("main", "067f987df", "2026-08-22"),
+            Release("0.4.2", "c81012934", "2026-05-28", mcore="0.17.1"),
+            Release("0.5.0", "fcbb60311", "2026-06-16", mcore="0.18.0"),
+            Release("0.5.1", "5cb3444c4", "2026-07-20", mcore="0.18.2"),
+            Release("0.6.0", "51885cf13", "2026-08-19", mcore="0.19.0"),
+            Release("main", "067f987df", "2026-08-22", mcore="main"),
         ),
     ),
     MCORE: _ProductInfo(
@@ -175,6 +179,26 @@ class VersionRange:
 
 
 @functools.cache
+def paired_version(version: str, product: Product) -> str | None:
+    """The version of the *other* product that goes with ``version``: a Megatron-Bridge release's
+    submodule Megatron-Core, or the newest Megatron-Bridge release built on a Megatron-Core at most
+    ``version`` (``None`` when the catalog pairs nothing that old).
+
+    >>> paired_version("0.5.1", BRIDGE), paired_version("0.5.2", BRIDGE), paired_version("0.18.2", MCORE)
+    ('0.18.2', '0.18.2', '0.5.1')
+    >>> paired_version("0.16.1", MCORE), paired_version("0.15.3", MCORE), paired_version("main", MCORE)
+    ('0.3.1', None, 'main')
+    """
+    key = version_key(version, product)
+    pairs = [(r.version, r.mcore) for r in PRODUCTS[BRIDGE].releases if r.mcore is not None]
+    if product == BRIDGE:
+        older = [m for b, m in pairs if version_key(b, BRIDGE) <= key]
+        return older[-1] if older else None
+    fitting = [b for b, m in pairs if version_key(m, MCORE) <= key]
+    return fitting[-1] if fitting else None
+
+
+@functools.cache
 def installed_version(product: Product) -> str | None:
     """The installed distribution's version (package metadata only: nothing is imported; read once per
     process)."""
@@ -199,11 +223,16 @@ class UpstreamVersions:
     @classmethod
     def resolve(cls, *, bridge: str | None = None, mcore: str | None = None) -> UpstreamVersions:
         """The versions given, else ``$LONGPACK_BRIDGE_VERSION`` / ``$LONGPACK_MEGATRON_CORE_VERSION``,
-        else the installed packages', else the newest the catalog knows (``main``).
+        else the installed packages', else the one paired with the other product's (a Megatron-Bridge
+        release and the Megatron-Core of its submodule), else the newest the catalog knows (``main``).
 
         A version that does not parse is a :class:`~longpack.errors.ConfigError`.
+
+        >>> v = UpstreamVersions.resolve(bridge="0.5.1", mcore="0.18.2")
+        >>> (v.bridge, v.bridge_origin), (v.mcore, v.mcore_origin)
+        (('0.5.1', 'given'), ('0.18.2', 'given'))
         """
-        found: dict[str, tuple[str, str]] = {}
+        found: dict[Product, tuple[str, str]] = {}
         for product, given in ((BRIDGE, bridge), (MCORE, mcore)):
             if given is not None:
                 if not isinstance(given, str):
@@ -222,6 +251,13 @@ class UpstreamVersions:
             installed = installed_version(product)
             if installed is not None:
                 found[product] = (installed, "installed")
+        known = dict(found)  # pair only with a version the user or the environment gave
+        for product, other in ((BRIDGE, MCORE), (MCORE, BRIDGE)):
+            if product in found:
+                continue
+            paired = paired_version(known[other][0], other) if other in known else None
+            if paired is not None:
+                found[product] = (paired, f"paired with {PRODUCTS[other].name} {found[other][0]}")
             else:
                 found[product] = ("main", "newest known")
         return cls(
