@@ -24,7 +24,10 @@ from longpack.rules import RULES
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-INSTALL_AND_DEMO = 'pip install -e ".[all]" && longpack pack --demo --out out/demo'
+# Command 1 installs what packing the demo needs (no torch, Ray, Energon or transformers); command 2 adds
+# the rest once, into the same venv, with CI's constraints (torch as the CPU wheel).
+INSTALL_AND_DEMO = 'pip install -c constraints/ci.txt -e ".[pack]" && longpack pack --demo --out out/demo'
+INSTALL_THE_REST = '-c constraints/ci.txt -e ".[dev,all]"'
 TEST_COMMAND = "python -m pytest -q -n 2"
 
 
@@ -57,9 +60,10 @@ def test_readme_opens_with_install_demo_and_test_command() -> None:
     first = code_blocks(README.read_text())[0]
     lines = [line for line in first.splitlines() if not line.startswith("#")]
     assert INSTALL_AND_DEMO in lines[0], lines[0]
-    assert lines[1].endswith(TEST_COMMAND), lines[1]
-    # The README promises that this is the command CI runs.
+    assert lines[1].endswith(TEST_COMMAND) and INSTALL_THE_REST in lines[1], lines[1]
+    # The README promises that this is the command CI runs, after the same install.
     assert TEST_COMMAND in (ROOT / ".ci" / "run").read_text()
+    assert INSTALL_THE_REST in (ROOT / ".ci" / "run").read_text()
 
 
 @pytest.mark.parametrize("cmd", sorted(set().union(*map(shown_commands, code_blocks(README.read_text())))))

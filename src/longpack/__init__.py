@@ -23,6 +23,14 @@ _LAZY = {
     "TopologyConfig": "longpack.jobs.topology",
     "TopologyResult": "longpack.jobs.topology",
     "CpCheckConfig": "longpack.jobs.cp_check",
+    "EstimateConfig": "longpack.jobs.plan",
+    "EstimateResult": "longpack.jobs.plan",
+    "EvaluateConfig": "longpack.jobs.calibration",
+    "EvaluateResult": "longpack.jobs.calibration",
+    "FitConfig": "longpack.jobs.calibration",
+    "FitResult": "longpack.jobs.calibration",
+    "OnlineSimConfig": "longpack.jobs.online_sim",
+    "OnlineSimResult": "longpack.jobs.online_sim",
     "BalanceConfig": "longpack.jobs.balance",
     "BalanceResult": "longpack.jobs.balance",
     "CpCheckResult": "longpack.jobs.cp_check",
@@ -47,10 +55,18 @@ __all__ = [
     "CheckResult",
     "CpCheckConfig",
     "CpCheckResult",
+    "EstimateConfig",
+    "EstimateResult",
+    "EvaluateConfig",
+    "EvaluateResult",
+    "FitConfig",
+    "FitResult",
     "InspectConfig",
     "InspectResult",
     "LocalExecutor",
     "LongpackError",
+    "OnlineSimConfig",
+    "OnlineSimResult",
     "PackConfig",
     "PackResult",
     "PlanConfig",
@@ -69,12 +85,14 @@ __all__ = [
 if TYPE_CHECKING:
     from longpack.errors import LongpackError
     from longpack.jobs.balance import BalanceConfig, BalanceResult
+    from longpack.jobs.calibration import EvaluateConfig, EvaluateResult, FitConfig, FitResult
     from longpack.jobs.check import CheckConfig, CheckResult
     from longpack.jobs.cp_check import CpCheckConfig, CpCheckResult
     from longpack.jobs.executors import LocalExecutor
     from longpack.jobs.inspect import InspectConfig, InspectResult
+    from longpack.jobs.online_sim import OnlineSimConfig, OnlineSimResult
     from longpack.jobs.pack import PackConfig, PackResult
-    from longpack.jobs.plan import PlanConfig, PlanResult
+    from longpack.jobs.plan import EstimateConfig, EstimateResult, PlanConfig, PlanResult
     from longpack.jobs.preview import PreviewConfig, PreviewResult
     from longpack.jobs.sweep import SweepConfig, SweepResult
     from longpack.jobs.thd_batch import ThdBatchConfig, ThdBatchResult

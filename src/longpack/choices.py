@@ -44,7 +44,15 @@ CHAT_LOSSES: tuple[str, ...] = ("assistant", "last_turn", "full")
 #: Planner training options (``longpack.planner.options``).
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "mxfp8", "nvfp4")
 DISPATCHERS: tuple[str, ...] = ("alltoall", "allgather", "deepep", "hybridep")
+#: Context-parallel communication (``auto``: the fastest the layout allows).
+CP_COMM_TYPES: tuple[str, ...] = ("p2p", "a2a", "a2a+p2p", "allgather", "auto")
 OPTIMIZERS: tuple[str, ...] = ("adam", "adam_bf16_states", "muon")
+
+#: Synthetic sample-length workloads of the online-packing simulation (``longpack.online.simulate``).
+WORKLOADS: tuple[str, ...] = ("lognormal", "bimodal")
+
+#: Megatron-Bridge dataset configs the rules tell apart (``longpack.rules.config.DatasetKind``'s values).
+DATASET_KINDS: tuple[str, ...] = ("sft", "direct_hf", "energon", "mock_vlm", "pretraining")
 
 #: Pipeline schedules and samplers of the balance simulation (``longpack.balance.schedule``).
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")

@@ -1,5 +1,6 @@
-"""The CLI is generated from the job configs: every option of a generated command is a config field (its
-flag, default, choices and help come from the field), and the shared text options are ``TextConfig``'s."""
+"""The CLI is generated from the job configs: every command has one, every option of every command is a config
+field (its flag, default, choices and help come from the field), and the shared text options are
+``TextConfig``'s."""
 
 from __future__ import annotations
 
@@ -14,37 +15,63 @@ from typer.testing import CliRunner
 from longpack.choices import ALGORITHMS, OVERLENGTH_POLICIES, TEXT_FORMATS
 from longpack.cli.app import app
 from longpack.cli.generate import JSON_FLAG, cli_fields
-from longpack.jobs import PackConfig, PreviewConfig, SweepConfig
 from longpack.option import option_of
 from longpack.text import TextConfig
 
-GENERATED = {"pack": PackConfig, "sweep": SweepConfig, "preview": PreviewConfig}
-COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+ROOT = typer.main.get_command(app)
+COMMANDS = ROOT.commands  # type: ignore[attr-defined]
 
 
-def _options(command: str) -> dict[str, object]:
+def _every_command() -> dict[str, object]:
+    """``"plan estimate"`` -> click command, for every command and sub-command (the hidden ``version`` aside)."""
+    out: dict[str, object] = {}
+    for name, command in COMMANDS.items():
+        if name == "version":
+            continue
+        out[name] = command
+        for sub_name, sub in getattr(command, "commands", {}).items():
+            out[f"{name} {sub_name}"] = sub
+    return out
+
+
+EVERY = _every_command()
+
+
+def _options_of(command: object) -> dict[str, object]:
     """``--flag`` -> click parameter, every spelling (hidden aliases too), ``--help`` left out."""
     out: dict[str, object] = {}
-    for param in COMMANDS[command].params:
+    for param in command.params:  # type: ignore[attr-defined]
         for opt in (*param.opts, *param.secondary_opts):
             if opt.startswith("--"):
                 out[opt] = param
     return out
 
 
-@pytest.mark.parametrize("command", sorted(GENERATED))
+def _options(command: str) -> dict[str, object]:
+    return _options_of(COMMANDS[command])
+
+
+def test_every_command_is_generated_from_a_job_config() -> None:
+    assert len(EVERY) >= 14 and {"pack", "plan", "plan estimate", "check", "online-sim"} <= set(EVERY)
+    for name, command in EVERY.items():
+        assert hasattr(command.callback, "longpack_configs"), f"{name} is written by hand"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("command", sorted(EVERY))
 def test_every_cli_option_is_a_config_field(command: str) -> None:
-    config_cls = GENERATED[command]
-    fields = list(cli_fields(config_cls))
+    click_command = EVERY[command]
+    configs = click_command.callback.longpack_configs  # type: ignore[attr-defined]
+    fields = [item for config_cls in configs for item in cli_fields(config_cls)]
     from_fields = {flag for f in fields if not f.spec.positional for flag in f.flags}
     from_fields |= {f.spec.negative for f in fields if f.spec.negative}
-    assert set(_options(command)) == from_fields | {JSON_FLAG}
+    options = _options_of(click_command)
+    assert set(options) == from_fields | {JSON_FLAG}
     # positional arguments are fields too
-    arguments = {p.name for p in COMMANDS[command].params if isinstance(p, typer.core.TyperArgument)}
+    arguments = {p.name for p in click_command.params if isinstance(p, typer.core.TyperArgument)}  # type: ignore[attr-defined]
     assert arguments == {f.param for f in fields if f.spec.positional}
     # each option's help and default is its field's
     for item in fields:
-        param = _options(command).get(item.flags[0])
+        param = options.get(item.flags[0])
         if param is None:
             continue
         assert param.help == item.spec.help  # type: ignore[attr-defined]

@@ -287,7 +287,7 @@ def test_no_layout_fits_says_why_per_group() -> None:
 
 
 def test_plan_plot_writes_png_with_budget_line_and_zero_based_axes(tmp_path: Path) -> None:
-    from longpack.cli.plan_cmd import plot_figure
+    from longpack.jobs.plots import plot_figure
 
     out = tmp_path / "plan.png"
     res = runner.invoke(

@@ -368,20 +368,34 @@ def test_old_flag_spellings_still_work_with_a_warning(tmp_path: Path) -> None:
     assert fills(old_doc) == fills(new_doc) and old_doc["capacity"] == new_doc["capacity"] == 100
 
 
-def test_cli_choice_lists_are_the_librarys() -> None:
-    from typing import get_args
-
+def test_the_librarys_choice_lists_are_longpack_choices() -> None:
+    """Each choice list is written once (``longpack.choices``); the layers that act on a choice re-export it."""
+    from longpack import choices
     from longpack.balance.schedule import SAMPLERS, SCHEDULES
     from longpack.binpack import ALGORITHMS
-    from longpack.cli import options as opt
-    from longpack.planner.options import DISPATCHERS, OPTIMIZERS, PRECISIONS
+    from longpack.online.simulate import WORKLOADS
+    from longpack.packed.align import OVERLENGTH_POLICIES
+    from longpack.packed.pipeline import COMPAT_MODES, IDS_DTYPES, OUTPUT_FORMATS
+    from longpack.planner.options import CP_COMM_TYPES, DISPATCHERS, OPTIMIZERS, PRECISIONS
     from longpack.rules.config import DatasetKind
+    from longpack.text.rows import FORMATS
 
-    assert set(get_args(opt.Algorithm)) == set(ALGORITHMS)
-    assert get_args(opt.Precision) == PRECISIONS
-    assert get_args(opt.Dispatcher) == DISPATCHERS and get_args(opt.Optimizer) == OPTIMIZERS
-    assert get_args(opt.Schedule) == SCHEDULES and get_args(opt.Sampler) == SAMPLERS
-    assert set(get_args(opt.DatasetKindChoice)) == {k.value for k in DatasetKind}
+    assert ALGORITHMS is choices.ALGORITHMS and OVERLENGTH_POLICIES is choices.OVERLENGTH_POLICIES
+    assert (IDS_DTYPES, OUTPUT_FORMATS, COMPAT_MODES) == (
+        choices.IDS_DTYPES,
+        choices.OUTPUT_FORMATS,
+        choices.COMPAT_MODES,
+    )
+    assert FORMATS is choices.TEXT_FORMATS and WORKLOADS is choices.WORKLOADS
+    assert (PRECISIONS, DISPATCHERS, OPTIMIZERS, CP_COMM_TYPES) == (
+        choices.PRECISIONS,
+        choices.DISPATCHERS,
+        choices.OPTIMIZERS,
+        choices.CP_COMM_TYPES,
+    )
+    assert SCHEDULES is choices.SCHEDULES and SAMPLERS is choices.SAMPLERS
+    # the rules' dataset kinds are an enum (pydantic parses them): its values are the one list
+    assert tuple(k.value for k in DatasetKind) == choices.DATASET_KINDS
 
 
 # --- processes: plain scripts, start methods, light import ----------------------------------------------

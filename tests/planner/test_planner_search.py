@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from longpack.cli.plan_cmd import parse_layout
+from longpack.jobs.plan import parse_layout
 from longpack.planner.catalog import load_gpu, load_model
 from longpack.planner.options import PlanLayout, TrainingOptions, normalize_recompute
 from longpack.planner.overrides import parse_overrides, to_overrides, to_python_snippet

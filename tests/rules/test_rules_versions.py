@@ -124,11 +124,10 @@ def test_installed_version_is_read_from_package_metadata() -> None:
     assert installed_version(MCORE) == expected
 
 
-def test_cli_help_names_the_environment_variables() -> None:
-    from longpack.cli import options
+def test_option_help_names_the_environment_variables() -> None:
+    from longpack.jobs.options import BRIDGE_VERSION_HELP, MCORE_VERSION_HELP
 
-    helps = [options.BridgeVersion.__metadata__[0].help, options.McoreVersion.__metadata__[0].help]
-    assert ENV_VARS[BRIDGE] in helps[0] and ENV_VARS[MCORE] in helps[1]
+    assert ENV_VARS[BRIDGE] in BRIDGE_VERSION_HELP and ENV_VARS[MCORE] in MCORE_VERSION_HELP
 
 
 # --- the registry -----------------------------------------------------------------------------------

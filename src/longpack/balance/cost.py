@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from longpack.errors import ConfigError
+
 
 @dataclass(frozen=True, kw_only=True)
 class TransformerFlops:
@@ -79,13 +81,13 @@ def megatron_dense_flops(
         ("vocab", vocab),
     ):
         if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
     kv = heads if kv_heads is None else kv_heads
     if kv < 1 or heads % kv:
-        raise ValueError(f"kv_heads={kv} must be positive and divide heads={heads}")
+        raise ConfigError(f"kv_heads={kv} must be positive and divide heads={heads}")
     d = hidden // heads if head_dim is None else head_dim
     if d < 1:
-        raise ValueError(f"head_dim must be positive, got {d} (hidden={hidden}, heads={heads})")
+        raise ConfigError(f"head_dim must be positive, got {d} (hidden={hidden}, heads={heads})")
     q_width, kv_width = heads * d, kv * d
     gamma = 3 if gated_mlp else 2
     per_layer = hidden * gamma * ffn + hidden * (q_width + 2 * kv_width) + q_width * hidden
@@ -128,7 +130,7 @@ class PackCostModel:
         for name in ("linear", "quadratic", "per_sequence", "per_pack"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not np.isfinite(value) or value < 0:
-                raise ValueError(
+                raise ConfigError(
                     f"PackCostModel.{name} must be a finite number >= 0, got {value!r} "
                     "(a negative coefficient would let adding tokens shorten a pack)"
                 )
@@ -147,11 +149,11 @@ class PackCostModel:
         lengths_arr = np.asarray(lengths, dtype=np.int64)
         bins = np.asarray(bin_of_item, dtype=np.int64)
         if lengths_arr.shape != bins.shape or lengths_arr.ndim != 1:
-            raise ValueError(
+            raise ConfigError(
                 f"lengths and bin_of_item must be 1-D of the same size, got {lengths_arr.shape} and {bins.shape}"
             )
         if bins.size and int(bins.min()) < 0:
-            raise ValueError(f"bin_of_item has a negative id at index {int(np.argmin(bins))}")
+            raise ConfigError(f"bin_of_item has a negative id at index {int(np.argmin(bins))}")
         n = int(bins.max()) + 1 if bins.size else 0
         n = n if num_packs is None else num_packs
         return _pack_sums(lengths_arr, bins, n) @ self.coefficients
@@ -220,14 +222,14 @@ class PackCostModel:
             ("per_pack_seconds", per_pack_seconds),
         ):
             if not np.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+                raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}")
         attn_rate = flops_per_second if attention_flops_per_second is None else attention_flops_per_second
         for name, value in (
             ("flops_per_second", flops_per_second),
             ("attention_flops_per_second", attn_rate),
         ):
             if not np.isfinite(value) or value <= 0:
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+                raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
         half_pair = float(attention_flops_per_token_pair) / 2.0 / float(attn_rate)
         return cls(
             linear=float(linear_flops_per_token) / float(flops_per_second) + half_pair,
@@ -298,14 +300,14 @@ class PackCostModel:
         names = ("per_pack", "per_sequence", "linear", "quadratic")
         unknown = [t for t in terms if t not in names]
         if unknown or not terms:
-            raise ValueError(f"terms must be a non-empty subset of {names}, got {tuple(terms)}")
+            raise ConfigError(f"terms must be a non-empty subset of {names}, got {tuple(terms)}")
         y = np.asarray(measured_times, dtype=np.float64)
         if y.ndim != 1 or len(y) != len(pack_lengths_list):
-            raise ValueError(
+            raise ConfigError(
                 f"measured_times needs one time per pack: got {y.shape} for {len(pack_lengths_list)} packs"
             )
         if not np.isfinite(y).all():
-            raise ValueError(
+            raise ConfigError(
                 f"measured_times has a non-finite value at index {int(np.argmin(np.isfinite(y)))}"
             )
         lengths = np.concatenate(

@@ -40,6 +40,7 @@ from longpack.balance.schedule import (
 from longpack.balance.target import BalanceTarget
 from longpack.binpack import check_capacity, check_seed, pack_lengths, validate_lengths
 from longpack.binpack._dispatch import kernels
+from longpack.errors import ConfigError
 
 
 def _balanced_groups(costs: np.ndarray, groups: int, per_group: int, swap_rounds: int = 64) -> np.ndarray:
@@ -134,7 +135,7 @@ def order_packs(
     costs = np.asarray(pack_costs, dtype=np.float64)
     m = micro_batches_per_rank(dp=dp, gbs=gbs, micro_batch_size=micro_batch_size)
     if sampler not in SAMPLERS:
-        raise ValueError(f"unknown sampler {sampler!r}; choose one of {SAMPLERS}")
+        raise ConfigError(f"unknown sampler {sampler!r}; choose one of {SAMPLERS}")
     if pp > 1:
         pipeline_makespan(np.ones(m), pp=pp, schedule=schedule, vpp=vpp)  # validates pp/vpp/schedule early
     rng = np.random.default_rng(check_seed(seed))
@@ -347,7 +348,7 @@ def balanced_pack(
             "longpack.planner.balance_costs.parse_balance_spec)"
         )
     if fill not in FILLS:
-        raise ValueError(f"unknown fill {fill!r}; choose one of {FILLS}")
+        raise ConfigError(f"unknown fill {fill!r}; choose one of {FILLS}")
     cap = check_capacity(capacity)
     seed = check_seed(seed)
     arr = np.asarray(validate_lengths(lengths, cap), dtype=np.int64)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from longpack import choices
+from longpack.errors import ConfigError
 
 SCHEDULES = choices.SCHEDULES
 SAMPLERS = choices.SAMPLERS
@@ -38,7 +39,7 @@ SAMPLERS = choices.SAMPLERS
 
 def _positive_int(name: str, value: Any) -> int:
     if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
 
 
@@ -52,7 +53,7 @@ def micro_batches_per_rank(*, dp: int, gbs: int, micro_batch_size: int = 1) -> i
         _positive_int(n, v) for n, v in (("dp", dp), ("gbs", gbs), ("micro_batch_size", micro_batch_size))
     )
     if gbs % (mbs * dp):
-        raise ValueError(
+        raise ConfigError(
             f"gbs={gbs} is not divisible by micro_batch_size*dp = {mbs}*{dp} = {mbs * dp}; Megatron's "
             "samplers refuse this too. Choose a global batch that is a multiple of MBS*DP"
         )
@@ -81,7 +82,7 @@ def _slot_table(*, dp: int, gbs: int, micro_batch_size: int, sampler: str) -> tu
         # Megatron-LM MegatronPretrainingSampler: every MBS·DP consecutive rows form one micro-batch
         # round; rank r reads rows [r·MBS, (r+1)·MBS) of the round.
         return (p % (micro_batch_size * dp)) // micro_batch_size, p // (micro_batch_size * dp)
-    raise ValueError(f"unknown sampler {sampler!r}; choose one of {SAMPLERS}")
+    raise ConfigError(f"unknown sampler {sampler!r}; choose one of {SAMPLERS}")
 
 
 def pack_slots(
@@ -247,17 +248,17 @@ def pipeline_makespan(
     """
     pp, vpp = _positive_int("pp", pp), _positive_int("vpp", vpp)
     if schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule {schedule!r}; choose one of {SCHEDULES}")
+        raise ConfigError(f"unknown schedule {schedule!r}; choose one of {SCHEDULES}")
     if not 0.0 < forward_fraction < 1.0:
-        raise ValueError(f"forward_fraction must be in (0, 1), got {forward_fraction!r}")
+        raise ConfigError(f"forward_fraction must be in (0, 1), got {forward_fraction!r}")
     costs = np.asarray(micro_batch_costs, dtype=np.float64)
     m = costs.shape[-1]
     if m < 1:
-        raise ValueError("need at least one micro-batch per rank")
+        raise ConfigError("need at least one micro-batch per rank")
     if schedule == "1f1b" and vpp != 1:
-        raise ValueError(f"vpp={vpp} needs schedule='interleaved'; 1F1B runs one model chunk per stage")
+        raise ConfigError(f"vpp={vpp} needs schedule='interleaved'; 1F1B runs one model chunk per stage")
     if schedule == "interleaved" and m % pp:
-        raise ValueError(
+        raise ConfigError(
             f"the interleaved schedule needs micro-batches per rank (m={m}) to be a multiple of pp={pp} "
             "(Megatron-Core's requirement); raise the global batch or use schedule='1f1b'"
         )
@@ -345,10 +346,10 @@ def simulate_schedule(
     m = micro_batches_per_rank(dp=dp, gbs=gbs, micro_batch_size=mbs)
     costs = np.asarray(pack_costs, dtype=np.float64)
     if costs.ndim != 1:
-        raise ValueError(f"pack_costs must be 1-D (one cost per pack), got shape {costs.shape}")
+        raise ConfigError(f"pack_costs must be 1-D (one cost per pack), got shape {costs.shape}")
     if costs.size and (not np.isfinite(costs).all() or costs.min() < 0):
         bad = int(np.flatnonzero(~np.isfinite(costs) | (costs < 0))[0])
-        raise ValueError(f"pack_costs[{bad}] = {costs[bad]!r}; costs must be finite and >= 0")
+        raise ConfigError(f"pack_costs[{bad}] = {costs[bad]!r}; costs must be finite and >= 0")
     steps = max(1, -(-costs.size // gbs))
     padded = np.zeros(steps * gbs, dtype=np.float64)
     padded[: costs.size] = costs

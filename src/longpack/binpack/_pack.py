@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from longpack import choices as _choices
+from longpack.errors import ConfigError
 
 
 def _compiled() -> Any:
@@ -33,14 +34,14 @@ def check_capacity(capacity: Any, name: str = "capacity") -> int:
     >>> check_capacity(0, "gbs")
     Traceback (most recent call last):
     ...
-    ValueError: gbs must be >= 1, got 0
+    longpack.errors.ConfigError: gbs must be >= 1, got 0
     """
     try:
         cap = operator.index(capacity)
     except TypeError:
         raise TypeError(f"{name} must be an integer, got {capacity!r}") from None
     if cap < 1:
-        raise ValueError(f"{name} must be >= 1, got {cap}")
+        raise ConfigError(f"{name} must be >= 1, got {cap}")
     return cap
 
 
@@ -57,14 +58,14 @@ def check_seed(seed: Any) -> int:
     >>> check_seed(-1)
     Traceback (most recent call last):
     ...
-    ValueError: seed must be in 0..2**32-1, got -1
+    longpack.errors.ConfigError: seed must be in 0..2**32-1, got -1
     """
     try:
         value = operator.index(seed)
     except TypeError:
         raise TypeError(f"seed must be an integer in 0..2**32-1, got {seed!r}") from None
     if not 0 <= value < 2**32:
-        raise ValueError(f"seed must be in 0..2**32-1, got {value}")
+        raise ConfigError(f"seed must be in 0..2**32-1, got {value}")
     return value
 
 
@@ -74,16 +75,16 @@ def validate_lengths(lengths: Any, capacity: int) -> np.ndarray:
     >>> validate_lengths([3, 9, 0], 8)
     Traceback (most recent call last):
     ...
-    ValueError: 2 of 3 lengths are outside 1..8 (capacity 8); first at index 1: 9. Truncate, split or drop those items before packing.
+    longpack.errors.ConfigError: 2 of 3 lengths are outside 1..8 (capacity 8); first at index 1: 9. Truncate, split or drop those items before packing.
     """
     arr = np.asarray(lengths)
     if arr.ndim != 1:
-        raise ValueError(f"lengths must be a 1-D sequence of integers, got an array of shape {arr.shape}")
+        raise ConfigError(f"lengths must be a 1-D sequence of integers, got an array of shape {arr.shape}")
     if arr.dtype.kind == "f":
         whole = np.isfinite(arr) & (arr == np.floor(arr))
         if not whole.all():
             not_whole = np.flatnonzero(~whole)
-            raise ValueError(
+            raise ConfigError(
                 f"{len(not_whole)} of {len(arr)} lengths are not whole numbers; first at index {not_whole[0]}: "
                 f"{arr[not_whole[0]]!r}. Pass integer token counts."
             )
@@ -92,15 +93,15 @@ def validate_lengths(lengths: Any, capacity: int) -> np.ndarray:
         if arr.size == 0:
             arr = arr.astype(np.int64)
         else:
-            raise ValueError(f"lengths must be integers, got dtype {arr.dtype}")
+            raise ConfigError(f"lengths must be integers, got dtype {arr.dtype}")
     if arr.dtype != np.int64 and arr.dtype != np.int32:
         if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
-            raise ValueError("lengths do not fit in int64")
+            raise ConfigError("lengths do not fit in int64")
         arr = arr.astype(np.int64)
     arr = np.ascontiguousarray(arr)
     bad, first = _compiled().count_invalid(arr, 1, capacity)
     if bad:
-        raise ValueError(
+        raise ConfigError(
             f"{bad} of {len(arr)} lengths are outside 1..{capacity} (capacity {capacity}); first at index "
             f"{first}: {int(arr[first])}. Truncate, split or drop those items before packing."
         )
@@ -227,14 +228,14 @@ def pack_bins(
 def _checked(lengths: Any, capacity: Any, algorithm: str, seed: Any) -> tuple[np.ndarray, int, int]:
     cap = check_capacity(capacity)
     if cap > MAX_CAPACITY:
-        raise ValueError(
+        raise ConfigError(
             f"capacity {cap} is above the supported {MAX_CAPACITY} tokens: working memory grows with the "
             f"capacity (8 B per possible length); pack in smaller units (e.g. divide lengths and capacity by "
             f"a common alignment such as pad_seq_to_mult)"
         )
     value = check_seed(seed)
     if algorithm not in ALGORITHMS:
-        raise ValueError(
+        raise ConfigError(
             f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)} "
             "(workload-balanced packing is longpack.balance.balanced_pack)"
         )
@@ -280,7 +281,7 @@ def packing_stats(lengths: Any, bin_of_item: Any, capacity: int) -> PackingStats
     arr = np.asarray(lengths, dtype=np.int64)
     bins = np.asarray(bin_of_item, dtype=np.int64)
     if arr.ndim != 1 or bins.shape != arr.shape:
-        raise ValueError(
+        raise ConfigError(
             f"lengths and bin_of_item must be 1-D of the same size, got shapes {arr.shape} and {bins.shape}"
         )
     n = int(arr.size)
@@ -301,12 +302,12 @@ def packing_stats(lengths: Any, bin_of_item: Any, capacity: int) -> PackingStats
             max_bin_fill=0,
         )
     if int(bins.min()) < 0:
-        raise ValueError(f"bin_of_item has a negative id at index {int(np.argmin(bins))}")
+        raise ConfigError(f"bin_of_item has a negative id at index {int(np.argmin(bins))}")
     nbins = int(bins.max()) + 1
     items = np.bincount(bins, minlength=nbins)
     empty = np.flatnonzero(items == 0)
     if len(empty):
-        raise ValueError(f"bin ids are not dense: bin {int(empty[0])} of 0..{nbins - 1} holds no item")
+        raise ConfigError(f"bin ids are not dense: bin {int(empty[0])} of 0..{nbins - 1} holds no item")
     fill = np.bincount(bins, weights=arr, minlength=nbins).astype(np.int64)
     return PackingStats(
         num_items=n,

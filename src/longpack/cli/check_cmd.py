@@ -8,26 +8,57 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import Any
 
 import typer
 
-from longpack.cli import options as opt
+from longpack.cli.generate import add_command
+from longpack.cli.options import cli_message
+from longpack.errors import LongpackError
+from longpack.jobs import CheckConfig
 from longpack.jobs.check import family_table, rule_table
+from longpack.jobs.options import option
 
 EXIT_OK, EXIT_ERRORS, EXIT_UNREADABLE = 0, 1, 2
 
 
-def _fail_input(exc: Exception, as_json: bool) -> typer.Exit:
-    from longpack.cli.options import cli_message
-
-    message = cli_message(str(exc), getattr(exc, "fields", ()))
+def _input_error_as_json(exc: LongpackError, as_json: bool) -> None:
+    """With ``--json``, input that cannot be read is a JSON answer too (exit 2); else ``error: ...``."""
     if as_json:
+        message = cli_message(str(exc), exc.fields)
         typer.echo(json.dumps({"ok": False, "exit_code": EXIT_UNREADABLE, "input_error": message}, indent=2))
-    else:
-        typer.echo(f"error: {message}", err=True)
-    return typer.Exit(EXIT_UNREADABLE)
+        raise typer.Exit(EXIT_UNREADABLE) from exc
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckView:
+    """How ``longpack check`` answers: the listings instead of a check, and what the table shows."""
+
+    list_rules: bool = option(False, help="List every rule and exit.")
+    list_families: bool = option(False, help="List known model families and exit.")
+    markdown: bool = option(False, help="With --list-rules: a Markdown table.")
+    show_ignored: bool = option(False, help="List every config key no rule reads.")
+    verbose: bool = option(False, help="Also list the rules not applied to these versions (and why).")
+
+
+def _listing(view: CheckView, as_json: bool) -> bool:
+    if view.list_rules:
+        _list_rules(as_json, view.markdown)
+        return True
+    if view.list_families:
+        _list_families(as_json)
+        return True
+    return False
+
+
+def _config_then_overrides(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``check CONFIG KEY=VALUE ...``: the first argument is the config file unless it is an override."""
+    items = list(kwargs.pop("overrides", None) or [])
+    if items and "=" not in items[0] and not items[0].startswith("~"):
+        kwargs["config"] = items.pop(0)
+    kwargs["overrides"] = tuple(items)
+    return kwargs
 
 
 def rules_markdown() -> str:
@@ -92,88 +123,17 @@ def _list_families(as_json: bool) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(
+    add_command(
+        app,
         "check",
-        context_settings={"allow_extra_args": False},
+        CheckConfig,
+        present=lambda config, result, view: _print_human(result, view.show_ignored, view.verbose),
+        prepare=_config_then_overrides,
         epilog="Exit codes: 0 no errors, 1 at least one error-severity finding, 2 input cannot be read.",
+        view=CheckView,
+        intercept=_listing,
+        on_error=_input_error_as_json,
     )
-    def check(
-        args: Annotated[
-            list[str] | None,
-            typer.Argument(
-                metavar="[CONFIG] [KEY=VALUE ...]",
-                help="A YAML/JSON config (Megatron-Bridge dumps welcome), then Hydra-style overrides "
-                "(model.context_parallel_size=8, +key=value, ~key).",
-            ),
-        ] = None,
-        gpus: opt.Gpus = None,
-        model: str | None = typer.Option(
-            None, "--model", help="Model: a catalog id (see --list-families) for the model rules."
-        ),
-        dataset_kind: Annotated[
-            opt.DatasetKindChoice | None,
-            typer.Option("--dataset-kind", help="Megatron-Bridge dataset config (default: inferred)."),
-        ] = None,
-        packed: Annotated[
-            Path | None,
-            typer.Option(
-                "--packed", help="Packed output folder to check against the config (metadata + Parquet)."
-            ),
-        ] = None,
-        no_manifest_ok: bool = typer.Option(
-            False,
-            "--no-manifest-ok",
-            help="With --packed: read a folder without manifest.json (Megatron-Bridge's prepare step writes none).",
-        ),
-        as_json: opt.Json = False,
-        list_rules: bool = typer.Option(False, "--list-rules", help="List every rule and exit."),
-        list_families: bool = typer.Option(
-            False, "--list-families", help="List known model families and exit."
-        ),
-        markdown: bool = typer.Option(False, "--markdown", help="With --list-rules: a Markdown table."),
-        show_ignored: bool = typer.Option(
-            False, "--show-ignored", help="List every config key no rule reads."
-        ),
-        bridge_version: opt.BridgeVersion = None,
-        megatron_core_version: opt.McoreVersion = None,
-        verbose: bool = typer.Option(
-            False, "--verbose", "-v", help="Also list the rules not applied to these versions (and why)."
-        ),
-    ) -> None:
-        """Check a Megatron-Bridge training config (plus overrides, GPU count and packed data) against every
-        packing, context-parallel, batch, CUDA-graph, Energon, MoE and pipeline rule."""
-        from longpack.errors import LongpackError
-        from longpack.jobs.check import CheckConfig
-
-        if list_rules:
-            _list_rules(as_json, markdown)
-            raise typer.Exit(EXIT_OK)
-        if list_families:
-            _list_families(as_json)
-            raise typer.Exit(EXIT_OK)
-        items = list(args or [])
-        config_path: str | None = None
-        if items and "=" not in items[0] and not items[0].startswith("~"):
-            config_path = items.pop(0)
-        try:
-            result = CheckConfig(
-                config=config_path,
-                overrides=tuple(items),
-                gpus=gpus,
-                model=model,
-                dataset_kind=dataset_kind,
-                packed=packed,
-                packed_no_manifest_ok=no_manifest_ok,
-                bridge_version=bridge_version,
-                megatron_core_version=megatron_core_version,
-            ).run()
-        except LongpackError as exc:
-            raise _fail_input(exc, as_json) from exc
-        if as_json:
-            typer.echo(json.dumps(result.to_dict(), indent=2))
-        else:
-            _print_human(result, show_ignored, verbose)
-        raise typer.Exit(result.exit_code)
 
 
 def _print_human(result: Any, show_ignored: bool, verbose: bool = False) -> None:

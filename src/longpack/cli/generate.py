@@ -33,9 +33,11 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from longpack.cli.options import FIELD_FLAGS
+from longpack.errors import LongpackError
 from longpack.jobs.options import Option, option_of
 
-__all__ = ["CliField", "add_command", "cli_fields"]
+__all__ = ["CliField", "add_command", "add_group", "cli_fields"]
 
 JSON_FLAG = "--json"
 
@@ -126,9 +128,9 @@ def _alias_annotation(item: CliField, alias: str) -> Any:
     return Annotated[item.type | None, typer.Option(alias, hidden=True)]
 
 
-def _parameters(items: list[CliField]) -> list[inspect.Parameter]:
+def _parameters(items: list[CliField], view_items: list[CliField] | None = None) -> list[inspect.Parameter]:
     params = []
-    for item in items:
+    for item in [*items, *(view_items or [])]:
         default = item.default
         if (item.spec.positional and default == ()) or _shown_default(item) is not None:
             default = None  # typer: not given
@@ -190,15 +192,96 @@ def _build_nested(config_cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _command(
+    name: str,
+    config_cls: type,
+    *,
+    present: Callable[..., None],
+    prepare: Callable[[dict[str, Any]], dict[str, Any]] | None,
+    help: str | None,
+    group: bool = False,
+    view: type | None = None,
+    intercept: Callable[[Any, bool], bool] | None = None,
+    on_error: Callable[[LongpackError, bool], None] | None = None,
+) -> Callable[..., None]:
+    """The typer function of one command: its signature is the config's fields (and ``--json``); with
+    ``group``, it is a group's callback that runs only when no sub-command is named. ``view`` is a second
+    option dataclass for how the command prints (``check --show-ignored``), handed to ``present`` as a
+    third argument; ``intercept(view, as_json)`` may answer the command without a config (``--list-rules``)
+    and return True; ``on_error(exc, as_json)`` may report a ``LongpackError`` its own way (before exit 2)."""
+    items = list(cli_fields(config_cls))
+    view_items = list(cli_fields(view)) if view is not None else []
+    assert not {i.param for i in items} & {i.param for i in view_items}, "a view option shadows a field"
+    field_names = {f.name for f in dataclasses.fields(config_cls)}
+    for item in items:  # error messages name a field by the flag that sets it
+        if not item.spec.positional and item.flags[0] != "--" + item.path[-1].replace("_", "-"):
+            FIELD_FLAGS.setdefault(".".join(item.path[-1:]), item.flags[0])
+
+    def command(**values: Any) -> None:
+        ctx = values.pop("ctx", None)
+        if ctx is not None and ctx.invoked_subcommand is not None:
+            return
+        as_json = values.pop("as_json")
+        shown = None
+        if view is not None:
+            shown = view(**config_kwargs(view_items, {i.param: values.pop(i.param) for i in view_items}))
+            if intercept is not None and intercept(shown, as_json):
+                return
+        kwargs = config_kwargs(items, values)
+        if prepare is not None:
+            kwargs = prepare(kwargs)
+        if "progress" in field_names:
+            kwargs["progress"] = not as_json and sys.stderr.isatty()
+        try:
+            config = config_cls(**_build_nested(config_cls, kwargs))
+            result = config.run()
+        except LongpackError as exc:
+            if on_error is not None:
+                on_error(exc, as_json)
+            raise
+        if as_json:
+            typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False, default=_plain))
+        elif view is not None:
+            present(config, result, shown)
+        else:
+            present(config, result)
+        code = getattr(result, "exit_code", 0)
+        if code:
+            raise typer.Exit(code)
+
+    params = _parameters(items, view_items)
+    if group:
+        ctx_param = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+        params = [ctx_param, *params]
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__name__ = name.replace("-", "_")
+    command.__doc__ = help or _summary(config_cls)
+    command.longpack_configs = (config_cls, *((view,) if view is not None else ()))  # type: ignore[attr-defined]
+    return command
+
+
+def _plain(value: Any) -> Any:
+    """JSON for what ``json`` does not know: numbers (numpy scalars) as numbers, anything else as text."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
 def add_command(
     app: typer.Typer,
     name: str,
     config_cls: type,
     *,
-    present: Callable[[Any, Any], None],
+    present: Callable[..., None],
     prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     help: str | None = None,
     hidden: bool = False,
+    epilog: str | None = None,
+    view: type | None = None,
+    intercept: Callable[[Any, bool], bool] | None = None,
+    on_error: Callable[[LongpackError, bool], None] | None = None,
 ) -> None:
     """Register ``longpack <name>``: every offered field of ``config_cls`` is an option.
 
@@ -206,32 +289,36 @@ def add_command(
     arguments (what a command line can only spell one way, e.g. ``--mix a=1 b=2``). A result with an
     ``exit_code`` attribute sets the command's exit code (1: the command ran and found a problem).
     """
-    items = list(cli_fields(config_cls))
-    field_names = {f.name for f in dataclasses.fields(config_cls)}
+    command = _command(
+        name,
+        config_cls,
+        present=present,
+        prepare=prepare,
+        help=help,
+        view=view,
+        intercept=intercept,
+        on_error=on_error,
+    )
+    app.command(name, hidden=hidden, epilog=epilog)(command)
 
-    def command(**values: Any) -> None:
-        as_json = values.pop("as_json")
-        kwargs = config_kwargs(items, values)
-        if prepare is not None:
-            kwargs = prepare(kwargs)
-        if "progress" in field_names:
-            kwargs["progress"] = not as_json and sys.stderr.isatty()
-        config = config_cls(**_build_nested(config_cls, kwargs))
-        result = config.run()
-        if as_json:
-            typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
-        else:
-            present(config, result)
-        code = getattr(result, "exit_code", 0)
-        if code:
-            raise typer.Exit(code)
 
-    params = _parameters(items)
-    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    command.__annotations__ = {p.name: p.annotation for p in params}
-    command.__name__ = name.replace("-", "_")
-    command.__doc__ = help or _summary(config_cls)
-    app.command(name, hidden=hidden)(command)
+def add_group(
+    app: typer.Typer,
+    name: str,
+    config_cls: type,
+    *,
+    present: Callable[..., None],
+    help: str | None = None,
+) -> typer.Typer:
+    """Register ``longpack <name>``, a command that also has sub-commands (``plan`` and ``plan estimate``):
+    run without one, it is ``config_cls``'s command; the sub-commands are added to the returned group with
+    :func:`add_command`. The group's required options are checked by the config (a sub-command needs none
+    of them)."""
+    group = typer.Typer(name=name, help=help or _summary(config_cls), invoke_without_command=True)
+    command = _command(name, config_cls, present=present, prepare=None, help=help, group=True)
+    group.callback()(command)
+    app.add_typer(group, name=name)
+    return group
 
 
 def _summary(config_cls: type) -> str:

@@ -1,50 +1,19 @@
 """What the commands share: the translation of library field names (``seq_length``) into the flags that set
-them (``--seq-length``) in error messages, and the typer options of the commands still written by hand
-(the generated ones take theirs from their job config: ``longpack.cli.generate``).
-
-The choice lists below are ``longpack.choices``' (``tests/jobs/test_jobs.py::test_cli_choice_lists_are_the_librarys``
-checks they stay equal).
+them (``--seq-length``) in error messages. The options themselves come from the job configs
+(``longpack.cli.generate``), their choice lists from ``longpack.choices``.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
-
-import typer
-
-from longpack.jobs.options import BRIDGE_VERSION_HELP, MCORE_VERSION_HELP
-
-# -- choices (shown in help as [a|b|c]) ------------------------------------------------------------------
-Algorithm = Literal["best_fit_decreasing", "first_fit_shuffle", "first_fit", "first_fit_decreasing"]
-Precision = Literal["bf16", "fp8", "mxfp8", "nvfp4"]
-Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
-Optimizer = Literal["adam", "adam_bf16_states", "muon"]
-DatasetKindChoice = Literal["sft", "direct_hf", "energon", "mock_vlm", "pretraining"]
-Schedule = Literal["1f1b", "interleaved"]
-Sampler = Literal["batch", "single"]
-Workload = Literal["lognormal", "bimodal"]
-
-# -- options the commands not yet generated from their configs share --------------------------------------
-Seed = Annotated[int, typer.Option("--seed", help="Seed of every random step (Megatron: dataset.seed).")]
-Json = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
-Gpus = Annotated[int | None, typer.Option("--gpus", help="Number of GPUs (world size).")]
-# Help written once, with the job options (longpack.jobs.options); check and plan are not generated yet.
-BridgeVersion = Annotated[str | None, typer.Option("--bridge-version", help=BRIDGE_VERSION_HELP)]
-McoreVersion = Annotated[str | None, typer.Option("--megatron-core-version", help=MCORE_VERSION_HELP)]
-
 
 # -- field -> flag ------------------------------------------------------------------------------------
 #: Fields whose flag is not ``--`` + the field with ``-`` for ``_`` (the default rule).
+#: The generated commands add theirs (a field whose option has its own ``flag``, e.g. ``val_inputs`` ->
+#: ``--val-input``); these are the names of library fields no command offers under their own name.
 FIELD_FLAGS = {
     "inputs": "INPUT",
-    "val_inputs": "--val-input",
-    "pack_lengths": "--pack-size",
-    "model_shape": "--model-shape",
-    "text.format": "--format",
-    "gpus": "--gpus",
     "world_size": "--gpus",
-    "backend": "--backend",
 }
 
 

@@ -39,14 +39,7 @@ def present(config: Any, result: Any) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    add_command(
-        app,
-        "pack",
-        PackConfig,
-        present=present,
-        prepare=_mix_arguments,
-        help="Tokenize SFT data and write Megatron-Bridge packed Parquet, metadata and a manifest.",
-    )
+    add_command(app, "pack", PackConfig, present=present, prepare=_mix_arguments)
 
 
 def listed_note(listed: int, total: int) -> str:

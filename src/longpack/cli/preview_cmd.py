@@ -25,10 +25,4 @@ def present(config: Any, result: Any) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    add_command(
-        app,
-        "preview",
-        PreviewConfig,
-        present=present,
-        help="Show samples decoded, supervised tokens highlighted (colours on a terminal, [[ ]] when piped).",
-    )
+    add_command(app, "preview", PreviewConfig, present=present)

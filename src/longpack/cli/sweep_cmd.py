@@ -20,8 +20,6 @@ def register(app: typer.Typer) -> None:
         "sweep",
         SweepConfig,
         present=lambda config, result: _print_human(result, result.to_dict()),
-        help="Pack at every candidate size with equal token slots per step; compare counts, fill, batch "
-        "rules and (with --model/--gpu/--gpus) memory and real tokens/s; recommend a pack size.",
     )
 
 

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from longpack import choices
 from longpack.errors import ConfigError
-from longpack.jobs.options import bridge_version_option, megatron_core_version_option
+from longpack.jobs.options import bridge_version_option, gpus_option, megatron_core_version_option
+from longpack.option import option
 from longpack.validate import optional_positive_int
 
 __all__ = ["EXIT_ERRORS", "EXIT_OK", "CheckConfig", "CheckResult", "family_table", "rule_table"]
@@ -39,13 +41,35 @@ class CheckConfig:
     ``$LONGPACK_MEGATRON_CORE_VERSION``, else the installed packages' versions, else the newest the
     catalog knows (``main``); the result says which and why."""
 
-    config: str | Path | None = None
-    overrides: Sequence[str] = ()
-    gpus: int | None = None
-    model: str | None = None
-    dataset_kind: str | None = None
-    packed: str | Path | None = None
-    packed_no_manifest_ok: bool = False
+    command_help = (
+        "Check a Megatron-Bridge training config (plus overrides, GPU count and packed data) against every "
+        "packing, context-parallel, batch, CUDA-graph, Energon, MoE and pipeline rule."
+    )
+
+    config: str | Path | None = None  # on the command line: the first argument that is not KEY=VALUE
+    overrides: Sequence[str] = option(
+        (),
+        help="A YAML/JSON config (Megatron-Bridge dumps welcome), then Hydra-style overrides "
+        "(model.context_parallel_size=8, +key=value, ~key).",
+        positional=True,
+        metavar="[CONFIG] [KEY=VALUE ...]",
+        cli_type=list[str] | None,
+    )
+    gpus: int | None = gpus_option()
+    model: str | None = option(None, help="Model: a catalog id (see --list-families) for the model rules.")
+    dataset_kind: str | None = option(
+        None, help="Megatron-Bridge dataset config (default: inferred).", choices=choices.DATASET_KINDS
+    )
+    packed: str | Path | None = option(
+        None,
+        help="Packed output folder to check against the config (metadata + Parquet).",
+        cli_type=Path | None,
+    )
+    packed_no_manifest_ok: bool = option(
+        False,
+        help="With --packed: read a folder without manifest.json (Megatron-Bridge's prepare step writes none).",
+        flag="--no-manifest-ok",
+    )
     bridge_version: str | None = bridge_version_option()
     megatron_core_version: str | None = megatron_core_version_option()
 

@@ -20,9 +20,15 @@ import contextlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from longpack.errors import InputError, LongpackError
+
+if TYPE_CHECKING:
+    from longpack.packed.pipeline import PackSettings, SplitPlan
+    from longpack.text.pipeline import TokenizeResult
+    from longpack.text.rows import TextConfig
+    from longpack.text.tokenizers import Tokenizer
 
 __all__ = ["LocalExecutor", "PackExecutor", "input_read_errors"]
 
@@ -58,13 +64,13 @@ class PackExecutor(Protocol):
     #: Short name (``"local"``, ``"ray"``), shown in results.
     name: str
 
-    def __enter__(self) -> Any: ...
+    def __enter__(self) -> PackExecutor: ...
 
-    def __exit__(self, *exc: object) -> Any: ...
+    def __exit__(self, *exc: object) -> bool | None: ...
 
     def tokenize(
-        self, inputs: Sequence[str], *, tokenizer: Any, config: Any, progress: bool = False
-    ) -> tuple[Any, Any]:
+        self, inputs: Sequence[str], *, tokenizer: Tokenizer, config: TextConfig, progress: bool = False
+    ) -> tuple[TokenizeResult, Any]:
         """``(TokenizeResult, handle)``: the samples the driver plans with (their tokens may stay with the
         executor) and what :meth:`write` needs to find those tokens again."""
         ...
@@ -72,8 +78,8 @@ class PackExecutor(Protocol):
     def write(
         self,
         out: Path,
-        splits: Sequence[Any],
-        settings: Any,
+        splits: Sequence[SplitPlan],
+        settings: PackSettings,
         *,
         sources: Mapping[str, Any],
         progress: bool = False,
@@ -125,8 +131,8 @@ class LocalExecutor:
         return None
 
     def tokenize(
-        self, inputs: Sequence[str], *, tokenizer: Any, config: Any, progress: bool = False
-    ) -> tuple[Any, Any]:
+        self, inputs: Sequence[str], *, tokenizer: Tokenizer, config: TextConfig, progress: bool = False
+    ) -> tuple[TokenizeResult, Any]:
         from longpack.text import tokenize_inputs
 
         budget = None
@@ -155,8 +161,8 @@ class LocalExecutor:
     def write(
         self,
         out: Path,
-        splits: Sequence[Any],
-        settings: Any,
+        splits: Sequence[SplitPlan],
+        settings: PackSettings,
         *,
         sources: Mapping[str, Any],
         progress: bool = False,

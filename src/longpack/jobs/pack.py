@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from longpack import choices
 from longpack.choices import DEFAULT_ALGORITHM, MEGATRON_ALGORITHM
@@ -42,6 +42,10 @@ from longpack.jobs.options import (
 )
 from longpack.option import check_choices, option
 from longpack.text.rows import TextConfig
+
+if TYPE_CHECKING:
+    from longpack.jobs.executors import PackExecutor
+    from longpack.packed.pipeline import PackSettings
 from longpack.validate import finite_float, flag, optional_positive_int, positive_int
 from longpack.validate import seed as seed_value
 
@@ -142,6 +146,8 @@ class PackConfig:
       ``longpack.cluster.RayExecutor(address=...)``); ``workers`` caps its parallelism (with a name only).
     - ``progress``: rich progress bars on stderr when it is a terminal.
     """
+
+    command_help = "Tokenize SFT data and write Megatron-Bridge packed Parquet, metadata and a manifest."
 
     out: str | Path = option(help="Output folder (must not exist unless --overwrite).", cli_type=Path)
     inputs: Sequence[str | Path] | str | Path = inputs_option()
@@ -354,7 +360,7 @@ class PackConfig:
         set_(self, "_mult_source", source)
         set_(self, "_settings", self._pack_settings(mult))
 
-    def _pack_settings(self, mult: int) -> Any:
+    def _pack_settings(self, mult: int) -> PackSettings:
         """The packed layer's settings; the algorithm and the balance spec are settled here, once."""
         from longpack.choices import BALANCED_ALGORITHM as BALANCED
         from longpack.packed.pipeline import PackSettings
@@ -412,9 +418,10 @@ class PackConfig:
         )
 
     @property
-    def settings(self) -> Any:
+    def settings(self) -> PackSettings:
         """The ``longpack.packed.PackSettings`` this job writes with."""
-        return self._settings  # type: ignore[attr-defined]
+        settings: PackSettings = self._settings  # type: ignore[attr-defined]
+        return settings
 
     @property
     def handoff_options(self) -> dict[str, Any]:
@@ -432,7 +439,7 @@ class PackConfig:
         """Where ``pad_seq_to_mult`` came from (given, derived from TP/CP/SP, or the default)."""
         return self._mult_source  # type: ignore[attr-defined]
 
-    def executor(self) -> Any:
+    def executor(self) -> PackExecutor:
         """The executor ``backend`` names (a new one per call), or the executor object given."""
         if not isinstance(self.backend, str):
             return self.backend
@@ -474,9 +481,11 @@ class PackConfig:
             tokenizer = as_tokenizer(self.tokenizer)
             executor = self.executor()
             stack.enter_context(executor)
+            from longpack.jobs.executors import LocalExecutor
+
             if (
                 isinstance(self.backend, str)
-                and self.backend == "local"
+                and isinstance(executor, LocalExecutor)
                 and settings.output_format == "parquet"
             ):
                 from longpack.jobs.out_of_core import spill_folder

@@ -12,10 +12,14 @@ Megatron-Bridge overrides).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from longpack import choices
 from longpack.errors import ConfigError
-from longpack.jobs.options import bridge_version_option, megatron_core_version_option
+from longpack.jobs.options import bridge_version_option, gpus_option, megatron_core_version_option
+from longpack.option import option
+from longpack.planner.catalog import list_gpus, list_models
 
 __all__ = [
     "PlanConfig",
@@ -146,24 +150,40 @@ class PlanConfig:
     many candidates to keep). The catalog entries are loaded and checked on construction.
     """
 
-    model: str
-    gpu: str
-    gpus: int
-    seq_length: int
-    gbs: int | None = None
-    precision: str = "bf16"
-    headroom: float = 0.95
-    dispatcher: str | None = None
-    recompute: str | None = None
-    offload: bool = True
-    optimizer: str = "adam"
-    imbalance: float = 1.0
-    tp: int | None = None
-    cp: int | None = None
-    pp: int | None = None
-    ep: int | None = None
-    mbs: int | None = None
-    top: int = 10
+    command_help = "Rank every layout that fits by estimated step time and print Megatron-Bridge overrides."
+
+    model: str | None = option(
+        None, help=f"Model: a catalog id ({', '.join(list_models())}) or a config.json path."
+    )
+    gpu: str | None = option(None, help=f"GPU type ({', '.join(list_gpus())}).")
+    gpus: int | None = gpus_option()
+    seq_length: int | None = option(None, help="Sequence length (tokens per packed row).")
+    gbs: int | None = option(
+        None, help="Global batch size in sequences (default: 4M tokens per step, a power of two)."
+    )
+    precision: str = option(
+        "bf16", help="Training precision (fp8: Hopper blockwise).", choices=choices.PRECISIONS
+    )
+    top: int = option(10, help="Show the best K layouts.")
+    headroom: float = option(0.95, help="Fraction of usable GPU memory a layout may use.")
+    dispatcher: str | None = option(
+        None, help="MoE token dispatcher (default by GPU).", choices=choices.DISPATCHERS
+    )
+    recompute: str | None = option(None, help="Pin recompute modules, e.g. 'moe_act,layernorm' or 'full'.")
+    offload: bool = option(True, help="Allow optimizer CPU offload.", negative="--no-offload")
+    optimizer: str = option(
+        "adam", help="adam_bf16_states: precision-aware Adam.", choices=choices.OPTIMIZERS
+    )
+    imbalance: float = option(1.0, help="Routing imbalance on the hot expert rank (1.0 = balanced).")
+    tp: int | None = option(None, help="Pin TP.")
+    cp: int | None = option(None, help="Pin CP.")
+    pp: int | None = option(None, help="Pin PP.")
+    ep: int | None = option(None, help="Pin EP.")
+    mbs: int | None = option(None, help="Pin the micro-batch size.")
+    #: A PNG of TFLOP/s and memory of the best layout vs sequence length, written by :meth:`run`.
+    plot: str | Path | None = option(
+        None, help="Write a PNG of TFLOP/s and memory vs sequence length.", cli_type=Path | None
+    )
     #: Versions the rules check candidates for (as ``CheckConfig``'s; default: check's default).
     bridge_version: str | None = bridge_version_option()
     megatron_core_version: str | None = megatron_core_version_option()
@@ -171,6 +191,13 @@ class PlanConfig:
     def __post_init__(self) -> None:
         from longpack.validate import flag, positive_int
 
+        missing = [n for n in ("model", "gpu", "gpus", "seq_length") if getattr(self, n) is None]
+        if missing:
+            raise ConfigError(
+                f"missing {', '.join(missing)}; e.g. longpack plan --model deepseek_v3 --gpu H100 --gpus 256 "
+                "--seq-length 131072",
+                fields=tuple(missing),
+            )
         positive_int(self.top, "top")
         for name in ("model", "gpu", "precision", "optimizer", "dispatcher", "recompute"):
             value = getattr(self, name)
@@ -185,6 +212,7 @@ class PlanConfig:
         from longpack.planner.options import normalize_recompute
         from longpack.rules.versions import UpstreamVersions
 
+        assert self.model is not None and self.gpu is not None  # required: checked on construction
         return {
             "model": load_model(self.model),
             "gpu": load_gpu(self.gpu),
@@ -227,7 +255,20 @@ class PlanConfig:
     def run(self) -> PlanResult:
         from longpack.planner.search import search
 
-        return PlanResult(request=self.request, search=search(self.request, top_k=self.top))
+        if self.plot is not None:
+            from longpack.outputs import check_output_file
+
+            check_output_file(Path(self.plot), field="plot")  # before the search
+        result = PlanResult(request=self.request, search=search(self.request, top_k=self.top))
+        if self.plot is None:
+            return result
+        from longpack.jobs.plots import plan_png
+
+        assert self.seq_length is not None
+        points = plan_png(self.request_kwargs(), self.seq_length, Path(self.plot))
+        return PlanResult(
+            request=result.request, search=result.search, plot={"path": str(self.plot), "points": points}
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,10 +278,17 @@ class PlanResult:
 
     request: Any
     search: Any
+    #: ``{"path", "points"}`` when ``PlanConfig.plot`` wrote a figure (best layout per sequence length).
+    plot: dict[str, Any] | None = None
 
     @property
     def candidates(self) -> list[Any]:
         return list(self.search.candidates)
+
+    @property
+    def exit_code(self) -> int:
+        """1 when no layout fits."""
+        return 0 if self.ok else 1
 
     @property
     def ok(self) -> bool:
@@ -248,10 +296,10 @@ class PlanResult:
         return bool(self.search.candidates)
 
     def to_dict(self) -> dict[str, Any]:
-        """What ``longpack plan --json`` prints (without the plot)."""
+        """What ``longpack plan --json`` prints."""
         req, result = self.request, self.search
         rule = result.rule_of_thumb
-        return {
+        doc: dict[str, Any] = {
             "request": {
                 "model": req.model.name,
                 "gpu": req.gpu.name,
@@ -282,6 +330,9 @@ class PlanResult:
             },
             "candidates": [candidate_dict(c, req) for c in result.candidates],
         }
+        if self.plot is not None:
+            doc["plot"] = self.plot
+        return doc
 
 
 def plan_notes(req: Any) -> list[str]:
@@ -318,3 +369,102 @@ def rejection_lines(result: Any) -> list[str]:
             f"no layout could be built for {result.layouts_considered} candidates; check the pinned sizes"
         )
     return lines
+
+
+@dataclass(frozen=True, kw_only=True)
+class EstimateConfig:
+    """Memory and time of one given ``layout`` (``"tp=1,cp=32,ep=32,pp=8,vpp=4,mbs=1"``) of ``model`` on
+    ``gpus`` GPUs of type ``gpu`` (``longpack plan estimate``).
+
+    >>> r = EstimateConfig(model="llama3_1_8b", gpu="H100_SXM", gpus=8, seq_length=8192, layout="tp=2").run()
+    >>> r.to_dict()["fits"], r.candidate.plan.label.startswith("TP2")
+    (True, True)
+    """
+
+    command_help = "Memory and time of one given layout."
+
+    model: str = option(help="Model: a catalog id or a config.json path.", cli_type=str)
+    gpu: str = option(help="GPU type.", cli_type=str)
+    gpus: int = gpus_option(required=True)
+    seq_length: int = option(help="Sequence length (tokens per packed row).", cli_type=int)
+    layout: str = option(help="e.g. 'tp=1,cp=32,ep=32,pp=8,vpp=4,mbs=1'", cli_type=str)
+    gbs: int | None = option(None, help="Global batch size in sequences.")
+    precision: str = option("bf16", help="Training precision.", choices=choices.PRECISIONS)
+    recompute: str = option("", help="e.g. 'mla_up_proj,layernorm,moe,mlp' or 'full'.")
+    offload: float = option(0.0, help="Optimizer CPU offload fraction 0..1.")
+    dispatcher: str | None = option(
+        None, help="MoE token dispatcher (default by GPU).", choices=choices.DISPATCHERS
+    )
+    optimizer: str = option("adam", help="Optimizer.", choices=choices.OPTIMIZERS)
+    cp_comm_type: str = option(
+        "auto", help="CP communication (auto: the fastest the layout allows).", choices=choices.CP_COMM_TYPES
+    )
+    tp_comm_overlap: bool = option(
+        True, help="TP communication overlapped with GEMMs.", negative="--no-tp-comm-overlap"
+    )
+    ep_overlap: bool | None = option(None, help="Default: on where allowed.", negative="--no-ep-overlap")
+    imbalance: float = option(1.0, help="Routing imbalance on the hot expert rank.")
+    headroom: float = option(0.95, help="Fraction of usable GPU memory a layout may use.")
+
+    def __post_init__(self) -> None:
+        from longpack.option import check_choices
+
+        check_choices(self)
+
+    def run(self) -> EstimateResult:
+        from longpack.planner.catalog import load_gpu, load_model
+        from longpack.planner.options import TrainingOptions, normalize_recompute
+        from longpack.planner.search import SearchRequest, default_dispatcher, evaluate_layout
+        from longpack.planner.timing import best_cp_comm_type
+
+        m, g = load_model(self.model), load_gpu(self.gpu)
+        plan_layout, _ = parse_layout(self.layout, world_size=self.gpus)
+        req = SearchRequest(
+            model=m,
+            gpu=g,
+            num_gpus=self.gpus,
+            seq_length=self.seq_length,
+            gbs=self.gbs,
+            precision=self.precision.lower(),
+            headroom=self.headroom,
+        )
+        rec = normalize_recompute(self.recompute)
+        lay = plan_layout.layout
+        overlap_ok = (
+            m.moe is not None
+            and lay.ep > 1
+            and (lay.pp == 1 or plan_layout.vpp > 1)
+            and "moe" not in rec
+            and rec != ("full",)
+        )
+        opts = TrainingOptions(
+            precision=self.precision.lower(),
+            recompute=rec,
+            optimizer_offload=self.offload,
+            dispatcher=self.dispatcher or default_dispatcher(g, lay.ep * lay.expert_tp),
+            optimizer=self.optimizer,
+            ep_overlap=overlap_ok if self.ep_overlap is None else self.ep_overlap,
+            cp_comm_type=best_cp_comm_type(m, g, plan_layout, seq_length=self.seq_length)
+            if self.cp_comm_type == "auto"
+            else self.cp_comm_type,
+            imbalance=self.imbalance,
+            tp_comm_overlap=self.tp_comm_overlap and lay.tp > 1,
+        )
+        cand = evaluate_layout(req, plan_layout, opts)
+        doc = candidate_dict(cand, req)
+        doc["fits"] = cand.memory.total_gib <= req.memory_budget_gib
+        doc["memory_budget_gib"] = round(req.memory_budget_gib, 3)
+        return EstimateResult(request=req, candidate=cand, doc=doc)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EstimateResult:
+    """The planner's ``SearchRequest``, the evaluated ``Candidate`` and its account (``to_dict()``: memory
+    and time terms, ``fits``, the Megatron-Bridge overrides)."""
+
+    request: Any
+    candidate: Any
+    doc: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.doc

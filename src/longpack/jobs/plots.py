@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["sweep_png", "write_png_atomic"]
+__all__ = ["plan_png", "plot_figure", "sweep_png", "write_png_atomic"]
 
 
 def write_png_atomic(fig: Any, path: Path) -> None:
@@ -93,3 +93,85 @@ def sweep_png(result: Any, path: Path) -> None:
         write_png_atomic(fig, path)
     finally:
         plt.close(fig)
+
+
+def plot_figure(rows: list[dict[str, Any]], budget_gib: float, title: str) -> Any:
+    """The ``--plot`` figure: TFLOP/s/GPU (top) and memory (bottom, from zero, with the budget line) of
+    the best layout per sequence length, each point labelled with its layout."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    xs = [r["seq_length"] for r in rows]
+    ys = [r["tflops"] for r in rows]
+    ax1.plot(xs, ys, "o-", color="tab:blue")
+    for r in rows:
+        ax1.annotate(
+            r["short_label"],
+            (r["seq_length"], r["tflops"]),
+            textcoords="offset points",
+            xytext=(0, 6),
+            ha="center",
+            fontsize=7,
+        )
+    ax1.set_ylabel("TFLOP/s/GPU (best layout)")
+    ax1.set_ylim(0, max([*ys, 1.0]) * 1.25)
+    mems = [r["memory_gib"] for r in rows]
+    ax2.plot(xs, mems, "s-", color="tab:red", label="estimated peak (most loaded rank)")
+    ax2.axhline(budget_gib, color="black", linestyle="--", linewidth=1, label=f"budget {budget_gib:.0f} GiB")
+    ax2.set_ylim(0, max([*mems, budget_gib]) * 1.15)
+    ax2.set_ylabel("GiB per GPU")
+    ax2.legend(loc="lower right", fontsize=8)
+    if xs:
+        ax2.set_xscale("log", base=2)
+        ax2.set_xticks(xs, [f"{x // 1024}K" for x in xs])
+    ax2.set_xlabel("sequence length")
+    ax1.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plan_png(req_kwargs: dict[str, Any], seq_length: int, path: Path) -> list[dict[str, Any]]:
+    """TFLOP/s/GPU and memory of the best layout at 4K, 8K, ... up to ``seq_length``: memory axis from
+    zero with the budget line, each point labelled with its layout."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from longpack.planner.search import SearchRequest, search
+
+    lengths = []
+    s = 4096
+    while s <= seq_length:
+        lengths.append(s)
+        s *= 2
+    if not lengths or lengths[-1] != seq_length:
+        lengths.append(seq_length)
+    rows: list[dict[str, Any]] = []
+    budget = 0.0
+    for s in lengths:
+        req = SearchRequest(**{**req_kwargs, "seq_length": s})
+        budget = req.memory_budget_gib
+        res = search(req, top_k=1)
+        if res.candidates:
+            c = res.candidates[0]
+            lay = c.plan.layout
+            rows.append(
+                {
+                    "seq_length": s,
+                    "layout": c.plan.label,
+                    "short_label": f"TP{lay.tp} CP{lay.cp} EP{lay.ep} PP{lay.pp}",
+                    "tflops": c.time.tflops_per_gpu,
+                    "memory_gib": c.memory.total_gib,
+                    "memory_rank": c.memory.rank,
+                }
+            )
+    fig = plot_figure(
+        rows, budget, f"{req_kwargs['model'].name} on {req_kwargs['num_gpus']}x{req_kwargs['gpu'].name}"
+    )
+    write_png_atomic(fig, path)
+    plt.close(fig)
+    return rows

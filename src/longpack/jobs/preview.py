@@ -37,6 +37,10 @@ class PreviewConfig:
       (that many rows drawn with ``seed``). None given: the first ``limit`` rows.
     """
 
+    command_help = (
+        "Show samples decoded, supervised tokens highlighted (colours on a terminal, [[ ]] when piped)."
+    )
+
     inputs: Sequence[str | Path] | str | Path = inputs_option(
         "Files, folders, globs or hf:org/name.", metavar="INPUT...", required=True
     )

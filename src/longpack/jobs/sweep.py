@@ -731,6 +731,11 @@ class SweepConfig:
     longpack.jobs.sweep.SweepError: model, gpu and gpus go together (e.g. model llama3_1_8b, gpu H100, gpus 8)
     """
 
+    command_help = (
+        "Pack at every candidate size with equal token slots per step; compare counts, fill, batch rules and "
+        "(with --model/--gpu/--gpus) memory and real tokens/s; recommend a pack size."
+    )
+
     inputs: Sequence[str | Path] | str | Path = inputs_option()
     pack_lengths: Sequence[int] | str = option(
         DEFAULT_PACK_LENGTHS,

@@ -21,16 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from longpack import binpack
+from longpack import binpack, choices
+from longpack.errors import ConfigError
 from longpack.online.packer import OnlinePacker, aligned_length
 
-WORKLOADS: tuple[str, ...] = ("lognormal", "bimodal")
+WORKLOADS = choices.WORKLOADS
 
 
 def synthetic_lengths(workload: str, n: int, capacity: int, *, seed: int) -> np.ndarray:
     """``n`` runtime lengths of a named workload (int64), see the module docstring."""
     if workload not in WORKLOADS:
-        raise ValueError(f"workload={workload!r} is not one of {WORKLOADS}")
+        raise ConfigError(f"workload={workload!r} is not one of {WORKLOADS}")
     rng = np.random.default_rng(seed)
     if workload == "lognormal":
         raw = rng.lognormal(np.log(capacity / 16), 1.0, n)
@@ -198,9 +199,9 @@ def simulate_vlm(
     values = np.asarray(lengths, dtype=np.int64)
     sizes = np.asarray(nbytes, dtype=np.int64)
     if len(values) != len(sizes):
-        raise ValueError(f"{len(values)} lengths but {len(sizes)} byte counts")
+        raise ConfigError(f"{len(values)} lengths but {len(sizes)} byte counts")
     if len(values) and int(values.max()) > capacity:
-        raise ValueError(
+        raise ConfigError(
             f"a sample of {int(values.max())} tokens exceeds the pack size {capacity}; refuse such samples first"
         )
     off_fill, off_packs = offline_fill(

@@ -43,9 +43,9 @@ def runtime_cap(max_seq_length: int, pad_seq_to_mult: int) -> int:
     (4096, 4096, 16)
     """
     if max_seq_length < 1:
-        raise ValueError(f"max_seq_length must be positive, got {max_seq_length}")
+        raise ConfigError(f"max_seq_length must be positive, got {max_seq_length}")
     if pad_seq_to_mult < 1:
-        raise ValueError(f"pad_seq_to_mult must be a positive integer, got {pad_seq_to_mult}")
+        raise ConfigError(f"pad_seq_to_mult must be a positive integer, got {pad_seq_to_mult}")
     if pad_seq_to_mult == 1:
         return max_seq_length
     cap = (max_seq_length // pad_seq_to_mult) * pad_seq_to_mult
@@ -159,7 +159,7 @@ def align_samples(
     [3, 1]
     """
     if overlength not in OVERLENGTH_POLICIES:
-        raise ValueError(f"overlength must be one of {OVERLENGTH_POLICIES}, got {overlength!r}")
+        raise ConfigError(f"overlength must be one of {OVERLENGTH_POLICIES}, got {overlength!r}")
     m = int(pad_seq_to_mult)
     cap = runtime_cap(int(max_seq_length), m)
     stored_in = samples.stored_lengths()

@@ -69,8 +69,8 @@ COMPAT_MODES = choices.COMPAT_MODES
 MAX_LISTED = 100_000
 
 
-class OutputExistsError(_OutputExistsError):
-    """The output folder exists and ``overwrite`` was not given."""
+#: The output folder exists and ``overwrite`` was not given: ``longpack.errors.OutputExistsError``.
+OutputExistsError = _OutputExistsError
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from longpack import choices
+from longpack.errors import ConfigError
 
 if TYPE_CHECKING:
     from longpack.balance import BalanceTarget
@@ -60,9 +61,9 @@ def plan_rows(
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     if pack_size < 1:
-        raise ValueError(f"pack_size must be positive, got {pack_size}")
+        raise ConfigError(f"pack_size must be positive, got {pack_size}")
     if (algorithm == BALANCED_ALGORITHM) != (balance is not None):
-        raise ValueError(
+        raise ConfigError(
             f"algorithm={BALANCED_ALGORITHM!r} and balance=BalanceTarget(...) go together "
             f"(got algorithm={algorithm!r}, balance={'a target' if balance is not None else None})"
         )
@@ -70,7 +71,7 @@ def plan_rows(
         return PackPlan(order=np.zeros(0, np.int64), row_offsets=np.zeros(1, np.int64))
     lowest = 0 if algorithm == MEGATRON_ALGORITHM else 1
     if int(lengths.min()) < lowest or int(lengths.max()) > pack_size:
-        raise ValueError(
+        raise ConfigError(
             f"lengths must lie in {lowest}..{pack_size} (pack size); got {int(lengths.min())}..{int(lengths.max())}"
         )
     from longpack.binpack import BinContents, pack_bins
@@ -102,7 +103,7 @@ def pack_metadata(lengths: np.ndarray, plan: PackPlan, pack_size: int) -> dict[s
      'pack_size': 8, 'min_packed_seqlen': 3}
     """
     if plan.num_rows == 0:
-        raise ValueError("cannot compute packing metadata of an empty split (no samples left to pack)")
+        raise ConfigError("cannot compute packing metadata of an empty split (no samples left to pack)")
     lengths = np.asarray(lengths, dtype=np.int64)
     row_sums = np.add.reduceat(lengths[plan.order], plan.row_offsets[:-1])
     per_row = np.diff(plan.row_offsets)

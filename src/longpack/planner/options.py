@@ -31,12 +31,12 @@ RECOMPUTE_MODULES = (
 )
 # User-facing aliases (Megatron-Bridge docs and recipes use both spellings).
 _RECOMPUTE_ALIASES = {"norm": "layernorm", "up_proj": "mla_up_proj", "attn": "core_attn"}
-CP_COMM_TYPES = ("p2p", "a2a", "a2a+p2p", "allgather", "auto")
+CP_COMM_TYPES = choices.CP_COMM_TYPES
 CUDA_GRAPH_MODES = ("none", "partial", "full")
 
 
-class PlanError(_PlanError):
-    """An option or layout the planner cannot evaluate (the message names the field and the fix)."""
+#: An option or layout the planner cannot evaluate: ``longpack.errors.PlanError`` (one class per name).
+PlanError = _PlanError
 
 
 def normalize_recompute(modules: tuple[str, ...] | list[str] | str | None) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ default. A value of the wrong type or shape (``model.context_parallel_size={a: 1
 >>> setup_from_mapping({"train": 5})
 Traceback (most recent call last):
 ...
-longpack.rules.config_file.ConfigError: train=5: expected a mapping of train.* keys
+longpack.errors.ConfigError: train=5: expected a mapping of train.* keys
 """
 
 from __future__ import annotations
@@ -887,7 +887,7 @@ def setup_from_mapping(
     >>> setup_from_mapping({"model": {"context_parallel_size": {"a": 1}}})
     Traceback (most recent call last):
     ...
-    longpack.rules.config_file.ConfigError: model.context_parallel_size={'a': 1}: expected an integer
+    longpack.errors.ConfigError: model.context_parallel_size={'a': 1}: expected an integer
     """
     src: dict[str, str] = dict(sources or {})
     merged = apply_overrides(data, overrides, src)

@@ -13,7 +13,7 @@ copied, flattened or located.
 >>> load_yaml_text(bomb, where="bomb.yaml")
 Traceback (most recent call last):
 ...
-longpack.rules.config_file.ConfigError: bomb.yaml:6: YAML aliases expand this document to more than 200000 nodes; write the values out instead of nesting aliases
+longpack.errors.ConfigError: bomb.yaml:6: YAML aliases expand this document to more than 200000 nodes; write the values out instead of nesting aliases
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ from longpack.errors import ConfigError as _ConfigError
 MAX_EXPANDED_NODES = 200_000
 
 
-class ConfigError(_ConfigError):
-    """A config that cannot be read (bad file, bad override, a value of the wrong type or shape)."""
+#: A config that cannot be read (bad file, bad override, a value of the wrong type or shape):
+#: ``longpack.errors.ConfigError`` (one class per name).
+ConfigError = _ConfigError
 
 
 class _TolerantLoader(yaml.SafeLoader):
@@ -177,7 +178,7 @@ def apply_overrides(
     >>> apply_overrides({}, ["model.seq_length"])
     Traceback (most recent call last):
     ...
-    longpack.rules.config_file.ConfigError: override 'model.seq_length': expected key=value (or ~key to delete)
+    longpack.errors.ConfigError: override 'model.seq_length': expected key=value (or ~key to delete)
     """
     result: dict[str, Any] = json.loads(json.dumps(data, default=str))  # deep copy, plain types
     for raw in overrides:

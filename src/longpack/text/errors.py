@@ -1,18 +1,17 @@
-"""The one exception type for user-facing input problems."""
+"""The text layer's input errors: :class:`longpack.errors.InputError` (re-exported, not redefined) and
+:class:`RowError`, one malformed row.
+
+>>> str(InputError("data.jsonl:3: invalid JSON (Expecting value: column 1); fix the line or pass --skip-malformed"))
+'data.jsonl:3: invalid JSON (Expecting value: column 1); fix the line or pass --skip-malformed'
+"""
 
 from __future__ import annotations
 
 from longpack.errors import InputError as _InputError
 
-
-class InputError(_InputError):
-    """A problem with the user's input data or tokenizer, with its location (``file:line``) and the fix.
-
-    The CLI turns it into exit code 2. Example::
-
-        >>> str(InputError("data.jsonl:3: invalid JSON (Expecting value: column 1); fix the line or pass --skip-malformed"))
-        'data.jsonl:3: invalid JSON (Expecting value: column 1); fix the line or pass --skip-malformed'
-    """
+#: A problem with the user's input data or tokenizer, with its location (``file:line``) and the fix; the
+#: CLI turns it into exit code 2. ``longpack.errors.InputError`` itself (one class per name).
+InputError = _InputError
 
 
 class RowError(_InputError):

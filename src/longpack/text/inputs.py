@@ -117,7 +117,7 @@ def input_kind(path: Path) -> str:
     >>> input_kind(Path("d.parquet.gz"))
     Traceback (most recent call last):
     ...
-    longpack.text.errors.InputError: d.parquet.gz: a compressed Parquet file cannot be read; Parquet compresses its pages itself: decompress it (gunzip d.parquet.gz)
+    longpack.errors.InputError: d.parquet.gz: a compressed Parquet file cannot be read; Parquet compresses its pages itself: decompress it (gunzip d.parquet.gz)
     """
     suffix = _data_suffix(path)
     compressed = compression_of(path) is not None
@@ -446,7 +446,7 @@ def resolve_inputs(inputs: Sequence[str]) -> list[Path]:
         >>> resolve_inputs([str(d / "*.csv")])  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        longpack.text.errors.InputError: no input files: '...*.csv' matched no file...
+        longpack.errors.InputError: no input files: '...*.csv' matched no file...
     """
     return [f.path for f in find_inputs(inputs).files]
 

@@ -1054,7 +1054,7 @@ def tokenize_inputs(
         >>> tokenize_inputs([str(p)], tokenizer="bytes", config=TextConfig(), workers=1)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        longpack.text.errors.InputError: ...d.jsonl:2: missing key 'prompt' (prompt); the row has keys ['input_ids']; fix the row or pass --skip-malformed (TextConfig.skip_malformed=True) to skip and count it
+        longpack.errors.InputError: ...d.jsonl:2: missing key 'prompt' (prompt); the row has keys ['input_ids']; fix the row or pass --skip-malformed (TextConfig.skip_malformed=True) to skip and count it
         >>> r = tokenize_inputs([str(p)], tokenizer="bytes", config=TextConfig(skip_malformed=True), workers=1)
         >>> r.format, r.rows_read, r.samples.tokens.tolist(), r.samples.loss_mask.tolist(), len(r.malformed)
         ('prompt_completion', 2, [97, 98, 258], [0, 1, 1], 1)

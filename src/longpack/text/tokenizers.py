@@ -809,7 +809,7 @@ def as_tokenizer(tokenizer: str | Path | Tokenizer | Any) -> Tokenizer:
     >>> as_tokenizer(42)
     Traceback (most recent call last):
     ...
-    longpack.text.errors.InputError: tokenizer: cannot use an object of type int; pass a spec string ('qwen3', 'bytes', a tokenizer.json or a model folder), a tokenizers.Tokenizer or a transformers fast tokenizer
+    longpack.errors.InputError: tokenizer: cannot use an object of type int; pass a spec string ('qwen3', 'bytes', a tokenizer.json or a model folder), a tokenizers.Tokenizer or a transformers fast tokenizer
     """
     if isinstance(tokenizer, Tokenizer):
         return tokenizer
@@ -862,7 +862,7 @@ def load_tokenizer(spec: str) -> Tokenizer:
         >>> load_tokenizer("/nonexistent/model")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        longpack.text.errors.InputError: tokenizer '/nonexistent/model' not found; tried: built-in names ...
+        longpack.errors.InputError: tokenizer '/nonexistent/model' not found; tried: built-in names ...
     """
     if spec in _CACHE:
         return _CACHE[spec]

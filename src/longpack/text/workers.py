@@ -32,14 +32,17 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, BinaryIO
 
+from longpack.errors import BackendError
+
 __all__ = ["WorkerError", "WorkerPool"]
 
 _HEADER = struct.Struct("<QI")  # pickle length, number of out-of-band buffers
 _LENGTH = struct.Struct("<Q")
 
 
-class WorkerError(RuntimeError):
-    """A worker process died (killed, out of memory) before it answered; the pool cannot go on."""
+class WorkerError(BackendError):
+    """A worker process died (killed, out of memory) before it answered; the pool cannot go on. A
+    ``LongpackError`` (the CLI: exit 2): the message says which process and the fix (fewer ``workers``)."""
 
 
 class _RemoteTraceback(Exception):
@@ -196,7 +199,7 @@ class WorkerPool:
                 if not future.set_running_or_notify_cancel():
                     continue
                 if self._broken is not None:
-                    future.set_exception(WorkerError(self._broken))
+                    future.set_exception(WorkerError(self._broken, fields="workers"))
                     continue
                 try:
                     _send(jobs, job)
@@ -207,7 +210,7 @@ class WorkerPool:
                         f"worker process {proc.pid} died (exit code {code}) before finishing a job; "
                         "if it ran out of memory, use fewer workers"
                     )
-                    future.set_exception(WorkerError(self._broken))
+                    future.set_exception(WorkerError(self._broken, fields="workers"))
                     continue
                 except (
                     BaseException
@@ -231,7 +234,7 @@ class WorkerPool:
         if self._closed:
             raise RuntimeError("the worker pool is shut down")
         if self._broken is not None:
-            raise WorkerError(self._broken)
+            raise WorkerError(self._broken, fields="workers")
         future: Future[Any] = Future()
         self._queue.put((future, job))
         return future

@@ -1,0 +1,234 @@
+"""The online-sim job: fill of the online (candidate-buffer) packer against offline packing, for several
+buffer sizes, on a synthetic workload, a length list or (``vlm``) VLM samples whose buffer memory is also
+reported (``longpack.online.simulate``).
+
+>>> r = OnlineSimConfig(pack_size=4096, buffer_sizes="8,64", samples=2000).run()
+>>> [row["buffer_size"] for row in r.to_dict()["rows"]], r.to_dict()["capacity"]
+([8, 64], 4096)
+>>> OnlineSimConfig(pack_size=4096, buffer_sizes="8,x")
+Traceback (most recent call last):
+...
+longpack.errors.ConfigError: buffer_sizes must be comma-separated positive integers (e.g. 8,64,512), got '8,x'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from longpack import choices
+from longpack.errors import ConfigError, InputError, LongpackError
+from longpack.jobs.options import seed_option
+from longpack.option import check_choices, option
+from longpack.validate import positive_int
+from longpack.validate import seed as seed_value
+
+__all__ = ["MAX_SAMPLES", "OnlineSimConfig", "OnlineSimResult", "read_length_lines"]
+
+#: Synthetic samples at most: the simulation runs every buffer size over them in Python.
+MAX_SAMPLES = 1_000_000
+VLM_ONLY = ("loader_workers", "patch_size", "merge_size", "min_pixels", "max_pixels", "write_lengths")
+
+
+def read_length_lines(path: Path) -> list[int]:
+    """One runtime length per line (``#`` comments, blank lines skipped); an ``InputError`` names file:line."""
+    try:
+        text_lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})", fields="lengths_file") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{path}: not UTF-8 text at byte {exc.start}; give one runtime length per line",
+            fields="lengths_file",
+        ) from None
+    out = []
+    for lineno, line in enumerate(text_lines, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            raise InputError(
+                f"{path}:{lineno}: expected one runtime length (an integer) per line, got {text!r}"
+            ) from None
+        if value < 1:
+            raise InputError(f"{path}:{lineno}: runtime length {value} < 1; remove empty samples")
+        if value >= 2**62:
+            raise InputError(f"{path}:{lineno}: runtime length {text[:30]} is not a token count")
+        out.append(value)
+    if not out:
+        raise InputError(f"{path}: no lengths found (one runtime length per line)")
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class OnlineSimConfig:
+    """What to simulate; validated on construction."""
+
+    command_help = (
+        "Simulate Energon-style online packing for several buffer sizes; compare with offline best fit.\n\n"
+        "With --vlm, the samples' lengths come from their image sizes (headers only, no pixel decoded) and "
+        "each row also reports the packing buffer's host memory (prepared pixel tensors), per worker and per "
+        "rank."
+    )
+
+    pack_size: int | None = option(
+        None, help="Pack size in runtime tokens (seq_length; required).", aliases=("--capacity",)
+    )
+    buffer_sizes: str | Sequence[int] = option("8,16,64,256,1024,4096", help="Comma-separated.", cli_type=str)
+    workload: str = option(
+        "lognormal", help="Synthetic workload of sample lengths.", choices=choices.WORKLOADS
+    )
+    lengths_file: str | Path | None = option(
+        None,
+        help="Text file with one runtime length per line (instead of --workload).",
+        flag="--lengths",
+        cli_type=Path | None,
+    )
+    samples: int = option(20000, help="Number of synthetic samples.")
+    pad_seq_to_mult: int = option(
+        1, help="Per-sample alignment multiple (2*CP ...).", aliases=("--pad-to-multiple-of",)
+    )
+    algorithm: str | None = option(
+        None,
+        help="Bin packing (default: best_fit_decreasing; with --vlm first_fit_decreasing, Bridge's).",
+        choices=choices.ALGORITHMS,
+    )
+    seed: int = seed_option()
+    vlm: str | Path | None = option(
+        None,
+        help="JSONL of VLM samples (messages + images or image_sizes): also report the buffer's host memory.",
+        cli_type=Path | None,
+    )
+    tokenizer: str = option("qwen3", help="With --vlm: tokenizer spec or folder.")
+    loader_workers: int = option(1, help="With --vlm: Energon loader workers per rank (one buffer each).")
+    patch_size: int = option(14, help="With --vlm: vision patch (Qwen3-VL: 16).")
+    merge_size: int = option(2, help="With --vlm: spatial merge size.")
+    min_pixels: int = option(200704, help="With --vlm: processor min_pixels.")
+    max_pixels: int = option(1003520, help="With --vlm: processor max_pixels.")
+    max_images: int | None = option(10, help="With --vlm: images per sample limit.")
+    max_visual_tokens: int | None = option(16384, help="With --vlm: visual tokens per sample limit.")
+    write_lengths: str | Path | None = option(
+        None,
+        help="With --vlm: also write each accepted sample's tokens, one per line (a --lengths file).",
+        cli_type=Path | None,
+    )
+
+    def __post_init__(self) -> None:
+        if self.pack_size is None:
+            raise ConfigError("pack_size is required (pack size in runtime tokens)", fields="pack_size")
+        positive_int(self.pack_size, "pack_size")
+        positive_int(self.pad_seq_to_mult, "pad_seq_to_mult")
+        positive_int(self.samples, "samples", at_most=MAX_SAMPLES, why="the simulation is pure Python")
+        positive_int(self.loader_workers, "loader_workers")
+        for name in ("max_images", "max_visual_tokens"):
+            if getattr(self, name) is not None:
+                positive_int(getattr(self, name), name)
+        seed_value(self.seed)
+        check_choices(self)
+        sizes: tuple[int, ...] = ()
+        if isinstance(self.buffer_sizes, str):
+            try:
+                sizes = tuple(int(x) for x in self.buffer_sizes.split(",") if x.strip())
+            except ValueError:
+                sizes = ()
+        else:
+            sizes = tuple(self.buffer_sizes)
+        if not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
+            raise ConfigError(
+                "buffer_sizes must be comma-separated positive integers (e.g. 8,64,512), got "
+                f"{self.buffer_sizes!r}",
+                fields="buffer_sizes",
+            )
+        object.__setattr__(self, "buffer_sizes", sizes)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The buffer sizes, as integers (``buffer_sizes`` after validation)."""
+        return cast(tuple[int, ...], self.buffer_sizes)
+
+    def run(self) -> OnlineSimResult:
+        assert self.pack_size is not None
+        if self.vlm is not None:
+            return self._vlm()
+        from longpack.online.simulate import simulate, smallest_buffer_within, synthetic_lengths
+
+        algorithm = self.algorithm or choices.DEFAULT_ALGORITHM
+        try:
+            if self.lengths_file is not None:
+                lengths = read_length_lines(Path(self.lengths_file))
+                source = str(self.lengths_file)
+            else:
+                lengths = synthetic_lengths(
+                    self.workload, self.samples, self.pack_size, seed=self.seed
+                ).tolist()
+                source = f"{self.workload} x {self.samples} (seed {self.seed})"
+            rows = simulate(
+                lengths,
+                self.pack_size,
+                list(self.sizes),
+                pad_to_multiple_of=self.pad_seq_to_mult,
+                algorithm=algorithm,
+                seed=self.seed,
+            )
+        except (ValueError, OSError) as exc:
+            if isinstance(exc, LongpackError):
+                raise
+            raise ConfigError(str(exc)) from exc
+        report = {
+            "source": source,
+            "capacity": self.pack_size,
+            "rows": rows,
+            "smallest_buffer_within_1pct": smallest_buffer_within(rows),
+        }
+        return OnlineSimResult(report=report, algorithm=algorithm, pad_seq_to_mult=self.pad_seq_to_mult)
+
+    def _vlm(self) -> OnlineSimResult:
+        from longpack.online.simulate import vlm_report
+        from longpack.vlm.vision import VisionConfig
+
+        assert self.pack_size is not None and self.vlm is not None
+        algorithm = self.algorithm or "first_fit_decreasing"  # Megatron-Bridge's online packer
+        report = vlm_report(
+            str(self.vlm),
+            self.pack_size,
+            list(self.sizes),
+            vision=VisionConfig(
+                patch_size=self.patch_size,
+                merge_size=self.merge_size,
+                min_pixels=self.min_pixels,
+                max_pixels=self.max_pixels,
+            ),
+            pad_to_multiple_of=self.pad_seq_to_mult,
+            tokenizer=self.tokenizer,
+            workers=self.loader_workers,
+            max_images=self.max_images,
+            max_visual_tokens=self.max_visual_tokens,
+            algorithm=algorithm,
+            seed=self.seed,
+        )
+        lengths = report.pop("lengths")
+        if self.write_lengths is not None:
+            from longpack.online.packer import write_text_atomic
+
+            write_text_atomic(Path(self.write_lengths), "".join(f"{n}\n" for n in lengths))
+        return OnlineSimResult(
+            report=report, algorithm=algorithm, pad_seq_to_mult=self.pad_seq_to_mult, vlm=True
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class OnlineSimResult:
+    """The simulation's report: ``rows`` (per buffer size: online and offline fill and packs, their ratio;
+    with ``vlm`` the buffer's host memory too) and ``smallest_buffer_within_1pct``."""
+
+    report: dict[str, Any]
+    algorithm: str
+    pad_seq_to_mult: int
+    vlm: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.report
