@@ -119,6 +119,8 @@ _VERSION = re.compile(
     r"^(?:core_)?v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?(dev|a|b|rc|alpha|beta)\.?(\d*))?(?:\.post\d+)?(?:\+[\w.]+)?$"
 )
 _STAGE = {"dev": 0, "a": 1, "alpha": 1, "b": 2, "beta": 2, "rc": 3}
+#: The config field (``CheckConfig``, ``PlanConfig``, ``SweepConfig``) that names each product's version.
+_FIELDS: dict[Product, str] = {BRIDGE: "bridge_version", MCORE: "megatron_core_version"}
 _MAIN_NAMES = ("main", "dev", "head", "latest")
 
 
@@ -145,7 +147,7 @@ def version_key(text: str, product: Product) -> tuple[int, int, int, int, int]:
         raise ConfigError(
             f"{info.name} version {text!r} is not a version such as {known[-2]} or main "
             f"(releases this catalog knows: {known[0]} ... {', '.join(known[-2:])})",
-            fields=f"{product}_version",
+            fields=_FIELDS[product],
         )
     stage = 4 if m.group(4) is None else _STAGE[m.group(4)]
     return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0), stage, int(m.group(5) or 0))
@@ -238,7 +240,7 @@ class UpstreamVersions:
                 if not isinstance(given, str):
                     raise ConfigError(
                         f"{PRODUCTS[product].name} version must be a string such as '0.6.0', got {given!r}",
-                        fields=f"{product}_version",
+                        fields=_FIELDS[product],
                     )
                 version_key(given, product)
                 found[product] = (given.strip(), "given")
