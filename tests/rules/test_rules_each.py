@@ -1136,6 +1136,14 @@ CASES += [
         bridge="0.6.0",
     ),
     Case(
+        "LP-MOE-009",
+        "MOE",
+        ["model.moe_router_load_balancing_type=quantile_balancing"],
+        ["model.moe_router_load_balancing_type=aux_loss"],
+        ("quantile_balancing with packed batches",),
+        fix_says=("model.moe_router_load_balancing_type",),
+    ),
+    Case(
         "LP-CG-006",
         "SFT",
         [PTML, PCU, "model.cuda_graph_impl=transformer_engine"],
@@ -1184,7 +1192,7 @@ LP-EN-005 LP-EN-006 LP-EN-007 LP-EN-008 LP-EN-010 LP-EN-011 LP-EN-012 LP-EN-013 
 LP-EN-017 LP-VLM-001 LP-VLM-002 LP-MOE-001 LP-MOE-002 LP-MOE-003 LP-MODEL-001 LP-MODEL-002 LP-MODEL-003 LP-DATA-001
 LP-DATA-002 LP-DATA-004 LP-DATA-005 LP-DATA-006 LP-DATA-008 LP-DATA-011 LP-VER-001 LP-HCP-001 LP-HCP-002
 LP-HCP-003 LP-HCP-004 LP-HCP-005 LP-HCP-006 LP-HCP-008 LP-SCHED-001 LP-SCHED-002 LP-SCHED-003 LP-MOE-005
-LP-MOE-006 LP-MOE-007 LP-CG-006 LP-CG-007 LP-CP-009 LP-TOPO-007
+LP-MOE-006 LP-MOE-007 LP-MOE-009 LP-CG-006 LP-CG-007 LP-CP-009 LP-TOPO-007
 """
 WARNINGS = """
 LP-TOPO-006 LP-PACK-016 LP-PACK-010 LP-CG-005 LP-EN-009 LP-VLM-003 LP-VLM-004 LP-MOE-004 LP-DATA-003 LP-DATA-010 LP-DATA-007

@@ -201,6 +201,14 @@ BOUNDARIES = [
     ("LP-CG-006", "SFT", [PTML, PCU, TE_GRAPH], ("main", "0.18.2"), ("main", "0.19.0")),
     # relaxed: Bridge main masks packed padding out of MoE router statistics (#5285)
     ("LP-MOE-008", "MOE", [PTML], ("0.6.0", "main"), ("main", "main")),
+    # added: Bridge main sends packed padding masks (#5470), Core 0.19's quantile balancing refuses them
+    (
+        "LP-MOE-009",
+        "MOE",
+        ["model.moe_router_load_balancing_type=quantile_balancing"],
+        ("main", "0.19.0"),
+        ("0.6.0", "0.19.0"),
+    ),
     # added by Bridge 0.6.0, relaxed by Megatron-Core 0.18.0
     ("LP-CP-009", "SFT", [], ("0.6.0", "0.17.1"), ("0.6.0", "0.18.0")),
     ("LP-CP-009", "SFT", [], ("0.6.0", "0.17.1"), ("0.5.1", "0.17.1")),

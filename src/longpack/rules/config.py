@@ -323,6 +323,7 @@ class ModelSettings:
     moe_token_dispatcher_type: OptStr = None
     moe_flex_dispatcher_backend: OptStr = None
     moe_expert_capacity_factor: OptFloat = None
+    moe_router_load_balancing_type: OptStr = None
     overlap_moe_expert_parallel_comm: Bool = False
     delay_wgrad_compute: Bool = False
     #: Megatron-Core HybridEP: pad uneven per-rank dispatch inputs to the group maximum (MCore >= 0.19).

@@ -753,12 +753,38 @@ PROVENANCE: dict[str, Provenance] = {
     "LP-MOE-008": Provenance(
         bridge=VersionRange(until="main"),
         sources=(
+            # offline packs (#5470) and native Energon packs (#5285) carry a padding mask on main
+            Source(
+                BRIDGE_REPO,
+                "src/megatron/bridge/data/packing/gpt_sft.py",
+                commit="23743e2f7",
+                probe='processed_batch["padding_mask"] = torch.BoolTensor(padding_masks)',
+                relaxes=True,
+            ),
             Source(
                 BRIDGE_REPO,
                 "docs/training/packed-sequences.md",
                 commit="46d7e9f4f",
                 probe="excludes fixed-width gaps",
                 relaxes=True,
+            ),
+        ),
+    ),
+    "LP-MOE-009": Provenance(
+        bridge=VersionRange(since="main"),
+        mcore=VersionRange(since="0.19.0"),
+        sources=(
+            Source(
+                MLM_REPO,
+                "megatron/core/transformer/moe/router.py",
+                commit="33706f968e",
+                probe="Quantile balancing routing does not support padding masks yet.",
+            ),
+            Source(
+                BRIDGE_REPO,
+                "src/megatron/bridge/data/packing/gpt_sft.py",
+                commit="23743e2f7",
+                probe='processed_batch["padding_mask"] = torch.BoolTensor(padding_masks)',
             ),
         ),
     ),

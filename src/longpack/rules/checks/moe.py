@@ -217,3 +217,23 @@ def moe_router_padding(s: TrainingSetup) -> Iterator[Violation]:
             K_PTML,
             K_PSS,
         )
+
+
+@FAMILY.rule(
+    "LP-MOE-009",
+    E,
+    "quantile-balancing routing with packed padding masks",
+    "Megatron-Core TopKRouter.routing (quantile balancing); Bridge packed collate (padding_mask)",
+    fix="use another model.moe_router_load_balancing_type (aux_loss, seq_aux_loss, none) with packing",
+)
+def moe_quantile_padding(s: TrainingSetup) -> Iterator[Violation]:
+    """Megatron-Bridge main hands the router a padding mask for offline and Energon packs; Megatron-Core's
+    quantile-balancing routing (0.19) asserts that there is none."""
+    kind = s.model.moe_router_load_balancing_type
+    if s.is_moe and kind == "quantile_balancing" and (s.dataset.offline_packing or s.dataset.energon_packing):
+        yield V(
+            "moe_router_load_balancing_type=quantile_balancing with packed batches: the packed collate sends a "
+            "padding mask, which quantile-balancing routing refuses",
+            "set model.moe_router_load_balancing_type to aux_loss, seq_aux_loss or none for packed training",
+            "model.moe_router_load_balancing_type",
+        )
