@@ -23,12 +23,14 @@ MEGATRON_ALGORITHM = "first_fit_shuffle"
 #: Workload-balanced rows for a training topology: chosen by a balance target, never named alone.
 BALANCED_ALGORITHM = "balanced"
 
-#: What happens to a sample longer than ``seq_length`` (``longpack.packed.align``).
-OVERLENGTH_POLICIES: tuple[str, ...] = ("drop", "truncate", "error")
+#: What happens to a sample longer than ``seq_length`` (``longpack.packed.align``; ``fragment``: pack-sized
+#: pieces packed like samples).
+OVERLENGTH_POLICIES: tuple[str, ...] = ("drop", "truncate", "fragment", "error")
 DEFAULT_OVERLENGTH = "drop"
 
-#: Packed output on disk: ``parquet`` (Megatron-Bridge v0.4.0+ and main) or ``npy`` (Bridge <= 0.3.x, NeMo 2).
-OUTPUT_FORMATS: tuple[str, ...] = ("parquet", "npy")
+#: Packed output on disk: ``parquet`` (Megatron-Bridge v0.4.0+ and main), ``npy`` (Bridge <= 0.3.x, NeMo 2) or
+#: ``indexed`` (Megatron's ``.bin`` / ``.idx`` document datasets for pretraining, ``longpack.packed.indexed``).
+OUTPUT_FORMATS: tuple[str, ...] = ("parquet", "npy", "indexed")
 #: Parquet type of ``input_ids``.
 IDS_DTYPES: tuple[str, ...] = ("int64", "int32")
 #: ``compat`` presets: settings under which the output is byte-identical to the named tool's prepare step.
@@ -37,7 +39,7 @@ COMPAT_MODES: tuple[str, ...] = ("megatron-bridge",)
 BACKENDS: tuple[str, ...] = ("local", "ray")
 
 #: How rows are read (``longpack.text``).
-TEXT_FORMATS: tuple[str, ...] = ("auto", "prompt_completion", "chat", "sharegpt", "pretokenized")
+TEXT_FORMATS: tuple[str, ...] = ("auto", "prompt_completion", "chat", "sharegpt", "pretokenized", "text")
 PROMPT_COMPLETION_LOSSES: tuple[str, ...] = ("completion", "full")
 CHAT_LOSSES: tuple[str, ...] = ("assistant", "last_turn", "full")
 

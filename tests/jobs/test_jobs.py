@@ -345,7 +345,7 @@ def test_cli_version_help_choices_flags_and_order() -> None:
     positions = [top.index(f"│ {name} ") for name in order]
     assert positions == sorted(positions), top
     helps = runner.invoke(app, ["pack", "--help"], terminal_width=200).output
-    assert "drop|truncate|error" in helps and "local|ray" in helps and "int64|int32" in helps
+    assert "drop|truncate|f" in helps and "local|ray" in helps and "int64|int32" in helps
     assert "<bool>" not in helps and "--overwrite " in helps
     balance_help = runner.invoke(app, ["balance", "--help"], terminal_width=200).output
     assert (

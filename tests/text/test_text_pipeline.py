@@ -106,8 +106,8 @@ def test_empty_inputs_and_all_malformed_are_clear_errors(tmp_path: Path) -> None
         run([tmp_path / "arr.json"], format="prompt_completion")
     with pytest.raises(InputError, match=r"all 2 rows were malformed"):
         run([tmp_path / "arr.json"], format="prompt_completion", skip_malformed=True)
-    p = write_jsonl(tmp_path / "nofmt.jsonl", [{"text": "a"}])
-    with pytest.raises(InputError, match=r"nofmt\.jsonl: cannot detect the format from keys \['text'\]"):
+    p = write_jsonl(tmp_path / "nofmt.jsonl", [{"body": "a"}])  # ("text" is a document: format text)
+    with pytest.raises(InputError, match=r"nofmt\.jsonl: cannot detect the format from keys \['body'\]"):
         run([p])
 
 
@@ -218,8 +218,11 @@ def test_resolve_inputs_globs_folders_dedup(tmp_path: Path) -> None:
     got = resolve_inputs([str(tmp_path / "x"), str(tmp_path / "x" / "a.jsonl"), str(tmp_path / "*.ndjson")])
     assert [p.relative_to(tmp_path).as_posix() for p in got] == ["x/a.jsonl", "x/sub/b.parquet", "y.ndjson"]
     assert resolve_inputs([str(tmp_path / "**" / "*.parquet")]) == [(tmp_path / "x/sub/b.parquet").resolve()]
-    with pytest.raises(InputError, match=r"unsupported file type '\.txt'"):
-        resolve_inputs([str(tmp_path / "x" / "c.txt")])
+    # a .txt named directly is a plain-text document (format text); in a folder it is left out (above)
+    assert resolve_inputs([str(tmp_path / "x" / "c.txt")]) == [(tmp_path / "x" / "c.txt").resolve()]
+    (tmp_path / "x" / "c.csv").write_text("a,b\n")
+    with pytest.raises(InputError, match=r"unsupported file type '\.csv'"):
+        resolve_inputs([str(tmp_path / "x" / "c.csv")])
     with pytest.raises(InputError, match="is not a file, folder, glob or hub id"):
         resolve_inputs([str(tmp_path / "missing.jsonl")])
     with pytest.raises(InputError, match="no inputs given"):

@@ -112,7 +112,7 @@ def pack_lengths(
     lengths: Any,
     capacity: int,
     *,
-    algorithm: str = "best_fit_decreasing",
+    algorithm: str = _choices.DEFAULT_ALGORITHM,
     seed: int = 0,
 ) -> np.ndarray:
     """Assign each item a bin so that no bin's total length exceeds ``capacity``.
@@ -202,7 +202,7 @@ def pack_bins(
     lengths: Any,
     capacity: int,
     *,
-    algorithm: str = "best_fit_decreasing",
+    algorithm: str = _choices.DEFAULT_ALGORITHM,
     seed: int = 0,
 ) -> BinContents:
     """``pack_lengths`` with the order of the items inside each bin: the rows a packer writes.

@@ -65,7 +65,8 @@ class LongpackGroup(TyperGroup):
             typer.echo(f"error: {cli_message(str(exc), exc.fields)}", err=True)
             if _debug(ctx):
                 traceback.print_exc()
-            raise typer.Exit(EXIT_USER_ERROR) from exc
+            # a problem found in the data (e.g. past --max-drop-fraction) exits 1, a wrong setting 2
+            raise typer.Exit(getattr(exc, "exit_code", EXIT_USER_ERROR)) from exc
         except Exception as exc:
             typer.echo(f"internal error, {REPORT_URL_HINT}: {type(exc).__name__}: {exc}", err=True)
             if _debug(ctx):

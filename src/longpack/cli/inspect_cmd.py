@@ -12,7 +12,14 @@ from longpack.jobs import InspectConfig
 
 
 def register(app: typer.Typer) -> None:
-    add_command(app, "inspect", InspectConfig, present=lambda config, result: _print_human(result.report))
+    add_command(app, "inspect", InspectConfig, present=lambda config, result: _present(result.report))
+
+
+def _present(report: dict[str, Any]) -> None:
+    if report.get("format") == "indexed":  # a Megatron .bin/.idx prefix or an indexed pack folder
+        typer.echo(_indexed_text(report))
+    else:
+        _print_human(report)
 
 
 def _print_human(report: dict[str, Any]) -> None:
@@ -59,3 +66,27 @@ def _print_human(report: dict[str, Any]) -> None:
         )
     for problem in report["problems"]:
         echo(f"  problem: {problem}")
+
+
+def _indexed_text(report: dict[str, Any]) -> str:
+    lines = [f"{report['folder']}: Megatron indexed dataset(s)"]
+    for prefix, e in report["prefixes"].items():
+        g = e["gpt_dataset"]
+        lines.append(f"  {prefix}: {e['documents']} documents, {e['tokens']} tokens, {e['dtype']}")
+        lines.append(
+            f"    GPTDataset seq_length {g['seq_length']}, seed {g['seed']}, split {g['split']}: {g['samples']} "
+            f"samples in {g['epochs']} epoch(s), tokens per sample {g['seq_length']}, {g['documents_cut']} of "
+            f"{g['documents']} documents cut at sample boundaries, {g['segments_mean']} documents per sample "
+            f"(max {g['segments_max']})"
+        )
+        lines.append(
+            f"    attention work (causal, sum of squares / 2): {g['attention_work_unmasked']:.4g} without document "
+            f"masking, {g['attention_work_masked']:.4g} with ({g['attention_work_ratio']:.1%})"
+        )
+        if "sample" in e:
+            sm = e["sample"]
+            lines.append(
+                f"    sample {sm['index']} (index {sm['unshuffled_index']} before shuffling): documents "
+                f"{sm['documents']} from offset {sm['first_document_offset']}, cu_seqlens {sm['cu_seqlens']}"
+            )
+    return "\n".join(lines)

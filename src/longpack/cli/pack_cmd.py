@@ -53,8 +53,33 @@ def listed_note(listed: int, total: int) -> str:
     return f"the first {listed} listed in manifest.json, {total - listed} not listed"
 
 
+def print_indexed_summary(summary: dict[str, Any]) -> None:
+    """The human-readable account of an indexed (Megatron ``.bin``/``.idx``) pack."""
+    c, g, echo = summary["counts"], summary["gpt_dataset"], typer.echo
+    echo(f"indexed -> {summary['out']}")
+    echo(
+        f"  format: {summary['format']}   tokenizer: {summary['tokenizer'].get('name')}   dtype: {summary['dtype']}"
+    )
+    echo(
+        f"  rows read {c['rows_read']}, malformed {c['malformed']}, documents {summary['documents']}, "
+        f"tokens {summary['tokens']}, in {len(summary['prefixes'])} prefix(es)"
+    )
+    echo(
+        f"  GPTDataset at seq_length {g['seq_length']}, seed {g['seed']}: {g['samples']} samples, "
+        f"{g['documents_cut']} documents cut at sample boundaries, attention work with document masking "
+        f"{g['attention_work_ratio']:.1%} of without"
+    )
+    for warning in summary["warnings"]:
+        echo(f"  warning: {warning}")
+    echo("Megatron-LM: --data-path " + summary["data_path"])
+    echo(f"  inspect it: longpack inspect {summary['prefixes'][0]} --seq-length {g['seq_length']}")
+
+
 def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     """The human-readable account of a finished pack (``summary``: ``PackResult.to_dict()``)."""
+    if summary.get("output_format") == "indexed":
+        print_indexed_summary(summary)
+        return
     c = summary["counts"]
     echo = typer.echo
     echo(f"packed -> {summary['out']}")
@@ -68,6 +93,7 @@ def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     echo(
         f"  rows read {c['rows_read']}, malformed {c['malformed']}, samples {c['samples_read']}, "
         f"packed {c['packed']}, truncated {c['truncated']}, dropped {c['dropped']}"
+        + (f", fragmented {c['fragmented']}" if c.get("fragmented") else "")
     )
     for name, s in summary["splits"].items():
         meta = s["metadata"]
@@ -77,14 +103,19 @@ def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
             f"files: {', '.join(s['files'])}"
         )
     for name, split in manifest["splits"].items():
-        for kind in ("truncated", "dropped"):
-            entries = split[kind]
+        for kind in ("truncated", "dropped", "fragmented"):
+            entries = split.get(kind)
             if not entries:
                 continue
             total = split[kind + "_count"]
             echo(f"  {name}: {total} {kind} ({listed_note(len(entries), total)}):")
             for e in entries[:SHOWN]:
-                detail = f"kept {e['kept_tokens']} tokens" if kind == "truncated" else e["reason"]
+                if kind == "truncated":
+                    detail = f"kept {e['kept_tokens']} tokens"
+                elif kind == "fragmented":
+                    detail = f"{e['fragments']} fragments"
+                else:
+                    detail = e["reason"]
                 echo(f"    {e['source']}: {e['stored_length']} tokens, {detail}")
             if total > SHOWN:
                 echo(f"    ... {total - SHOWN} more")

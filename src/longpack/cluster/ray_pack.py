@@ -507,13 +507,13 @@ class RayExecutor:
 
         from longpack.text import InputError, TokenizeResult, resolve_inputs
         from longpack.text.inputs import find_inputs, input_kind
-        from longpack.text.pipeline import _starts_array, detect_file_format
+        from longpack.text.pipeline import detect_file_format, is_json_array
         from longpack.text.tokenizers import as_tokenizer
 
         tok = as_tokenizer(tokenizer)
         listing = find_inputs(inputs)
         for f in listing.files:
-            if f.kind == "hf" or f.compression or (f.kind == "jsonl" and _starts_array(f.path)):
+            if f.kind == "hf" or f.compression or (f.kind == "jsonl" and is_json_array(f.path)):
                 raise InputError(
                     f"{f.label}: the ray backend reads plain JSON Lines and Parquet files; use the local "
                     "backend for compressed files, JSON arrays and datasets folders, or convert them first"
@@ -597,15 +597,15 @@ class RayExecutor:
             source_row=np.concatenate(rows_parts),
             files=files,
         )
-        from longpack.text.inputs import _input_file
-        from longpack.text.pipeline import _arrow_schema, column_report
+        from longpack.text.inputs import input_file
+        from longpack.text.pipeline import arrow_schema, column_report
 
         infos = []
         warnings: list[str] = []
         for i in range(len(paths)):
             col_counts = columns_per_file[i]
             if kinds[i] == "parquet":
-                names, num_rows = _arrow_schema(_input_file(paths[i]))
+                names, num_rows = arrow_schema(input_file(paths[i]))
                 col_counts = dict.fromkeys(names, num_rows)
             columns, col_warnings = column_report(files[i], formats[i], config, col_counts, rows_per_file[i])
             warnings += col_warnings

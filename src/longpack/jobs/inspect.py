@@ -16,7 +16,10 @@ __all__ = ["InspectConfig", "InspectResult"]
 class InspectConfig:
     """Which folder and what to check; ``plot`` is checked before the (long) verification."""
 
-    command_help = "Summarize a packed output folder; exit 1 if it is unfinished or a check fails."
+    command_help = (
+        "Summarize a packed output folder or a Megatron .bin/.idx prefix; exit 1 if it is unfinished or a "
+        "check fails."
+    )
 
     folder: str | Path = option(help="Output folder of `longpack pack`.", positional=True, cli_type=Path)
     verify: bool = option(
@@ -32,10 +35,34 @@ class InspectConfig:
         help="A folder without manifest.json is Megatron-Bridge's (its prepare step writes none), not "
         "unfinished.",
     )
+    # A Megatron indexed dataset (a .bin/.idx prefix, or a folder of `pack --output-format indexed`): what
+    # GPTDataset makes of it (longpack.packed.indexed.inspect_indexed).
+    seq_length: int | None = option(
+        None, help="Indexed data: GPTDataset's sequence length (default: the manifest's)."
+    )
+    seed: int | None = option(None, help="Indexed data: Megatron's --seed (default 1234).")
+    split: str = option("1,0,0", help="Indexed data: Megatron's --split; the train part is shown.")
+    num_samples: int | None = option(
+        None, help="Indexed data: samples GPTDataset draws (train_iters * GBS; default one epoch)."
+    )
+    sample: int | None = option(None, help="Indexed data: show this sample's documents and cu_seqlens.")
 
     def run(self) -> InspectResult:
         from longpack.outputs import check_output_file
         from longpack.packed import inspect_output, plot_output
+        from longpack.packed.indexed import inspect_indexed, is_indexed
+
+        if is_indexed(Path(self.folder)):
+            return InspectResult(
+                report=inspect_indexed(
+                    self.folder,
+                    seq_length=self.seq_length,
+                    seed=self.seed,
+                    split=self.split,
+                    num_samples=self.num_samples,
+                    sample=self.sample,
+                )
+            )
 
         if self.plot is not None:
             check_output_file(Path(self.plot), field="plot")  # before the (long) verification

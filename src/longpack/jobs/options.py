@@ -1,5 +1,5 @@
 """The options several jobs share, each written once: a factory per option returns the config field (its
-default, help, flag, choices), so ``pack``, ``sweep`` and ``preview`` offer the same ``--tokenizer``, the
+default, help, flag, choices; typed as the value, as ``dataclasses.field`` is), so ``pack``, ``sweep`` and ``preview`` offer the same ``--tokenizer``, the
 same ``--tp``/``--cp``/``--sp`` and so on. A job's own options are written in its config.
 
 >>> import dataclasses
@@ -58,25 +58,25 @@ def tokenizer_option() -> Any:
     return option(None, help="tokenizer.json, HF model folder, 'qwen3' or 'bytes'.", cli_type=str | None)
 
 
-def pad_seq_to_mult_option() -> Any:
+def pad_seq_to_mult_option() -> int | None:
     """One definition of ``pad_seq_to_mult`` for every job: ``None`` means derived from ``tp``/``cp``/``sp``
     (``longpack.jobs.pack.resolve_pad_seq_to_mult``, the one place it is validated), else 1."""
     return option(None, help="Per-sample alignment multiple (default: from --tp/--cp/--sp, else 1).")
 
 
-def tp_option() -> Any:
+def tp_option() -> int | None:
     return option(None, help="Tensor parallel size (derives --pad-seq-to-mult).")
 
 
-def cp_option() -> Any:
+def cp_option() -> int | None:
     return option(None, help="Context parallel size (derives --pad-seq-to-mult).")
 
 
-def sp_option() -> Any:
+def sp_option() -> bool:
     return option(False, help="Sequence parallelism on (derives --pad-seq-to-mult).")
 
 
-def algorithm_option() -> Any:
+def algorithm_option() -> str:
     return option(
         choices.DEFAULT_ALGORITHM,
         help="Bin packing; first_fit_shuffle gives Megatron-Bridge's exact rows.",
@@ -96,36 +96,36 @@ MCORE_VERSION_HELP = (
 )
 
 
-def bridge_version_option() -> Any:
+def bridge_version_option() -> str | None:
     """``--bridge-version``: the Megatron-Bridge version ``check``, ``plan`` and ``sweep`` apply rules for."""
     return option(None, help=BRIDGE_VERSION_HELP, cli_type=str | None)
 
 
-def megatron_core_version_option() -> Any:
+def megatron_core_version_option() -> str | None:
     """``--megatron-core-version``: the Megatron-Core version the rules are applied for."""
     return option(None, help=MCORE_VERSION_HELP, cli_type=str | None)
 
 
-def seed_option(default: int | None = 0, help: str = "") -> Any:
+def seed_option(default: int | None = 0, help: str = "") -> int:
     return option(default, help=help or "Seed of every random step (Megatron: dataset.seed).")
 
 
-def workers_option() -> Any:
+def workers_option() -> int | None:
     return option(None, help="Tokenizer processes (default: all cores).")
 
 
-def demo_option(what: str) -> Any:
+def demo_option(what: str) -> bool:
     return option(False, help=f"{what} the built-in demo SFT data (default --tokenizer qwen3).")
 
 
-def model_option() -> Any:
+def model_option() -> str | None:
     return option(None, help="Model: a catalog id (e.g. llama3_1_8b) or a config.json path.")
 
 
-def gpu_option() -> Any:
+def gpu_option() -> str | None:
     return option(None, help="GPU type (e.g. H100_SXM, H200, B200).")
 
 
-def gpus_option(*, required: bool = False) -> Any:
+def gpus_option(*, required: bool = False) -> int:
     help = "Number of GPUs (world size)."
     return option(help=help, cli_type=int) if required else option(None, help=help)

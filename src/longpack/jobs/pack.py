@@ -130,7 +130,7 @@ class PackConfig:
     - ``pad_seq_to_mult``, or ``tp`` / ``cp`` / ``sp`` to derive it (default 1).
     - ``algorithm``, ``balance`` (a ``longpack.balance.BalanceTarget`` or its ``dp=..,gbs=..`` spec:
       workload-balanced rows in training order), ``seed`` (default 0; 1234 with ``compat``),
-      ``overlength`` (``drop | truncate | error``; default ``drop``).
+      ``overlength`` (``drop | truncate | fragment | error``; default ``drop``).
     - ``output_format``: ``parquet`` (Megatron-Bridge v0.4.0+ and main) or ``npy`` (Bridge <= 0.3.x and
       NeMo 2: one pickled object array per split); ``row_group_size`` (Parquet rows per row group).
     - ``compat="megatron-bridge"``: Bridge's prepare step exactly: ``first_fit_shuffle``, seed 1234,
@@ -147,7 +147,10 @@ class PackConfig:
     - ``progress``: rich progress bars on stderr when it is a terminal.
     """
 
-    command_help = "Tokenize SFT data and write Megatron-Bridge packed Parquet, metadata and a manifest."
+    command_help = (
+        "Tokenize SFT data or documents and write Megatron-Bridge packed Parquet (or .npy, or Megatron "
+        ".bin/.idx with --output-format indexed), metadata and a manifest."
+    )
 
     out: str | Path = option(help="Output folder (must not exist unless --overwrite).", cli_type=Path)
     inputs: Sequence[str | Path] | str | Path = inputs_option()
@@ -172,7 +175,8 @@ class PackConfig:
     )
     overlength: str | None = option(
         None,
-        help="Samples longer than --seq-length (default drop; --compat: Bridge's rule).",
+        help="Samples longer than --seq-length (default drop; --compat: Bridge's rule; fragment: cut into "
+        "pack-sized pieces packed like samples).",
         choices=choices.OVERLENGTH_POLICIES,
     )
     val_fraction: float = option(0.0, help="Fraction of samples for validation.")
@@ -193,7 +197,8 @@ class PackConfig:
     output_format: str = option(
         "parquet",
         help="parquet: packed Parquet for Megatron-Bridge v0.4.0+ and main; npy: one .npy per split for "
-        "Megatron-Bridge <= 0.3.x (the PyPI release) and NeMo 2.",
+        "Megatron-Bridge <= 0.3.x (the PyPI release) and NeMo 2; indexed: Megatron .bin/.idx document "
+        "datasets for pretraining (--data-path).",
         choices=choices.OUTPUT_FORMATS,
     )
     row_group_size: int | None = option(
@@ -248,6 +253,14 @@ class PackConfig:
         "go to a scratch folder next to --out and the rows are filled from there in a second pass: the "
         "same output, flat memory.",
         cli_type=str | None,
+    )
+    #: Largest share (0..1) of the samples or runtime tokens that may be dropped or truncated; past it the job
+    #: raises ``longpack.packed.drops.DropLimitError`` (CLI exit 1) before writing anything. ``None``: no
+    #: limit; a loss past 5 % still warns (length percentiles, the pack size that keeps 99 % of samples).
+    max_drop_fraction: float | None = option(
+        None,
+        help="Fail (exit 1, nothing written) when more than this share (0..1) of the samples or tokens would "
+        "be dropped or truncated. Past 5 % a pack always warns.",
     )
 
     def __post_init__(self) -> None:
@@ -347,6 +360,23 @@ class PackConfig:
                     "output_format npy is written by the local backend (one file per split); use backend local",
                     fields=("output_format", "backend"),
                 )
+        if self.max_drop_fraction is not None:
+            set_(
+                self,
+                "max_drop_fraction",
+                finite_float(self.max_drop_fraction, "max_drop_fraction", lo=0.0, hi=1.0),
+            )
+        if self.overlength == "fragment" and not (
+            self.backend == "local" or type(self.backend).__name__ == "LocalExecutor"
+        ):
+            raise ConfigError(
+                "overlength fragment runs on the local backend (the Ray writer routes whole samples)",
+                fields=("overlength", "backend"),
+            )
+        if self.output_format == "indexed":
+            self._check_indexed()
+            if self.text.min_tokens != 1:  # Megatron keeps one-token documents
+                set_(self, "text", replace(self.text, min_tokens=1))
         if self.memory_budget is not None:
             from longpack.jobs.out_of_core import parse_memory_budget
 
@@ -359,6 +389,38 @@ class PackConfig:
         mult, source = resolve_pad_seq_to_mult(self.pad_seq_to_mult, self.tp, self.cp, self.sp)
         set_(self, "_mult_source", source)
         set_(self, "_settings", self._pack_settings(mult))
+
+    def _check_indexed(self) -> None:
+        """Settings that mean nothing for Megatron indexed datasets (whole documents, cut into samples by
+        Megatron's GPTDataset at training time) are refused, each with the reason."""
+        why = {
+            "val_fraction": "Megatron's --split carves validation documents out of the same prefixes",
+            "val_inputs": "pack the validation documents into their own folder and give Megatron both",
+            "overlength": "documents are written whole; GPTDataset cuts them into seq_length samples",
+            "compat": "compat is Megatron-Bridge's packed SFT format",
+            "balance": "indexed data is not packed into rows",
+            "row_group_size": "a Parquet setting",
+            "pad_seq_to_mult": "indexed data has no per-sample alignment",
+            "pad_to_max_length": "a Megatron-Bridge packed-SFT setting",
+            "pad_cu_seqlens": "a Megatron-Bridge packed-SFT setting",
+            "pack_size": "indexed samples are seq_length tokens (GPTDataset)",
+        }
+        for name, reason in why.items():
+            value = getattr(self, name)
+            if value not in (None, (), False, 0.0):
+                raise ConfigError(
+                    f"output_format indexed: drop {name} ({reason})", fields=(name, "output_format")
+                )
+        if self.ids_dtype != "int64":
+            raise ConfigError(
+                "output_format indexed picks the token dtype from the vocabulary (uint16 or int32, as Megatron); "
+                "drop ids_dtype",
+                fields=("ids_dtype", "output_format"),
+            )
+        if not (self.backend == "local" or type(self.backend).__name__ == "LocalExecutor"):
+            raise ConfigError(
+                "output_format indexed is written by the local backend", fields=("output_format", "backend")
+            )
 
     def _pack_settings(self, mult: int) -> PackSettings:
         """The packed layer's settings; the algorithm and the balance spec are settled here, once."""
@@ -399,6 +461,8 @@ class PackConfig:
                 "algorithm 'balanced' needs balance (dp=..,gbs=..,model=..,gpu=..)",
                 fields=("algorithm", "balance"),
             )
+        if self.output_format == "indexed" and seed is None:
+            seed = BRIDGE_DEFAULT_SEED  # Megatron-LM's --seed default, the GPTDataset shuffle seed
         balance = balance_target(self.balance)  # a bad spec fails now, before any tokenization
         assert self.seq_length is not None
         return PackSettings(
@@ -521,10 +585,19 @@ class PackConfig:
                     f"tokenizer {tokenizer.name!r} has no EOS id; packing pads with EOS", fields="tokenizer"
                 )
             check_ids_dtype(settings.ids_dtype, train.tokenizer.get("vocab_size"))
+            if settings.output_format == "indexed":
+                return self._write_indexed(out, train, int(eos_id), demo_prefix, executor)
             splits = plan_splits(
                 train.samples, settings, eos_id=int(eos_id), validation=val.samples if val else None
             )
             provenance = self._provenance(train, val, demo_prefix, Provenance)
+            from longpack.packed.drops import check_drop_limit, drop_report
+
+            drops = drop_report(splits)  # never quiet: a warning past 5 %, an error past max_drop_fraction
+            check_drop_limit(drops, self.max_drop_fraction)
+            if drops.warning() is not None:
+                provenance.extra["warnings"].insert(0, drops.warning())
+            provenance.extra["drops"] = drops.to_dict()
             if mix_report is not None:
                 provenance.extra["mix"] = _mix_outcome(mix_report, splits)
             else:
@@ -542,6 +615,35 @@ class PackConfig:
             out=out.resolve(),
             manifest=PackManifest.from_dict(manifest),
             pad_seq_to_mult_source=self.pad_seq_to_mult_source,
+            backend=None if report is None else {"name": executor.name, **report},
+        )
+
+    def _write_indexed(
+        self, out: Path, train: Any, eos_id: int, demo_prefix: str, executor: Any
+    ) -> PackResult:
+        """Every document into Megatron indexed datasets (``longpack.packed.indexed``); manifest last."""
+        from longpack.outputs import output_write_errors
+        from longpack.packed.indexed import write_indexed_output
+        from longpack.packed.manifest import PackManifest
+        from longpack.packed.pipeline import Provenance, prepare_out_dir
+
+        provenance = self._provenance(train, None, demo_prefix, Provenance)
+        for info in provenance.inputs:  # every document of every file is written whole
+            info.update(packed=info["rows"] - info.get("malformed", 0), truncated=0, dropped=0)
+        with output_write_errors(out):
+            prepare_out_dir(out, self.overwrite)
+            manifest = write_indexed_output(
+                out,
+                train.samples,
+                self.settings,
+                provenance,
+                vocab_size=int(train.tokenizer["vocab_size"]),
+                eos_id=eos_id,
+            )
+        report = executor.report()
+        return PackResult(
+            out=out.resolve(),
+            manifest=PackManifest.from_dict(manifest),
             backend=None if report is None else {"name": executor.name, **report},
         )
 
@@ -643,10 +745,13 @@ def _file_outcomes(inputs: Sequence[dict[str, Any]], train: Any, val: Any, split
         samples = np.bincount(of_file, minlength=n)
         truncated = np.bincount(of_file[aligned.truncated], minlength=n)
         dropped = np.bincount(of_file[aligned.dropped], minlength=n)
+        fragmented = np.bincount(of_file[aligned.fragmented], minlength=n)
         for k in range(n):
             inputs[offset + k].update(
                 packed=int(samples[k] - dropped[k]), truncated=int(truncated[k]), dropped=int(dropped[k])
             )
+            if len(aligned.fragmented):
+                inputs[offset + k]["fragmented"] = int(fragmented[k])
         offset += n
 
 
@@ -766,6 +871,10 @@ class PackResult:
     def to_dict(self) -> dict[str, Any]:
         """What ``longpack pack --json`` prints."""
         settings = self.settings
+        if settings.get("output_format") == "indexed":
+            from longpack.packed.indexed import indexed_summary
+
+            return indexed_summary(self.out, self.manifest.to_dict())
         doc: dict[str, Any] = {
             "out": str(self.out),
             "finished": True,
@@ -786,6 +895,7 @@ class PackResult:
                     "files": list(s.file_names),
                     "truncated": s.truncated_count,
                     "dropped": s.dropped_count,
+                    "fragmented": s.extra.get("fragmented_count", 0),
                     # how many of those the manifest lists one by one (it stops at a cap)
                     "truncated_listed": len(s.truncated),
                     "dropped_listed": len(s.dropped),

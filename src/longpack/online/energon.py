@@ -59,8 +59,8 @@ from megatron.energon.errors import FatalSampleError
 from megatron.energon.task_encoder.base import get_stateless
 from megatron.energon.worker import WorkerConfig
 
-from longpack import binpack
-from longpack.errors import OnlineError
+from longpack import binpack, choices
+from longpack.errors import ConfigError, OnlineError
 from longpack.online.packer import OVERLENGTH_POLICIES, aligned_length, select_packs
 
 LOADER_STATE_FORMAT = "longpack.online.energon.loader_state/1"
@@ -104,7 +104,7 @@ class LongpackPackingMixin:
         *args: Any,
         capacity: int,
         pad_to_multiple_of: int = 1,
-        algorithm: str = "best_fit_decreasing",
+        algorithm: str = choices.DEFAULT_ALGORITHM,
         seed: int = 0,
         overlength: str = "truncate",
         pad_id: int = 0,
@@ -112,19 +112,19 @@ class LongpackPackingMixin:
     ) -> None:
         super().__init__(*args, **kwargs)
         if not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
+            raise ConfigError(f"capacity must be a positive integer, got {capacity!r}")
         if not isinstance(pad_to_multiple_of, int) or not 1 <= pad_to_multiple_of <= capacity:
-            raise ValueError(
+            raise ConfigError(
                 f"pad_to_multiple_of must be an integer in 1..capacity={capacity}, got {pad_to_multiple_of!r}"
             )
         if algorithm not in binpack.ALGORITHMS:
-            raise ValueError(
+            raise ConfigError(
                 f"algorithm={algorithm!r} is not one of longpack.binpack.ALGORITHMS {binpack.ALGORITHMS}"
             )
         if overlength not in OVERLENGTH_POLICIES:
-            raise ValueError(f"overlength={overlength!r} is not one of {OVERLENGTH_POLICIES}")
+            raise ConfigError(f"overlength={overlength!r} is not one of {OVERLENGTH_POLICIES}")
         if not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+            raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
         encode = getattr(self, "encode_sample", None)
         if encode is not None and self._overrides("encode_sample") and not get_stateless(encode):
             raise TypeError(
@@ -170,12 +170,12 @@ class LongpackPackingMixin:
             np.ones(len(ids), dtype=np.int8) if loss_mask is None else np.asarray(loss_mask).astype(np.int8)
         )
         if len(mask) != len(ids):
-            raise ValueError(
+            raise ConfigError(
                 f"sample {source.__key__}: len(loss_mask)={len(mask)} != len(input_ids)={len(ids)}"
             )
         if len(ids) < 2:
             # Not silent: Energon's error handler logs and counts it (a 1-token sample trains on nothing).
-            raise ValueError(
+            raise ConfigError(
                 f"sample {source.__key__}: {len(ids)} stored token(s); a sample needs at least 2"
             )
         runtime = len(ids) - 1

@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from longpack import binpack
+from longpack import binpack, choices
 from longpack.errors import OnlineError
 
 Overlength = Literal["truncate", "drop", "error"]
@@ -276,7 +276,7 @@ class OnlinePacker:
         buffer_size: int,
         *,
         pad_to_multiple_of: int = 1,
-        algorithm: str = "best_fit_decreasing",
+        algorithm: str = choices.DEFAULT_ALGORITHM,
         seed: int = 0,
         overlength: Overlength = "truncate",
         pad_id: int = 0,

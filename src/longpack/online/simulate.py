@@ -71,8 +71,8 @@ def simulate(
     buffer_sizes: Iterable[int],
     *,
     pad_to_multiple_of: int = 1,
-    algorithm: str = "best_fit_decreasing",
-    offline_algorithm: str = "best_fit_decreasing",
+    algorithm: str = choices.DEFAULT_ALGORITHM,
+    offline_algorithm: str = choices.DEFAULT_ALGORITHM,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """One row per buffer size: online fill and packs, offline fill and packs, fill ratio, packs/s.
@@ -182,7 +182,7 @@ def simulate_vlm(
     workers: int = 1,
     pad_to_multiple_of: int = 1,
     algorithm: str = "first_fit_decreasing",
-    offline_algorithm: str = "best_fit_decreasing",
+    offline_algorithm: str = choices.DEFAULT_ALGORITHM,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """One row per buffer size for VLM samples: bin fill (online vs offline) **and** the packing buffer's host

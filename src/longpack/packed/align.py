@@ -12,7 +12,10 @@ trains on ``r = S - 1`` positions):
 - ``m == 1``: ``cap = N`` and nothing is padded.
 - ``r > cap`` is *over-long*: ``truncate`` keeps the first ``cap + 1`` tokens (as Megatron-Bridge's pre-pad
   step does for ``m > 1``, losing the EOS), ``drop`` removes the sample (as Megatron-Bridge's histogram step
-  does for ``m == 1``), ``error`` stops. Every truncated or dropped sample is reported.
+  does for ``m == 1``), ``fragment`` cuts it into consecutive pieces of at most ``cap + 1`` stored tokens that
+  are packed like samples (:func:`fragment_cuts`; every token is in exactly one piece, its loss mask with it;
+  a later piece sees none of the earlier pieces' context and its first token is predicted by nothing),
+  ``error`` stops. Every truncated, fragmented or dropped sample is reported.
 - ``r == 0`` (a one-token sample) has nothing to train on and is dropped with reason ``empty``, unless
   ``keep_single_token`` (Megatron-Bridge keeps it: a stored length of 1, runtime length 0, in some row).
   A sample with no token at all is always dropped.
@@ -20,7 +23,7 @@ trains on ``r = S - 1`` positions):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -67,6 +70,9 @@ class AlignedSamples:
     - ``stored``: int64 ``[K]``, stored length after alignment (``kept`` plus EOS padding).
     - ``truncated`` / ``dropped``: int64 source indices; ``dropped_reason``: one of ``overlength``, ``empty``
       per dropped sample.
+    - ``start``: int64 ``[K]``, first source token of each kept sample (``None``: 0 for all; only fragments
+      start later); ``fragmented``: int64 source indices of the samples cut into fragments (``index``
+      repeats such a sample once per fragment).
     """
 
     samples: TokenizedSamples
@@ -80,6 +86,8 @@ class AlignedSamples:
     truncated: np.ndarray
     dropped: np.ndarray
     dropped_reason: tuple[str, ...]
+    start: np.ndarray | None = None
+    fragmented: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __len__(self) -> int:
         return len(self.index)
@@ -102,7 +110,13 @@ class AlignedSamples:
             truncated=self.truncated,
             dropped=self.dropped,
             dropped_reason=self.dropped_reason,
+            start=None if self.start is None else self.start[positions],
+            fragmented=self.fragmented,
         )
+
+    def starts(self) -> np.ndarray:
+        """First source token of every kept sample (int64; 0 unless it is a fragment)."""
+        return np.zeros(len(self.index), np.int64) if self.start is None else self.start
 
     def sample(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(input_ids, loss_mask)`` of kept sample ``k`` after alignment (unshifted mask; slow path).
@@ -115,6 +129,8 @@ class AlignedSamples:
         ([5, 6, 2, 2, 2], [0, 1, 1, 0, 0])
         """
         ids, mask = self.samples.sample(int(self.index[k]))
+        lo = int(self.starts()[k])
+        ids, mask = ids[lo:], mask[lo:]
         kept, stored = int(self.kept[k]), int(self.stored[k])
         pad = stored - kept
         ids_out = np.concatenate([ids[:kept], np.full(pad, self.eos_id, dtype=ids.dtype)])
@@ -176,6 +192,24 @@ def align_samples(
             f"pad_seq_to_mult={m}): {shown}; use overlength truncate or drop, or raise seq_length",
             fields=("overlength", "seq_length"),
         )
+    if overlength == "fragment":
+        if cap < 2:
+            raise ConfigError(
+                f"overlength fragment needs a runtime cap of at least 2 tokens, got {cap} (max_seq_length="
+                f"{max_seq_length}): a 1-token piece trains on nothing; raise seq_length",
+                fields=("overlength", "seq_length"),
+            )
+        return _with_fragments(
+            samples,
+            stored_in,
+            runtime,
+            empty,
+            over,
+            cap=cap,
+            m=m,
+            eos_id=eos_id,
+            max_seq_length=max_seq_length,
+        )
     if overlength == "truncate":
         keep = ~empty
         truncated = np.flatnonzero(over & keep)
@@ -203,4 +237,73 @@ def align_samples(
         truncated=truncated.astype(np.int64),
         dropped=dropped.astype(np.int64),
         dropped_reason=reasons,
+    )
+
+
+def fragment_cuts(stored_lengths: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(sample, start, length)`` of every fragment of samples of ``stored_lengths`` cut for runtime cap
+    ``cap``: consecutive pieces of ``cap + 1`` stored tokens (runtime ``cap``), the rest in a last piece. A
+    last piece of one token (nothing to train on) takes one token from the piece before it when that leaves
+    the piece before at least 2 tokens. Every token of a sample is in exactly one of its pieces, in order.
+
+    >>> [x.tolist() for x in fragment_cuts(np.array([9, 10]), 3)]
+    [[0, 0, 0, 1, 1, 1], [0, 4, 7, 0, 4, 8], [4, 3, 2, 4, 4, 2]]
+    """
+    stored_lengths = np.asarray(stored_lengths, dtype=np.int64)
+    piece = int(cap) + 1
+    n = np.maximum(-(-stored_lengths // piece), 1)
+    sample = np.repeat(np.arange(len(stored_lengths), dtype=np.int64), n)
+    first = np.cumsum(n) - n
+    k = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(first, n)
+    start = k * piece
+    length = np.minimum(piece, stored_lengths[sample] - start)
+    if piece >= 3:
+        # a one-token tail that follows a full piece: move the cut one token back (both pieces >= 2 tokens)
+        tail = np.flatnonzero((length == 1) & (k > 0))
+        start[tail] -= 1
+        length[tail] = 2
+        length[tail - 1] -= 1
+    return sample, start, length
+
+
+def _with_fragments(
+    samples: TokenizedSamples,
+    stored_in: np.ndarray,
+    runtime: np.ndarray,
+    empty: np.ndarray,
+    over: np.ndarray,
+    *,
+    cap: int,
+    m: int,
+    eos_id: int,
+    max_seq_length: int,
+) -> AlignedSamples:
+    """``align_samples`` with ``overlength="fragment"``: over-long samples become fragments (in input order,
+    next to the samples around them); a fragment is never dropped as empty."""
+    whole = np.flatnonzero(~empty & ~over)
+    fragmented = np.flatnonzero(over & ~empty)
+    which, frag_start, frag_len = fragment_cuts(stored_in[fragmented], cap)
+    index = np.concatenate([whole, fragmented[which]])
+    start = np.concatenate([np.zeros(len(whole), np.int64), frag_start])
+    kept_in = np.concatenate([stored_in[whole], frag_len])
+    order = np.lexsort((start, index))
+    index, start, kept_in = index[order], start[order], kept_in[order]
+    r = np.maximum(kept_in - 1, 0)
+    target = -(-r // m) * m if m > 1 else r
+    stored = target + 1
+    dropped = np.flatnonzero(empty)
+    return AlignedSamples(
+        samples=samples,
+        eos_id=int(eos_id),
+        max_seq_length=int(max_seq_length),
+        pad_seq_to_mult=m,
+        cap=cap,
+        index=index.astype(np.int64),
+        kept=kept_in.astype(np.int64),
+        stored=stored.astype(np.int64),
+        truncated=np.zeros(0, np.int64),
+        dropped=dropped.astype(np.int64),
+        dropped_reason=("empty",) * len(dropped),
+        start=start.astype(np.int64),
+        fragmented=fragmented.astype(np.int64),
     )

@@ -59,7 +59,8 @@ if TYPE_CHECKING:
     from longpack.balance import BalanceTarget
 
 #: The lists live in ``longpack.choices``: on-disk formats (``parquet``: Megatron-Bridge main's packed Parquet;
-#: ``npy``: the pickled object array of row dicts that released Megatron-Bridge <= 0.3 and NeMo 2 read), and
+#: ``npy``: the pickled object array of row dicts that released Megatron-Bridge <= 0.3 and NeMo 2 read;
+#: ``indexed``: Megatron-Core's ``.bin`` / ``.idx`` pairs for pretraining, ``longpack.packed.indexed``), and
 #: ``compat`` presets (settings under which the output is byte-identical to the named tool's prepare step).
 IDS_DTYPES = choices.IDS_DTYPES
 OUTPUT_FORMATS = choices.OUTPUT_FORMATS
@@ -197,8 +198,8 @@ class PackSettings:
     @property
     def resolved_rows_per_shard(self) -> int | None:
         """Rows per shard; ``None`` = one file per split (the npy format and the compat mode)."""
-        if self.output_format == "npy" or self.compat is not None:
-            return None
+        if self.output_format in ("npy", "indexed") or self.compat is not None:
+            return None if self.output_format != "indexed" else self.rows_per_shard
         return self.rows_per_shard or default_rows_per_shard(self.resolved_pack_size)
 
     @property
@@ -268,6 +269,11 @@ class SplitPlan:
             {"source": src.provenance(int(i)), "stored_length": int(stored_in[i]), "reason": reason}
             for i, reason in zip(a.dropped[:MAX_LISTED].tolist(), a.dropped_reason, strict=False)
         ]
+        pieces = np.bincount(a.index, minlength=len(src))[a.fragmented] if len(a.fragmented) else a.fragmented
+        fragmented = [
+            {"source": src.provenance(int(i)), "stored_length": int(stored_in[i]), "fragments": int(n)}
+            for i, n in zip(a.fragmented[:MAX_LISTED].tolist(), pieces[:MAX_LISTED].tolist(), strict=True)
+        ]
         pack_size = self.metadata["pack_size"]
         return {
             "samples_in": self.source_count,
@@ -285,6 +291,12 @@ class SplitPlan:
             "dropped_unlisted": len(a.dropped) - len(dropped),
             "truncated": truncated,
             "dropped": dropped,
+            # over-long samples cut into fragments (overlength fragment): each is several packed sequences
+            "fragmented_count": len(a.fragmented),
+            "fragments": int(pieces.sum()),
+            "fragmented_listed": len(fragmented),
+            "fragmented_unlisted": len(a.fragmented) - len(fragmented),
+            "fragmented": fragmented,
         }
 
 
@@ -366,19 +378,27 @@ def plan_splits(
     )
     if settings.val_fraction == 0:
         return [plan_split("training", train, settings, eos_id=eos_id, aligned=aligned)]
-    k = len(aligned)
+    # Fragments of one sample stay in one split: the draw is over source samples when there are fragments.
+    units, unit_of = (len(aligned), None) if aligned.start is None else _source_units(aligned.index)
+    k = units
     n_val = min(max(1, round(settings.val_fraction * k)), k - 1)
     if k < 2:
         raise InputError(f"val_fraction needs at least 2 packable samples, got {k}", fields="val_fraction")
     chosen = np.zeros(k, dtype=bool)
     chosen[np.random.default_rng(settings.seed).permutation(k)[:n_val]] = True
+    if unit_of is not None:
+        chosen = chosen[unit_of]
     train_plan = plan_split(
         "training", train, settings, eos_id=eos_id, aligned=aligned.subset(np.flatnonzero(~chosen))
     )
     val_aligned = aligned.subset(np.flatnonzero(chosen))
     # Truncations and drops are reported once, with the training split.
     val_aligned = replace(
-        val_aligned, truncated=np.zeros(0, np.int64), dropped=np.zeros(0, np.int64), dropped_reason=()
+        val_aligned,
+        truncated=np.zeros(0, np.int64),
+        dropped=np.zeros(0, np.int64),
+        dropped_reason=(),
+        fragmented=np.zeros(0, np.int64),
     )
     val_plan = plan_split("validation", train, settings, eos_id=eos_id, aligned=val_aligned)
     return [
@@ -397,6 +417,13 @@ def plan_splits(
             source_count=n_val,
         ),
     ]
+
+
+def _source_units(index: np.ndarray) -> tuple[int, np.ndarray]:
+    """``(number of distinct source samples, unit of each kept sample)`` (``index`` is ascending)."""
+    new = np.ones(len(index), dtype=bool)
+    new[1:] = index[1:] != index[:-1]
+    return int(new.sum()), np.cumsum(new) - 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -456,7 +483,9 @@ def _is_ours(name: str) -> bool:
 
     return (
         name in (MANIFEST_NAME, BRIDGE_CONFIG_NAME)
-        or name.endswith(("_metadata.jsonl", ".idx.parquet", ".npy"))
+        or name.endswith(("_metadata.jsonl", ".idx.parquet", ".npy", "_document.bin", "_document.idx"))
+        or name == "data_path.txt"
+        or (name.endswith((".bin", ".idx")) and "_document.part-" in name)
         or (name.startswith(".") and ".tmp-" in name)
     )
 
@@ -770,8 +799,12 @@ def finish_packed_output(
             "rows_read": provenance.rows_read,
             "malformed": len(provenance.malformed),
             "samples_read": sum(r["samples_in"] for r in reports.values()),
-            "packed": sum(r["samples_packed"] for r in reports.values()),
+            # source samples packed (whole, truncated or fragmented); a split's samples_packed counts sequences
+            "packed": sum(
+                r["samples_packed"] - r["fragments"] + r["fragmented_count"] for r in reports.values()
+            ),
             "truncated": sum(r["truncated_count"] for r in reports.values()),
+            "fragmented": sum(r["fragmented_count"] for r in reports.values()),
             "dropped": sum(r["dropped_count"] for r in reports.values()),
             "rows": {name: r["rows"] for name, r in reports.items()},
         },

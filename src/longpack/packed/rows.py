@@ -107,6 +107,8 @@ def fill_rows(
     stored = aligned.stored[items]
     kept = aligned.kept[items]
     src_start = aligned.samples.offsets[aligned.index[items]]
+    if aligned.start is not None:  # fragments of over-long samples start inside them
+        src_start = src_start + aligned.start[items]
     item_ends = np.cumsum(stored)
     item_starts = item_ends - stored
     if compiled:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from longpack.errors import InputError
 from longpack.planner.catalog import CatalogError, load_gpu, load_model
 from longpack.planner.memory import GIB, estimate_memory
 from longpack.planner.options import PlanError, PlanLayout, TrainingOptions
@@ -247,16 +248,19 @@ def read_calibration(path: str | Path | None = None) -> list[dict[str, Any]]:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{where}: cannot read calibration file: {exc}") from exc
+            raise InputError(f"{where}: cannot read calibration file: {exc}", fields="calibration") from exc
     try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f"{where}:{mark.line + 1}" if mark is not None else where
-        raise ValueError(f"{at}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from exc
+        raise InputError(
+            f"{at}: not valid YAML ({getattr(exc, 'problem', None) or exc})", fields="calibration"
+        ) from exc
     if not isinstance(raw, dict) or not isinstance(raw.get("points"), list):
-        raise ValueError(
-            f"{where}: expected a mapping with a 'points:' list (schema of calibration_points.yaml)"
+        raise InputError(
+            f"{where}: expected a mapping with a 'points:' list (schema of calibration_points.yaml)",
+            fields="calibration",
         )
     return list(raw["points"])
 

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from longpack.errors import ConfigError
+
 __all__ = ["CPCheckCase", "run_cp_check"]
 
 EOS = 2
@@ -290,14 +292,14 @@ def run_cp_check(
     import torch.multiprocessing as mp
 
     if start_method not in ("forkserver", "spawn"):
-        raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
+        raise ConfigError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
     if start_method == "forkserver":
         multiprocessing.get_context("forkserver").set_forkserver_preload(["torch", __name__])
     if cp_size < 1:
-        raise ValueError(f"cp_size must be >= 1, got {cp_size}")
+        raise ConfigError(f"cp_size must be >= 1, got {cp_size}")
     for dtype_name in dtypes:
         if dtype_name not in TOLERANCE:
-            raise ValueError(f"dtype {dtype_name!r} not supported; use one of {sorted(TOLERANCE)}")
+            raise ConfigError(f"dtype {dtype_name!r} not supported; use one of {sorted(TOLERANCE)}")
     with tempfile.TemporaryDirectory(prefix="longpack-cp-") as folder:
         init_file = os.path.join(folder, "init")
         result_file = os.path.join(folder, "result.json")

@@ -37,6 +37,8 @@ from longpack.text.errors import InputError
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
+#: Plain-text files: one document each (``format="text"``), read when named or globbed, not from folders.
+TEXT_SUFFIXES = (".txt",)
 COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 JSONL_CHUNK_BYTES = 1 << 20
 PARQUET_CHUNK_ROWS = 2048
@@ -110,7 +112,8 @@ def is_hf_dataset_folder(path: Path) -> bool:
 
 
 def input_kind(path: Path) -> str:
-    """``"jsonl"``, ``"parquet"`` or ``"hf"`` (a ``datasets`` folder) from the suffix (or the folder).
+    """``"jsonl"``, ``"parquet"``, ``"txt"`` (one plain-text document) or ``"hf"`` (a ``datasets`` folder)
+    from the suffix (or the folder).
 
     >>> input_kind(Path("a/train.JSONL")), input_kind(Path("b.pq")), input_kind(Path("c.jsonl.gz"))
     ('jsonl', 'parquet', 'jsonl')
@@ -131,6 +134,8 @@ def input_kind(path: Path) -> str:
                 f"decompress it ({tool} {path})"
             )
         return "parquet"
+    if suffix in TEXT_SUFFIXES and not compressed:
+        return "txt"
     if is_hf_dataset_folder(path):
         return "hf"
     raise InputError(
@@ -139,12 +144,14 @@ def input_kind(path: Path) -> str:
     )
 
 
-def _unsupported_reason(path: Path) -> str | None:
+def _unsupported_reason(path: Path, *, in_folder: bool = False) -> str | None:
     try:
-        input_kind(path)
+        kind = input_kind(path)
     except InputError:
         suffix = "".join(path.suffixes[-2:]) or "no suffix"
         return f"not a data file ({suffix})"
+    if in_folder and kind == "txt":  # a README next to the data is no document: name or glob .txt files
+        return "not a data file (.txt)"
     return None
 
 
@@ -298,7 +305,7 @@ def _folder_files(folder: Path, walker: _Walker) -> list[InputFile]:
             if path.name.startswith("."):
                 walker.skipped.append((str(path), "hidden file"))
                 continue
-            reason = _unsupported_reason(path)
+            reason = _unsupported_reason(path, in_folder=True)
             if reason is not None:
                 walker.skipped.append((str(path), reason))
             else:
@@ -829,3 +836,14 @@ def sha256_file(path: Path) -> str:
     """Hex sha256 of a file."""
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def input_file(path: Path) -> InputFile:
+    """The :class:`InputFile` of one path: how it is read (its kind) and its compression. A public name for
+    the readers outside this layer (the Ray backend).
+
+    >>> f = input_file(Path("data/train.jsonl.zst"))
+    >>> f.kind, f.compression
+    ('jsonl', 'zstd')
+    """
+    return _input_file(path)

@@ -83,7 +83,9 @@ class TokenizeResult:
 
 @dataclass(frozen=True)
 class _Job:
-    kind: str  # "jsonl" | "parquet" (Arrow batches: Parquet files and datasets folders)
+    kind: (
+        str  # "jsonl" | "parquet" (Arrow batches: Parquet files and datasets folders) | "txt" (one document)
+    )
     file: str
     first_row: int  # 1-based line (JSONL) or 0-based row (Parquet) of the chunk's first row
     payload: Any  # bytes | pyarrow.RecordBatch
@@ -177,7 +179,9 @@ def _process(job: _Job) -> _ChunkOut:
         if fast is not None:
             return fast
     rows = _Rows(job, tok)
-    if job.kind == "jsonl":
+    if job.kind == "txt":
+        _document_row(job, rows)
+    elif job.kind == "jsonl":
         for k, line in enumerate(job.payload.split(b"\n")):
             if line.strip():
                 rows.add_line(job.first_row + k, line)
@@ -919,6 +923,12 @@ def _file_format(source: InputFile | Path, kind: str | None, config: TextConfig)
     if isinstance(source, Path):
         source = _inputs._input_file(source)
     path = source.path
+    if source.kind == "txt":  # one plain-text document
+        if config.format not in ("auto", "text"):
+            raise InputError(
+                f"{path}: a plain-text file is one document; read it with format text (--format text)"
+            )
+        return "text" if path.stat().st_size else None
     if source.kind in ("parquet", "hf"):
         names, num_rows = _arrow_schema(source)
         if num_rows == 0:
@@ -943,6 +953,26 @@ def _file_format(source: InputFile | Path, kind: str | None, config: TextConfig)
         return detect_format(rows, config)
     except RowError as e:
         raise InputError(f"{path}: {e}; or pass format=... (--format)") from e
+
+
+def _document_bytes(path: Path, hasher: Any) -> bytes:
+    """A plain-text file's bytes, hashed as read (the whole file is one document)."""
+    raw = path.read_bytes()
+    hasher.update(raw)
+    return raw
+
+
+def _document_row(job: _Job, rows: _Rows) -> None:
+    """Row 1 of a plain-text file: ``{text_key: its text}``, or malformed when it is not UTF-8."""
+    rows.rows_read += 1
+    try:
+        text = bytes(job.payload).decode("utf-8")
+    except UnicodeDecodeError as e:
+        _malformed(job, 1, f"not UTF-8 ({e.reason} at byte {e.start})", rows.malformed)
+        return
+    key = job.config.text_key
+    rows.columns[key] = 1
+    rows.add(1, {key: text})
 
 
 def _starts_array(path: Path) -> bool:
@@ -1092,6 +1122,13 @@ def tokenize_inputs(
             if scanned[i]:
                 yield i, _SCAN_FILE, sizes[i]  # read, hashed and scanned on threads by _scan_jsonl_file
                 continue
+            if kind == "txt":  # the whole file is row 1 of the text column
+                yield (
+                    i,
+                    _Job("txt", files[i], 1, _document_bytes(path, hashers[i]), fmt, config, tok.spec),
+                    sizes[i],
+                )
+                continue
             if kind == "jsonl":
                 # Progress counts bytes of the file as stored: a compressed file's (unknown) text size is
                 # not that, so it advances once, when the file is done (the -1 entry carries no job).
@@ -1232,7 +1269,7 @@ def tokenize_inputs(
     input_info = []
     warnings_out: list[str] = []
     for i, (source, kind) in enumerate(zip(sources, kinds, strict=True)):
-        digest = hashers[i].hexdigest() if kind == "jsonl" else arrow_digests[i].result()
+        digest = hashers[i].hexdigest() if kind in ("jsonl", "txt") else arrow_digests[i].result()
         if kind in ("parquet", "hf"):
             names, num_rows = _arrow_schema(source)
             counts = dict.fromkeys(names, num_rows)
@@ -1359,6 +1396,12 @@ def read_rows(source: InputFile, fmt: str | None) -> Iterator[tuple[int, Any, st
     >>> list(read_rows(_inputs._input_file(p), None))
     [(1, {'a': 1}, None), (3, None, 'invalid JSON (Expecting value at column 7)')]
     """
+    if source.kind == "txt":
+        try:
+            yield 1, {TextConfig().text_key: source.path.read_bytes().decode("utf-8")}, None
+        except UnicodeDecodeError as e:
+            yield 1, None, f"not UTF-8 ({e.reason} at byte {e.start})"
+        return
     if source.kind == "jsonl":
         for first, blob in jsonl_chunks(source.path, hashlib.sha256()):
             for k, line in enumerate(blob.split(b"\n")):
@@ -1386,7 +1429,33 @@ def count_rows(source: InputFile) -> int:
     """Non-blank rows of one input (Arrow sources: from the metadata)."""
     if source.kind in ("parquet", "hf"):
         return _arrow_schema(source)[1]
+    if source.kind == "txt":
+        return 1
     n = 0
     for _, blob in jsonl_chunks(source.path, hashlib.sha256()):
         n += sum(1 for line in blob.split(b"\n") if line.strip())
     return n
+
+
+def is_json_array(path: Path) -> bool:
+    """Whether a JSON file holds one JSON array (its first non-blank byte is ``[``) rather than JSON Lines.
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "rows.json"
+    >>> _ = p.write_text(' [{"prompt": "q", "completion": "a"}]')
+    >>> is_json_array(p)
+    True
+    """
+    return _starts_array(path)
+
+
+def arrow_schema(source: InputFile) -> tuple[list[str], int]:
+    """Column names and row count of an Arrow source (a Parquet file or a ``datasets`` folder).
+
+    >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
+    >>> p = Path(tempfile.mkdtemp()) / "rows.parquet"
+    >>> pq.write_table(pa.table({"prompt": ["q"], "completion": ["a"]}), p)
+    >>> arrow_schema(InputFile(p, "parquet"))
+    (['prompt', 'completion'], 1)
+    """
+    return _arrow_schema(source)

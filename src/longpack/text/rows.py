@@ -12,6 +12,8 @@ Formats:
   ``last_turn`` only, or ``full``. Tool results sit outside assistant turns, so ``assistant`` and
   ``last_turn`` never train on them. EOS comes from the template; nothing is appended.
 - ``pretokenized``: ``input_ids`` (+ optional ``loss_mask`` aligned with them, default all ones), taken as is.
+- ``text``: one document per row (``text_key``, default ``text``), loss on every token, EOS appended with
+  ``append_eod`` (:mod:`longpack.text.documents`): pretraining data.
 
 Every mode zeroes the loss on the tokenizer's "skipped" tokens (e.g. ``<|im_start|>``). A row that gives
 fewer than 2 tokens is malformed (Bridge raises ``ValueError`` for it): ``InputError`` unless
@@ -73,7 +75,7 @@ class TextConfig:
     >>> TextConfig(format="csv")
     Traceback (most recent call last):
     ...
-    longpack.errors.ConfigError: text.format must be one of auto, prompt_completion, chat, sharegpt, pretokenized, got 'csv'
+    longpack.errors.ConfigError: text.format must be one of auto, prompt_completion, chat, sharegpt, pretokenized, text, got 'csv'
 
     ``tools_key`` names the column holding a row's tool definitions (a list of OpenAI-style tool objects, or
     a JSON string of one), passed to the chat template as ``tools``.
@@ -100,12 +102,24 @@ class TextConfig:
     #: Fewest tokens a sample may have: 2 (a stored sample of S tokens trains on S - 1 positions, so one
     #: token trains on nothing) or 1, which Megatron-Bridge's own prepare step keeps (``--compat``).
     min_tokens: int = 2
+    #: ``format="text"``: the column holding a document's text, and whether EOS ends every document (as
+    #: Megatron-LM's ``preprocess_data.py --append-eod``).
+    text_key: str = option("text", help="Column with each document's text (--format text).")
+    append_eod: bool = option(
+        True,
+        help="--format text: end every document with the tokenizer's EOS (Megatron's --append-eod).",
+        negative="--no-append-eod",
+    )
 
     def __post_init__(self) -> None:
         check_choices(self, prefix="text.")
         if self.min_tokens not in (1, 2):
             raise ConfigError(f"text.min_tokens={self.min_tokens!r} must be 1 or 2", fields="text.min_tokens")
-        for field in ("prompt_key", "completion_key", "messages_key", "tools_key"):
+        if not isinstance(self.append_eod, bool):
+            raise ConfigError(
+                f"text.append_eod must be True or False, got {self.append_eod!r}", fields="text.append_eod"
+            )
+        for field in ("prompt_key", "completion_key", "messages_key", "tools_key", "text_key"):
             value = getattr(self, field)
             if not isinstance(value, str) or not value:
                 raise ConfigError(
@@ -155,6 +169,8 @@ class TextConfig:
             return (SHAREGPT_KEY, "system", self.tools_key)
         if fmt == "pretokenized":
             return ("input_ids", "loss_mask")
+        if fmt == "text":
+            return (self.text_key,)
         return ()
 
 
@@ -168,7 +184,7 @@ def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
         >>> detect_format([{"question": "q"}], TextConfig())
         Traceback (most recent call last):
         ...
-        longpack.text.errors.RowError: cannot detect the format from keys ['question']: prompt_completion needs 'prompt' and 'completion' (set the keys), chat needs 'messages', sharegpt needs 'conversations', pretokenized needs 'input_ids'
+        longpack.text.errors.RowError: cannot detect the format from keys ['question']: prompt_completion needs 'prompt' and 'completion' (set the keys), chat needs 'messages', sharegpt needs 'conversations', pretokenized needs 'input_ids', text needs 'text'
     """
     found: list[str] = []
     for row in rows:
@@ -180,12 +196,15 @@ def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
             found.append("sharegpt")
         elif config.prompt_key in row and config.completion_key in row:
             found.append("prompt_completion")
+        elif config.text_key in row:
+            found.append("text")
     if not found:
         keys = sorted(rows[0]) if rows else []
         raise RowError(
             f"cannot detect the format from keys {keys}: prompt_completion needs "
             f"{config.prompt_key!r} and {config.completion_key!r} (set the keys), chat needs "
-            f"{config.messages_key!r}, sharegpt needs {SHAREGPT_KEY!r}, pretokenized needs 'input_ids'"
+            f"{config.messages_key!r}, sharegpt needs {SHAREGPT_KEY!r}, pretokenized needs 'input_ids', text needs "
+            f"{config.text_key!r}"
         )
     return max(dict.fromkeys(found), key=found.count)
 
@@ -493,6 +512,10 @@ def sample_from_row(
                     if ids[k] in skipped:
                         chat_mask[k] = 0
         return ids, chat_mask
+    elif fmt == "text":
+        from longpack.text.documents import document_sample
+
+        return document_sample(row, config, tok)
     elif fmt == "pretokenized":
         if "input_ids" not in row:
             raise RowError(f"missing key 'input_ids' (pretokenized tokens); the row has keys {sorted(row)}")
