@@ -19,8 +19,10 @@ from collections import defaultdict
 
 import numpy as np
 
+from longpack.errors import LongpackError
+from longpack.jobs.plan import PlanConfig
 from longpack.planner.calibration import evaluate, load_points
-from longpack.planner.catalog import load_gpu, load_model
+from longpack.planner.catalog import list_gpus, list_models, load_gpu, load_model
 from longpack.planner.memory import estimate_memory, stage_counts_for
 from longpack.planner.search import (
     SearchRequest,
@@ -93,6 +95,43 @@ def main() -> None:
             f"{model + ' ' + str(n) + 'x' + gpu + ' s=' + str(s):<44} {res.layouts_considered:>8} "  # type: ignore[attr-defined]
             f"{res.layouts_feasible:>9} {secs:>9.2f}  {label}"  # type: ignore[attr-defined]
         )
+
+    print(
+        "\n== 1b. the plan job (search + reference + comparison), DeepSeek-V3 1,024 H100 128K FP8, top 10 =="
+    )
+    secs, _ = _cpu_seconds(
+        lambda: PlanConfig(
+            model="deepseek_v3", gpu="H100", gpus=1024, seq_length=131072, precision="fp8", top=10
+        ).run(),
+        args.repeats,
+    )
+    print(f"median {secs:.2f} s (target <= 3 s)")
+
+    print("\n== 1c. every catalog model x GPU x length (256 GPUs), the plan job; slowest re-run ==")
+    grid = []
+    for model in list_models():
+        for gpu in list_gpus():
+            for s in (4096, 32768, 131072):
+                precision = "fp8" if not load_gpu(gpu).is_blackwell else "mxfp8"
+
+                def job(model=model, gpu=gpu, s=s, precision=precision):
+                    try:
+                        return PlanConfig(
+                            model=model, gpu=gpu, gpus=256, seq_length=s, precision=precision, top=10
+                        ).run()
+                    except LongpackError:
+                        return None
+
+                t0 = time.process_time()
+                job()
+                grid.append((time.process_time() - t0, model, gpu, s, job))
+    grid.sort(key=lambda r: -r[0])
+    print(
+        f"{len(grid)} cases, single runs: max {grid[0][0]:.2f} s, median {statistics.median(r[0] for r in grid):.2f} s"
+    )
+    for _, model, gpu, s, job in grid[:3]:
+        secs, _ = _cpu_seconds(job, args.repeats)
+        print(f"  {model} {gpu} s={s}: median {secs:.2f} s (target <= 10 s)")
 
     print("\n== 2. bisection search vs brute-force reference (same process) ==")
     req = SearchRequest(

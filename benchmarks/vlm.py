@@ -7,11 +7,15 @@ extras; everything is generated locally, nothing is downloaded).
    expand, labels, 3-D positions) on generated samples with one image per sample at several resolutions,
    against the same processor call alone on the same images in the same process (the floor); median of
    ``--repeats`` runs. ``length()`` (header only, no decode) is timed on the same samples.
-2. **Buffer RSS**: a real WebDataset of those samples, ``energon prepare``-d, loaded with ``num_workers=0``
-   (everything in one process) and ``QwenVLPackingEncoder``; for each ``packing_buffer_size`` a loader in a
-   fresh interpreter (spawned, warmed up with two prepared samples) yields its first batch (the buffer is then full of prepared candidates): the process RSS grown since
-   before iterating, the first-batch latency, and the estimate ``online-sim --vlm`` makes (the prepared
-   bytes of the buffered samples); then the epoch's bin fill. Medians of ``--repeats`` loaders.
+2. **Buffer RSS, deferred vs eager decoding**: a real WebDataset of those samples, ``energon prepare``-d,
+   loaded with ``num_workers=0`` (everything in one process) and, side by side, ``QwenVLPackingEncoder``
+   (deferred: the buffer holds encoded bytes and token counts, pixels decoded when a pack is emitted) and
+   ``EagerQwenVLPackingEncoder`` (the previous path, as Bridge: the buffer holds prepared pixel tensors); for
+   each ``packing_buffer_size`` a loader in a fresh interpreter (spawned, warmed up with two prepared samples)
+   yields its first batch (the buffer is then full): the process RSS grown since before iterating, the
+   first-batch latency, the epoch's time per pack; the estimate ``online-sim --vlm`` makes for the eager
+   buffer (the prepared bytes of the buffered samples); then the epoch's bin fill (equal for both: same
+   packs). Medians of ``--repeats`` loaders.
 """
 
 from __future__ import annotations
@@ -104,17 +108,18 @@ def write_dataset(root: Path, data: list[dict]) -> None:
         raise RuntimeError(result.output)
 
 
-def buffer_run(root: Path, buffer_size: int, seq_length: int) -> dict:
+def buffer_run(root: Path, buffer_size: int, seq_length: int, eager: bool) -> dict:
     """One loader in a fresh process (spawned): RSS growth until the first batch, latency, epoch fill."""
     from megatron.energon import WorkerConfig, get_savable_loader, get_train_dataset
 
-    from longpack.online.vlm import QwenVLPackingEncoder
+    from longpack.online.vlm import EagerQwenVLPackingEncoder, QwenVLPackingEncoder
     from longpack.vlm import QwenVLPreparer, VLMConfig
 
     prep = QwenVLPreparer("qwen3", config=VLMConfig(max_visual_tokens=None, max_images=None))
     for s in samples(2, 448, seed=1):  # warm up: tokenizer ranks, processor code paths
         prep.prepare(s)
-    encoder = QwenVLPackingEncoder(prep, seq_length=seq_length, pad_to_multiple_of=8)
+    encoder_class = EagerQwenVLPackingEncoder if eager else QwenVLPackingEncoder
+    encoder = encoder_class(prep, seq_length=seq_length, pad_to_multiple_of=8)
     ds = get_train_dataset(
         root, split_part="train", worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
         batch_size=1, packing_buffer_size=buffer_size, shuffle_buffer_size=None, max_samples_per_sequence=None,
@@ -132,12 +137,16 @@ def buffer_run(root: Path, buffer_size: int, seq_length: int) -> dict:
     held = buffer_size  # the first selection saw a full buffer (the pack it emitted is in `first`)
     tokens = first["total_tokens"]
     packs = 1
+    t1 = time.perf_counter()
     for batch in it:
         tokens += batch["total_tokens"]  # physical tokens (aligned sequences, no fixed width)
         packs += 1
+    per_pack = (time.perf_counter() - t1) / max(packs - 1, 1)
     del first, it, loader, ds
     gc.collect()
-    return {"rss": rss1 - rss0, "latency": latency, "held": held, "packs": packs, "tokens": tokens}
+    return {
+        "rss": rss1 - rss0, "latency": latency, "held": held, "packs": packs, "tokens": tokens, "per_pack": per_pack,
+    }  # fmt: skip
 
 
 def main() -> None:
@@ -145,12 +154,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer samples and sizes (about a minute)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seq-length", type=int, default=4096)
+    parser.add_argument("--buffer-sizes", default="4,16,64", help="packing buffer sizes, comma-separated")
+    parser.add_argument("--no-throughput", action="store_true", help="only the buffer table")
     args = parser.parse_args()
 
     from longpack.vlm import QwenVLPreparer, VLMConfig
 
     prep = QwenVLPreparer("qwen3", config=VLMConfig(max_visual_tokens=None, max_images=None))
-    sides = (224, 448) if args.quick else (224, 448, 896)
+    sides = () if args.no_throughput else (224, 448) if args.quick else (224, 448, 896)
     n = 16 if args.quick else 32
     print(
         f"## prepared-sample throughput ({n} samples per resolution, one image each, median of {args.repeats})"
@@ -165,7 +176,7 @@ def main() -> None:
         print(f"{side:>10} {visual:>10.0f} {fast:>10.1f} {floor:>11.1f} {fast / floor:>6.2f} {meta:>10.0f}")
 
     side = 448
-    buffers = (4, 16) if args.quick else (4, 8, 16, 32, 64)
+    buffers = (4, 16) if args.quick else tuple(int(b) for b in args.buffer_sizes.split(","))
     n_data = 2 * max(buffers)
     data = samples(n_data, side, seed=7)
     nbytes = sorted(prep.length(s).prepared_nbytes for s in data)
@@ -174,29 +185,38 @@ def main() -> None:
         f"median of {args.repeats} loaders; prepared MiB/sample median {statistics.median(nbytes) / 2**20:.2f}"
     )
     print(
-        f"{'buffer':>7} {'RSS growth MiB':>14} {'estimate MiB':>12} {'marginal MiB/cand':>17} "
-        f"{'1st batch s':>11} {'fill':>7}"
+        f"{'buffer':>7} {'eager RSS MiB':>13} {'deferred RSS MiB':>16} {'ratio':>6} {'eager est. MiB':>14} "
+        f"{'1st batch s e/d':>15} {'s/pack e/d':>11} {'fill':>7}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_dataset(root, data)
         median_bytes = statistics.median(nbytes)
-        previous: tuple[int, float] | None = None
         context = multiprocessing.get_context("spawn")
         for b in buffers:
-            runs = []
-            for _ in range(args.repeats):
-                # A fresh interpreter per loader: RSS is not muddied by arenas freed by an earlier loader.
-                with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-                    runs.append(pool.submit(buffer_run, root, b, args.seq_length).result())
-            rss = statistics.median(r["rss"] for r in runs) / 2**20
-            estimate = runs[0]["held"] * median_bytes / 2**20
-            latency = statistics.median(r["latency"] for r in runs)
-            fill = runs[0]["tokens"] / (runs[0]["packs"] * args.seq_length)
-            # RSS per extra buffered candidate against the previous buffer size (the loader's fixed cost cancels).
-            marginal = "" if previous is None else f"{(rss - previous[1]) / (b - previous[0]):.2f}"
-            previous = (b, rss)
-            print(f"{b:>7} {rss:>14.1f} {estimate:>12.1f} {marginal:>17} {latency:>11.2f} {fill:>7.4f}")
+            result = {}
+            for eager in (True, False):
+                runs = []
+                for _ in range(args.repeats):
+                    # A fresh interpreter per loader: RSS is not muddied by arenas freed by an earlier loader.
+                    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+                        runs.append(pool.submit(buffer_run, root, b, args.seq_length, eager).result())
+                result[eager] = {
+                    "rss": statistics.median(r["rss"] for r in runs) / 2**20,
+                    "latency": statistics.median(r["latency"] for r in runs),
+                    "per_pack": statistics.median(r["per_pack"] for r in runs),
+                    "fill": runs[0]["tokens"] / (runs[0]["packs"] * args.seq_length),
+                    "held": runs[0]["held"],
+                }
+            e, d = result[True], result[False]
+            estimate = e["held"] * median_bytes / 2**20
+            print(
+                f"{b:>7} {e['rss']:>13.1f} {d['rss']:>16.1f} {d['rss'] / max(e['rss'], 1e-9):>6.2f} "
+                f"{estimate:>14.1f} {e['latency']:>7.2f}/{d['latency']:<7.2f} "
+                f"{e['per_pack']:>5.2f}/{d['per_pack']:<5.2f} {e['fill']:>7.4f}"
+            )
+            if abs(e["fill"] - d["fill"]) > 1e-12:
+                raise RuntimeError(f"buffer {b}: eager fill {e['fill']} != deferred fill {d['fill']}")
         print(
             f"estimate per candidate: {median_bytes / 2**20:.2f} MiB (prepared tensors, as online-sim --vlm)"
         )

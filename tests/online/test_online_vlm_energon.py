@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -26,12 +27,15 @@ from megatron.energon.tools.prepare import command as energon_prepare  # noqa: E
 from longpack.binpack.megatron import first_fit_decreasing  # noqa: E402
 from longpack.online.energon import (  # noqa: E402
     LoaderStateMismatch,
+    LoaderStateReplay,
+    ResumeReplayWarning,
     read_loader_state,
+    replaying_workers,
     restore_loader_state,
     save_loader_state,
     write_loader_state,
 )
-from longpack.online.vlm import QwenVLPackingEncoder  # noqa: E402
+from longpack.online.vlm import EagerQwenVLPackingEncoder, QwenVLPackingEncoder  # noqa: E402
 from longpack.runtime.in_batch import build_visual_thd_batch  # noqa: E402
 from vlm_helpers import conversation, png_bytes, preparer  # noqa: E402
 
@@ -40,13 +44,25 @@ SEQ_LENGTH = 256
 MULTIPLE = 8
 BROKEN = {"s00007", "s00031"}  # an image member that is not an image
 HUGE = {"s00019"}  # one image far above max_visual_tokens
+ASPECT = {"s00003"}  # a 402x2 image: aspect ratio above 200
+MISMATCH = {"s00011"}  # two <image> placeholders, one image
+EMPTY = {"s00023"}  # a 0-byte image member
+MALFORMED = {"s00040"}  # a json member that is not JSON
+BAD = {
+    **dict.fromkeys(BROKEN, "undecodable"),
+    **dict.fromkeys(HUGE, "visual_tokens"),
+    **dict.fromkeys(ASPECT, "aspect_ratio"),
+    **dict.fromkeys(MISMATCH, "placeholder_mismatch"),
+    **dict.fromkeys(EMPTY, "empty_image"),
+    **dict.fromkeys(MALFORMED, "malformed"),
+}
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 
 
 def sample_members(i: int) -> dict[str, bytes]:
     rng = np.random.default_rng(i)
     key = f"s{i:05d}"
-    n_images = int(rng.integers(0, 3)) or (1 if key in BROKEN | HUGE else 0)
+    n_images = int(rng.integers(0, 3)) or (1 if key in set(BAD) - MALFORMED else 0)
     members = {"json": json.dumps({"messages": conversation(rng, n_images)}).encode()}
     for j in range(n_images):
         w, h = (int(x) for x in rng.integers(20, 120, 2))
@@ -55,17 +71,32 @@ def sample_members(i: int) -> dict[str, bytes]:
         members["img0.png"] = b"\x89PNG\r\n\x1a\n but not really an image"
     if key in HUGE:
         members["img0.png"] = png_bytes(900, 900, seed=i)
+    if key in ASPECT:
+        members["img0.png"] = png_bytes(402, 2, seed=i)
+    if key in MISMATCH:
+        members = {
+            "json": json.dumps({"messages": conversation(rng, 2)}).encode(),
+            "img0.png": png_bytes(30, 30),
+        }
+    if key in EMPTY:
+        members["img0.png"] = b""
+    if key in MALFORMED:
+        members["json"] = b'{"messages": [ not json'
     return members
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("energon_vlm_ds")
-    per_shard = N_SAMPLES // 3
-    for shard in range(3):
+    return write_dataset(tmp_path_factory.mktemp("energon_vlm_ds"), sample_members, N_SAMPLES)
+
+
+def write_dataset(root: Path, members_of, n: int, shards: int = 3) -> Path:
+    """A crude WebDataset of ``n`` samples (``members_of(i)``) prepared with ``energon prepare``."""
+    per_shard = n // shards
+    for shard in range(shards):
         with tarfile.open(root / f"shard_{shard:03d}.tar", "w") as tar:
             for i in range(shard * per_shard, (shard + 1) * per_shard):
-                for name, data in sample_members(i).items():
+                for name, data in members_of(i).items():
                     info = tarfile.TarInfo(f"s{i:05d}.{name}")
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
@@ -78,9 +109,12 @@ def dataset(tmp_path_factory) -> Path:
     return root
 
 
-def make_loader(root: Path, *, workers: int, buffer_size: int = 8, rank: int = 0, world: int = 1, **kwargs):
-    encoder = QwenVLPackingEncoder(
-        preparer(max_visual_tokens=200), seq_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE, **kwargs
+def make_loader(
+    root: Path, *, workers: int, buffer_size: int = 8, rank: int = 0, world: int = 1, eager: bool = False,
+    prep=None, **kwargs,
+):  # fmt: skip
+    encoder = (EagerQwenVLPackingEncoder if eager else QwenVLPackingEncoder)(
+        prep or preparer(max_visual_tokens=200), seq_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE, **kwargs
     )
     ds = get_train_dataset(
         root,
@@ -127,7 +161,8 @@ def test_every_sample_exactly_once_and_batches_are_bridge_rows(dataset: Path, wo
     keys = accounting(batches)
     assert len(keys) == N_SAMPLES and set(keys.values()) == {1}
     skipped = {r["key"]: r for b in batches for r in b["skipped"]}
-    assert set(skipped) == BROKEN | HUGE
+    assert {key: r["reason"] for key, r in skipped.items()} == BAD
+    assert all(r["message"].startswith(f"sample {r['key']}: ") for r in skipped.values())
     for key in BROKEN:
         assert skipped[key]["reason"] == "undecodable" and "cannot be read" in skipped[key]["message"]
     (huge,) = HUGE
@@ -151,19 +186,29 @@ def test_every_sample_exactly_once_and_batches_are_bridge_rows(dataset: Path, wo
         assert b["total_tokens"] <= SEQ_LENGTH and b["input_ids"].shape == (1, b["total_tokens"])
 
 
-def test_groups_are_bridge_first_fit_decreasing(dataset: Path) -> None:
+@pytest.mark.parametrize("eager", [False, True])
+def test_groups_are_bridge_first_fit_decreasing(dataset: Path, eager: bool) -> None:
     """One worker: each selection of 8 buffered samples is Bridge's FFD of their aligned lengths (refused
-    samples take buffer slots but no room)."""
+    samples take buffer slots but no room). Deferred: the buffer holds no prepared tensors."""
     order: list = []
 
     class Recording(QwenVLPackingEncoder):
+        @stateless(failure_tolerance=100)
+        def preencode_sample(self, sample):
+            encoded = super().preencode_sample(sample)
+            order.append(encoded)
+            return encoded
+
+    class EagerRecording(EagerQwenVLPackingEncoder):
         @stateless(failure_tolerance=100)
         def encode_sample(self, sample):
             encoded = super().encode_sample(sample)
             order.append(encoded)
             return encoded
 
-    encoder = Recording(preparer(max_visual_tokens=200), seq_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE)
+    encoder = (EagerRecording if eager else Recording)(
+        preparer(max_visual_tokens=200), seq_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE
+    )
     ds = get_train_dataset(
         dataset, split_part="train", worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0), batch_size=1,
         packing_buffer_size=8, shuffle_buffer_size=None, max_samples_per_sequence=None, task_encoder=encoder,
@@ -173,20 +218,18 @@ def test_groups_are_bridge_first_fit_decreasing(dataset: Path) -> None:
     assert len(order) == N_SAMPLES
     expected = []
     for lo in range(0, N_SAMPLES, 8):
-        buffer = [s for s in order[lo : lo + 8] if s.prepared is not None]
-        lengths = [-(-s.prepared.sequence_length // MULTIPLE) * MULTIPLE for s in buffer]
+        buffer = [s for s in order[lo : lo + 8] if s.rejected is None]
+        assert all((s.prepared is not None) == eager for s in buffer)
+        lengths = [-(-s.length // MULTIPLE) * MULTIPLE for s in buffer]
         expected += first_fit_decreasing([s.__key__ for s in buffer], SEQ_LENGTH, item_lengths=lengths)
     assert packs == expected
     # The prepared lengths are the metadata lengths (image headers only).
     prep = preparer(max_visual_tokens=200)
     for s in order:
-        if s.prepared is not None:
+        if s.rejected is None:
             raw = sample_members(int(s.__key__[1:]))
             images = [raw[k] for k in sorted(raw) if k.startswith("img")]
-            assert (
-                prep.length({**json.loads(raw["json"]), "images": images}).tokens
-                == s.prepared.sequence_length
-            )
+            assert prep.length({**json.loads(raw["json"]), "images": images}).tokens == s.length
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -204,6 +247,101 @@ def test_restore_after_k_packs_continues_identically(dataset: Path, workers: int
         restored, encoder = make_loader(dataset, workers=workers)
         restore_loader_state(restored, read_loader_state(path), encoder)
         assert [signature(b) for b in restored] == reference[k:], f"continuation differs after k={k}"
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_state_saved_after_a_workers_pass_ended_is_refused_not_replayed(
+    dataset: Path, workers: int
+) -> None:
+    """Saved after every pack: states up to the first worker's end of pass resume exactly; later ones (Energon
+    restores that worker at the start of a new pass) are named by replaying_workers, warned about when saved,
+    refused on restore, and with on_replay="warn" restored with a warning (and they do replay)."""
+    first, enc = make_loader(dataset, workers=workers)
+    it = iter(first)
+    reference = [signature(next(it))]  # (a loader with workers is saved once it has yielded)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResumeReplayWarning)
+        states = [save_loader_state(first, enc)]
+        for batch in it:
+            reference.append(signature(batch))
+            states.append(save_loader_state(first, enc))
+    # states[i]: saved after i + 1 packs
+    replays = [bool(replaying_workers(st)) for st in states]
+    k = replays.index(True)  # the first replaying save point; every later one replays too
+    assert 0 < k < len(states) - 1 and not any(replays[:k]) and all(replays[k:])
+    assert [st["replay_workers"] for st in states] == [replaying_workers(st) for st in states]
+    assert sum(issubclass(w.category, ResumeReplayWarning) for w in caught) == len(states) - k
+    exact, _ = make_loader(dataset, workers=workers)
+    restore_loader_state(exact, states[k - 1], enc)
+    assert [signature(b) for b in exact] == reference[k:]
+    refused, encoder = make_loader(dataset, workers=workers)
+    with pytest.raises(LoaderStateReplay, match=r"finished their pass over a single-pass dataset"):
+        restore_loader_state(refused, states[k], encoder)
+    list(refused)  # (exhaust it: an abandoned loader stalls the next gc)
+    replayed, encoder = make_loader(dataset, workers=workers)
+    with pytest.warns(ResumeReplayWarning, match="would yield samples again"):
+        restore_loader_state(replayed, states[k], encoder, on_replay="warn")
+    assert len(list(replayed)) > len(reference) - (k + 1)
+
+
+def test_qwen3_vl_family_packs_every_sample_once_into_its_own_rows(dataset: Path) -> None:
+    """Qwen3-VL (patch 16, its rope variant), from the family registry: Bridge's Qwen3-VL Energon packing is the
+    same ``QwenVLTaskEncoder`` with ``patch_size=16``; every sample once, each batch the THD row of its members
+    prepared alone, positions by the Qwen3-VL rope index."""
+    from transformers import Qwen2VLImageProcessor
+
+    from longpack.vlm.families import vlm_family
+
+    family = vlm_family("qwen3_vl")
+    prep = family.preparer(image_processor=Qwen2VLImageProcessor(patch_size=16), max_visual_tokens=200)
+    loader, _ = make_loader(dataset, workers=0, prep=prep)
+    batches = list(loader)
+    keys = accounting(batches)
+    assert len(keys) == N_SAMPLES and set(keys.values()) == {1}
+    for b in batches:
+        members = []
+        for key in b["sample_keys"]:
+            raw = sample_members(int(key[1:]))
+            images = [raw[k] for k in sorted(k for k in raw if k.startswith("img"))]
+            members.append(prep.prepare({**json.loads(raw["json"]), "images": images}, key=key))
+        assert all(
+            m.visual_values.get("pixel_values", torch.zeros(0, 1536)).shape[1] == 1536 for m in members
+        )
+        expected = build_visual_thd_batch(
+            members, sequence_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE, emit_padding_mask=True
+        )
+        assert signature({**expected, "sample_keys": b["sample_keys"], "skipped": b["skipped"]}) == signature(
+            b
+        )
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_a_setting_that_fails_every_sample_stops_the_loader_naming_it(dataset: Path, eager: bool) -> None:
+    """Not a per-sample refusal: a preparer whose resize rule differs from its processor fails fatally at the
+    first prepared sample (Energon's handler would otherwise drop samples one by one)."""
+    from megatron.energon.errors import FatalSampleError
+
+    from longpack.vlm import QwenVLPreparer, VisionConfig, VLMConfig
+    from vlm_helpers import image_processor
+
+    wrong = QwenVLPreparer(
+        "qwen3",
+        image_processor(),
+        config=VLMConfig(vision=VisionConfig(patch_size=16), max_visual_tokens=200),
+    )
+    loader, _ = make_loader(dataset, workers=0, prep=wrong, eager=eager)
+    with pytest.raises(
+        FatalSampleError, match=r"failed due to system exception: sample s\d+: the image processor made grids"
+    ):
+        list(loader)
+
+
+def test_deferred_decoding_gives_the_eager_batches(dataset: Path) -> None:
+    """The buffer of encoded bytes and token counts gives the batches (and refusal records) of the buffer of
+    prepared tensors."""
+    deferred, _ = make_loader(dataset, workers=0)
+    eager, _ = make_loader(dataset, workers=0, eager=True)
+    assert [signature(b) for b in deferred] == [signature(b) for b in eager]
 
 
 def test_two_data_parallel_ranks_split_the_epoch(dataset: Path) -> None:
@@ -227,3 +365,25 @@ def test_changed_packing_settings_are_named_on_restore(dataset: Path) -> None:
         LoaderStateMismatch, match=r"longpack_packing.pad_to_max_length: saved False, now True"
     ):
         restore_loader_state(other, state, other_encoder)
+
+
+def test_a_buffer_of_refused_samples_reports_them_in_a_padding_batch(tmp_path) -> None:
+    """3 samples, all refused, one buffer: one batch that trains nothing carries the three records."""
+    chat = json.dumps(
+        {"messages": [{"role": "user", "content": "<image>Q"}, {"role": "assistant", "content": "A"}]}
+    )
+
+    def members(i: int) -> dict[str, bytes]:
+        return {"json": chat.encode(), "img0.png": [b"", png_bytes(402, 2), b"oops"][i]}
+
+    root = write_dataset(tmp_path, members, 3)
+    loader, _ = make_loader(root, workers=0)
+    (batch,) = list(loader)
+    assert batch["sample_keys"] == []
+    assert sorted((r["key"], r["reason"]) for r in batch["skipped"]) == [
+        ("s00000", "empty_image"),
+        ("s00001", "aspect_ratio"),
+        ("s00002", "undecodable"),
+    ]
+    assert batch["total_tokens"] == MULTIPLE and batch["loss_mask"].sum() == 0
+    assert (batch["labels"] == -100).all() and batch["visual_inputs"] == {}

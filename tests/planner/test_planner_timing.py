@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from longpack.planner.catalog import load_gpu, load_model
 from longpack.planner.options import PlanError, PlanLayout, TrainingOptions
 from longpack.planner.search import SearchRequest
-from longpack.planner.timing import attention_for, cp_comm_candidates, estimate_time
+from longpack.planner.timing import RowWork, attention_for, cp_comm_candidates, estimate_time
 from longpack.topology import ParallelLayout
 
 MODELS = ["deepseek_v3", "qwen3_235b_a22b", "qwen3_30b_a3b", "llama3_1_70b", "qwen3_next_80b_a3b"]
@@ -67,7 +67,11 @@ def test_packed_sequences_are_cheaper_than_one_long_row() -> None:
     args = (load_model("qwen3_30b_a3b"), load_gpu("H100"), PlanLayout(layout=lay))
     full = estimate_time(*args, seq_length=32768, gbs=64, options=TrainingOptions())
     packed = estimate_time(
-        *args, seq_length=32768, gbs=64, options=TrainingOptions(), sub_lengths=(4096,) * 8
+        *args,
+        seq_length=32768,
+        gbs=64,
+        options=TrainingOptions(),
+        rows=RowWork(row_length=32768, sequences=((4096, 8.0),)),
     )
     assert packed.step_time < full.step_time
     assert packed.flops_per_token < full.flops_per_token

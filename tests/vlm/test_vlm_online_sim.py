@@ -55,7 +55,11 @@ def test_metadata_equals_prepared_sequences_and_counts_refusals(tmp_path) -> Non
     path, expected = write_dataset(tmp_path)
     prep = preparer(max_images=2, max_visual_tokens=1000)
     table = read_vlm_metadata(path, prep)
-    assert table.rejected == {"visual_tokens": 1, "too_many_images": 1, "too_long": 0, "undecodable": 1}
+    assert {k: v for k, v in table.rejected.items() if v} == {
+        "visual_tokens": 1,
+        "too_many_images": 1,
+        "undecodable": 1,
+    }
     assert len(table.keys) == len(expected) and table.keys[0] == "vlm.jsonl:1"
     for i, (row, sizes) in enumerate(expected):
         images = [make_image(w, h, i * 10 + j) for j, (w, h) in enumerate(sizes)]
@@ -131,6 +135,14 @@ def test_cli_reports_fill_and_buffer_memory(tmp_path) -> None:
     table = runner.invoke(app, args)
     assert table.exit_code == 0, table.output
     assert "peak MiB/worker" in table.output and "refused: visual_tokens 1, too_many_images 1" in table.output
+    # Every refused sample is named: its key and reason in --json, the first messages in the table.
+    n = len(expected)
+    assert report["samples"]["skipped"] == [
+        {"key": f"vlm.jsonl:{n + 1}", "reason": "too_many_images"},
+        {"key": f"vlm.jsonl:{n + 2}", "reason": "visual_tokens"},
+        {"key": f"vlm.jsonl:{n + 3}", "reason": "undecodable"},
+    ]
+    assert f"  refused: sample vlm.jsonl:{n + 2}: " in table.output
     # The accepted samples' lengths as a --lengths file: one stream of them packs as one loader worker does.
     lengths_file = tmp_path / "out" / "lengths.txt"
     one_worker = [*args[:-1], "1", "--write-lengths", str(lengths_file), "--json"]

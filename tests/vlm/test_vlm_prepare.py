@@ -172,7 +172,12 @@ def test_limits_skip_with_counts_and_reasons(tmp_path) -> None:
     assert prep.try_prepare({"messages": chat, "images": [small]}, key="ok") is not None
     assert prep.try_prepare({"messages": chat, "images": [big]}, key="big") is None
     stats = prep.stats.as_dict()
-    assert stats["rejected"] == {"visual_tokens": 3, "too_many_images": 1, "too_long": 1, "undecodable": 2}
+    assert {k: v for k, v in stats["rejected"].items() if v} == {
+        "visual_tokens": 3,
+        "too_many_images": 1,
+        "too_long": 1,
+        "undecodable": 2,
+    }
     assert stats["prepared"] == 1 and stats["skipped"] == 7 and len(stats["examples"]) == 7
 
 

@@ -46,6 +46,10 @@ def _present_vlm(config: Any, result: Any) -> None:
         f"p95 {s['tokens_p95']}, max {s['tokens_max']}; prepared MiB/sample mean {s['prepared_mib_mean']}, "
         f"p95 {s['prepared_mib_p95']}, max {s['prepared_mib_max']}"
     )
+    for message in s["examples"]:
+        typer.echo(f"  refused: {message}")
+    if len(s["skipped"]) > len(s["examples"]):
+        typer.echo(f"  ... {len(s['skipped']) - len(s['examples'])} more refused (--json lists every key)")
     typer.echo(
         f"pack size {config.pack_size}, pad_seq_to_mult {result.pad_seq_to_mult}, algorithm {report['algorithm']}, "
         f"{report['workers']} loader worker(s) per rank"

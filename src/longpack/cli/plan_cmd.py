@@ -12,7 +12,15 @@ import typer
 
 from longpack.cli.generate import add_command, add_group
 from longpack.jobs import EstimateConfig, EvaluateConfig, FitConfig, PlanConfig
-from longpack.jobs.plan import candidate_dict, plan_notes, rejection_lines
+from longpack.jobs.plan import (
+    candidate_dict,
+    format_band,
+    format_with_band,
+    plan_notes,
+    reference_lines,
+    rejection_lines,
+    step_band,
+)
 
 __all__ = ["register"]
 
@@ -20,14 +28,19 @@ PLAN_HELP = "Plan a long-context MoE layout: memory and throughput estimates cal
 
 
 def present_plan(config: Any, result: Any) -> None:
-    _print_candidates(result.search, result.request)
+    _print_candidates(result.search, result.request, reference=reference_lines(result))
     if result.plot is not None:
         typer.echo(f"wrote {result.plot['path']}")
 
 
-def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
+def _print_candidates(
+    result: Any, req: Any, *, show_best: bool = True, reference: list[str] | None = None
+) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    band = step_band(req)
+    dense = req.model.moe is None
 
     # wide enough for the layout labels when piped (rich falls back to 80 columns)
     console = Console(width=None if sys.stdout.isatty() else 180)
@@ -59,10 +72,11 @@ def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
             c.plan.label,
             ",".join(c.options.recompute) or "-",
             f"{c.options.optimizer_offload:.0%}",
-            c.options.dispatcher + (" +ovl" if c.options.ep_overlap else ""),
-            c.options.cp_comm_type if c.plan.layout.cp > 1 else "-",
+            "-" if dense else c.options.dispatcher + (" +ovl" if c.options.ep_overlap else ""),
+            (c.options.cp_comm_type if c.plan.layout.cp > 1 else "-")
+            + (" unmeasured" if c.unmeasured else ""),
             f"{c.memory.total_gib:.1f}",
-            f"{c.time.step_time:.2f}",
+            f"{c.time.step_time:.2f} {format_band(band)}",
             f"{c.time.tflops_per_gpu:.0f}",
             f"{c.time.mfu_vs_bf16_peak:.0%}",
             f"{c.time.tokens_per_s_per_gpu:.0f}",
@@ -70,6 +84,11 @@ def _print_candidates(result: Any, req: Any, *, show_best: bool = True) -> None:
     console.print(table)
     for note in plan_notes(req):
         console.print(f"note: {note}", markup=False, highlight=False)
+    for c in result.candidates:
+        for what in c.unmeasured:
+            console.print(f"unmeasured ({c.plan.label}): {what}", markup=False, highlight=False)
+    for line in reference or []:
+        console.print(line, markup=False, highlight=False)
     if not result.candidates:
         console.print("No layout fits. Why, by group of rejected layouts:", markup=False)
         for line in rejection_lines(result):
@@ -138,7 +157,16 @@ def present_estimate(config: Any, result: Any) -> None:
     for k, v in d["memory"].items():
         typer.echo(f"  memory {k:>24}: {v}")
     for k, v in d["time"].items():
+        if isinstance(v, dict):
+            continue  # error_band_basis: printed below
         typer.echo(f"  time   {k:>24}: {v if isinstance(v, str) else format(v, '.6g')}")
+    basis = d["time"]["error_band_basis"]
+    typer.echo(
+        f"step time {format_with_band(d['time']['step_time'], d['time']['error_band'])} (the band covers "
+        f"{basis['coverage']:.0%} of the leave-one-model-out residuals of group {basis['group']}, n = {basis['n']})"
+    )
+    for what in cand.unmeasured:
+        typer.echo(f"  unmeasured: {what}")
     for reason in cand.reasons:
         typer.echo(f"  - {reason}")
     _print_overrides(Console(width=None if sys.stdout.isatty() else 180), d)

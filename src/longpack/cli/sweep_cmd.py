@@ -90,7 +90,9 @@ def _print_human(result: Any, doc: dict[str, Any]) -> None:
                 if e.fits
                 else "-",
                 "-" if e.memory_gib is None else f"{e.memory_gib:.1f}",
-                "-" if e.step_time_s is None else f"{e.step_time_s:.3f}",
+                "-"
+                if e.step_time_s is None
+                else f"{e.step_time_s:.3f}" + (f" ± {e.error_band * 100:.0f} %" if e.error_band else ""),
                 "-" if e.real_tokens_per_s is None else f"{e.real_tokens_per_s:,.0f}",
                 "-" if e.real_tokens_per_s_per_gpu is None else f"{e.real_tokens_per_s_per_gpu:,.0f}",
                 "yes" if c.ok else "NO",

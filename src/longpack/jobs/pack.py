@@ -463,7 +463,8 @@ class PackConfig:
             )
         if self.output_format == "indexed" and seed is None:
             seed = BRIDGE_DEFAULT_SEED  # Megatron-LM's --seed default, the GPTDataset shuffle seed
-        balance = balance_target(self.balance)  # a bad spec fails now, before any tokenization
+        # a bad spec fails now, before any tokenization; the planner's cost model is for rows of seq_length
+        balance = balance_target(self.balance, seq_length=self.seq_length)
         assert self.seq_length is not None
         return PackSettings(
             seq_length=self.seq_length,
@@ -779,13 +780,17 @@ def _mix_outcome(report: dict[str, Any], splits: Any) -> dict[str, Any]:
     return {"seed": report["seed"], "samples": report["samples"], "sources": sources}
 
 
-def balance_target(balance: Any) -> Any:
+def balance_target(balance: Any, *, seq_length: int | None = None) -> Any:
     """The one place a ``balance`` value becomes a ``longpack.balance.BalanceTarget``: a target is kept, a
     ``dp=..,gbs=..`` spec string is read by the planner (``parse_balance_spec``: it builds the cost model
-    from the catalog), ``None`` stays ``None``.
+    from the catalog; with ``seq_length`` and no ``seq_length=`` in the spec, the pack length is added to
+    it, so the cost model is for the rows being packed and the manifest's spec says so), ``None`` stays
+    ``None``.
 
     >>> balance_target("dp=2,gbs=4,linear=1.0,quadratic=0.001").dp
     2
+    >>> balance_target("dp=2,gbs=4,model=llama3_1_8b,gpu=h100", seq_length=4096).spec
+    'dp=2,gbs=4,model=llama3_1_8b,gpu=h100,seq_length=4096'
     """
     if balance is None:
         return None
@@ -801,6 +806,9 @@ def balance_target(balance: Any) -> Any:
         )
     from longpack.planner.balance_costs import parse_balance_spec
 
+    if seq_length is not None and "model=" in balance and "seq_length=" not in balance:
+        # the planner's cost model depends on the row width: the spec recorded in the manifest says which
+        balance = f"{balance},seq_length={seq_length}"
     try:
         return parse_balance_spec(balance)
     except ValueError as exc:

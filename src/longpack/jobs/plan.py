@@ -101,9 +101,12 @@ def candidate_dict(cand: Any, req: Any) -> dict[str, Any]:
     (``overrides``: ``key=value`` lines; ``overrides_shell``: the same shell-quoted; ``overrides_yaml``:
     nested YAML; ``overrides_python``: assignments on ``cfg``)."""
     from longpack.planner.overrides import to_python_snippet, to_shell, to_yaml
+    from longpack.planner.uncertainty import error_band
 
     lay = cand.plan.layout
     lines = candidate_overrides(cand, req)
+    band = error_band(req.model, req.gpu, req.seq_length)
+    time = {**cand.time.as_dict(), "error_band": round(band.width, 4), "error_band_basis": band.as_dict()}
     return {
         "layout": {
             "tp": lay.tp,
@@ -131,7 +134,8 @@ def candidate_dict(cand: Any, req: Any) -> dict[str, Any]:
             "imbalance": cand.options.imbalance,
         },
         "memory": cand.memory.as_dict(),
-        "time": cand.time.as_dict(),
+        "time": time,
+        "unmeasured": list(cand.unmeasured),
         "reasons": list(cand.reasons),
         "overrides": lines,
         "overrides_shell": to_shell(lines),
@@ -146,8 +150,11 @@ class PlanConfig:
     and optional ``gbs`` (default 4M tokens per step, ``longpack.planner.search.DEFAULT_TOKENS_PER_STEP``),
     ``precision``, memory ``headroom``,
     ``dispatcher``, ``recompute`` (pinned modules), ``offload`` (allow optimizer CPU offload),
-    ``optimizer``, routing ``imbalance``, pins ``tp`` / ``cp`` / ``pp`` / ``ep`` / ``mbs``, and ``top`` (how
-    many candidates to keep). The catalog entries are loaded and checked on construction.
+    ``optimizer``, routing ``imbalance``, pins ``tp`` / ``cp`` / ``pp`` / ``ep`` / ``mbs``, ``top`` (how
+    many candidates to keep) and ``explore`` (also rank settings no calibration point constrains, labelled
+    ``unmeasured``; off, the search chooses among measured settings). The catalog entries are loaded and
+    checked on construction. The result carries the reference layout (published, else the seed's rules)
+    and the pick's comparison with it.
     """
 
     command_help = "Rank every layout that fits by estimated step time and print Megatron-Bridge overrides."
@@ -184,6 +191,9 @@ class PlanConfig:
     plot: str | Path | None = option(
         None, help="Write a PNG of TFLOP/s and memory vs sequence length.", cli_type=Path | None
     )
+    explore: bool = option(
+        False, help="Also rank settings no calibration point constrains (labelled unmeasured)."
+    )
     #: Versions the rules check candidates for (as ``CheckConfig``'s; default: check's default).
     bridge_version: str | None = bridge_version_option()
     megatron_core_version: str | None = megatron_core_version_option()
@@ -199,6 +209,7 @@ class PlanConfig:
                 fields=tuple(missing),
             )
         positive_int(self.top, "top")
+        flag(self.explore, "explore")
         for name in ("model", "gpu", "precision", "optimizer", "dispatcher", "recompute"):
             value = getattr(self, name)
             if not isinstance(value, str) and (value is not None or name in ("model", "gpu", "precision")):
@@ -231,6 +242,7 @@ class PlanConfig:
             "pp": self.pp,
             "ep": self.ep,
             "mbs": self.mbs,
+            "explore": self.explore,
             "rule_versions": UpstreamVersions.resolve(
                 bridge=self.bridge_version, mcore=self.megatron_core_version
             ),
@@ -253,22 +265,31 @@ class PlanConfig:
         return self._request  # type: ignore[attr-defined]
 
     def run(self) -> PlanResult:
+        from longpack.planner.reference import compare, reference_for
         from longpack.planner.search import search
+        from longpack.planner.uncertainty import error_band
 
         if self.plot is not None:
             from longpack.outputs import check_output_file
 
             check_output_file(Path(self.plot), field="plot")  # before the search
-        result = PlanResult(request=self.request, search=search(self.request, top_k=self.top))
+        req = self.request
+        found = search(req, top_k=self.top)
+        reference = reference_for(req)
+        comparison = None
+        if reference is not None and found.candidates:
+            band = error_band(req.model, req.gpu, req.seq_length)
+            comparison = compare(found.candidates[0], reference, band.width)
+        result = PlanResult(request=req, search=found, reference=reference, comparison=comparison)
         if self.plot is None:
             return result
+        from dataclasses import replace
+
         from longpack.jobs.plots import plan_png
 
         assert self.seq_length is not None
         points = plan_png(self.request_kwargs(), self.seq_length, Path(self.plot))
-        return PlanResult(
-            request=result.request, search=result.search, plot={"path": str(self.plot), "points": points}
-        )
+        return replace(result, plot={"path": str(self.plot), "points": points})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -278,6 +299,8 @@ class PlanResult:
 
     request: Any
     search: Any
+    reference: Any = None
+    comparison: Any = None
     #: ``{"path", "points"}`` when ``PlanConfig.plot`` wrote a figure (best layout per sequence length).
     plot: dict[str, Any] | None = None
 
@@ -329,10 +352,102 @@ class PlanResult:
                 "why_not": list(rule.why_not),
             },
             "candidates": [candidate_dict(c, req) for c in result.candidates],
+            "reference": reference_dict(self.reference, self.comparison, req),
         }
         if self.plot is not None:
             doc["plot"] = self.plot
         return doc
+
+
+def step_band(req: Any) -> float:
+    """The relative 80 % error band of the request's step-time estimates (``longpack.planner.uncertainty``)."""
+    from longpack.planner.uncertainty import error_band
+
+    return error_band(req.model, req.gpu, req.seq_length).width
+
+
+def format_band(width: float) -> str:
+    """``"± 9 %"`` (see ``longpack.planner.uncertainty.format_band``)."""
+    from longpack.planner import uncertainty
+
+    return uncertainty.format_band(width)
+
+
+def format_with_band(seconds: float, width: float) -> str:
+    """``"0.84 s ± 9 %"`` (see ``longpack.planner.uncertainty.format_with_band``)."""
+    from longpack.planner import uncertainty
+
+    return uncertainty.format_with_band(seconds, width)
+
+
+def reference_dict(reference: Any, comparison: Any, req: Any) -> dict[str, Any] | None:
+    """The ``reference`` of ``longpack plan --json``: ``layout`` (as a candidate's), ``source``, ``kind``
+    (``published`` / ``seed rules``), ``estimate`` (step time with its error band, TFLOP/s/GPU, memory,
+    fits), ``notes`` and ``comparison`` with the pick (``changes``, ``predicted_gain``, ``error_band``,
+    ``outside_band``, ``verdict``: ``pick`` or ``reference``, ``why``)."""
+    if reference is None:
+        return None
+    cand = candidate_dict(reference.candidate, req)
+    time = cand["time"]
+    return {
+        "kind": reference.kind,
+        "source": reference.source,
+        "layout": cand["layout"],
+        "options": cand["options"],
+        "estimate": {
+            "step_time": time["step_time"],
+            "error_band": time["error_band"],
+            "tflops_per_gpu": time["tflops_per_gpu"],
+            "memory_gib": cand["memory"]["total_gib"],
+            "fits": reference.fits,
+        },
+        "unmeasured": list(reference.candidate.unmeasured),
+        "notes": list(reference.notes),
+        "overrides": cand["overrides"],
+        "comparison": None
+        if comparison is None
+        else {
+            "changes": list(comparison.changes),
+            "predicted_gain": round(comparison.gain, 4),
+            "error_band": round(comparison.band, 4),
+            "outside_band": comparison.outside_band,
+            "verdict": comparison.verdict,
+            "why": comparison.why,
+        },
+    }
+
+
+def reference_lines(result: PlanResult) -> list[str]:
+    """The reference and the verdict as ``longpack plan`` prints them under the table."""
+    from longpack.planner.search import versus
+    from longpack.planner.uncertainty import error_band, format_band, format_with_band
+
+    ref, cmp_ = result.reference, result.comparison
+    if ref is None:
+        return ["Reference: none (no published layout and no layout by the seed's rules fits)"]
+    req = result.request
+    band = error_band(req.model, req.gpu, req.seq_length)
+    c = ref.candidate
+    fits = "" if ref.fits else f"; does NOT fit: {versus(c.memory.total_gib, req.memory_budget_gib)} budget"
+    lines = [
+        f"Reference ({ref.kind}): {c.plan.label}, recompute {','.join(c.options.recompute) or 'none'}, "
+        f"{format_with_band(c.time.step_time, band.width)} per step, {c.time.tflops_per_gpu:.0f} TFLOP/s/GPU, "
+        f"{c.memory.total_gib:.1f} GiB{fits}",
+        f"  source: {ref.source}",
+    ]
+    lines += [f"  note: {n}" for n in ref.notes]
+    if c.unmeasured:
+        lines.append(f"  unmeasured: {'; '.join(c.unmeasured)}")
+    if cmp_ is not None:
+        if cmp_.changes:
+            lines.append(f"  the pick changes: {', '.join(cmp_.changes)}")
+        verdict = "the pick" if cmp_.verdict == "pick" else "the reference"
+        lines.append(f"Recommended: {verdict} ({cmp_.why})")
+    lines.append(
+        f"  error band: {format_band(band.width)} covers {band.coverage:.0%} of the leave-one-model-out residuals of "
+        f"group {band.group} (n = {band.n})"
+    )
+    return lines
 
 
 def plan_notes(req: Any) -> list[str]:
@@ -397,7 +512,9 @@ class EstimateConfig:
     )
     optimizer: str = option("adam", help="Optimizer.", choices=choices.OPTIMIZERS)
     cp_comm_type: str = option(
-        "auto", help="CP communication (auto: the fastest the layout allows).", choices=choices.CP_COMM_TYPES
+        "auto",
+        help="CP communication (auto: the fastest one a calibration point measured, as plan picks).",
+        choices=choices.CP_COMM_TYPES,
     )
     tp_comm_overlap: bool = option(
         True, help="TP communication overlapped with GEMMs.", negative="--no-tp-comm-overlap"
@@ -413,6 +530,7 @@ class EstimateConfig:
 
     def run(self) -> EstimateResult:
         from longpack.planner.catalog import load_gpu, load_model
+        from longpack.planner.evidence import measured_cp_comm_types
         from longpack.planner.options import TrainingOptions, normalize_recompute
         from longpack.planner.search import SearchRequest, default_dispatcher, evaluate_layout
         from longpack.planner.timing import best_cp_comm_type
@@ -444,7 +562,9 @@ class EstimateConfig:
             dispatcher=self.dispatcher or default_dispatcher(g, lay.ep * lay.expert_tp),
             optimizer=self.optimizer,
             ep_overlap=overlap_ok if self.ep_overlap is None else self.ep_overlap,
-            cp_comm_type=best_cp_comm_type(m, g, plan_layout, seq_length=self.seq_length)
+            cp_comm_type=best_cp_comm_type(
+                m, g, plan_layout, seq_length=self.seq_length, among=tuple(sorted(measured_cp_comm_types()))
+            )
             if self.cp_comm_type == "auto"
             else self.cp_comm_type,
             imbalance=self.imbalance,

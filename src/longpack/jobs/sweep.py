@@ -222,6 +222,8 @@ class Estimate:
     recompute: tuple[str, ...] = ()
     optimizer_offload: float = 0.0
     step_time_s: float | None = None
+    #: relative 80 % error band of the step time (``longpack.planner.uncertainty``)
+    error_band: float | None = None
     real_tokens_per_s: float | None = None
     real_tokens_per_s_per_gpu: float | None = None
     notes: tuple[str, ...] = ()
@@ -238,6 +240,7 @@ class Estimate:
             "recompute": list(self.recompute),
             "optimizer_offload": self.optimizer_offload,
             "step_time_s": _round(self.step_time_s, 6),
+            "step_time_error_band": _round(self.error_band, 4),
             "real_tokens_per_s": _round(self.real_tokens_per_s, 1),
             "real_tokens_per_s_per_gpu": _round(self.real_tokens_per_s_per_gpu, 1),
             "notes": list(self.notes),
@@ -500,12 +503,16 @@ def estimate_candidate(candidate: Candidate, planner: PlannerSetup) -> Estimate:
     """The planner's layout, memory and step time for one packed candidate (MBS 1, GBS = ``candidate.gbs``).
 
     The layout search ranks layouts at a full-length context; the chosen layout's step time is then
-    re-estimated with the packed attention context ``Σ Lᵢ² / Σ Lᵢ`` of the candidate's samples. GEMMs see
-    every pack as ``L`` tokens wide (fixed-width rows), so the time is an upper bound when rows are short.
-    Real tokens/s = real tokens per step (``GBS * real_tokens / packs``) / step time.
+    re-estimated by the planner's one step-time model (:func:`longpack.planner.timing.estimate_time`)
+    on the candidate's mean packed row (:class:`~longpack.planner.timing.RowWork`: each sequence's
+    attention with its own per-CP-rank chunks, GEMMs on the full ``L``-token row, padding included). A
+    pack that is one full-length sample therefore gets exactly ``longpack plan estimate``'s step time,
+    and packed shorter samples never more. Real tokens/s = real tokens per step
+    (``GBS * real_tokens / packs``) / step time.
     """
     from longpack.planner.search import SearchRequest, enumerate_layouts, search
-    from longpack.planner.timing import estimate_time
+    from longpack.planner.timing import RowWork, estimate_time
+    from longpack.planner.uncertainty import error_band
 
     if candidate.packs == 0:
         return Estimate(fits=False, reason="no sample left to pack")
@@ -549,12 +556,13 @@ def estimate_candidate(candidate: Candidate, planner: PlannerSetup) -> Estimate:
                 saving = f"recompute {','.join(req.recompute) or 'none'}" + (
                     " and optimizer offload" if req.allow_offload else ", no offload"
                 )
-            reason = (
-                f"no layout fits {budget:.1f} GiB per GPU: the lightest of {result.layouts_considered} layout(s) "
-                f"needs {needed:.1f} GiB with {saving}"
-                if needed is not None
-                else f"no layout fits {budget:.1f} GiB per GPU ({dict(result.rejected)})"
-            )
+            if needed is not None and round(needed, 1) > round(budget, 1):
+                reason = (
+                    f"no layout fits {budget:.1f} GiB per GPU: the lightest of {result.layouts_considered} "
+                    f"layout(s) needs {needed:.1f} GiB with {saving}"
+                )
+            else:
+                reason = f"no layout fits {budget:.1f} GiB per GPU ({dict(result.rejected)})"
             return Estimate(fits=False, reason=reason, memory_budget_gib=budget, memory_gib=needed)
         return Estimate(fits=False, reason=reason, memory_budget_gib=budget)
     best = result.candidates[0]
@@ -566,7 +574,9 @@ def estimate_candidate(candidate: Candidate, planner: PlannerSetup) -> Estimate:
         gbs=candidate.gbs,
         options=best.options,
         stage_counts=best.stage_counts,
-        sub_lengths=tuple(int(x) for x in candidate.sub_lengths),
+        rows=RowWork.from_packs(
+            candidate.sub_lengths.tolist(), packs=candidate.packs, row_length=candidate.pack_length
+        ),
     )
     real_per_step = candidate.gbs * candidate.real_tokens / candidate.packs
     real_rate = real_per_step / time.step_time
@@ -580,6 +590,7 @@ def estimate_candidate(candidate: Candidate, planner: PlannerSetup) -> Estimate:
         recompute=tuple(best.options.recompute),
         optimizer_offload=best.options.optimizer_offload,
         step_time_s=time.step_time,
+        error_band=error_band(planner.model, planner.gpu, candidate.pack_length).width,
         real_tokens_per_s=real_rate,
         real_tokens_per_s_per_gpu=real_rate / planner.num_gpus,
         notes=tuple(best.reasons),
@@ -645,7 +656,14 @@ def recommend(candidates: tuple[Candidate, ...] | list[Candidate]) -> Recommenda
     if len(ranked) > 1:
         runner = ranked[1]
         other = runner.estimate.real_tokens_per_s or 0.0  # type: ignore[union-attr]
-        parts.append(f"{rate / other:.2f}x the next best, {runner.pack_length} ({other:,.0f} tokens/s)")
+        margin = f"{rate / other:.2f}x the next best, {runner.pack_length} ({other:,.0f} tokens/s)"
+        band = best.estimate.error_band  # type: ignore[union-attr]
+        if band is not None and rate / other - 1 <= band:
+            margin += (
+                f", inside the ± {band * 100:.0f} % error band of the estimates (the data-side figures above "
+                "decide)"
+            )
+        parts.append(margin)
     excluded = [c for c in candidates if c not in usable]
     for c in excluded:
         if c.pack_length > best.pack_length:

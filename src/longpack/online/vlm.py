@@ -4,15 +4,21 @@ Needs ``megatron-energon`` and the ``vlm`` extra. It follows Megatron-Bridge's n
 Qwen-VL (``models/qwen_vl/data/energon.py``, ``QwenVLTaskEncoder(enable_energon_packing=True)``) on the same
 Energon hooks (see docs/guide/online-sim.md and Energon's ``TaskEncoder`` packing hooks):
 
-- ``encode_sample`` (``@stateless``, failure tolerance 100) prepares the sample eagerly
-  (:class:`longpack.vlm.QwenVLPreparer`): the packing buffer holds the prepared token rows **and pixel
-  tensors** of ``packing_buffer_size`` candidates per worker until they are selected. A sample a limit refuses
-  (too many images, too many visual tokens, longer than ``seq_length`` after expansion and alignment, an image
-  that does not decode) is encoded as a *refused* member: it holds no tensors, joins the first group of its
-  buffer and is reported in that batch's ``skipped`` records ``{"key", "reason", "message"}``. So every
-  sample is accounted for exactly once (packed or reported), the report is as deterministic as the packs
-  (it survives save/restore), and Energon's failure tolerance is left to real errors (a buffer whose every
-  sample is refused makes no batch);
+- ``preencode_sample`` (``@stateless``, failure tolerance 100) measures the sample from its image headers
+  (:meth:`longpack.vlm.QwenVLPreparer.measure`: exact tokens after expansion, limits applied, no pixel
+  decoded), so the packing buffer holds ``packing_buffer_size`` candidates per worker as encoded image bytes
+  and token counts (**deferred decoding**); ``postencode_sample`` decodes and prepares the members of a pack
+  about to be emitted. :class:`EagerQwenVLPackingEncoder` prepares in ``encode_sample`` instead, as Bridge
+  does, and its buffer holds prepared pixel tensors (same packs and batches). A sample refused by a limit or
+  by a problem of its own (too many images, too many visual tokens, longer than ``seq_length`` after
+  expansion and alignment, an image that does not decode, an aspect ratio above 200, an empty image,
+  ``<image>`` placeholders that do not match its images, no readable conversation: the reasons of
+  ``longpack.vlm.REJECT_REASONS``) becomes a *refused* member: it holds no tensors, joins the first group of
+  its buffer and is reported in that batch's ``skipped`` records ``{"key", "reason", "message"}``. So every
+  sample is accounted for exactly once (packed or reported), the report is as deterministic as the packs (it
+  survives save/restore), and Energon's failure handler (which logs a traceback and drops the sample
+  uncounted) is left to real errors. A buffer whose every sample is refused gives a batch of one padding
+  sequence (loss mask 0, ``sample_keys == []``) that carries the records;
 - ``select_samples_to_pack`` partitions one buffer by aligned length (``ceil(L / m) * m``) with capacity
   ``seq_length``; the default ``first_fit_decreasing`` gives Bridge's groups and member order
   (``longpack.binpack.megatron.first_fit_decreasing``); other ``longpack.binpack.ALGORITHMS`` keep buffer
@@ -50,7 +56,8 @@ import re
 from typing import Any
 
 import numpy as np
-from megatron.energon import Cooker, DefaultTaskEncoder, Sample, SkipSample, basic_sample_keys, stateless
+from megatron.energon import Cooker, DefaultTaskEncoder, Sample, basic_sample_keys, stateless
+from megatron.energon.errors import FatalSampleError
 from megatron.energon.worker import WorkerConfig
 
 from longpack import binpack
@@ -58,7 +65,7 @@ from longpack.binpack.megatron import first_fit_decreasing
 from longpack.errors import OnlineError
 from longpack.online.packer import select_packs
 from longpack.runtime.in_batch import build_visual_thd_batch
-from longpack.vlm.errors import SampleRejected
+from longpack.vlm.errors import SampleRejected, VLMError
 from longpack.vlm.prepare import PreparedSequence, QwenVLPreparer, aligned
 
 _IMAGE_FIELD = re.compile(r"^img(\d+)\.\w+$")
@@ -71,29 +78,46 @@ class VLMChatSample(Sample):
 
     conversation: dict[str, Any]
     images: list[bytes]
+    problem: str | None = None  # why the crude sample could not be read (reported as ``malformed``)
 
 
 @stateless
 def cook_vlm_sample(raw: dict[str, Any]) -> VLMChatSample:
-    """Crude WebDataset sample (``json`` + ``img<N>.<ext>`` members) -> :class:`VLMChatSample`."""
-    if "json" not in raw:
-        raise OnlineError(
-            f"sample {raw.get('__key__')}: no 'json' member (has {sorted(k for k in raw if k[0] != '_')})"
-        )
-    data = raw["json"]
-    conversation = json.loads(data) if isinstance(data, bytes | str) else data
+    """Crude WebDataset sample (``json`` + ``img<N>.<ext>`` members) -> :class:`VLMChatSample`. A sample
+    without a readable ``json`` member is cooked with ``problem`` set (the encoder reports it as
+    ``malformed``) instead of failing inside Energon, which would log a traceback and drop it uncounted."""
     found = sorted((int(m.group(1)), k) for k in raw if (m := _IMAGE_FIELD.match(k)))
     images = [raw[k] for _, k in found]
-    return VLMChatSample(**basic_sample_keys(raw), conversation=conversation, images=images)
+    problem = None
+    conversation: Any = {}
+    if "json" not in raw:
+        problem = f"no 'json' member (has {sorted(k for k in raw if k[0] != '_')})"
+    else:
+        data = raw["json"]
+        try:
+            conversation = json.loads(data) if isinstance(data, bytes | str) else data
+        except (ValueError, UnicodeDecodeError) as exc:
+            problem = f"the 'json' member is not JSON ({exc})"
+        if problem is None and not isinstance(conversation, dict):
+            problem = f"the 'json' member must be an object, got {type(conversation).__name__}"
+    if problem is not None:
+        conversation = {}
+    return VLMChatSample(**basic_sample_keys(raw), conversation=conversation, images=images, problem=problem)
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
 class VLMTaskSample(Sample):
-    """An encoded sample in the packing buffer: the prepared sequence (token rows and pixel tensors), or for
-    a sample a limit refused, ``prepared=None`` and the refusal ``{"key", "reason", "message"}``."""
+    """A sample in the packing buffer. Deferred (:class:`QwenVLPackingEncoder`): its conversation, its images
+    as encoded bytes and its exact ``length`` (tokens after expansion, from the image headers);
+    ``prepared`` is filled once it is selected. Eager (:class:`EagerQwenVLPackingEncoder`): the prepared
+    sequence (token rows and pixel tensors). A refused sample has ``rejected = {"key", "reason", "message"}``
+    and nothing else."""
 
     prepared: PreparedSequence | None
     rejected: dict[str, str] | None
+    length: int = 0
+    conversation: dict[str, Any] | None = None
+    images: list[bytes] | None = None
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -103,14 +127,9 @@ class VLMPackedSample(Sample):
     samples: list[VLMTaskSample]
 
 
-class QwenVLPackingEncoder(DefaultTaskEncoder):
-    """Energon task encoder for native (online) packing of Qwen-VL samples (see the module docstring).
-
-    ``seq_length``: pack width in tokens (Bridge's ``seq_length``); ``pad_to_multiple_of``: per-sequence
-    alignment for CP/SP (``lcm(2*CP, CP*TP)``); ``pad_to_max_length``: fixed-width packs (Bridge forces it with
-    PP > 1 or EP > 1); ``emit_padding_mask``: add the gap mask for MoE router statistics (default: when
-    ``pad_to_multiple_of > 1`` or fixed width). The preparer's ``max_length`` is set to ``seq_length``.
-    """
+class _VLMPackingEncoder(DefaultTaskEncoder):
+    """What both Qwen-VL packing encoders share: settings, selection, pack and batch (see the module
+    docstring and :class:`QwenVLPackingEncoder` for the arguments)."""
 
     decoder = None  # raw bytes: longpack decodes images itself and reports the ones that fail
     cookers = (Cooker(cook_vlm_sample),)
@@ -172,25 +191,16 @@ class QwenVLPackingEncoder(DefaultTaskEncoder):
         }
 
     # ------------------------------------------------------------------ Energon hooks
-    @stateless(failure_tolerance=FAILURE_TOLERANCE)
-    def encode_sample(self, sample: VLMChatSample) -> VLMTaskSample:
-        """Prepare one sample (eagerly: its pixel tensors wait in the packing buffer); a refusal by a limit
-        becomes a refused member with its reason."""
-        conversation = dict(sample.conversation)
-        conversation["images"] = list(sample.images)
-        try:
-            prepared = self.preparer.prepare(conversation, key=sample.__key__)
-        except SampleRejected as exc:
-            record = {"key": exc.key, "reason": exc.reason, "message": str(exc)}
-            return VLMTaskSample.derive_from(sample, prepared=None, rejected=record)
-        return VLMTaskSample.derive_from(sample, prepared=prepared, rejected=None)
+    def _refused(self, sample: Sample, exc: SampleRejected) -> VLMTaskSample:
+        record = {"key": exc.key, "reason": exc.reason, "message": str(exc)}
+        return VLMTaskSample.derive_from(sample, prepared=None, rejected=record)
 
     def select_samples_to_pack(self, samples: list[VLMTaskSample]) -> list[list[VLMTaskSample]]:
         """Partition one candidate buffer into groups of aligned length at most ``seq_length``; refused
         members join the first group (they hold no tokens)."""
-        accepted = [s for s in samples if s.prepared is not None]
-        refused = [s for s in samples if s.prepared is None]
-        lengths = [aligned(_prepared(s).sequence_length, self.pad_to_multiple_of) for s in accepted]
+        accepted = [s for s in samples if s.rejected is None]
+        refused = [s for s in samples if s.rejected is not None]
+        lengths = [aligned(s.length, self.pad_to_multiple_of) for s in accepted]
         if any(n > self.seq_length for n in lengths):
             raise OnlineError(
                 f"a buffered sample is longer than seq_length={self.seq_length} (aligned {max(lengths)})"
@@ -240,11 +250,21 @@ class QwenVLPackingEncoder(DefaultTaskEncoder):
             raise OnlineError(
                 f"native VLM packing needs micro_batch_size=1 (one pack per micro-batch), got {len(samples)}"
             )
-        members = [_prepared(s) for s in samples[0].samples if s.prepared is not None]
+        members = [_prepared(s) for s in samples[0].samples if s.rejected is None]
         skipped = [s.rejected for s in samples[0].samples if s.rejected is not None]
         if not members:
-            # A whole buffer of refused samples: nothing to train on; Energon skips the batch.
-            raise SkipSample()
+            # A whole buffer of refused samples: a batch of one padding sequence that trains nothing
+            # (loss mask 0, no pixels) carries their records, so no refusal is lost from the report.
+            out = build_visual_thd_batch(
+                [_padding_sequence(max(2, self.pad_to_multiple_of))],
+                sequence_length=self.seq_length,
+                pad_to_multiple_of=self.pad_to_multiple_of,
+                pad_to_max_length=self.pad_to_max_length,
+                emit_padding_mask=self.emit_padding_mask,
+            )
+            out["sample_keys"] = []
+            out["skipped"] = skipped
+            return out
         total = sum(aligned(p.sequence_length, self.pad_to_multiple_of) for p in members)
         if total > self.seq_length:
             raise OnlineError(f"packed group length {total} exceeds seq_length={self.seq_length}")
@@ -258,6 +278,116 @@ class QwenVLPackingEncoder(DefaultTaskEncoder):
         out["sample_keys"] = [p.key for p in members]
         out["skipped"] = skipped
         return out
+
+
+class QwenVLPackingEncoder(_VLMPackingEncoder):
+    """Energon task encoder for native (online) packing of Qwen-VL samples with **deferred decoding**: the
+    packing buffer holds each candidate's encoded image bytes and its exact token count (from the image
+    headers, :meth:`longpack.vlm.QwenVLPreparer.measure`); pixels are decoded and processed only for the
+    members of a pack about to be emitted (Energon's ``preencode_sample`` / ``postencode_sample`` hooks).
+    Packs, batches and refusal records are those of :class:`EagerQwenVLPackingEncoder`; only a problem
+    that shows when decoding (an image whose header reads but whose pixels do not) is refused when its pack
+    is emitted, as a member of that pack.
+
+    ``seq_length``: pack width in tokens (Bridge's ``seq_length``); ``pad_to_multiple_of``: per-sequence
+    alignment for CP/SP (``lcm(2*CP, CP*TP)``); ``pad_to_max_length``: fixed-width packs (Bridge forces it with
+    PP > 1 or EP > 1); ``emit_padding_mask``: add the gap mask for MoE router statistics (default: when
+    ``pad_to_multiple_of > 1`` or fixed width). The preparer's ``max_length`` is set to ``seq_length``.
+    """
+
+    @stateless(failure_tolerance=FAILURE_TOLERANCE)
+    def preencode_sample(self, sample: VLMChatSample) -> VLMTaskSample:
+        """Measure one sample from its image headers (no pixel decoded); a refusal becomes a refused member."""
+        conversation = dict(sample.conversation)
+        conversation["images"] = list(sample.images)
+        try:
+            if sample.problem is not None:
+                raise SampleRejected(sample.__key__, "malformed", sample.problem)
+            length = self.preparer.measure(conversation, key=sample.__key__)
+        except SampleRejected as exc:  # every problem of one sample (limits, images, placeholders, structure)
+            return self._refused(sample, exc)
+        except VLMError as exc:  # a setting that fails every sample: stop, do not drop samples one by one
+            raise _fatal(sample, exc) from exc
+        return VLMTaskSample.derive_from(
+            sample,
+            prepared=None,
+            rejected=None,
+            length=length.tokens,
+            conversation=dict(sample.conversation),
+            images=list(sample.images),
+        )
+
+    @stateless(failure_tolerance=FAILURE_TOLERANCE)
+    def postencode_sample(self, sample: VLMTaskSample) -> VLMTaskSample:
+        """Decode and prepare a selected sample (its pack is about to be emitted)."""
+        if sample.rejected is not None:
+            return sample
+        conversation = dict(sample.conversation or {})
+        conversation["images"] = list(sample.images or [])
+        try:
+            prepared = self.preparer.prepare(conversation, key=sample.__key__)
+        except SampleRejected as exc:
+            return self._refused(sample, exc)
+        except VLMError as exc:
+            raise _fatal(sample, exc) from exc
+        if prepared.sequence_length != sample.length:
+            raise FatalSampleError(
+                f"sample {sample.__key__}: prepared {prepared.sequence_length} tokens but measured {sample.length} "
+                "from the image headers; the image processor does not follow the configured resize rule"
+            )
+        return VLMTaskSample.derive_from(sample, prepared=prepared, rejected=None, length=sample.length)
+
+
+class EagerQwenVLPackingEncoder(_VLMPackingEncoder):
+    """:class:`QwenVLPackingEncoder` without deferred decoding (Megatron-Bridge's native Energon packing
+    does this): ``encode_sample`` prepares every sample when it enters the buffer, so the buffer holds
+    prepared pixel tensors of ``packing_buffer_size`` candidates per worker. Same packs and batches."""
+
+    @stateless(failure_tolerance=FAILURE_TOLERANCE)
+    def encode_sample(self, sample: VLMChatSample) -> VLMTaskSample:
+        """Prepare one sample (its pixel tensors wait in the packing buffer); a refusal becomes a refused
+        member with its reason."""
+        conversation = dict(sample.conversation)
+        conversation["images"] = list(sample.images)
+        try:
+            if sample.problem is not None:
+                raise SampleRejected(sample.__key__, "malformed", sample.problem)
+            prepared = self.preparer.prepare(conversation, key=sample.__key__)
+        except SampleRejected as exc:  # every problem of one sample (limits, images, placeholders, structure)
+            return self._refused(sample, exc)
+        except VLMError as exc:  # a setting that fails every sample: stop, do not drop samples one by one
+            raise _fatal(sample, exc) from exc
+        return VLMTaskSample.derive_from(
+            sample, prepared=prepared, rejected=None, length=prepared.sequence_length
+        )
+
+
+def _fatal(sample: Sample, exc: Exception) -> FatalSampleError:
+    """A setting that fails every sample, as an error Energon does not swallow (its handler would log a
+    traceback and drop the samples one by one until its failure tolerance runs out)."""
+    message = str(exc)
+    if not message.startswith(f"sample {sample.__key__}"):
+        message = f"sample {sample.__key__}: {message}"
+    return FatalSampleError(message)
+
+
+def _padding_sequence(length: int) -> PreparedSequence:
+    """A sequence that trains nothing: pad id 0, labels -100, loss mask 0, no visual values."""
+    import torch
+
+    return PreparedSequence(
+        key="",
+        row={
+            "input_ids": torch.zeros(length, dtype=torch.int64),
+            "attention_mask": torch.ones(length, dtype=torch.int64),
+            "position_ids": torch.arange(length, dtype=torch.int64),
+            "labels": torch.full((length,), -100, dtype=torch.int64),
+            "loss_mask": torch.zeros(length, dtype=torch.float32),
+        },
+        visual_values={},
+        mrope_position_ids=torch.arange(length, dtype=torch.int64).expand(3, length).clone(),
+        visual_tokens=0,
+    )
 
 
 def _prepared(sample: VLMTaskSample) -> PreparedSequence:

@@ -269,6 +269,7 @@ def flops_breakdown(
     *,
     sub_lengths: Sequence[int] | None = None,
     include_mtp: bool = True,
+    context: float | None = None,
 ) -> FlopsBreakdown:
     """Training FLOPs per token of the whole model, split by kind (see :class:`FlopsBreakdown`).
 
@@ -277,6 +278,8 @@ def flops_breakdown(
     >>> round(b.total / 1e9, 1), round(b.attention / b.total, 3)
     (148.0, 0.128)
     """
+    if context is not None:  # already effective (``Σ Lᵢ² / Σ Lᵢ`` of a mean packed row)
+        return _flops_breakdown_cached(model, float(context), include_mtp)
     if sub_lengths is None:
         return _flops_breakdown_cached(model, effective_context(seq_length), include_mtp)
     return _flops_breakdown_cached(model, effective_context(seq_length, sub_lengths), include_mtp)

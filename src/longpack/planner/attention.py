@@ -374,7 +374,7 @@ def attention_cost(
     model: ModelSpec,
     gpu: GPUSpec,
     *,
-    lengths: tuple[tuple[int, int], ...],
+    lengths: tuple[tuple[int, float], ...],
     tp: int,
     cp: int,
     kind: str,
@@ -409,7 +409,7 @@ def attention_cost(
         return kernel_efficiency(direction, causal, length, head_dim=head_dim, blackwell=blackwell, fp8=fp8)
 
     fwd = bwd = step_fwd = step_bwd = flops = 0.0
-    tokens = 0
+    tokens = 0.0
     chunk_weighted = 0.0
     for seq, count in lengths:
         work = 2.0 * coeff * seq * seq / (tp * cp) * count  # causal forward FLOPs on this GPU
@@ -471,7 +471,7 @@ def best_attention_cost(
     model: ModelSpec,
     gpu: GPUSpec,
     *,
-    lengths: tuple[tuple[int, int], ...],
+    lengths: tuple[tuple[int, float], ...],
     tp: int,
     cp: int,
     requested: str = "auto",

@@ -15,72 +15,122 @@ balance; ``longpack.balance`` never imports the planner):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
 from longpack.balance.cost import PackCostModel
 from longpack.balance.target import BalanceTarget
 from longpack.errors import ConfigError
 
-__all__ = ["pack_cost_model", "parse_balance_spec"]
+__all__ = ["DEFAULT_COST_SEQ_LENGTH", "microbatch_seconds", "pack_cost_model", "parse_balance_spec"]
 
-_INT_KEYS = ("dp", "pp", "vpp", "gbs", "mbs", "tp", "cp")
+_INT_KEYS = ("dp", "pp", "vpp", "gbs", "mbs", "tp", "cp", "seq_length")
 _FLOAT_KEYS = ("linear", "quadratic", "per_sequence", "per_pack")
 _STR_KEYS = ("model", "gpu", "precision", "schedule", "sampler")
 PRECISIONS = ("bf16", "fp8", "mxfp8")
 
 
+#: Row width (pack length) the cost model assumes when the balance spec gives none.
+DEFAULT_COST_SEQ_LENGTH = 8192
+
+
 def pack_cost_model(
-    *, model: str, gpu: str, precision: str = "bf16", tp: int = 1, cp: int = 1
+    *,
+    model: str,
+    gpu: str,
+    precision: str = "bf16",
+    tp: int = 1,
+    cp: int = 1,
+    seq_length: int = DEFAULT_COST_SEQ_LENGTH,
 ) -> PackCostModel:
-    """Cost in seconds of one pack from the planner's FLOP and time models (Megatron FLOPs per token).
+    """Cost in seconds of one pack from the planner's one step-time model
+    (:func:`longpack.planner.timing.estimate_time`), on the ``tp·cp`` GPUs that run one pack.
 
-    FLOPs: the planner's Megatron FLOPs per token split into the part that does not depend on the
-    context (GEMMs, logits, linear-attention chunks) and the core-attention slope ``6·C_core·L_attn``
-    per token per unit of context (a causal sequence of length ``L`` costs ``slope·L²``). Rates: the
-    GPU's BF16 peak times the planner's fitted GEMM efficiency (times its FP8 speed-up for ``fp8``/
-    ``mxfp8``) for the linear part and, for core attention, the fused-attention kernel curves at their
-    long-sequence plateau (forward + 2.5x backward, the model's head dim and GPU generation) times the
-    fitted attention factor, times ``tp·cp`` (the GPUs that run one pack). ``model`` is a catalog name
-    or an HF ``config.json``.
+    A packed row of ``seq_length`` tokens costs what the planner says one micro-batch of it costs: the
+    row part (every GEMM on the full row, padding included; norms, launch overhead, TP comm) is
+    ``per_pack``; core attention is a sum over the row's sequences, and the planner's attention time of
+    one sequence of length ``L`` (fused-kernel curves at its per-CP-rank chunk lengths, plus exposed CP
+    comm) is fitted as ``per_sequence + linear·L + quadratic·L²`` on lengths from 16 to ``seq_length``.
+    So cost ratios between packs are the planner's (to the fit's error: ``r2``, and a test bounds the
+    ratios). ``model`` is a catalog name or an HF ``config.json``.
 
-    >>> m = pack_cost_model(model="qwen3_30b_a3b", gpu="h100")
+    >>> m = pack_cost_model(model="qwen3_30b_a3b", gpu="h100", seq_length=32768)
     >>> round(m.pack_cost([32768]) / m.pack_cost([1024] * 32), 2)  # one 32K doc vs 32 x 1K
-    3.73
+    1.97
     """
-    from longpack.planner.arithmetic import flops_breakdown
-    from longpack.planner.attention import BACKWARD_FLOP_RATIO, attention_head_dim, kernel_efficiency
     from longpack.planner.catalog import load_gpu, load_model
-    from longpack.planner.timing import fitted_params
+    from longpack.planner.options import PlanError, PlanLayout, TrainingOptions
+    from longpack.planner.timing import RowWork, estimate_time
+    from longpack.topology import ParallelLayout, TopologyError
 
     if precision not in PRECISIONS:
         raise ConfigError(f"precision {precision!r} is unknown; choose one of {', '.join(PRECISIONS)}")
-    spec, device, params = load_model(model), load_gpu(gpu), fitted_params()
-    at1 = flops_breakdown(spec, 1)
-    at2 = flops_breakdown(spec, 2)
-    slope = at2.attention - at1.attention  # FLOPs per token per token of context
-    constant = at1.dense_gemm + at1.expert_gemm + at1.logits + (at1.attention - slope)
-    group = max(1, int(tp)) * max(1, int(cp))
-    bf16 = device.peak_tflops("bf16") * 1e12
-    speedup = {"bf16": 1.0, "fp8": params.fp8_speedup, "mxfp8": params.fp8_speedup_blackwell}
-    plateau = 16384  # tokens: the kernel curves are flat beyond
-    head_dim = attention_head_dim(spec)
+    spec, device = load_model(model), load_gpu(gpu)
+    width = int(seq_length)
+    try:
+        plan = PlanLayout(layout=ParallelLayout(world_size=tp * cp, tp=tp, cp=cp, sp=tp > 1), mbs=1)
+        options = TrainingOptions(precision=precision, tp_comm_overlap=tp > 1)
+    except (PlanError, TopologyError, ValueError) as exc:
+        raise ConfigError(f"balance cost model: {exc}") from None
 
-    def eff(direction: str) -> float:
-        return kernel_efficiency(direction, True, plateau, head_dim=head_dim, blackwell=device.is_blackwell)
+    def row_seconds(sequences: tuple[tuple[int, float], ...]) -> float:
+        rows = RowWork(row_length=width, sequences=sequences)
+        return estimate_time(
+            spec, device, plan, seq_length=width, gbs=1, options=options, rows=rows
+        ).microbatch
 
-    # Megatron counts attention as 3x its forward; the kernels run forward + 2.5x forward
-    attention_eff = 3.0 / (1.0 / eff("fwd") + BACKWARD_FLOP_RATIO / eff("bwd")) * params.attention_factor
-    return PackCostModel.from_flops(
-        linear_flops_per_token=constant,
-        # slope·L² = pair·L²/2 over the L(L+1)/2 causal pairs of a sequence
-        attention_flops_per_token_pair=2.0 * slope,
-        flops_per_second=bf16 * params.eta_gemm * speedup[precision] * group,
-        attention_flops_per_second=bf16 * attention_eff * group,
+    base = row_seconds(((1, 1.0),))  # the row without attention work (one 1-token sequence)
+    lengths = sorted({max(1, round(16 * (width / 16) ** (i / 23))) for i in range(24)} | {width})
+    seconds = [row_seconds(((n, 1.0),)) - base for n in lengths]
+    attention = PackCostModel.fit(
+        [[n] for n in lengths], seconds, terms=("per_sequence", "linear", "quadratic")
     )
+    return replace(attention, per_pack=base)
+
+
+def microbatch_seconds(
+    *, model: str, gpu: str, precision: str = "bf16", tp: int = 1
+) -> Callable[[Sequence[int], int], float]:
+    """``seconds(lengths, ranks)``: the planner's one step-time model
+    (:func:`longpack.planner.timing.estimate_time`) for one micro-batch holding sequences of ``lengths``
+    (runtime tokens, one unpadded varlen row) on ``ranks`` CP ranks of ``tp`` GPUs each — the callable
+    ``longpack.balance.cp_modes.compare_cp_modes`` and the hybrid-CP schedules take, so they time CP
+    modes with the same model as ``plan``, ``sweep`` and ``pack --balance``.
+
+    >>> seconds = microbatch_seconds(model="llama3_1_8b", gpu="h100")
+    >>> one, split = seconds([32768], 1), seconds([32768], 4)
+    >>> 2.5 < one / split < 4.0, seconds([8192] * 4, 1) < one
+    (True, True)
+    """
+    from longpack.planner.catalog import load_gpu, load_model
+    from longpack.planner.options import PlanLayout, TrainingOptions
+    from longpack.planner.timing import RowWork, estimate_time
+    from longpack.topology import ParallelLayout
+
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision {precision!r} is unknown; choose one of {', '.join(PRECISIONS)}")
+    spec, device = load_model(model), load_gpu(gpu)
+    options = TrainingOptions(precision=precision, tp_comm_overlap=tp > 1)
+
+    def seconds(lengths: Sequence[int], ranks: int) -> float:
+        counts: dict[int, float] = {}
+        for n in lengths:
+            counts[int(n)] = counts.get(int(n), 0.0) + 1.0
+        width = sum(int(n) for n in lengths)
+        plan = PlanLayout(layout=ParallelLayout(world_size=tp * ranks, tp=tp, cp=ranks, sp=tp > 1), mbs=1)
+        rows = RowWork(row_length=width, sequences=tuple(sorted(counts.items())))
+        return estimate_time(
+            spec, device, plan, seq_length=width, gbs=1, options=options, rows=rows
+        ).microbatch
+
+    return seconds
 
 
 def parse_balance_spec(spec: str) -> BalanceTarget:
     """Read ``key=value,...``: ``dp``, ``gbs`` (required), ``pp``, ``vpp``, ``mbs``, ``schedule``,
     ``sampler``, and the cost model: either ``model=M,gpu=G`` (planner catalog names; optional
-    ``precision``, and ``tp``/``cp`` for the group that runs one pack; see ``pack_cost_model``) or
+    ``precision``, ``tp``/``cp`` for the group that runs one pack and ``seq_length`` for the row width,
+    default 8192; see ``pack_cost_model``) or
     explicit coefficients ``linear=..,quadratic=..[,per_sequence=..,per_pack=..]``. ``schedule``
     defaults to ``interleaved`` when ``vpp > 1``, else ``1f1b``. Raises ``ConfigError`` naming the item.
 
@@ -136,6 +186,7 @@ def parse_balance_spec(spec: str) -> BalanceTarget:
             precision=values.get("precision", "bf16"),
             tp=ints.get("tp", 1),
             cp=ints.get("cp", 1),
+            seq_length=ints.get("seq_length", DEFAULT_COST_SEQ_LENGTH),
         )
     elif "linear" in floats and "quadratic" in floats:
         try:

@@ -140,10 +140,15 @@ class PlanLayout:
 
     >>> PlanLayout(layout=ParallelLayout(world_size=64, tp=1, cp=4, ep=8, pp=2), mbs=1).label
     'TP1 CP4 EP8 ETP1 PP2 DP8 EDP4 MBS1'
+    >>> PlanLayout(layout=ParallelLayout(world_size=16, tp=2, sp=True), dense=True).label
+    'TP2 CP1 PP1 DP8 MBS1'
+
+    ``dense``: the model has no experts, so the label (and every text) leaves EP / ETP / EDP out.
     """
 
     layout: ParallelLayout
     mbs: int = 1
+    dense: bool = False
 
     @property
     def vpp(self) -> int:
@@ -155,6 +160,8 @@ class PlanLayout:
         """Compact human label."""
         lay = self.layout
         vpp = f" VPP{lay.vpp}" if lay.vpp and lay.vpp > 1 else ""
+        if self.dense:
+            return f"TP{lay.tp} CP{lay.cp} PP{lay.pp}{vpp} DP{lay.dp} MBS{self.mbs}"
         return (
             f"TP{lay.tp} CP{lay.cp} EP{lay.ep} ETP{lay.expert_tp} PP{lay.pp}{vpp} DP{lay.dp} "
             f"EDP{lay.edp} MBS{self.mbs}"

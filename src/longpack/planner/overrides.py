@@ -130,6 +130,8 @@ def override_values(
         "model.sequence_parallel": bool(lay.sp),
         "model.pipeline_model_parallel_layout": pipeline_layout or None,
     }
+    if not moe:  # a dense model has no experts: no expert-parallel sizes to set
+        del out["model.expert_model_parallel_size"], out["model.expert_tensor_parallel_size"]
     if lay.cp > 1:
         kind = options.cp_comm_type if options.cp_comm_type != "auto" else "p2p"
         out["model.cp_comm_type"] = kind

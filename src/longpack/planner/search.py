@@ -76,6 +76,15 @@ class SearchRequest:
     mbs: int | None = None
     max_tp: int = 8
     keep_all: bool = False
+    #: rank settings no calibration point constrains too (``longpack.planner.evidence``); off: choose
+    #: among measured ones (an unmeasured setting never wins by its modelled gain alone)
+    explore: bool = False
+    #: pins of settings the search otherwise chooses (``None``: chosen); the reference layout uses them
+    #: for Megatron's defaults
+    cp_comm_type: str | None = None
+    ep_overlap: bool | None = None
+    tp_comm_overlap: bool | None = None
+    allow_full_recompute: bool = True
     #: Megatron-Bridge / Megatron-Core versions the rules check candidates for (None: check's default).
     rule_versions: UpstreamVersions | None = None
 
@@ -197,6 +206,8 @@ class Candidate:
     stage_counts: tuple[int, ...]
     reasons: tuple[str, ...] = field(default_factory=tuple)
     mtp_layers: int = 0
+    #: settings of this candidate no calibration point constrains (``longpack.planner.evidence``)
+    unmeasured: tuple[str, ...] = ()
     #: ``longpack check`` findings for this layout (warnings and infos; layouts with errors are rejected).
     findings: tuple[Finding, ...] = field(default_factory=tuple)
 
@@ -407,15 +418,42 @@ def enumerate_layouts(req: SearchRequest, rejected: dict[str, int] | None = None
                             except TopologyError as exc:
                                 drop(str(exc).split(";")[0])
                                 continue
-                            out.append(PlanLayout(layout=lay, mbs=b))
+                            out.append(PlanLayout(layout=lay, mbs=b, dense=req.model.moe is None))
     return out
+
+
+def _dispatcher_for(req: SearchRequest, ep_width: int) -> str:
+    """The pinned dispatcher, else the GPU's default, else (without ``explore``) a dispatcher some
+    calibration point used on this GPU when the default has none."""
+    if req.dispatcher:
+        return req.dispatcher
+    default = default_dispatcher(req.gpu, ep_width)
+    if req.explore or ep_width <= 1 or req.model.moe is None:
+        return default
+    from longpack.planner.evidence import measured_dispatchers
+
+    measured = measured_dispatchers(req.gpu.name)
+    if default in measured or not measured:
+        return default
+    return next(d for d in ("hybridep", "deepep", "alltoall", "allgather") if d in measured)
+
+
+def _cp_comm_for(req: SearchRequest, plan: PlanLayout) -> str:
+    if req.cp_comm_type is not None:
+        return req.cp_comm_type
+    among = None
+    if not req.explore:
+        from longpack.planner.evidence import measured_cp_comm_types
+
+        among = tuple(sorted(measured_cp_comm_types()))
+    return best_cp_comm_type(req.model, req.gpu, plan, seq_length=req.seq_length, among=among)
 
 
 def _options_for(
     req: SearchRequest, plan: PlanLayout, recompute: tuple[str, ...], offload: float
 ) -> TrainingOptions:
     lay = plan.layout
-    dispatcher = req.dispatcher or default_dispatcher(req.gpu, lay.ep * lay.expert_tp)
+    dispatcher = _dispatcher_for(req, lay.ep * lay.expert_tp)
     overlap = (
         req.model.moe is not None
         and lay.ep > 1
@@ -424,6 +462,8 @@ def _options_for(
         and "moe" not in recompute
         and recompute != ("full",)
     )
+    if req.ep_overlap is not None:
+        overlap = overlap and req.ep_overlap
     return _make_options(
         req.precision,
         recompute,
@@ -431,10 +471,10 @@ def _options_for(
         dispatcher,
         req.optimizer,
         overlap,
-        best_cp_comm_type(req.model, req.gpu, plan, seq_length=req.seq_length),
+        _cp_comm_for(req, plan),
         "none" if recompute == ("full",) and req.cuda_graphs == "partial" else req.cuda_graphs,
         req.imbalance,
-        lay.tp > 1,
+        lay.tp > 1 and (req.tp_comm_overlap is None or req.tp_comm_overlap),
     )
 
 
@@ -486,6 +526,18 @@ def _time(
     )
 
 
+def versus(a: float, b: float, unit: str = "GiB", digits: int = 1) -> str:
+    """``"69.8 GiB < 75.1 GiB"``: two figures with the comparison their printed values show (so a reason
+    never says ``>`` of two numbers in the other order, or of two equal ones).
+
+    >>> versus(69.84, 75.1), versus(80.0, 75.1), versus(75.12, 75.14)
+    ('69.8 GiB < 75.1 GiB', '80.0 GiB > 75.1 GiB', '75.1 GiB = 75.1 GiB')
+    """
+    x, y = f"{a:.{digits}f}", f"{b:.{digits}f}"
+    op = ">" if float(x) > float(y) else "<" if float(x) < float(y) else "="
+    return f"{x} {unit} {op} {y} {unit}"
+
+
 def _recompute_reasons(req: SearchRequest, cand: Candidate) -> list[str]:
     """Why this recompute / offload setting: what the lighter setting would need, what the heavier
     (full recompute) would cost."""
@@ -499,13 +551,22 @@ def _recompute_reasons(req: SearchRequest, cand: Candidate) -> list[str]:
     elif opts.recompute and opts.recompute in ladder:
         idx = ladder.index(opts.recompute)
         lighter = ladder[idx - 1] if idx > 0 else ()
-        need = _memory(req, plan, replace(opts, recompute=lighter), counts)
+        lighter_opts = _options_for(req, plan, lighter, opts.optimizer_offload)
+        need = _memory(req, plan, lighter_opts, counts)
+        if need > budget:
+            why = f"needs {versus(need, budget)} budget"
+        else:
+            slower = _time(req, plan, lighter_opts, counts).step_time
+            why = (
+                f"fits ({versus(need, budget)} budget) but takes {slower:.2f} s per step vs {step:.2f} s"
+                if slower > step
+                else f"fits ({versus(need, budget)} budget); the search kept the heavier setting"
+            )
         out.append(
-            f"recompute {', '.join(opts.recompute)}: the lighter setting ({', '.join(lighter) or 'none'}) "
-            f"needs {need:.1f} GiB > {budget:.1f} GiB budget"
+            f"recompute {', '.join(opts.recompute)}: the lighter setting ({', '.join(lighter) or 'none'}) {why}"
         )
     else:
-        out.append(f"no recompute: fits at {cand.memory.total_gib:.1f} GiB of {budget:.1f}")
+        out.append(f"no recompute: fits ({versus(cand.memory.total_gib, budget)} budget)")
     if not opts.full_recompute:
         full = _time(req, plan, replace(opts, recompute=("full",), ep_overlap=False), counts).step_time
         if full > step:
@@ -515,9 +576,13 @@ def _recompute_reasons(req: SearchRequest, cand: Candidate) -> list[str]:
             )
     if opts.optimizer_offload > 0:
         need = _memory(req, plan, replace(opts, optimizer_offload=0.0), counts)
+        without = (
+            f"without it {versus(need, budget)} budget"
+            if need > budget
+            else f"without it the layout needs {versus(need, budget)} budget but a heavier recompute, slower"
+        )
         out.append(
-            f"optimizer CPU offload {opts.optimizer_offload:.0%}: without it {need:.1f} GiB > {budget:.1f} GiB; "
-            f"costs {cand.time.offload:.2f} s per step"
+            f"optimizer CPU offload {opts.optimizer_offload:.0%}: {without}; costs {cand.time.offload:.2f} s per step"
         )
     return out
 
@@ -563,7 +628,7 @@ def _reasons(req: SearchRequest, cand: Candidate, rule: RuleOfThumb | None = Non
         out.append(
             f"TP {lay.tp} with tp_comm_overlap assumed (emitted): {tim.tp_comm:.2f} s of TP comm exposed per step"
         )
-    if lay.ep * lay.expert_tp > 1:
+    if req.model.moe is not None and lay.ep * lay.expert_tp > 1:
         width = lay.ep * lay.expert_tp
         where = (
             "inside one NVLink domain"
@@ -593,9 +658,12 @@ def evaluate_layout(
     plan: PlanLayout,
     options: TrainingOptions,
     params: TimeModelParams | None = None,
+    stage_counts: tuple[int, ...] | None = None,
 ) -> Candidate:
-    """Memory and time of one layout with given options (no feasibility filtering)."""
-    counts = stage_counts_for(req.model, plan)
+    """Memory and time of one layout with given options (no feasibility filtering); ``stage_counts``
+    gives decoder layers per virtual stage (a custom pipeline layout), else the planner's split."""
+    plan = replace(plan, dense=req.model.moe is None)
+    counts = stage_counts if stage_counts is not None else stage_counts_for(req.model, plan)
     gbs = req.global_batch
     mem = estimate_memory(
         req.model, plan, seq_length=req.seq_length, gbs=gbs, options=options, stage_counts=counts
@@ -613,7 +681,13 @@ def evaluate_layout(
     cand = Candidate(
         plan=plan, options=options, memory=mem, time=tim, stage_counts=counts, mtp_layers=req.model.mtp_layers
     )
-    return replace(cand, reasons=_reasons(req, cand))
+    return replace(cand, reasons=_reasons(req, cand), unmeasured=_unmeasured(req, cand))
+
+
+def _unmeasured(req: SearchRequest, cand: Candidate) -> tuple[str, ...]:
+    from longpack.planner.evidence import unmeasured_settings
+
+    return unmeasured_settings(req.model, req.gpu, cand.plan, cand.options)
 
 
 def layout_findings(req: SearchRequest, cand: Candidate) -> tuple[Finding, ...]:
@@ -647,6 +721,8 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
     """
     budget = req.memory_budget_gib
     ladder = [req.recompute] if req.recompute is not None else recompute_ladder(req.model)
+    if not req.allow_full_recompute and len(ladder) > 1:
+        ladder = [r for r in ladder if r != ("full",)]
     offloads = [0.0, 0.5, 1.0] if req.allow_offload else [0.0]
     gbs = req.global_batch
     rejected: dict[str, int] = {}
@@ -678,7 +754,7 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
                 key = too_big
                 rejected[key] = rejected.get(key, 0) + 1
                 if plan.layout.cp == rule_cp:
-                    k2 = f"{plan.label}: {least:.0f} GiB at best > {budget:.0f} GiB"
+                    k2 = f"{plan.label}: {versus(least, budget, digits=0)} at best"
                     rule_rejected[k2] = rule_rejected.get(k2, 0) + 1
                 continue
             best: Candidate | None = None
@@ -737,7 +813,7 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
             key = f"refused by longpack check ({first.rule_id})"
             rejected[key] = rejected.get(key, 0) + 1
             continue
-        kept.append(replace(cand, findings=findings))
+        kept.append(replace(cand, findings=findings, unmeasured=_unmeasured(req, cand)))
     rule = _rule_of_thumb(req, kept, feasible, rule_cp, rule_rejected, rejected)
     return SearchResult(
         request=req,

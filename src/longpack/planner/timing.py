@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from importlib import resources
 
@@ -205,6 +206,8 @@ class TimeBreakdown:
     attention_efficiency: float = 0.0
     cp_comm_type: str = "p2p"
     cp_ring_length: float = 0.0
+    #: seconds of one (mean) micro-batch on the slowest pipeline rank (all its layers, forward + backward)
+    microbatch: float = 0.0
 
     def as_dict(self) -> dict[str, float | str]:
         """Rounded mapping for reports."""
@@ -240,16 +243,61 @@ def _link_time(nbytes: float, group: int, gpu: GPUSpec, *, stride: int = 1, allt
     return nbytes * inside / nvl + nbytes * (1 - inside) / ib
 
 
-def _micro_batch_lengths(
-    seq_length: int, mbs: int, sub_lengths: tuple[int, ...] | None
-) -> tuple[tuple[int, int], ...]:
-    """``(length, count)`` of the sequences one micro-batch holds (packed rows: the packed sequences)."""
-    if not sub_lengths:
-        return ((int(seq_length), int(mbs)),)
-    counts: dict[int, int] = {}
-    for x in sub_lengths:
-        counts[int(x)] = counts.get(int(x), 0) + int(mbs)
-    return tuple(sorted(counts.items()))
+@dataclass(frozen=True, kw_only=True)
+class RowWork:
+    """What one packed row (a micro-batch of MBS 1) holds: its width in tokens and its sequences.
+
+    ``row_length``: tokens the row's GEMMs run on (the pack length: packed rows are padded to it);
+    ``sequences``: ``(length, count)`` of the sequences a row holds *on average* (counts may be
+    fractional: over a dataset, ``count`` is how many sequences of that length there are per pack).
+    Core attention is a sum over sequences, so the mean row's attention time is the mean of the rows'
+    attention times; each sequence is split into its own per-CP-rank zigzag chunks.
+
+    >>> RowWork.full(8192).sequences
+    ((8192, 1.0),)
+    >>> RowWork.from_packs([4096, 4096, 2048, 2048], packs=2, row_length=8192).sequences
+    ((2048, 1.0), (4096, 1.0))
+    """
+
+    row_length: int
+    sequences: tuple[tuple[int, float], ...]
+
+    def __post_init__(self) -> None:
+        if self.row_length < 1 or not self.sequences:
+            raise ValueError("a row needs a positive length and at least one sequence")
+        if any(n < 1 or n > self.row_length or c <= 0 for n, c in self.sequences):
+            raise ValueError(f"sequences must be positive lengths <= {self.row_length} with positive counts")
+
+    @classmethod
+    def full(cls, seq_length: int) -> RowWork:
+        """One sequence filling the row (BSHD data, or a pack that is one full-length sample)."""
+        return cls(row_length=int(seq_length), sequences=((int(seq_length), 1.0),))
+
+    @classmethod
+    def from_packs(cls, lengths: Sequence[int], *, packs: int, row_length: int) -> RowWork:
+        """The mean row of ``packs`` packed rows holding sequences of ``lengths`` (runtime tokens)."""
+        if packs < 1:
+            raise ValueError("packs must be positive")
+        counts: dict[int, int] = {}
+        for x in lengths:
+            counts[int(x)] = counts.get(int(x), 0) + 1
+        return cls(
+            row_length=int(row_length), sequences=tuple((n, c / packs) for n, c in sorted(counts.items()))
+        )
+
+    @property
+    def context(self) -> float:
+        """Attention context per token, ``Σ Lᵢ² / Σ Lᵢ`` (Megatron's THD FLOP convention)."""
+        return sum(n * n * c for n, c in self.sequences) / sum(n * c for n, c in self.sequences)
+
+    @property
+    def tokens(self) -> float:
+        """Sequence (non-padding) tokens of the mean row."""
+        return sum(n * c for n, c in self.sequences)
+
+    def scaled(self, mbs: int) -> tuple[tuple[int, float], ...]:
+        """``(length, count)`` of one micro-batch of ``mbs`` such rows."""
+        return tuple((n, c * mbs) for n, c in self.sequences)
 
 
 def attention_for(
@@ -260,7 +308,7 @@ def attention_for(
     seq_length: int,
     options: TrainingOptions,
     params: TimeModelParams | None = None,
-    sub_lengths: tuple[int, ...] | None = None,
+    rows: RowWork | None = None,
 ) -> AttentionCost:
     """Core attention of one softmax layer and one micro-batch with the layout's CP split (``auto``:
     the cheapest allowed ``cp_comm_type``).
@@ -278,7 +326,7 @@ def attention_for(
     return best_attention_cost(
         model,
         gpu,
-        lengths=_micro_batch_lengths(seq_length, plan.mbs, sub_lengths),
+        lengths=(rows or RowWork.full(seq_length)).scaled(plan.mbs),
         tp=lay.tp,
         cp=lay.cp,
         requested=options.cp_comm_type,
@@ -301,19 +349,30 @@ def estimate_time(
     options: TrainingOptions,
     params: TimeModelParams | None = None,
     stage_counts: tuple[int, ...] | None = None,
-    sub_lengths: tuple[int, ...] | None = None,
+    rows: RowWork | None = None,
 ) -> TimeBreakdown:
-    """Step time of one training iteration and the resulting model TFLOP/s/GPU (Megatron convention)."""
+    """THE step-time model: one training iteration's time and the model TFLOP/s/GPU (Megatron convention).
+
+    Every caller goes through here with the same inputs: ``plan`` and ``options`` (the layout and its
+    settings), ``gbs`` packed rows per step of ``seq_length`` tokens each, and ``rows`` (what a row
+    holds: :class:`RowWork`; default one full-length sequence per row). ``longpack plan``, ``plan
+    estimate``, ``sweep`` (rows built from the packs it made), the balanced packer's cost model
+    (:func:`longpack.planner.balance_costs.pack_cost_model`) and calibration all call it. GEMMs run on
+    the whole row width (padding included); core attention is the sum over the row's sequences, each
+    split into its own per-CP-rank zigzag chunks; a step is ``m`` mean micro-batches plus the pipeline
+    bubble, DP and offload. Model TFLOP/s and tokens/s count the sequence (non-padding) tokens.
+    """
     prm = params or fitted_params()
+    work = rows or RowWork.full(seq_length)
+    if work.row_length != seq_length:
+        raise ValueError(f"rows are {work.row_length} tokens wide but seq_length is {seq_length}")
     lay = plan.layout
     t, c, p, e, u, v = lay.tp, lay.cp, lay.pp, lay.ep, lay.expert_tp, plan.vpp
     b = plan.mbs
     m = num_microbatches(plan, gbs)
     counts = stage_counts if stage_counts is not None else stage_counts_for(model, plan)
     h = model.hidden_size
-    context = float(seq_length)
-    if sub_lengths:
-        context = sum(x * x for x in sub_lengths) / sum(sub_lengths)
+    context = work.context
     arch = _arch_factor(gpu, prm)
     bf16_peak = gpu.peak_tflops("bf16") * 1e12 * arch
     fp8 = prm.fp8_speedup_blackwell if gpu.is_blackwell else prm.fp8_speedup
@@ -332,9 +391,7 @@ def estimate_time(
     if moe is not None:
         tokens_per_expert = moe.top_k * tokens_mb * e / (t * c * moe.num_experts)
         eff_expert = _gemm_eff(prm, tokens_per_expert, h, moe.moe_ffn_hidden_size / u)
-    attn = attention_for(
-        model, gpu, plan, seq_length=seq_length, options=options, params=prm, sub_lengths=sub_lengths
-    )
+    attn = attention_for(model, gpu, plan, seq_length=seq_length, options=options, params=prm, rows=work)
     # linear-attention (Gated DeltaNet) chunk kernels run near the unmasked fused-attention plateau
     linear_attn_peak = (
         bf16_peak
@@ -460,9 +517,10 @@ def estimate_time(
         offload = transfer + phi * opt_params / rate
 
     step = t_mb * m + bubble + dp + offload
-    ftok = flops_breakdown(model, seq_length, sub_lengths=sub_lengths).total
+    ftok = flops_breakdown(model, context=context).total
     world = lay.world_size
-    tflops = gbs * seq_length * ftok / (world * step) / 1e12
+    tokens_step = gbs * work.tokens
+    tflops = tokens_step * ftok / (world * step) / 1e12
     prec_peak = gpu.peak_tflops("bf16" if options.precision == "bf16" else options.precision)
     return TimeBreakdown(
         step_time=step,
@@ -476,7 +534,7 @@ def estimate_time(
         bubble=bubble,
         offload=offload,
         tflops_per_gpu=tflops,
-        tokens_per_s_per_gpu=gbs * seq_length / (world * step),
+        tokens_per_s_per_gpu=tokens_step / (world * step),
         mfu_vs_bf16_peak=tflops / gpu.peak_tflops("bf16"),
         mfu_vs_precision_peak=tflops / prec_peak,
         flops_per_token=ftok,
@@ -484,12 +542,20 @@ def estimate_time(
         attention_efficiency=attn.model_efficiency(gpu) if c >= 1 else 0.0,
         cp_comm_type=attn.kind if c > 1 else "p2p",
         cp_ring_length=attn.ring_length,
+        microbatch=t_mb,
     )
 
 
-def best_cp_comm_type(model: ModelSpec, gpu: GPUSpec, plan: PlanLayout, *, seq_length: int) -> str:
+def best_cp_comm_type(
+    model: ModelSpec,
+    gpu: GPUSpec,
+    plan: PlanLayout,
+    *,
+    seq_length: int,
+    among: tuple[str, ...] | None = None,
+) -> str:
     """The CP communication type with the least attention time (kernels + exposed communication) for
-    this layout (``p2p`` without CP).
+    this layout (``p2p`` without CP); ``among`` limits the choice (``p2p`` when none of them is allowed).
 
     >>> from longpack.planner.catalog import load_model, load_gpu
     >>> from longpack.topology import ParallelLayout
@@ -499,24 +565,36 @@ def best_cp_comm_type(model: ModelSpec, gpu: GPUSpec, plan: PlanLayout, *, seq_l
     """
     if plan.layout.cp == 1:
         return "p2p"
-    return _best_cp(model, gpu, plan.layout.tp, plan.layout.cp, plan.mbs, seq_length)
+    return _best_cp(model, gpu, plan.layout.tp, plan.layout.cp, plan.mbs, seq_length, among)
 
 
 @functools.lru_cache(maxsize=4096)
-def _best_cp(model: ModelSpec, gpu: GPUSpec, t: int, c: int, mbs: int, seq_length: int) -> str:
+def _best_cp(
+    model: ModelSpec, gpu: GPUSpec, t: int, c: int, mbs: int, seq_length: int, among: tuple[str, ...] | None
+) -> str:
     prm = fitted_params()
-    return best_attention_cost(
-        model,
-        gpu,
-        lengths=((seq_length, mbs),),
-        tp=t,
-        cp=c,
-        peak_scale=_arch_factor(gpu, prm),
-        factor=prm.attention_factor,
-        step_overhead_s=prm.cp_step_overhead_us * 1e-6,
-        internode_scale=prm.cp_internode_scale,
-        nvlink_eff=prm.cp_nvlink_eff,
-    ).kind
+    kinds = cp_comm_candidates(model, t=t, c=c)
+    if among is not None:
+        kinds = tuple(k for k in kinds if k in among)
+        if len(kinds) <= 1:
+            return kinds[0] if kinds else "p2p"
+    costs = [
+        best_attention_cost(
+            model,
+            gpu,
+            lengths=((seq_length, mbs),),
+            tp=t,
+            cp=c,
+            requested=k,
+            peak_scale=_arch_factor(gpu, prm),
+            factor=prm.attention_factor,
+            step_overhead_s=prm.cp_step_overhead_us * 1e-6,
+            internode_scale=prm.cp_internode_scale,
+            nvlink_eff=prm.cp_nvlink_eff,
+        )
+        for k in kinds
+    ]
+    return min(costs, key=lambda x: x.total).kind
 
 
 def _alltoall_time(
@@ -534,6 +612,7 @@ def _alltoall_time(
 
 
 __all__ = [
+    "RowWork",
     "TimeBreakdown",
     "TimeModelParams",
     "attention_for",

@@ -427,16 +427,23 @@ def build_visual_thd_batch(
     return out
 
 
+ON_BAD_SAMPLE: tuple[str, ...] = ("skip", "raise")
+
+
 class VisualInBatchCollator:
     """A ``collate_fn`` for collate-time ("in-batch") packing of VLM micro-batches (MBS > 1): each example is
     prepared by ``prepare`` (e.g. ``longpack.vlm.QwenVLPreparer(...).prepare``) and the micro-batch becomes one
     THD row (:func:`build_visual_thd_batch`); Bridge's ``qwen2_5_collate_fn(enable_in_batch_packing=True)``.
 
-    A sample a limit refuses (``prepare`` raises a longpack error with a ``reason``, as
-    ``longpack.vlm.SampleRejected`` does), or one longer than ``sequence_length`` (reason ``too_long``), is left out and listed in the batch's ``skipped`` key as
-    ``{"key", "reason", "message"}``, so the refusal reaches the trainer even from loader worker processes; a
-    micro-batch whose every sample is refused is a :class:`InBatchPackingError`. ``emit_padding_mask``
-    defaults to ``pad_to_multiple_of > 1`` (Bridge's text in-batch collate does the same).
+    A bad sample (``prepare`` raises an error with a ``reason`` and a ``key``, as ``longpack.vlm.SampleRejected``
+    does for a limit, an unreadable or refused image, placeholders that do not match the images, a malformed
+    conversation), or one longer than ``sequence_length`` (reason ``too_long``), is handled by
+    ``on_bad_sample``: ``"skip"`` (default) leaves it out and lists it in the batch's ``skipped`` key as
+    ``{"key", "reason", "message"}`` (so the refusal reaches the trainer even from loader worker processes) while
+    its neighbours are packed; ``"raise"`` raises it (its message names the sample). A micro-batch whose every
+    sample is refused is a :class:`InBatchPackingError` naming each. Errors without a ``reason`` (a setting that
+    fails for every sample) are raised. ``emit_padding_mask`` defaults to ``pad_to_multiple_of > 1`` (Bridge's
+    text in-batch collate does the same).
     """
 
     def __init__(
@@ -447,16 +454,22 @@ class VisualInBatchCollator:
         pad_to_multiple_of: int = 1,
         pad_to_max_length: bool = False,
         emit_padding_mask: bool | None = None,
+        on_bad_sample: str = "skip",
     ) -> None:
         if not callable(prepare):
             raise InBatchPackingError(
                 f"prepare must be callable (one example -> prepared sequence), got {prepare!r}"
+            )
+        if on_bad_sample not in ON_BAD_SAMPLE:
+            raise InBatchPackingError(
+                f"on_bad_sample={on_bad_sample!r} is not one of {ON_BAD_SAMPLE}", fields="on_bad_sample"
             )
         self.prepare = prepare
         self.sequence_length = sequence_length
         self.pad_to_multiple_of = pad_to_multiple_of
         self.pad_to_max_length = pad_to_max_length
         self.emit_padding_mask = pad_to_multiple_of > 1 if emit_padding_mask is None else emit_padding_mask
+        self.on_bad_sample = on_bad_sample
 
     def __call__(self, examples: Sequence[Any]) -> dict[str, Any]:
         from longpack.errors import LongpackError
@@ -467,7 +480,7 @@ class VisualInBatchCollator:
                 seq = self.prepare(example)
             except LongpackError as exc:
                 reason = getattr(exc, "reason", None)
-                if reason is None:
+                if reason is None or self.on_bad_sample == "raise":
                     raise
                 skipped.append({"key": getattr(exc, "key", str(i)), "reason": reason, "message": str(exc)})
                 continue
@@ -475,6 +488,8 @@ class VisualInBatchCollator:
             if self.sequence_length is not None and n > self.sequence_length:
                 key = getattr(seq, "key", str(i))
                 message = f"sample {key}: {n} tokens after expansion > sequence_length={self.sequence_length}"
+                if self.on_bad_sample == "raise":
+                    raise InBatchPackingError(message, fields="sequence_length")
                 skipped.append({"key": key, "reason": "too_long", "message": message})
                 continue
             prepared.append(seq)

@@ -6,9 +6,11 @@ preparation; the size rule (:mod:`longpack.vlm.vision`) and the rope index are p
 
 Public API::
 
-    VisionConfig, VLMConfig, VLMStats, PreparedSequence, SampleLength, SampleRejected, VLMError
+    VisionConfig, VLMConfig, VLMStats, PreparedSequence, SampleLength, SampleError, SampleRejected, VLMError
     QwenVLPreparer(tokenizer="qwen3", image_processor=None, config=VLMConfig()).prepare(sample)
-        -> PreparedSequence;  .length(sample) -> SampleLength (no pixel decoded)
+        -> PreparedSequence;  .length(sample) -> SampleLength (no pixel decoded);  .measure(sample): length
+        with the limits applied
+    longpack.vlm.families.vlm_family(name): the family registry;  longpack.vlm.video: PyAV frames
     smart_resize, image_grid_thw, visual_token_count, image_size, decode_image
     mrope_position_ids(input_ids, image_grid_thw, ..., image_token_id, video_token_id, merge_size)
     normalize_conversation(sample), render_pieces(messages)
@@ -20,7 +22,7 @@ Example (sizes only; no processor needed)::
 """
 
 from longpack.vlm.chat import normalize_conversation, render_pieces
-from longpack.vlm.errors import REJECT_REASONS, SampleRejected, VLMError
+from longpack.vlm.errors import REJECT_REASONS, SampleError, SampleRejected, VLMError
 from longpack.vlm.prepare import (
     PreparedSequence,
     QwenVLPreparer,
@@ -43,6 +45,7 @@ __all__ = [
     "REJECT_REASONS",
     "PreparedSequence",
     "QwenVLPreparer",
+    "SampleError",
     "SampleLength",
     "SampleRejected",
     "VLMConfig",

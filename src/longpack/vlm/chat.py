@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from longpack.text.tokenizers import Piece, Tokenizer, chatml_pieces
-from longpack.vlm.errors import VLMError
+from longpack.vlm.errors import SampleError, VLMError
 
 CHAT_TEMPLATES: tuple[str, ...] = ("qwen2_vl", "tokenizer")
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
@@ -63,15 +63,19 @@ def _turns(sample: Mapping[str, Any]) -> tuple[list[Any], bool]:
                 try:
                     value = json.loads(value)
                 except ValueError as exc:
-                    raise VLMError(f"key {key!r} is a string but not JSON ({exc})") from None
+                    raise SampleError("malformed", f"key {key!r} is a string but not JSON ({exc})") from None
             if isinstance(value, Mapping):  # {"conversations": [...]} nested (Energon ChatML JSON)
                 return _turns(value)
             if not isinstance(value, list):
-                raise VLMError(f"key {key!r} must be a list of turns, got {type(value).__name__}")
+                raise SampleError(
+                    "malformed", f"key {key!r} must be a list of turns, got {type(value).__name__}"
+                )
             if value and isinstance(value[0], Mapping) and "from" in value[0]:
                 sharegpt = True
             return value, sharegpt
-    raise VLMError(f"a VLM sample needs 'messages' or 'conversations', has keys {sorted(sample)}")
+    raise SampleError(
+        "malformed", f"a VLM sample needs 'messages' or 'conversations', has keys {sorted(sample)}"
+    )
 
 
 def normalize_conversation(
@@ -84,7 +88,8 @@ def normalize_conversation(
     """The conversation as ``[{"role", "content": [parts]}]`` with every media part holding its source.
 
     ``images`` / ``videos`` (or the sample's ``images`` / ``videos`` keys) fill ``<image>`` / ``<video>``
-    placeholders and media parts without a source, in order; a count mismatch is a ``VLMError``.
+    placeholders and media parts without a source, in order; a count mismatch is a ``SampleError``
+    (reason ``placeholder_mismatch``), a conversation that cannot be read one with reason ``malformed``.
     """
     if isinstance(sample, Mapping):
         turns, sharegpt = _turns(sample)
@@ -104,8 +109,9 @@ def normalize_conversation(
         if part is not None and part.get(kind) is not None:
             return {"type": kind, kind: part[kind]}
         if taken[kind] >= len(pools[kind]):
-            raise VLMError(
-                f"the conversation has more {kind} parts/placeholders than the {len(pools[kind])} {kind}s given"
+            raise SampleError(
+                "placeholder_mismatch",
+                f"the conversation has more {kind} parts/placeholders than the {len(pools[kind])} {kind}s given",
             )
         source = pools[kind][taken[kind]]
         taken[kind] += 1
@@ -114,11 +120,13 @@ def normalize_conversation(
     out: list[VLMMessage] = []
     for i, turn in enumerate(turns):
         if not isinstance(turn, Mapping):
-            raise VLMError(f"turn {i} must be an object, got {type(turn).__name__}")
+            raise SampleError("malformed", f"turn {i} must be an object, got {type(turn).__name__}")
         role_raw = turn.get("from") if sharegpt else turn.get("role")
         role = _ROLES.get(str(role_raw).lower()) if role_raw is not None else None
         if role is None:
-            raise VLMError(f"turn {i}: unknown role {role_raw!r}; use one of {sorted(_ROLES)}")
+            raise SampleError(
+                "malformed", f"turn {i}: unknown role {role_raw!r}; use one of {sorted(_ROLES)}"
+            )
         content = turn.get("value") if sharegpt else turn.get("content")
         parts: list[Part] = []
         if content is None:
@@ -137,29 +145,35 @@ def normalize_conversation(
                     parts.append({"type": "text", "text": part})
                     continue
                 if not isinstance(part, Mapping):
-                    raise VLMError(f"turn {i} part {j}: expected an object, got {type(part).__name__}")
+                    raise SampleError(
+                        "malformed", f"turn {i} part {j}: expected an object, got {type(part).__name__}"
+                    )
                 kind = part.get("type")
                 if kind == "text" or (kind is None and "text" in part):
                     parts.append({"type": "text", "text": str(part.get("text", ""))})
                 elif kind in ("image", "video") or (kind is None and ("image" in part or "video" in part)):
                     parts.append(media(kind or ("image" if "image" in part else "video"), part))
                 else:
-                    raise VLMError(f"turn {i} part {j}: unknown part type {kind!r} (text, image, video)")
+                    raise SampleError(
+                        "malformed", f"turn {i} part {j}: unknown part type {kind!r} (text, image, video)"
+                    )
         else:
-            raise VLMError(
-                f"turn {i}: content must be a string or a list of parts, got {type(content).__name__}"
+            raise SampleError(
+                "malformed",
+                f"turn {i}: content must be a string or a list of parts, got {type(content).__name__}",
             )
         if media_first:
             parts = [p for p in parts if p["type"] != "text"] + [p for p in parts if p["type"] == "text"]
         out.append({"role": role, "content": parts})
     for kind in ("image", "video"):
         if taken[kind] != len(pools[kind]):
-            raise VLMError(
+            raise SampleError(
+                "placeholder_mismatch",
                 f"{len(pools[kind])} {kind}s given but the conversation places {taken[kind]}; add a <{kind}> "
-                "placeholder for each or drop the extra ones"
+                "placeholder for each or drop the extra ones",
             )
     if not out:
-        raise VLMError("the conversation is empty")
+        raise SampleError("malformed", "the conversation is empty")
     return out
 
 

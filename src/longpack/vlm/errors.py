@@ -1,36 +1,74 @@
 """Errors of the VLM layer: an image that cannot be used, a sample a limit refuses.
 
-Both are :class:`longpack.errors.InputError` (exit code 2 in the CLI). :class:`SampleRejected` carries a
-machine-readable ``reason`` so streaming callers (the Energon encoder, the in-batch collator) can count
-skipped samples per reason instead of hiding them:
+All are :class:`longpack.errors.InputError` (exit code 2 in the CLI). A problem caused by one sample (its
+image, its conversation, a limit) is a :class:`SampleError` with a machine-readable ``reason`` in
+:data:`REJECT_REASONS`; once the sample's key is known it becomes a :class:`SampleRejected`, whose message
+names the key. Streaming callers (the Energon encoder, the in-batch collator, ``online-sim --vlm``) skip and
+count those per reason instead of hiding them or aborting the sample's neighbours. A plain
+:class:`VLMError` is a setting that fails for every sample (no video processor, a processor whose grids
+differ from the configured resize rule) and is raised:
 
     >>> e = SampleRejected("s7", "visual_tokens", "1296 visual tokens > max_visual_tokens=1024")
     >>> e.reason, str(e)
     ('visual_tokens', 'sample s7: 1296 visual tokens > max_visual_tokens=1024')
+    >>> SampleError("aspect_ratio", "image size 1x300: aspect ratio 300.0 is above 200").named("s8").args[0]
+    'sample s8: image size 1x300: aspect ratio 300.0 is above 200'
 """
 
 from __future__ import annotations
 
 from longpack.errors import InputError
 
-# Why a sample is skipped, as counted by ``VLMStats`` (one key per limit).
-REJECT_REASONS: tuple[str, ...] = ("visual_tokens", "too_many_images", "too_long", "undecodable")
+# Why a sample is skipped, as counted by ``VLMStats`` and the packers' ``skipped`` records (one key per cause):
+# the limits (visual_tokens, too_many_images, too_long), an image that cannot be read (undecodable), an
+# image the processors refuse (aspect_ratio above 200, empty_image with a side of 0 pixels), placeholders
+# that do not match the sample's media (placeholder_mismatch), and a sample without a usable conversation
+# (malformed).
+REJECT_REASONS: tuple[str, ...] = (
+    "visual_tokens",
+    "too_many_images",
+    "too_long",
+    "undecodable",
+    "aspect_ratio",
+    "empty_image",
+    "placeholder_mismatch",
+    "malformed",
+)
 
 
 class VLMError(InputError):
     """A VLM sample cannot be prepared: bad message structure, a missing image, a processor mismatch."""
 
 
-class SampleRejected(VLMError):
-    """A sample a limit refuses (``reason`` in :data:`REJECT_REASONS`); callers skip and count it."""
+class SampleError(VLMError):
+    """A problem of one sample (``reason`` in :data:`REJECT_REASONS`), raised where its key is not known."""
 
-    def __init__(self, key: str, reason: str, detail: str) -> None:
+    def __init__(self, reason: str, detail: str) -> None:
         if reason not in REJECT_REASONS:
             raise ValueError(f"reason={reason!r} is not one of {REJECT_REASONS}")
-        super().__init__(f"sample {key}: {detail}")
-        self.key = key
+        super().__init__(detail)
         self.reason = reason
         self.detail = detail
 
-    def __reduce__(self) -> tuple[type[SampleRejected], tuple[str, str, str]]:
+    def named(self, key: str) -> SampleRejected:
+        """The same problem as a :class:`SampleRejected` of sample ``key``."""
+        return SampleRejected(key, self.reason, self.detail)
+
+    def __reduce__(self) -> tuple[type, tuple[str, ...]]:
+        return (type(self), (self.reason, self.detail))
+
+
+class SampleRejected(SampleError):
+    """A sample refused by a limit or by a problem of its own (``reason`` in :data:`REJECT_REASONS`); callers
+    skip and count it. The message names the sample's key."""
+
+    def __init__(self, key: str, reason: str, detail: str) -> None:
+        super().__init__(reason, detail)
+        self.args = (f"sample {key}: {detail}",)
+        self.key = key
+
+    def named(self, key: str) -> SampleRejected:
+        return self
+
+    def __reduce__(self) -> tuple[type, tuple[str, ...]]:
         return (type(self), (self.key, self.reason, self.detail))

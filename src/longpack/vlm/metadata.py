@@ -43,7 +43,8 @@ class VLMMetadata:
     images: np.ndarray  # int64, images per sample
     prepared_nbytes: np.ndarray  # int64, host bytes of the prepared sequence (pixel tensors included)
     rejected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REJECT_REASONS, 0))
-    examples: list[str] = field(default_factory=list)
+    examples: list[str] = field(default_factory=list)  # the first messages of refused samples
+    skipped: list[dict[str, str]] = field(default_factory=list)  # every refused sample: {"key", "reason"}
 
     def summary(self) -> dict[str, Any]:
         """Counts and distributions, JSON-ready."""
@@ -64,6 +65,7 @@ class VLMMetadata:
             "prepared_mib_p95": round(q(self.prepared_nbytes, 95) / 2**20, 3),
             "prepared_mib_max": round(int(self.prepared_nbytes.max()) / 2**20, 3) if len(self.keys) else 0.0,
             "examples": self.examples[:5],
+            "skipped": list(self.skipped),
         }
 
 
@@ -137,6 +139,7 @@ def read_vlm_metadata(
                 )
         except SampleRejected as exc:
             out.rejected[exc.reason] += 1
+            out.skipped.append({"key": exc.key, "reason": exc.reason})
             if len(out.examples) < 20:
                 out.examples.append(str(exc))
             continue

@@ -37,7 +37,7 @@ from longpack._optional import require
 from longpack.errors import ConfigError
 from longpack.text.tokenizers import Tokenizer, as_tokenizer
 from longpack.vlm.chat import CHAT_TEMPLATES, media_sources, normalize_conversation, render_ids
-from longpack.vlm.errors import REJECT_REASONS, SampleRejected, VLMError
+from longpack.vlm.errors import REJECT_REASONS, SampleError, SampleRejected, VLMError
 from longpack.vlm.rope import mrope_position_ids
 from longpack.vlm.vision import (
     VisionConfig,
@@ -299,8 +299,17 @@ class QwenVLPreparer:
     ) -> SampleLength:
         """Exact token count after expansion without decoding any pixel: image sizes from ``image_sizes``
         (``(width, height)`` per image, e.g. from a metadata column) or from each image file's header.
-        Raises :class:`SampleRejected` for an unreadable header; limits are not applied here."""
+        Raises :class:`SampleRejected` (naming the key) for a problem of the sample (an unreadable header, an
+        image the processor refuses, placeholders that do not match the images); limits are not applied here."""
         key = _key(sample, key)
+        try:
+            return self._length(sample, key, image_sizes)
+        except SampleError as exc:
+            raise exc.named(key) from None
+
+    def _length(
+        self, sample: Mapping[str, Any], key: str, image_sizes: Sequence[tuple[int, int]] | None
+    ) -> SampleLength:
         messages = self._messages(sample)
         images, videos = media_sources(messages)
         if videos:
@@ -308,12 +317,55 @@ class QwenVLPreparer:
         if image_sizes is None:
             image_sizes = [image_size(src, key=key) for src in images]
         if len(image_sizes) != len(images):
-            raise VLMError(f"sample {key}: {len(image_sizes)} image sizes for {len(images)} images")
+            raise SampleRejected(
+                key, "placeholder_mismatch", f"{len(image_sizes)} image sizes for {len(images)} images"
+            )
         grids = tuple(image_grid_thw(int(w), int(h), self.vision) for w, h in image_sizes)
         ids, _ = render_ids(messages, self.tokenizer, chat_template=self.config.chat_template)
         visual = grid_token_count(grids, self.vision.merge_size)
         tokens = len(ids) - len(grids) + visual
         return SampleLength(tokens, visual, grids, prepared_nbytes(tokens, grids, self.vision))
+
+    def measure(
+        self,
+        sample: Mapping[str, Any],
+        *,
+        key: str | None = None,
+        image_sizes: Sequence[tuple[int, int]] | None = None,
+    ) -> SampleLength:
+        """:meth:`length` with the limits applied as :meth:`prepare` applies them (``max_images``,
+        ``max_visual_tokens``, ``max_length`` aligned to ``pad_to_multiple_of``), still without decoding a
+        pixel: a refusal raises :class:`SampleRejected`, counted in :attr:`stats`. What a packer that decodes
+        only selected samples (deferred decoding) holds per candidate: the length, not the pixels."""
+        key = _key(sample, key)
+        cfg = self.config
+        try:
+            if cfg.max_images is not None:
+                n_images = len(media_sources(self._messages(sample))[0])
+                if n_images > cfg.max_images:
+                    raise SampleRejected(
+                        key, "too_many_images", f"{n_images} images > max_images={cfg.max_images}"
+                    )
+            length = self.length(sample, key=key, image_sizes=image_sizes)
+            if cfg.max_visual_tokens is not None and length.visual_tokens > cfg.max_visual_tokens:
+                raise SampleRejected(
+                    key,
+                    "visual_tokens",
+                    f"{length.visual_tokens} visual tokens > max_visual_tokens={cfg.max_visual_tokens}",
+                )
+            if cfg.max_length is not None and aligned(length.tokens, cfg.pad_to_multiple_of) > cfg.max_length:
+                raise SampleRejected(
+                    key,
+                    "too_long",
+                    f"{length.tokens} tokens after expanding {length.visual_tokens} visual tokens (aligned to "
+                    f"{cfg.pad_to_multiple_of}: {aligned(length.tokens, cfg.pad_to_multiple_of)}) > "
+                    f"max_length={cfg.max_length}",
+                )
+        except SampleError as exc:
+            rejected = exc.named(key)
+            self.stats.count_rejected(rejected)
+            raise rejected from None
+        return length
 
     # ------------------------------------------------------------------ full preparation
     def try_prepare(self, sample: Mapping[str, Any], *, key: str | None = None) -> PreparedSequence | None:
@@ -324,13 +376,16 @@ class QwenVLPreparer:
             return None
 
     def prepare(self, sample: Mapping[str, Any], *, key: str | None = None) -> PreparedSequence:
-        """The prepared sequence of one sample; a limit's refusal raises :class:`SampleRejected` (counted)."""
+        """The prepared sequence of one sample. A limit's refusal or a problem of the sample (see
+        :data:`~longpack.vlm.errors.REJECT_REASONS`) raises :class:`SampleRejected` naming the key, counted in
+        :attr:`stats`; a setting that fails for every sample raises :class:`VLMError`."""
         key = _key(sample, key)
         try:
             return self._prepare(sample, key)
-        except SampleRejected as exc:
-            self.stats.count_rejected(exc)
-            raise
+        except SampleError as exc:
+            rejected = exc.named(key)
+            self.stats.count_rejected(rejected)
+            raise rejected from None
 
     def _prepare(self, sample: Mapping[str, Any], key: str) -> PreparedSequence:
         import torch
@@ -368,9 +423,11 @@ class QwenVLPreparer:
         image_at = np.flatnonzero(ids == self.image_token_id)
         video_at = np.flatnonzero(ids == self.video_token_id)
         if len(image_at) != len(images) or len(video_at) != len(videos):
-            raise VLMError(
-                f"sample {key}: the rendered text has {len(image_at)} {IMAGE_PAD} and {len(video_at)} {VIDEO_PAD} "
-                f"tokens for {len(images)} images and {len(videos)} videos (does the text spell a pad token?)"
+            raise SampleRejected(
+                key,
+                "placeholder_mismatch",
+                f"the rendered text has {len(image_at)} {IMAGE_PAD} and {len(video_at)} {VIDEO_PAD} "
+                f"tokens for {len(images)} images and {len(videos)} videos (does the text spell a pad token?)",
             )
         if images:
             decoded = [decode_image(src, key=key) for src in images]
@@ -411,7 +468,7 @@ class QwenVLPreparer:
                 f"> max_length={cfg.max_length}",
             )
         if length < 2:
-            raise VLMError(f"sample {key}: {length} token(s); a sequence needs at least 2")
+            raise SampleRejected(key, "malformed", f"{length} token(s); a sequence needs at least 2")
         labels = np.empty(length, dtype=np.int64)
         labels[:-1] = expanded[1:]
         labels[-1] = IGNORE_INDEX

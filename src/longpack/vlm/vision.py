@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from longpack.errors import ConfigError
-from longpack.vlm.errors import SampleRejected, VLMError
+from longpack.vlm.errors import SampleError, SampleRejected
 
 ROPE_VARIANTS: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 # Largest aspect ratio the processors accept (they raise ValueError past it).
@@ -125,11 +125,12 @@ def smart_resize(
     (56, 56)
     """
     if height < 1 or width < 1:
-        raise VLMError(f"image size {width}x{height}: both sides must be at least 1 pixel")
+        raise SampleError("empty_image", f"image size {width}x{height}: both sides must be at least 1 pixel")
     if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
-        raise VLMError(
+        raise SampleError(
+            "aspect_ratio",
             f"image size {width}x{height}: aspect ratio {max(height, width) / min(height, width):.1f} is above "
-            f"{MAX_ASPECT_RATIO}, which the Qwen-VL processors refuse"
+            f"{MAX_ASPECT_RATIO}, which the Qwen-VL processors refuse",
         )
     h_bar = round(height / factor) * factor
     w_bar = round(width / factor) * factor
@@ -213,6 +214,8 @@ def image_size(source: ImageSource, *, key: str = "?") -> tuple[int, int]:
         return int(shape[1]), int(shape[0])
     from PIL import Image, UnidentifiedImageError
 
+    if isinstance(source, bytes | bytearray | memoryview) and len(source) == 0:
+        raise SampleRejected(key, "empty_image", "image <0 encoded bytes> is empty")
     try:
         if isinstance(source, bytes | bytearray | memoryview):
             with Image.open(io.BytesIO(bytes(source))) as im:

@@ -1,0 +1,65 @@
+"""VLM model families: one module per family, one interface (:class:`VLMFamily`), looked up by name.
+
+A family says how many LLM tokens an image becomes (from its width and height, which an image header gives
+without decoding), how a prepared sample is made, what positions a sequence gets, and which keys its packed
+batch carries. Families whose samples longpack prepares (``can_prepare``) plug into the in-batch collator
+and the Energon encoders; the others count visual tokens only (planning, ``online-sim``).
+
+>>> sorted(FAMILIES)
+['gemma3', 'qwen2_5_vl', 'qwen2_vl', 'qwen3_vl']
+>>> vlm_family("qwen2_vl").visual_tokens(640, 480), vlm_family("gemma3").visual_tokens(640, 480)
+(391, 256)
+>>> vlm_family("llava")
+Traceback (most recent call last):
+...
+longpack.errors.ConfigError: unknown VLM family 'llava'; one of gemma3, qwen2_5_vl, qwen2_vl, qwen3_vl
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from longpack.errors import ConfigError
+from longpack.vlm.families.gemma3 import Gemma3Family
+from longpack.vlm.families.qwen_vl import QwenVLFamily
+
+
+class VLMFamily(Protocol):
+    """The interface every family module implements."""
+
+    name: str
+    can_prepare: bool  # longpack prepares this family's samples (tokens, labels, pixels)
+    batch_keys: tuple[str, ...]  # visual keys of its packed batch, besides the THD text keys
+
+    def visual_tokens(self, width: int, height: int) -> int:
+        """LLM tokens of one image of ``width`` x ``height`` pixels (the processor's count)."""
+        ...
+
+    def position_ids(self, input_ids: Any, visual_values: dict[str, Any]) -> Any:
+        """Positions of one unpadded prepared sequence (``[L]`` or ``[3, L]``)."""
+        ...
+
+    def preparer(self, tokenizer: Any = "qwen3", image_processor: Any = None, **config: Any) -> Any:
+        """A preparer of this family's samples (``prepare``, ``measure``, ``length``)."""
+        ...
+
+
+FAMILIES: dict[str, VLMFamily] = {
+    "qwen2_vl": QwenVLFamily("qwen2_vl"),
+    "qwen2_5_vl": QwenVLFamily("qwen2_5_vl"),
+    "qwen3_vl": QwenVLFamily("qwen3_vl"),
+    "gemma3": Gemma3Family(),
+}
+
+
+def vlm_family(name: str) -> VLMFamily:
+    """The registered family ``name`` (a :class:`~longpack.errors.ConfigError` listing them otherwise)."""
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown VLM family {name!r}; one of {', '.join(sorted(FAMILIES))}", fields="family"
+        ) from None
+
+
+__all__ = ["FAMILIES", "Gemma3Family", "QwenVLFamily", "VLMFamily", "vlm_family"]

@@ -1,0 +1,162 @@
+"""Videos for the Qwen-VL families: frames decoded with PyAV (``pip install av``, in the ``vlm`` extra), frame
+sampling and token counts as transformers' ``Qwen2VLVideoProcessor`` makes them, from the container header
+alone where no pixel is needed.
+
+The processor (``models/qwen2_vl/video_processing_qwen2_vl.py``) samples ``fps`` frames per second of video:
+``n = total / video_fps * fps`` clamped to ``[min_frames, min(max_frames, total)]`` (``max_frames`` floored to
+a multiple of ``temporal_patch_size`` first) and floored to a multiple of ``temporal_patch_size``; the frame
+indices are ``int(i * total / n)``. Every frame is resized by the image rule (:func:`~longpack.vlm.vision.smart_resize`)
+with the video pixel limits (``size = {shortest_edge: 128*28*28, longest_edge: 28*28*768}`` by default;
+the per-frame cap is off, the processor's default), and ``grid_thw = (ceil(n / temporal_patch), h / patch,
+w / patch)``; its LLM tokens are ``prod(grid_thw) // merge_size**2``.
+
+>>> sample_frame_indices(20, 10.0, VideoConfig()).tolist()  # 2 s at 10 fps -> 4 frames
+[0, 5, 10, 15]
+>>> video_grid_thw(4, 64, 48, VisionConfig(), VideoConfig()), video_token_count(4, 64, 48, VisionConfig(), VideoConfig())
+((2, 20, 28), 280)
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from longpack._optional import require
+from longpack.errors import ConfigError
+from longpack.vlm.errors import SampleRejected
+from longpack.vlm.vision import VisionConfig, smart_resize
+
+
+@dataclass(frozen=True, kw_only=True)
+class VideoConfig:
+    """Frame sampling and pixel limits of a video (defaults: transformers' ``Qwen2VLVideoProcessor()`` with
+    ``do_sample_frames=True, fps=2``)."""
+
+    fps: float = 2.0
+    min_frames: int = 4
+    max_frames: int = 768
+    min_pixels: int = 128 * 28 * 28
+    max_pixels: int = 28 * 28 * 768
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.fps, int | float) and self.fps > 0):
+            raise ConfigError(f"VideoConfig.fps must be > 0, got {self.fps!r}", fields="fps")
+        for name in ("min_frames", "max_frames", "min_pixels", "max_pixels"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(
+                    f"VideoConfig.{name} must be a positive integer, got {value!r}", fields=name
+                )
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What a video container's header says: frame count, frame rate and frame size."""
+
+    frames: int
+    fps: float
+    width: int
+    height: int
+
+
+def sample_frame_indices(
+    total_frames: int, video_fps: float, video: VideoConfig, *, temporal_patch_size: int = 2
+) -> np.ndarray:
+    """Indices of the frames the processor keeps (see the module docstring); ``int64``."""
+    if total_frames < 1 or video_fps <= 0:
+        raise SampleRejected("?", "empty_image", f"a video of {total_frames} frames at {video_fps} fps")
+    max_frames = math.floor(min(video.max_frames, total_frames) / temporal_patch_size) * temporal_patch_size
+    n_float = total_frames / video_fps * video.fps
+    n_float = min(max(n_float, video.min_frames), max_frames, total_frames)
+    n = math.floor(n_float / temporal_patch_size) * temporal_patch_size
+    if n < 1:
+        raise SampleRejected(
+            "?",
+            "empty_image",
+            f"a video of {total_frames} frames gives no group of {temporal_patch_size} frames to sample",
+        )
+    step = total_frames / n
+    return np.array([int(i * step) for i in range(n)], dtype=np.int64)
+
+
+def video_grid_thw(
+    n_frames: int, width: int, height: int, vision: VisionConfig, video: VideoConfig
+) -> tuple[int, int, int]:
+    """``(t, h, w)`` grid of ``n_frames`` sampled frames of ``width`` x ``height`` pixels."""
+    h, w = smart_resize(
+        height, width, factor=vision.factor, min_pixels=video.min_pixels, max_pixels=video.max_pixels
+    )
+    t = -(-n_frames // vision.temporal_patch_size)
+    return t, h // vision.patch_size, w // vision.patch_size
+
+
+def video_token_count(
+    n_frames: int, width: int, height: int, vision: VisionConfig, video: VideoConfig
+) -> int:
+    """LLM tokens of a video: ``prod(grid_thw) // merge_size**2``."""
+    t, h, w = video_grid_thw(n_frames, width, height, vision, video)
+    return t * h * w // vision.merge_size**2
+
+
+def _open(source: Any) -> Any:
+    av = require("av", "vlm", purpose="video decoding (PyAV)")
+    if isinstance(source, bytes | bytearray | memoryview):
+        return av.open(io.BytesIO(bytes(source)))
+    if isinstance(source, str | os.PathLike):
+        return av.open(str(Path(source)))
+    raise TypeError(f"cannot read a video from a {type(source).__name__}")
+
+
+def video_info(source: Any, *, key: str = "?") -> VideoInfo:
+    """Frame count, rate and size from the container header (no frame decoded); frames are counted by
+    demuxing when the header has no count. A file PyAV cannot open is ``undecodable``."""
+    try:
+        with _open(source) as container:
+            stream = container.streams.video[0]
+            fps = float(stream.average_rate or stream.guessed_rate or 0)
+            frames = int(stream.frames or 0)
+            if frames == 0:
+                frames = sum(1 for packet in container.demux(stream) if packet.size)
+            return VideoInfo(frames, fps, int(stream.codec_context.width), int(stream.codec_context.height))
+    except (OSError, IndexError, ValueError, TypeError) as exc:
+        raise SampleRejected(
+            key, "undecodable", f"video cannot be read ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def read_video(
+    source: Any, video: VideoConfig, *, temporal_patch_size: int = 2, key: str = "?"
+) -> np.ndarray:
+    """The sampled frames as ``uint8 [n, H, W, 3]`` RGB (decoded with PyAV, in presentation order)."""
+    info = video_info(source, key=key)
+    try:
+        keep = sample_frame_indices(info.frames, info.fps, video, temporal_patch_size=temporal_patch_size)
+    except SampleRejected as exc:
+        raise SampleRejected(key, exc.reason, exc.detail) from None
+    wanted = set(keep.tolist())
+    frames: dict[int, np.ndarray] = {}
+    try:
+        with _open(source) as container:
+            for index, frame in enumerate(container.decode(video=0)):
+                if index in wanted:
+                    frames[index] = frame.to_ndarray(format="rgb24")
+                if index >= int(keep[-1]):
+                    break
+    except (OSError, ValueError) as exc:
+        raise SampleRejected(
+            key, "undecodable", f"video cannot be decoded ({type(exc).__name__}: {exc})"
+        ) from None
+    missing = [i for i in keep.tolist() if i not in frames]
+    if missing:
+        raise SampleRejected(
+            key,
+            "undecodable",
+            f"video header says {info.frames} frames but frames {missing[:5]} did not decode",
+        )
+    return np.stack([frames[i] for i in keep.tolist()])
