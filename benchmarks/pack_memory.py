@@ -6,8 +6,10 @@ apart, sampled every 20 ms, the peaks of its own memory (``RssAnon``) and of res
 (``RssFile``: the input's and the scratch files' memory maps, page cache the kernel can take back), wall and
 CPU seconds. ``in-memory`` holds every token (the default below half of the machine's memory);
 ``out-of-core`` sets ``memory_budget`` to ``--budget`` (64 MiB): tokens go to a scratch folder in pass 1 and
-rows are filled from its memory maps in pass 2. The two outputs are compared file by file (sha256): they
-must be identical.
+rows are filled from its memory maps in pass 2; ``from-store`` packs a token store of the same rows
+(``longpack.TokenizeConfig``, made beforehand in another process, not measured): the tokens are read from the
+store's memory maps. The outputs are compared file by file (sha256) with the first mode's: they must be
+identical (the manifest's ``store`` entry aside).
 
 Samples are short (lognormal, median 48 tokens, 4..512; pack size 4096) so that 10M samples fit this
 machine's disk and, in memory, its RAM: the point is how peak memory grows with the number of samples and
@@ -23,6 +25,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -100,18 +103,31 @@ def child(args: argparse.Namespace) -> None:
     from longpack.text import TextConfig
 
     budget = None if args.mode == "in-memory" else args.budget
+    store = Path(args.path).with_suffix(".store")
+    if args.mode == "from-store" and not (store / "store.json").exists():
+        longpack.TokenizeConfig(
+            inputs=[args.path],
+            out=store,
+            tokenizer="qwen3",
+            text=TextConfig(format="pretokenized"),
+            overwrite=True,
+        ).run()
+        return
     sampler = PeakSampler()
     c0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
-    result = longpack.PackConfig(
-        inputs=[args.path],
-        out=args.out,
-        tokenizer="qwen3",
-        seq_length=PACK,
-        text=TextConfig(format="pretokenized"),
-        memory_budget=budget if budget is not None else 10**15,
-        overwrite=True,
-    ).run()
+    if args.mode == "from-store":
+        result = longpack.PackConfig(store=store, out=args.out, seq_length=PACK, overwrite=True).run()
+    else:
+        result = longpack.PackConfig(
+            inputs=[args.path],
+            out=args.out,
+            tokenizer="qwen3",
+            seq_length=PACK,
+            text=TextConfig(format="pretokenized"),
+            memory_budget=budget if budget is not None else 10**15,
+            overwrite=True,
+        ).run()
     wall = time.perf_counter() - t0
     sampler.stop()
     c1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -120,7 +136,8 @@ def child(args: argparse.Namespace) -> None:
     digests = {
         str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(out.rglob("*"))
-        if p.is_file() and p.name != "bridge_config.yaml"  # names the folder's absolute path
+        if p.is_file()
+        and p.name not in ("bridge_config.yaml", "manifest.json")  # absolute paths; store entry
     }
     print(
         "RESULT "
@@ -144,7 +161,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000000,5000000,10000000")
     ap.add_argument("--budget", type=int, default=64 * 2**20)
     ap.add_argument("--data-dir", default="")
-    ap.add_argument("--modes", default="in-memory,out-of-core")
+    ap.add_argument("--modes", default="in-memory,out-of-core,from-store")
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--mode", default="")
     ap.add_argument("--path", default="")
@@ -156,7 +173,7 @@ def main() -> None:
     print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs (shared)")
     print(
         f"{'samples':>10} {'tokens':>12} {'data GiB':>9} {'mode':<12} {'VmHWM GiB':>9} {'peak/data':>10} "
-        f"{'anon GiB':>9} {'anon/data':>9} {'file GiB':>9} {'wall s':>8} {'CPU s':>8}  output"
+        f"{'anon GiB':>9} {'anon/data':>9} {'anon B/tok':>10} {'file GiB':>9} {'wall s':>8} {'CPU s':>8}  output"
     )
     with tempfile.TemporaryDirectory(prefix="longpack-mem-") as tmp:
         data_dir = Path(args.data_dir) if args.data_dir else Path(tmp)
@@ -168,6 +185,23 @@ def main() -> None:
             results = {}
             for mode in args.modes.split(","):
                 out = Path(tmp) / f"out-{mode}"
+                if mode == "from-store":  # tokenize into the store first (not measured)
+                    subprocess.run(
+                        [
+                            sys.executable,
+                            __file__,
+                            "--child",
+                            "--mode",
+                            mode,
+                            "--path",
+                            str(src),
+                            "--out",
+                            str(out),
+                        ],
+                        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")},
+                        check=True,
+                        capture_output=True,
+                    )
                 env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
                 cmd = [
                     sys.executable,
@@ -194,13 +228,14 @@ def main() -> None:
                 r = json.loads(line[7:])
                 results[mode] = r
                 same = ""
-                if len(results) == 2:
-                    a, b = (x["digests"] for x in results.values())
+                if len(results) >= 2:
+                    a, b = results[next(iter(results))]["digests"], r["digests"]
                     same = "identical" if a == b else "DIFFERENT"
                 data = _token_bytes(src)
                 print(
                     f"{n:>10} {data // 5:>12} {data / 2**30:>9.2f} {mode:<12} {r['peak'] / 2**30:>9.2f} "
                     f"{r['peak'] / data:>10.2f} {r['peak_anon'] / 2**30:>9.2f} {r['peak_anon'] / data:>9.2f} "
+                    f"{r['peak_anon'] / (data / 5):>10.2f} "
                     f"{r['peak_file'] / 2**30:>9.2f} {r['wall']:>8.1f} {r['cpu']:>8.1f}  {same}",
                     flush=True,
                 )
@@ -208,6 +243,7 @@ def main() -> None:
                     p.unlink() if p.is_file() else p.rmdir()
             if not args.data_dir:
                 src.unlink()
+                shutil.rmtree(src.with_suffix(".store"), ignore_errors=True)
 
 
 def _token_bytes(src: Path) -> int:

@@ -21,6 +21,12 @@ reader per run):
   seeded shuffle of every row per epoch) and indices are read one after another, so longpack's reader sees
   what comes next and decodes ahead (``prefetch``).
 
+The **floor** (``memmap floor``) is a numpy memory map of the same tokens: the file's ``input_ids``,
+``loss_mask`` and ``seq_start_id`` stored once as flat ``.npy`` arrays plus row offsets, each item the same
+dict longpack's reader returns (``input_ids`` int64 as a view of the map, ``loss_mask`` int64,
+``seq_boundaries``), built with nothing but slicing. Every reader's items are consumed the same way (the
+ids summed, so each byte is touched); the last column is each reader's random rate over the floor's.
+
 The Bridge-style reader does exactly what ``GPTSFTPackedParquetDataset.__getitem__`` does (one cached row
 group, ``read_row_group`` on a miss, ``as_py()`` per column; ``row_groups.bridge_random_access``).
 longpack's decoded-group cache is limited to ``--cache-mib`` (default 64 MiB, well below the files), so a
@@ -44,6 +50,14 @@ from longpack.packed.pipeline import write_shard_file
 from longpack.runtime.dataset import PackedDataset
 from row_groups import EOS, bridge_random_access, make_samples  # this folder: the script's own
 
+#: ``cpu``: rows per CPU-second of this process (prefetch thread included), what a shared machine's load
+#: does not change much; ``wall``: rows per second. Set by ``--clock``.
+CLOCK = {"name": "cpu"}
+
+
+def _clock() -> float:
+    return time.process_time() if CLOCK["name"] == "cpu" else time.perf_counter()
+
 
 def longpack_rows_per_s(
     path: Path, order: np.ndarray, *, mapped: bool, prefetch: int, cache: int, budget: float
@@ -52,16 +66,58 @@ def longpack_rows_per_s(
         path, max_num_samples=len(order) if mapped else None, seed=1234, prefetch=prefetch, cache_bytes=cache
     )
     indices = np.arange(len(order)) if mapped else order
-    start = time.perf_counter()
+    start, clock = time.perf_counter(), _clock()
     done = 0
     for i in indices.tolist():
-        ds[i]
+        int(ds[i]["input_ids"].sum())
         done += 1
         if done >= 10 and time.perf_counter() - start > budget:
             break
-    rate = done / (time.perf_counter() - start)
+    rate = done / (_clock() - clock)
     ds.close()
     return rate
+
+
+class MemmapFloor:
+    """The same items as ``PackedDataset`` from numpy memory maps of the file's values (see the docstring)."""
+
+    def __init__(self, path: Path, folder: Path) -> None:
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path, columns=["input_ids", "loss_mask", "seq_start_id"])
+        ids = table.column("input_ids").combine_chunks()
+        starts = table.column("seq_start_id").combine_chunks()
+        np.save(folder / "ids.npy", ids.values.to_numpy())
+        np.save(
+            folder / "mask.npy", table.column("loss_mask").combine_chunks().values.to_numpy().astype(np.int8)
+        )
+        np.save(folder / "starts.npy", starts.values.to_numpy())
+        self.offsets = ids.offsets.to_numpy().astype(np.int64)
+        self.start_offsets = starts.offsets.to_numpy().astype(np.int64)
+        self.ids = np.load(folder / "ids.npy", mmap_mode="r")
+        self.mask = np.load(folder / "mask.npy", mmap_mode="r")
+        self.starts = np.load(folder / "starts.npy", mmap_mode="r")
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        a, b = self.offsets[i], self.offsets[i + 1]
+        ids = self.ids[a:b].astype(np.int64, copy=False)
+        starts = self.starts[self.start_offsets[i] : self.start_offsets[i + 1]]
+        return {
+            "input_ids": ids,
+            "seq_boundaries": np.append(starts.astype(np.int64), ids.size),
+            "loss_mask": self.mask[a:b].astype(np.int64),
+        }
+
+
+def floor_rows_per_s(floor: MemmapFloor, indices: np.ndarray, budget: float) -> float:
+    start, clock = time.perf_counter(), _clock()
+    done = 0
+    for i in indices.tolist():
+        int(floor[i]["input_ids"].sum())
+        done += 1
+        if done >= 10 and time.perf_counter() - start > budget:
+            break
+    return done / (_clock() - clock)
 
 
 def main() -> None:
@@ -75,16 +131,20 @@ def main() -> None:
     ap.add_argument("--cache-mib", type=int, default=64)
     ap.add_argument("--prefetch", default="0,32", help="longpack prefetch settings to run")
     ap.add_argument("--pages", default="row,1M", help="page layouts: row (one row per page), 1M (pyarrow's)")
+    ap.add_argument(
+        "--clock", default="cpu", choices=["cpu", "wall"], help="rows per CPU-second or per second"
+    )
     args = ap.parse_args()
+    CLOCK["name"] = args.clock
     tokens = 8e6 if args.quick else args.tokens
     cache = args.cache_mib * 2**20
     prefetches = [int(p) for p in args.prefetch.split(",")]
     print(
         f"{os.cpu_count()} CPUs (shared), load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}; "
         f"{tokens / 1e6:.0f}M stored tokens per file; longpack cache {args.cache_mib} MiB; median of "
-        f"{args.repeats} runs of <= {args.budget} s"
+        f"{args.repeats} runs of <= {args.budget} s; rows per {'CPU-second' if args.clock == 'cpu' else 'second'}"
     )
-    head = f"{'pack':>6} {'rows':>6} {'rg':>4} {'pages':>5} {'MiB':>6} | {'reader':<20} {'seq':>7} {'random':>7} {'mapped':>7} | {'random/seq':>10} {'mapped/seq':>10}"
+    head = f"{'pack':>6} {'rows':>6} {'rg':>4} {'pages':>5} {'MiB':>6} | {'reader':<20} {'seq':>7} {'random':>7} {'mapped':>7} | {'random/seq':>10} {'mapped/seq':>10} {'rand/floor':>10}"
     print(head)
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory(prefix="longpack-reader-") as tmp:
@@ -118,14 +178,22 @@ def main() -> None:
                 mapping = PackedDataset(path, max_num_samples=n, seed=1234).samples_mapping
                 assert mapping is not None
                 bridge = [
-                    med(lambda o=o, path=path: bridge_random_access(path, o, args.budget))
+                    med(lambda o=o, path=path: bridge_random_access(path, o, args.budget, args.clock))
                     for o in (seq, perm, mapping)
                 ]
                 rows.append(("bridge-style", *bridge))
+                floor_dir = Path(tmp) / "floor"
+                floor_dir.mkdir(exist_ok=True)
+                floor = MemmapFloor(path, floor_dir)
+                floor_rates = [
+                    med(lambda o=o, f=floor: floor_rows_per_s(f, o, args.budget))
+                    for o in (seq, perm, mapping)
+                ]
+                rows.insert(0, ("memmap floor", *floor_rates))
                 for name, s, r, m in rows:
                     print(
                         f"{pack:>6} {n:>6} {rg:>4} {pages:>5} {size:>6.0f} | {name:<20} {s:>7.0f} {r:>7.0f} {m:>7.0f} | "
-                        f"{r / s:>10.2f} {m / s:>10.2f}",
+                        f"{r / s:>10.2f} {m / s:>10.2f} {r / floor_rates[1]:>10.3f}",
                         flush=True,
                     )
                 path.unlink()

@@ -24,7 +24,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "longpack"
 # ``outputs`` (output paths checked before work, the output-folder lock, write failures).
 # ``choices`` (every choice list, pure constants), ``option`` (one option of a job config: flag, help, choices).
 UTILITIES = {"errors", "_optional", "_version", "validate", "outputs", "choices", "option"}
-LIBRARY = {"samples", "binpack", "balance", "packed", "text", "vlm", "runtime", "online"}
+LIBRARY = {"samples", "store", "binpack", "balance", "packed", "text", "vlm", "runtime", "online"}
 LIBRARY |= {"topology", "catalog", "rules", "planner", "cluster", *UTILITIES}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
@@ -35,6 +35,10 @@ ALLOWED: dict[str, set[str]] = {
     "validate": {"errors"},
     "outputs": {"errors"},
     "samples": {"errors"},  # tokenized samples: what text/vlm hand to packed
+    "store": {
+        "samples",
+        *UTILITIES,
+    },  # tokenized samples on disk (memory maps); knows no tokenizer or packing
     "binpack": {"errors", "_optional", "choices"},  # lengths only: numpy + numba
     "balance": {"binpack", "errors", "_optional", "choices"},  # cost models come from the planner, not back
     "packed": {"binpack", "balance", "samples", *UTILITIES},  # numpy + pyarrow, no torch
@@ -66,6 +70,7 @@ FORBIDDEN_EXTERNAL: dict[str, set[str]] = {
             "validate",
             "outputs",
             "samples",
+            "store",
             "binpack",
             "balance",
         )

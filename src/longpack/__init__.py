@@ -45,6 +45,7 @@ _LAZY = {
     "CheckConfig": "longpack.jobs.check",
     "CheckResult": "longpack.jobs.check",
     "LocalExecutor": "longpack.jobs.executors",
+    "TokenizeConfig": "longpack.jobs.tokenize",
     "LongpackError": "longpack.errors",
 }
 
@@ -77,6 +78,7 @@ __all__ = [
     "SweepResult",
     "ThdBatchConfig",
     "ThdBatchResult",
+    "TokenizeConfig",
     "TopologyConfig",
     "TopologyResult",
     "__version__",
@@ -96,6 +98,7 @@ if TYPE_CHECKING:
     from longpack.jobs.preview import PreviewConfig, PreviewResult
     from longpack.jobs.sweep import SweepConfig, SweepResult
     from longpack.jobs.thd_batch import ThdBatchConfig, ThdBatchResult
+    from longpack.jobs.tokenize import TokenizeConfig
     from longpack.jobs.topology import TopologyConfig, TopologyResult
 
 

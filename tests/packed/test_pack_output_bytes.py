@@ -13,6 +13,11 @@ data page (``max_rows_per_page=1``, pages up to ``16 * pack_size`` bytes) and th
 so (``longpack.one_row_per_page``), which lets a reader decode one row without its row group
 (``longpack.packed.pages``). With the previous page options the previous hashes come out unchanged (checked
 when re-recording).
+Re-recorded on purpose for the memory-map reader (issue 26), an encoding change only: the pages are written
+uncompressed (``compression="none"`` in ``longpack.packed.files.one_row_pages``), so a reader takes a row's
+values straight from a memory map of the file. With snappy pages the previous hashes come out unchanged
+(checked when re-recording); Megatron-Bridge's own reader reads the new files (reader harness, Bridge
+067f987df: demo, tp2/cp4/sp, pad_cu_seqlens with fixed-width rows, int32 ids: PASS).
 """
 
 from __future__ import annotations
@@ -94,16 +99,16 @@ EXPECTED: dict[str, dict[str, str]] = {
     "parquet+jsonl:best_fit_decreasing": {
         "samples": "d91dafddc2768a13",
         "256_metadata.jsonl": "adb016e8de9ef2d2",
-        "training_256.part-00000-of-00002.idx.parquet": "3e3346a28e2b0e73",
-        "training_256.part-00001-of-00002.idx.parquet": "9741aa654cdaea82",
-        "validation/validation_256.idx.parquet": "187be10be1bdbce1",
+        "training_256.part-00000-of-00002.idx.parquet": "05eda55cad687cf5",
+        "training_256.part-00001-of-00002.idx.parquet": "510b8c0cf286f3b2",
+        "validation/validation_256.idx.parquet": "532546608700e2bf",
     },
     "parquet+nomask:first_fit_shuffle": {
         "samples": "47371df6c2279cdc",
         "256_metadata.jsonl": "2f674db4cc258bf4",
-        "training_256.part-00000-of-00002.idx.parquet": "435c44cd55159f9c",
-        "training_256.part-00001-of-00002.idx.parquet": "03353c658f74b238",
-        "validation/validation_256.idx.parquet": "a27e81c4bb4bf51e",
+        "training_256.part-00000-of-00002.idx.parquet": "5fa8a53c00c8d9df",
+        "training_256.part-00001-of-00002.idx.parquet": "e81638f2fa9d7871",
+        "validation/validation_256.idx.parquet": "2120c8c480fedac2",
     },
 }
 

@@ -26,6 +26,7 @@ CP refuses it).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -45,6 +46,8 @@ class CPModeComparison:
     ``hybrid_groups``: hybrid-CP groups per step (each ends with a DP x CP barrier);
     ``hybrid_balance``: mean over groups of mean-rank / busiest-rank time (1.0 = no rank waits);
     ``dp_balanced_micro_batches``: micro-batches per DP rank per step under the DP-balanced scheduler.
+    ``infeasible``: the modes Megatron's scheduler refuses on these lengths at this cap, with the reason
+    (their time is ``inf``).
     """
 
     times: dict[str, float]
@@ -54,6 +57,7 @@ class CPModeComparison:
     hybrid_balance: float
     dp_balanced_micro_batches: float
     max_seqlen_per_rank: int
+    infeasible: dict[str, str]
 
     def speedup(self, mode: str) -> float:
         """Static CP's time over ``mode``'s (> 1: ``mode`` is faster)."""
@@ -73,7 +77,8 @@ def compare_cp_modes(
 
     ``pack_lengths[k]``: the sequence lengths of the ``k``-th pack read; a last partial global batch counts
     as it is. ``seconds(lengths, ranks)``: the time of a micro-batch holding ``lengths`` on ``ranks`` CP
-    ranks. Raises ``ConfigError`` where one of Megatron's schedulers would fail on these lengths.
+    ranks. A mode whose Megatron scheduler fails on these lengths at this cap is ``infeasible`` (time
+    ``inf``, with the scheduler's reason); static CP always runs.
     """
     if gbs % dp:
         raise ConfigError(f"gbs={gbs} must be a multiple of dp={dp}", fields="gbs")
@@ -82,30 +87,48 @@ def compare_cp_modes(
     groups = 0
     balance = 0.0
     micro_batches = 0
+    infeasible: dict[str, str] = {}
     for start in range(0, len(pack_lengths), gbs):
         batch = [int(n) for p in pack_lengths[start : start + gbs] for n in p]
-        schedule = schedule_hybrid_cp(batch, max_seqlen_per_rank=max_seqlen_per_rank, dp_cp_size=dp * cp)
-        for group in schedule.groups:
-            ranks = {sid: group.ranks_of(sid) for ids in group.sample_ids for sid in ids}
-            rank_times = [
-                sum(seconds([n], ranks[sid]) for sid, n in zip(ids, lens, strict=True))
-                for ids, lens in zip(group.sample_ids, group.lengths, strict=True)
-            ]
-            busiest = max(rank_times)
-            hybrid += busiest
-            balance += sum(rank_times) / len(rank_times) / busiest if busiest else 1.0
-            groups += 1
-        packs = dp_balanced_packs(batch, max_seqlen_per_rank=max_seqlen_per_rank, cp=cp, dp=dp)
-        costs = [seconds([batch[i] for i in p], cp) for p in packs]
-        balanced += simulate_schedule(costs, dp=dp, pp=1, gbs=len(packs)).total_time
-        micro_batches += len(packs) // dp
+        if "hybrid" not in infeasible:
+            try:
+                schedule = schedule_hybrid_cp(
+                    batch, max_seqlen_per_rank=max_seqlen_per_rank, dp_cp_size=dp * cp
+                )
+            except ConfigError as exc:
+                infeasible["hybrid"] = str(exc)
+            else:
+                for group in schedule.groups:
+                    ranks = {sid: group.ranks_of(sid) for ids in group.sample_ids for sid in ids}
+                    rank_times = [
+                        sum(seconds([n], ranks[sid]) for sid, n in zip(ids, lens, strict=True))
+                        for ids, lens in zip(group.sample_ids, group.lengths, strict=True)
+                    ]
+                    busiest = max(rank_times)
+                    hybrid += busiest
+                    balance += sum(rank_times) / len(rank_times) / busiest if busiest else 1.0
+                    groups += 1
+        if "dp_balanced" not in infeasible:
+            try:
+                packs = dp_balanced_packs(batch, max_seqlen_per_rank=max_seqlen_per_rank, cp=cp, dp=dp)
+            except ConfigError as exc:
+                infeasible["dp_balanced"] = str(exc)
+            else:
+                costs = [seconds([batch[i] for i in p], cp) for p in packs]
+                balanced += simulate_schedule(costs, dp=dp, pp=1, gbs=len(packs)).total_time
+                micro_batches += len(packs) // dp
     steps = static.num_steps
     return CPModeComparison(
-        times={"static": float(static.total_time), "hybrid": hybrid, "dp_balanced": balanced},
+        times={
+            "static": float(static.total_time),
+            "hybrid": math.inf if "hybrid" in infeasible else hybrid,
+            "dp_balanced": math.inf if "dp_balanced" in infeasible else balanced,
+        },
         steps=steps,
         tokens=int(sum(sum(p) for p in pack_lengths)),
         hybrid_groups=groups / steps,
         hybrid_balance=balance / max(1, groups),
         dp_balanced_micro_batches=micro_batches / steps,
         max_seqlen_per_rank=max_seqlen_per_rank,
+        infeasible=infeasible,
     )

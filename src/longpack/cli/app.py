@@ -21,6 +21,7 @@ from longpack.errors import LongpackError
 
 COMMAND_ORDER = (
     "pack",
+    "tokenize",
     "preview",
     "inspect",
     "sweep",
@@ -126,6 +127,7 @@ def version() -> None:
 # One module per command (listed in help in COMMAND_ORDER); each defines ``register(app)``.
 _COMMAND_MODULES = (
     "pack_cmd",
+    "tokenize_cmd",
     "preview_cmd",
     "inspect_cmd",
     "sweep_cmd",

@@ -18,8 +18,21 @@ def register(app: typer.Typer) -> None:
 def _present(report: dict[str, Any]) -> None:
     if report.get("format") == "indexed":  # a Megatron .bin/.idx prefix or an indexed pack folder
         typer.echo(_indexed_text(report))
-    else:
+        return
+    if report.get("kind") != "token store":
         _print_human(report)
+        return
+    r = report
+    typer.echo(
+        f"{r['store']}: token store, {r['samples']} samples, {r['tokens']} tokens ({r['supervised_tokens']} "
+        f"supervised), stored lengths {r['stored_length']['min']}..{r['stored_length']['max']} (mean "
+        f"{r['stored_length']['mean']}); tokenizer {r['tokenizer']}, format {r['format']}, {r['inputs']} input "
+        f"file(s), longpack {r['longpack_version']}"
+    )
+    for change in r["changes"]:
+        typer.echo(f"  changed: {change}")
+    if not r["changes"]:
+        typer.echo("  inputs unchanged: packs as tokenized")
 
 
 def _print_human(report: dict[str, Any]) -> None:

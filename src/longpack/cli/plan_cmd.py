@@ -14,6 +14,7 @@ from longpack.cli.generate import add_command, add_group
 from longpack.jobs import EstimateConfig, EvaluateConfig, FitConfig, PlanConfig
 from longpack.jobs.plan import (
     candidate_dict,
+    cp_mode_lines,
     format_band,
     format_with_band,
     plan_notes,
@@ -29,6 +30,9 @@ PLAN_HELP = "Plan a long-context MoE layout: memory and throughput estimates cal
 
 def present_plan(config: Any, result: Any) -> None:
     _print_candidates(result.search, result.request, reference=reference_lines(result))
+    if result.cp_modes is not None:
+        for line in cp_mode_lines(result.cp_modes):
+            typer.echo(line)
     if result.plot is not None:
         typer.echo(f"wrote {result.plot['path']}")
 

@@ -5,6 +5,7 @@ returning a typed result. The CLI is a thin front end over these; Python users c
 - :class:`SweepConfig` -> :class:`SweepResult`: compare pack sizes at equal token slots per step.
 - :class:`PlanConfig` -> :class:`PlanResult`: rank parallel layouts by estimated step time.
 - :class:`CheckConfig` -> :class:`CheckResult`: run every configuration rule on a training config.
+- :class:`TokenizeConfig` -> :class:`TokenizeStoreResult`: inputs -> a token store to pack again and again.
 
 The jobs may import every library layer (nothing below imports them); heavy dependencies are imported
 when a job runs, not when this package is imported.
@@ -52,6 +53,8 @@ _LAZY = {
     "InspectResult": "longpack.jobs.inspect",
     "ThdBatchConfig": "longpack.jobs.thd_batch",
     "ThdBatchResult": "longpack.jobs.thd_batch",
+    "TokenizeConfig": "longpack.jobs.tokenize",
+    "TokenizeStoreResult": "longpack.jobs.tokenize",
 }
 
 __all__ = [
@@ -83,6 +86,8 @@ __all__ = [
     "SweepResult",
     "ThdBatchConfig",
     "ThdBatchResult",
+    "TokenizeConfig",
+    "TokenizeStoreResult",
     "TopologyConfig",
     "TopologyResult",
 ]
@@ -100,6 +105,7 @@ if TYPE_CHECKING:
     from longpack.jobs.preview import PreviewConfig, PreviewResult
     from longpack.jobs.sweep import SweepConfig, SweepResult
     from longpack.jobs.thd_batch import ThdBatchConfig, ThdBatchResult
+    from longpack.jobs.tokenize import TokenizeConfig, TokenizeStoreResult
     from longpack.jobs.topology import TopologyConfig, TopologyResult
 
 

@@ -39,10 +39,13 @@ def read_lengths(path: Path, *, pack_size: int | None = None) -> np.ndarray:
     (given ``pack_size``) longer than a pack.
     """
     from longpack.errors import InputError
+    from longpack.store import is_store, store_lengths
 
     where: list[str] = []
     try:
-        if path.suffix == ".npy":
+        if is_store(path):  # a token store (longpack tokenize): its samples' runtime lengths
+            lengths = store_lengths(path)
+        elif path.suffix == ".npy":
             try:
                 arr = np.load(path, allow_pickle=False)
             except ValueError as exc:  # pickled or not an array file
@@ -151,7 +154,9 @@ class BalanceConfig:
     )
 
     lengths_file: str | Path = option(
-        help="Runtime lengths: .npy, or text with one integer per line.", positional=True, cli_type=Path
+        help="Runtime lengths: .npy, text with one integer per line, or a token store (longpack tokenize).",
+        positional=True,
+        cli_type=Path,
     )
     pack_size: int | None = option(
         None, help="Pack size in tokens (required).", aliases=("--capacity",), cli_type=int | None

@@ -21,7 +21,9 @@ class InspectConfig:
         "check fails."
     )
 
-    folder: str | Path = option(help="Output folder of `longpack pack`.", positional=True, cli_type=Path)
+    folder: str | Path = option(
+        help="Output folder of `longpack pack`, or a token store.", positional=True, cli_type=Path
+    )
     verify: bool = option(
         False,
         help="Check every row (Megatron-Bridge validate_row, alignment, pack size) and the manifest "
@@ -51,6 +53,7 @@ class InspectConfig:
         from longpack.outputs import check_output_file
         from longpack.packed import inspect_output, plot_output
         from longpack.packed.indexed import inspect_indexed, is_indexed
+        from longpack.store import TokenStore, is_store
 
         if is_indexed(Path(self.folder)):
             return InspectResult(
@@ -64,6 +67,8 @@ class InspectConfig:
                 )
             )
 
+        if is_store(self.folder):  # a token store (longpack tokenize): what it holds, whether it is current
+            return InspectResult(report=TokenStore.open(self.folder).report(verify=self.verify))
         if self.plot is not None:
             check_output_file(Path(self.plot), field="plot")  # before the (long) verification
         report = inspect_output(Path(self.folder), verify=self.verify, no_manifest_ok=self.no_manifest_ok)

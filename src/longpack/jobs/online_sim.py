@@ -33,7 +33,12 @@ VLM_ONLY = ("loader_workers", "patch_size", "merge_size", "min_pixels", "max_pix
 
 
 def read_length_lines(path: Path) -> list[int]:
-    """One runtime length per line (``#`` comments, blank lines skipped); an ``InputError`` names file:line."""
+    """One runtime length per line (``#`` comments, blank lines skipped); an ``InputError`` names file:line.
+    A token store (``longpack tokenize``) gives its samples' runtime lengths."""
+    from longpack.store import is_store, store_lengths
+
+    if is_store(path):
+        return store_lengths(path).tolist()  # type: ignore[no-any-return]
     try:
         text_lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
@@ -84,7 +89,7 @@ class OnlineSimConfig:
     )
     lengths_file: str | Path | None = option(
         None,
-        help="Text file with one runtime length per line (instead of --workload).",
+        help="Text file with one runtime length per line, or a token store (instead of --workload).",
         flag="--lengths",
         cli_type=Path | None,
     )

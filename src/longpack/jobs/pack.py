@@ -254,6 +254,16 @@ class PackConfig:
         "same output, flat memory.",
         cli_type=str | None,
     )
+    #: A token store (``longpack tokenize``) to pack instead of tokenizing ``inputs``; ``keep_store``: a
+    #: folder to keep this run's tokens in as a store (``longpack.jobs.stores``).
+    store: str | Path | None = option(
+        None,
+        help="Pack a token store (longpack tokenize) instead of tokenizing INPUTs.",
+        cli_type=Path | None,
+    )
+    keep_store: str | Path | None = option(
+        None, help="Also keep this run's tokens as a store in this folder.", cli_type=Path | None
+    )
     #: Largest share (0..1) of the samples or runtime tokens that may be dropped or truncated; past it the job
     #: raises ``longpack.packed.drops.DropLimitError`` (CLI exit 1) before writing anything. ``None``: no
     #: limit; a loss past 5 % still warns (length percentiles, the pack size that keeps 99 % of samples).
@@ -294,7 +304,7 @@ class PackConfig:
             # Bridge's prepare step keeps one-token samples (runtime length 0); the text layer must too.
             set_(self, "text", replace(self.text, min_tokens=1))
         if self.demo:
-            if self.inputs:
+            if self.inputs or self.store is not None:
                 raise ConfigError(
                     "demo=True packs the built-in data set; give no inputs with it", fields=("demo", "inputs")
                 )
@@ -302,12 +312,22 @@ class PackConfig:
                 set_(self, "tokenizer", DEMO_TOKENIZER)
             if self.seq_length is None:
                 set_(self, "seq_length", DEMO_SEQ_LENGTH)
+        elif self.store is not None:
+            from longpack.jobs.stores import store_text
+
+            if self.inputs or self.mix is not None or self.keep_store is not None or self.val_inputs:
+                raise ConfigError(
+                    "store replaces inputs (mix, val_inputs: use val_fraction); give one of them, and "
+                    "keep_store only with inputs",
+                    fields=("store", "inputs"),
+                )
+            set_(self, "text", store_text(self.store, self.text))  # the store's options, checked
         elif not self.inputs:
             raise ConfigError(
                 "no inputs: give at least one input file, folder or glob in inputs, or set demo=True",
                 fields=("inputs", "demo"),
             )
-        if self.tokenizer is None:
+        if self.tokenizer is None and self.store is None:
             raise ConfigError(
                 "tokenizer is required (a tokenizer.json, an HF model folder, 'qwen3', 'bytes' or a loaded "
                 "tokenizer)",
@@ -360,6 +380,13 @@ class PackConfig:
                     "output_format npy is written by the local backend (one file per split); use backend local",
                     fields=("output_format", "backend"),
                 )
+        if (self.store is not None or self.keep_store is not None) and not (
+            self.backend == "local" or type(self.backend).__name__ == "LocalExecutor"
+        ):
+            raise ConfigError(
+                "token stores are read and written by the local backend; use backend local",
+                fields=("store" if self.store is not None else "keep_store", "backend"),
+            )
         if self.max_drop_fraction is not None:
             set_(
                 self,
@@ -543,7 +570,7 @@ class PackConfig:
             # removal of the old files happens under it. The folder is checked again under the lock.
             stack.enter_context(OutputLock(out))
             check_out_dir(out, self.overwrite)
-            tokenizer = as_tokenizer(self.tokenizer)
+            tokenizer = as_tokenizer(self.tokenizer) if self.tokenizer is not None else None
             executor = self.executor()
             stack.enter_context(executor)
             from longpack.jobs.executors import LocalExecutor
@@ -562,11 +589,12 @@ class PackConfig:
                 demo = _demo_folder(stack)
                 inputs = [str(demo)]
                 demo_prefix = str(demo.parent)
-            train, train_handle = executor.tokenize(
-                inputs, tokenizer=tokenizer, config=self.text, progress=self.progress
-            )
+            from longpack.jobs.stores import tokenized_or_stored
+
+            train, train_handle, store_info = tokenized_or_stored(self, executor, inputs, tokenizer)
             val, val_handle = (None, None)
             if self.val_inputs:
+                assert tokenizer is not None  # val_inputs are refused with a store (__post_init__)
                 val, val_handle = executor.tokenize(
                     list(cast(tuple[str, ...], self.val_inputs)),
                     tokenizer=tokenizer,
@@ -583,7 +611,8 @@ class PackConfig:
             eos_id = train.tokenizer.get("eos_id")
             if eos_id is None:
                 raise InputError(
-                    f"tokenizer {tokenizer.name!r} has no EOS id; packing pads with EOS", fields="tokenizer"
+                    f"tokenizer {train.tokenizer.get('name')!r} has no EOS id; packing pads with EOS",
+                    fields="tokenizer",
                 )
             check_ids_dtype(settings.ids_dtype, train.tokenizer.get("vocab_size"))
             if settings.output_format == "indexed":
@@ -592,6 +621,8 @@ class PackConfig:
                 train.samples, settings, eos_id=int(eos_id), validation=val.samples if val else None
             )
             provenance = self._provenance(train, val, demo_prefix, Provenance)
+            if store_info is not None:
+                provenance.extra["store"] = store_info
             from longpack.packed.drops import check_drop_limit, drop_report
 
             drops = drop_report(splits)  # never quiet: a warning past 5 %, an error past max_drop_fraction

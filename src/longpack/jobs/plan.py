@@ -11,13 +11,19 @@ Megatron-Bridge overrides).
 
 from __future__ import annotations
 
+import glob
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from longpack import choices
 from longpack.errors import ConfigError
-from longpack.jobs.options import bridge_version_option, gpus_option, megatron_core_version_option
+from longpack.jobs.options import (
+    bridge_version_option,
+    gpus_option,
+    megatron_core_version_option,
+    tokenizer_option,
+)
 from longpack.option import option
 from longpack.planner.catalog import list_gpus, list_models
 
@@ -194,12 +200,37 @@ class PlanConfig:
     explore: bool = option(
         False, help="Also rank settings no calibration point constrains (labelled unmeasured)."
     )
+    data: str | Path | None = option(
+        None,
+        help=(
+            "Plan from the data: a packed folder, or inputs (file, folder or glob; with --tokenizer) packed at "
+            "--seq-length. Compares static CP, hybrid CP and the DP-balanced packing scheduler on its packs "
+            "for the best PP 1 layout."
+        ),
+        cli_type=str | None,
+    )
+    tokenizer: Any = tokenizer_option()
+    max_seqlen_per_dp_cp_rank: int | None = option(
+        None,
+        help="With --data: the hybrid-CP / DP-balanced cap to compare (default: pack / CP, half, quarter).",
+    )
     #: Versions the rules check candidates for (as ``CheckConfig``'s; default: check's default).
     bridge_version: str | None = bridge_version_option()
     megatron_core_version: str | None = megatron_core_version_option()
 
     def __post_init__(self) -> None:
-        from longpack.validate import flag, positive_int
+        from longpack.validate import flag, optional_positive_int, positive_int
+
+        object.__setattr__(
+            self,
+            "max_seqlen_per_dp_cp_rank",
+            optional_positive_int(self.max_seqlen_per_dp_cp_rank, "max_seqlen_per_dp_cp_rank"),
+        )
+        if self.max_seqlen_per_dp_cp_rank is not None and self.data is None:
+            raise ConfigError(
+                "max_seqlen_per_dp_cp_rank is compared on data: give data (a packed folder or inputs) too",
+                fields=("max_seqlen_per_dp_cp_rank", "data"),
+            )
 
         missing = [n for n in ("model", "gpu", "gpus", "seq_length") if getattr(self, n) is None]
         if missing:
@@ -281,6 +312,10 @@ class PlanConfig:
             band = error_band(req.model, req.gpu, req.seq_length)
             comparison = compare(found.candidates[0], reference, band.width)
         result = PlanResult(request=req, search=found, reference=reference, comparison=comparison)
+        if self.data is not None:
+            from dataclasses import replace as _replace
+
+            result = _replace(result, cp_modes=self._cp_modes(found))
         if self.plot is None:
             return result
         from dataclasses import replace
@@ -290,6 +325,66 @@ class PlanConfig:
         assert self.seq_length is not None
         points = plan_png(self.request_kwargs(), self.seq_length, Path(self.plot))
         return replace(result, plot={"path": str(self.plot), "points": points})
+
+    def _cp_modes(self, found: Any) -> Any:
+        """The CP modes on the data's packs for the best layout without pipeline parallelism (hybrid CP
+        refuses PP), searched again with ``pp=1`` pinned when the ranking holds none."""
+        from longpack.jobs.plan_data import corpus_packs
+        from longpack.planner.cp_modes import plan_cp_modes
+        from longpack.planner.search import SearchRequest, search
+
+        assert self.model is not None and self.gpu is not None and self.gpus is not None
+        assert self.seq_length is not None and self.data is not None
+        pick = next((c for c in found.candidates if c.plan.layout.pp == 1), None)
+        if pick is None:
+            again = search(SearchRequest(**{**self.request_kwargs(), "pp": 1}), top_k=1)
+            pick = again.candidates[0] if again.candidates else None
+        if pick is None:
+            raise ConfigError(
+                "data: no layout without pipeline parallelism fits, and hybrid CP refuses PP; plan with more GPUs",
+                fields=("data", "gpus"),
+            )
+        layout = pick.plan.layout
+        data = str(self.data)
+        corpus = corpus_packs(
+            sorted(glob.glob(data)) if glob.has_magic(data) else [data],
+            seq_length=self.seq_length,
+            pad_seq_to_mult=layout.pad_seq_to_mult,
+            tokenizer=self.tokenizer,
+        )
+        plan = plan_cp_modes(
+            corpus.packs,
+            model=self.model,
+            gpu=self.gpu,
+            gpus=self.gpus,
+            tp=layout.tp,
+            cp=layout.cp,
+            gbs=self.request.global_batch,
+            pack_size=self.seq_length,
+            precision=self.precision.lower(),
+            caps=None if self.max_seqlen_per_dp_cp_rank is None else [self.max_seqlen_per_dp_cp_rank],
+        )
+        return CPModesOfData(layout=pick.plan.label, source=corpus.source, samples=corpus.samples, plan=plan)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CPModesOfData:
+    """``plan --data``: the layout the CP modes were compared on, where the packs came from, the comparison."""
+
+    layout: str
+    source: str
+    samples: int
+    plan: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        plan = self.plan.to_dict()
+        return {
+            "layout": self.layout,
+            "sizes": plan.pop("layout"),
+            "data": self.source,
+            "samples": self.samples,
+            **plan,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -303,6 +398,8 @@ class PlanResult:
     comparison: Any = None
     #: ``{"path", "points"}`` when ``PlanConfig.plot`` wrote a figure (best layout per sequence length).
     plot: dict[str, Any] | None = None
+    #: ``plan --data``: static CP, hybrid CP and the DP-balanced scheduler on the data (``CPModesOfData``).
+    cp_modes: Any = None
 
     @property
     def candidates(self) -> list[Any]:
@@ -356,7 +453,34 @@ class PlanResult:
         }
         if self.plot is not None:
             doc["plot"] = self.plot
+        if self.cp_modes is not None:
+            doc["cp_modes"] = self.cp_modes.to_dict()
         return doc
+
+
+def cp_mode_lines(cp_modes: Any) -> list[str]:
+    """``plan --data``'s text: a line per cap and mode, then the recommendation with its reason."""
+    d = cp_modes.to_dict()
+    lines = [
+        f"CP modes on the data ({d['samples']} samples from {d['data']}; {d['steps_simulated']} of "
+        f"{d['steps_total']} steps simulated) for {d['layout']}:"
+    ]
+    band = d["recommended"]["error_band"]
+    for c in d["comparisons"]:
+        cells = []
+        for mode, t in c["step_time_s"].items():
+            cells.append(f"{mode} " + ("infeasible" if t is None else f"{t:.3f} s ± {100 * band:.0f} %"))
+        lines.append(f"  max_seqlen_per_dp_cp_rank {c['max_seqlen_per_dp_cp_rank']}: " + ", ".join(cells))
+    rec = d["recommended"]
+    lines.append(f"Recommended: {rec['mode']} — {rec['reason']}")
+    for what, items in rec["overrides"].items():
+        if items:
+            lines.append(f"  {what}: {' '.join(items)}")
+    for item in rec["constraints"]:
+        lines.append(f"  needs: {item}")
+    for item in d["not_modelled"]:
+        lines.append(f"  not modelled: {item}")
+    return lines
 
 
 def step_band(req: Any) -> float:

@@ -796,6 +796,12 @@ class SweepConfig:
     )
     demo: bool = demo_option("Sweep")
     progress: bool = False
+    #: A token store (``longpack tokenize``) to sweep instead of tokenizing ``inputs``.
+    store: str | Path | None = option(
+        None,
+        help="Sweep a token store (longpack tokenize) instead of tokenizing INPUTs.",
+        cli_type=Path | None,
+    )
     #: Versions the batch rules check candidates for (as ``CheckConfig``'s; default: check's default).
     bridge_version: str | None = bridge_version_option()
     megatron_core_version: str | None = megatron_core_version_option()
@@ -812,19 +818,25 @@ class SweepConfig:
                 f"plot {self.plot}: folder {Path(self.plot).parent} does not exist", fields="plot"
             )
         if self.demo:
-            if self.inputs:
+            if self.inputs or self.store is not None:
                 raise SweepError(
                     "demo=True sweeps the built-in data set; give no inputs with it",
                     fields=("demo", "inputs"),
                 )
             if self.tokenizer is None:
                 set_(self, "tokenizer", DEMO_TOKENIZER)
+        elif self.store is not None:
+            from longpack.jobs.stores import store_text
+
+            if self.inputs:
+                raise SweepError("store replaces inputs; give one of them", fields=("store", "inputs"))
+            set_(self, "text", store_text(self.store, self.text))
         elif not self.inputs:
             raise SweepError(
                 "no inputs: give at least one input file, folder or glob in inputs, or set demo=True",
                 fields=("inputs", "demo"),
             )
-        if self.tokenizer is None:
+        if self.tokenizer is None and self.store is None:
             raise SweepError(
                 "tokenizer is required (a tokenizer.json, an HF model folder, 'qwen3', 'bytes' or a loaded "
                 "tokenizer)",
@@ -982,25 +994,31 @@ class SweepConfig:
         from longpack.text import tokenize_inputs
         from longpack.text.tokenizers import as_tokenizer
 
-        tokenizer = as_tokenizer(self.tokenizer)
+        tokenizer = as_tokenizer(self.tokenizer) if self.tokenizer is not None else None
         with contextlib.ExitStack() as stack:
             inputs = list(cast(tuple[str, ...], self.inputs))  # normalized in __post_init__
             if self.demo:
                 inputs = [str(_demo_folder(stack))]  # the cached demo data (made once)
             from longpack.jobs.executors import input_read_errors
+            from longpack.jobs.stores import open_store
 
             with input_read_errors():
-                tokenized = tokenize_inputs(
-                    inputs,
-                    tokenizer=tokenizer,
-                    config=self.text,
-                    workers=self.workers,
-                    progress=self.progress,
+                tokenized = (
+                    open_store(self.store, tokenizer=self.tokenizer, text=self.text)[0]
+                    if self.store is not None
+                    else tokenize_inputs(
+                        inputs,
+                        tokenizer=tokenizer,
+                        config=self.text,
+                        workers=self.workers,
+                        progress=self.progress,
+                    )
                 )
         eos_id = tokenized.tokenizer.get("eos_id")
         if eos_id is None:
             raise InputError(
-                f"tokenizer {tokenizer.name!r} has no EOS id; packing pads with EOS", fields="tokenizer"
+                f"tokenizer {tokenized.tokenizer.get('name')!r} has no EOS id; packing pads with EOS",
+                fields="tokenizer",
             )
         planner = self.planner
         cluster: ParallelLayout | None = self._cluster  # type: ignore[attr-defined]
@@ -1020,7 +1038,7 @@ class SweepConfig:
             input={
                 "demo": self.demo,
                 "format": tokenized.format,
-                "tokenizer": tokenized.tokenizer.get("name", tokenizer.name),
+                "tokenizer": tokenized.tokenizer.get("name", getattr(tokenizer, "name", None)),
                 "rows_read": tokenized.rows_read,
                 "malformed": len(tokenized.malformed),
             },

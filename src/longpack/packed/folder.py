@@ -313,6 +313,11 @@ class ParquetRowSource:
         self.one_row_pages = one_row_pages
         self._chunks: Any = None  # longpack.packed.pages.ChunkReader of this process
         self._leaves: dict[str, tuple[int, int, int]] | None = None
+        # Uncompressed one-row pages: rows are read from a memory map of the file (this process's), with
+        # each row group's column chunks located once (``_direct_chunks``).
+        self._map: Any = None
+        self._direct: dict[int, dict[str, Any] | None] = {}
+        self._native: Any = None
 
     def group_start(self, group: int) -> int:
         """The file row number of a row group's first row."""
@@ -362,6 +367,9 @@ class ParquetRowSource:
         """One row's ``columns`` (values; the row ``row`` of row group ``group``): decoded from its own pages
         when the file has one row per page, else from its group (same values either way)."""
         if self.one_row_pages:
+            direct = self._direct_row(group, row, columns)
+            if direct is not None:
+                return direct
             from longpack.packed import pages
 
             reader = self._reader()  # also resets this process's handles after a fork
@@ -389,6 +397,91 @@ class ParquetRowSource:
         cols = self.read_group(group, columns)
         return {name: c.values[c.offsets[row] : c.offsets[row + 1]] for name, c in cols.items()}
 
+    def direct(self, group: int) -> bool:
+        """Whether the rows of row group ``group`` are read straight from a memory map of the file (one
+        uncompressed page per row and column: no decoding, no cache needed)."""
+        if not self.one_row_pages:
+            return False
+        chunks = self._direct.get(group, False)
+        if chunks is False or self._pid != os.getpid():
+            chunks = self._direct_chunks(group)
+        return chunks is not None
+
+    def direct_row(self, group: int, row: int, columns: Sequence[str]) -> dict[str, np.ndarray] | None:
+        """A row's values straight from the memory map (uncompressed one-row pages; PLAIN values are
+        read-only views of the map), or ``None`` where the file's pages are not of that kind."""
+        if not self.one_row_pages:
+            return None
+        return self._direct_row(group, row, columns)
+
+    def _direct_row(self, group: int, row: int, columns: Sequence[str]) -> dict[str, np.ndarray] | None:
+        """A row's values straight from the memory map (uncompressed one-row pages), or ``None``."""
+        chunks = self._direct.get(group, False)
+        if chunks is False or self._pid != os.getpid():
+            chunks = self._direct_chunks(group)
+        if chunks is None:
+            return None
+        out: dict[str, np.ndarray] = {}
+        for name in columns:
+            rows = chunks.get(name)  # type: ignore[union-attr]
+            if rows is None:
+                return None
+            try:
+                out[name] = rows.values(row)
+            except ValueError:  # damaged dictionary indices: the row-group read reports it
+                return None
+        return out
+
+    def _direct_chunks(self, group: int) -> dict[str, Any] | None:
+        """Each column chunk of a row group walked once in the memory map (``longpack.packed.pages.ChunkRows``),
+        if every one is uncompressed with one row per page; else ``None``."""
+        import mmap
+
+        from longpack._optional import native
+        from longpack.packed.pages import chunk_rows
+
+        reader = self._reader()  # also resets this process's handles after a fork
+        if self._map is None or self._map[0] != os.getpid():
+            self._direct = {}
+            self._native = native("longpack.packed._native")
+            if self._native is None:
+                self._map = (os.getpid(), None)
+            else:
+                with open(self.path, "rb") as fh:
+                    self._map = (os.getpid(), memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)))
+        view = self._map[1]
+        chunks: dict[str, Any] | None = None
+        if view is not None:
+            meta = reader.metadata
+            chunks = {}
+            rg = meta.row_group(group)
+            for i in range(rg.num_columns):
+                col = rg.column(i)
+                leaf = meta.schema.column(i)
+                start = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
+                end = start + col.total_compressed_size
+                if (
+                    col.compression != "UNCOMPRESSED"
+                    or start < 0
+                    or end > len(view)
+                    or leaf.max_repetition_level != 1
+                ):
+                    chunks = None
+                    break
+                rows = chunk_rows(
+                    view[start:end],
+                    col.physical_type,
+                    rg.num_rows,
+                    max_def=leaf.max_definition_level,
+                    module=self._native,
+                )
+                if rows is None:
+                    chunks = None
+                    break
+                chunks[col.path_in_schema.split(".")[0]] = rows
+        self._direct[group] = chunks
+        return chunks
+
     def close(self) -> None:
         for reader in self._readers.values():
             reader.close()
@@ -397,9 +490,20 @@ class ParquetRowSource:
         if self._chunks is not None:
             self._chunks.close()
             self._chunks = None
+        # The map is dropped, not closed: rows handed out are views of it and keep it alive.
+        self._map = None
+        self._direct = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_readers": {}, "_pid": None, "_chunks": None}
+        return {
+            **self.__dict__,
+            "_readers": {},
+            "_pid": None,
+            "_chunks": None,
+            "_map": None,
+            "_direct": {},
+            "_native": None,
+        }
 
 
 class NpyRowSource:
@@ -448,6 +552,13 @@ class NpyRowSource:
                 ) from exc
             out[name] = ListColumn(offsets, values)
         return out
+
+    def direct(self, group: int) -> bool:
+        """Never: a pickled array has no rows to map (see :meth:`ParquetRowSource.direct`)."""
+        return False
+
+    def direct_row(self, group: int, row: int, columns: Sequence[str]) -> dict[str, np.ndarray] | None:
+        return None
 
     def read_row(
         self, group: int, row: int, columns: Sequence[str] = REQUIRED_COLUMNS

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["ChunkReader", "read_row"]
+__all__ = ["ChunkReader", "ChunkRows", "chunk_rows", "read_row", "row_values"]
 
 # Parquet enums (parquet.thrift)
 _DATA_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 2, 3
@@ -353,3 +353,116 @@ def _read_row(
         if (defs != max_def).any():
             raise _Bad("nulls or empty lists")
     return _values(body, at, encoding, dtype, nvalues, dictionary)
+
+
+def row_values(
+    chunk: Buf, physical_type: str, row: int, num_rows: int, *, max_def: int = 3, module: Any = None
+) -> np.ndarray | None:
+    """The values of row ``row`` of an **uncompressed** one-row-per-page column chunk (``chunk``: its bytes,
+    e.g. a slice of a memory map of the file), or ``None`` where this path does not apply (no compiled
+    walk, other page kinds or encodings, nulls; the caller then reads as :func:`read_row` does).
+
+    PLAIN values come back as a read-only view of ``chunk`` (no copy: the bytes of the file are the
+    values); dictionary-encoded ones (the 0/1 ``loss_mask``) as a new ``int64`` array.
+
+    >>> import pyarrow as pa, pyarrow.parquet as pq, io
+    >>> buf = io.BytesIO()
+    >>> table = pa.table({"input_ids": [[5, 6, 2], [7, 2]]})
+    >>> pq.write_table(table, buf, max_rows_per_page=1, compression="none", use_dictionary=False)
+    >>> col = pq.ParquetFile(io.BytesIO(buf.getvalue())).metadata.row_group(0).column(0)
+    >>> data = buf.getvalue()[col.data_page_offset : col.data_page_offset + col.total_compressed_size]
+    >>> got = row_values(data, "INT64", 1, 2)
+    >>> got is None or got.tolist() == [7, 2]
+    True
+    """
+    if module is None:
+        from longpack._optional import native
+
+        module = native("longpack.packed._native")
+    dtype = _DTYPES.get(physical_type)
+    if module is None or dtype is None or not 0 <= row < num_rows:
+        return None
+    where = module.row_page(chunk, row, num_rows, max_def)
+    if where is None:
+        return None
+    encoding, at, count, dict_at, dict_count, end = where
+    if encoding == _PLAIN:
+        if at + count * dtype.itemsize > end:
+            return None  # a page shorter than its values say: damaged; the caller's read reports it
+        return np.frombuffer(chunk, dtype=dtype, count=count, offset=at)
+    if dict_at + dict_count * dtype.itemsize > len(chunk):
+        return None
+    dictionary = np.frombuffer(chunk, dtype=dtype, count=dict_count, offset=dict_at)
+    out = np.empty(count, np.int64)
+    try:
+        module.dict_values(chunk, at, end, dictionary, out)
+    except ValueError:
+        return None
+    return out
+
+
+class ChunkRows:
+    """Where every row's values lie in one uncompressed one-row-per-page column chunk (walked once, by
+    :func:`chunk_rows`); :meth:`values` reads a row as :func:`row_values` does, without walking again."""
+
+    __slots__ = ("_chunk", "_dictionary", "_dtype", "_module", "_rows")
+
+    def __init__(
+        self, chunk: Buf, dtype: np.dtype[Any], dictionary: np.ndarray | None, rows: list[Any], module: Any
+    ) -> None:
+        self._chunk, self._dtype, self._dictionary, self._rows, self._module = (
+            chunk,
+            dtype,
+            dictionary,
+            rows,
+            module,
+        )
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def values(self, row: int) -> np.ndarray:
+        encoding, at, count, end = self._rows[row]
+        if encoding == _PLAIN:
+            return np.frombuffer(self._chunk, dtype=self._dtype, count=count, offset=at)
+        out = np.empty(count, np.int64)
+        self._module.dict_values(self._chunk, at, end, self._dictionary, out)
+        return out
+
+
+def chunk_rows(
+    chunk: Buf, physical_type: str, num_rows: int, *, max_def: int = 3, module: Any = None
+) -> ChunkRows | None:
+    """Walk an uncompressed one-row-per-page column chunk once: a :class:`ChunkRows`, or ``None`` where
+    :func:`row_values` would decline (checked for every page here: levels, encodings, bounds).
+
+    >>> import pyarrow as pa, pyarrow.parquet as pq, io
+    >>> buf = io.BytesIO()
+    >>> pq.write_table(pa.table({"ids": [[5, 6, 2], [7, 2]]}), buf, max_rows_per_page=1, compression="none",
+    ...                use_dictionary=False)
+    >>> col = pq.ParquetFile(io.BytesIO(buf.getvalue())).metadata.row_group(0).column(0)
+    >>> data = buf.getvalue()[col.data_page_offset : col.data_page_offset + col.total_compressed_size]
+    >>> rows = chunk_rows(data, "INT64", 2)
+    >>> rows is None or [rows.values(k).tolist() for k in range(2)] == [[5, 6, 2], [7, 2]]
+    True
+    """
+    if module is None:
+        from longpack._optional import native
+
+        module = native("longpack.packed._native")
+    dtype = _DTYPES.get(physical_type)
+    if module is None or dtype is None or not hasattr(module, "chunk_rows"):
+        return None
+    walked = module.chunk_rows(chunk, num_rows, max_def)
+    if walked is None:
+        return None
+    dict_at, dict_count, rows = walked
+    dictionary = None
+    if dict_at >= 0:
+        if dict_at + dict_count * dtype.itemsize > len(chunk):
+            return None
+        dictionary = np.frombuffer(chunk, dtype=dtype, count=dict_count, offset=dict_at)
+    for encoding, at, count, end in rows:
+        if encoding == _PLAIN and at + count * dtype.itemsize > end:
+            return None  # a page shorter than its values say: damaged; the caller's read reports it
+    return ChunkRows(chunk, dtype, dictionary, rows, module)

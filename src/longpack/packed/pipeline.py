@@ -213,6 +213,7 @@ class PackSettings:
             # one row per data page: a reader can decode one row, not its whole group
             max_rows_per_page=pages["max_rows_per_page"],
             data_page_size=pages["data_page_size"],
+            compression=pages["compression"],
         )
 
     @property

@@ -15,6 +15,7 @@ balance; ``longpack.balance`` never imports the planner):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -93,7 +94,8 @@ def microbatch_seconds(
 ) -> Callable[[Sequence[int], int], float]:
     """``seconds(lengths, ranks)``: the planner's one step-time model
     (:func:`longpack.planner.timing.estimate_time`) for one micro-batch holding sequences of ``lengths``
-    (runtime tokens, one unpadded varlen row) on ``ranks`` CP ranks of ``tp`` GPUs each — the callable
+    (runtime tokens, one varlen row, each sequence padded to the layout's ``pad_seq_to_mult``) on ``ranks`` CP
+    ranks of ``tp`` GPUs each (results cached per distinct micro-batch) — the callable
     ``longpack.balance.cp_modes.compare_cp_modes`` and the hybrid-CP schedules take, so they time CP
     modes with the same model as ``plan``, ``sweep`` and ``pack --balance``.
 
@@ -112,16 +114,23 @@ def microbatch_seconds(
     spec, device = load_model(model), load_gpu(gpu)
     options = TrainingOptions(precision=precision, tp_comm_overlap=tp > 1)
 
+    @functools.cache
+    def timed(sequences: tuple[tuple[int, float], ...], ranks: int) -> float:
+        layout = ParallelLayout(world_size=tp * ranks, tp=tp, cp=ranks, sp=tp > 1)
+        # THD under CP (and SP) pads every sequence to pad_seq_to_mult: the GEMMs run on the padded row
+        mult = layout.pad_seq_to_mult
+        width = int(sum(-(-n // mult) * mult * c for n, c in sequences))
+        rows = RowWork(row_length=width, sequences=sequences)
+        plan = PlanLayout(layout=layout, mbs=1)
+        return estimate_time(
+            spec, device, plan, seq_length=width, gbs=1, options=options, rows=rows
+        ).microbatch
+
     def seconds(lengths: Sequence[int], ranks: int) -> float:
         counts: dict[int, float] = {}
         for n in lengths:
             counts[int(n)] = counts.get(int(n), 0.0) + 1.0
-        width = sum(int(n) for n in lengths)
-        plan = PlanLayout(layout=ParallelLayout(world_size=tp * ranks, tp=tp, cp=ranks, sp=tp > 1), mbs=1)
-        rows = RowWork(row_length=width, sequences=tuple(sorted(counts.items())))
-        return estimate_time(
-            spec, device, plan, seq_length=width, gbs=1, options=options, rows=rows
-        ).microbatch
+        return timed(tuple(sorted(counts.items())), int(ranks))
 
     return seconds
 

@@ -216,7 +216,10 @@ class PackedDataset:
         is_padding = idx < 0
         row = self._row_of(idx)
         file_index, group, row_in_group = self.locate(row)
-        item = self._values(file_index, group, row_in_group, follows=row == self._last_row + 1)
+        # Uncompressed one-row pages (longpack's layout): the row's values are in the memory-mapped file.
+        item = self._sources[file_index].direct_row(group, row_in_group, REQUIRED_COLUMNS)
+        if item is None:
+            item = self._values(file_index, group, row_in_group, follows=row == self._last_row + 1)
         self._last_row = row
         if self.validate_rows:
             try:
@@ -227,7 +230,7 @@ class PackedDataset:
                     "validate_row refuses this row); pack the data again"
                 ) from exc
         ids = item["input_ids"].astype(np.int64, copy=False)
-        loss = np.zeros(ids.size, np.int64) if is_padding else item["loss_mask"].astype(np.int64)
+        loss = np.zeros(ids.size, np.int64) if is_padding else item["loss_mask"].astype(np.int64, copy=False)
         boundaries = np.append(item["seq_start_id"].astype(np.int64), ids.size)
         return {"input_ids": ids, "seq_boundaries": boundaries, "loss_mask": loss}
 
@@ -250,6 +253,8 @@ class PackedDataset:
             except IndexError:
                 continue
             key: tuple[int, ...] = (file_index, group)
+            if self._sources[file_index].direct(group):
+                continue  # read from the memory map when asked: nothing to decode ahead
             if self._sources[file_index].one_row_pages and row != previous + 1:
                 key = (file_index, group, row_in_group)
             previous = row

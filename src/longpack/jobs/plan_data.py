@@ -1,0 +1,119 @@
+"""The packs a corpus makes, for planning from the data (``longpack plan --data``).
+
+``corpus_packs(data, ...)`` returns the runtime sequence lengths of every training pack, in the order a
+training run reads them:
+
+* a **packed folder** (``longpack pack`` output, or Megatron-Bridge's own): its training rows as written;
+* anything else is read as **inputs** (JSONL / Parquet files, folders, globs) with a tokenizer and packed
+  exactly as ``longpack pack`` would at the plan's sequence length and ``pad_seq_to_mult``.
+
+>>> from longpack.jobs.plan_data import split_rows
+>>> split_rows([3, 5, 2, 7], [2, 2])
+[[3, 5], [2, 7]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from longpack.choices import DEFAULT_OVERLENGTH
+from longpack.errors import ConfigError, InputError
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorpusPacks:
+    """The packs of a corpus and where they came from."""
+
+    packs: list[list[int]]
+    pack_size: int
+    source: str  # "packed folder" | "inputs"
+    samples: int
+
+
+def split_rows(sample_lengths: Sequence[int], samples_per_row: Sequence[int]) -> list[list[int]]:
+    """Cut the samples' lengths (row after row) into rows."""
+    ends = np.cumsum(np.asarray(samples_per_row, dtype=np.int64))
+    starts = ends - np.asarray(samples_per_row, dtype=np.int64)
+    flat = [int(n) for n in sample_lengths]
+    return [flat[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+
+
+def _is_packed_folder(path: Path) -> bool:
+    from longpack.packed.folder import is_data_name
+    from longpack.packed.manifest import MANIFEST_NAME
+
+    return path.is_dir() and (
+        (path / MANIFEST_NAME).is_file() or any(is_data_name(p.name) for p in path.iterdir() if p.is_file())
+    )
+
+
+def corpus_packs(
+    data: Sequence[str | Path],
+    *,
+    seq_length: int,
+    pad_seq_to_mult: int,
+    tokenizer: Any = None,
+    text: Any = None,
+    seed: int = 0,
+    overlength: str = DEFAULT_OVERLENGTH,
+) -> CorpusPacks:
+    """The training packs of ``data`` (see the module docstring). A packed folder whose pack size is not
+    ``seq_length`` is refused (its rows were packed for another length), as are inputs without a tokenizer."""
+    if not data:
+        raise ConfigError("data: give a packed folder or input files", fields="data")
+    first = Path(data[0])
+    if len(data) == 1 and _is_packed_folder(first):
+        from longpack.packed.folder import PackedFolder
+
+        folder = PackedFolder.open(first, split="training", allow_no_manifest=True)
+        try:
+            size = folder.pack_size
+            if size is not None and size != seq_length:
+                raise ConfigError(
+                    f"data {first} was packed at {size} tokens but the plan is for seq_length {seq_length}; plan "
+                    f"with seq_length {size} or re-pack the data",
+                    fields=("data", "seq_length"),
+                )
+            scan = folder.scan("training")
+            packs = split_rows(scan.sample_runtime.tolist(), scan.samples_per_row.tolist())
+            return CorpusPacks(
+                packs=packs, pack_size=size or seq_length, source="packed folder", samples=scan.samples
+            )
+        finally:
+            folder.close()
+    if tokenizer is None:
+        raise ConfigError(
+            "data: inputs are tokenized and packed for the plan; give a tokenizer (or a packed folder)",
+            fields=("data", "tokenizer"),
+        )
+    from longpack.jobs.executors import input_read_errors
+    from longpack.packed.pipeline import PackSettings, plan_split
+    from longpack.text import TextConfig, tokenize_inputs
+    from longpack.text.tokenizers import as_tokenizer
+
+    tok = as_tokenizer(tokenizer)
+    with input_read_errors():
+        tokenized = tokenize_inputs([str(p) for p in data], tokenizer=tok, config=text or TextConfig())
+    eos_id = tokenized.tokenizer.get("eos_id")
+    if eos_id is None:
+        raise InputError(f"tokenizer {tok.name!r} has no EOS id; packing pads with EOS", fields="tokenizer")
+    split = plan_split(
+        "training",
+        tokenized.samples,
+        PackSettings(
+            seq_length=seq_length, pad_seq_to_mult=pad_seq_to_mult, seed=seed, overlength=overlength
+        ),
+        eos_id=int(eos_id),
+    )
+    lengths = split.aligned.runtime_lengths()
+    plan = split.plan
+    packs = [
+        [int(lengths[i]) for i in plan.order[plan.row_offsets[j] : plan.row_offsets[j + 1]]]
+        for j in range(plan.num_rows)
+    ]
+    return CorpusPacks(packs=packs, pack_size=seq_length, source="inputs", samples=len(tokenized.samples))

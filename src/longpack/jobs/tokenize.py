@@ -1,0 +1,115 @@
+"""The tokenize job: inputs -> a token store (``longpack.store``), and the seam through which the pack job
+reads a store instead of tokenizing.
+
+``TokenizeConfig(inputs=..., out=..., tokenizer=...).run()`` tokenizes exactly as ``longpack pack`` does
+(same text options, same worker-count-independent result) and writes the samples and the tokenization
+report as a store. ``PackConfig(store=...)`` then packs from it at any pack size, ``pad_seq_to_mult``,
+algorithm, split, seed or output format: the files are byte-identical to packing from the inputs with the
+same settings (the manifest adds where the tokens came from, under ``store``).
+
+>>> import tempfile, pathlib
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (d / "rows.jsonl").write_text('{"prompt": "hi", "completion": "there"}\\n' * 3)
+>>> r = TokenizeConfig(inputs=[d / "rows.jsonl"], out=d / "store", tokenizer="bytes", workers=1).run()
+>>> r.summary()["samples"], r.summary()["inputs"]
+(3, 1)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from longpack.errors import ConfigError
+from longpack.jobs.options import inputs_option, tokenizer_option, workers_option
+from longpack.option import option
+from longpack.text import TextConfig
+from longpack.validate import flag, optional_positive_int
+
+__all__ = ["TokenizeConfig", "TokenizeStoreResult"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizeStoreResult:
+    """What :meth:`TokenizeConfig.run` returns: the store's folder and manifest (``store.json``)."""
+
+    out: Path
+    manifest: dict[str, Any]
+
+    def summary(self) -> dict[str, Any]:
+        """``{"store", "samples", "tokens", "inputs", "tokenizer", "format", "longpack_version"}``."""
+        from longpack.store import TokenStore
+
+        return TokenStore(path=self.out, manifest=self.manifest, samples=None).summary()  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``longpack tokenize --json`` prints: :meth:`summary`."""
+        return self.summary()
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizeConfig:
+    """Everything ``longpack tokenize`` takes; validated on construction, run with :meth:`run`.
+
+    - ``inputs``: JSONL / Parquet files, folders or globs (as ``PackConfig.inputs``).
+    - ``out``: the store folder to write (``overwrite`` to replace a store there).
+    - ``tokenizer``, ``text``: as ``PackConfig`` (the store records both).
+    - ``workers``: tokenizer processes (default all cores; the store is the same for any count).
+    """
+
+    inputs: Sequence[str | Path] | str | Path = inputs_option(
+        "JSONL / Parquet files, folders or globs.", metavar="INPUT...", required=True
+    )
+    out: str | Path = option(help="Store folder to write (must not exist unless --overwrite).", cli_type=Path)
+    tokenizer: Any = tokenizer_option()
+    text: TextConfig = option(default_factory=TextConfig, help="How rows become samples.", nested_except=())
+    workers: int | None = workers_option()
+    overwrite: bool = option(False, help="Replace an existing store.")
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        from longpack.jobs.pack import _paths
+
+        set_ = object.__setattr__
+        set_(self, "inputs", _paths(self.inputs, "inputs"))
+        if not self.inputs:
+            raise ConfigError("no inputs: give at least one input file, folder or glob", fields="inputs")
+        if not isinstance(self.out, str | os.PathLike) or not str(self.out):
+            raise ConfigError(f"out must be a folder path, got {self.out!r}", fields="out")
+        set_(self, "out", Path(self.out))
+        if self.tokenizer is None:
+            raise ConfigError(
+                "tokenizer is required ('qwen3', 'bytes', a tokenizer.json, an HF model folder)",
+                fields="tokenizer",
+            )
+        if not isinstance(self.text, TextConfig):
+            raise ConfigError(
+                f"text must be a longpack.text.TextConfig, got {type(self.text).__name__}", fields="text"
+            )
+        set_(self, "workers", optional_positive_int(self.workers, "workers"))
+        for name in ("overwrite", "progress"):
+            flag(getattr(self, name), name)
+
+    def run(self) -> TokenizeStoreResult:
+        """Tokenize the inputs and write the store (arrays first, ``store.json`` last)."""
+        from longpack.jobs.executors import LocalExecutor
+        from longpack.jobs.stores import save_store
+        from longpack.outputs import OutputLock, check_output_dir
+        from longpack.text.tokenizers import as_tokenizer
+
+        out = Path(self.out)
+        inputs = list(cast(tuple[str, ...], self.inputs))  # normalized in __post_init__
+        check_output_dir(out, overwrite=self.overwrite, inputs=tuple(inputs))
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(OutputLock(out))
+            tokenizer = as_tokenizer(self.tokenizer)
+            executor = stack.enter_context(LocalExecutor(workers=self.workers))
+            result, _ = executor.tokenize(
+                inputs, tokenizer=tokenizer, config=self.text, progress=self.progress
+            )
+            manifest = save_store(out, result, self.text, overwrite=self.overwrite)
+        return TokenizeStoreResult(out=out.resolve(), manifest=manifest)

@@ -1,0 +1,266 @@
+"""Plan from the data: static CP, hybrid CP or the DP-balanced packing scheduler for *this* corpus.
+
+``compare_cp_modes`` (``longpack.balance.cp_modes``) runs Megatron's own schedulers, re-stated exactly,
+on the corpus's packs; this module supplies the time of every micro-batch from the planner's one
+step-time model (:func:`longpack.planner.timing.estimate_time`: GEMMs on the micro-batch's tokens, core
+attention per sequence at its per-CP-rank zigzag chunk lengths, exposed CP communication) and turns
+the comparison into a recommendation:
+
+* every mode is timed on the same global batches (the sequences of ``gbs`` consecutive packs);
+* hybrid CP and the DP-balanced scheduler are tried at several ``max_seqlen_per_dp_cp_rank`` caps:
+  Megatron's own starting point, the pack length over CP (a rank then holds no more tokens than under
+  static CP, so the memory the layout was sized for still holds), and its half and quarter;
+* a mode is recommended over static CP (Megatron's default, the reference) only when its predicted
+  gain is larger than the estimate's error band; otherwise the result is a tie and static CP stays.
+
+What the model leaves out is said in :data:`NOT_MODELLED`. Sequence times are computed on a grid of
+lengths per rank count and interpolated (:data:`GRID_POINTS`), and at most ``max_steps`` global batches,
+evenly spaced, are simulated, so a million-sample corpus plans in seconds.
+
+>>> packs = [[131072], *[[1024] * 128] * 3] * 2  # full-length documents among packs of 1K chats
+>>> plan = plan_cp_modes(packs, model="llama3_1_8b", gpu="h100", gpus=64, tp=1, cp=16, gbs=4, pack_size=131072)
+>>> plan.recommended, plan.recommended_cap, [c.max_seqlen_per_rank for c in plan.comparisons]
+('hybrid', 4096, [2048, 4096, 8192])
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from longpack.balance.cp_modes import CP_MODES, CPModeComparison, compare_cp_modes
+from longpack.balance.hybrid_cp import ranks_needed
+from longpack.errors import ConfigError
+
+__all__ = ["GRID_POINTS", "NOT_MODELLED", "CPModePlan", "mode_overrides", "plan_cp_modes"]
+
+#: Lengths per rank count at which single-sequence micro-batch times are computed (geometric grid,
+#: linear interpolation between points).
+GRID_POINTS = 48
+
+#: What the comparison does not charge, in either direction.
+NOT_MODELLED = (
+    "hybrid CP's all-to-all that moves sub-samples to their ranks and its barrier per group",
+    "pipeline parallelism (hybrid CP refuses it; every mode is compared at PP 1)",
+    "memory: hybrid CP runs one sub-sample per forward, so peak activations follow max_seqlen_per_dp_cp_rank",
+)
+
+#: What each mode asks of the run, from Megatron-LM's own asserts (``megatron/training/arguments.py``,
+#: ``megatron/core/datasets/data_schedule.py``).
+CONSTRAINTS = {
+    "static": (),
+    "hybrid": (
+        "no pipeline parallelism (PP 1)",
+        "no CUDA graphs",
+        "no Megatron FSDP",
+        "dataloader_type single",
+        "per-token loss (calculate_per_token_loss)",
+    ),
+    "dp_balanced": (
+        "Megatron-LM main from 2026-08-20 (PR #6684; not in megatron-core 0.16)",
+        "no training flag yet: wrap_data_iterator with sequence_packing_scheduler='dp_balanced'",
+        "a global batch must fill at least DP packs",
+    ),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CPModePlan:
+    """The comparison at each cap, the recommendation and why."""
+
+    comparisons: tuple[CPModeComparison, ...]
+    recommended: str
+    recommended_cap: int | None
+    gain: float
+    error_band: float
+    reason: str
+    layout: dict[str, int]
+    steps_simulated: int
+    steps_total: int
+
+    def best(self, mode: str) -> CPModeComparison:
+        """The comparison (cap) at which ``mode`` is fastest."""
+        return min(self.comparisons, key=lambda c: c.times[mode])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly mapping (``longpack plan --data --json``)."""
+        return {
+            "layout": self.layout,
+            "recommended": {
+                "mode": self.recommended,
+                "max_seqlen_per_dp_cp_rank": self.recommended_cap,
+                "gain_over_static": round(self.gain, 4),
+                "error_band": round(self.error_band, 4),
+                "reason": self.reason,
+                "overrides": mode_overrides(self.recommended, self.recommended_cap),
+                "constraints": list(CONSTRAINTS[self.recommended]),
+            },
+            "comparisons": [
+                {
+                    "max_seqlen_per_dp_cp_rank": c.max_seqlen_per_rank,
+                    "step_time_s": {m: _finite(c.times[m] / c.steps, 6) for m in CP_MODES},
+                    "tokens_per_s": {m: _finite(c.tokens / c.times[m], 1) for m in CP_MODES},
+                    "speedup_over_static": {m: _finite(c.speedup(m), 4) for m in CP_MODES},
+                    "infeasible": dict(c.infeasible),
+                    "hybrid_groups_per_step": round(c.hybrid_groups, 2),
+                    "hybrid_balance": round(c.hybrid_balance, 4),
+                    "dp_balanced_micro_batches": round(c.dp_balanced_micro_batches, 2),
+                }
+                for c in self.comparisons
+            ],
+            "steps_simulated": self.steps_simulated,
+            "steps_total": self.steps_total,
+            "not_modelled": list(NOT_MODELLED),
+        }
+
+
+def _finite(x: float, digits: int) -> float | None:
+    return round(x, digits) if math.isfinite(x) and x != 0 else (None if not math.isfinite(x) else 0.0)
+
+
+def mode_overrides(mode: str, cap: int | None) -> dict[str, list[str]]:
+    """Settings that turn ``mode`` on, for Megatron-LM's command line and Megatron-Bridge's overrides.
+
+    >>> mode_overrides("hybrid", 4096)["megatron_lm"]
+    ['--hybrid-context-parallel', '--max-seqlen-per-dp-cp-rank 4096', '--calculate-per-token-loss']
+    """
+    if mode == "hybrid":
+        return {
+            "megatron_lm": [
+                "--hybrid-context-parallel",
+                f"--max-seqlen-per-dp-cp-rank {cap}",
+                "--calculate-per-token-loss",
+            ],
+            "bridge": [
+                "model.hybrid_context_parallel=true",
+                f"model.max_seqlen_per_dp_cp_rank={cap}",
+                "model.calculate_per_token_loss=true",
+            ],
+        }
+    if mode == "dp_balanced":
+        return {"megatron_lm": [], "bridge": []}  # no flag exists yet (CONSTRAINTS says how it is reached)
+    return {"megatron_lm": [], "bridge": []}
+
+
+def _sequence_seconds(model: str, gpu: str, *, tp: int, precision: str, max_length: int) -> Any:
+    """The planner's ``seconds(lengths, ranks)`` (:func:`longpack.planner.balance_costs.microbatch_seconds`),
+    with single sequences (hybrid CP runs every sub-sample as its own micro-batch) interpolated on a
+    geometric grid of :data:`GRID_POINTS` lengths per rank count, so a corpus of a million distinct
+    lengths costs a few hundred model evaluations."""
+    from longpack.planner.balance_costs import microbatch_seconds
+
+    exact = microbatch_seconds(model=model, gpu=gpu, precision=precision, tp=tp)
+
+    @functools.cache
+    def grid(ranks: int) -> tuple[np.ndarray, np.ndarray]:
+        lengths = np.unique(np.geomspace(16, max(32, max_length), GRID_POINTS).astype(np.int64))
+        return lengths.astype(np.float64), np.asarray([exact([int(n)], ranks) for n in lengths])
+
+    def seconds(lengths: Sequence[int], ranks: int) -> float:
+        if len(lengths) == 1:
+            xs, ys = grid(ranks)
+            return float(np.interp(float(lengths[0]), xs, ys))
+        return exact(lengths, ranks)
+
+    seconds.single = lambda n, ranks: exact([int(n)], ranks)  # type: ignore[attr-defined]
+    return seconds
+
+
+def _caps(pack_size: int, cp: int, longest: int, dp_cp: int) -> list[int]:
+    """Megatron's suggested cap (pack length / CP: a rank holds no more tokens than under static CP, so
+    memory stays where it was) and its half and quarter, keeping the ones that hold the longest sequence
+    on the DP x CP ranks. A larger cap needs more activation memory than the static layout was sized for."""
+    base = max(1, pack_size // cp)
+    caps = sorted({max(1, base // 4), max(1, base // 2), base})
+    return [c for c in caps if ranks_needed(longest, c) <= dp_cp]
+
+
+def plan_cp_modes(
+    pack_lengths: Sequence[Sequence[int]],
+    *,
+    model: str,
+    gpu: str,
+    gpus: int,
+    tp: int,
+    cp: int,
+    gbs: int,
+    pack_size: int,
+    precision: str = "bf16",
+    caps: Sequence[int] | None = None,
+    max_steps: int = 64,
+) -> CPModePlan:
+    """Compare the CP modes on ``pack_lengths`` (the runtime lengths of each pack, in reading order) for a
+    TP x CP layout of ``gpus`` GPUs (DP = gpus / (TP x CP), PP 1), and recommend one.
+
+    Raises ``ConfigError`` when the layout does not divide the GPUs, or no cap holds the longest sequence.
+    """
+    from longpack.planner.catalog import load_gpu, load_model
+    from longpack.planner.uncertainty import error_band
+
+    for name, value in (("gpus", gpus), ("tp", tp), ("cp", cp), ("gbs", gbs), ("pack_size", pack_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}", fields=name)
+    if gpus % (tp * cp):
+        raise ConfigError(f"gpus={gpus} is not a multiple of TP x CP = {tp * cp}", fields="gpus")
+    dp = gpus // (tp * cp)
+    if gbs % dp:
+        raise ConfigError(f"gbs={gbs} is not a multiple of DP = {dp}; choose a multiple", fields="gbs")
+    packs = [list(map(int, p)) for p in pack_lengths if len(p)]
+    if not packs:
+        raise ConfigError("no packs to plan from: the data holds no sequences", fields="data")
+    longest = max(max(p) for p in packs)
+    chosen = sorted(set(caps)) if caps else _caps(pack_size, cp, longest, dp * cp)
+    if not chosen or any(ranks_needed(longest, c) > dp * cp for c in chosen):
+        raise ConfigError(
+            f"max_seqlen_per_dp_cp_rank {chosen or '(none)'}: the longest sequence ({longest} tokens) needs more "
+            f"than the {dp * cp} DP x CP ranks; choose a cap of at least {-(-longest // (dp * cp))}",
+            fields="max_seqlen_per_dp_cp_rank",
+        )
+    # Evenly spaced whole global batches, at most max_steps of them.
+    total_steps = -(-len(packs) // gbs)
+    picked = np.unique(np.linspace(0, total_steps - 1, min(total_steps, max_steps)).round().astype(int))
+    sample = [p for s in picked for p in packs[s * gbs : (s + 1) * gbs]]
+
+    spec, device = load_model(model), load_gpu(gpu)
+    seconds = _sequence_seconds(model, gpu, tp=tp, precision=precision, max_length=max(longest, pack_size))
+    comparisons = tuple(
+        compare_cp_modes(sample, dp=dp, cp=cp, gbs=gbs, max_seqlen_per_rank=c, seconds=seconds)
+        for c in chosen
+    )
+    band = error_band(spec, device, pack_size).width
+    best_mode, best_cap, best_gain = "static", None, 1.0
+    for c in comparisons:
+        for mode in CP_MODES[1:]:
+            if c.speedup(mode) > best_gain:
+                best_mode, best_cap, best_gain = mode, c.max_seqlen_per_rank, c.speedup(mode)
+    if best_mode != "static" and best_gain - 1.0 <= band:
+        reason = (
+            f"{best_mode} is predicted {100 * (best_gain - 1):.1f} % faster, inside the estimate's "
+            f"± {100 * band:.0f} % band: a tie, so Megatron's default (static CP) stays"
+        )
+        best_mode, best_cap, recommended_gain = "static", None, best_gain
+    elif best_mode == "static":
+        reason = "no mode is predicted faster than static CP on this data"
+        recommended_gain = 1.0
+    else:
+        reason = (
+            f"{best_mode} at max_seqlen_per_dp_cp_rank={best_cap} is predicted {100 * (best_gain - 1):.1f} % "
+            f"faster than static CP, outside the ± {100 * band:.0f} % band"
+        )
+        recommended_gain = best_gain
+    return CPModePlan(
+        comparisons=comparisons,
+        recommended=best_mode,
+        recommended_cap=best_cap,
+        gain=recommended_gain,
+        error_band=band,
+        reason=reason,
+        layout={"gpus": gpus, "tp": tp, "cp": cp, "dp": dp, "gbs": gbs, "pack_size": pack_size},
+        steps_simulated=len(picked),
+        steps_total=total_steps,
+    )

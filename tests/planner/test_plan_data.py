@@ -1,0 +1,70 @@
+"""longpack plan --data: the CP modes on a corpus's own packs, from the CLI and from Python."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import longpack
+from longpack.errors import ConfigError
+
+
+@pytest.fixture(scope="module")
+def long_tailed_pack(tmp_path_factory):
+    """Pre-tokenized samples, most short, a few near the 16K pack, packed as longpack pack does."""
+    root = tmp_path_factory.mktemp("plan_data")
+    rng = np.random.default_rng(3)
+    lengths = np.clip(rng.lognormal(np.log(900), 1.1, 600), 8, 16000).astype(int)
+    with open(root / "train.jsonl", "w") as f:
+        for n in lengths:
+            f.write(json.dumps({"input_ids": [7] * int(n) + [2], "loss_mask": [1] * (int(n) + 1)}) + "\n")
+    result = longpack.PackConfig(
+        inputs=[root / "train.jsonl"], out=root / "packed", tokenizer="bytes", seq_length=16384
+    ).run()
+    return result.out
+
+
+def test_plan_data_from_python_compares_the_three_modes(long_tailed_pack):
+    result = longpack.PlanConfig(
+        model="llama3_1_8b", gpu="h100", gpus=32, seq_length=16384, data=long_tailed_pack, top=3
+    ).run()
+    doc = result.to_dict()["cp_modes"]
+    assert doc["data"] == "packed folder" and doc["samples"] == 600
+    assert doc["sizes"]["gpus"] == 32 and "PP1" in doc["layout"]
+    assert {c["max_seqlen_per_dp_cp_rank"] for c in doc["comparisons"]}
+    for c in doc["comparisons"]:
+        assert set(c["step_time_s"]) == {"static", "hybrid", "dp_balanced"}
+        assert c["step_time_s"]["static"] > 0
+    rec = doc["recommended"]
+    assert rec["mode"] in ("static", "hybrid", "dp_balanced") and 0 < rec["error_band"] < 1
+    if rec["mode"] == "static":
+        assert rec["gain_over_static"] - 1 <= rec["error_band"] or "no mode" in rec["reason"]
+
+
+def test_plan_data_cli_text_and_json(long_tailed_pack):
+    base = [sys.executable, "-m", "longpack.cli.app", "plan", "--model", "llama3_1_8b", "--gpu", "h100"]
+    args = [*base, "--gpus", "32", "--seq-length", "16384", "--data", str(long_tailed_pack), "--top", "2"]
+    text = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert text.returncode == 0, text.stderr
+    assert "CP modes on the data" in text.stdout and "Recommended:" in text.stdout
+    js = subprocess.run([*args, "--json"], capture_output=True, text=True, timeout=300)
+    assert js.returncode == 0, js.stderr
+    assert json.loads(js.stdout)["cp_modes"]["recommended"]["mode"] in ("static", "hybrid", "dp_balanced")
+
+
+def test_plan_data_refuses_a_folder_packed_for_another_length(long_tailed_pack):
+    with pytest.raises(ConfigError, match="packed at 16384 tokens but the plan is for seq_length 8192"):
+        longpack.PlanConfig(
+            model="llama3_1_8b", gpu="h100", gpus=32, seq_length=8192, data=long_tailed_pack
+        ).run()
+
+
+def test_a_cap_without_data_is_refused():
+    with pytest.raises(ConfigError, match="give data"):
+        longpack.PlanConfig(
+            model="llama3_1_8b", gpu="h100", gpus=32, seq_length=16384, max_seqlen_per_dp_cp_rank=4096
+        )
