@@ -68,3 +68,16 @@ def test_a_cap_without_data_is_refused():
         longpack.PlanConfig(
             model="llama3_1_8b", gpu="h100", gpus=32, seq_length=16384, max_seqlen_per_dp_cp_rank=4096
         )
+
+
+def test_plan_data_from_a_token_store_and_from_inputs_pack_the_same_samples(long_tailed_pack, tmp_path):
+    from longpack.jobs.plan_data import corpus_packs
+
+    source = long_tailed_pack.parent / "train.jsonl"
+    longpack.TokenizeConfig(inputs=[source], out=tmp_path / "store", tokenizer="bytes").run()
+    stored = corpus_packs([tmp_path / "store"], seq_length=16384, pad_seq_to_mult=4)
+    read = corpus_packs([source], seq_length=16384, pad_seq_to_mult=4, tokenizer="bytes")
+    assert (stored.source, read.source) == ("token store", "inputs")
+    assert stored.packs == read.packs and stored.samples == read.samples == 600
+    with pytest.raises(ConfigError, match="give a tokenizer"):
+        corpus_packs([source], seq_length=16384, pad_seq_to_mult=4)

@@ -4,6 +4,7 @@
 training run reads them:
 
 * a **packed folder** (``longpack pack`` output, or Megatron-Bridge's own): its training rows as written;
+* a **token store** (``longpack tokenize``): its samples packed as ``longpack pack --store`` would;
 * anything else is read as **inputs** (JSONL / Parquet files, folders, globs) with a tokenizer and packed
   exactly as ``longpack pack`` would at the plan's sequence length and ``pad_seq_to_mult``.
 
@@ -31,7 +32,7 @@ class CorpusPacks:
 
     packs: list[list[int]]
     pack_size: int
-    source: str  # "packed folder" | "inputs"
+    source: str  # "packed folder" | "token store" | "inputs"
     samples: int
 
 
@@ -46,9 +47,15 @@ def split_rows(sample_lengths: Sequence[int], samples_per_row: Sequence[int]) ->
 def _is_packed_folder(path: Path) -> bool:
     from longpack.packed.folder import is_data_name
     from longpack.packed.manifest import MANIFEST_NAME
+    from longpack.store import is_store
 
-    return path.is_dir() and (
-        (path / MANIFEST_NAME).is_file() or any(is_data_name(p.name) for p in path.iterdir() if p.is_file())
+    return (
+        path.is_dir()
+        and not is_store(path)
+        and (
+            (path / MANIFEST_NAME).is_file()
+            or any(is_data_name(p.name) for p in path.iterdir() if p.is_file())
+        )
     )
 
 
@@ -86,22 +93,34 @@ def corpus_packs(
             )
         finally:
             folder.close()
-    if tokenizer is None:
-        raise ConfigError(
-            "data: inputs are tokenized and packed for the plan; give a tokenizer (or a packed folder)",
-            fields=("data", "tokenizer"),
-        )
-    from longpack.jobs.executors import input_read_errors
-    from longpack.packed.pipeline import PackSettings, plan_split
-    from longpack.text import TextConfig, tokenize_inputs
-    from longpack.text.tokenizers import as_tokenizer
+    from longpack.store import is_store
 
-    tok = as_tokenizer(tokenizer)
-    with input_read_errors():
-        tokenized = tokenize_inputs([str(p) for p in data], tokenizer=tok, config=text or TextConfig())
+    if len(data) == 1 and is_store(first):
+        from longpack.jobs.stores import open_store
+
+        tokenized, _, _ = open_store(first, tokenizer=tokenizer)
+        source = "token store"
+    else:
+        if tokenizer is None:
+            raise ConfigError(
+                "data: inputs are tokenized and packed for the plan; give a tokenizer (or a packed folder or a "
+                "token store)",
+                fields=("data", "tokenizer"),
+            )
+        from longpack.jobs.executors import input_read_errors
+        from longpack.text import TextConfig, tokenize_inputs
+        from longpack.text.tokenizers import as_tokenizer
+
+        with input_read_errors():
+            tokenized = tokenize_inputs(
+                [str(p) for p in data], tokenizer=as_tokenizer(tokenizer), config=text or TextConfig()
+            )
+        source = "inputs"
+    from longpack.packed.pipeline import PackSettings, plan_split
+
     eos_id = tokenized.tokenizer.get("eos_id")
     if eos_id is None:
-        raise InputError(f"tokenizer {tok.name!r} has no EOS id; packing pads with EOS", fields="tokenizer")
+        raise InputError("the tokenizer has no EOS id; packing pads with EOS", fields="tokenizer")
     split = plan_split(
         "training",
         tokenized.samples,
@@ -116,4 +135,4 @@ def corpus_packs(
         [int(lengths[i]) for i in plan.order[plan.row_offsets[j] : plan.row_offsets[j + 1]]]
         for j in range(plan.num_rows)
     ]
-    return CorpusPacks(packs=packs, pack_size=seq_length, source="inputs", samples=len(tokenized.samples))
+    return CorpusPacks(packs=packs, pack_size=seq_length, source=source, samples=len(tokenized.samples))
