@@ -31,6 +31,15 @@ def repo_root() -> Path:
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _upstream_versions() -> None:
+    """Rules run for the newest Megatron-Bridge / Megatron-Core the catalog knows (``main``), whatever this
+    environment has installed, so results do not depend on the machine; inherited by subprocesses. Tests of
+    other versions pass them explicitly (tests/rules/test_rules_versions.py)."""
+    os.environ["LONGPACK_BRIDGE_VERSION"] = "main"
+    os.environ["LONGPACK_MEGATRON_CORE_VERSION"] = "main"
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _longpack_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """longpack's cache (the demo data set) in a folder of the test session, not in the user's home; inherited
     by the subprocesses tests start."""

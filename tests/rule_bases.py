@@ -8,6 +8,7 @@ from typing import Any
 from longpack.rules import Finding, run_rules, setup_from_mapping
 from longpack.rules.config import TrainingSetup
 from longpack.rules.packed_data import PackedDataSummary
+from longpack.rules.versions import UpstreamVersions
 
 # Llama-3.1-8B packed SFT, 16 GPUs, TP2 CP2 SP (DP 4), required multiple lcm(4, 4) = 4.
 SFT: dict[str, Any] = {
@@ -76,8 +77,13 @@ def findings_of(
     base: str | dict[str, Any],
     overrides: list[str] | tuple[str, ...] = (),
     packed: PackedDataSummary | None = None,
+    *,
+    bridge: str = "main",
+    mcore: str = "main",
 ) -> list[Finding]:
-    return run_rules(setup_of(base, overrides), packed)
+    """The findings for the Megatron-Bridge / Megatron-Core versions given (default: ``main`` of both)."""
+    versions = UpstreamVersions.resolve(bridge=bridge, mcore=mcore)
+    return run_rules(setup_of(base, overrides), packed, versions=versions)
 
 
 def packed_summary(**changes: Any) -> PackedDataSummary:

@@ -120,9 +120,9 @@ def test_check_accepts_qwen3_8b() -> None:
     assert loaded.setup.family is not None and loaded.setup.family.name == "qwen3_8b"
     assert loaded.setup.model.num_layers == 36
     assert [f.rule_id for f in run_rules(loaded.setup) if f.severity == "error"] == []
-    # TP 16 does not divide the 8 KV heads: the catalog's numbers reach the rules
-    bad = setup_from_mapping({"model": {"tensor_model_parallel_size": 16}}, model_family="qwen3_8b").setup
-    assert "LP-TOPO-005" in {f.rule_id for f in run_rules(bad)}
+    # TP 6 neither divides the 8 KV heads nor is a multiple of them: the catalog's numbers reach the rules
+    bad = setup_from_mapping({"model": {"tensor_model_parallel_size": 6}}, model_family="qwen3_8b").setup
+    assert "LP-TOPO-007" in {f.rule_id for f in run_rules(bad)}
 
 
 def test_family_of_a_config_json_model() -> None:

@@ -6,7 +6,8 @@ so a test can check the page without building the site.
 
 The generator reads only these attributes of each record in ``longpack.rules.RULES``: ``id``,
 ``severity`` (an enum with ``.value`` or a string), ``title``, ``source`` (upstream names, shown with
-identifiers as code) and ``scope``; ``fix`` and ``description`` are shown when a record has them.
+identifiers as code) and ``scope``; ``fix``, ``description`` and ``provenance`` (the versions the rule
+applies to and its upstream files and commits) are shown when a record has them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ FAMILIES = {
     "TOPO": "Topology",
     "SP": "Sequence parallelism",
     "PP": "Pipeline parallelism",
+    "VER": "Settings of the Megatron version checked for",
     "CP": "Context parallelism",
+    "HCP": "Hybrid context parallelism",
+    "SCHED": "Sequence-packing schedulers",
     "SEQ": "Sequence lengths",
     "BATCH": "Batch sizes",
     "PACK": "Packing",
@@ -71,6 +75,34 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("*", "\\*").replace("\n", " ")
 
 
+def versions_text(record: Any) -> str:
+    """The Megatron-Bridge / Megatron-Core ranges a rule applies to (``all`` without a provenance)."""
+    provenance = getattr(record, "provenance", None)
+    return "all" if provenance is None else provenance.ranges_text().replace("all versions", "all")
+
+
+def upstream_text(record: Any) -> str:
+    """The rule's upstream files, each with the commit it was read from (a link), as Markdown.
+
+    >>> from types import SimpleNamespace as NS
+    >>> src = NS(repo="NVIDIA/Megatron-LM", path="megatron/training/arguments.py", commit="98d8c56dbd", relaxes=False)
+    >>> upstream_text(NS(provenance=NS(sources=(src,))))
+    'Megatron-LM `megatron/training/arguments.py` @ [98d8c56dbd](https://github.com/NVIDIA/Megatron-LM/commit/98d8c56dbd)'
+    """
+    provenance = getattr(record, "provenance", None)
+    parts = []
+    for src in getattr(provenance, "sources", ()):
+        if src.repo == "longpack" or not src.path:
+            continue
+        text = f"{src.repo.split('/')[-1]} `{src.path}`"
+        if src.commit:
+            text += f" @ [{src.commit}](https://github.com/{src.repo}/commit/{src.commit})"
+        text += " (relaxed the rule)" if src.relaxes else ""
+        if text not in parts:  # two probes of one file and commit are one source on the page
+            parts.append(text)
+    return "<br>".join(parts)
+
+
 def render(rules: Any = None) -> str:
     """The Markdown of the rules page (``rules``: the registry mapping; default ``longpack.rules.RULES``)."""
     if rules is None:
@@ -96,10 +128,19 @@ def render(rules: Any = None) -> str:
         "only with `--packed DIR`. Each finding also carries a message quoting the values involved, the "
         "config keys with the `file:line` or override they came from, and a concrete fix.",
         "",
+        "The **versions** column gives the Megatron-Bridge and Megatron-Core releases a rule applies to "
+        "(`main` is the unreleased development branch; `all` means every release longpack knows). "
+        "`longpack check` applies a rule only when both versions it checks for are in range; see "
+        "[check](../guide/check.md#versions) for how the versions are chosen. The **source** column names "
+        "the upstream file and the commit each rule was read from; a commit marked *relaxed the rule* is the "
+        "upstream change after which the rule no longer holds.",
+        "",
     ]
     for family in order:
         out += [f"## {FAMILIES.get(family, family)} {{#family-{family.lower()}}}", ""]
-        header = ["id", "severity", "what it checks", "applies to", "source"] + (["fix"] if show_fix else [])
+        header = ["id", "severity", "what it checks", "applies to", "versions", "source"] + (
+            ["fix"] if show_fix else []
+        )
         out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for r in by_family[family]:
             title = getattr(r, "description", None) or r.title
@@ -108,7 +149,9 @@ def render(rules: Any = None) -> str:
                 getattr(r.severity, "value", r.severity),
                 _cell(title),
                 "packed data" if getattr(r, "scope", "config") == "packed" else "config",
-                _cell(source_text(getattr(r, "source", ""))),
+                _cell(versions_text(r)),
+                _cell(source_text(getattr(r, "source", "")))
+                + (f"<br>{upstream}" if (upstream := upstream_text(r)) else ""),
             ]
             if show_fix:
                 cells.append(_cell(getattr(r, "fix", "") or ""))
@@ -135,6 +178,10 @@ def render(rules: Any = None) -> str:
         "[THD batches](thd-batch.md)).",
         "- **MCore**: Megatron-Core's own configuration checks (`TransformerConfig`, `ModelParallelConfig`, "
         "`parallel_state`, pipeline layouts, sequence parallelism, `cp_comm_type`).",
+        "- **Megatron-LM arguments**, **MCore `BalancedCPScheduler`**, **`wrap_data_iterator`**: the hybrid "
+        "context-parallel and sequence-packing scheduler checks of Megatron-LM's training loop and of "
+        "Megatron-Core's data schedulers.",
+        "- **Megatron-Bridge and Megatron-Core release history**: settings that only some versions have.",
         "- **longpack**: advice about what the check itself could not see.",
         "",
     ]

@@ -52,7 +52,7 @@ def test_json_output_and_overrides() -> None:
     found = {f["id"] for f in data["findings"]}
     assert "LP-PACK-005" not in found and "LP-BATCH-001" not in found and "LP-PACK-008" in found
     f = next(f for f in data["findings"] if f["id"] == "LP-PACK-008")
-    assert set(f) == {"id", "severity", "title", "message", "fix", "keys", "where"}
+    assert set(f) == {"id", "severity", "title", "message", "fix", "keys", "where", "applies_to"}
     assert f["severity"] == "error" and "pad_seq_to_mult=1" in f["message"]
     assert any("llama3_8b_sft_cp4_broken.yaml:" in w for w in f["where"])
     assert data["summary"]["dp"] == 2 and data["summary"]["pad_seq_to_mult_required"] == 8

@@ -21,6 +21,7 @@ from longpack.planner.search import (
     rule_of_thumb_cp,
     search,
 )
+from longpack.rules.versions import UpstreamVersions
 from longpack.topology import ParallelLayout
 
 
@@ -223,8 +224,11 @@ def test_layout_findings_catch_a_layout_megatron_refuses() -> None:
     from longpack.rules import has_errors
 
     model = load_model("qwen3_30b_a3b")  # 4 KV heads
-    req = SearchRequest(model=model, gpu=load_gpu("h100"), num_gpus=16, seq_length=32768, gbs=16)
-    # TP 8 does not divide 4 query groups: Megatron refuses this at start-up.
+    strict = UpstreamVersions.resolve(bridge="main", mcore="0.15.3")
+    req = SearchRequest(
+        model=model, gpu=load_gpu("h100"), num_gpus=16, seq_length=32768, gbs=16, rule_versions=strict
+    )
+    # TP 8 does not divide 4 query groups: Megatron-Core before 0.16 refuses this at start-up.
     plan = PlanLayout(layout=ParallelLayout(world_size=16, tp=8, ep=2, etp=1, sp=True), mbs=1)
     cand = evaluate_layout(req, plan, _options_for(req, plan, (), 0.0))
     findings = layout_findings(req, cand)

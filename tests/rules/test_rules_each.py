@@ -39,6 +39,9 @@ class Case:
     packed_fix: dict[str, Any] | None = field(default=None)
     #: What the finding's fix must say: the key to change and/or the concrete value.
     fix_says: tuple[str, ...] = ()
+    #: The Megatron-Bridge / Megatron-Core versions both configs are checked for.
+    bridge: str = "main"
+    mcore: str = "main"
 
     def __str__(self) -> str:
         return self.rule_id
@@ -124,6 +127,15 @@ CASES = [
         ["model.num_query_groups=8", "model.tensor_model_parallel_size=4"],
         ("num_query_groups (KV heads)=2", "TP=4"),
         fix_says=("TP dividing 2",),
+        mcore="0.15.3",
+    ),
+    Case(
+        "LP-TOPO-007",
+        "SFT",
+        ["model.num_query_groups=6", "model.tensor_model_parallel_size=4", "model.num_attention_heads=48"],
+        ["model.num_query_groups=2", "model.tensor_model_parallel_size=4", "model.num_attention_heads=48"],
+        ("num_query_groups (KV heads)=6", "neither a multiple nor a divisor of TP=4"),
+        fix_says=("TP dividing 6", "multiple of 6"),
     ),
     Case(
         "LP-TOPO-006",
@@ -983,6 +995,231 @@ CASES = [
     ),
 ]
 
+HCP = ["model.hybrid_context_parallel=true"]
+CAP = "model.max_seqlen_per_dp_cp_rank"
+SCHED = ["model.sequence_packing_scheduler=dp_balanced"]
+CASES += [
+    Case(
+        "LP-VER-001",
+        "SFT",
+        ["model.hybrid_context_parallel=false"],
+        ["model.context_parallel_size=2"],
+        ("model.hybrid_context_parallel is set", "Megatron-Core 0.15.3", ">= 0.16.0"),
+        fix_says=("drop model.hybrid_context_parallel",),
+        mcore="0.15.3",
+    ),
+    Case(
+        "LP-HCP-001",
+        "SFT",
+        [*HCP, f"{CAP}=4096", "model.pipeline_model_parallel_size=2"],
+        [*HCP, f"{CAP}=4096"],
+        ("pipeline_model_parallel_size=2",),
+        fix_says=("model.pipeline_model_parallel_size=1",),
+    ),
+    Case(
+        "LP-HCP-002",
+        "SFT",
+        [*HCP, f"{CAP}=4096", "model.cuda_graph_impl=transformer_engine"],
+        [*HCP, f"{CAP}=4096"],
+        ("cuda_graph_impl=transformer_engine",),
+        fix_says=("model.cuda_graph_impl=none",),
+    ),
+    Case(
+        "LP-HCP-003",
+        "SFT",
+        [*HCP, f"{CAP}=4096", "model.calculate_per_token_loss=false"],
+        [*HCP, f"{CAP}=4096"],
+        ("calculate_per_token_loss",),
+        fix_says=("model.calculate_per_token_loss=true",),
+    ),
+    Case(
+        "LP-HCP-004",
+        "SFT",
+        [*HCP, f"{CAP}=4096", "+ddp.use_megatron_fsdp=true"],
+        [*HCP, f"{CAP}=4096", "+ddp.use_megatron_fsdp=false"],
+        ("Megatron FSDP",),
+        fix_says=("ddp.use_megatron_fsdp=false",),
+    ),
+    Case(
+        "LP-HCP-004",
+        "SFT",
+        [*HCP, f"{CAP}=4096", "dataset.dataloader_type=batch"],
+        [*HCP, f"{CAP}=4096", "dataset.dataloader_type=single"],
+        ("dataloader_type='batch'",),
+        fix_says=("dataset.dataloader_type=single",),
+    ),
+    Case(
+        "LP-HCP-005",
+        "SFT",
+        HCP,
+        [*HCP, f"{CAP}=4096"],
+        ("hybrid_context_parallel", "max_seqlen_per_dp_cp_rank"),
+        fix_says=(f"{CAP}=4096",),
+    ),
+    Case(
+        "LP-HCP-005",
+        "SFT",
+        SCHED,
+        [*SCHED, f"{CAP}=4096"],
+        ("sequence_packing_scheduler",),
+        fix_says=(f"{CAP}=4096",),
+    ),
+    Case(
+        "LP-HCP-006",
+        "SFT",
+        [*HCP, f"{CAP}=128"],
+        [*HCP, f"{CAP}=1024", "dataset.offline_packing_specs.pad_seq_to_mult=16"],
+        ("needs 64 ranks", "DP*CP = 4*2 = 8"),
+        fix_says=(f"{CAP}>=1024",),
+    ),
+    Case(
+        "LP-HCP-007",
+        "SFT",
+        [*HCP, f"{CAP}=8192"],
+        [*HCP, f"{CAP}=4096"],
+        (">= the pack width 8192",),
+        fix_says=(f"{CAP}=4096",),
+    ),
+    Case(
+        "LP-HCP-007",
+        "SFT",
+        [*HCP, f"{CAP}=1024", "dataset.offline_packing_specs.pad_seq_to_mult=16"],
+        [*HCP, f"{CAP}=4096"],
+        ("spread over 8 ranks",),
+        fix_says=(f"{CAP}=4096",),
+    ),
+    Case(
+        "LP-HCP-008",
+        "SFT",
+        [*HCP, f"{CAP}=2048"],
+        [*HCP, f"{CAP}=2048", "dataset.offline_packing_specs.pad_seq_to_mult=8"],
+        ("pad_seq_to_mult=4", "goes to 4 ranks", "8 equal chunks"),
+        fix_says=("dataset.offline_packing_specs.pad_seq_to_mult=8",),
+    ),
+    Case(
+        "LP-HCP-009",
+        "SFT",
+        [*HCP, f"{CAP}=4096"],
+        [f"{CAP}=4096"],
+        ("model.hybrid_context_parallel set in a Megatron-Bridge config", "static CP"),
+        fix_says=("pretrain_gpt.py",),
+    ),
+    Case(
+        "LP-SCHED-001",
+        "SFT",
+        ["model.sequence_packing_scheduler=greedy", f"{CAP}=4096"],
+        [*SCHED, f"{CAP}=4096"],
+        ("'greedy'",),
+        fix_says=("model.sequence_packing_scheduler=dp_balanced",),
+    ),
+    Case(
+        "LP-SCHED-002",
+        "SFT",
+        [*SCHED, f"{CAP}=1024"],
+        [*SCHED, f"{CAP}=4096"],
+        ("up to 8192 tokens", "1024*2 = 2048"),
+        fix_says=(f"{CAP}>=4096",),
+    ),
+    Case(
+        "LP-SCHED-003",
+        "SFT",
+        [*SCHED, f"{CAP}=4096", "train.global_batch_size=2"],
+        [*SCHED, f"{CAP}=4096"],
+        ("global_batch_size=2", "DP=4"),
+        fix_says=("train.global_batch_size>=4",),
+    ),
+    Case(
+        "LP-MOE-005",
+        "MOE",
+        HYBRIDEP,
+        [*HYBRIDEP, "model.moe_hybridep_pad_uneven_dispatch_inputs=true"],
+        ("different token counts",),
+        fix_says=("model.moe_hybridep_pad_uneven_dispatch_inputs=true",),
+        bridge="0.5.1",
+        mcore="0.19.0",
+    ),
+    Case(
+        "LP-MOE-006",
+        "MOE",
+        HYBRIDEP,
+        [*HYBRIDEP, PTML],
+        ("without uneven-input padding",),
+        fix_says=(PTML, "0.19.0"),
+        mcore="0.18.2",
+    ),
+    Case(
+        "LP-MOE-007",
+        "MOE",
+        [
+            *HYBRIDEP,
+            PTML,
+            PCU,
+            "model.cuda_graph_impl=transformer_engine",
+            "model.moe_hybridep_pad_uneven_dispatch_inputs=true",
+        ],
+        [
+            *HYBRIDEP,
+            PTML,
+            PCU,
+            "model.cuda_graph_impl=transformer_engine",
+            "model.moe_hybridep_pad_uneven_dispatch_inputs=false",
+        ],
+        ("not capture-safe",),
+        fix_says=("model.moe_hybridep_pad_uneven_dispatch_inputs=false",),
+    ),
+    Case(
+        "LP-MOE-008",
+        "MOE",
+        [PTML],
+        ["dataset.offline_packing_specs.pad_seq_to_mult=1"],
+        ("counts it in the load-balancing loss",),
+        fix_says=("pad_to_max_length=false",),
+        bridge="0.6.0",
+    ),
+    Case(
+        "LP-MOE-009",
+        "MOE",
+        ["model.moe_router_load_balancing_type=quantile_balancing"],
+        ["model.moe_router_load_balancing_type=aux_loss"],
+        ("quantile_balancing with packed batches",),
+        fix_says=("model.moe_router_load_balancing_type",),
+    ),
+    Case(
+        "LP-CG-006",
+        "SFT",
+        [PTML, PCU, "model.cuda_graph_impl=transformer_engine"],
+        [PTML, PCU],
+        ("CP=2", "before 0.19.0"),
+        fix_says=("model.cuda_graph_impl=none", ">= 0.19.0"),
+        mcore="0.18.2",
+    ),
+    Case(
+        "LP-CG-007",
+        "SFT",
+        ["model.cuda_graph_impl=local", "model.cuda_graph_scope=[attn]"],
+        ["model.cuda_graph_impl=local", "model.cuda_graph_scope=[full_iteration]"],
+        ('cuda_graph_impl="local" with scopes', "attn"),
+        fix_says=('model.cuda_graph_impl="transformer_engine"',),
+    ),
+    Case(
+        "LP-CP-009",
+        "SFT",
+        [],
+        ["model.context_parallel_size=1", "dataset.offline_packing_specs.pad_seq_to_mult=2"],
+        ("CP=2", "before 0.18.0"),
+        fix_says=(">= 0.18.0",),
+        mcore="0.17.1",
+    ),
+    Case(
+        "LP-EN-002",
+        "ENERGON",
+        ["~dataset.packing_buffer_size", "dataset.micro_batch_size=2"],
+        ["~dataset.packing_buffer_size"],
+        ("dataset.micro_batch_size=2 differs",),
+        fix_says=("dataset.micro_batch_size=1",),
+    ),
+]
+
 
 # Severities as designed, written out here rather than read from the registry: run_rules copies the
 # registry's severity into each finding, so comparing with the registry could never fail.
@@ -995,11 +1232,13 @@ LP-PACK-015 LP-PACK-017 LP-MTP-001 LP-CG-001 LP-CG-002 LP-CG-003 LP-CG-004 LP-EN
 LP-EN-005 LP-EN-006 LP-EN-007 LP-EN-008 LP-EN-010 LP-EN-011 LP-EN-012 LP-EN-013 LP-EN-014 LP-EN-016
 LP-DATA-012 LP-DATA-013 LP-DATA-014
 LP-EN-017 LP-VLM-001 LP-VLM-002 LP-MOE-001 LP-MOE-002 LP-MOE-003 LP-MODEL-001 LP-MODEL-002 LP-MODEL-003 LP-DATA-001
-LP-DATA-002 LP-DATA-004 LP-DATA-005 LP-DATA-006 LP-DATA-008 LP-DATA-011
+LP-DATA-002 LP-DATA-004 LP-DATA-005 LP-DATA-006 LP-DATA-008 LP-DATA-011 LP-VER-001 LP-HCP-001 LP-HCP-002
+LP-HCP-003 LP-HCP-004 LP-HCP-005 LP-HCP-006 LP-HCP-008 LP-SCHED-001 LP-SCHED-002 LP-SCHED-003 LP-MOE-005
+LP-MOE-006 LP-MOE-007 LP-MOE-009 LP-CG-006 LP-CG-007 LP-CP-009 LP-TOPO-007
 """
 WARNINGS = """
 LP-TOPO-006 LP-PACK-016 LP-PACK-010 LP-CG-005 LP-EN-009 LP-VLM-003 LP-VLM-004 LP-MOE-004 LP-DATA-003 LP-DATA-010 LP-DATA-007
-LP-DATA-009
+LP-DATA-009 LP-HCP-007 LP-HCP-009 LP-MOE-008
 """
 INFOS = "LP-CFG-002 LP-CFG-003 LP-CP-008 LP-PACK-009 LP-PACK-014 LP-EN-015"
 EXPECTED_SEVERITY = {
@@ -1050,7 +1289,10 @@ def test_rule_records_document_the_rule(rule) -> None:
 def test_rule_fires_and_nearest_config_passes(case: Case) -> None:
     packed_fail = None if case.packed_fail is None else packed_summary(**case.packed_fail)
     packed_fix = None if case.packed_fix is None else packed_summary(**case.packed_fix)
-    fired = [f for f in findings_of(case.base, case.fail, packed_fail) if f.rule_id == case.rule_id]
+    versions = {"bridge": case.bridge, "mcore": case.mcore}
+    fired = [
+        f for f in findings_of(case.base, case.fail, packed_fail, **versions) if f.rule_id == case.rule_id
+    ]
     assert fired, f"{case.rule_id} did not fire for {case.fail}"
     finding = fired[0]
     assert finding.severity.value == EXPECTED_SEVERITY[case.rule_id]
@@ -1062,5 +1304,5 @@ def test_rule_fires_and_nearest_config_passes(case: Case) -> None:
         assert _is_read(key), f"fix names {key!r}, which no rule reads"
     for key in finding.keys:  # the keys a finding points at are where its file:line comes from
         assert _is_read(key), f"finding points at {key!r}, which no rule reads"
-    passing = findings_of(case.base, case.fix, packed_fix)
+    passing = findings_of(case.base, case.fix, packed_fix, **versions)
     assert case.rule_id not in [f.rule_id for f in passing], passing

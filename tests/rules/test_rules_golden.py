@@ -299,3 +299,27 @@ def test_from_layout_dataset_kind_shortcut() -> None:
         account_for_loss_in_pipeline_split=True,
     )
     assert s.dataset.kind is DatasetKind.PRETRAINING and run_rules(s) == []
+
+
+def test_hybrid_cp_example_passes_fails_and_warns_by_version() -> None:
+    from longpack.rules.versions import UpstreamVersions
+
+    def check(overrides: tuple[str, ...] = (), mcore: str = "main") -> list[tuple[str, str]]:
+        loaded = load_setup(EXAMPLES / "llama3_8b_sft_hybrid_cp.yaml", overrides)
+        versions = UpstreamVersions.resolve(bridge="main", mcore=mcore)
+        return [(f.rule_id, f.severity.value) for f in run_rules(loaded.setup, versions=versions)]
+
+    assert check() == [("LP-HCP-009", "warning")]  # pass (Bridge itself would not run the scheduler)
+    # no hybrid CP yet (its two keys), and Bridge main's THD CP split needs Core 0.18
+    assert sorted(check(mcore="0.15.3")) == [
+        ("LP-CP-009", "error"),
+        ("LP-HCP-009", "warning"),
+        ("LP-VER-001", "error"),
+        ("LP-VER-001", "error"),
+    ]
+    assert sorted(check(("model.max_seqlen_per_dp_cp_rank=8192",))) == [  # warn
+        ("LP-HCP-007", "warning"),
+        ("LP-HCP-009", "warning"),
+    ]
+    assert ("LP-HCP-001", "error") in check(("model.pipeline_model_parallel_size=2",))  # fail
+    assert ("LP-HCP-008", "error") in check(("model.max_seqlen_per_dp_cp_rank=2048",))  # 4 ranks: 8 chunks

@@ -19,10 +19,17 @@ from longpack.rules.checks.pipeline import vpp_has_pp
 from longpack.rules.checks.topology import (
     ep_divides_experts,
     expert_grid_fits,
+    kv_heads_fit_tp,
     mp_divides_world,
     sp_splits_cp_shard,
     tp_divides,
 )
+from longpack.rules.versions import UpstreamVersions
+
+# The planner proposes only a TP that divides the KV heads (its memory model splits them over TP): the
+# rule of Megatron-Core before 0.16.0 (LP-TOPO-005). Later versions also accept a multiple of them
+# (LP-TOPO-007), which the planner does not propose; the enumerator is compared with the strict rule.
+STRICT_KV = UpstreamVersions.resolve(bridge="main", mcore="0.15.3")
 
 # The Megatron rules the enumerator applies through the predicates.
 MIRRORED = {
@@ -83,14 +90,15 @@ def test_each_predicate_is_its_rule(
     world, tp, cp, pp, vpp, ep, etp, sp, seq, mbs, gbs, heads, kv, experts
 ) -> None:
     s = _setup(world, tp, cp, pp, vpp, ep, etp, sp, seq, mbs, gbs, heads, kv, experts)
-    fired = {f.rule_id for f in run_rules(s, select=MIRRORED)}
+    fired = {f.rule_id for f in run_rules(s, select=MIRRORED | {"LP-TOPO-007"})}
+    fired_strict = {f.rule_id for f in run_rules(s, select={"LP-TOPO-005"}, versions=STRICT_KV)}
     dp = world // (tp * cp * pp) if world % (tp * cp * pp) == 0 else None
     expected = {
         "LP-TOPO-001": not mp_divides_world(world, tp=tp, cp=cp, pp=pp),
         "LP-TOPO-002": not expert_grid_fits(world, pp=pp, ep=ep, etp=tp if etp is None else etp),
         "LP-TOPO-003": (ep > 1 if experts is None else not ep_divides_experts(experts, ep=ep)),
         "LP-TOPO-004": not tp_divides(heads, tp=tp),
-        "LP-TOPO-005": not tp_divides(kv, tp=tp),
+        "LP-TOPO-007": not kv_heads_fit_tp(kv, tp=tp),
         "LP-SP-001": not sp_splits_cp_shard(seq, tp=tp, cp=cp, sp=sp),
         "LP-CP-001": not cp_divides_seq_length(seq, cp=cp),
         "LP-PP-006": not vpp_has_pp(vpp, pp=pp),
@@ -98,6 +106,7 @@ def test_each_predicate_is_its_rule(
         "LP-BATCH-002": dp is not None and not gbs_covers_dp(gbs, mbs=mbs, dp=dp),
     }
     assert fired == {rule_id for rule_id, fires in expected.items() if fires}
+    assert fired_strict == ({"LP-TOPO-005"} if not tp_divides(kv, tp=tp) else set())
 
 
 def _reference_layouts(req: SearchRequest) -> set[tuple[int, ...]]:
@@ -120,7 +129,7 @@ def _reference_layouts(req: SearchRequest) -> set[tuple[int, ...]]:
             v["world"], v["tp"], v["cp"], v["pp"], v["vpp"], v["ep"], v["etp"], v["tp"] > 1, s, v["mbs"],
             v["gbs"], att.num_heads, kv, experts if v["ep"] > 1 or experts else None,
         )  # fmt: skip
-        return bool(run_rules(setup, select=rules))
+        return bool(run_rules(setup, select=rules, versions=STRICT_KV))
 
     pow2 = [2**i for i in range(int(math.log2(n)) + 1)]
     grid = [

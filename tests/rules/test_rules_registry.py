@@ -16,9 +16,11 @@ def test_rule_set_is_the_families_in_the_listed_order() -> None:
     assert [r.id for r in RULES] == [r.id for m in FAMILY_MODULES for r in m.FAMILY.rules]
     assert [f.name for f in RULES.families] == [
         "inputs",
+        "upstream",
         "topology",
         "pipeline",
         "cp",
+        "hybrid_cp",
         "batch",
         "packing",
         "cuda_graphs",

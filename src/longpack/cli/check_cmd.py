@@ -39,6 +39,7 @@ class CheckView:
     list_families: bool = option(False, help="List known model families and exit.")
     markdown: bool = option(False, help="With --list-rules: a Markdown table.")
     show_ignored: bool = option(False, help="List every config key no rule reads.")
+    verbose: bool = option(False, help="Also list the rules not applied to these versions (and why).")
 
 
 def _listing(view: CheckView, as_json: bool) -> bool:
@@ -62,11 +63,30 @@ def _config_then_overrides(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def rules_markdown() -> str:
     """The rule table of README.md (``longpack check --list-rules --markdown``)."""
-    lines = ["| id | severity | what it checks | source |", "|---|---|---|---|"]
+    lines = [
+        "| id | severity | what it checks | versions | source |",
+        "|---|---|---|---|---|",
+    ]
     for r in rule_table():
         title = r["title"] + (" (with `--packed`)" if r["scope"] == "packed" else "")
-        lines.append(f"| `{r['id']}` | {r['severity']} | {title} | {r['source']} |")
+        lines.append(f"| `{r['id']}` | {r['severity']} | {title} | {r['versions']} | {_sources_md(r)} |")
     return "\n".join(lines)
+
+
+def _sources_md(row: dict[str, Any]) -> str:
+    """The rule's source in words, then each upstream file with its commit (linked on GitHub)."""
+    parts = [row["source"]]
+    for src in row["sources"]:
+        if src["repo"] == "longpack" or not src["path"]:
+            continue
+        where = f"{src['repo'].split('/')[1]} `{src['path']}`"
+        if src["commit"]:
+            url = f"https://github.com/{src['repo']}/commit/{src['commit']}"
+            where += f" @ [{src['commit']}]({url})"
+        where += " (relaxed it)" if src["relaxes"] else ""
+        if where not in parts:
+            parts.append(where)
+    return "<br>".join(parts)
 
 
 def _list_rules(as_json: bool, markdown: bool = False) -> None:
@@ -81,11 +101,11 @@ def _list_rules(as_json: bool, markdown: bool = False) -> None:
         typer.echo(rules_markdown())
         return
     table = Table(title=f"longpack check: {len(rows)} rules")
-    for col in ("id", "severity", "checks", "source"):
+    for col in ("id", "severity", "checks", "versions", "source"):
         table.add_column(col, no_wrap=col in ("id", "severity"), overflow="fold")
     for r in rows:
         title = r["title"] + (" [--packed]" if r["scope"] == "packed" else "")
-        table.add_row(r["id"], r["severity"], title, r["source"])
+        table.add_row(r["id"], r["severity"], title, r["versions"], r["source"])
     Console().print(table)
 
 
@@ -107,7 +127,7 @@ def register(app: typer.Typer) -> None:
         app,
         "check",
         CheckConfig,
-        present=lambda config, result, view: _print_human(result, view.show_ignored),
+        present=lambda config, result, view: _print_human(result, view.show_ignored, view.verbose),
         prepare=_config_then_overrides,
         epilog="Exit codes: 0 no errors, 1 at least one error-severity finding, 2 input cannot be read.",
         view=CheckView,
@@ -116,7 +136,7 @@ def register(app: typer.Typer) -> None:
     )
 
 
-def _print_human(result: Any, show_ignored: bool) -> None:
+def _print_human(result: Any, show_ignored: bool, verbose: bool = False) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -134,6 +154,15 @@ def _print_human(result: Any, show_ignored: bool) -> None:
     )
     for note in loaded.notes:
         console.print(Text(f"  {note}", style="dim"))
+    if result.versions is not None:
+        console.print(
+            Text(
+                f"  rules for {result.versions.describe('bridge')}, {result.versions.describe('mcore')}; "
+                f"{len(result.not_applied)} rules do not apply to these versions"
+                + ("" if verbose else " (--verbose lists them)"),
+                style="dim",
+            )
+        )
     if packed is not None:
         console.print(
             Text(
@@ -152,6 +181,9 @@ def _print_human(result: Any, show_ignored: bool) -> None:
             problem = Text(f.message)
             if f.where:
                 problem.append("\n" + "; ".join(f.where), style="dim")
+            if f.applies_to and not f.applies_to.endswith("(rule: all versions)"):
+                # version-bounded rules say which versions they were applied for (JSON always does)
+                problem.append("\nfor " + f.applies_to, style="dim")
             table.add_row(
                 Text(f.severity.value, style=colors[f.severity.value]), f.rule_id, problem, Text(f.fix)
             )
@@ -161,6 +193,10 @@ def _print_human(result: Any, show_ignored: bool) -> None:
     console.print(
         f"{verdict}: {counts['error']} errors, {counts['warning']} warnings, {counts['info']} infos"
     )
+    if verbose and result.not_applied:
+        console.print(Text("Rules not applied to these versions:", style="dim"))
+        for r in result.not_applied:
+            console.print(Text(f"  {r.id}  {r.title}  [{r.provenance.ranges_text()}]", style="dim"))
     if loaded.ignored_keys:
         shown = loaded.ignored_keys if show_ignored else loaded.ignored_keys[:8]
         more = "" if show_ignored or len(loaded.ignored_keys) <= 8 else " ... (--show-ignored lists all)"

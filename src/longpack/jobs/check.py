@@ -19,7 +19,7 @@ from typing import Any
 
 from longpack import choices
 from longpack.errors import ConfigError
-from longpack.jobs.options import gpus_option
+from longpack.jobs.options import bridge_version_option, gpus_option, megatron_core_version_option
 from longpack.option import option
 from longpack.validate import optional_positive_int
 
@@ -34,7 +34,12 @@ class CheckConfig:
     only), ``overrides`` (``model.context_parallel_size=8``, ``+key=value``, ``~key``), ``gpus`` (world
     size), ``model`` (a catalog model id), ``dataset_kind`` (default: inferred) and ``packed`` (a packed
     output folder to check against the config; ``packed_no_manifest_ok`` reads a folder without
-    ``manifest.json``, as Megatron-Bridge's prepare step writes it)."""
+    ``manifest.json``, as Megatron-Bridge's prepare step writes it).
+
+    ``bridge_version`` / ``megatron_core_version`` (``0.6.0``, ``0.19.0``, ``main``) choose the rules: a
+    rule whose version range leaves them out is not applied. Default: ``$LONGPACK_BRIDGE_VERSION`` /
+    ``$LONGPACK_MEGATRON_CORE_VERSION``, else the installed packages' versions, else the newest the
+    catalog knows (``main``); the result says which and why."""
 
     command_help = (
         "Check a Megatron-Bridge training config (plus overrides, GPU count and packed data) against every "
@@ -65,6 +70,8 @@ class CheckConfig:
         help="With --packed: read a folder without manifest.json (Megatron-Bridge's prepare step writes none).",
         flag="--no-manifest-ok",
     )
+    bridge_version: str | None = bridge_version_option()
+    megatron_core_version: str | None = megatron_core_version_option()
 
     def __post_init__(self) -> None:
         from longpack.validate import plain_fields
@@ -92,6 +99,14 @@ class CheckConfig:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise ConfigError(f"{name} must be a name (a string), got {value!r}", fields=name)
+        self.versions()  # a version that does not parse is refused here, before any work
+
+    def versions(self) -> Any:
+        """The :class:`~longpack.rules.versions.UpstreamVersions` the rules run for (given, from the
+        environment, installed, or the newest known)."""
+        from longpack.rules.versions import UpstreamVersions
+
+        return UpstreamVersions.resolve(bridge=self.bridge_version, mcore=self.megatron_core_version)
 
     def run(self) -> CheckResult:
         """Load the setup, inspect ``packed`` (if given) and run every rule.
@@ -100,6 +115,7 @@ class CheckConfig:
         ``longpack.errors.LongpackError`` (``ConfigError``, ``PackedDataError``).
         """
         from longpack.rules import inspect_packed_dir, load_setup, run_rules, setup_from_mapping
+        from longpack.rules.runner import rules_outside
 
         common: dict[str, Any] = {
             "world_size": self.gpus,
@@ -125,13 +141,16 @@ class CheckConfig:
                 pack_size_hint=None if pss is None else pss.packed_sequence_size,
                 allow_no_manifest=self.packed_no_manifest_ok,
             )
-        findings = run_rules(setup, packed)
+        versions = self.versions()
+        findings = run_rules(setup, packed, versions=versions)
         return CheckResult(
             config=None if self.config is None else str(self.config),
             overrides=tuple(self.overrides),
             loaded=loaded,
             packed=packed,
             findings=tuple(findings),
+            versions=versions,
+            not_applied=tuple(rules_outside(versions)),
         )
 
 
@@ -145,6 +164,9 @@ class CheckResult:
     loaded: Any  # longpack.rules.LoadedSetup
     findings: tuple[Any, ...] = ()
     packed: Any = None  # longpack.rules.PackedDataSummary | None
+    versions: Any = None  # longpack.rules.versions.UpstreamVersions
+    #: Rules whose version ranges leave the checked versions out (not applied).
+    not_applied: tuple[Any, ...] = ()
 
     @property
     def setup(self) -> Any:
@@ -202,6 +224,11 @@ class CheckResult:
             "summary": self.summary(),
             "counts": self.counts,
             "findings": [f.to_dict() for f in self.findings],
+            "versions": None if self.versions is None else self.versions.to_dict(),
+            "rules_not_applied": [
+                {"id": r.id, "title": r.title, "versions": r.provenance.ranges_text()}
+                for r in self.not_applied
+            ],
             "notes": list(self.loaded.notes),
             "ignored_keys": list(self.loaded.ignored_keys),
         }
@@ -220,16 +247,30 @@ class CheckResult:
         return out
 
 
-def rule_table() -> list[dict[str, str]]:
-    """Every configuration rule: ``id``, ``severity``, ``title``, ``source``, ``scope`` (``--list-rules``).
+def rule_table() -> list[dict[str, Any]]:
+    """Every configuration rule: ``id``, ``severity``, ``title``, ``source``, ``scope``, ``versions`` (the
+    Megatron-Bridge / Megatron-Core ranges it applies to) and ``sources`` (``repo``, ``path``, ``commit``,
+    ``relaxes``: the upstream files it was read from) (``--list-rules``).
 
-    >>> rule_table()[0]["id"].startswith("LP-")
-    True
+    >>> row = next(r for r in rule_table() if r["id"] == "LP-HCP-001")
+    >>> row["versions"], row["sources"][0]["commit"]
+    ('Megatron-Core >= 0.16.0', '98d8c56dbd')
     """
     from longpack.rules import RULES
 
     return [
-        {"id": r.id, "severity": r.severity.value, "title": r.title, "source": r.source, "scope": r.scope}
+        {
+            "id": r.id,
+            "severity": r.severity.value,
+            "title": r.title,
+            "source": r.source,
+            "scope": r.scope,
+            "versions": r.provenance.ranges_text(),
+            "sources": [
+                {"repo": s.repo, "path": s.path, "commit": s.commit, "relaxes": s.relaxes}
+                for s in r.provenance.sources
+            ],
+        }
         for r in RULES.values()
     ]
 

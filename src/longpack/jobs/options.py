@@ -18,13 +18,17 @@ from longpack import choices
 from longpack.option import Option, option, option_of
 
 __all__ = [
+    "BRIDGE_VERSION_HELP",
+    "MCORE_VERSION_HELP",
     "Option",
     "algorithm_option",
+    "bridge_version_option",
     "cp_option",
     "demo_option",
     "gpu_option",
     "gpus_option",
     "inputs_option",
+    "megatron_core_version_option",
     "model_option",
     "option",
     "option_of",
@@ -78,6 +82,28 @@ def algorithm_option() -> str:
         help="Bin packing; first_fit_shuffle gives Megatron-Bridge's exact rows.",
         choices=choices.ALGORITHMS,
     )
+
+
+# The default order is longpack.rules.versions.UpstreamVersions.resolve's (given, environment, installed,
+# newest known); tests/rules/test_rules_versions.py checks the variable names against its ENV_VARS.
+BRIDGE_VERSION_HELP = (
+    "Megatron-Bridge version the rules are for (0.6.0, main; default: $LONGPACK_BRIDGE_VERSION, else the "
+    "installed megatron-bridge, else the release built on the Megatron-Core used, else the newest known)."
+)
+MCORE_VERSION_HELP = (
+    "Megatron-Core version the rules are for (0.19.0, main; default: $LONGPACK_MEGATRON_CORE_VERSION, else "
+    "the installed megatron-core, else the one of the Megatron-Bridge used, else the newest known)."
+)
+
+
+def bridge_version_option() -> str | None:
+    """``--bridge-version``: the Megatron-Bridge version ``check``, ``plan`` and ``sweep`` apply rules for."""
+    return option(None, help=BRIDGE_VERSION_HELP, cli_type=str | None)
+
+
+def megatron_core_version_option() -> str | None:
+    """``--megatron-core-version``: the Megatron-Core version the rules are applied for."""
+    return option(None, help=MCORE_VERSION_HELP, cli_type=str | None)
 
 
 def seed_option(default: int | None = 0, help: str = "") -> int:

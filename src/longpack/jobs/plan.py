@@ -18,7 +18,12 @@ from typing import Any
 
 from longpack import choices
 from longpack.errors import ConfigError
-from longpack.jobs.options import gpus_option, tokenizer_option
+from longpack.jobs.options import (
+    bridge_version_option,
+    gpus_option,
+    megatron_core_version_option,
+    tokenizer_option,
+)
 from longpack.option import option
 from longpack.planner.catalog import list_gpus, list_models
 
@@ -213,6 +218,9 @@ class PlanConfig:
         None,
         help="With --data: the hybrid-CP / DP-balanced cap to compare (default: pack / CP, half, quarter).",
     )
+    #: Versions the rules check candidates for (as ``CheckConfig``'s; default: check's default).
+    bridge_version: str | None = bridge_version_option()
+    megatron_core_version: str | None = megatron_core_version_option()
 
     def __post_init__(self) -> None:
         from longpack.validate import flag, optional_positive_int, plain_fields, positive_int
@@ -249,6 +257,7 @@ class PlanConfig:
         """The keyword arguments of the planner's ``SearchRequest`` (catalog entries loaded)."""
         from longpack.planner.catalog import load_gpu, load_model
         from longpack.planner.options import normalize_recompute
+        from longpack.rules.versions import UpstreamVersions
 
         assert self.model is not None and self.gpu is not None  # required: checked on construction
         return {
@@ -270,6 +279,9 @@ class PlanConfig:
             "ep": self.ep,
             "mbs": self.mbs,
             "explore": self.explore,
+            "rule_versions": UpstreamVersions.resolve(
+                bridge=self.bridge_version, mcore=self.megatron_core_version
+            ),
         }
 
     def _build_request(self) -> Any:

@@ -44,11 +44,13 @@ from longpack.choices import DEFAULT_ALGORITHM, OVERLENGTH_POLICIES
 from longpack.errors import ConfigError, InputError
 from longpack.jobs.options import (
     algorithm_option,
+    bridge_version_option,
     cp_option,
     demo_option,
     gpu_option,
     gpus_option,
     inputs_option,
+    megatron_core_version_option,
     model_option,
     pad_seq_to_mult_option,
     seed_option,
@@ -61,6 +63,7 @@ from longpack.option import check_choices, option
 from longpack.planner.catalog import GPUSpec, ModelSpec
 from longpack.planner.options import PlanError, PlanLayout
 from longpack.rules import TrainingSetup, run_rules
+from longpack.rules.versions import UpstreamVersions
 from longpack.samples import TokenizedSamples
 from longpack.text.rows import TextConfig
 from longpack.topology import ParallelLayout, TopologyError
@@ -396,7 +399,9 @@ def _round(x: float | None, digits: int) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-def batch_rule_findings(layout: ParallelLayout, *, pack_length: int, gbs: int) -> tuple[dict[str, Any], ...]:
+def batch_rule_findings(
+    layout: ParallelLayout, *, pack_length: int, gbs: int, versions: UpstreamVersions | None = None
+) -> tuple[dict[str, Any], ...]:
     """Findings of the batch rules (``LP-BATCH-001`` GBS % (MBS*DP) == 0, ``LP-BATCH-002`` GBS ≥ MBS*DP) for
     this layout with MBS 1, as ``longpack check --json`` prints them.
 
@@ -406,7 +411,7 @@ def batch_rule_findings(layout: ParallelLayout, *, pack_length: int, gbs: int) -
     ()
     """
     setup = TrainingSetup.from_layout(
-        layout, seq_length=pack_length, micro_batch_size=1, global_batch_size=gbs
+        layout, seq_length=pack_length, micro_batch_size=1, global_batch_size=gbs, versions=versions
     )
     return tuple(f.to_dict() for f in run_rules(setup, select=set(BATCH_RULES)))
 
@@ -678,6 +683,7 @@ def sweep(
     eos_id: int,
     layout: ParallelLayout | None = None,
     planner: PlannerSetup | None = None,
+    versions: UpstreamVersions | None = None,
 ) -> SweepResult:
     """Pack ``samples`` at every candidate length; check the batch rules against the layout the planner
     picks (with ``planner``), else against ``layout`` (its DP); recommend (planner only). With a planner,
@@ -696,13 +702,13 @@ def sweep(
             rules = None
             if chosen is not None:
                 _check_alignment(settings, chosen)
-                rules = batch_rule_findings(chosen, pack_length=length, gbs=cand.gbs)
+                rules = batch_rule_findings(chosen, pack_length=length, gbs=cand.gbs, versions=versions)
             cand = replace(cand, estimate=est, dp=None if chosen is None else chosen.dp, batch_rules=rules)
         elif layout is not None:
             cand = replace(
                 cand,
                 dp=layout.dp,
-                batch_rules=batch_rule_findings(layout, pack_length=length, gbs=cand.gbs),
+                batch_rules=batch_rule_findings(layout, pack_length=length, gbs=cand.gbs, versions=versions),
             )
         out.append(cand)
     candidates = tuple(out)
@@ -796,6 +802,9 @@ class SweepConfig:
         help="Sweep a token store (longpack tokenize) instead of tokenizing INPUTs.",
         cli_type=Path | None,
     )
+    #: Versions the batch rules check candidates for (as ``CheckConfig``'s; default: check's default).
+    bridge_version: str | None = bridge_version_option()
+    megatron_core_version: str | None = megatron_core_version_option()
 
     def __post_init__(self) -> None:
         from longpack.validate import plain_fields
@@ -957,6 +966,8 @@ class SweepConfig:
     def _check_values(self) -> None:
         """Sizes are positive integers (0 is an error, never "unset"), switches booleans, headroom finite."""
         set_ = object.__setattr__
+        # a version that does not parse is refused before any tokenizing
+        UpstreamVersions.resolve(bridge=self.bridge_version, mcore=self.megatron_core_version)
         try:
             for name in ("pad_seq_to_mult", "tp", "cp", "workers", "gpus"):
                 set_(self, name, optional_positive_int(getattr(self, name), name))
@@ -1016,7 +1027,15 @@ class SweepConfig:
         cluster: ParallelLayout | None = self._cluster  # type: ignore[attr-defined]
         # with the planner, a layout fixes DP only when ``layout`` pins it (else the planner picks PP)
         fixed = cluster if planner is None or self.layout is not None else None
-        result = sweep(tokenized.samples, self.settings, eos_id=int(eos_id), layout=fixed, planner=planner)
+        versions = UpstreamVersions.resolve(bridge=self.bridge_version, mcore=self.megatron_core_version)
+        result = sweep(
+            tokenized.samples,
+            self.settings,
+            eos_id=int(eos_id),
+            layout=fixed,
+            planner=planner,
+            versions=versions,
+        )
         result = replace(
             result,
             input={

@@ -39,6 +39,7 @@ from longpack.rules.checks.topology import (
     sp_splits_cp_shard,
     tp_divides,
 )
+from longpack.rules.versions import UpstreamVersions
 from longpack.topology import ParallelLayout, TopologyError
 
 VPP_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -84,6 +85,8 @@ class SearchRequest:
     ep_overlap: bool | None = None
     tp_comm_overlap: bool | None = None
     allow_full_recompute: bool = True
+    #: Megatron-Bridge / Megatron-Core versions the rules check candidates for (None: check's default).
+    rule_versions: UpstreamVersions | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "seq_length"):
@@ -703,6 +706,7 @@ def layout_findings(req: SearchRequest, cand: Candidate) -> tuple[Finding, ...]:
         global_batch_size=req.global_batch,
         dataset_kind="pretraining",
         pipeline_model_parallel_layout=cand.pipeline_layout,
+        versions=req.rule_versions,
     )
     return tuple(run_rules(setup))
 

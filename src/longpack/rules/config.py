@@ -45,6 +45,7 @@ from pydantic.fields import FieldInfo
 from longpack.catalog import ModelFamily, find_family
 from longpack.rules.config_file import ConfigError, apply_overrides, flatten, read_config_file
 from longpack.rules.packed_data import PackedDataSummary
+from longpack.rules.versions import UpstreamVersions
 from longpack.topology import ParallelLayout, TopologyError, collate_pad_multiple
 
 
@@ -322,8 +323,19 @@ class ModelSettings:
     moe_token_dispatcher_type: OptStr = None
     moe_flex_dispatcher_backend: OptStr = None
     moe_expert_capacity_factor: OptFloat = None
+    moe_router_load_balancing_type: OptStr = None
     overlap_moe_expert_parallel_comm: Bool = False
     delay_wgrad_compute: Bool = False
+    #: Megatron-Core HybridEP: pad uneven per-rank dispatch inputs to the group maximum (MCore >= 0.19).
+    moe_hybridep_pad_uneven_dispatch_inputs: OptBool = None
+    #: Megatron-Core hybrid context parallelism (``BalancedCPScheduler``) and its per-rank length cap,
+    #: which the DP-balanced packing scheduler (``sequence_packing_scheduler``) uses too.
+    hybrid_context_parallel: Bool = False
+    max_seqlen_per_dp_cp_rank: OptInt = None
+    sequence_packing_scheduler: OptStr = None
+    microbatch_group_size_per_vp_stage: OptInt = None
+    #: Megatron-LM's spelling of a local (per-layer) CUDA graph.
+    enable_cuda_graph: Bool = False
 
     @property
     def full_iteration_graph(self) -> bool:
@@ -332,8 +344,9 @@ class ModelSettings:
 
     @property
     def training_cuda_graph(self) -> bool:
-        """Any training CUDA graph (``local``, ``transformer_engine`` or full iteration)."""
-        return self.cuda_graph_impl not in ("none", "") or self.full_iteration_graph
+        """Any training CUDA graph (``local``, ``transformer_engine``, full iteration, or Megatron-LM's
+        ``enable_cuda_graph``)."""
+        return self.cuda_graph_impl not in ("none", "") or self.full_iteration_graph or self.enable_cuda_graph
 
     @property
     def uses_hybridep(self) -> bool:
@@ -482,6 +495,12 @@ class TrainingSetup:
     comm_overlap_delay_wgrad_compute: Bool = Field(
         default=False, validation_alias=AliasPath("comm_overlap", "delay_wgrad_compute")
     )
+    use_megatron_fsdp: Bool = Field(
+        default=False,
+        validation_alias=AliasChoices(
+            AliasPath("dist", "use_megatron_fsdp"), AliasPath("ddp", "use_megatron_fsdp")
+        ),
+    )
     use_dist_train: Bool = Field(
         default=False,
         validation_alias=AliasChoices(
@@ -492,6 +511,10 @@ class TrainingSetup:
     sources: Annotated[Mapping[str, str], DERIVED, SkipValidation] = Field(default_factory=dict)
     #: The packed folder the run reads (``longpack check --packed``); the packed-data rules need it.
     packed: Annotated[PackedDataSummary | None, DERIVED, SkipValidation] = None
+    #: Dotted keys the config and overrides set (declared or not): which settings the user wrote.
+    given_keys: Annotated[frozenset[str], DERIVED, SkipValidation] = frozenset()
+    #: The Megatron-Bridge / Megatron-Core versions the rules run for (set by ``run_rules``).
+    versions: Annotated[UpstreamVersions | None, DERIVED, SkipValidation] = None
 
     @classmethod
     def from_layout(
@@ -504,13 +527,15 @@ class TrainingSetup:
         global_batch_size: int | None = None,
         dataset: DatasetSettings | None = None,
         dataset_kind: str | DatasetKind = DatasetKind.SFT,
+        versions: UpstreamVersions | None = None,
         **model_fields: Any,
     ) -> TrainingSetup:
         """A setup from a :class:`ParallelLayout` (what the planner and ``longpack pack`` hold).
 
         ``model_fields`` are further :class:`ModelSettings` fields (``num_layers=61``, ...); the
         architecture the family knows fills the ones not given. ``dataset`` (or just ``dataset_kind``)
-        describes the data side.
+        describes the data side; ``versions`` the Megatron-Bridge / Megatron-Core versions the rules run for
+        (``None``: ``run_rules``'s default).
 
         >>> TrainingSetup.from_layout(ParallelLayout(world_size=8, tp=2), num_layers=32).model.num_layers
         32
@@ -539,6 +564,7 @@ class TrainingSetup:
             micro_batch_size=micro_batch_size,
             global_batch_size=global_batch_size,
             dataset=ds,
+            versions=versions,
         )
 
     # --- derived values ---------------------------------------------------------------------------
@@ -908,6 +934,7 @@ def setup_from_mapping(
         "model": _fill_from_family(setup.model, family),
         "family": family,
         "sources": src,
+        "given_keys": frozenset(flat),
     }
     if world_size is not None:
         updates["world_size"] = world_size

@@ -21,11 +21,14 @@ objects carrying the rule's id and severity and where the offending keys came fr
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
+
+from longpack.rules.versions import BRIDGE, MCORE, PRODUCTS, UpstreamVersions, VersionRange
 
 if TYPE_CHECKING:
     from longpack.rules.config import TrainingSetup
@@ -63,6 +66,8 @@ class Finding:
     fix: str
     keys: tuple[str, ...] = ()
     where: tuple[str, ...] = ()
+    #: The versions the finding is for and the rule's range there: ``Megatron-Bridge 0.6.0 (rule: >= 0.4.0)``.
+    applies_to: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (stable keys, used by ``longpack check --json``)."""
@@ -74,7 +79,59 @@ class Finding:
             "fix": self.fix,
             "keys": list(self.keys),
             "where": list(self.where),
+            "applies_to": self.applies_to,
         }
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a rule comes from upstream: repository, file, commit (the one that introduced or last
+    changed the check) and ``probe``, a literal that file holds wherever the rule applies (the drift
+    script, ``scripts/rules_drift.py``, looks for it). ``repo="longpack"`` is the checker's own advice."""
+
+    repo: str
+    path: str = ""
+    commit: str = ""
+    probe: str = ""
+    #: The change that ended (relaxed) the rule: the probe appears where the rule's range ends.
+    relaxes: bool = False
+
+    @property
+    def text(self) -> str:
+        """``NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/training/config.py @ 8896e9027``."""
+        if self.repo == "longpack":
+            return "longpack"
+        text = f"{self.repo} {self.path}".rstrip() + (f" @ {self.commit}" if self.commit else "")
+        return text + (" (relaxed it)" if self.relaxes else "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Provenance:
+    """A rule's versions and sources (one entry per rule in :mod:`longpack.rules.provenance`):
+    ``bridge`` and ``mcore`` are the Megatron-Bridge and Megatron-Core ranges it applies to."""
+
+    bridge: VersionRange = dataclasses.field(default_factory=VersionRange)
+    mcore: VersionRange = dataclasses.field(default_factory=VersionRange)
+    sources: tuple[Source, ...] = ()
+
+    def applies(self, versions: UpstreamVersions) -> bool:
+        """Whether both ranges contain the versions checked for."""
+        return self.bridge.contains(versions.bridge, BRIDGE) and self.mcore.contains(versions.mcore, MCORE)
+
+    def ranges_text(self) -> str:
+        """``Megatron-Bridge >= 0.4.0; Megatron-Core all`` (only the bounded ranges, or ``all versions``)."""
+        parts = [
+            f"{PRODUCTS[p].name} {r.text}"
+            for p, r in ((BRIDGE, self.bridge), (MCORE, self.mcore))
+            if not r.everywhere
+        ]
+        return "; ".join(parts) or "all versions"
+
+    def applies_to(self, versions: UpstreamVersions) -> str:
+        """What a finding says about versions: the versions checked for and the rule's ranges."""
+        return (
+            f"Megatron-Bridge {versions.bridge}, Megatron-Core {versions.mcore} (rule: {self.ranges_text()})"
+        )
 
 
 #: The one rule signature: the setup in, violations out (packed-data rules read ``setup.packed``).
@@ -103,6 +160,7 @@ class Rule:
     description: str
     fix: str
     check: Check
+    provenance: Provenance = dataclasses.field(default_factory=Provenance)
 
 
 class RuleFamily:
@@ -151,7 +209,9 @@ class RuleSet:
     Iterating yields :class:`Rule` records (not ids, as a dict would); ``rules[id]`` looks one up.
     """
 
-    def __init__(self, families: Iterable[RuleFamily]) -> None:
+    def __init__(
+        self, families: Iterable[RuleFamily], provenance: Mapping[str, Provenance] | None = None
+    ) -> None:
         self.families: tuple[RuleFamily, ...] = tuple(families)
         by_id: dict[str, Rule] = {}
         for family in self.families:
@@ -160,7 +220,13 @@ class RuleSet:
                     raise ValueError(
                         f"rule {r.id} is declared by both {by_id[r.id].family} and {family.name}"
                     )
+                if provenance is not None:
+                    if r.id not in provenance:
+                        raise ValueError(f"rule {r.id} has no versions and source in the provenance table")
+                    r = dataclasses.replace(r, provenance=provenance[r.id])
                 by_id[r.id] = r
+        if provenance is not None and (stale := sorted(set(provenance) - set(by_id))):
+            raise ValueError(f"the provenance table names rules that do not exist: {stale}")
         self._by_id = by_id
 
     def __iter__(self) -> Iterator[Rule]:

@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 from collections.abc import Iterable
 
 from longpack.rules.checks import (
@@ -19,24 +21,30 @@ from longpack.rules.checks import (
     cuda_graphs,
     energon,
     family,
+    hybrid_cp,
     inputs,
     moe,
     packed_data,
     packing,
     pipeline,
     topology,
+    upstream,
     vlm,
 )
 from longpack.rules.config import TrainingSetup
 from longpack.rules.packed_data import PackedDataSummary
-from longpack.rules.registry import Finding, RuleSet, Severity, sorted_findings
+from longpack.rules.provenance import PROVENANCE
+from longpack.rules.registry import Finding, Rule, RuleSet, Severity, sorted_findings
+from longpack.rules.versions import UpstreamVersions
 
 #: The rule families, in the order ``longpack check --list-rules`` prints them.
 FAMILY_MODULES = (
     inputs,
+    upstream,
     topology,
     pipeline,
     cp,
+    hybrid_cp,
     batch,
     packing,
     cuda_graphs,
@@ -48,24 +56,59 @@ FAMILY_MODULES = (
 )
 
 #: Every rule: iterate for :class:`~longpack.rules.registry.Rule` records, ``RULES[id]`` for one.
-RULES = RuleSet(module.FAMILY for module in FAMILY_MODULES)
+RULES = RuleSet((module.FAMILY for module in FAMILY_MODULES), provenance=PROVENANCE)
+
+
+@functools.lru_cache(maxsize=64)
+def _applicable(bridge: str, mcore: str) -> frozenset[str]:
+    # the ranges are fixed per process: work the set out once per pair of versions
+    versions = UpstreamVersions(bridge=bridge, mcore=mcore)
+    return frozenset(r.id for r in RULES if r.provenance.applies(versions))
+
+
+def rules_outside(versions: UpstreamVersions) -> list[Rule]:
+    """The rules whose version ranges leave out ``versions`` (``longpack check --verbose`` lists them).
+
+    >>> old, new = UpstreamVersions.resolve(bridge="0.5.1", mcore="0.16.1"), UpstreamVersions.resolve(bridge="main", mcore="main")
+    >>> sorted(r.id for r in rules_outside(old) if r.family == "moe")  # need Megatron-Core 0.19
+    ['LP-MOE-005', 'LP-MOE-007', 'LP-MOE-009']
+    >>> sorted(r.id for r in rules_outside(new) if r.family == "moe")  # relaxed by later versions
+    ['LP-MOE-005', 'LP-MOE-006', 'LP-MOE-008']
+    """
+    applicable = _applicable(versions.bridge, versions.mcore)
+    return [r for r in RULES if r.id not in applicable]
 
 
 def run_rules(
-    setup: TrainingSetup, packed: PackedDataSummary | None = None, *, select: set[str] | None = None
+    setup: TrainingSetup,
+    packed: PackedDataSummary | None = None,
+    *,
+    select: set[str] | None = None,
+    versions: UpstreamVersions | None = None,
 ) -> list[Finding]:
-    """Run every rule (or those in ``select``) and return findings, errors first.
+    """Run every rule (or those in ``select``) whose version ranges hold ``versions`` and return
+    findings, errors first.
 
-    ``packed`` (a summary of the packed folder the run reads) enables the packed-data rules; it may also
-    come in as ``setup.packed``. When a size is not positive (``LP-CFG-001``), only the ``LP-CFG`` rules
-    run: the others would divide by it.
+    ``versions`` (default: ``setup.versions``, else :meth:`UpstreamVersions.resolve`: the installed
+    packages' versions, else the newest the catalog knows) decides which rules apply; each finding names
+    them. ``packed`` (a summary of the packed folder the run reads) enables the packed-data rules; it may
+    also come in as ``setup.packed``. When a size is not positive (``LP-CFG-001``), only the ``LP-CFG``
+    rules run: the others would divide by it.
     """
+    versions = versions or setup.versions or UpstreamVersions.resolve()
+    if setup.versions != versions:
+        # a shallow copy, not dataclasses.replace: re-validating the whole setup costs more than the rules
+        setup = copy.copy(setup)
+        object.__setattr__(setup, "versions", versions)
     if packed is not None:
         setup = dataclasses.replace(setup, packed=packed)
     findings: list[Finding] = []
     basic_broken = bool(inputs.non_positive_sizes(setup))
+    applicable = _applicable(versions.bridge, versions.mcore)
     for r in RULES:
         if select is not None and r.id not in select:
+            continue
+        if r.id not in applicable:
             continue
         if basic_broken and r.family != inputs.FAMILY.name:
             continue
@@ -81,6 +124,7 @@ def run_rules(
                     fix=v.fix,
                     keys=v.keys,
                     where=tuple(setup.where(*v.keys)),
+                    applies_to=r.provenance.applies_to(versions),
                 )
             )
     return sorted_findings(findings)

@@ -237,3 +237,23 @@ def seq_lengths_match(s: TrainingSetup) -> Iterator[Violation]:
             K_SEQ,
             K_DSEQ,
         )
+
+
+@FAMILY.rule(
+    "LP-CP-009",
+    E,
+    "Bridge's THD context-parallel split needs Megatron-Core 0.18",
+    "Bridge packed_seq_utils (THD CP partitioning)",
+    fix="upgrade Megatron-Core to 0.18.0+, or train packed data with CP=1",
+)
+def cp_thd_needs_mcore(s: TrainingSetup) -> Iterator[Violation]:
+    """Megatron-Bridge 0.6.0 splits packed (THD) batches over CP ranks with Megatron-Core's
+    ``get_batch_on_this_cp_rank(..., is_hybrid_cp=...)``, which Megatron-Core has from 0.18.0; with an
+    older Megatron-Core the first packed CP step raises."""
+    if s.cp > 1 and s.dataset.any_packing:
+        yield V(
+            f"packed sequences with CP={s.cp} on a Megatron-Core before 0.18.0: Bridge's THD CP split needs "
+            "get_batch_on_this_cp_rank(..., is_hybrid_cp=...)",
+            "upgrade Megatron-Core to >= 0.18.0, or set model.context_parallel_size=1",
+            K_CP,
+        )

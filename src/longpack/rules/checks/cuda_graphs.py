@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from longpack.rules.checks.common import K_CGI, K_CGS, K_IBP, K_PCU, K_PTML, E, V, W, fixed_width, pad_cu
+from longpack.rules.checks.common import (
+    K_CGI,
+    K_CGS,
+    K_CP,
+    K_IBP,
+    K_PCU,
+    K_PTML,
+    E,
+    V,
+    W,
+    fixed_width,
+    pad_cu,
+)
 from longpack.rules.config import TrainingSetup
 from longpack.rules.registry import RuleFamily, Violation
 
@@ -138,4 +150,46 @@ def cg_variable_shapes(s: TrainingSetup) -> Iterator[Violation]:
             f"set {K_PTML}=true (and {K_PCU}=true), or {K_CGI}=none",
             K_CGI,
             K_PTML,
+        )
+
+
+@FAMILY.rule(
+    "LP-CG-006",
+    E,
+    "training CUDA graphs with CP > 1 and packed sequences need Megatron-Core 0.19",
+    "Megatron-Core PackedSeqParams / TEDotProductAttention (training graphs with CP > 1)",
+    fix="upgrade Megatron-Core to 0.19.0+, or model.cuda_graph_impl=none with CP > 1",
+)
+def cg_cp_packed(s: TrainingSetup) -> Iterator[Violation]:
+    """Megatron-Core made training CUDA graphs work with CP > 1 on packed (THD) inputs in 0.19.0
+    (``pad_between_seqs`` carried in ``PackedSeqParams``); earlier versions do not replay packed
+    attention with CP correctly."""
+    if s.model.training_cuda_graph and s.cp > 1 and s.dataset.any_packing:
+        yield V(
+            f"training CUDA graphs (cuda_graph_impl={s.model.cuda_graph_impl}) with CP={s.cp} and packed sequences "
+            "on a Megatron-Core before 0.19.0",
+            f"upgrade Megatron-Core to >= 0.19.0, or set {K_CGI}=none",
+            K_CGI,
+            K_CP,
+        )
+
+
+@FAMILY.rule(
+    "LP-CG-007",
+    E,
+    "locally captured CUDA graphs only for full-iteration capture",
+    "Bridge validate_cuda_graph_configuration",
+    fix='set model.cuda_graph_impl="transformer_engine" for scoped capture, or the full_iteration scope',
+)
+def cg_local_scope(s: TrainingSetup) -> Iterator[Violation]:
+    """Megatron-Bridge accepts ``cuda_graph_impl="local"`` only for full-iteration graphs (and local
+    inference-scope graphs); scoped per-module capture has to use Transformer Engine's graphs."""
+    m = s.model
+    if m.cuda_graph_impl == "local" and not m.full_iteration_graph:
+        scopes = f" with scopes {list(m.cuda_graph_scope)}" if m.cuda_graph_scope else ""
+        yield V(
+            f'cuda_graph_impl="local"{scopes}: Megatron-Bridge supports local graphs only for full-iteration capture',
+            f'set {K_CGI}="transformer_engine" (scoped capture such as attn or mlp), or {K_CGS}=[full_iteration]',
+            K_CGI,
+            K_CGS,
         )

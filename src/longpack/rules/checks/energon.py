@@ -38,13 +38,13 @@ def en_mbs(s: TrainingSetup) -> Iterator[Violation]:
     "LP-EN-002",
     E,
     "Energon dataset and eval MBS equal train.micro_batch_size",
-    "Bridge ConfigContainer.validate (Energon packing)",
+    "Bridge ConfigContainer.validate (Energon datasets)",
     fix="set dataset.micro_batch_size and validation.eval_micro_batch_size to train.micro_batch_size",
 )
 def en_mbs_match(s: TrainingSetup) -> Iterator[Violation]:
-    """Megatron-Bridge requires the Energon dataset's and the evaluation micro-batch size to equal the
-    training one with native packing."""
-    if not _energon(s):
+    """Megatron-Bridge (0.6.0 on) requires an Energon dataset's micro-batch size to equal the training
+    one, and the evaluation one too, packing or not."""
+    if s.dataset.kind is not DatasetKind.ENERGON:
         return
     for key, value in (
         ("dataset.micro_batch_size", s.dataset.micro_batch_size),

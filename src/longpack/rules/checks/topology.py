@@ -43,6 +43,16 @@ def tp_divides(heads: int, *, tp: int) -> bool:
     return heads % tp == 0
 
 
+def kv_heads_fit_tp(kv_heads: int, *, tp: int) -> bool:
+    """KV heads a multiple or a divisor of TP (``LP-TOPO-007``): from Megatron-Core 0.16.0 a TP larger
+    than the KV heads sub-shards each KV head over ``TP / kv_heads`` ranks.
+
+    >>> kv_heads_fit_tp(8, tp=4), kv_heads_fit_tp(4, tp=8), kv_heads_fit_tp(6, tp=4)
+    (True, True, False)
+    """
+    return kv_heads % tp == 0 or tp % kv_heads == 0
+
+
 def sp_splits_cp_shard(width: int, *, tp: int, cp: int, sp: bool) -> bool:
     """With sequence parallelism the tokens of each CP rank split over TP (``LP-SP-001``; a width CP does
     not divide is ``LP-CP-001``'s to report).
@@ -167,12 +177,33 @@ def heads_tp(s: TrainingSetup) -> Iterator[Violation]:
     fix="choose a TP that divides model.num_query_groups (spread the rest with CP or PP)",
 )
 def kv_heads_tp(s: TrainingSetup) -> Iterator[Violation]:
-    """With grouped-query attention the KV heads are split over TP as well, so TP must divide them."""
+    """With grouped-query attention the KV heads are split over TP as well, so TP must divide them (up to
+    Megatron-Core 0.15; 0.16.0 relaxed this to ``LP-TOPO-007``)."""
     g = s.model.num_query_groups
     if g and not tp_divides(g, tp=s.tp):
         yield V(
             f"num_query_groups (KV heads)={g} is not divisible by TP={s.tp}",
             f"choose TP dividing {g} (use CP or PP to spread the rest)",
+            K_TP,
+            "model.num_query_groups",
+        )
+
+
+@FAMILY.rule(
+    "LP-TOPO-007",
+    E,
+    "KV heads (num_query_groups) a multiple or a divisor of TP",
+    "MCore TransformerConfig (QKV sub-sharding)",
+    fix="choose a TP that divides model.num_query_groups or is a multiple of it",
+)
+def kv_heads_fit_tp_rule(s: TrainingSetup) -> Iterator[Violation]:
+    """From Megatron-Core 0.16.0 a TP larger than the KV heads is allowed when it is a multiple of them
+    (each KV head is sub-sharded over TP / KV ranks); otherwise the heads must still split evenly."""
+    g = s.model.num_query_groups
+    if g and not kv_heads_fit_tp(g, tp=s.tp):
+        yield V(
+            f"num_query_groups (KV heads)={g} is neither a multiple nor a divisor of TP={s.tp}",
+            f"choose TP dividing {g}, or a multiple of {g} (Megatron-Core >= 0.16.0 sub-shards KV heads)",
             K_TP,
             "model.num_query_groups",
         )

@@ -1,0 +1,105 @@
+"""Settings the Megatron-Bridge / Megatron-Core version checked for does not have.
+
+A key that the config sets but the version does not know is not ignored upstream: Bridge's structured
+configs and Megatron-Core's dataclasses refuse unknown fields. :data:`KEYS_BY_VERSION` says, for the keys
+the packing rules read, the first (``since``) or last-but-one (``until``) version that has them; the
+commits are in :mod:`longpack.rules.provenance` (rule ``LP-VER-001``).
+
+>>> [k.key for k in KEYS_BY_VERSION if k.product == "mcore"][:2]
+['model.hybrid_context_parallel', 'model.max_seqlen_per_dp_cp_rank']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from longpack.rules.checks.common import E, V
+from longpack.rules.config import TrainingSetup
+from longpack.rules.registry import RuleFamily, Violation
+from longpack.rules.versions import PRODUCTS, Product, VersionRange
+
+FAMILY = RuleFamily("upstream", "Settings of the Megatron version checked for")
+
+
+@dataclass(frozen=True)
+class VersionedKey:
+    """A config key (or section) and the versions of one product that have it."""
+
+    key: str
+    product: Product
+    has: VersionRange
+    why: str
+
+
+KEYS_BY_VERSION: tuple[VersionedKey, ...] = (
+    VersionedKey("model.hybrid_context_parallel", "mcore", VersionRange(since="0.16.0"), "hybrid CP (#2282)"),
+    VersionedKey(
+        "model.max_seqlen_per_dp_cp_rank", "mcore", VersionRange(since="0.16.0"), "hybrid CP (#2282)"
+    ),
+    VersionedKey(
+        "model.sequence_packing_scheduler",
+        "mcore",
+        VersionRange(since="main"),
+        "DP-balanced scheduler (#6684)",
+    ),
+    VersionedKey(
+        "model.moe_hybridep_pad_uneven_dispatch_inputs",
+        "mcore",
+        VersionRange(since="0.19.0"),
+        "HybridEP THD dispatch (#5008)",
+    ),
+    VersionedKey(
+        "dist.eval_context_parallel_size", "bridge", VersionRange(since="0.5.0"), "eval-time CP (#3755)"
+    ),
+    VersionedKey(
+        "dataset.enable_offline_packing",
+        "bridge",
+        VersionRange(since="0.6.0"),
+        "packing config refactor (#4685)",
+    ),
+    VersionedKey(
+        "dataset.offline_packing_specs",
+        "bridge",
+        VersionRange(since="0.6.0"),
+        "packing config refactor (#4685)",
+    ),
+    VersionedKey(
+        "dataset.enable_in_batch_packing",
+        "bridge",
+        VersionRange(since="0.6.0"),
+        "in-batch packing rename (#4307)",
+    ),
+    VersionedKey(
+        "dataset.packed_sequence_specs",
+        "bridge",
+        VersionRange(until="0.6.0"),
+        "renamed offline_packing_specs (#4685)",
+    ),
+)
+
+
+def _set(s: TrainingSetup, key: str) -> bool:
+    return any(k == key or k.startswith(key + ".") for k in s.given_keys)
+
+
+@FAMILY.rule(
+    "LP-VER-001",
+    E,
+    "every key set exists in the Megatron-Bridge / Megatron-Core version checked for",
+    "Megatron-Bridge and Megatron-Core release history",
+    fix="drop the key, use the spelling of your version, or upgrade (--bridge-version / --megatron-core-version)",
+)
+def keys_exist(s: TrainingSetup) -> Iterator[Violation]:
+    """Keys that only some versions have: set in another version, the config is refused at start-up."""
+    if s.versions is None:
+        return
+    for vk in KEYS_BY_VERSION:
+        version = s.versions.of(vk.product)
+        if _set(s, vk.key) and not vk.has.contains(version, vk.product):
+            name = PRODUCTS[vk.product].name
+            yield V(
+                f"{vk.key} is set, but {name} {version} has no such setting ({vk.why}: {name} {vk.has.text})",
+                f"drop {vk.key}, or run {name} {vk.has.text} (then pass that version to longpack check)",
+                vk.key,
+            )
