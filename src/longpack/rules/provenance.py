@@ -386,6 +386,8 @@ PROVENANCE: dict[str, Provenance] = {
     "LP-PACK-016": Provenance(
         sources=(Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="6a33a2a95"),)
     ),
+    # pad_seq_to_mult above the pack: every sample pads past the pack (longpack's alignment arithmetic)
+    "LP-PACK-017": Provenance(sources=(LONGPACK,)),
     "LP-PACK-009": Provenance(
         sources=(Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="6a33a2a95"),)
     ),
@@ -835,6 +837,17 @@ PROVENANCE: dict[str, Provenance] = {
     ),
     "LP-DATA-009": Provenance(sources=(LONGPACK,)),
     "LP-DATA-011": Provenance(sources=(LONGPACK,)),
+    # the same verification as `longpack inspect --verify` (longpack's own manifest, hashes and layout)
+    "LP-DATA-012": Provenance(sources=(LONGPACK,)),
+    # Bridge refuses a packed data path that does not exist when it resolves its packing config
+    "LP-DATA-013": Provenance(
+        sources=(
+            LONGPACK,
+            Source(BRIDGE_REPO, "src/megatron/bridge/data/packing/config.py", commit="e577829e1"),
+        )
+    ),
+    # a --balance pack's order is only balanced for the topology it was made for (longpack's manifest)
+    "LP-DATA-014": Provenance(sources=(LONGPACK,)),
     "LP-HCP-001": Provenance(
         mcore=VersionRange(since="0.16.0"),
         sources=(
