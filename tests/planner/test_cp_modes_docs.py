@@ -78,7 +78,7 @@ def table() -> str:
         dp = lay["gpus"] // (lay["tp"] * lay["cp"])
         plan = plan_cp_modes(packs, model="llama3_1_8b", gpu="h100", gbs=dp * 8, **lay)
 
-        def best(mode: str) -> str:
+        def best(mode: str, plan=plan) -> str:
             c = plan.best(mode)
             s = c.speedup(mode)
             return "infeasible" if not np.isfinite(c.times[mode]) else f"{s:.2f}x ({c.max_seqlen_per_rank})"
