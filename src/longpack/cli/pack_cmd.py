@@ -157,4 +157,4 @@ def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     echo("  in a recipe (Python):")
     for line in handoff["python"].splitlines():
         echo(f"    {line}" if line else "")
-    echo(f"  check it: longpack check {handoff['path']} --packed {summary['out']}")
+    echo(f"  check it: {handoff['check']}")

@@ -1027,6 +1027,7 @@ class PackResult:
                 "api": self.bridge_config.api,
                 "overrides": self.bridge_config.overrides(),
                 "python": self.bridge_config.python(),
+                "check": self.bridge_config.check_command(),
             },
         }
         if "mix" in self.manifest.extra:

@@ -72,6 +72,9 @@ class TokenizeConfig:
     progress: bool = False
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         from longpack.jobs.pack import _paths
 
         set_ = object.__setattr__

@@ -208,6 +208,9 @@ class VerifyConfig:
     thorough: bool = option(False, help="Isolation check both ways on every row.")
 
     def __post_init__(self) -> None:
+        from longpack.validate import plain_fields
+
+        plain_fields(self)
         if not isinstance(self.packed, str | os.PathLike):
             raise ConfigError(f"packed must be a path, got {self.packed!r}", fields="packed")
         if not isinstance(self.model, str) or not self.model:

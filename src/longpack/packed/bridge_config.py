@@ -47,6 +47,7 @@ __all__ = [
     "BRIDGE_APIS",
     "BRIDGE_CONFIG_NAME",
     "BRIDGE_CONFIG_VERSION",
+    "LEGACY_BRIDGE_VERSION",
     "SPECS_CLASS",
     "BridgeHandoff",
     "balance_topology",
@@ -58,6 +59,9 @@ BRIDGE_CONFIG_NAME = "bridge_config.yaml"
 #: The Megatron-Bridge release whose config keys ``bridge_config.yaml`` (main API) uses; earlier releases
 #: that read packed Parquet (v0.4.0 - v0.5.1) name the specs ``packed_sequence_specs`` (docs: bridge.md).
 BRIDGE_CONFIG_VERSION = "v0.6.0"
+#: The newest Megatron-Bridge release the ``legacy`` form (``dataset.packed_sequence_specs``) is written for:
+#: ``longpack check`` runs its version-aware rules for it (Bridge main renamed the key, #4685).
+LEGACY_BRIDGE_VERSION = "0.5.1"
 BRIDGE_APIS = ("main", "legacy")
 #: Import path of ``PackedSequenceSpecs`` and the dataset key holding it, per config generation.
 SPECS_CLASS = {
@@ -169,6 +173,16 @@ class BridgeHandoff:
         out["dataset"] = dataset
         return out
 
+    def check_command(self) -> str:
+        """The ``longpack check`` command line for this config and its folder (shell-quoted; the legacy form
+        is checked for :data:`LEGACY_BRIDGE_VERSION`, the Bridge it is written for)."""
+        out = Path(self.out).absolute()
+        version = "" if self.api == "main" else f" --bridge-version {LEGACY_BRIDGE_VERSION}"
+        return (
+            f"longpack check {shlex.quote(str(out / BRIDGE_CONFIG_NAME))} --packed {shlex.quote(str(out))}"
+            + version
+        )
+
     def to_yaml(self) -> str:
         """``bridge_config.yaml``: a comment naming the Bridge versions, then the nested mapping."""
         import yaml
@@ -181,8 +195,7 @@ class BridgeHandoff:
         head = (
             f"# Written by longpack for {served}.\n"
             f"# Merge it into a recipe's ConfigContainer (a YAML config file), or check it:\n"
-            f"#   longpack check {shlex.quote(str(Path(self.out).absolute() / BRIDGE_CONFIG_NAME))} "
-            f"--packed {shlex.quote(str(Path(self.out).absolute()))}\n"
+            f"#   {self.check_command()}\n"
         )
         if self.balanced_for:
             b = self.balanced_for

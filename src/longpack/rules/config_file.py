@@ -122,7 +122,7 @@ def _check_duplicate_keys(root: yaml.Node, where: str) -> None:
     >>> load_yaml_text("model:\\n  seq_length: 4096\\n  cp: 2\\n  seq_length: 8192\\n", where="c.yaml")
     Traceback (most recent call last):
     ...
-    longpack.rules.config_file.ConfigError: c.yaml:4: key 'model.seq_length' is given twice (lines 2 and 4); a reader keeps the last one silently: remove one of them
+    longpack.errors.ConfigError: c.yaml:4: key 'model.seq_length' is given twice (lines 2 and 4); a reader keeps the last one silently: remove one of them
     """
     stack: list[tuple[yaml.Node, str]] = [(root, "")]
     seen_nodes: set[int] = set()
@@ -292,7 +292,7 @@ def _check_override_key(raw: str, key: str) -> None:
     >>> _check_override_key("model/seq_length=8192", "model/seq_length")
     Traceback (most recent call last):
     ...
-    longpack.rules.config_file.ConfigError: override 'model/seq_length=8192': '/' in a key selects a Hydra config group (another config file), which longpack does not read, so the value would go unused; separate keys with '.': model.seq_length
+    longpack.errors.ConfigError: override 'model/seq_length=8192': '/' in a key selects a Hydra config group (another config file), which longpack does not read, so the value would go unused; separate keys with '.': model.seq_length
     """
     for char in "/@":
         if char in key:
