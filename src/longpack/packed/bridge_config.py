@@ -175,9 +175,12 @@ class BridgeHandoff:
 
     def check_command(self) -> str:
         """The ``longpack check`` command line for this config and its folder (shell-quoted; the legacy form
-        is checked for :data:`LEGACY_BRIDGE_VERSION`, the Bridge it is written for)."""
+        is checked for :data:`LEGACY_BRIDGE_VERSION`, the main form for :data:`BRIDGE_CONFIG_VERSION`: the Bridge
+        each is written for)."""
         out = Path(self.out).absolute()
-        version = "" if self.api == "main" else f" --bridge-version {LEGACY_BRIDGE_VERSION}"
+        # pinned: the rules' default version follows the installed packages, which need not be this Bridge
+        version = BRIDGE_CONFIG_VERSION.removeprefix("v") if self.api == "main" else LEGACY_BRIDGE_VERSION
+        version = f" --bridge-version {version}"
         return (
             f"longpack check {shlex.quote(str(out / BRIDGE_CONFIG_NAME))} --packed {shlex.quote(str(out))}"
             + version
