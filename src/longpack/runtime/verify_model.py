@@ -130,7 +130,60 @@ def build_model(source: Mapping[str, Any], *, seed: int = 0, layers: int = 1) ->
         model = AutoModel.from_config(config, dtype=torch.float64)
     model.eval()  # no dropout; gradients still flow
     model.config._attn_implementation = "sdpa"
+    run_in_float64(model)
     return model
+
+
+class Float64Mode(torch.overrides.TorchFunctionMode):
+    """Promotes every float32 request to float64: ``x.float()``, ``x.to(torch.float32)``, ``dtype=torch.float32``.
+
+    transformers upcasts to float32 inside float64 models (RMSNorm, the RoPE tables, eager softmax). The
+    float32 result of the same values can differ by one unit in the last place with the tensor's shape
+    (vectorised kernel body vs tail, reduction order), so a packed row and the same sample alone could
+    differ by float32 round-off (~3e-8) for reasons that have nothing to do with packing. Under this mode
+    the family's own code runs unchanged, in float64 throughout.
+
+    >>> with Float64Mode():
+    ...     torch.ones(2).float().dtype, torch.ones(2).to(torch.float32).dtype
+    (torch.float64, torch.float64)
+    """
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.Tensor.float:
+            return args[0].double()
+        if kwargs.get("dtype") is torch.float32:
+            kwargs = {**kwargs, "dtype": torch.float64}
+        if any(a is torch.float32 for a in args):
+            args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+        return func(*args, **kwargs)
+
+
+_FLOAT64_DEPTH = [0]
+
+
+def _float64_forward(forward: Any) -> Any:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if _FLOAT64_DEPTH[0]:
+            return forward(*args, **kwargs)
+        _FLOAT64_DEPTH[0] += 1
+        try:
+            with Float64Mode():
+                return forward(*args, **kwargs)
+        finally:
+            _FLOAT64_DEPTH[0] -= 1
+
+    return run
+
+
+def run_in_float64(model: Any) -> None:
+    """Run ``model`` and the pieces a pipeline stage calls on their own (its children and the items of its
+    layer lists) under :class:`Float64Mode`."""
+    modules = [model]
+    for child in model.children():
+        modules += list(child) if isinstance(child, torch.nn.ModuleList) else [child]
+    for module in modules:
+        module.forward = _float64_forward(module.forward)
 
 
 @dataclass(frozen=True)
