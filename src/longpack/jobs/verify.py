@@ -341,6 +341,19 @@ def _cp_unaligned(
 def _run_hf(config: VerifyConfig) -> VerifyResult:
     import torch
 
+    from longpack.runtime.verify import THREADS
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        return _run_hf_checks(config)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
+    import torch
+
     from longpack.packed.folder import PackedFolder
     from longpack.runtime.collate import PackedCollator
     from longpack.runtime.dataset import PackedDataset
