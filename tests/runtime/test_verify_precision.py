@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from tests.runtime.verify_helpers import QWEN3
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from longpack.jobs.verify import load_hf_config
 from longpack.runtime.verify_model import Float64Mode, build_model

@@ -250,12 +250,13 @@ def run_thd(
     *,
     gather: Any = None,
 ) -> torch.Tensor:
-    """The model's last hidden states ``[T, hidden]`` for one THD row ``embeds [1, T, hidden]``."""
+    """The model's last hidden states ``[T, hidden]`` for one THD row ``embeds [1, T, hidden]``; ``positions``
+    ``[T]``, or ``[3, 1, T]`` (mRoPE)."""
     model.config._attn_implementation = THD_ATTENTION
     try:
         out = model(
             inputs_embeds=embeds,
-            position_ids=positions.view(1, -1),
+            position_ids=positions.view(1, -1) if positions.dim() == 1 else positions,
             attention_mask=layer_masks(model),
             thd_plan=plan,
             thd_gather=gather,

@@ -211,9 +211,11 @@ class AttentionPlan:
 BUCKET_RATIO = 0.8
 
 
-def _buckets(starts: np.ndarray, lengths: np.ndarray, dummy: int) -> tuple[tuple[torch.Tensor, ...], ...]:
+def _buckets(
+    starts: np.ndarray, lengths: np.ndarray, dummy: int
+) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...]:
     order = np.argsort(-lengths, kind="stable")
-    out = []
+    out: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     i = 0
     while i < order.size:
         longest = int(lengths[order[i]])
@@ -316,7 +318,9 @@ def _thd_attention(
             qb, kb, vb = (x[gather].transpose(1, 2) for x in (qz, kz, vz))  # [S, H, L, D]
             if sliding_window is not None and longest > int(sliding_window):
                 steps = torch.arange(longest)
-                allowed = (steps[None, :] <= steps[:, None]) & (steps[:, None] - steps[None, :] < int(sliding_window))
+                allowed = (steps[None, :] <= steps[:, None]) & (
+                    steps[:, None] - steps[None, :] < int(sliding_window)
+                )
                 out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=allowed, scale=scaling)
             else:
                 out = F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scaling)
