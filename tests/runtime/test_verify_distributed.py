@@ -32,6 +32,8 @@ def test_cp_2_and_4_and_pp_2_pass(cp4_pack):
             and d.token_loss_max_rel_diff <= 1e-12
             and d.grad_max_rel_diff <= 1e-12
         )
+    pp = next(d for d in result.distributed if d.kind == "pp")
+    assert 0.0 < pp.grad_max_rel_diff  # the backward pass through the stages ran and was compared
 
 
 def test_cp_positions_shifted_fails_naming_the_rank(cp4_pack):
@@ -48,3 +50,5 @@ def test_pp_stage_without_cu_seqlens_fails_naming_the_stage(cp4_pack):
     pp = [f for f in result.failures if f["check"] == "pp"]
     assert any(f["rank"].startswith("pp stage 1 of 3") and "no cu_seqlens_q" in f["detail"] for f in pp)
     assert any("last-stage loss differs" in f["detail"] for f in pp)
+    # Stage 0 received every key it needs; its gradients, sent back through the broken stage, differ.
+    assert any(f["rank"].startswith("pp stage 0 of 3") and "gradients" in f["detail"] for f in pp)

@@ -73,7 +73,9 @@ CHECKS = {
     "isolation": "gradient of one sample's loss w.r.t. another sample's embeddings is exactly zero",
     "in-batch": "in-batch THD packing of the row's samples (MBS > 1) = unpacked",
     "cp": "context-parallel zigzag shards (gloo ranks, all-gathered K/V) = the whole row; positions per rank",
-    "pp": "every pipeline stage receives cu_seqlens and positions for every micro-batch; last-stage loss",
+    "pp": "every pipeline stage receives cu_seqlens and positions for every micro-batch; last-stage loss; "
+    "every stage's parameter gradients (and the first stage's input-embedding gradients) after the backward "
+    "pass through the stages",
 }
 #: Injected faults (what a broken stack does) -> what they model. Each must fail ``verify``.
 FAULTS = {
