@@ -32,8 +32,6 @@ def test_cp_2_and_4_and_pp_2_pass(cp4_pack):
             and d.token_loss_max_rel_diff <= 1e-12
             and d.grad_max_rel_diff <= 1e-12
         )
-    pp = next(d for d in result.distributed if d.kind == "pp")
-    assert 0.0 < pp.grad_max_rel_diff  # the backward pass through the stages ran and was compared
 
 
 def test_cp_positions_shifted_fails_naming_the_rank(cp4_pack):
