@@ -9,10 +9,12 @@ Packed attention on the CPU: transformers has a varlen path only for flash-atten
 ``cu_seq_lens_q`` keyword arguments) and, for ``sdpa``/``eager``, a block-diagonal mask it infers from
 restarting ``position_ids`` (a ``W x W`` mask). Neither reads the THD metadata the training stack hands the
 attention, so longpack registers its own attention function with ``transformers.AttentionInterface``
-(:data:`THD_ATTENTION`): it attends per packed sequence (``scaled_dot_product_attention`` per sequence,
-``Σ s_i²`` work) from the :class:`~longpack.runtime.attention.TokenLayout` built from the batch's
-``cu_seqlens_q`` / ``cu_seqlens_q_padded`` (or, under CP, from the rank's shard of them); tokens outside
-every sequence get a zero output, as TransformerEngine's THD kernels give them. The unpacked reference
+(:data:`THD_ATTENTION`): from the :class:`~longpack.runtime.attention.TokenLayout` built from the batch's
+``cu_seqlens_q`` / ``cu_seqlens_q_padded`` it gathers the packed sequences into batches of similar length
+and runs one causal ``scaled_dot_product_attention`` per batch (``Σ s_i²`` work; under CP, one masked call
+per sequence against the gathered keys); tokens outside every sequence get a zero output, as
+TransformerEngine's THD kernels give them. The model computes in float64 throughout (:class:`Float64Mode`:
+transformers' float32 upcasts are promoted). The unpacked reference
 runs the same model through transformers' own ``sdpa`` path with its own causal (and sliding-window) masks.
 
 >>> cfg = tiny_config({"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 4096, "num_hidden_layers": 36,
