@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from longpack.errors import BackendError
+from longpack.outputs import sha256_file
 from longpack.packed.align import AlignedSamples
 from longpack.packed.pipeline import PackSettings, SplitPlan, shard_layout, write_shard_file
 from longpack.packed.plan import PackPlan
@@ -138,7 +139,7 @@ def _chunk_specs(
                 offset += len(blob)
             digests.append(hasher.hexdigest())
         else:
-            digests.append(text_inputs.sha256_file(path))
+            digests.append(sha256_file(path))
             if fmt is None:
                 continue
             import pyarrow.parquet as pq

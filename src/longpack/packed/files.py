@@ -1,4 +1,4 @@
-"""Packed files on disk: names, atomic writes, Parquet writer options, and Megatron-Bridge's path rule. No torch.
+"""Packed files on disk: names, Parquet writer options, and Megatron-Bridge's path rule. No torch.
 
 Layout of one output folder (``N`` = pack size, in runtime tokens)::
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import glob as globlib
-import hashlib
 import os
 import time
 from dataclasses import dataclass
@@ -32,6 +31,13 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from longpack.errors import PackedDataError
+
+# The atomic writes and the file digest live in ``longpack.outputs`` (one set for every layer); these names
+# stay importable from here for the packed writers' callers.
+from longpack.outputs import atomic_write_bytes as atomic_write_bytes
+from longpack.outputs import commit_file as commit_file
+from longpack.outputs import sha256_file as sha256_file
+from longpack.outputs import temp_path as temp_path
 
 #: Rows per Parquet row group Megatron-Bridge's own writer uses (``write_packed_parquet``).
 BRIDGE_ROW_GROUP_SIZE = 500
@@ -128,58 +134,6 @@ def metadata_name(pack_size: int) -> str:
     '4096_metadata.jsonl'
     """
     return f"{pack_size}_metadata.jsonl"
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def temp_path(path: Path) -> Path:
-    """Temporary sibling of ``path`` (same folder, so the final rename is atomic)."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
-
-
-def commit_file(tmp: Path, path: Path) -> None:
-    """fsync ``tmp``, rename it onto ``path``, fsync the folder."""
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename).
-
-    >>> import tempfile
-    >>> p = Path(tempfile.mkdtemp()) / "x.json"
-    >>> atomic_write_bytes(p, b"[]"); p.read_bytes(), sorted(q.name for q in p.parent.iterdir())
-    (b'[]', ['x.json'])
-    """
-    tmp = temp_path(path)
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        commit_file(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 #: The Parquet leaf path of the ``loss_mask`` list column. pyarrow's ``use_dictionary`` names leaf columns:

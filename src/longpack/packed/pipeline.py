@@ -21,25 +21,29 @@ from longpack import choices
 from longpack._version import __version__
 from longpack.errors import ConfigError, InputError
 from longpack.errors import OutputExistsError as _OutputExistsError
-from longpack.outputs import OutputLock, check_output_dir, output_write_errors
+from longpack.outputs import (
+    OutputLock,
+    atomic_write_bytes,
+    check_output_dir,
+    commit_file,
+    output_write_errors,
+    sha256_file,
+    temp_path,
+)
 from longpack.packed.align import DEFAULT_OVERLENGTH, OVERLENGTH_POLICIES, AlignedSamples, align_samples
 from longpack.packed.files import (
     BRIDGE_ROW_GROUP_SIZE,
     BRIDGE_WRITER_OPTIONS,
     VALIDATION_DIR,
     ParquetWriterOptions,
-    atomic_write_bytes,
-    commit_file,
     default_row_group_size,
     default_rows_per_shard,
     metadata_name,
     one_row_pages,
     open_parquet_writer,
-    sha256_file,
     shard_names,
     split_relpath,
     split_spec,
-    temp_path,
 )
 from longpack.packed.manifest import MANIFEST_FORMAT, MANIFEST_NAME, PackManifest
 from longpack.packed.plan import (

@@ -31,6 +31,7 @@ import numpy as np
 
 from longpack import _optional
 from longpack.errors import OutputError
+from longpack.outputs import sha256_file
 from longpack.samples import TokenizedSamples
 from longpack.text import inputs as _inputs
 from longpack.text import workers as _workers
@@ -42,7 +43,6 @@ from longpack.text.inputs import (
     first_jsonl_rows,
     json_too_deep,
     jsonl_chunks,
-    sha256_file,
 )
 from longpack.text.rows import RowError, TextConfig, detect_format, sample_from_row
 from longpack.text.tokenizers import Tokenizer, as_tokenizer, load_tokenizer, register_tokenizer

