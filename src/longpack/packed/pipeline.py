@@ -496,7 +496,14 @@ def _is_ours(name: str) -> bool:
 
 
 def _is_ours_path(path: Path) -> bool:
-    """A file longpack writes, or the validation folder holding only such files."""
+    """A file longpack writes, or the validation folder holding only such files. A name that is gone by
+    the time it is checked is nothing to refuse: another run writing the folder renamed its temp file.
+
+    >>> _is_ours_path(Path("no/such/.4096_metadata.jsonl.tmp-1")), _is_ours_path(Path("no/such/notes.txt"))
+    (True, True)
+    """
+    if not os.path.lexists(path):
+        return True
     if path.is_dir() and not path.is_symlink():
         return path.name == VALIDATION_DIR and all(q.is_file() and _is_ours(q.name) for q in path.iterdir())
     return path.is_file() and _is_ours(path.name)
