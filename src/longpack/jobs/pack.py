@@ -77,7 +77,7 @@ def resolve_pad_seq_to_mult(
     ...
     longpack.errors.ConfigError: give either pad_seq_to_mult or tp, cp and sp, not both
     """
-    from longpack.topology import TopologyError
+    from longpack.topology import PAD_SEQ_TO_MULT_RULE, TopologyError
     from longpack.topology import pad_seq_to_mult as derive
 
     # 0 is an error, never "not given" (`tp or 1` below must not turn --cp 0 into CP 1).
@@ -97,7 +97,7 @@ def resolve_pad_seq_to_mult(
         value = derive(tp=tp or 1, cp=cp or 1, sp=sp)
     except TopologyError as exc:
         raise ConfigError(str(exc), fields=("tp", "cp")) from exc
-    source = f"lcm(2*CP if CP>1 else 1, CP*TP if SP and TP>1 else 1) with TP={tp or 1} CP={cp or 1} SP={sp}"
+    source = f"{PAD_SEQ_TO_MULT_RULE} with TP={tp or 1} CP={cp or 1} SP={sp}"
     return value, source
 
 
