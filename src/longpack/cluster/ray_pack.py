@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from longpack.choices import DEFAULT_IDS_DTYPE
 from longpack.errors import BackendError
 from longpack.outputs import sha256_file
 from longpack.packed.align import AlignedSamples
@@ -316,7 +317,7 @@ def _write_shard_group(
     token_dtype: str,
     eos_id: int,
     fail_once: tuple[str, int] | None,
-    ids_dtype: str = "int64",
+    ids_dtype: str = DEFAULT_IDS_DTYPE,
     writer_options: Any = None,
 ) -> dict[str, Any]:
     """map_groups UDF: every piece of one shard (an Arrow table) -> the shard's Parquet file, written by the

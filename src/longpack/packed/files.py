@@ -30,6 +30,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from longpack.choices import DEFAULT_IDS_DTYPE, DEFAULT_OUTPUT_FORMAT
 from longpack.errors import PackedDataError
 
 # The atomic writes and the file digest live in ``longpack.outputs`` (one set for every layer); these names
@@ -81,7 +82,9 @@ def default_rows_per_shard(pack_size: int) -> int:
 FORMAT_SUFFIXES = {"parquet": ".idx.parquet", "npy": ".npy"}
 
 
-def shard_names(split: str, pack_size: int, num_shards: int, *, output_format: str = "parquet") -> list[str]:
+def shard_names(
+    split: str, pack_size: int, num_shards: int, *, output_format: str = DEFAULT_OUTPUT_FORMAT
+) -> list[str]:
     """File names of a split's shards (base names; see :func:`split_folder` for where they go).
 
     >>> shard_names("training", 4096, 1), shard_names("training", 8, 1, output_format="npy")
@@ -114,7 +117,9 @@ def split_relpath(split: str, name: str) -> str:
     return f"{folder}/{name}" if folder else name
 
 
-def split_spec(split: str, pack_size: int, num_shards: int, *, output_format: str = "parquet") -> str:
+def split_spec(
+    split: str, pack_size: int, num_shards: int, *, output_format: str = DEFAULT_OUTPUT_FORMAT
+) -> str:
     """The path spec (relative to the output folder) a Megatron-Bridge config should use for a split.
 
     >>> split_spec("training", 4096, 1), split_spec("training", 4096, 3), split_spec("validation", 8, 1)
@@ -250,7 +255,7 @@ def local_path(path: str | os.PathLike[str]) -> str:
 
 
 def open_parquet_writer(
-    path: Path | Any, *, ids_dtype: str = "int64", options: ParquetWriterOptions | None = None
+    path: Path | Any, *, ids_dtype: str = DEFAULT_IDS_DTYPE, options: ParquetWriterOptions | None = None
 ) -> pq.ParquetWriter:
     """A writer with fixed options, so the same rows give the same bytes (``path``: a path or a binary file)."""
     from longpack.packed.rows import arrow_schema

@@ -108,9 +108,9 @@ class PackSettings:
     #: Parquet type of ``input_ids``: ``int64`` (what Megatron-Bridge's own packer writes) or the opt-in
     #: ``int32`` (its reader accepts any integer type; encodes ~2x faster). ``int32`` needs a
     #: vocabulary that fits in int32 (:func:`check_ids_dtype`).
-    ids_dtype: str = "int64"
+    ids_dtype: str = choices.DEFAULT_IDS_DTYPE
     #: ``parquet`` (Bridge main) or ``npy`` (Bridge <= 0.3, NeMo 2; one file per split, no shards).
-    output_format: str = "parquet"
+    output_format: str = choices.DEFAULT_OUTPUT_FORMAT
     #: Rows per Parquet row group (``None``: about 65,536 tokens per group, 1..500 rows; see
     #: ``longpack.packed.files.default_row_group_size``).
     row_group_size: int | None = None
@@ -537,7 +537,7 @@ def write_shard_file(
     hi: int,
     progress: Callable[[int], None] | None = None,
     *,
-    ids_dtype: str = "int64",
+    ids_dtype: str = choices.DEFAULT_IDS_DTYPE,
     options: ParquetWriterOptions | None = None,
     name: str | None = None,
 ) -> dict[str, Any]:
@@ -830,18 +830,16 @@ def finish_packed_output(
         "megatron_bridge": megatron,
         **provenance.extra,
     }
-    options = dict(handoff or {})
-    config = handoff_from_manifest(out, manifest, **options)
+    # Built from the manifest as every reader of the folder builds it (``PackResult.bridge_config``): the
+    # file written is the one a reader derives, by construction.
+    config = handoff_from_manifest(out, manifest, **(handoff or {}))
     config_path = out / BRIDGE_CONFIG_NAME
     atomic_write_bytes(config_path, config.to_yaml().encode())
     # No sha256: the file names the folder's absolute path, and the manifest must not depend on it.
     manifest["bridge_config"] = {
         "name": BRIDGE_CONFIG_NAME,
         "api": config.api,
-        "options": {
-            k: options.get(k, getattr(config, k))
-            for k in ("tp", "cp", "sp", "pad_to_max_length", "pad_cu_seqlens")
-        },
+        "options": config.options,
     }
     atomic_write_bytes(out / MANIFEST_NAME, PackManifest.from_dict(manifest).to_json_bytes())
     return manifest
