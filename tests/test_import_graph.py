@@ -30,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "_version": set(),
     "choices": set(),
-    "option": {"errors"},
+    "option": {"errors", "validate"},
     "_optional": {"errors"},
     "validate": {"errors"},
     "outputs": {"errors"},

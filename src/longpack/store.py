@@ -33,13 +33,14 @@ This module is numpy only; it knows nothing of tokenizers or packing (``longpack
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -94,6 +95,10 @@ def file_identity(path: str | os.PathLike[str], sha256: str | None = None) -> di
     }
 
 
+def _save_npy(fh: IO[bytes], *, array: np.ndarray) -> None:
+    np.save(fh, array, allow_pickle=False)
+
+
 def _store_names() -> set[str]:
     return {f"{name}.npy" for name in ARRAYS} | {STORE_MANIFEST}
 
@@ -136,7 +141,7 @@ def write_store(
         arrays: dict[str, Any] = {}
         for name in ARRAYS:
             array = np.ascontiguousarray(getattr(samples, name))
-            atomic_write(folder / f"{name}.npy", lambda fh, a=array: np.save(fh, a, allow_pickle=False))
+            atomic_write(folder / f"{name}.npy", functools.partial(_save_npy, array=array))
             arrays[name] = {"dtype": str(array.dtype), "shape": list(array.shape)}
         manifest = {
             "format": STORE_FORMAT,

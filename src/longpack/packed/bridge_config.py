@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from longpack.errors import ConfigError
+from longpack.validate import one_of
 
 __all__ = [
     "BRIDGE_APIS",
@@ -111,8 +112,7 @@ class BridgeHandoff:
     balanced_for: Mapping[str, int] | None = None
 
     def __post_init__(self) -> None:
-        if self.api not in BRIDGE_APIS:
-            raise ConfigError(f"api must be one of {', '.join(BRIDGE_APIS)}, got {self.api!r}", fields="api")
+        one_of(self.api, BRIDGE_APIS, "api")
         if self.pad_cu_seqlens and not self.pad_to_max_length:
             raise ConfigError(
                 "pad_cu_seqlens needs pad_to_max_length (Bridge: \"'pad_to_max_length=True' is required when "

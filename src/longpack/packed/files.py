@@ -39,6 +39,7 @@ from longpack.outputs import atomic_write_bytes as atomic_write_bytes
 from longpack.outputs import commit_file as commit_file
 from longpack.outputs import sha256_file as sha256_file
 from longpack.outputs import temp_path as temp_path
+from longpack.validate import one_of
 
 #: Rows per Parquet row group Megatron-Bridge's own writer uses (``write_packed_parquet``).
 BRIDGE_ROW_GROUP_SIZE = 500
@@ -180,10 +181,7 @@ class ParquetWriterOptions:
     compression: str = "snappy"
 
     def __post_init__(self) -> None:
-        if self.compression not in COMPRESSIONS:
-            raise PackedDataError(
-                f"compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}"
-            )
+        one_of(self.compression, COMPRESSIONS, "compression", error=PackedDataError)
         if not isinstance(self.row_group_size, int) or self.row_group_size < 1:
             raise PackedDataError(f"row_group_size must be a positive integer, got {self.row_group_size!r}")
         for name in ("max_rows_per_page", "data_page_size"):

@@ -56,7 +56,7 @@ from longpack.packed.plan import (
 )
 from longpack.packed.rows import PackedRows, fill_rows
 from longpack.samples import TokenizedSamples
-from longpack.validate import finite_float, optional_positive_int, positive_int
+from longpack.validate import finite_float, one_of, optional_positive_int, positive_int
 from longpack.validate import seed as seed_value
 
 if TYPE_CHECKING:
@@ -119,11 +119,7 @@ class PackSettings:
     compat: str | None = None
 
     def __post_init__(self) -> None:
-        if self.output_format not in OUTPUT_FORMATS:
-            raise ConfigError(
-                f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {self.output_format!r}",
-                fields="output_format",
-            )
+        one_of(self.output_format, OUTPUT_FORMATS, "output_format")
         if self.row_group_size is not None and (
             not isinstance(self.row_group_size, int) or self.row_group_size < 1
         ):
@@ -132,11 +128,7 @@ class PackSettings:
                 fields="row_group_size",
             )
         if self.compat is not None:
-            if self.compat not in COMPAT_MODES:
-                raise ConfigError(
-                    f"compat must be one of {', '.join(COMPAT_MODES)} or None, got {self.compat!r}",
-                    fields="compat",
-                )
+            one_of(self.compat, COMPAT_MODES, "compat")
             if self.algorithm != MEGATRON_ALGORITHM:
                 raise ConfigError(
                     f"compat {self.compat} packs with {MEGATRON_ALGORITHM} (Bridge's algorithm), got algorithm "
@@ -154,11 +146,7 @@ class PackSettings:
                     f"compat {self.compat} writes one file per split, as Bridge does; drop rows_per_shard",
                     fields=("compat", "rows_per_shard"),
                 )
-        if self.ids_dtype not in IDS_DTYPES:
-            raise ConfigError(
-                f"ids_dtype must be one of {', '.join(IDS_DTYPES)}, got {self.ids_dtype!r}",
-                fields="ids_dtype",
-            )
+        one_of(self.ids_dtype, IDS_DTYPES, "ids_dtype")
         from longpack.binpack import MAX_CAPACITY
 
         why = "the bin packer's working memory grows with it"
@@ -174,11 +162,7 @@ class PackSettings:
                 "sample longer than a pack cannot be packed; lower seq_length or raise pack_size",
                 fields=("seq_length", "pack_size"),
             )
-        if self.overlength not in OVERLENGTH_POLICIES:
-            raise ConfigError(
-                f"overlength must be one of {', '.join(OVERLENGTH_POLICIES)}, got {self.overlength!r}",
-                fields="overlength",
-            )
+        one_of(self.overlength, OVERLENGTH_POLICIES, "overlength")
         if (self.algorithm == BALANCED_ALGORITHM) != (self.balance is not None):
             raise ConfigError(
                 "algorithm='balanced' and a balance target go together: give balance dp=..,gbs=..,model=..,gpu=..",
