@@ -209,6 +209,17 @@ class PackSettings:
         """Whether one-token samples (runtime length 0) are packed, as Megatron-Bridge does (compat mode)."""
         return self.compat is not None
 
+    def align(self, samples: TokenizedSamples, *, eos_id: int) -> AlignedSamples:
+        """``samples`` aligned as these settings say (:func:`~longpack.packed.align.align_samples`)."""
+        return align_samples(
+            samples,
+            max_seq_length=self.seq_length,
+            pad_seq_to_mult=self.pad_seq_to_mult,
+            eos_id=eos_id,
+            overlength=self.overlength,
+            keep_single_token=self.keep_single_token,
+        )
+
 
 def check_ids_dtype(ids_dtype: str, vocab_size: int | None) -> None:
     """Refuse ``int32`` ``input_ids`` for a vocabulary whose ids do not all fit in int32.
@@ -306,14 +317,7 @@ def plan_split(
     2.0
     """
     if aligned is None:
-        aligned = align_samples(
-            samples,
-            max_seq_length=settings.seq_length,
-            pad_seq_to_mult=settings.pad_seq_to_mult,
-            eos_id=eos_id,
-            overlength=settings.overlength,
-            keep_single_token=settings.keep_single_token,
-        )
+        aligned = settings.align(samples, eos_id=eos_id)
     if len(aligned) == 0:
         raise InputError(
             f"{name}: no samples left to pack ({len(samples)} read, {len(aligned.dropped)} dropped as too long "
@@ -357,14 +361,7 @@ def plan_splits(
             plan_split("training", train, settings, eos_id=eos_id),
             plan_split("validation", validation, settings, eos_id=eos_id),
         ]
-    aligned = align_samples(
-        train,
-        max_seq_length=settings.seq_length,
-        pad_seq_to_mult=settings.pad_seq_to_mult,
-        eos_id=eos_id,
-        overlength=settings.overlength,
-        keep_single_token=settings.keep_single_token,
-    )
+    aligned = settings.align(train, eos_id=eos_id)
     if settings.val_fraction == 0:
         return [plan_split("training", train, settings, eos_id=eos_id, aligned=aligned)]
     # Fragments of one sample stay in one split: the draw is over source samples when there are fragments.
