@@ -29,6 +29,7 @@ from longpack.choices import DEFAULT_ALGORITHM, DEFAULT_OVERLENGTH, MEGATRON_ALG
 from longpack.choices import OUTPUT_FORMATS as OUTPUT_FORMATS
 from longpack.choices import OVERLENGTH_POLICIES as OVERLENGTH_POLICIES
 from longpack.errors import ConfigError, InputError
+from longpack.jobs.options import DEMO_TOKENIZER as DEMO_TOKENIZER
 from longpack.jobs.options import (
     algorithm_option,
     cp_option,
@@ -58,7 +59,6 @@ __all__ = [
     "resolve_pad_seq_to_mult",
 ]
 
-DEMO_TOKENIZER = "qwen3"
 DEMO_SEQ_LENGTH = 4096
 DEMO_LABEL = "<longpack-demo>"
 #: Megatron-Bridge's ``dataset.seed`` default (``GPTSFTDatasetConfig``), the seed of its prepare step.
@@ -171,7 +171,8 @@ class PackConfig:
         cli_type=str | None,
     )
     seed: int | None = seed_option(
-        None, "Seed of every random step (Megatron: dataset.seed). Default 0; 1234 with --compat."
+        None,
+        f"Seed of every random step (Megatron: dataset.seed). Default 0; {BRIDGE_DEFAULT_SEED} with --compat.",
     )
     overlength: str | None = option(
         None,
@@ -209,8 +210,9 @@ class PackConfig:
     )
     compat: str | None = option(
         None,
-        help="megatron-bridge: Bridge's prepare step exactly (first_fit_shuffle, seed 1234, its over-length "
-        "and one-token rules, its Parquet writer): byte-identical files on the same tokenized samples.",
+        help=f"megatron-bridge: Bridge's prepare step exactly ({MEGATRON_ALGORITHM}, seed {BRIDGE_DEFAULT_SEED}, "
+        "its over-length and one-token rules, its Parquet writer): byte-identical files on the same tokenized "
+        "samples.",
         choices=choices.COMPAT_MODES,
     )
     pad_to_max_length: bool = option(
@@ -233,7 +235,9 @@ class PackConfig:
     )
     workers: int | None = workers_option()
     demo: bool = option(
-        False, help="Pack the built-in demo SFT data (defaults: --tokenizer qwen3 --seq-length 4096)."
+        False,
+        help=f"Pack the built-in demo SFT data (defaults: --tokenizer {DEMO_TOKENIZER} --seq-length "
+        f"{DEMO_SEQ_LENGTH}).",
     )
     progress: bool = False
     #: Weighted sources instead of ``inputs``: ``["a.jsonl=0.7", "b/=0.3"]``, a YAML file, or a
