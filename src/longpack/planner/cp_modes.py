@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from longpack.balance.cp_modes import CP_MODES, CPModeComparison, compare_cp_modes
-from longpack.balance.hybrid_cp import ranks_needed
 from longpack.errors import ConfigError
+from longpack.topology import ranks_needed
 
 __all__ = ["GRID_POINTS", "NOT_MODELLED", "CPModePlan", "mode_overrides", "plan_cp_modes"]
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from longpack.rules.checks.common import K_CGI, K_CP, K_GBS, K_PP, K_PSM, K_PTL, K_SEQ, E, V, W
 from longpack.rules.config import TrainingSetup
 from longpack.rules.registry import RuleFamily, Violation
+from longpack.topology import ranks_needed
 
 FAMILY = RuleFamily("hybrid_cp", "Hybrid context parallelism and packing schedulers")
 
@@ -32,12 +33,6 @@ K_DLT = "dataset.dataloader_type"
 
 #: Megatron-Core ``PackingSchedulerEnum`` values (``megatron/core/datasets/data_schedule.py``).
 PACKING_SCHEDULERS = ("dp_balanced",)
-
-
-def ranks_needed(length: int, cap: int) -> int:
-    """Ranks a sample of ``length`` tokens is spread over under hybrid CP with per-rank cap ``cap``
-    (a power of two, at least 1; Megatron-Core ``BalancedCPScheduler.gpus_needed``)."""
-    return max(1, 2 ** math.ceil(math.log2(length / cap)))
 
 
 def _width(s: TrainingSetup) -> int | None:
