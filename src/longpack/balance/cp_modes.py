@@ -47,7 +47,10 @@ class CPModeComparison:
     ``hybrid_balance``: mean over groups of mean-rank / busiest-rank time (1.0 = no rank waits);
     ``dp_balanced_micro_batches``: micro-batches per DP rank per step under the DP-balanced scheduler.
     ``infeasible``: the modes Megatron's scheduler refuses on these lengths at this cap, with the reason
-    (their time is ``inf``).
+    (their time is ``inf``). ``imbalance[mode]``: rank imbalance, the summed time of the busiest rank over
+    the summed mean rank time (per step for static and DP-balanced, whose steps wait for the busiest DP
+    rank; per group for hybrid CP, whose groups end with a barrier); 1.0 = no rank waits, ``inf`` when the
+    mode is infeasible.
     """
 
     times: dict[str, float]
@@ -58,6 +61,7 @@ class CPModeComparison:
     dp_balanced_micro_batches: float
     max_seqlen_per_rank: int
     infeasible: dict[str, str]
+    imbalance: dict[str, float]
 
     def speedup(self, mode: str) -> float:
         """Static CP's time over ``mode``'s (> 1: ``mode`` is faster)."""
@@ -84,6 +88,7 @@ def compare_cp_modes(
         raise ConfigError(f"gbs={gbs} must be a multiple of dp={dp}", fields="gbs")
     static = simulate_schedule([seconds(list(p), cp) for p in pack_lengths], dp=dp, pp=1, gbs=gbs)
     hybrid = balanced = 0.0
+    hybrid_mean = balanced_ideal = 0.0
     groups = 0
     balance = 0.0
     micro_batches = 0
@@ -106,6 +111,7 @@ def compare_cp_modes(
                     ]
                     busiest = max(rank_times)
                     hybrid += busiest
+                    hybrid_mean += sum(rank_times) / len(rank_times)
                     balance += sum(rank_times) / len(rank_times) / busiest if busiest else 1.0
                     groups += 1
         if "dp_balanced" not in infeasible:
@@ -115,7 +121,9 @@ def compare_cp_modes(
                 infeasible["dp_balanced"] = str(exc)
             else:
                 costs = [seconds([batch[i] for i in p], cp) for p in packs]
-                balanced += simulate_schedule(costs, dp=dp, pp=1, gbs=len(packs)).total_time
+                run = simulate_schedule(costs, dp=dp, pp=1, gbs=len(packs))
+                balanced += run.total_time
+                balanced_ideal += run.ideal_time
                 micro_batches += len(packs) // dp
     steps = static.num_steps
     return CPModeComparison(
@@ -131,4 +139,13 @@ def compare_cp_modes(
         dp_balanced_micro_batches=micro_batches / steps,
         max_seqlen_per_rank=max_seqlen_per_rank,
         infeasible=infeasible,
+        imbalance={
+            "static": _ratio(static.total_time, static.ideal_time),
+            "hybrid": math.inf if "hybrid" in infeasible else _ratio(hybrid, hybrid_mean),
+            "dp_balanced": math.inf if "dp_balanced" in infeasible else _ratio(balanced, balanced_ideal),
+        },
     )
+
+
+def _ratio(busiest: float, mean: float) -> float:
+    return float(busiest / mean) if mean > 0 else 1.0
