@@ -61,7 +61,9 @@ def test_static_column_is_sweeps_step_time(seed: int, median: int, cp: int) -> N
     mult = 2 * cp if cp > 1 else 1
     result = sweep(
         samples_of(lengths),
-        SweepSettings(pack_lengths=(4096, 8192), token_slots=65536, pad_seq_to_mult=mult, overlength="truncate"),
+        SweepSettings(
+            pack_lengths=(4096, 8192), token_slots=65536, pad_seq_to_mult=mult, overlength="truncate"
+        ),
         eos_id=0,
         planner=_planner(cp),
         cp_modes=True,
@@ -72,7 +74,14 @@ def test_static_column_is_sweeps_step_time(seed: int, median: int, cp: int) -> N
         static = modes.cell("static")
         assert static.step_time_s == est.step_time_s and static.real_tokens_per_s == est.real_tokens_per_s
         plan = plan_cp_modes(
-            cand.pack_rows(), model=LLAMA, gpu=H100, gpus=8, tp=1, cp=cp, gbs=cand.gbs, pack_size=cand.pack_length
+            cand.pack_rows(),
+            model=LLAMA,
+            gpu=H100,
+            gpus=8,
+            tp=1,
+            cp=cp,
+            gbs=cand.gbs,
+            pack_size=cand.pack_length,
         )
         assert modes.recommended == plan.recommended and modes.error_band == plan.error_band
         per_step = cand.gbs * cand.real_tokens / cand.packs
@@ -158,7 +167,11 @@ def test_recommendation_weighs_each_length_by_its_recommended_mode() -> None:
     )
     assert isinstance(won, CandidateCPModes)
     rec = recommend([replace(a, cp_modes=won), b])
-    assert rec is not None and (rec.pack_length, rec.cp_mode, rec.max_seqlen_per_dp_cp_rank) == (4096, "hybrid", 2048)
+    assert rec is not None and (rec.pack_length, rec.cp_mode, rec.max_seqlen_per_dp_cp_rank) == (
+        4096,
+        "hybrid",
+        2048,
+    )
     assert "model.hybrid_context_parallel=true" in rec.bridge_overrides()
     assert rec.to_dict()["cp_mode"] == "hybrid"
 

@@ -102,18 +102,29 @@ def test_a_recommended_hybrid_mode_is_checked_and_the_printed_command_agrees():
     )
     pick = search(config.request, top_k=1).candidates[0]
     packs = [[131072], *[[1024] * 128] * 3] * 2  # full-length documents among packs of 1K chats
-    plan = plan_cp_modes(packs, model="llama3_1_8b", gpu="h100", gpus=64, tp=1, cp=16, gbs=4, pack_size=131072)
+    plan = plan_cp_modes(
+        packs, model="llama3_1_8b", gpu="h100", gpus=64, tp=1, cp=16, gbs=4, pack_size=131072
+    )
     assert plan.recommended == "hybrid"
     check = mode_check(pick, config.request, plan, gpus=64)
     assert check is not None and not check.errors
-    assert {f["id"] for f in check.findings} <= DOCUMENTED and "LP-HCP-009" in {f["id"] for f in check.findings}
+    assert {f["id"] for f in check.findings} <= DOCUMENTED and "LP-HCP-009" in {
+        f["id"] for f in check.findings
+    }
     keys = [line.split("=", 1)[0] for line in check.overrides]
-    assert len(keys) == len(set(keys)) and f"model.max_seqlen_per_dp_cp_rank={plan.recommended_cap}" in check.overrides
-    text = "\n".join(cp_mode_lines(CPModesOfData(layout=pick.plan.label, source="x", samples=1, plan=plan, check=check)))
+    assert (
+        len(keys) == len(set(keys))
+        and f"model.max_seqlen_per_dp_cp_rank={plan.recommended_cap}" in check.overrides
+    )
+    text = "\n".join(
+        cp_mode_lines(CPModesOfData(layout=pick.plan.label, source="x", samples=1, plan=plan, check=check))
+    )
     assert "LP-HCP-009" in text and "pretrain_gpt.py" in text and check.command in text
     # the printed command, pasted: the same findings, exit 0 (warnings only)
     import shlex
 
     res = CliRunner().invoke(app, [*shlex.split(check.command)[1:], "--json"])
     assert res.exit_code == 0, res.output
-    assert sorted(f["id"] for f in json.loads(res.output)["findings"]) == sorted(f["id"] for f in check.findings)
+    assert sorted(f["id"] for f in json.loads(res.output)["findings"]) == sorted(
+        f["id"] for f in check.findings
+    )

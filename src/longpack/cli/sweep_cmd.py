@@ -116,9 +116,7 @@ def _print_human(result: Any, doc: dict[str, Any]) -> None:
     if rec is not None:
         console.print(f"Recommendation: pack length {rec.pack_length}, GBS {rec.gbs}", markup=False)
         console.print(f"  {rec.reason}", markup=False, highlight=False)
-        console.print(
-            f"  Megatron-Bridge: {' '.join(rec.bridge_overrides())}", markup=False, highlight=False
-        )
+        console.print(f"  Megatron-Bridge: {' '.join(rec.bridge_overrides())}", markup=False, highlight=False)
         if rec.cp_mode not in (None, "static"):
             from longpack.planner.cp_modes import CONSTRAINTS, mode_overrides
 
@@ -149,7 +147,17 @@ def _cp_modes_table(result: Any, doc: dict[str, Any]) -> Any:
     from rich.table import Table
 
     table = Table(title=f"CP modes: {doc['model']} on {doc['gpus']}x{doc['gpu']}, same global batches")
-    for col in ("pack", "layout", "mode", "max seqlen/rank", "step s", "vs static", "imbalance", "real tok/s", "pick"):
+    for col in (
+        "pack",
+        "layout",
+        "mode",
+        "max seqlen/rank",
+        "step s",
+        "vs static",
+        "imbalance",
+        "real tok/s",
+        "pick",
+    ):
         table.add_column(col, justify="left" if col in ("layout", "mode", "pick") else "right")
     for c in result.candidates:
         modes = c.cp_modes

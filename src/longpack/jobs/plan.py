@@ -414,7 +414,10 @@ def mode_check(pick: Any, req: Any, plan: Any, *, gpus: int) -> ModeCheck | None
     if plan.recommended == "static":
         return None
     merged: dict[str, str] = {}  # by key: the mode's setting wins over the layout's (one line per key)
-    for line in [*candidate_overrides(pick, req), *mode_overrides(plan.recommended, plan.recommended_cap)["bridge"]]:
+    for line in [
+        *candidate_overrides(pick, req),
+        *mode_overrides(plan.recommended, plan.recommended_cap)["bridge"],
+    ]:
         merged[line.split("=", 1)[0]] = line
     lines = list(merged.values())
     versions = req.rule_versions

@@ -31,6 +31,7 @@ used, from samples tokenized once:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -357,8 +358,12 @@ class Candidate:
 
     def pack_rows(self) -> list[list[int]]:
         """The runtime lengths of every pack, in the order training reads them."""
-        lengths, order, offsets = self.sub_lengths.tolist(), self.pack_order.tolist(), self.pack_offsets.tolist()
-        return [[lengths[i] for i in order[s:e]] for s, e in zip(offsets[:-1], offsets[1:], strict=True)]
+        lengths, order, offsets = (
+            self.sub_lengths.tolist(),
+            self.pack_order.tolist(),
+            self.pack_offsets.tolist(),
+        )
+        return [[lengths[i] for i in order[s:e]] for s, e in itertools.pairwise(offsets)]
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -729,7 +734,9 @@ def candidate_cp_modes(candidate: Candidate, planner: PlannerSetup) -> Candidate
     real_per_step = candidate.gbs * candidate.real_tokens / candidate.packs
     why_not = ""
     if lay.pp > 1:
-        why_not = f"PP {lay.pp}: Megatron-LM runs hybrid CP only without pipeline parallelism (pin pp=1 to compare)"
+        why_not = (
+            f"PP {lay.pp}: Megatron-LM runs hybrid CP only without pipeline parallelism (pin pp=1 to compare)"
+        )
     plan = None
     if not why_not:
         try:
@@ -787,7 +794,9 @@ def candidate_cp_modes(candidate: Candidate, planner: PlannerSetup) -> Candidate
                 speedup=at.speedup(mode) if feasible else None,
                 rank_imbalance=at.imbalance[mode] if feasible else None,
                 real_tokens_per_s=real_per_step / seconds if feasible else None,
-                note="" if feasible else f"Megatron's scheduler refuses the data: {at.infeasible.get(mode, '')}",
+                note=""
+                if feasible
+                else f"Megatron's scheduler refuses the data: {at.infeasible.get(mode, '')}",
             )
         )
     chosen = next(c for c in cells if c.mode == plan.recommended)
