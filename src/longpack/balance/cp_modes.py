@@ -82,7 +82,13 @@ def compare_cp_modes(
     ``pack_lengths[k]``: the sequence lengths of the ``k``-th pack read; a last partial global batch counts
     as it is. ``seconds(lengths, ranks)``: the time of a micro-batch holding ``lengths`` on ``ranks`` CP
     ranks. A mode whose Megatron scheduler fails on these lengths at this cap is ``infeasible`` (time
-    ``inf``, with the scheduler's reason); static CP always runs.
+    ``inf``, with the scheduler's reason), as is hybrid CP on an odd number of DP x CP ranks (Megatron-Core
+    builds its groups only over an even count); static CP always runs.
+
+    >>> cost = lambda lengths, ranks: sum(lengths) / ranks
+    >>> odd = compare_cp_modes([[100]] * 3, dp=3, cp=1, gbs=3, max_seqlen_per_rank=100, seconds=cost)
+    >>> odd.times["hybrid"], odd.infeasible["hybrid"][:20]
+    (inf, 'DP x CP = 3 x 1 = 3 ')
     """
     if gbs % dp:
         raise ConfigError(f"gbs={gbs} must be a multiple of dp={dp}", fields="gbs")
@@ -93,6 +99,12 @@ def compare_cp_modes(
     balance = 0.0
     micro_batches = 0
     infeasible: dict[str, str] = {}
+    if (dp * cp) % 2:
+        # Megatron-Core's parallel_state builds the hybrid DP x CP groups only over an even rank count
+        infeasible["hybrid"] = (
+            f"DP x CP = {dp} x {cp} = {dp * cp} ranks: Megatron-Core asserts 'Hybrid context parallel requires an "
+            "even number of ranks'"
+        )
     for start in range(0, len(pack_lengths), gbs):
         batch = [int(n) for p in pack_lengths[start : start + gbs] for n in p]
         if "hybrid" not in infeasible:
