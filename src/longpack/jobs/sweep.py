@@ -358,12 +358,8 @@ class Candidate:
 
     def pack_rows(self) -> list[list[int]]:
         """The runtime lengths of every pack, in the order training reads them."""
-        lengths, order, offsets = (
-            self.sub_lengths.tolist(),
-            self.pack_order.tolist(),
-            self.pack_offsets.tolist(),
-        )
-        return [[lengths[i] for i in order[s:e]] for s, e in itertools.pairwise(offsets)]
+        in_order = np.asarray(self.sub_lengths, dtype=np.int64)[self.pack_order].tolist()
+        return [in_order[s:e] for s, e in itertools.pairwise(self.pack_offsets.tolist())]
 
     @property
     def problems(self) -> tuple[str, ...]:
