@@ -174,6 +174,10 @@ def test_recommendation_weighs_each_length_by_its_recommended_mode() -> None:
     )
     assert "model.hybrid_context_parallel=true" in rec.bridge_overrides()
     assert rec.to_dict()["cp_mode"] == "hybrid"
+    advice = rec.mode_advice()
+    assert advice[0].startswith("LP-HCP-009") and "--max-seqlen-per-dp-cp-rank 2048" in advice[0]
+    assert "needs: no pipeline parallelism (PP 1)" in advice
+    assert replace(rec, cp_mode="static").mode_advice() == []
 
 
 def test_cp_modes_needs_the_planner() -> None:

@@ -35,8 +35,9 @@ from longpack.balance.hybrid_cp import schedule_hybrid_cp
 from longpack.balance.schedule import simulate_schedule
 from longpack.errors import ConfigError
 
-#: The CP modes ``compare_cp_modes`` times, Megatron's default first.
-CP_MODES = ("static", "hybrid", "dp_balanced")
+#: The CP modes ``compare_cp_modes`` times, Megatron's default first, with the names text and tables use.
+CP_MODE_NAMES = {"static": "static CP", "hybrid": "hybrid CP", "dp_balanced": "DP-balanced packing"}
+CP_MODES = tuple(CP_MODE_NAMES)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -117,19 +117,8 @@ def _print_human(result: Any, doc: dict[str, Any]) -> None:
         console.print(f"Recommendation: pack length {rec.pack_length}, GBS {rec.gbs}", markup=False)
         console.print(f"  {rec.reason}", markup=False, highlight=False)
         console.print(f"  Megatron-Bridge: {' '.join(rec.bridge_overrides())}", markup=False, highlight=False)
-        if rec.cp_mode not in (None, "static"):
-            from longpack.planner.cp_modes import CONSTRAINTS, mode_overrides
-
-            flags = mode_overrides(rec.cp_mode, rec.max_seqlen_per_dp_cp_rank)["megatron_lm"]
-            console.print(
-                f"  LP-HCP-009: Megatron-Bridge does not schedule {MODE_NAMES[rec.cp_mode]} (its steps split every "
-                "batch as static CP); train with Megatron-LM's pretrain_gpt.py"
-                + (f": {' '.join(flags)}" if flags else ""),
-                markup=False,
-                highlight=False,
-            )
-            for item in CONSTRAINTS[rec.cp_mode]:
-                console.print(f"  needs: {item}", markup=False, highlight=False)
+        for line in rec.mode_advice():
+            console.print(f"  {line}", markup=False, highlight=False)
     elif planner:
         console.print("No candidate fits: see the problems above.", markup=False)
     else:

@@ -41,6 +41,7 @@ from typing import Any, cast
 import numpy as np
 
 from longpack import choices
+from longpack.balance.cp_modes import CP_MODE_NAMES
 from longpack.choices import DEFAULT_ALGORITHM, OVERLENGTH_POLICIES
 from longpack.errors import ConfigError, InputError
 from longpack.jobs.options import (
@@ -441,6 +442,22 @@ class Recommendation:
         if self.cp_mode is not None:
             lines += mode_overrides(self.cp_mode, self.max_seqlen_per_dp_cp_rank)["bridge"]
         return lines
+
+    def mode_advice(self) -> list[str]:
+        """What a recommended hybrid-CP / DP-balanced mode asks of the run: ``LP-HCP-009`` (Megatron-Bridge
+        does not schedule it; Megatron-LM's flags) and the mode's constraints. Empty for static CP."""
+        from longpack.planner.cp_modes import CONSTRAINTS, mode_overrides
+
+        if self.cp_mode in (None, "static"):
+            return []
+        assert self.cp_mode is not None
+        flags = mode_overrides(self.cp_mode, self.max_seqlen_per_dp_cp_rank)["megatron_lm"]
+        lines = [
+            f"LP-HCP-009: Megatron-Bridge does not schedule {MODE_NAMES[self.cp_mode]} (its steps split every "
+            "batch as static CP); train with Megatron-LM's pretrain_gpt.py"
+            + (f": {' '.join(flags)}" if flags else "")
+        ]
+        return lines + [f"needs: {item}" for item in CONSTRAINTS[self.cp_mode]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -896,8 +913,8 @@ def recommend(candidates: tuple[Candidate, ...] | list[Candidate]) -> Recommenda
     )
 
 
-#: How the CP modes are named in text and tables (``longpack.planner.cp_modes.CP_MODES``).
-MODE_NAMES = {"static": "static CP", "hybrid": "hybrid CP", "dp_balanced": "DP-balanced packing"}
+#: How the CP modes are named in text and tables (one definition, beside ``CP_MODES``).
+MODE_NAMES = CP_MODE_NAMES
 
 
 def real_rate(candidate: Candidate) -> float:
