@@ -180,6 +180,29 @@ def hcp_cap_fits(s: TrainingSetup) -> Iterator[Violation]:
 
 
 @FAMILY.rule(
+    "LP-HCP-010",
+    E,
+    "hybrid CP needs an even number of DP x CP ranks",
+    "Megatron-Core parallel_state (hybrid DP x CP groups)",
+    fix="choose the GPU count, TP or PP so that DP x CP is even, or set model.hybrid_context_parallel=false",
+)
+def hcp_even_ranks(s: TrainingSetup) -> Iterator[Violation]:
+    """Megatron-Core builds the hybrid DP x CP groups (a group for every power of two below DP x CP) only
+    over an even number of ranks, and asserts so at start-up."""
+    dp = s.dp
+    if not _hybrid(s) or dp is None or (dp * s.cp) % 2 == 0:
+        return
+    yield V(
+        f"hybrid_context_parallel with DP*CP = {dp}*{s.cp} = {dp * s.cp} ranks: Megatron-Core asserts 'Hybrid "
+        "context parallel requires an even number of ranks' when it builds the hybrid groups",
+        "choose longpack.world_size (--gpus), model.tensor_model_parallel_size or "
+        "model.pipeline_model_parallel_size so that DP*CP is even, or set model.hybrid_context_parallel=false",
+        K_HCP,
+        K_CP,
+    )
+
+
+@FAMILY.rule(
     "LP-HCP-007",
     W,
     "hybrid CP: max_seqlen_per_dp_cp_rank between seq_length/CP and the pack width",
