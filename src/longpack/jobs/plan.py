@@ -541,7 +541,15 @@ def cp_mode_lines(cp_modes: Any) -> list[str]:
     for c in d["comparisons"]:
         cells = []
         for mode, t in c["step_time_s"].items():
-            cells.append(f"{mode} " + ("infeasible" if t is None else f"{t:.3f} s ± {100 * band:.0f} %"))
+            imbalance = c["rank_imbalance"][mode]
+            cells.append(
+                f"{mode} "
+                + (
+                    "infeasible"
+                    if t is None
+                    else f"{t:.3f} s ± {100 * band:.0f} % (rank imbalance {imbalance:.2f})"
+                )
+            )
         lines.append(f"  max_seqlen_per_dp_cp_rank {c['max_seqlen_per_dp_cp_rank']}: " + ", ".join(cells))
     rec = d["recommended"]
     lines.append(f"Recommended: {rec['mode']} — {rec['reason']}")
