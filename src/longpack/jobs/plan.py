@@ -532,6 +532,8 @@ class PlanResult:
 
 def cp_mode_lines(cp_modes: Any) -> list[str]:
     """``plan --data``'s text: a line per cap and mode, then the recommendation with its reason."""
+    from longpack.planner.cp_modes import bridge_note
+
     d = cp_modes.to_dict()
     lines = [
         f"CP modes on the data ({d['samples']} samples from {d['data']}; {d['steps_simulated']} of "
@@ -565,14 +567,9 @@ def cp_mode_lines(cp_modes: Any) -> list[str]:
         for f in check["findings"]:
             lines.append(f"    {f['id']} ({f['severity']}): {f['message']}; fix: {f['fix']}")
         lines.append(f"    rerun: {check['command']}")
-    if rec["mode"] != "static":
-        flags = " ".join(rec["overrides"]["megatron_lm"])
-        lines.append(
-            "  LP-HCP-009: Megatron-Bridge builds the hybrid-CP groups but never schedules batches by them, so "
-            "a Bridge run trains with static CP: train with Megatron-LM's pretrain_gpt.py"
-            + (f" ({flags})" if flags else "")
-            + " to get this mode"
-        )
+    note = bridge_note(rec["mode"], rec["max_seqlen_per_dp_cp_rank"])
+    if note is not None:
+        lines.append(f"  {note}")
     for item in d["not_modelled"]:
         lines.append(f"  not modelled: {item}")
     return lines

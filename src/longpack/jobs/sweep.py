@@ -446,17 +446,12 @@ class Recommendation:
     def mode_advice(self) -> list[str]:
         """What a recommended hybrid-CP / DP-balanced mode asks of the run: ``LP-HCP-009`` (Megatron-Bridge
         does not schedule it; Megatron-LM's flags) and the mode's constraints. Empty for static CP."""
-        from longpack.planner.cp_modes import CONSTRAINTS, mode_overrides
+        from longpack.planner.cp_modes import CONSTRAINTS, bridge_note
 
-        if self.cp_mode in (None, "static"):
+        note = None if self.cp_mode is None else bridge_note(self.cp_mode, self.max_seqlen_per_dp_cp_rank)
+        if note is None or self.cp_mode is None:
             return []
-        assert self.cp_mode is not None
-        flags = mode_overrides(self.cp_mode, self.max_seqlen_per_dp_cp_rank)["megatron_lm"]
-        lines = [
-            f"LP-HCP-009: Megatron-Bridge does not schedule {MODE_NAMES[self.cp_mode]} (its steps split every "
-            "batch as static CP); train with Megatron-LM's pretrain_gpt.py"
-            + (f": {' '.join(flags)}" if flags else "")
-        ]
+        lines = [note]
         return lines + [f"needs: {item}" for item in CONSTRAINTS[self.cp_mode]]
 
 

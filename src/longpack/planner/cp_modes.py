@@ -37,7 +37,7 @@ from longpack.balance.cp_modes import CP_MODES, CPModeComparison, compare_cp_mod
 from longpack.errors import ConfigError
 from longpack.topology import ranks_needed
 
-__all__ = ["GRID_POINTS", "NOT_MODELLED", "CPModePlan", "mode_overrides", "plan_cp_modes"]
+__all__ = ["GRID_POINTS", "NOT_MODELLED", "CPModePlan", "bridge_note", "mode_overrides", "plan_cp_modes"]
 
 #: Lengths per rank count at which single-sequence micro-batch times are computed (geometric grid,
 #: linear interpolation between points).
@@ -144,6 +144,29 @@ class CPModePlan:
             "steps_total": self.steps_total,
             "not_modelled": list(NOT_MODELLED),
         }
+
+
+def bridge_note(mode: str, cap: int | None) -> str | None:
+    """What a Megatron-Bridge user must do to get ``mode`` (``longpack check``'s ``LP-HCP-009``): Bridge runs
+    neither scheduler. ``None`` for static CP.
+
+    >>> bridge_note("hybrid", 4096)[:60]
+    'LP-HCP-009: Megatron-Bridge builds the hybrid-CP groups but '
+    """
+    if mode == "hybrid":
+        flags = " ".join(mode_overrides(mode, cap)["megatron_lm"])
+        return (
+            "LP-HCP-009: Megatron-Bridge builds the hybrid-CP groups but never schedules batches by them, so a "
+            f"Bridge run trains with static CP: train with Megatron-LM's pretrain_gpt.py ({flags}) to get this mode"
+        )
+    if mode == "dp_balanced":
+        return (
+            "LP-HCP-009: Megatron-Bridge never wraps its data iterator with Megatron-Core's wrap_data_iterator, so "
+            "a Bridge run trains on the packs as written: the DP-balanced scheduler needs Megatron-LM main's own "
+            "loop (no config key exists yet, so longpack check sees the layout only; the scheduler's asserts "
+            "were simulated)"
+        )
+    return None
 
 
 def _finite(x: float, digits: int) -> float | None:
