@@ -183,6 +183,11 @@ def test_recommendation_weighs_each_length_by_its_recommended_mode() -> None:
 def test_cp_modes_needs_the_planner() -> None:
     with pytest.raises(SweepError, match="cp_modes times the CP modes with the planner"):
         SweepConfig(demo=True, cp_modes=True)
+    res = runner.invoke(app, ["sweep", "--demo", "--cp-modes"])
+    assert (
+        res.exit_code == 2
+        and "--cp-modes times the CP modes with the planner: give --model, --gpu and --gpus" in (res.output)
+    )
 
 
 @pytest.fixture

@@ -1111,7 +1111,7 @@ class SweepConfig:
         if self.cp_modes and self.model is None:
             raise SweepError(
                 "cp_modes times the CP modes with the planner: give model, gpu and gpus too",
-                fields=("cp_modes", "model"),
+                fields=("cp_modes", "model", "gpu", "gpus"),
             )
         if self.layout is not None and self.gpus is None:
             raise SweepError(
