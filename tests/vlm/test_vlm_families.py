@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from longpack.errors import ConfigError
-from longpack.vlm import VLMError
 from longpack.vlm.families import FAMILIES, Gemma3Family, QwenVLFamily, vlm_family
 from vlm_helpers import make_image, random_samples
 
@@ -62,5 +61,3 @@ def test_gemma3_counts_equal_the_processor(pan_and_scan: bool) -> None:
         assert family.crops(w, h) == crops, (w, h)
         assert family.visual_tokens(w, h) == (1 + crops) * 256
         assert out["pixel_values"].shape[0] == 1 + crops
-    with pytest.raises(VLMError, match="not prepared by longpack"):
-        family.preparer()
