@@ -16,7 +16,13 @@ Families and Bridge functions:
   ``build_visual_thd_batch``;
 - ``qwen2_vl``, ``qwen3_vl``: ``models/qwen_vl/data/collate_fn.py`` ``build_qwen_vl_packed_batch`` (what
   ``qwen2_5_collate_fn`` in-batch and the Qwen3-VL native Energon encoder's ``batch`` call) on longpack's
-  prepared sequences vs ``build_visual_thd_batch``.
+  prepared sequences vs ``build_visual_thd_batch``;
+- ``nemotron_vl``: ``models/nemotron_vl/nemotron_vl_utils.py`` ``adjust_image_tokens`` (imported) vs
+  ``collapse_image_tokens`` per row, and ``training/llava_step.py``
+  ``_expand_packed_metadata_for_visual_embeddings`` vs ``expand_packed_boundaries`` on random packed rows.
+  ``llava_step`` imports Megatron-LM's ``megatron.training`` (not installed), so that one function is taken
+  out of the file with ``ast`` and run with ``torch`` and megatron-core's ``unwrap_model`` as its globals, on a
+  stand-in model object carrying ``image_token_index``, ``img_seq_len`` and ``_language_max_sequence_length``.
 
 Prints one line per family, alignment and key: ``pass`` / ``FAIL`` with the difference.
 """
@@ -73,6 +79,94 @@ def load_bridge(root: Path) -> dict[str, Any]:
     return {
         "gemma": importlib.import_module("megatron.bridge.models.gemma_vl.data.collate_fn"),
         "qwen": importlib.import_module("megatron.bridge.models.qwen_vl.data.collate_fn"),
+        "nemotron": importlib.import_module("megatron.bridge.models.nemotron_vl.nemotron_vl_utils"),
+        "expand": extract_function(bridge / "training" / "llava_step.py", "_expand_packed_metadata_for_visual_embeddings"),
+    }
+
+
+def extract_function(path: Path, name: str) -> Any:
+    """Function ``name`` of ``path`` compiled alone (its module's imports are not run)."""
+    import ast
+    from typing import Any as AnyType
+
+    import torch
+    from megatron.core.utils import unwrap_model
+
+    tree = ast.parse(path.read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    namespace: dict[str, Any] = {"torch": torch, "Any": AnyType, "GPTModel": object, "unwrap_model": unwrap_model}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)
+    return namespace[name]
+
+
+def run_nemotron(mods: dict[str, Any], seed: int = 0, rows: int = 200) -> dict[str, dict[str, str]]:
+    """Random rows and packs through Bridge's two Nemotron-VL functions and longpack's."""
+    import numpy as np
+    import torch
+
+    from longpack.vlm.families.nemotron_vl import (
+        IMAGE_TOKEN_ID,
+        IMG_END_TOKEN_ID,
+        IMG_START_TOKEN_ID,
+        collapse_image_tokens,
+        expand_packed_boundaries,
+    )
+
+    rng = np.random.default_rng(seed)
+    collapse_fail, expand_fail = [], []
+    for case in range(rows):
+        # A processor-style row: text with images as <img> + 256 x tiles media tokens + </img>.
+        ids, tiles = [], []
+        for _ in range(int(rng.integers(0, 4))):
+            ids += rng.integers(10, 1000, int(rng.integers(0, 6))).tolist()
+            n = int(rng.integers(1, 14))
+            tiles.append(n)
+            ids += [IMG_START_TOKEN_ID, *[IMAGE_TOKEN_ID] * (256 * n), IMG_END_TOKEN_ID]
+        ids += rng.integers(10, 1000, int(rng.integers(1, 6))).tolist()
+        theirs = mods["nemotron"].adjust_image_tokens(
+            torch.tensor([ids]), tiles, IMG_START_TOKEN_ID, IMG_END_TOKEN_ID
+        )[0]
+        ours = torch.from_numpy(collapse_image_tokens(ids, tiles))
+        if not torch.equal(theirs, ours):
+            collapse_fail.append(case)
+        # A packed row of collapsed sequences, with alignment gaps and a language-model length.
+        lengths, spans, row = [], [], []
+        padded = bool(rng.integers(0, 2))
+        for _ in range(int(rng.integers(1, 6))):
+            n = int(rng.integers(1, 30))
+            k = int(rng.integers(0, min(n, 4) + 1))
+            gap = int(rng.integers(0, 4)) if padded else 0
+            row += [IMAGE_TOKEN_ID] * k + [7] * (n - k) + [0] * gap
+            lengths.append(n)
+            spans.append(n + gap)
+        cu = torch.tensor([0, *np.cumsum(lengths).tolist()], dtype=torch.int32)
+        cu_padded = torch.tensor([0, *np.cumsum(spans).tolist()], dtype=torch.int32) if padded else None
+        limit = None if rng.integers(0, 2) else int(rng.integers(1, 4000))
+        model = types.SimpleNamespace(
+            image_token_index=IMAGE_TOKEN_ID, img_seq_len=256, _language_max_sequence_length=limit
+        )
+        meta: dict[str, Any] = {"cu_seqlens_q": cu.clone(), "cu_seqlens_kv": cu.clone()}
+        if padded:
+            meta["cu_seqlens_q_padded"] = meta["cu_seqlens_kv_padded"] = cu_padded
+        input_ids = torch.tensor([row])
+        mods["expand"](meta, input_ids, model)
+        mine = expand_packed_boundaries(cu, cu_padded, input_ids, language_max_sequence_length=limit)
+        for key, value in meta.items():
+            other = mine.get(key)
+            equal = (
+                torch.equal(value, other) and value.dtype == other.dtype
+                if isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor)
+                else value == other
+            )
+            if not equal:
+                expand_fail.append((case, key))
+    return {
+        "nemotron_vl collapse": {
+            f"input_ids ({rows} rows)": "pass" if not collapse_fail else f"FAIL: rows {collapse_fail[:5]}"
+        },
+        "nemotron_vl expand": {
+            f"cu_seqlens*/max_seqlen* ({rows} packs)": "pass" if not expand_fail else f"FAIL: {expand_fail[:5]}"
+        },
     }
 
 
@@ -159,6 +253,7 @@ def run(checkout: Path) -> dict[str, Any]:
                     qseqs, sequence_length=length, pad_to_multiple_of=multiple, pad_to_max_length=fixed
                 )
                 results[f"{name} m={multiple} fixed={fixed}"] = compare(theirs, ours)
+        results.update(run_nemotron(mods))
     return results
 
 
