@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from longpack import choices
 from longpack.errors import ConfigError
 from longpack.vlm.families import FAMILIES, Gemma3Family, QwenVLFamily, vlm_family
 from vlm_helpers import make_image, random_samples
@@ -18,6 +19,7 @@ SIZES = [(1, 1), (33, 20), (200, 199), (256, 255), (300, 250), (640, 480), (480,
 
 
 def test_registry_names_every_family_and_refuses_others() -> None:
+    assert tuple(sorted(FAMILIES)) == choices.VLM_FAMILIES  # the one list of names
     assert set(FAMILIES) == {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3", "nemotron_vl"}
     assert all(FAMILIES[name].name == name for name in FAMILIES)
     with pytest.raises(ConfigError, match="unknown VLM family 'kimi_vl'"):

@@ -171,3 +171,36 @@ def test_settings_that_fail_for_every_sample_are_errors() -> None:
         vlm_family("gemma3").preparer(processor=gemma3_processor()).prepare(
             {"__key__": "v", "messages": [{"role": "user", "content": "<video>?"}, CHAT[1]], "videos": [[make_image(8, 8)]]}
         )
+
+
+def test_online_sim_counts_gemma3_samples_from_a_saved_processor(tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from longpack.cli.app import app
+    from longpack.jobs.online_sim import OnlineSimConfig
+
+    folder = tmp_path / "gemma3"
+    gemma3_processor().save_pretrained(folder)
+    rows = []
+    for i, (w, h) in enumerate([(640, 480), (30, 900), (200, 200)]):
+        make_image(w, h, seed=i).save(tmp_path / f"{i}.png")
+        rows.append({"messages": CHAT, "images": [f"{i}.png"]})
+    rows.append({"messages": CHAT, "image_sizes": [[1200, 300]]})
+    rows.append({"messages": CHAT, "images": ["missing.png"]})  # undecodable: counted, named
+    (tmp_path / "vlm.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = OnlineSimConfig(
+        pack_size=2048, buffer_sizes="2,4", vlm=tmp_path / "vlm.jsonl", vlm_family="gemma3",
+        tokenizer=str(folder), write_lengths=tmp_path / "lengths.txt",
+    ).run().report  # fmt: skip
+    prep = vlm_family("gemma3").preparer(processor=gemma3_processor())
+    sizes = [(640, 480), (30, 900), (200, 200), (1200, 300)]
+    expected = [prep.length({"messages": CHAT, "images": [make_image(w, h)]}).tokens for w, h in sizes]
+    assert (tmp_path / "lengths.txt").read_text().split() == [str(n) for n in expected]
+    assert report["family"] == "gemma3" and report["vision"] == {"tokens_per_image": 256, "pan_and_scan": False}
+    assert report["samples"]["samples"] == 4 and report["samples"]["rejected"]["undecodable"] == 1
+    assert [s["reason"] for s in report["samples"]["skipped"]] == ["undecodable"]
+    out = CliRunner().invoke(app, ["online-sim", "--capacity", "2048", "--buffer-sizes", "2", "--vlm",
+                                   str(tmp_path / "vlm.jsonl"), "--vlm-family", "nemotron_vl"])  # fmt: skip
+    assert out.exit_code == 2 and "remote code" in out.output and "Traceback" not in out.output

@@ -46,6 +46,7 @@ class VLMFamily(Protocol):
         ...
 
 
+# Keyed by ``longpack.choices.VLM_FAMILIES`` (the one list of names; tests/vlm/test_vlm_families.py).
 FAMILIES: dict[str, VLMFamily] = {
     "qwen2_vl": QwenVLFamily("qwen2_vl"),
     "qwen2_5_vl": QwenVLFamily("qwen2_5_vl"),

@@ -146,19 +146,27 @@ class Gemma3Family:
     def preparer(
         self, tokenizer: Any = None, image_processor: Any = None, *, processor: Any = None, **config: Any
     ) -> Gemma3Preparer:
-        """A :class:`Gemma3Preparer`: ``processor`` (a transformers ``Gemma3Processor``), or one built from
-        ``tokenizer`` (a transformers tokenizer with Gemma3's ``boi``/``eoi``/image tokens and chat template)
-        and ``image_processor`` (default ``Gemma3ImageProcessor`` with this family's pan-and-scan settings).
-        ``config``: :class:`~longpack.vlm.VLMConfig` limits."""
+        """A :class:`Gemma3Preparer`: ``processor`` (a transformers ``Gemma3Processor``); or ``tokenizer`` a
+        local folder holding a saved ``Gemma3Processor`` (read offline); or ``tokenizer`` a transformers
+        tokenizer with Gemma3's ``boi``/``eoi``/image tokens and chat template, with ``image_processor``
+        (default ``Gemma3ImageProcessor``). ``config``: :class:`~longpack.vlm.VLMConfig` limits."""
+        import os
+
         if processor is None:
-            if tokenizer is None or isinstance(tokenizer, str):
+            if tokenizer is None or (isinstance(tokenizer, str | os.PathLike) and not os.path.isdir(tokenizer)):
                 raise VLMError(
-                    "Gemma3-VL preparation needs a transformers Gemma3Processor (processor=) or a transformers "
-                    "tokenizer object with Gemma3's special tokens (tokenizer=)"
+                    "Gemma3-VL preparation needs a transformers Gemma3Processor (processor=), a folder with a "
+                    f"saved Gemma3Processor or a Gemma3 tokenizer object (tokenizer=), got {tokenizer!r}"
                 )
             from longpack._optional import require
 
             transformers = require("transformers", "vlm", purpose="the Gemma3 processor")
+        if processor is None and isinstance(tokenizer, str | os.PathLike):
+            try:
+                processor = transformers.Gemma3Processor.from_pretrained(str(tokenizer), local_files_only=True)
+            except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise VLMError(f"{tokenizer}: not a saved Gemma3Processor folder ({type(exc).__name__}: {exc})") from None
+        if processor is None:
             if image_processor is None:
                 image_processor = transformers.Gemma3ImageProcessor(
                     do_pan_and_scan=self.do_pan_and_scan,
