@@ -201,6 +201,6 @@ def test_online_sim_counts_gemma3_samples_from_a_saved_processor(tmp_path) -> No
     assert report["family"] == "gemma3" and report["vision"] == {"tokens_per_image": 256, "pan_and_scan": False}
     assert report["samples"]["samples"] == 4 and report["samples"]["rejected"]["undecodable"] == 1
     assert [s["reason"] for s in report["samples"]["skipped"]] == ["undecodable"]
-    out = CliRunner().invoke(app, ["online-sim", "--capacity", "2048", "--buffer-sizes", "2", "--vlm",
+    out = CliRunner().invoke(app, ["online-sim", "--pack-size", "2048", "--buffer-sizes", "2", "--vlm",
                                    str(tmp_path / "vlm.jsonl"), "--vlm-family", "nemotron_vl"])  # fmt: skip
     assert out.exit_code == 2 and "remote code" in out.output and "Traceback" not in out.output
