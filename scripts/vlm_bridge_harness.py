@@ -56,7 +56,9 @@ def export_bridge(checkout: Path, into: Path) -> str:
         ["git", f"--git-dir={gitdir}", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
     archive = subprocess.run(
-        ["git", f"--git-dir={gitdir}", "archive", "HEAD", "src/megatron/bridge"], capture_output=True, check=True
+        ["git", f"--git-dir={gitdir}", "archive", "HEAD", "src/megatron/bridge"],
+        capture_output=True,
+        check=True,
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     return commit
@@ -80,7 +82,9 @@ def load_bridge(root: Path) -> dict[str, Any]:
         "gemma": importlib.import_module("megatron.bridge.models.gemma_vl.data.collate_fn"),
         "qwen": importlib.import_module("megatron.bridge.models.qwen_vl.data.collate_fn"),
         "nemotron": importlib.import_module("megatron.bridge.models.nemotron_vl.nemotron_vl_utils"),
-        "expand": extract_function(bridge / "training" / "llava_step.py", "_expand_packed_metadata_for_visual_embeddings"),
+        "expand": extract_function(
+            bridge / "training" / "llava_step.py", "_expand_packed_metadata_for_visual_embeddings"
+        ),
     }
 
 
@@ -94,7 +98,12 @@ def extract_function(path: Path, name: str) -> Any:
 
     tree = ast.parse(path.read_text())
     node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
-    namespace: dict[str, Any] = {"torch": torch, "Any": AnyType, "GPTModel": object, "unwrap_model": unwrap_model}
+    namespace: dict[str, Any] = {
+        "torch": torch,
+        "Any": AnyType,
+        "GPTModel": object,
+        "unwrap_model": unwrap_model,
+    }
     exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)
     return namespace[name]
 
@@ -165,7 +174,9 @@ def run_nemotron(mods: dict[str, Any], seed: int = 0, rows: int = 200) -> dict[s
             f"input_ids ({rows} rows)": "pass" if not collapse_fail else f"FAIL: rows {collapse_fail[:5]}"
         },
         "nemotron_vl expand": {
-            f"cu_seqlens*/max_seqlen* ({rows} packs)": "pass" if not expand_fail else f"FAIL: {expand_fail[:5]}"
+            f"cu_seqlens*/max_seqlen* ({rows} packs)": "pass"
+            if not expand_fail
+            else f"FAIL: {expand_fail[:5]}"
         },
     }
 
@@ -219,7 +230,8 @@ def run(checkout: Path) -> dict[str, Any]:
         examples = [
             {
                 "conversation": prep._hf_conversation(
-                    m := prep._conversation(s, "h")[0], [decode_image(i) for i in prep._conversation(s, "h")[1]]
+                    m := prep._conversation(s, "h")[0],
+                    [decode_image(i) for i in prep._conversation(s, "h")[1]],
                 )
             }
             for s in samples
@@ -242,7 +254,9 @@ def run(checkout: Path) -> dict[str, Any]:
             family = vlm_family(name)
             v = family.vision
             qprep = family.preparer(
-                image_processor=transformers.Qwen2VLImageProcessor(patch_size=v.patch_size, merge_size=v.merge_size)
+                image_processor=transformers.Qwen2VLImageProcessor(
+                    patch_size=v.patch_size, merge_size=v.merge_size
+                )
             )
             qseqs = [qprep.prepare(s) for s in samples]
             for length, multiple, fixed in cases:
@@ -259,7 +273,9 @@ def run(checkout: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bridge", type=Path, required=True, help="Megatron-Bridge work tree or bare git dir")
+    parser.add_argument(
+        "--bridge", type=Path, required=True, help="Megatron-Bridge work tree or bare git dir"
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
     results = run(args.bridge)

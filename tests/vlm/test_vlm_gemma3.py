@@ -18,11 +18,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_vlm_batch import assert_same_batch, bridge_packed_batch
 
 from longpack.runtime.in_batch import VisualInBatchCollator, build_visual_thd_batch
 from longpack.vlm import SampleRejected, VLMError
 from longpack.vlm.families import Gemma3Family, vlm_family
-from test_vlm_batch import assert_same_batch, bridge_packed_batch
 from vlm_helpers import gemma3_processor, make_image, random_samples
 
 transformers = pytest.importorskip("transformers")
@@ -66,7 +66,9 @@ def test_length_from_headers_equals_the_prepared_length(pan_and_scan: bool) -> N
     for sample in samples:
         seq = prep.prepare(sample)
         sizes = [im.size for im in sample["images"]]
-        assert prep.length(sample).tokens == prep.length(sample, image_sizes=sizes).tokens == seq.sequence_length
+        assert (
+            prep.length(sample).tokens == prep.length(sample, image_sizes=sizes).tokens == seq.sequence_length
+        )
         assert seq.visual_tokens == sum(prep.family.visual_tokens(w, h) for w, h in sizes)
         assert seq.mrope_position_ids is None
         assert torch.equal(seq.row["position_ids"], torch.arange(seq.sequence_length))
@@ -137,12 +139,22 @@ def bad_samples() -> dict[str, tuple[str, dict, dict]]:
     return {
         "two_for_one": ("placeholder_mismatch", {"messages": CHAT, "images": [make_image(30, 30)] * 2}, {}),
         "none_for_one": ("placeholder_mismatch", {"messages": CHAT}, {}),
-        "empty_array": ("empty_image", {"messages": CHAT, "images": [np.zeros((0, 5, 3), dtype=np.uint8)]}, {}),
+        "empty_array": (
+            "empty_image",
+            {"messages": CHAT, "images": [np.zeros((0, 5, 3), dtype=np.uint8)]},
+            {},
+        ),
         "empty_bytes": ("empty_image", {"messages": CHAT, "images": [b""]}, {}),
         "robot": ("malformed", {"messages": [{"role": "robot", "content": "x"}]}, {}),
         "garbage": ("undecodable", {"messages": CHAT, "images": [b"GIF89a not really"]}, {}),
-        "many": ("too_many_images", {"messages": [{"role": "user", "content": "<image><image>?"}, CHAT[1]],
-                                     "images": [make_image(20, 20)] * 2}, {"max_images": 1}),  # fmt: skip
+        "many": (
+            "too_many_images",
+            {
+                "messages": [{"role": "user", "content": "<image><image>?"}, CHAT[1]],
+                "images": [make_image(20, 20)] * 2,
+            },
+            {"max_images": 1},
+        ),
         "visual": ("visual_tokens", ok, {"max_visual_tokens": 100}),
         "long": ("too_long", ok, {"max_length": 200}),
     }
@@ -152,14 +164,18 @@ def bad_samples() -> dict[str, tuple[str, dict, dict]]:
 def test_every_bad_input_class_is_named_and_counted(key: str) -> None:
     reason, sample, limits = bad_samples()[key]
     prep = vlm_family("gemma3").preparer(processor=gemma3_processor(), **limits)
-    good = [{"__key__": f"ok{i}", "messages": CHAT, "images": [make_image(40 + i, 30, seed=i)]} for i in range(2)]
+    good = [
+        {"__key__": f"ok{i}", "messages": CHAT, "images": [make_image(40 + i, 30, seed=i)]} for i in range(2)
+    ]
     if limits:  # a limit refuses the good samples too when it is tight: judge the refused one alone
         good = []
     with pytest.raises(SampleRejected, match=rf"^sample {key}: ") as info:
         prep.prepare({**sample, "__key__": key})
     assert info.value.reason == reason and prep.stats.rejected[reason] == 1
     if good:
-        batch = VisualInBatchCollator(prep.prepare, sequence_length=4096)([good[0], {**sample, "__key__": key}, good[1]])
+        batch = VisualInBatchCollator(prep.prepare, sequence_length=4096)(
+            [good[0], {**sample, "__key__": key}, good[1]]
+        )
         assert batch["sample_keys"] == ["ok0", "ok1"]
         assert [(r["key"], r["reason"]) for r in batch["skipped"]] == [(key, reason)]
 
@@ -169,7 +185,11 @@ def test_settings_that_fail_for_every_sample_are_errors() -> None:
         vlm_family("gemma3").preparer()
     with pytest.raises(VLMError, match="no video input"):
         vlm_family("gemma3").preparer(processor=gemma3_processor()).prepare(
-            {"__key__": "v", "messages": [{"role": "user", "content": "<video>?"}, CHAT[1]], "videos": [[make_image(8, 8)]]}
+            {
+                "__key__": "v",
+                "messages": [{"role": "user", "content": "<video>?"}, CHAT[1]],
+                "videos": [[make_image(8, 8)]],
+            }
         )
 
 
@@ -198,7 +218,10 @@ def test_online_sim_counts_gemma3_samples_from_a_saved_processor(tmp_path) -> No
     sizes = [(640, 480), (30, 900), (200, 200), (1200, 300)]
     expected = [prep.length({"messages": CHAT, "images": [make_image(w, h)]}).tokens for w, h in sizes]
     assert (tmp_path / "lengths.txt").read_text().split() == [str(n) for n in expected]
-    assert report["family"] == "gemma3" and report["vision"] == {"tokens_per_image": 256, "pan_and_scan": False}
+    assert report["family"] == "gemma3" and report["vision"] == {
+        "tokens_per_image": 256,
+        "pan_and_scan": False,
+    }
     assert report["samples"]["samples"] == 4 and report["samples"]["rejected"]["undecodable"] == 1
     assert [s["reason"] for s in report["samples"]["skipped"]] == ["undecodable"]
     out = CliRunner().invoke(app, ["online-sim", "--pack-size", "2048", "--buffer-sizes", "2", "--vlm",

@@ -74,7 +74,19 @@ def test_tiles_equal_megatron_on_random_sizes(w: int, h: int, max_num: int) -> N
 
 def test_collapse_keeps_one_media_token_per_tile_and_names_bad_regions() -> None:
     row = [1, 2, START, *[IMG] * 5, END, 3, START, *[IMG] * 2, END]
-    assert collapse_image_tokens(row, [3, 1]).tolist() == [1, 2, START, IMG, IMG, IMG, END, 3, START, IMG, END]
+    assert collapse_image_tokens(row, [3, 1]).tolist() == [
+        1,
+        2,
+        START,
+        IMG,
+        IMG,
+        IMG,
+        END,
+        3,
+        START,
+        IMG,
+        END,
+    ]
     with pytest.raises(SampleError, match="2 <img> and 2 </img> regions for 1 tile counts") as info:
         collapse_image_tokens(row, [3])
     assert info.value.reason == "placeholder_mismatch"
@@ -108,7 +120,9 @@ def bridge_expand(cu, cu_padded, input_ids, *, img_seq_len, max_len):
 
 @settings(max_examples=80, deadline=None)
 @given(
-    segments=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 3), st.integers(0, 4)), min_size=1, max_size=5),
+    segments=st.lists(
+        st.tuples(st.integers(1, 40), st.integers(0, 3), st.integers(0, 4)), min_size=1, max_size=5
+    ),
     img_seq_len=st.sampled_from([1, 2, 256]),
     max_len=st.one_of(st.none(), st.integers(1, 3000)),
     padded=st.booleans(),
@@ -121,13 +135,17 @@ def test_expanded_boundaries_equal_bridge(segments, img_seq_len, max_len, padded
         lengths.append(n)
         spans.append(n + (gap if padded else 0))
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
-    cu_padded = torch.tensor([0, *torch.tensor(spans).cumsum(0).tolist()], dtype=torch.int32) if padded else None
+    cu_padded = (
+        torch.tensor([0, *torch.tensor(spans).cumsum(0).tolist()], dtype=torch.int32) if padded else None
+    )
     input_ids = torch.tensor([ids])
     expected = bridge_expand(cu, cu_padded, input_ids, img_seq_len=img_seq_len, max_len=max_len)
     got = expand_packed_boundaries(
         cu, cu_padded, input_ids, tokens_per_tile=img_seq_len, language_max_sequence_length=max_len
     )
-    assert torch.equal(got["cu_seqlens_q"], expected["cu_seqlens_q"]) and got["cu_seqlens_q"].dtype == cu.dtype
+    assert (
+        torch.equal(got["cu_seqlens_q"], expected["cu_seqlens_q"]) and got["cu_seqlens_q"].dtype == cu.dtype
+    )
     assert torch.equal(got["cu_seqlens_kv"], expected["cu_seqlens_q"])
     assert ("cu_seqlens_q_padded" in got) == padded
     if padded:

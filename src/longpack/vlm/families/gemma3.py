@@ -153,7 +153,9 @@ class Gemma3Family:
         import os
 
         if processor is None:
-            if tokenizer is None or (isinstance(tokenizer, str | os.PathLike) and not os.path.isdir(tokenizer)):
+            if tokenizer is None or (
+                isinstance(tokenizer, str | os.PathLike) and not os.path.isdir(tokenizer)
+            ):
                 raise VLMError(
                     "Gemma3-VL preparation needs a transformers Gemma3Processor (processor=), a folder with a "
                     f"saved Gemma3Processor or a Gemma3 tokenizer object (tokenizer=), got {tokenizer!r}"
@@ -163,9 +165,13 @@ class Gemma3Family:
             transformers = require("transformers", "vlm", purpose="the Gemma3 processor")
         if processor is None and isinstance(tokenizer, str | os.PathLike):
             try:
-                processor = transformers.Gemma3Processor.from_pretrained(str(tokenizer), local_files_only=True)
+                processor = transformers.Gemma3Processor.from_pretrained(
+                    str(tokenizer), local_files_only=True
+                )
             except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-                raise VLMError(f"{tokenizer}: not a saved Gemma3Processor folder ({type(exc).__name__}: {exc})") from None
+                raise VLMError(
+                    f"{tokenizer}: not a saved Gemma3Processor folder ({type(exc).__name__}: {exc})"
+                ) from None
         if processor is None:
             if image_processor is None:
                 image_processor = transformers.Gemma3ImageProcessor(
@@ -245,14 +251,15 @@ class Gemma3Preparer:
             raise SampleRejected(
                 key, "visual_tokens", f"{visual} visual tokens > max_visual_tokens={cfg.max_visual_tokens}"
             )
-        if tokens is not None and cfg.max_length is not None:
-            if aligned(tokens, cfg.pad_to_multiple_of) > cfg.max_length:
-                raise SampleRejected(
-                    key,
-                    "too_long",
-                    f"{tokens} tokens after expanding {visual} visual tokens (aligned to {cfg.pad_to_multiple_of}: "
-                    f"{aligned(tokens, cfg.pad_to_multiple_of)}) > max_length={cfg.max_length}",
-                )
+        if tokens is None or cfg.max_length is None:
+            return
+        if aligned(tokens, cfg.pad_to_multiple_of) > cfg.max_length:
+            raise SampleRejected(
+                key,
+                "too_long",
+                f"{tokens} tokens after expanding {visual} visual tokens (aligned to {cfg.pad_to_multiple_of}: "
+                f"{aligned(tokens, cfg.pad_to_multiple_of)}) > max_length={cfg.max_length}",
+            )
 
     def expanded_text(self, text: str, crops: Sequence[int]) -> str:
         """``text`` with its ``<start_of_image>`` placeholders replaced as ``Gemma3Processor`` replaces
@@ -421,7 +428,11 @@ class Gemma3Preparer:
         for n, s in enumerate(starts):
             content = s + len(self.start_ids)
             stop = starts[n + 1] if n + 1 < len(starts) else len(ids)
-            ends = [e for e in _find_all(ids[content:stop], self.end_ids) if content + e + len(self.end_ids) <= stop]
+            ends = [
+                e
+                for e in _find_all(ids[content:stop], self.end_ids)
+                if content + e + len(self.end_ids) <= stop
+            ]
             if not ends:
                 continue
             end = content + ends[0]

@@ -86,7 +86,9 @@ class NemotronVLFamily:
         ((4, 2), (1, 10))
         """
         if width < 1 or height < 1:
-            raise SampleError("empty_image", f"image size {width}x{height}: both sides must be at least 1 pixel")
+            raise SampleError(
+                "empty_image", f"image size {width}x{height}: both sides must be at least 1 pixel"
+            )
         aspect = width / height
         best, best_diff = (1, 1), float("inf")
         for cols, rows in self.grids:
