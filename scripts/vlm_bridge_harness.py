@@ -17,6 +17,10 @@ Families and Bridge functions:
 - ``qwen2_vl``, ``qwen3_vl``: ``models/qwen_vl/data/collate_fn.py`` ``build_qwen_vl_packed_batch`` (what
   ``qwen2_5_collate_fn`` in-batch and the Qwen3-VL native Energon encoder's ``batch`` call) on longpack's
   prepared sequences vs ``build_visual_thd_batch``;
+- Qwen-VL Energon grouping (native packing, #5285): ``data/packing/algorithms.py`` ``first_fit_decreasing``
+  (what ``QwenVLTaskEncoder.select_samples_to_pack`` calls on the aligned lengths) vs
+  ``longpack.binpack.megatron.first_fit_decreasing`` (what longpack's Energon encoder calls), on the Qwen3-VL
+  prepared sequences' aligned lengths and on random buffers;
 - ``nemotron_vl``: ``models/nemotron_vl/nemotron_vl_utils.py`` ``adjust_image_tokens`` (imported) vs
   ``collapse_image_tokens`` per row, and ``training/llava_step.py``
   ``_expand_packed_metadata_for_visual_embeddings`` vs ``expand_packed_boundaries`` on random packed rows.
@@ -82,6 +86,7 @@ def load_bridge(root: Path) -> dict[str, Any]:
         "gemma": importlib.import_module("megatron.bridge.models.gemma_vl.data.collate_fn"),
         "qwen": importlib.import_module("megatron.bridge.models.qwen_vl.data.collate_fn"),
         "nemotron": importlib.import_module("megatron.bridge.models.nemotron_vl.nemotron_vl_utils"),
+        "algorithms": importlib.import_module("megatron.bridge.data.packing.algorithms"),
         "expand": extract_function(
             bridge / "training" / "llava_step.py", "_expand_packed_metadata_for_visual_embeddings"
         ),
@@ -106,6 +111,30 @@ def extract_function(path: Path, name: str) -> Any:
     }
     exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)
     return namespace[name]
+
+
+def run_grouping(mods: dict[str, Any], prepared: list[int], buffers: int = 300) -> dict[str, dict[str, str]]:
+    """Bridge's Energon first-fit-decreasing groups vs longpack's, members and order."""
+    import numpy as np
+
+    from longpack.binpack.megatron import first_fit_decreasing
+
+    rng = np.random.default_rng(1)
+    fails = []
+    for case in range(buffers + 1):
+        multiple = int(rng.choice([1, 8, 64]))
+        lengths = prepared if case == 0 else rng.integers(1, 3000, int(rng.integers(1, 65))).tolist()
+        aligned = [-(-n // multiple) * multiple for n in lengths]
+        capacity = max(max(aligned), int(rng.integers(1, 8193)) // multiple * multiple or multiple)
+        items = [f"s{i}" for i in range(len(aligned))]
+        theirs = mods["algorithms"].first_fit_decreasing(items, capacity, item_lengths=aligned)
+        if theirs != first_fit_decreasing(items, capacity, item_lengths=aligned):
+            fails.append(case)
+    return {
+        "qwen_vl energon grouping": {
+            f"groups ({buffers + 1} buffers)": "pass" if not fails else f"FAIL: {fails[:5]}"
+        }
+    }
 
 
 def run_nemotron(mods: dict[str, Any], seed: int = 0, rows: int = 200) -> dict[str, dict[str, str]]:
@@ -267,6 +296,7 @@ def run(checkout: Path) -> dict[str, Any]:
                     qseqs, sequence_length=length, pad_to_multiple_of=multiple, pad_to_max_length=fixed
                 )
                 results[f"{name} m={multiple} fixed={fixed}"] = compare(theirs, ours)
+        results.update(run_grouping(mods, [s.sequence_length for s in qseqs]))
         results.update(run_nemotron(mods))
     return results
 
