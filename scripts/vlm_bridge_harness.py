@@ -251,6 +251,23 @@ def run(checkout: Path) -> dict[str, Any]:
         results["bridge_commit"] = commit
         results["stubbed"] = STUBBED
         samples = random_samples(8, seed=11, max_images=2, max_side=300)
+        from vlm_helpers import make_image
+
+        samples.append(  # a system turn (Gemma folds it into the first user turn) and three exchanges
+            {
+                "__key__": "system3",
+                "messages": [
+                    {"role": "system", "content": "Answer briefly."},
+                    {"role": "user", "content": "<image> What is this?"},
+                    {"role": "assistant", "content": "A cube."},
+                    {"role": "user", "content": "Colour?"},
+                    {"role": "assistant", "content": "Red."},
+                    {"role": "user", "content": "<image> And this one?"},
+                    {"role": "assistant", "content": "A blue sky over a mat."},
+                ],
+                "images": [make_image(120, 80, 1), make_image(64, 200, 2)],
+            }
+        )
         cases = [(None, 1, False), (4096, 8, False), (4096, 8, True)]
         # Gemma3-VL: Bridge runs the processor on the raw examples.
         processor = gemma3_processor()
