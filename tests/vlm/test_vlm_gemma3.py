@@ -227,3 +227,14 @@ def test_online_sim_counts_gemma3_samples_from_a_saved_processor(tmp_path) -> No
     out = CliRunner().invoke(app, ["online-sim", "--pack-size", "2048", "--buffer-sizes", "2", "--vlm",
                                    str(tmp_path / "vlm.jsonl"), "--vlm-family", "nemotron_vl"])  # fmt: skip
     assert out.exit_code == 2 and "remote code" in out.output and "Traceback" not in out.output
+
+
+def test_the_preparer_crosses_to_loader_workers() -> None:
+    import pickle
+
+    prep = vlm_family("gemma3").preparer(processor=gemma3_processor())
+    copy = pickle.loads(pickle.dumps(prep.prepare)).__self__  # what a DataLoader worker receives
+    for sample in random_samples(3, seed=2, max_images=2):
+        a, b = prep.prepare(sample), copy.prepare(sample)
+        assert all(torch.equal(a.row[k], b.row[k]) for k in a.row)
+        assert all(torch.equal(a.visual_values[k], b.visual_values[k]) for k in a.visual_values)
