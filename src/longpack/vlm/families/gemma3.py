@@ -44,21 +44,27 @@ import numpy as np
 
 from longpack.vlm.chat import media_sources, normalize_conversation
 from longpack.vlm.errors import SampleError, SampleRejected, VLMError
-from longpack.vlm.prepare import IGNORE_INDEX, PreparedSequence, SampleLength, VLMConfig, VLMStats, aligned
+from longpack.vlm.prepare import (
+    IGNORE_INDEX,
+    VLM_SKIPPED_TOKEN_TEXTS,
+    PreparedSequence,
+    SampleLength,
+    VLMConfig,
+    VLMStats,
+    _key,
+    aligned,
+)
 
-# Megatron-Bridge's token texts never trained on (``data/token_utils.py`` PAD_TOKENS: the Qwen, LLaVA, Llama,
-# Gemma and Gemma-3n lists); those a tokenizer has among its added tokens are skipped.
-BRIDGE_SKIPPED_TOKENS: frozenset[str] = frozenset(
-    {
-        "<|im_start|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>",
-        "<|video_pad|>", "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>",
-        "<image>", "<pad>",
-        "<|begin_of_text|>", "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>",
-        "<|end_header_id|>", "<|python_tag|>", "<|image|>",
-        "<image_soft_token>", "<audio_soft_token>", "<start_of_audio>", "<start_of_image>", "<end_of_audio>",
-        "<end_of_image>",
-    }
-)  # fmt: skip
+# Megatron-Bridge's token texts never trained on (``data/token_utils.py`` PAD_TOKENS, one set for every model:
+# the Qwen list of ``longpack.vlm.prepare`` and the LLaVA, Llama, Gemma and Gemma-3n ones); those a tokenizer
+# has among its added tokens are skipped.
+BRIDGE_SKIPPED_TOKENS: frozenset[str] = frozenset(VLM_SKIPPED_TOKEN_TEXTS) | {
+    "<image>", "<pad>",
+    "<|begin_of_text|>", "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>",
+    "<|end_header_id|>", "<|python_tag|>", "<|image|>",
+    "<image_soft_token>", "<audio_soft_token>", "<start_of_audio>", "<start_of_image>", "<end_of_audio>",
+    "<end_of_image>",
+}  # fmt: skip
 # Bridge's Gemma assistant boundaries (``data/conversation_processing.py`` infer_assistant_mask_boundary_config).
 ASSISTANT_START, ASSISTANT_END = "<start_of_turn>model\n", "<end_of_turn>"
 BATCH_KEYS: tuple[str, ...] = ("pixel_values",)
@@ -462,9 +468,3 @@ def _image_side(processor: Any) -> int:
     size = getattr(processor.image_processor, "size", None)
     height = size.get("height") if isinstance(size, Mapping) else getattr(size, "height", None)
     return int(height or 896)
-
-
-def _key(sample: Mapping[str, Any], key: str | None) -> str:
-    from longpack.vlm.prepare import _key as key_of
-
-    return key_of(sample, key)
