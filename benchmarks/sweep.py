@@ -84,7 +84,10 @@ def main() -> None:
     # --cp-modes: the same planner pinned to TP1 CP2 PP1 (the modes need PP 1), with and without the modes
     cp2 = SweepSettings(pack_lengths=LENGTHS, overlength="truncate", pad_seq_to_mult=4)
     pinned = PlannerSetup(
-        model=load_model("llama3_1_8b"), gpu=load_gpu("H100_SXM"), num_gpus=8, pins={"tp": 1, "cp": 2, "pp": 1}
+        model=load_model("llama3_1_8b"),
+        gpu=load_gpu("H100_SXM"),
+        num_gpus=8,
+        pins={"tp": 1, "cp": 2, "pp": 1},
     )
     t_cp2 = median_time(lambda: sweep(big, cp2, eos_id=0, planner=pinned), args.repeats)
     t_modes = median_time(lambda: sweep(big, cp2, eos_id=0, planner=pinned, cp_modes=True), args.repeats)
