@@ -22,25 +22,28 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "longpack"
 # Utilities every layer may use: ``errors`` (one exception base), ``_optional`` (clear errors for a
 # missing extra), ``_version`` (the one version string), ``validate`` (checks of one setting value),
 # ``outputs`` (output paths checked before work, the output-folder lock, write failures).
-# ``choices`` (every choice list, pure constants), ``option`` (one option of a job config: flag, help, choices).
-UTILITIES = {"errors", "_optional", "_version", "validate", "outputs", "choices", "option"}
+# ``choices`` (every choice list, pure constants), ``option`` (one option of a job config: flag, help, choices),
+# ``progress`` (the progress bar of long work).
+UTILITIES = {"errors", "_optional", "_version", "validate", "outputs", "choices", "option", "progress"}
 LIBRARY = {"samples", "store", "binpack", "balance", "packed", "text", "vlm", "runtime", "online"}
 LIBRARY |= {"topology", "catalog", "rules", "planner", "cluster", *UTILITIES}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "_version": set(),
     "choices": set(),
-    "option": {"errors"},
+    "option": {"errors", "validate"},
     "_optional": {"errors"},
     "validate": {"errors"},
     "outputs": {"errors"},
+    "progress": set(),  # rich progress bars on a terminal
     "samples": {"errors"},  # tokenized samples: what text/vlm hand to packed
     "store": {
         "samples",
         *UTILITIES,
     },  # tokenized samples on disk (memory maps); knows no tokenizer or packing
     "binpack": {"errors", "_optional", "choices"},  # lengths only: numpy + numba
-    "balance": {"binpack", "errors", "_optional", "choices"},  # cost models come from the planner, not back
+    # cost models come from the planner, not back; topology (pure) for the one ranks_needed of hybrid CP
+    "balance": {"binpack", "topology", "errors", "_optional", "choices"},
     "packed": {"binpack", "balance", "samples", *UTILITIES},  # numpy + pyarrow, no torch
     "text": {"samples", *UTILITIES},  # rows -> tokens; knows nothing of packing
     "vlm": {"samples", "text", *UTILITIES},  # like text, and renders chats with text's tokenizers

@@ -23,6 +23,10 @@ MEGATRON_ALGORITHM = "first_fit_shuffle"
 #: Workload-balanced rows for a training topology: chosen by a balance target, never named alone.
 BALANCED_ALGORITHM = "balanced"
 
+#: VLM model families (``longpack.vlm.families.FAMILIES``, one module each); Qwen2-VL is the default.
+VLM_FAMILIES: tuple[str, ...] = ("gemma3", "nemotron_vl", "qwen2_5_vl", "qwen2_vl", "qwen3_vl")
+DEFAULT_VLM_FAMILY = "qwen2_vl"
+
 #: What happens to a sample longer than ``seq_length`` (``longpack.packed.align``; ``fragment``: pack-sized
 #: pieces packed like samples).
 OVERLENGTH_POLICIES: tuple[str, ...] = ("drop", "truncate", "fragment", "error")
@@ -31,8 +35,10 @@ DEFAULT_OVERLENGTH = "drop"
 #: Packed output on disk: ``parquet`` (Megatron-Bridge v0.4.0+ and main), ``npy`` (Bridge <= 0.3.x, NeMo 2) or
 #: ``indexed`` (Megatron's ``.bin`` / ``.idx`` document datasets for pretraining, ``longpack.packed.indexed``).
 OUTPUT_FORMATS: tuple[str, ...] = ("parquet", "npy", "indexed")
-#: Parquet type of ``input_ids``.
+DEFAULT_OUTPUT_FORMAT = "parquet"
+#: Parquet type of ``input_ids`` (``int64``: what Megatron-Bridge's own packer writes).
 IDS_DTYPES: tuple[str, ...] = ("int64", "int32")
+DEFAULT_IDS_DTYPE = "int64"
 #: ``compat`` presets: settings under which the output is byte-identical to the named tool's prepare step.
 COMPAT_MODES: tuple[str, ...] = ("megatron-bridge",)
 #: Where the pack job runs (or an executor object, from Python).
