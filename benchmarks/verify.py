@@ -9,7 +9,8 @@ Data: the built-in demo (12,000 SFT samples, qwen3 tokenizer) packed at 8,192 to
 --pack-size 8192 --seq-length 4096``). Model: a tiny Qwen3 from ``tests/data/hf_configs/qwen3_8b.json``
 (float64, full 151,936-token vocabulary). Timed: ``VerifyConfig(..., max_rows=R, time_budget=None, cp=(),
 pp=())`` (every single-process check of R rows; CP/PP are timed separately, one process start each), on
-``longpack.runtime.verify.THREADS`` intra-op threads, and the same with torch's default thread count.
+``longpack.runtime.verify.THREADS`` intra-op threads, and the same with torch's default thread count on
+``--compare-rows`` rows (default 10).
 Baseline in the same process: one packed forward + backward of the same rows (what one training step of the
 tiny model costs, one thread), so the ratio says what the checks cost on top of it. Medians of ``--repeats``.
 """
@@ -59,6 +60,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--compare-rows",
+        type=int,
+        default=10,
+        help="rows of the run on torch's default thread count (slow on a busy machine)",
+    )
     args = parser.parse_args()
     from longpack.jobs import PackConfig
     from longpack.jobs.verify import VerifyConfig
@@ -72,29 +79,34 @@ def main() -> None:
         one = verify_module.THREADS
         runs: dict[str, tuple[list[float], list[float]]] = {"one": ([], []), "default": ([], [])}
         bases: list[float] = []
-        result = None
+        result = kept = None
         for _ in range(args.repeats):
-            for name, threads in (("one", one), ("default", default_threads)):
+            for name, threads, count in (
+                ("one", one, args.rows),
+                ("default", default_threads, args.compare_rows),
+            ):
                 verify_module.THREADS = threads
                 began, cpu = time.perf_counter(), time.process_time()
                 result = VerifyConfig(
                     packed=out,
                     model=str(CONFIG),
                     split="training",
-                    max_rows=args.rows,
+                    max_rows=count,
                     time_budget=None,
                     cp=(),
                     pp=(),
                 ).run()
+                if name == "one":
+                    kept = result
                 runs[name][0].append(time.perf_counter() - began)
                 runs[name][1].append(time.process_time() - cpu)
                 assert result.ok, result.verdict
             verify_module.THREADS = one
             bases.append(baseline(out, args.rows))
-        assert result is not None
-        rows = len(result.rows)
-        tokens = sum(r.tokens for r in result.rows)
-        samples = sum(r.samples for r in result.rows)
+        assert kept is not None
+        rows = len(kept.rows)
+        tokens = sum(r.tokens for r in kept.rows)
+        samples = sum(r.samples for r in kept.rows)
         print(
             f"rows {rows}, {tokens} runtime tokens, {samples} samples; torch default threads {default_threads}"
         )
