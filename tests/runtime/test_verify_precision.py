@@ -1,9 +1,11 @@
 """The tiny model computes in float64 throughout, so packed and unpacked differ by float64 round-off only.
 
 Regression: a 100-row verify of the 8K demo pack failed at row 103 (216 samples of 19-39 tokens), sample 97,
-input-embedding gradient relative difference 2.7e-8. transformers upcasts to float32 inside a float64 model
-(RMSNorm, the RoPE tables); one float32 RMSNorm result differed by one unit in the last place (2^-25) between
-the 8,192-token row and the 37-token sample alone, a shape-dependent kernel round-off unrelated to packing.
+input-embedding gradient relative difference 2.7e-8. transformers' Qwen3 RMSNorm casts its float64 input to
+float32. Before the final norm, token 27 of sample 97 held 0.17606205493211735 packed and
+0.17606205493211752 alone (float64 round-off of two valid evaluation orders, 2.2e-16); the two round to
+adjacent float32 numbers, so the norm's outputs differed by one float32 unit (2^-25 = 3e-8), which the
+backward pass carried to the gradient. Packing was right; the float32 rounding amplified round-off by 1e8.
 """
 
 from __future__ import annotations

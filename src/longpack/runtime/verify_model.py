@@ -140,11 +140,12 @@ def build_model(source: Mapping[str, Any], *, seed: int = 0, layers: int = 1) ->
 class Float64Mode(torch.overrides.TorchFunctionMode):
     """Promotes every float32 request to float64: ``x.float()``, ``x.to(torch.float32)``, ``dtype=torch.float32``.
 
-    transformers upcasts to float32 inside float64 models (RMSNorm, the RoPE tables, eager softmax). The
-    float32 result of the same values can differ by one unit in the last place with the tensor's shape
-    (vectorised kernel body vs tail, reduction order), so a packed row and the same sample alone could
-    differ by float32 round-off (~3e-8) for reasons that have nothing to do with packing. Under this mode
-    the family's own code runs unchanged, in float64 throughout.
+    transformers upcasts to float32 inside float64 models (RMSNorm, the RoPE tables, eager softmax). Two float64
+    values that differ by round-off (two valid evaluation orders, ~1e-16) can round to adjacent float32
+    numbers, a difference 1e8 times larger (measured: 0.17606205493211735 packed vs 0.17606205493211752
+    alone before Qwen3's final RMSNorm gave outputs 2^-25 apart), so packed and unpacked could differ for
+    reasons that have nothing to do with packing. Under this mode the family's own code runs unchanged, in
+    float64 throughout.
 
     >>> with Float64Mode():
     ...     torch.ones(2).float().dtype, torch.ones(2).to(torch.float32).dtype
