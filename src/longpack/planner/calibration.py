@@ -561,9 +561,6 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     # cuDNN releases newer than the 2024 measurement raise it
     "attention_factor": (0.5, 1.25),
     "cp_step_overhead_us": (5.0, 50.0),  # a kernel launch plus an NCCL send/recv handshake
-    # 1 = one NIC per ring hop; 8 = every NIC of an 8-GPU node carrying the hop
-    "cp_internode_scale": (1.0, 8.0),
-    "cp_nvlink_eff": (0.2, 0.9),
     "layer_overhead_us": (10.0, 5000.0),
     "fp8_speedup_blackwell": (1.0, 2.0),
     "elementwise_passes": (0.5, 30.0),
