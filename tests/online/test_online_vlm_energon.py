@@ -61,7 +61,11 @@ BAD = {
 # Energon's loader runs a full gc.collect() when each worker starts iterating and every 10 batches: about 0.7 s
 # each in a test process that has imported torch and transformers (a production loader pays it once per
 # epoch). Its GcDataset wrapper is transparent (no state, no config), so the tests turn it off.
-LOADER_OPTIONS = {"checkpoint_every_sec": 0.0, "watchdog_timeout_seconds": None, "gc_collect_every_n_steps": 0}
+LOADER_OPTIONS = {
+    "checkpoint_every_sec": 0.0,
+    "watchdog_timeout_seconds": None,
+    "gc_collect_every_n_steps": 0,
+}
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 
 

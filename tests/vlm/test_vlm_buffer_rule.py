@@ -39,4 +39,6 @@ def test_the_deferred_encoders_are_the_ones_that_defer() -> None:
 
     assert path(QwenVLPackingEncoder) in DEFERRED_VLM_ENCODERS
     assert path(EagerQwenVLPackingEncoder) not in DEFERRED_VLM_ENCODERS
-    assert hasattr(QwenVLPackingEncoder, "preencode_sample") and hasattr(QwenVLPackingEncoder, "postencode_sample")
+    assert hasattr(QwenVLPackingEncoder, "preencode_sample") and hasattr(
+        QwenVLPackingEncoder, "postencode_sample"
+    )

@@ -16,7 +16,7 @@ from longpack.online import OnlinePacker
 from longpack.online.simulate import buffer_memory, simulate_vlm
 from longpack.vlm import QwenVLPreparer, VisionConfig, VLMConfig
 from longpack.vlm.metadata import read_vlm_metadata
-from vlm_helpers import conversation, make_image, preparer
+from vlm_helpers import conversation, make_image, preparer, video_bytes
 
 runner = CliRunner()
 
@@ -160,3 +160,21 @@ def test_cli_reports_fill_and_buffer_memory(tmp_path) -> None:
     ]
     bad = runner.invoke(app, ["online-sim", "--vlm", str(tmp_path / "none.jsonl"), "--pack-size", "1024"])
     assert bad.exit_code == 2 and "no such file" in bad.output
+
+
+def test_metadata_counts_videos_from_their_headers(tmp_path) -> None:
+    """A JSONL row with a relative video path: tokens and prepared bytes from the container header equal
+    the prepared sequence's."""
+    pytest.importorskip("av")
+    (tmp_path / "clip.mp4").write_bytes(video_bytes(12, 4, 64, 48))
+    chat = [{"role": "user", "content": "<video>What moves?"}, {"role": "assistant", "content": "A cat."}]
+    path = tmp_path / "meta.jsonl"
+    path.write_text(json.dumps({"__key__": "v0", "messages": chat, "videos": ["clip.mp4"]}) + "\n")
+    prep = preparer(max_visual_tokens=None)
+    table = read_vlm_metadata(path, prep)
+    prepared = prep.prepare({"messages": chat, "videos": [str(tmp_path / "clip.mp4")]}, key="v0")
+    assert (int(table.tokens[0]), int(table.visual_tokens[0]), int(table.prepared_nbytes[0])) == (
+        prepared.sequence_length,
+        prepared.visual_tokens,
+        prepared.nbytes,
+    )

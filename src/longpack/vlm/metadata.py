@@ -115,6 +115,8 @@ def read_vlm_metadata(
                         f"{path}: {key}: image_sizes must be [[width, height], ...], got {sizes!r:.60}"
                     )
                 sample["images"] = [f"<image {i}>" for i in range(len(sizes))]
+            if isinstance(row.get("videos"), list):  # counted from each container's header
+                sample["videos"] = [str(base / p) if isinstance(p, str) else p for p in row["videos"]]
             n_images = len(sample.get("images") or [])
             if config.max_images is not None and n_images > config.max_images:
                 raise SampleRejected(
