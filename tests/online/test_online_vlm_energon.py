@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
 import tarfile
 import warnings
 from collections import Counter
@@ -399,8 +400,9 @@ def test_a_buffer_of_refused_samples_reports_them_in_a_padding_batch(tmp_path) -
     assert (batch["labels"] == -100).all() and batch["visual_inputs"] == {}
 
 
-VIDEO_SAMPLES = 9
+VIDEO_SAMPLES = 11  # s00009: Bridge's pickled frame list (``mp4s``); s00010: a broken one
 BAD_VIDEOS = {
+    "s00010": "malformed",  # a ``videos`` member that is not a pickled frame list
     "s00002": "undecodable",  # not a video
     "s00004": "empty_video",  # 0 bytes
     "s00005": "empty_video",  # a readable header, no frame
@@ -434,7 +436,10 @@ def video_members(i: int) -> dict[str, bytes]:
             }
         ).encode()
     }
-    if "video" in kind:
+    if i >= 9:  # Bridge's video members: pickled lists of encoded frames, one list per video
+        frames = [png_bytes(40, 32, seed=i * 10 + j) for j in range(5)]
+        members["mp4s" if i == 9 else "videos"] = pickle.dumps([frames]) if i == 9 else b"not a pickle"
+    elif "video" in kind:
         members["vid0.mp4"] = media
     if "image" in kind:
         members["img0.png"] = png_bytes(int(rng.integers(20, 60)), int(rng.integers(20, 60)), seed=i)
@@ -471,6 +476,7 @@ def test_video_samples_pack_once_each_bad_ones_named_and_deferred_equals_eager(
             raw = video_members(int(key[1:]))
             sample = {**json.loads(raw["json"]), "images": [raw[k] for k in raw if k.startswith("img")]}
             sample["videos"] = [raw[k] for k in raw if k.startswith("vid")]
+            sample["videos"] += pickle.loads(raw["mp4s"]) if "mp4s" in raw else []
             members.append(prep.prepare(sample, key=key))
         if not members:  # a buffer of refused samples: one padding sequence carries their records
             assert b["skipped"] and b["loss_mask"].sum() == 0
@@ -482,7 +488,7 @@ def test_video_samples_pack_once_each_bad_ones_named_and_deferred_equals_eager(
             b
         )
         videos += len(b["visual_inputs"].get("video_grid_thw", []))
-    assert videos == sum(1 for i in range(VIDEO_SAMPLES) if i % 3 < 2 and f"s{i:05d}" not in BAD_VIDEOS) == 4
+    assert videos == sum(1 for i in range(VIDEO_SAMPLES) if i % 3 < 2 and f"s{i:05d}" not in BAD_VIDEOS) == 5
     if workers == 0:
         eager, _ = make_loader(video_dataset, workers=0, buffer_size=4, prep=prep, eager=True)
         assert [signature(b) for b in eager] == [signature(b) for b in batches]

@@ -23,7 +23,8 @@ from longpack.vlm.video import (
     video_info,
     video_token_count,
 )
-from vlm_helpers import preparer, video_bytes
+from longpack.vlm.vision import decode_image
+from vlm_helpers import png_bytes, preparer, video_bytes
 
 av = pytest.importorskip("av")
 transformers = pytest.importorskip("transformers")
@@ -219,3 +220,50 @@ def test_qwen3_vl_videos_are_refused_as_a_setting() -> None:
     prep = vlm_family("qwen3_vl").preparer(vision=VisionConfig(patch_size=16, rope_variant="qwen3_vl"))
     with pytest.raises(VLMError, match=r"^sample q3: has a video, but Qwen3-VL's video processor"):
         prep.length({"messages": CHAT, "videos": [video_bytes(4, 2, 32, 32)]}, key="q3")
+
+
+def test_frame_lists_are_kept_as_bridge_gives_them_to_the_video_processor() -> None:
+    """Megatron-Bridge's Energon video samples are pre-extracted frames: the first ``max_num_frames`` (60) are
+    kept, none is resampled (``do_sample_frames=False``), the last is repeated up to a frame pair; no
+    ``second_per_grid_ts`` (Bridge passes no rate)."""
+    transformers_video_functions()
+    _, smart_resize, _ = transformers_video_functions()
+    patchify = transformers_video_functions.patchify
+    prep = preparer(max_visual_tokens=None)
+    frames = [png_bytes(64, 48, seed=i) for i in range(5)]
+    sample = {"messages": CHAT, "videos": [frames]}
+    prepared = prep.prepare(sample, key="f")
+    rh, rw = smart_resize(
+        48, 64, factor=28, min_pixels=VideoConfig().min_pixels, max_pixels=VideoConfig().max_pixels
+    )
+    assert prepared.visual_values["video_grid_thw"].tolist() == [[3, rh // 14, rw // 14]]
+    assert "second_per_grid_ts" not in prepared.visual_values
+    length = prep.length(sample, key="f")
+    assert (length.tokens, length.prepared_nbytes) == (prepared.sequence_length, prepared.nbytes)
+    # pixels: the video processor's patchify of the 5 frames and the last one again
+    size = {"shortest_edge": VideoConfig().min_pixels, "longest_edge": VideoConfig().max_pixels}
+    decoded = [np.asarray(decode_image(f)) for f in frames]
+    out = prep.image_processor(images=[*decoded, decoded[-1]], return_tensors="pt", size=size)
+    gh, gw = rh // 14, rw // 14
+    rows = out["pixel_values"].reshape(6, gh // 2, gw // 2, 2, 2, 3, 2, 14, 14)[:, :, :, :, :, :, 0]
+    images = rows.permute(0, 5, 1, 3, 6, 2, 4, 7).reshape(6, 3, rh, rw)
+    expected = patchify(None, images[None], patch_size=14, merge_size=2, temporal_patch_size=2)[0]
+    torch.testing.assert_close(prepared.visual_values["pixel_values_videos"], expected[0], rtol=0, atol=0)
+    # 70 frames: the first 60 are kept
+    many = prep.length({"messages": CHAT, "videos": [[frames[0]] * 70]}, key="m")
+    assert many.video_grids == ((30, rh // 14, rw // 14),)
+
+
+def test_bad_frame_lists_are_refused_naming_the_sample() -> None:
+    prep = preparer(max_visual_tokens=None)
+    with pytest.raises(
+        SampleRejected, match=r"^sample f0: a video given as a frame list with no frame"
+    ) as info:
+        prep.prepare({"messages": CHAT, "videos": [[]]}, key="f0")
+    assert info.value.reason == "empty_video"
+    with pytest.raises(SampleRejected, match=r"^sample f1: video frames of different sizes") as info:
+        prep.prepare({"messages": CHAT, "videos": [[png_bytes(64, 48), png_bytes(48, 64)]]}, key="f1")
+    assert info.value.reason == "undecodable"
+    with pytest.raises(SampleRejected, match=r"^sample f2: image <4 encoded bytes> cannot be read") as info:
+        prep.prepare({"messages": CHAT, "videos": [[b"junk", png_bytes(64, 48)]]}, key="f2")
+    assert info.value.reason == "undecodable"

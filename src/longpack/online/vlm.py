@@ -38,6 +38,9 @@ Energon's decoder). A video is measured from its container header (frame count, 
 and grids as transformers' ``Qwen2VLVideoProcessor``, :mod:`longpack.vlm.video`) and its sampled frames are
 decoded with PyAV only when its pack is emitted; a video that cannot be read is ``undecodable``, one with no
 frame to sample ``empty_video``, one whose tokens do not fit the pack ``too_long`` (or ``visual_tokens``).
+Megatron-Bridge's own video members are read too: ``jpgs`` (a pickled list of encoded frames: one video),
+``mp4s`` / ``videos`` (a pickled list of such lists), frames pre-extracted at the wanted rate; as Bridge's
+``QwenVLTaskEncoder`` does, the first ``VideoConfig.max_num_frames`` (60) are kept and none is resampled.
 
 Save and restore the loader with :func:`longpack.online.energon.save_loader_state` /
 ``restore_loader_state`` and pass this encoder: its :meth:`QwenVLPackingEncoder.packing_config` (seq_length,
@@ -56,7 +59,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import io
 import json
+import pickle
 import re
 from typing import Any
 
@@ -75,6 +80,32 @@ from longpack.vlm.prepare import PreparedSequence, QwenVLPreparer, aligned
 
 _IMAGE_FIELD = re.compile(r"^img(\d+)\.\w+$")
 _VIDEO_FIELD = re.compile(r"^vid(\d+)\.\w+$")
+# Megatron-Bridge's video members (``data/energon/task_encoder_utils.py`` ``videohandler``): a pickled list of
+# encoded frames (``jpgs``: one video) or of such lists (``mp4s``, ``videos``: one per video).
+_FRAME_LIST_FIELDS = ("jpgs", "mp4s", "videos")
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles lists, tuples and bytes only: a frame list names no class, so any lookup is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
+
+
+def _frame_lists(data: Any, *, one_video: bool) -> list[list[bytes]]:
+    """The videos of a Bridge video member, each a list of encoded frames."""
+    try:
+        value = _PlainUnpickler(io.BytesIO(bytes(data))).load()
+    except Exception as exc:  # a member that is not a plain pickle is the sample's problem, not Energon's
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
+    videos = [value] if one_video else value
+    if not isinstance(videos, list | tuple) or not all(
+        isinstance(v, list | tuple) and all(isinstance(f, bytes | bytearray) for f in v) for v in videos
+    ):
+        raise ValueError("expected lists of bytes")
+    return [list(v) for v in videos]
+
+
 FAILURE_TOLERANCE = 100  # Bridge's bound on consecutive failures of encode_sample
 
 
@@ -84,21 +115,27 @@ class VLMChatSample(Sample):
 
     conversation: dict[str, Any]
     images: list[bytes]
-    videos: list[bytes] = dataclasses.field(default_factory=list)
+    videos: list[Any] = dataclasses.field(default_factory=list)  # encoded files or lists of encoded frames
     problem: str | None = None  # why the crude sample could not be read (reported as ``malformed``)
 
 
 @stateless
 def cook_vlm_sample(raw: dict[str, Any]) -> VLMChatSample:
-    """Crude WebDataset sample (``json`` + ``img<N>.<ext>`` / ``vid<N>.<ext>`` members) ->
-    :class:`VLMChatSample`. A sample
-    without a readable ``json`` member is cooked with ``problem`` set (the encoder reports it as
+    """Crude WebDataset sample (``json`` + ``img<N>.<ext>`` / ``vid<N>.<ext>`` / Bridge's ``jpgs``, ``mp4s``,
+    ``videos`` members) -> :class:`VLMChatSample`. A sample without a readable ``json`` member, or with a video
+    member that is not a plain pickled frame list, is cooked with ``problem`` set (the encoder reports it as
     ``malformed``) instead of failing inside Energon, which would log a traceback and drop it uncounted."""
     found = sorted((int(m.group(1)), k) for k in raw if (m := _IMAGE_FIELD.match(k)))
     images = [raw[k] for _, k in found]
     found_videos = sorted((int(m.group(1)), k) for k in raw if (m := _VIDEO_FIELD.match(k)))
-    videos = [raw[k] for _, k in found_videos]
+    videos: list[Any] = [raw[k] for _, k in found_videos]
     problem = None
+    for name in _FRAME_LIST_FIELDS:  # Bridge's pre-extracted frames (its ``videohandler``)
+        if name in raw and problem is None:
+            try:
+                videos += _frame_lists(raw[name], one_video=name == "jpgs")
+            except ValueError as exc:
+                problem = f"the {name!r} member is not a pickled list of encoded frames ({exc})"
     conversation: Any = {}
     if "json" not in raw:
         problem = f"no 'json' member (has {sorted(k for k in raw if k[0] != '_')})"
@@ -130,7 +167,7 @@ class VLMTaskSample(Sample):
     length: int = 0
     conversation: dict[str, Any] | None = None
     images: list[bytes] | None = None
-    videos: list[bytes] | None = None
+    videos: list[Any] | None = None
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -373,7 +410,7 @@ class EagerQwenVLPackingEncoder(_VLMPackingEncoder):
         )
 
 
-def _media(conversation: dict[str, Any], images: list[bytes], videos: list[bytes]) -> dict[str, Any]:
+def _media(conversation: dict[str, Any], images: list[bytes], videos: list[Any]) -> dict[str, Any]:
     """The conversation with the sample's encoded images and videos filling its placeholders."""
     out = dict(conversation)
     out["images"] = list(images)

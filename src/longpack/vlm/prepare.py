@@ -43,6 +43,9 @@ from longpack.vlm.errors import REJECT_REASONS, SampleError, SampleRejected, VLM
 from longpack.vlm.rope import mrope_position_ids
 from longpack.vlm.video import (
     VideoConfig,
+    frame_list_grid,
+    is_frame_list,
+    read_frame_list,
     read_video,
     sample_frame_indices,
     seconds_per_grid,
@@ -208,10 +211,12 @@ def prepared_nbytes(
     image_grids: Sequence[Sequence[int]],
     vision: VisionConfig,
     video_grids: Sequence[Sequence[int]] = (),
+    *,
+    timed_videos: bool = True,
 ) -> int:
     """Host bytes of a prepared sequence: the five int64/float32 row tensors, the 3-D positions, float32
     ``pixel_values`` / ``pixel_values_videos`` (``3 * temporal_patch * patch**2`` values per patch), int64
-    grids and float32 ``second_per_grid_ts``.
+    grids and float32 ``second_per_grid_ts`` (unless ``timed_videos`` is false: frame lists carry none).
 
     >>> prepared_nbytes(100, [(1, 4, 4)], VisionConfig()), prepared_nbytes(100, [], VisionConfig(), [(1, 4, 4)])
     (81288, 81292)
@@ -220,7 +225,8 @@ def prepared_nbytes(
     rope = 3 * tokens * 8
     patch_values = 3 * vision.temporal_patch_size * vision.patch_size**2
     patches = sum(int(t) * int(h) * int(w) for t, h, w in (*image_grids, *video_grids))
-    return row + rope + patches * patch_values * 4 + len(image_grids) * 3 * 8 + len(video_grids) * (3 * 8 + 4)
+    seconds = 4 * len(video_grids) if timed_videos else 0
+    return row + rope + patches * patch_values * 4 + 3 * 8 * (len(image_grids) + len(video_grids)) + seconds
 
 
 def aligned(length: int, multiple: int) -> int:
@@ -345,8 +351,13 @@ class QwenVLPreparer:
         ids, _ = render_ids(messages, self.tokenizer, chat_template=self.config.chat_template)
         visual = grid_token_count((*grids, *vgrids), self.vision.merge_size)
         tokens = len(ids) - len(grids) - len(vgrids) + visual
+        timed = not any(is_frame_list(v) for v in videos)
         return SampleLength(
-            tokens, visual, grids, prepared_nbytes(tokens, grids, self.vision, vgrids), vgrids
+            tokens,
+            visual,
+            grids,
+            prepared_nbytes(tokens, grids, self.vision, vgrids, timed_videos=timed),
+            vgrids,
         )
 
     def _video_grid(self, source: Any, key: str) -> tuple[int, int, int]:
@@ -357,6 +368,8 @@ class QwenVLPreparer:
                 "a timestamp per frame group into the text, which longpack does not reproduce; Qwen2-VL and "
                 "Qwen2.5-VL videos are supported"
             )
+        if is_frame_list(source):
+            return frame_list_grid(source, self.vision, self.video, key=key)
         info = video_info(source, key=key)
         try:
             n = len(
@@ -487,8 +500,16 @@ class QwenVLPreparer:
         if videos:
             pixels, seconds = [], []
             for src, predicted_grid in zip(videos, vgrids, strict=True):
-                info = video_info(src, key=key)
-                frames = read_video(src, self.video, temporal_patch_size=vision.temporal_patch_size, key=key)
+                if is_frame_list(src):  # Bridge's pre-extracted frames: no rate, no second_per_grid_ts
+                    frames = read_frame_list(src, self.video, key=key)
+                else:
+                    info = video_info(src, key=key)
+                    frames = read_video(
+                        src, self.video, temporal_patch_size=vision.temporal_patch_size, key=key
+                    )
+                    seconds.append(
+                        seconds_per_grid(len(frames), info.frames, info.fps, vision.temporal_patch_size)
+                    )
                 try:
                     values, grid_thw = video_pixel_values(frames, self.image_processor, vision, self.video)
                 except VLMError as exc:
@@ -499,13 +520,11 @@ class QwenVLPreparer:
                         f"{list(predicted_grid)}"
                     )
                 pixels.append(values)
-                seconds.append(
-                    seconds_per_grid(len(frames), info.frames, info.fps, vision.temporal_patch_size)
-                )
             vgrid = torch.tensor(vgrids, dtype=torch.int64).reshape(-1, 3)
             visual_values["pixel_values_videos"] = torch.cat(pixels).contiguous()
             visual_values["video_grid_thw"] = vgrid
-            visual_values["second_per_grid_ts"] = torch.tensor(seconds, dtype=torch.float32)
+            if len(seconds) == len(videos):  # (Bridge's frame lists carry none: it passes no rate)
+                visual_values["second_per_grid_ts"] = torch.tensor(seconds, dtype=torch.float32)
             counts[video_at] = vgrid.prod(dim=-1).numpy() // vision.merge_size**2
         visual = int(counts[image_at].sum() + counts[video_at].sum())
         expanded = np.repeat(ids, counts)

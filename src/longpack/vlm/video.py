@@ -46,13 +46,15 @@ from longpack.vlm.vision import VisionConfig, smart_resize
 @dataclass(frozen=True, kw_only=True)
 class VideoConfig:
     """Frame sampling and pixel limits of a video (defaults: transformers' ``Qwen2VLVideoProcessor()`` with
-    ``do_sample_frames=True, fps=2``)."""
+    ``do_sample_frames=True, fps=2``). ``max_num_frames`` applies to pre-extracted frame lists only (Bridge's
+    ``QwenVLTaskEncoder.max_num_frames``, 60: it keeps their first frames; ``None`` keeps all)."""
 
     fps: float = 2.0
     min_frames: int = 4
     max_frames: int = 768
     min_pixels: int = 128 * 28 * 28
     max_pixels: int = 28 * 28 * 768
+    max_num_frames: int | None = 60
 
     def __post_init__(self) -> None:
         if not (isinstance(self.fps, int | float) and self.fps > 0):
@@ -63,6 +65,12 @@ class VideoConfig:
                 raise ConfigError(
                     f"VideoConfig.{name} must be a positive integer, got {value!r}", fields=name
                 )
+        n = self.max_num_frames
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ConfigError(
+                f"VideoConfig.max_num_frames must be a positive integer or None, got {n!r}",
+                fields="max_num_frames",
+            )
 
 
 @dataclass(frozen=True)
@@ -156,6 +164,46 @@ def video_pixel_values(
     picked = torch.stack([groups[:, j, :, :, 0] for j in range(temporal)], dim=3)
     pixel_values = picked.reshape(len(frames) // temporal * gh * gw, 3 * temporal * p * p).contiguous()
     return pixel_values, (len(frames) // temporal, gh, gw)
+
+
+def is_frame_list(source: Any) -> bool:
+    """A video given as its frames (a list of encoded images or arrays), as Megatron-Bridge's Energon video
+    samples carry them (pre-extracted, already at the wanted rate), rather than as a video file.
+
+    >>> is_frame_list([b"...", b"..."]), is_frame_list(b"...")
+    (True, False)
+    """
+    return isinstance(source, list | tuple)
+
+
+def frame_list_grid(
+    frames: Any, vision: VisionConfig, video: VideoConfig, *, key: str = "?"
+) -> tuple[int, int, int]:
+    """``grid_thw`` of a pre-extracted frame list from its first frame's header: Bridge keeps the first
+    ``max_num_frames`` frames and runs the video processor with ``do_sample_frames=False`` (every frame kept,
+    the last repeated up to a multiple of ``temporal_patch_size``)."""
+    from longpack.vlm.vision import image_size
+
+    kept = list(frames)[: video.max_num_frames]
+    if not kept:
+        raise SampleRejected(key, "empty_video", "a video given as a frame list with no frame")
+    width, height = image_size(kept[0], key=key)
+    return video_grid_thw(len(kept), width, height, vision, video)
+
+
+def read_frame_list(frames: Any, video: VideoConfig, *, key: str = "?") -> np.ndarray:
+    """The kept frames of a frame list as ``uint8 [n, H, W, 3]`` RGB; frames of different sizes are
+    ``undecodable`` (the video processor stacks them)."""
+    from longpack.vlm.vision import decode_image
+
+    kept = list(frames)[: video.max_num_frames]
+    if not kept:
+        raise SampleRejected(key, "empty_video", "a video given as a frame list with no frame")
+    arrays = [np.asarray(decode_image(f, key=key)) for f in kept]
+    shapes = sorted({a.shape for a in arrays})
+    if len(shapes) > 1:
+        raise SampleRejected(key, "undecodable", f"video frames of different sizes {shapes[:3]}")
+    return np.stack(arrays)
 
 
 def _av_error() -> type[Exception]:
