@@ -178,3 +178,32 @@ def test_metadata_counts_videos_from_their_headers(tmp_path) -> None:
         prepared.visual_tokens,
         prepared.nbytes,
     )
+
+
+def test_cli_video_settings_change_the_video_counts(tmp_path) -> None:
+    """``--video-fps``: a 4 s video sampled at 4 fps has twice the frame pairs of the default 2 fps; each
+    count equals the preparer's with that ``VideoConfig``; a bad rate exits 2."""
+    pytest.importorskip("av")
+    from longpack.vlm.video import VideoConfig
+
+    (tmp_path / "clip.mp4").write_bytes(video_bytes(40, 10, 64, 48))
+    chat = [{"role": "user", "content": "<video>What moves?"}, {"role": "assistant", "content": "A cat."}]
+    path = tmp_path / "meta.jsonl"
+    path.write_text(json.dumps({"messages": chat, "videos": ["clip.mp4"]}) + "\n")
+    args = ["online-sim", "--vlm", str(path), "--pack-size", "8192", "--buffer-sizes", "1", "--json"]
+    counts = {}
+    for fps in (None, 4.0):
+        result = runner.invoke(app, [*args, *(["--video-fps", str(fps)] if fps else [])])
+        assert result.exit_code == 0, result.output
+        counts[fps] = json.loads(result.output)["samples"]["visual_tokens_mean"]
+        video = VideoConfig() if fps is None else VideoConfig(fps=fps)
+        prep = QwenVLPreparer(
+            "qwen3", config=VLMConfig(vision=VisionConfig(min_pixels=200704, max_pixels=1003520), video=video)
+        )
+        assert (
+            counts[fps]
+            == prep.length({"messages": chat, "videos": [str(tmp_path / "clip.mp4")]}).visual_tokens
+        )
+    assert counts[4.0] == 2 * counts[None]
+    bad = runner.invoke(app, [*args, "--video-fps", "0"])
+    assert bad.exit_code == 2 and "--video-fps must be > 0" in bad.output
