@@ -170,14 +170,22 @@ def test_metadata_counts_videos_from_their_headers(tmp_path) -> None:
     chat = [{"role": "user", "content": "<video>What moves?"}, {"role": "assistant", "content": "A cat."}]
     path = tmp_path / "meta.jsonl"
     path.write_text(json.dumps({"__key__": "v0", "messages": chat, "videos": ["clip.mp4"]}) + "\n")
+    for i in range(3):
+        make_image(64, 48, seed=i).save(tmp_path / f"f{i}.png")
+    with path.open("a") as fh:  # a frame list of image files, relative to the JSONL too
+        fh.write(
+            json.dumps({"__key__": "v1", "messages": chat, "videos": [["f0.png", "f1.png", "f2.png"]]}) + "\n"
+        )
     prep = preparer(max_visual_tokens=None)
     table = read_vlm_metadata(path, prep)
-    prepared = prep.prepare({"messages": chat, "videos": [str(tmp_path / "clip.mp4")]}, key="v0")
-    assert (int(table.tokens[0]), int(table.visual_tokens[0]), int(table.prepared_nbytes[0])) == (
-        prepared.sequence_length,
-        prepared.visual_tokens,
-        prepared.nbytes,
-    )
+    sources = [str(tmp_path / "clip.mp4"), [str(tmp_path / f"f{i}.png") for i in range(3)]]
+    for row, source in enumerate(sources):
+        prepared = prep.prepare({"messages": chat, "videos": [source]}, key=f"v{row}")
+        assert (int(table.tokens[row]), int(table.visual_tokens[row]), int(table.prepared_nbytes[row])) == (
+            prepared.sequence_length,
+            prepared.visual_tokens,
+            prepared.nbytes,
+        )
 
 
 def test_cli_video_settings_change_the_video_counts(tmp_path) -> None:
