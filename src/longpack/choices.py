@@ -35,8 +35,10 @@ DEFAULT_OVERLENGTH = "drop"
 #: Packed output on disk: ``parquet`` (Megatron-Bridge v0.4.0+ and main), ``npy`` (Bridge <= 0.3.x, NeMo 2) or
 #: ``indexed`` (Megatron's ``.bin`` / ``.idx`` document datasets for pretraining, ``longpack.packed.indexed``).
 OUTPUT_FORMATS: tuple[str, ...] = ("parquet", "npy", "indexed")
-#: Parquet type of ``input_ids``.
+DEFAULT_OUTPUT_FORMAT = "parquet"
+#: Parquet type of ``input_ids`` (``int64``: what Megatron-Bridge's own packer writes).
 IDS_DTYPES: tuple[str, ...] = ("int64", "int32")
+DEFAULT_IDS_DTYPE = "int64"
 #: ``compat`` presets: settings under which the output is byte-identical to the named tool's prepare step.
 COMPAT_MODES: tuple[str, ...] = ("megatron-bridge",)
 #: Where the pack job runs (or an executor object, from Python).
