@@ -213,7 +213,7 @@ class OnlineSimConfig:
         """The video settings: :class:`~longpack.vlm.video.VideoConfig` defaults unless given."""
         from longpack.vlm.video import VideoConfig
 
-        given = {"fps": self.video_fps, "max_num_frames": self.video_max_num_frames}
+        given: dict[str, Any] = {"fps": self.video_fps, "max_num_frames": self.video_max_num_frames}
         return VideoConfig(**{k: v for k, v in given.items() if v is not None})
 
     def _vlm(self) -> OnlineSimResult:
