@@ -16,6 +16,8 @@ from tests.vlm_helpers import preparer, random_samples
 from longpack.errors import ConfigError
 from longpack.runtime.verify_vlm import VISUAL_FAULTS, build_visual_model, verify_visual_row
 
+pytestmark = pytest.mark.slow  # ~20 s: two tiny VL models, 8 rows checked with gradients
+
 QWEN25_VL = Path(__file__).resolve().parents[1] / "data" / "hf_configs" / "qwen2_5_vl_7b.json"
 
 
