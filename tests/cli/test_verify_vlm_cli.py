@@ -29,7 +29,9 @@ def samples(tmp_path_factory) -> Path:
         images = []
         for j in range(i % 3):
             name = f"img{i}_{j}.png"
-            (folder / name).write_bytes(png_bytes(int(rng.integers(30, 90)), int(rng.integers(30, 90)), i * 10 + j))
+            (folder / name).write_bytes(
+                png_bytes(int(rng.integers(30, 90)), int(rng.integers(30, 90)), i * 10 + j)
+            )
             images.append(name)
         lines.append({"messages": conversation(rng, len(images)), "images": images})
     big = "big.png"
@@ -73,12 +75,9 @@ def test_vlm_injected_fault_fails_naming_the_row(samples):
     assert verdict.startswith("FAIL: ") and "vlm samples.jsonl row 0" in verdict, result.output
 
 
-@pytest.mark.parametrize("inputs", [[], ["PACKED_DIR_PLACEHOLDER"]])
-def test_vlm_and_packed_both_or_neither_exit_2(samples, inputs, tmp_path):
-    if inputs:
-        given = [str(tmp_path), *args(samples)[1:]]
-    else:
-        given = ["--model", str(QWEN25_VL)]
+@pytest.mark.parametrize("both", [False, True])
+def test_vlm_and_packed_both_or_neither_exit_2(samples, both, tmp_path):
+    given = [str(tmp_path), *args(samples)[1:]] if both else ["--model", str(QWEN25_VL)]
     result = runner.invoke(app, ["verify", *given])
     assert result.exit_code == 2, result.output
     assert "exactly one input" in result.output

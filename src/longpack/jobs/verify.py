@@ -654,9 +654,9 @@ def _run_vlm_checks(config: VerifyConfig) -> VerifyResult:
     sequences: list[Any] = []
     refused = dict.fromkeys(REJECT_REASONS, 0)
     skipped: list[dict[str, str]] = []
-    for key, sample in vlm_samples(config.vlm):
+    for key, record in vlm_samples(config.vlm):
         try:
-            prepared = preparer.prepare(sample, key=key)
+            prepared = preparer.prepare(record, key=key)
             if aligned(prepared.sequence_length, multiple) > config.pack_size:
                 raise SampleRejected(
                     key,
@@ -702,8 +702,7 @@ def _run_vlm_checks(config: VerifyConfig) -> VerifyResult:
         )
     if skipped:
         counts = ", ".join(f"{reason} {n}" for reason, n in refused.items() if n)
-        first = skipped[0]
-        notes.append(f"{len(skipped)} sample(s) refused ({counts}); first: {first['detail']}")
+        notes.append(f"{len(skipped)} sample(s) refused ({counts}); first: {skipped[0]['detail']}")
     if not rows:
         raise ConfigError(
             f"{config.vlm}: no sample could be prepared into a row of {config.pack_size} tokens "
