@@ -42,6 +42,21 @@ def test_the_gdn_kernel_fit_reproduces_every_published_fla_row_within_10_percent
     assert 0.02 < fit.eff_fwdbwd < fit.eff_fwd < 0.2
 
 
+def test_fla_kernels_on_hopper_are_slower_by_the_published_ratio_not_the_peak_ratio() -> None:
+    """cuLA times FLA's Triton chunk kernel on H200 and GB200: ~1.37x, where the BF16 peaks differ 2.5x."""
+    m = load_model(QWEN3_NEXT)
+    hbm = 1e30  # the kernel alone
+    big = dict(tokens=1 << 20, tp=1, cp=1, hbm_bytes_per_s=hbm)
+    small = dict(tokens=1 << 19, tp=1, cp=1, hbm_bytes_per_s=hbm)
+    slope = {
+        gpu: gated_deltanet_cost(m, load_gpu(gpu), **big).kernel
+        - gated_deltanet_cost(m, load_gpu(gpu), **small).kernel
+        for gpu in ("H100", "GB200")
+    }
+    assert slope["H100"] / slope["GB200"] == pytest.approx(linear_attention_fit().hopper_slowdown)
+    assert 1.2 < linear_attention_fit().hopper_slowdown < 1.6
+
+
 def test_gdn_layers_cost_more_than_megatrons_flop_count_says() -> None:
     """Megatron counts 4·H_v·d_v² FLOPs per token for the delta rule; the chunk kernel does ~2.8x that
     work at ~5 % of peak, so the GDN mixer of one layer takes several times what the FLOP count at the

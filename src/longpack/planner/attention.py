@@ -540,12 +540,22 @@ class LinearAttentionFit:
     chunk: int
     gpu: str
     rows: int
+    #: per-FLOP time on Hopper over Blackwell (FLA's chunk kernels timed on both; 1.0 without such rows)
+    hopper_slowdown: float = 1.0
 
     def seconds(self, flops_fwd: float, peak_flops: float, *, backward: bool) -> float:
         """Seconds of one call running ``flops_fwd`` forward FLOPs (plus its backward when ``backward``)."""
         if backward:
             return self.overhead_fwdbwd_s + 3.0 * flops_fwd / (self.eff_fwdbwd * peak_flops)
         return self.overhead_fwd_s + flops_fwd / (self.eff_fwd * peak_flops)
+
+    def seconds_on(self, gpu: GPUSpec, flops_fwd: float, *, backward: bool, fitted_peak_tflops: float) -> float:
+        """:meth:`seconds` on ``gpu``: Blackwell at the fitted fraction of its own peak; Hopper at the
+        fitted GPU's per-FLOP speed divided by :attr:`hopper_slowdown` (``fitted_peak_tflops``: the
+        dense BF16 peak of the GPU the rows were timed on)."""
+        if gpu.is_blackwell:
+            return self.seconds(flops_fwd, gpu.peak_tflops("bf16") * 1e12, backward=backward)
+        return self.seconds(flops_fwd, fitted_peak_tflops * 1e12 / self.hopper_slowdown, backward=backward)
 
 
 def _affine_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -581,6 +591,14 @@ def fit_linear_attention(doc: dict[str, Any], peaks: dict[str, float]) -> Linear
     ]
     a_f, b_f = _affine_fit(flops, [r["fwd_ms"] * 1e-3 for r in rows])
     a_fb, b_fb = _affine_fit(flops, [r["fwdbwd_ms"] * 1e-3 for r in rows])
+    slowdown = 1.0
+    pairs = (section.get("generation_pairs") or {}).get("rows") or []
+    if len(pairs) >= 2:
+        work = [float(r["batch"] * r["seqlen"]) for r in pairs]
+        slowdown = (
+            _affine_fit(work, [r["hopper_ms"] for r in pairs])[1]
+            / _affine_fit(work, [r["blackwell_ms"] for r in pairs])[1]
+        )
     return LinearAttentionFit(
         eff_fwd=1.0 / (b_f * peak),
         overhead_fwd_s=max(a_f, 0.0),
@@ -589,6 +607,7 @@ def fit_linear_attention(doc: dict[str, Any], peaks: dict[str, float]) -> Linear
         chunk=chunk,
         gpu=str(section["gpu"]),
         rows=len(rows),
+        hopper_slowdown=slowdown,
     )
 
 
@@ -599,6 +618,8 @@ def linear_attention_fit() -> LinearAttentionFit:
     >>> f = linear_attention_fit()
     >>> f.gpu, f.chunk, round(f.eff_fwd, 3), round(f.eff_fwdbwd, 3), round(f.overhead_fwdbwd_s * 1e3, 2)
     ('GB200', 64, 0.093, 0.051, 1.57)
+    >>> round(f.hopper_slowdown, 2)
+    1.37
     """
     from longpack.planner.catalog import load_gpu
 
@@ -690,8 +711,10 @@ def gated_deltanet_cost(
     g = model.gdn
     if g is None:
         raise ValueError(f"{model.name} has no Gated DeltaNet layers")
+    from longpack.planner.catalog import load_gpu
+
     fit = linear_attention_fit()
-    peak = gpu.peak_tflops("bf16") * 1e12
+    fitted_peak = load_gpu(fit.gpu).peak_tflops("bf16")
     flops = tokens * gdn_kernel_flops_per_token(model) / (tp * cp)
     per_gpu_tokens = tokens / (tp * cp)
     # forward once, backward reads the inputs and output grads and writes the input grads
@@ -704,8 +727,8 @@ def gated_deltanet_cost(
         volume = (cp - 1) / cp * per_gpu_tokens * channels * 2.0
         a2a = 2 * _alltoall_seconds(volume, cp, gpu, stride=tp)  # forward and backward
     return GatedDeltaNetCost(
-        kernel_fwd=fit.seconds(flops, peak, backward=False),
-        kernel=fit.seconds(flops, peak, backward=True),
+        kernel_fwd=fit.seconds_on(gpu, flops, backward=False, fitted_peak_tflops=fitted_peak),
+        kernel=fit.seconds_on(gpu, flops, backward=True, fitted_peak_tflops=fitted_peak),
         elementwise=elementwise,
         a2a=a2a,
         fwd_flops=flops,
