@@ -15,6 +15,7 @@ from longpack.planner.attention import (
     gated_deltanet_cost,
     gdn_cp_allowed,
     linear_attention_fit,
+    state_pass_slowdown,
 )
 from longpack.planner.catalog import load_gpu, load_model
 from longpack.planner.layers import layer_activation_terms
@@ -29,15 +30,20 @@ def _fla_rows() -> list[dict]:
     return yaml.safe_load(text)["linear_attention"]["rows"]
 
 
-def test_the_gdn_kernel_fit_reproduces_every_published_fla_row_within_10_percent() -> None:
+def test_the_gdn_kernel_fit_reproduces_every_published_fla_row() -> None:
     fit = linear_attention_fit()
-    peak = load_gpu(fit.gpu).peak_tflops("bf16") * 1e12
+    gpu = load_gpu(fit.gpu)
+    peak = gpu.peak_tflops("bf16") * 1e12
     for r in _fla_rows():
-        flops = r["batch"] * r["seqlen"] * r["heads"] * chunked_delta_rule_flops(r["head_dim"], r["head_dim"])
-        fwd = fit.seconds(flops, peak, backward=False) * 1e3
-        both = fit.seconds(flops, peak, backward=True) * 1e3
+        d = r["head_dim"]
+        per_head = chunked_delta_rule_flops(d, d)
+        flops = r["batch"] * r["seqlen"] * r["heads"] * per_head
+        # the sequential state pass (4·d² of the forward, 16·d² of fwd+bwd) on B·H·d/32 thread blocks
+        slow = max(1.0, gpu.sm_count / (r["batch"] * r["heads"] * d / 32))
+        fwd = fit.seconds(flops * (1 + 4 * d * d / per_head * (slow - 1)), peak, backward=False) * 1e3
+        both = fit.seconds(flops * (1 + 16 * d * d / (3 * per_head) * (slow - 1)), peak, backward=True) * 1e3
         assert abs(fwd / r["fwd_ms"] - 1) <= 0.10, (r, fwd)
-        assert abs(both / r["fwdbwd_ms"] - 1) <= 0.16, (r, both)  # the head-dim-64 row is 15 % off
+        assert abs(both / r["fwdbwd_ms"] - 1) <= 0.20, (r, both)  # the head-dim-64 row is 17 % off
     # FLA's Triton chunk kernels reach a small fraction of the dense BF16 peak (FA-class kernels: > 50 %)
     assert 0.02 < fit.eff_fwdbwd < fit.eff_fwd < 0.2
 
@@ -46,8 +52,8 @@ def test_fla_kernels_on_hopper_are_slower_by_the_published_ratio_not_the_peak_ra
     """cuLA times FLA's Triton chunk kernel on H200 and GB200: ~1.37x, where the BF16 peaks differ 2.5x."""
     m = load_model(QWEN3_NEXT)
     hbm = 1e30  # the kernel alone
-    big = dict(tokens=1 << 20, tp=1, cp=1, hbm_bytes_per_s=hbm)
-    small = dict(tokens=1 << 19, tp=1, cp=1, hbm_bytes_per_s=hbm)
+    big = dict(tokens=1 << 20, tp=1, cp=1, hbm_bytes_per_s=hbm, sequences=4)  # 512 blocks: a full GPU
+    small = dict(tokens=1 << 19, tp=1, cp=1, hbm_bytes_per_s=hbm, sequences=4)
     slope = {
         gpu: gated_deltanet_cost(m, load_gpu(gpu), **big).kernel
         - gated_deltanet_cost(m, load_gpu(gpu), **small).kernel
@@ -68,6 +74,16 @@ def test_gdn_layers_cost_more_than_megatrons_flop_count_says() -> None:
     assert counted > 0 and gdn_only > 0
     at_gemm_speed = 32768 * gdn_only / (g.peak_tflops("bf16") * 1e12 * 0.6)
     assert cost.total > 5 * at_gemm_speed
+
+
+def test_the_state_pass_slows_down_when_its_thread_blocks_do_not_fill_the_gpu() -> None:
+    m = load_model(QWEN3_NEXT)
+    gb200, no_sms = load_gpu("GB200"), load_gpu("GB300")
+    assert no_sms.sm_count is None and state_pass_slowdown(m, no_sms, sequences=1, tp=1, cp=16) == 1.0
+    # 32 value heads x 4 value blocks = 128 blocks per sequence: 148 SMs are not quite filled
+    assert state_pass_slowdown(m, gb200, sequences=1, tp=1, cp=1) == pytest.approx(148 / 128)
+    assert state_pass_slowdown(m, gb200, sequences=2, tp=1, cp=1) == 1.0
+    assert state_pass_slowdown(m, gb200, sequences=1, tp=1, cp=16) == pytest.approx(148 / 8)
 
 
 def test_gdn_context_parallelism_splits_heads_and_pays_all_to_alls() -> None:
@@ -112,17 +128,16 @@ def test_seed_pattern_qwen3_next_on_gb200_the_documented_behaviour() -> None:
     """NVIDIA/skills moe-long-context card (32 GB200, BF16): ~270 / ~230 / ~100 TFLOP/s/GPU at 8K / 32K
     (CP 4) / 64K (CP 16), memory ~150 / ~135 / ~160 GB. What the planner shows and the docs state:
 
-    * at the card's CP sizes, throughput falls from 32K (CP 4) to 64K (CP 16) — GDN's per-call kernel
-      cost and all-to-alls do not shrink with CP — but by a few percent, not by ~57 %;
+    * at the card's CP sizes, throughput falls noticeably from 32K (CP 4) to 64K (CP 16) — FLA's
+      sequential state pass has 8 thread blocks per GPU at CP 16, and the kernel's per-call cost and the
+      all-to-alls do not shrink with CP — by about a quarter, less than the card's ~57 %;
     * memory is tighter at 64K: the 32K pick's layout no longer fits without recompute at 64K;
-    * the planner's own pick still rises from 32K to 64K (it avoids CP 16): the sequential state pass of
-      FLA's kernel on 2 heads per rank (under-occupied GPU at CP 16) has no public timing and is not
-      modelled.
+    * the planner's own pick stays flat from 32K to 64K: it avoids CP 16.
     """
     _, at_32k_cp4 = _best(QWEN3_NEXT, "GB200", 32, 32768, cp=4)
     _, at_64k_cp16 = _best(QWEN3_NEXT, "GB200", 32, 65536, cp=16)
     drop = at_64k_cp16.time.tflops_per_gpu / at_32k_cp4.time.tflops_per_gpu - 1
-    assert -0.15 < drop < 0.0, drop
+    assert -0.57 < drop < -0.15, drop
 
     req_32k, pick_32k = _best(QWEN3_NEXT, "GB200", 32, 32768)
     lay = pick_32k.plan.layout
@@ -137,7 +152,8 @@ def test_seed_pattern_qwen3_next_on_gb200_the_documented_behaviour() -> None:
 
     _, pick_64k = _best(QWEN3_NEXT, "GB200", 32, 65536)
     assert pick_64k.plan.layout.cp < 16
-    assert pick_64k.time.tflops_per_gpu > pick_32k.time.tflops_per_gpu  # the documented disagreement
+    # the documented disagreement: no drop for the planner's own pick
+    assert abs(pick_64k.time.tflops_per_gpu / pick_32k.time.tflops_per_gpu - 1) < 0.05
 
 
 @pytest.mark.slow

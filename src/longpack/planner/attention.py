@@ -52,6 +52,8 @@ __all__ = [
     "gated_deltanet_cost",
     "gdn_cp_allowed",
     "gdn_elementwise_elements",
+    "state_pass_shares",
+    "state_pass_slowdown",
     "hierarchical_sizes",
     "kernel_curves",
     "kernel_efficiency",
@@ -549,7 +551,9 @@ class LinearAttentionFit:
             return self.overhead_fwdbwd_s + 3.0 * flops_fwd / (self.eff_fwdbwd * peak_flops)
         return self.overhead_fwd_s + flops_fwd / (self.eff_fwd * peak_flops)
 
-    def seconds_on(self, gpu: GPUSpec, flops_fwd: float, *, backward: bool, fitted_peak_tflops: float) -> float:
+    def seconds_on(
+        self, gpu: GPUSpec, flops_fwd: float, *, backward: bool, fitted_peak_tflops: float
+    ) -> float:
         """:meth:`seconds` on ``gpu``: Blackwell at the fitted fraction of its own peak; Hopper at the
         fitted GPU's per-FLOP speed divided by :attr:`hopper_slowdown` (``fitted_peak_tflops``: the
         dense BF16 peak of the GPU the rows were timed on)."""
@@ -567,11 +571,30 @@ def _affine_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - b * mx, b
 
 
-def fit_linear_attention(doc: dict[str, Any], peaks: dict[str, float]) -> LinearAttentionFit:
+#: Value-dimension block of FLA's sequential state pass (``chunk_delta_h.py`` autotunes ``BV`` over 32
+#: and 64 on Hopper/Blackwell; 32 gives the most thread blocks, what a small grid picks)
+STATE_PASS_BV = 32
+
+
+def _state_shares(key_dim: int, value_dim: int, chunk: int = GDN_CHUNK) -> tuple[float, float]:
+    per_head = chunked_delta_rule_flops(key_dim, value_dim, chunk)
+    state = key_dim * value_dim
+    return 4 * state / per_head, 16 * state / (3 * per_head)
+
+
+def _occupancy_slowdown(blocks: float, sm_count: int | None) -> float:
+    return max(1.0, sm_count / max(blocks, 1.0)) if sm_count else 1.0
+
+
+def fit_linear_attention(
+    doc: dict[str, Any], peaks: dict[str, float], sm_count: int | None = None
+) -> LinearAttentionFit:
     """Fit :class:`LinearAttentionFit` on the ``linear_attention`` section of ``attention_kernels.yaml``.
 
-    ``peaks`` maps the GPU name to its dense BF16 peak in TFLOP/s. The intercept is the per-call cost
-    (launches of the chunk pipeline's kernels and their low occupancy on small inputs).
+    ``peaks`` maps the GPU name to its dense BF16 peak in TFLOP/s; ``sm_count`` (of that GPU) lets a
+    row whose state pass has fewer thread blocks than SMs count its work as the planner will
+    (:func:`state_pass_slowdown`). The intercept is the per-call cost (launches of the chunk pipeline's
+    kernels and their low occupancy on small inputs).
 
     >>> rows = [{"batch": 1, "seqlen": n, "heads": 1, "head_dim": 128, "fwd_ms": 1 + n * 1e-3,
     ...          "fwdbwd_ms": 3 + n * 3e-3} for n in (1024, 4096)]
@@ -585,12 +608,16 @@ def fit_linear_attention(doc: dict[str, Any], peaks: dict[str, float]) -> Linear
         raise ValueError("the linear_attention section needs at least two timed rows")
     chunk = int(section.get("chunk_size", GDN_CHUNK))
     peak = peaks[section["gpu"]] * 1e12
-    flops = [
-        r["batch"] * r["seqlen"] * r["heads"] * chunked_delta_rule_flops(r["head_dim"], r["head_dim"], chunk)
-        for r in rows
-    ]
-    a_f, b_f = _affine_fit(flops, [r["fwd_ms"] * 1e-3 for r in rows])
-    a_fb, b_fb = _affine_fit(flops, [r["fwdbwd_ms"] * 1e-3 for r in rows])
+    flops_f, flops_fb = [], []
+    for r in rows:
+        d = int(r["head_dim"])
+        work = r["batch"] * r["seqlen"] * r["heads"] * chunked_delta_rule_flops(d, d, chunk)
+        slow = _occupancy_slowdown(r["batch"] * r["heads"] * math.ceil(d / STATE_PASS_BV), sm_count)
+        share_f, share_fb = _state_shares(d, d, chunk)
+        flops_f.append(work * (1 + share_f * (slow - 1)))
+        flops_fb.append(work * (1 + share_fb * (slow - 1)))
+    a_f, b_f = _affine_fit(flops_f, [r["fwd_ms"] * 1e-3 for r in rows])
+    a_fb, b_fb = _affine_fit(flops_fb, [r["fwdbwd_ms"] * 1e-3 for r in rows])
     slowdown = 1.0
     pairs = (section.get("generation_pairs") or {}).get("rows") or []
     if len(pairs) >= 2:
@@ -617,7 +644,7 @@ def linear_attention_fit() -> LinearAttentionFit:
 
     >>> f = linear_attention_fit()
     >>> f.gpu, f.chunk, round(f.eff_fwd, 3), round(f.eff_fwdbwd, 3), round(f.overhead_fwdbwd_s * 1e3, 2)
-    ('GB200', 64, 0.093, 0.051, 1.57)
+    ('GB200', 64, 0.093, 0.051, 1.53)
     >>> round(f.hopper_slowdown, 2)
     1.37
     """
@@ -626,7 +653,8 @@ def linear_attention_fit() -> LinearAttentionFit:
     text = resources.files("longpack").joinpath("data", "attention_kernels.yaml").read_text(encoding="utf-8")
     doc = yaml.safe_load(text)
     gpu = doc["linear_attention"]["gpu"]
-    return fit_linear_attention(doc, {gpu: load_gpu(gpu).peak_tflops("bf16")})
+    spec = load_gpu(gpu)
+    return fit_linear_attention(doc, {gpu: spec.peak_tflops("bf16")}, spec.sm_count)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -689,22 +717,65 @@ def gdn_cp_allowed(model: ModelSpec, *, t: int, c: int) -> bool:
     return (k_heads // t) % c == 0 and (v_heads // t) % c == 0
 
 
+def state_pass_shares(model: ModelSpec) -> tuple[float, float]:
+    """Shares of the chunk kernel's work done by its sequential state pass: forward (``S`` update and
+    ``W·S``: ``4·d_k·d_v`` of :func:`chunked_delta_rule_flops`) and forward + backward (the forward pass,
+    its recomputation in backward and the backward state pass, ``dh`` and the ``dv`` term: ``16·d_k·d_v``
+    of three times the forward).
+
+    >>> from longpack.planner.catalog import load_model
+    >>> [round(x, 2) for x in state_pass_shares(load_model("qwen3_next_80b_a3b"))]
+    [0.36, 0.48]
+    """
+    g = model.gdn
+    if g is None:
+        return 0.0, 0.0
+    return _state_shares(g.key_head_dim, g.value_head_dim)
+
+
+def state_pass_slowdown(model: ModelSpec, gpu: GPUSpec, *, sequences: float, tp: int, cp: int) -> float:
+    """How much slower the sequential state pass runs than at full occupancy: it walks the chunks of each
+    sequence in order with one thread block per (sequence, head, ``BV``-wide value block), so with fewer
+    blocks than SMs only that share of the GPU works (``SMs / blocks``; 1 when the grid fills the GPU or
+    the catalog has no SM count). Modelled, not measured: FLA's published timings all fill the GPU.
+
+    >>> from longpack.planner.catalog import load_model, load_gpu
+    >>> m, g = load_model("qwen3_next_80b_a3b"), load_gpu("GB200")
+    >>> state_pass_slowdown(m, g, sequences=1, tp=1, cp=16), state_pass_slowdown(m, g, sequences=2, tp=1, cp=1)
+    (18.5, 1.0)
+    """
+    g = model.gdn
+    if g is None or not gpu.sm_count:
+        return 1.0
+    blocks = max(sequences, 1.0) * g.num_value_heads / (tp * cp) * math.ceil(g.value_head_dim / STATE_PASS_BV)
+    return _occupancy_slowdown(blocks, gpu.sm_count)
+
+
 @functools.lru_cache(maxsize=65536)
 def gated_deltanet_cost(
-    model: ModelSpec, gpu: GPUSpec, *, tokens: float, tp: int, cp: int, hbm_bytes_per_s: float
+    model: ModelSpec,
+    gpu: GPUSpec,
+    *,
+    tokens: float,
+    tp: int,
+    cp: int,
+    hbm_bytes_per_s: float,
+    sequences: float = 1.0,
 ) -> GatedDeltaNetCost:
-    """One GDN layer, one micro-batch of ``tokens`` tokens (the whole sequence(s), before TP/CP) on one GPU.
+    """One GDN layer, one micro-batch of ``tokens`` tokens in ``sequences`` sequences (whole sequences,
+    before TP/CP) on one GPU.
 
     The heads are split over TP and (by the all-to-all) over CP, so each GPU runs the chunk kernel on
     the full sequence for ``H_v/(TP·CP)`` heads: one kernel call per micro-batch, its per-call overhead
-    included.
+    included; the state pass slows down when it has fewer thread blocks than the GPU has SMs
+    (:func:`state_pass_slowdown`).
 
     >>> from longpack.planner.catalog import load_model, load_gpu
     >>> m, g = load_model("qwen3_next_80b_a3b"), load_gpu("GB200")
     >>> one = gated_deltanet_cost(m, g, tokens=32768, tp=1, cp=1, hbm_bytes_per_s=5.6e12)
     >>> four = gated_deltanet_cost(m, g, tokens=32768, tp=1, cp=4, hbm_bytes_per_s=5.6e12)
     >>> round(one.kernel * 1e3, 1), one.a2a, four.kernel > one.kernel / 4, four.a2a > 0
-    (6.1, 0.0, True, True)
+    (6.4, 0.0, True, True)
     """
     from longpack.planner.arithmetic import gdn_kernel_flops_per_token
 
@@ -726,9 +797,16 @@ def gated_deltanet_cost(
         channels = (2 * qk + 2 * v + 2 * g.num_value_heads) + v  # in-projection output, norm output
         volume = (cp - 1) / cp * per_gpu_tokens * channels * 2.0
         a2a = 2 * _alltoall_seconds(volume, cp, gpu, stride=tp)  # forward and backward
+    kernel_fwd = fit.seconds_on(gpu, flops, backward=False, fitted_peak_tflops=fitted_peak)
+    kernel = fit.seconds_on(gpu, flops, backward=True, fitted_peak_tflops=fitted_peak)
+    slow = state_pass_slowdown(model, gpu, sequences=sequences, tp=tp, cp=cp)
+    if slow > 1.0:
+        fwd_share, both_share = state_pass_shares(model)
+        kernel_fwd = fit.overhead_fwd_s + (kernel_fwd - fit.overhead_fwd_s) * (1 + fwd_share * (slow - 1))
+        kernel = fit.overhead_fwdbwd_s + (kernel - fit.overhead_fwdbwd_s) * (1 + both_share * (slow - 1))
     return GatedDeltaNetCost(
-        kernel_fwd=fit.seconds_on(gpu, flops, backward=False, fitted_peak_tflops=fitted_peak),
-        kernel=fit.seconds_on(gpu, flops, backward=True, fitted_peak_tflops=fitted_peak),
+        kernel_fwd=kernel_fwd,
+        kernel=kernel,
         elementwise=elementwise,
         a2a=a2a,
         fwd_flops=flops,

@@ -395,7 +395,15 @@ def estimate_time(
     # linear-attention (Gated DeltaNet) layers: FLA's chunk kernel at its published per-call cost and
     # efficiency, the memory-bound modules around it and the CP all-to-alls
     gdn = (
-        gated_deltanet_cost(model, gpu, tokens=float(tokens_mb), tp=t, cp=c, hbm_bytes_per_s=hbm)
+        gated_deltanet_cost(
+            model,
+            gpu,
+            tokens=float(tokens_mb),
+            tp=t,
+            cp=c,
+            hbm_bytes_per_s=hbm,
+            sequences=b * sum(count for _, count in work.sequences),
+        )
         if model.gdn is not None
         else None
     )
