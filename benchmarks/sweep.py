@@ -4,7 +4,8 @@ way (tokenize again for every candidate, as separate `longpack pack` runs do), r
     PYTHONPATH=src python benchmarks/sweep.py [--samples 200000] [--repeats 3]
 
 Part 1 uses the built-in demo data with the built-in Qwen3 tokenizer; part 2 synthetic lengths (no
-tokenizer) to show how the packing part scales, with and without the planner. Prints medians; timings
+tokenizer) to show how the packing part scales, with and without the planner, and with the CP modes
+(``--cp-modes``) on a TP1 CP2 PP1 layout. Prints medians; timings
 depend on the machine's load.
 """
 
@@ -79,6 +80,20 @@ def main() -> None:
     print(f"\nsynthetic: {args.samples:,} samples, {int(big.runtime_lengths().sum()):,} tokens")
     print(f"{'sweep, 4 candidates, packing only':<52}{t_pack:>10.3f}")
     print(f"{'sweep, 4 candidates, with the planner (llama3_1_8b)':<52}{t_plan:>10.3f}")
+
+    # --cp-modes: the same planner pinned to TP1 CP2 PP1 (the modes need PP 1), with and without the modes
+    cp2 = SweepSettings(pack_lengths=LENGTHS, overlength="truncate", pad_seq_to_mult=4)
+    pinned = PlannerSetup(
+        model=load_model("llama3_1_8b"),
+        gpu=load_gpu("H100_SXM"),
+        num_gpus=8,
+        pins={"tp": 1, "cp": 2, "pp": 1},
+    )
+    t_cp2 = median_time(lambda: sweep(big, cp2, eos_id=0, planner=pinned), args.repeats)
+    t_modes = median_time(lambda: sweep(big, cp2, eos_id=0, planner=pinned, cp_modes=True), args.repeats)
+    print(f"{'same, planner pinned to TP1 CP2 PP1':<52}{t_cp2:>10.3f}")
+    print(f"{'same, with the CP modes (--cp-modes)':<52}{t_modes:>10.3f}")
+    print(f"ratio with / without the CP modes: {t_modes / t_cp2:.2f}x")
 
 
 if __name__ == "__main__":

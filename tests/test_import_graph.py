@@ -40,7 +40,8 @@ ALLOWED: dict[str, set[str]] = {
         *UTILITIES,
     },  # tokenized samples on disk (memory maps); knows no tokenizer or packing
     "binpack": {"errors", "_optional", "choices"},  # lengths only: numpy + numba
-    "balance": {"binpack", "errors", "_optional", "choices"},  # cost models come from the planner, not back
+    # cost models come from the planner, not back; topology (pure) for the one ranks_needed of hybrid CP
+    "balance": {"binpack", "topology", "errors", "_optional", "choices"},
     "packed": {"binpack", "balance", "samples", *UTILITIES},  # numpy + pyarrow, no torch
     "text": {"samples", *UTILITIES},  # rows -> tokens; knows nothing of packing
     "vlm": {"samples", "text", *UTILITIES},  # like text, and renders chats with text's tokenizers

@@ -77,3 +77,55 @@ def random_samples(n: int, seed: int, *, max_images: int = 3, max_side: int = 20
             }
         )
     return out
+
+
+# Gemma 3's special tokens at its ids' order (pad 0, eos 1, bos 2 as in the released tokenizer); the byte
+# alphabet follows. A real `tokenizers` byte-level BPE without merges: Gemma's own vocabulary is a download.
+GEMMA3_SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>",
+                         "<start_of_image>", "<end_of_image>", "<image_soft_token>")  # fmt: skip
+
+
+@cache
+def gemma3_tokenizer() -> Any:
+    """A transformers fast tokenizer with Gemma 3's special tokens and chat template, built offline."""
+    from pathlib import Path
+
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {t: i for i, t in enumerate(GEMMA3_SPECIAL_TOKENS)}
+    for c in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[c] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(list(GEMMA3_SPECIAL_TOKENS))
+    template = Path(__file__).parent / "data" / "chat_templates" / "gemma3.jinja"
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        chat_template=template.read_text(),
+        extra_special_tokens={
+            "boi_token": "<start_of_image>",
+            "eoi_token": "<end_of_image>",
+            "image_token": "<image_soft_token>",
+        },
+    )
+
+
+def gemma3_processor(*, do_pan_and_scan: bool = False, side: int = 28) -> Any:
+    """transformers' ``Gemma3Processor`` over :func:`gemma3_tokenizer` and a ``Gemma3ImageProcessor``
+    (``side`` px squares: the pixel count does not change a token count; 256 tokens per image)."""
+    import transformers
+
+    tok = gemma3_tokenizer()
+    image_processor = transformers.Gemma3ImageProcessor(
+        size={"height": side, "width": side}, do_pan_and_scan=do_pan_and_scan,
+        pan_and_scan_min_crop_size=256, pan_and_scan_max_num_crops=4, pan_and_scan_min_ratio_to_activate=1.2,
+    )  # fmt: skip
+    return transformers.Gemma3Processor(
+        image_processor=image_processor, tokenizer=tok, chat_template=tok.chat_template, image_seq_length=256
+    )

@@ -23,6 +23,10 @@ MEGATRON_ALGORITHM = "first_fit_shuffle"
 #: Workload-balanced rows for a training topology: chosen by a balance target, never named alone.
 BALANCED_ALGORITHM = "balanced"
 
+#: VLM model families (``longpack.vlm.families.FAMILIES``, one module each); Qwen2-VL is the default.
+VLM_FAMILIES: tuple[str, ...] = ("gemma3", "nemotron_vl", "qwen2_5_vl", "qwen2_vl", "qwen3_vl")
+DEFAULT_VLM_FAMILY = "qwen2_vl"
+
 #: What happens to a sample longer than ``seq_length`` (``longpack.packed.align``; ``fragment``: pack-sized
 #: pieces packed like samples).
 OVERLENGTH_POLICIES: tuple[str, ...] = ("drop", "truncate", "fragment", "error")

@@ -50,6 +50,19 @@ def pad_seq_to_mult(*, tp: int = 1, cp: int = 1, sp: bool = False) -> int:
     return math.lcm(cp_multiple, sp_multiple)
 
 
+def ranks_needed(length: int, max_seqlen_per_rank: int) -> int:
+    """Ranks a sequence of ``length`` tokens is spread over under hybrid context parallelism with a
+    per-rank cap of ``max_seqlen_per_rank`` tokens: the next power of two of ``length / cap``, at least 1
+    (Megatron-Core ``BalancedCPScheduler.gpus_needed``). The one definition the hybrid-CP scheduler
+    (``longpack.balance.hybrid_cp``), the planner and the ``LP-HCP`` rules use.
+
+    >>> ranks_needed(12000, 4096), ranks_needed(4096, 4096), ranks_needed(100, 4096), ranks_needed(8193, 4096)
+    (4, 1, 1, 4)
+    """
+    shards = -(-length // max_seqlen_per_rank)
+    return 1 << max(0, shards - 1).bit_length()
+
+
 @dataclass(frozen=True, kw_only=True)
 class ParallelLayout:
     """A Megatron parallel layout on ``world_size`` GPUs.

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from longpack.balance.hybrid_cp import ranks_needed, schedule_hybrid_cp
+from longpack.balance.hybrid_cp import schedule_hybrid_cp
 from longpack.errors import ConfigError
+from longpack.topology import ranks_needed
 
 hybrid_cp_schedule = pytest.importorskip("megatron.core.pipeline_parallel.hybrid_cp_schedule")
 

@@ -81,3 +81,50 @@ def test_plan_data_from_a_token_store_and_from_inputs_pack_the_same_samples(long
     assert stored.packs == read.packs and stored.samples == read.samples == 600
     with pytest.raises(ConfigError, match="give a tokenizer"):
         corpus_packs([source], seq_length=16384, pad_seq_to_mult=4)
+
+
+#: What ``longpack check`` says of a recommended hybrid-CP mode's overrides, as docs/guide/plan-data.md
+#: documents it: LP-HCP-009 always (Bridge does not schedule hybrid CP), LP-HCP-007 when the cap is at most
+#: half of seq_length / CP, LP-CFG-003 (info) since the overrides carry no model architecture; no error.
+DOCUMENTED = {"LP-HCP-009", "LP-HCP-007", "LP-CFG-003"}
+
+
+def test_a_recommended_hybrid_mode_is_checked_and_the_printed_command_agrees():
+    from typer.testing import CliRunner
+
+    from longpack.cli.app import app
+    from longpack.jobs.plan import CPModesOfData, cp_mode_lines, mode_check
+    from longpack.planner.cp_modes import plan_cp_modes
+    from longpack.planner.search import search
+
+    config = longpack.PlanConfig(
+        model="llama3_1_8b", gpu="h100", gpus=64, seq_length=131072, gbs=4, tp=1, cp=16, pp=1, top=1
+    )
+    pick = search(config.request, top_k=1).candidates[0]
+    packs = [[131072], *[[1024] * 128] * 3] * 2  # full-length documents among packs of 1K chats
+    plan = plan_cp_modes(
+        packs, model="llama3_1_8b", gpu="h100", gpus=64, tp=1, cp=16, gbs=4, pack_size=131072
+    )
+    assert plan.recommended == "hybrid"
+    check = mode_check(pick, config.request, plan, gpus=64)
+    assert check is not None and not check.errors
+    assert {f["id"] for f in check.findings} <= DOCUMENTED and "LP-HCP-009" in {
+        f["id"] for f in check.findings
+    }
+    keys = [line.split("=", 1)[0] for line in check.overrides]
+    assert (
+        len(keys) == len(set(keys))
+        and f"model.max_seqlen_per_dp_cp_rank={plan.recommended_cap}" in check.overrides
+    )
+    text = "\n".join(
+        cp_mode_lines(CPModesOfData(layout=pick.plan.label, source="x", samples=1, plan=plan, check=check))
+    )
+    assert "LP-HCP-009" in text and "pretrain_gpt.py" in text and check.command in text
+    # the printed command, pasted: the same findings, exit 0 (warnings only)
+    import shlex
+
+    res = CliRunner().invoke(app, [*shlex.split(check.command)[1:], "--json"])
+    assert res.exit_code == 0, res.output
+    assert sorted(f["id"] for f in json.loads(res.output)["findings"]) == sorted(
+        f["id"] for f in check.findings
+    )

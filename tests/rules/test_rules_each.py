@@ -1097,6 +1097,14 @@ CASES += [
         fix_says=("dataset.offline_packing_specs.pad_seq_to_mult=8",),
     ),
     Case(
+        "LP-HCP-010",
+        "SFT",
+        [*HCP, f"{CAP}=4096", "model.context_parallel_size=1", "longpack.world_size=6"],
+        [*HCP, f"{CAP}=4096", "model.context_parallel_size=1", "longpack.world_size=8"],
+        ("DP*CP = 3*1 = 3 ranks", "even number of ranks"),
+        fix_says=("longpack.world_size", "model.hybrid_context_parallel=false"),
+    ),
+    Case(
         "LP-HCP-009",
         "SFT",
         [*HCP, f"{CAP}=4096"],
@@ -1233,7 +1241,7 @@ LP-EN-005 LP-EN-006 LP-EN-007 LP-EN-008 LP-EN-010 LP-EN-011 LP-EN-012 LP-EN-013 
 LP-DATA-012 LP-DATA-013 LP-DATA-014
 LP-EN-017 LP-VLM-001 LP-VLM-002 LP-MOE-001 LP-MOE-002 LP-MOE-003 LP-MODEL-001 LP-MODEL-002 LP-MODEL-003 LP-DATA-001
 LP-DATA-002 LP-DATA-004 LP-DATA-005 LP-DATA-006 LP-DATA-008 LP-DATA-011 LP-VER-001 LP-HCP-001 LP-HCP-002
-LP-HCP-003 LP-HCP-004 LP-HCP-005 LP-HCP-006 LP-HCP-008 LP-SCHED-001 LP-SCHED-002 LP-SCHED-003 LP-MOE-005
+LP-HCP-003 LP-HCP-004 LP-HCP-005 LP-HCP-006 LP-HCP-008 LP-HCP-010 LP-SCHED-001 LP-SCHED-002 LP-SCHED-003 LP-MOE-005
 LP-MOE-006 LP-MOE-007 LP-MOE-009 LP-CG-006 LP-CG-007 LP-CP-009 LP-TOPO-007
 """
 WARNINGS = """

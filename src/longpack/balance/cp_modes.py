@@ -35,8 +35,9 @@ from longpack.balance.hybrid_cp import schedule_hybrid_cp
 from longpack.balance.schedule import simulate_schedule
 from longpack.errors import ConfigError
 
-#: The CP modes ``compare_cp_modes`` times, Megatron's default first.
-CP_MODES = ("static", "hybrid", "dp_balanced")
+#: The CP modes ``compare_cp_modes`` times, Megatron's default first, with the names text and tables use.
+CP_MODE_NAMES = {"static": "static CP", "hybrid": "hybrid CP", "dp_balanced": "DP-balanced packing"}
+CP_MODES = tuple(CP_MODE_NAMES)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +48,10 @@ class CPModeComparison:
     ``hybrid_balance``: mean over groups of mean-rank / busiest-rank time (1.0 = no rank waits);
     ``dp_balanced_micro_batches``: micro-batches per DP rank per step under the DP-balanced scheduler.
     ``infeasible``: the modes Megatron's scheduler refuses on these lengths at this cap, with the reason
-    (their time is ``inf``).
+    (their time is ``inf``). ``imbalance[mode]``: rank imbalance, the summed time of the busiest rank over
+    the summed mean rank time (per step for static and DP-balanced, whose steps wait for the busiest DP
+    rank; per group for hybrid CP, whose groups end with a barrier); 1.0 = no rank waits, ``inf`` when the
+    mode is infeasible.
     """
 
     times: dict[str, float]
@@ -58,6 +62,7 @@ class CPModeComparison:
     dp_balanced_micro_batches: float
     max_seqlen_per_rank: int
     infeasible: dict[str, str]
+    imbalance: dict[str, float]
 
     def speedup(self, mode: str) -> float:
         """Static CP's time over ``mode``'s (> 1: ``mode`` is faster)."""
@@ -78,16 +83,29 @@ def compare_cp_modes(
     ``pack_lengths[k]``: the sequence lengths of the ``k``-th pack read; a last partial global batch counts
     as it is. ``seconds(lengths, ranks)``: the time of a micro-batch holding ``lengths`` on ``ranks`` CP
     ranks. A mode whose Megatron scheduler fails on these lengths at this cap is ``infeasible`` (time
-    ``inf``, with the scheduler's reason); static CP always runs.
+    ``inf``, with the scheduler's reason), as is hybrid CP on an odd number of DP x CP ranks (Megatron-Core
+    builds its groups only over an even count); static CP always runs.
+
+    >>> cost = lambda lengths, ranks: sum(lengths) / ranks
+    >>> odd = compare_cp_modes([[100]] * 3, dp=3, cp=1, gbs=3, max_seqlen_per_rank=100, seconds=cost)
+    >>> odd.times["hybrid"], odd.infeasible["hybrid"][:20]
+    (inf, 'DP x CP = 3 x 1 = 3 ')
     """
     if gbs % dp:
         raise ConfigError(f"gbs={gbs} must be a multiple of dp={dp}", fields="gbs")
     static = simulate_schedule([seconds(list(p), cp) for p in pack_lengths], dp=dp, pp=1, gbs=gbs)
     hybrid = balanced = 0.0
+    hybrid_mean = balanced_ideal = 0.0
     groups = 0
     balance = 0.0
     micro_batches = 0
     infeasible: dict[str, str] = {}
+    if (dp * cp) % 2:
+        # Megatron-Core's parallel_state builds the hybrid DP x CP groups only over an even rank count
+        infeasible["hybrid"] = (
+            f"DP x CP = {dp} x {cp} = {dp * cp} ranks: Megatron-Core asserts 'Hybrid context parallel requires an "
+            "even number of ranks'"
+        )
     for start in range(0, len(pack_lengths), gbs):
         batch = [int(n) for p in pack_lengths[start : start + gbs] for n in p]
         if "hybrid" not in infeasible:
@@ -106,6 +124,7 @@ def compare_cp_modes(
                     ]
                     busiest = max(rank_times)
                     hybrid += busiest
+                    hybrid_mean += sum(rank_times) / len(rank_times)
                     balance += sum(rank_times) / len(rank_times) / busiest if busiest else 1.0
                     groups += 1
         if "dp_balanced" not in infeasible:
@@ -115,7 +134,9 @@ def compare_cp_modes(
                 infeasible["dp_balanced"] = str(exc)
             else:
                 costs = [seconds([batch[i] for i in p], cp) for p in packs]
-                balanced += simulate_schedule(costs, dp=dp, pp=1, gbs=len(packs)).total_time
+                run = simulate_schedule(costs, dp=dp, pp=1, gbs=len(packs))
+                balanced += run.total_time
+                balanced_ideal += run.ideal_time
                 micro_batches += len(packs) // dp
     steps = static.num_steps
     return CPModeComparison(
@@ -131,4 +152,13 @@ def compare_cp_modes(
         dp_balanced_micro_batches=micro_batches / steps,
         max_seqlen_per_rank=max_seqlen_per_rank,
         infeasible=infeasible,
+        imbalance={
+            "static": _ratio(static.total_time, static.ideal_time),
+            "hybrid": math.inf if "hybrid" in infeasible else _ratio(hybrid, hybrid_mean),
+            "dp_balanced": math.inf if "dp_balanced" in infeasible else _ratio(balanced, balanced_ideal),
+        },
     )
+
+
+def _ratio(busiest: float, mean: float) -> float:
+    return float(busiest / mean) if mean > 0 else 1.0

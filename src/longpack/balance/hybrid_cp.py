@@ -31,20 +31,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from longpack.errors import ConfigError
+from longpack.topology import ranks_needed
 
 # Megatron-Core's scheduler constants (BalancedCPScheduler.next_hdp_group / make_buckets_equal defaults).
 BALANCE_SLACK = 0.05  # a group is balanced when max - min work <= 5 % of max
 BUCKET_OVERSHOOT = 1.1  # a bucket closes when its work would pass 110 % of the per-bucket target
-
-
-def ranks_needed(length: int, max_seqlen_per_rank: int) -> int:
-    """Ranks a sub-sample of ``length`` tokens runs on: the next power of two of ``length / cap``, at least 1.
-
-    >>> ranks_needed(12000, 4096), ranks_needed(4096, 4096), ranks_needed(100, 4096)
-    (4, 1, 1)
-    """
-    shards = -(-length // max_seqlen_per_rank)
-    return 1 << max(0, shards - 1).bit_length()
 
 
 def work(length: int, ranks: int) -> float:

@@ -11,7 +11,7 @@ import typer
 from longpack.cli import options as opt
 from longpack.cli.generate import add_command
 from longpack.jobs import SweepConfig
-from longpack.jobs.sweep import nice_int
+from longpack.jobs.sweep import MODE_NAMES, nice_int
 
 
 def register(app: typer.Typer) -> None:
@@ -98,6 +98,8 @@ def _print_human(result: Any, doc: dict[str, Any]) -> None:
                 "yes" if c.ok else "NO",
             )
         console.print(est_table)
+    if any(c.cp_modes is not None for c in result.candidates):
+        console.print(_cp_modes_table(result, doc))
     console.print(
         "steps/ep: full optimizer steps per epoch (+N packs left over); ΣL²/step, ΣL/step: attention and linear "
         "work per step over the packed samples' runtime lengths",
@@ -107,17 +109,16 @@ def _print_human(result: Any, doc: dict[str, Any]) -> None:
     for c in result.candidates:
         for p in c.problems:
             console.print(f"  {c.pack_length}: {p}", markup=False, highlight=False)
+        notes = {cell.note for cell in c.cp_modes.cells if cell.note} if c.cp_modes is not None else set()
+        for note in sorted(notes):
+            console.print(f"  {c.pack_length}: CP modes: {note}", markup=False, highlight=False)
     rec = result.recommendation
     if rec is not None:
         console.print(f"Recommendation: pack length {rec.pack_length}, GBS {rec.gbs}", markup=False)
         console.print(f"  {rec.reason}", markup=False, highlight=False)
-        console.print(
-            f"  Megatron-Bridge: dataset.offline_packing_specs.packed_sequence_size={rec.pack_length} "
-            f"model.seq_length={rec.pack_length} dataset.seq_length={rec.pack_length} "
-            f"train.global_batch_size={rec.gbs} train.micro_batch_size=1",
-            markup=False,
-            highlight=False,
-        )
+        console.print(f"  Megatron-Bridge: {' '.join(rec.bridge_overrides())}", markup=False, highlight=False)
+        for line in rec.mode_advice():
+            console.print(f"  {line}", markup=False, highlight=False)
     elif planner:
         console.print("No candidate fits: see the problems above.", markup=False)
     else:
@@ -127,6 +128,44 @@ def _print_human(result: Any, doc: dict[str, Any]) -> None:
     console.print(f"Warning: {result.warning}.", markup=False, highlight=False)
     if "plot" in doc:
         console.print(f"wrote {doc['plot']}", markup=False, highlight=False)
+
+
+def _cp_modes_table(result: Any, doc: dict[str, Any]) -> Any:
+    """Pack length x CP mode: step time with its band, speed-up over static CP, rank imbalance, real
+    tokens/s; the mode each pack length would run (``*``: static unless a gain is outside the band)."""
+    from rich.table import Table
+
+    table = Table(title=f"CP modes: {doc['model']} on {doc['gpus']}x{doc['gpu']}, same global batches")
+    for col in (
+        "pack",
+        "layout",
+        "mode",
+        "max seqlen/rank",
+        "step s",
+        "vs static",
+        "imbalance",
+        "real tok/s",
+        "pick",
+    ):
+        table.add_column(col, justify="left" if col in ("layout", "mode", "pick") else "right")
+    for c in result.candidates:
+        modes = c.cp_modes
+        if modes is None:
+            continue
+        band = f" ± {modes.error_band * 100:.0f} %" if modes.error_band else ""
+        for i, cell in enumerate(modes.cells):
+            table.add_row(
+                str(c.pack_length) if i == 0 else "",
+                _short_label(c.estimate.layout) if i == 0 else "",
+                MODE_NAMES[cell.mode],
+                "-" if cell.max_seqlen_per_dp_cp_rank is None else str(cell.max_seqlen_per_dp_cp_rank),
+                "-" if cell.step_time_s is None else f"{cell.step_time_s:.3f}{band}",
+                "-" if cell.speedup is None else f"{cell.speedup:.2f}x",
+                "-" if cell.rank_imbalance is None else f"{cell.rank_imbalance:.2f}",
+                "-" if cell.real_tokens_per_s is None else f"{cell.real_tokens_per_s:,.0f}",
+                "*" if cell.mode == modes.recommended else "",
+            )
+    return table
 
 
 def _short_label(label: str | None) -> str:

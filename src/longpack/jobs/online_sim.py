@@ -108,6 +108,12 @@ class OnlineSimConfig:
         help="JSONL of VLM samples (messages + images or image_sizes): also report the buffer's host memory.",
         cli_type=Path | None,
     )
+    vlm_family: str = option(
+        choices.DEFAULT_VLM_FAMILY,
+        help="With --vlm: model family whose processor counts the tokens (gemma3: --tokenizer is a local "
+        "Gemma3 processor folder).",
+        choices=choices.VLM_FAMILIES,
+    )
     tokenizer: str = option("qwen3", help="With --vlm: tokenizer spec or folder.")
     loader_workers: int = option(1, help="With --vlm: Energon loader workers per rank (one buffer each).")
     patch_size: int = option(14, help="With --vlm: vision patch (Qwen3-VL: 16).")
@@ -212,6 +218,7 @@ class OnlineSimConfig:
             ),
             pad_to_multiple_of=self.pad_seq_to_mult,
             tokenizer=self.tokenizer,
+            family=self.vlm_family,
             workers=self.loader_workers,
             max_images=self.max_images,
             max_visual_tokens=self.max_visual_tokens,

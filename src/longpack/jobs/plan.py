@@ -369,7 +369,71 @@ class PlanConfig:
             precision=self.precision.lower(),
             caps=None if self.max_seqlen_per_dp_cp_rank is None else [self.max_seqlen_per_dp_cp_rank],
         )
-        return CPModesOfData(layout=pick.plan.label, source=corpus.source, samples=corpus.samples, plan=plan)
+        return CPModesOfData(
+            layout=pick.plan.label,
+            source=corpus.source,
+            samples=corpus.samples,
+            plan=plan,
+            check=mode_check(pick, self.request, plan, gpus=self.gpus),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModeCheck:
+    """``longpack check`` run on the recommended mode's overrides (the layout's plus the mode's keys), in
+    the same run as the plan: the command to rerun it, and what it found."""
+
+    overrides: tuple[str, ...]
+    command: str
+    findings: tuple[dict[str, Any], ...]
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        return [f for f in self.findings if f["severity"] == "error"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "overrides": list(self.overrides),
+            "command": self.command,
+            "findings": list(self.findings),
+            "ok": not self.errors,
+        }
+
+
+def mode_check(pick: Any, req: Any, plan: Any, *, gpus: int) -> ModeCheck | None:
+    """The Megatron-Bridge overrides of a recommended hybrid-CP / DP-balanced mode on the planner's layout,
+    checked by ``longpack check`` (the ``LP-HCP`` / ``LP-SCHED`` rules with every other) for the rule
+    versions the plan ran with; ``None`` when static CP is recommended (nothing to add to the layout).
+    ``command`` is the check command line that gives the same findings (versions pinned: the default
+    follows the installed packages)."""
+    import shlex
+
+    from longpack.jobs.check import CheckConfig
+    from longpack.planner.cp_modes import mode_overrides
+
+    if plan.recommended == "static":
+        return None
+    merged: dict[str, str] = {}  # by key: the mode's setting wins over the layout's (one line per key)
+    for line in [
+        *candidate_overrides(pick, req),
+        *mode_overrides(plan.recommended, plan.recommended_cap)["bridge"],
+    ]:
+        merged[line.split("=", 1)[0]] = line
+    lines = list(merged.values())
+    versions = req.rule_versions
+    bridge, mcore = (None, None) if versions is None else (versions.bridge, versions.mcore)
+    result = CheckConfig(
+        overrides=tuple(lines), gpus=gpus, bridge_version=bridge, megatron_core_version=mcore
+    ).run()
+    pinned = "".join(
+        f" {flag} {shlex.quote(v)}"
+        for flag, v in (("--bridge-version", bridge), ("--megatron-core-version", mcore))
+        if v is not None
+    )
+    command = f"longpack check --gpus {gpus}{pinned} " + " ".join(shlex.quote(x) for x in lines)
+    return ModeCheck(
+        overrides=tuple(lines), command=command, findings=tuple(f.to_dict() for f in result.findings)
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -380,6 +444,8 @@ class CPModesOfData:
     source: str
     samples: int
     plan: Any
+    #: ``longpack check`` on the recommended mode's overrides (``None`` when static CP is recommended).
+    check: ModeCheck | None = None
 
     def to_dict(self) -> dict[str, Any]:
         plan = self.plan.to_dict()
@@ -389,6 +455,7 @@ class CPModesOfData:
             "data": self.source,
             "samples": self.samples,
             **plan,
+            "check": None if self.check is None else self.check.to_dict(),
         }
 
 
@@ -465,6 +532,8 @@ class PlanResult:
 
 def cp_mode_lines(cp_modes: Any) -> list[str]:
     """``plan --data``'s text: a line per cap and mode, then the recommendation with its reason."""
+    from longpack.planner.cp_modes import bridge_note
+
     d = cp_modes.to_dict()
     lines = [
         f"CP modes on the data ({d['samples']} samples from {d['data']}; {d['steps_simulated']} of "
@@ -474,7 +543,15 @@ def cp_mode_lines(cp_modes: Any) -> list[str]:
     for c in d["comparisons"]:
         cells = []
         for mode, t in c["step_time_s"].items():
-            cells.append(f"{mode} " + ("infeasible" if t is None else f"{t:.3f} s ± {100 * band:.0f} %"))
+            imbalance = c["rank_imbalance"][mode]
+            cells.append(
+                f"{mode} "
+                + (
+                    "infeasible"
+                    if t is None
+                    else f"{t:.3f} s ± {100 * band:.0f} % (rank imbalance {imbalance:.2f})"
+                )
+            )
         lines.append(f"  max_seqlen_per_dp_cp_rank {c['max_seqlen_per_dp_cp_rank']}: " + ", ".join(cells))
     rec = d["recommended"]
     lines.append(f"Recommended: {rec['mode']} — {rec['reason']}")
@@ -483,6 +560,16 @@ def cp_mode_lines(cp_modes: Any) -> list[str]:
             lines.append(f"  {what}: {' '.join(items)}")
     for item in rec["constraints"]:
         lines.append(f"  needs: {item}")
+    check = d["check"]
+    if check is not None:
+        lines.append("  Megatron-Bridge overrides for the layout with this mode, checked by longpack check:")
+        lines.append(f"    {' '.join(check['overrides'])}")
+        for f in check["findings"]:
+            lines.append(f"    {f['id']} ({f['severity']}): {f['message']}; fix: {f['fix']}")
+        lines.append(f"    rerun: {check['command']}")
+    note = bridge_note(rec["mode"], rec["max_seqlen_per_dp_cp_rank"])
+    if note is not None:
+        lines.append(f"  {note}")
     for item in d["not_modelled"]:
         lines.append(f"  not modelled: {item}")
     return lines

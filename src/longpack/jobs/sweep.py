@@ -31,6 +31,7 @@ used, from samples tokenized once:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -40,6 +41,7 @@ from typing import Any, cast
 import numpy as np
 
 from longpack import choices
+from longpack.balance.cp_modes import CP_MODE_NAMES
 from longpack.choices import DEFAULT_ALGORITHM, OVERLENGTH_POLICIES
 from longpack.errors import ConfigError, InputError
 from longpack.jobs.options import (
@@ -248,6 +250,75 @@ class Estimate:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ModeCell:
+    """One CP mode at one pack length: the step time (``None`` where the mode cannot run, ``note`` says
+    why), its speed-up over static CP, the rank imbalance (busiest rank over the mean rank, 1.0 = no rank
+    waits) and the real (non-padding) tokens per second, at the cap ``max_seqlen_per_dp_cp_rank`` where
+    the mode is fastest (``None`` for static CP)."""
+
+    mode: str
+    max_seqlen_per_dp_cp_rank: int | None
+    step_time_s: float | None
+    speedup: float | None
+    rank_imbalance: float | None
+    real_tokens_per_s: float | None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "max_seqlen_per_dp_cp_rank": self.max_seqlen_per_dp_cp_rank,
+            "step_time_s": _round(self.step_time_s, 6),
+            "speedup_over_static": _round(self.speedup, 4),
+            "rank_imbalance": _round(self.rank_imbalance, 4),
+            "real_tokens_per_s": _round(self.real_tokens_per_s, 1),
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class CandidateCPModes:
+    """Static CP, hybrid CP and the DP-balanced scheduler at one pack length, for the candidate's layout
+    (``longpack.planner.cp_modes.plan_cp_modes`` on its packs), and the mode recommended: another mode
+    than static CP only when its gain is outside the step time's error band (a tie stays static)."""
+
+    cells: tuple[ModeCell, ...]
+    recommended: str
+    max_seqlen_per_dp_cp_rank: int | None
+    gain: float
+    error_band: float | None
+    reason: str
+    steps_simulated: int = 0
+    steps_total: int = 0
+
+    def cell(self, mode: str) -> ModeCell:
+        return next(c for c in self.cells if c.mode == mode)
+
+    @property
+    def real_tokens_per_s(self) -> float | None:
+        """Real tokens/s of the recommended mode."""
+        return self.cell(self.recommended).real_tokens_per_s
+
+    def to_dict(self) -> dict[str, Any]:
+        from longpack.planner.cp_modes import CONSTRAINTS, mode_overrides
+
+        return {
+            "modes": [c.to_dict() for c in self.cells],
+            "recommended": {
+                "mode": self.recommended,
+                "max_seqlen_per_dp_cp_rank": self.max_seqlen_per_dp_cp_rank,
+                "gain_over_static": round(self.gain, 4),
+                "error_band": _round(self.error_band, 4),
+                "reason": self.reason,
+                "overrides": mode_overrides(self.recommended, self.max_seqlen_per_dp_cp_rank),
+                "constraints": list(CONSTRAINTS[self.recommended]),
+            },
+            "steps_simulated": self.steps_simulated,
+            "steps_total": self.steps_total,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
 class Candidate:
     """One pack length, packed. Token counts are runtime tokens (stored - 1 per sample).
 
@@ -278,7 +349,18 @@ class Candidate:
     dp: int | None = None
     batch_rules: tuple[dict[str, Any], ...] | None = None
     estimate: Estimate | None = None
+    #: With ``cp_modes``: static CP, hybrid CP and the DP-balanced scheduler on this candidate's packs.
+    cp_modes: CandidateCPModes | None = None
     sub_lengths: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False, compare=False)
+    #: the packs in reading order: sample indices into ``sub_lengths``, pack ``j`` is
+    #: ``pack_order[pack_offsets[j]:pack_offsets[j + 1]]``
+    pack_order: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False, compare=False)
+    pack_offsets: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64), repr=False, compare=False)
+
+    def pack_rows(self) -> list[list[int]]:
+        """The runtime lengths of every pack, in the order training reads them."""
+        in_order = np.asarray(self.sub_lengths, dtype=np.int64)[self.pack_order].tolist()
+        return [in_order[s:e] for s, e in itertools.pairwise(self.pack_offsets.tolist())]
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -323,6 +405,7 @@ class Candidate:
             "dp": self.dp,
             "batch_rules": None if self.batch_rules is None else list(self.batch_rules),
             "estimate": None if self.estimate is None else self.estimate.to_dict(),
+            **({} if self.cp_modes is None else {"cp_modes": self.cp_modes.to_dict()}),
             "ok": self.ok,
             "problems": list(self.problems),
         }
@@ -330,12 +413,46 @@ class Candidate:
 
 @dataclass(frozen=True, kw_only=True)
 class Recommendation:
+    """The pack length (and GBS) recommended; with ``cp_modes``, the CP mode at it and its cap."""
+
     pack_length: int
     gbs: int
     reason: str
+    cp_mode: str | None = None
+    max_seqlen_per_dp_cp_rank: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pack_length": self.pack_length, "gbs": self.gbs, "reason": self.reason}
+        doc: dict[str, Any] = {"pack_length": self.pack_length, "gbs": self.gbs, "reason": self.reason}
+        if self.cp_mode is not None:
+            doc["cp_mode"] = self.cp_mode
+            doc["max_seqlen_per_dp_cp_rank"] = self.max_seqlen_per_dp_cp_rank
+        return doc
+
+    def bridge_overrides(self) -> list[str]:
+        """Megatron-Bridge overrides for this pack length (MBS 1) and, with ``cp_mode``, the mode's keys."""
+        from longpack.planner.cp_modes import mode_overrides
+
+        lines = [
+            f"dataset.offline_packing_specs.packed_sequence_size={self.pack_length}",
+            f"model.seq_length={self.pack_length}",
+            f"dataset.seq_length={self.pack_length}",
+            f"train.global_batch_size={self.gbs}",
+            "train.micro_batch_size=1",
+        ]
+        if self.cp_mode is not None:
+            lines += mode_overrides(self.cp_mode, self.max_seqlen_per_dp_cp_rank)["bridge"]
+        return lines
+
+    def mode_advice(self) -> list[str]:
+        """What a recommended hybrid-CP / DP-balanced mode asks of the run: ``LP-HCP-009`` (Megatron-Bridge
+        does not schedule it; Megatron-LM's flags) and the mode's constraints. Empty for static CP."""
+        from longpack.planner.cp_modes import CONSTRAINTS, bridge_note
+
+        note = None if self.cp_mode is None else bridge_note(self.cp_mode, self.max_seqlen_per_dp_cp_rank)
+        if note is None or self.cp_mode is None:
+            return []
+        lines = [note]
+        return lines + [f"needs: {item}" for item in CONSTRAINTS[self.cp_mode]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -467,11 +584,14 @@ def pack_candidate(
     dropped_tokens = int(runtime_in[aligned.dropped].sum()) if len(aligned.dropped) else 0
     lengths = aligned.runtime_lengths()
     real_tokens = int(np.maximum(aligned.kept - 1, 0).sum())
+    order, offsets = np.zeros(0, np.int64), np.zeros(1, np.int64)
     if len(aligned) == 0:
         packs, fill = 0, 0.0
     else:
         split = plan_split("training", samples, pack, eos_id=eos_id, aligned=aligned)
         packs = split.plan.num_rows
+        order = np.asarray(split.plan.order, dtype=np.int64)
+        offsets = np.asarray(split.plan.row_offsets, dtype=np.int64)
         # Megatron-Bridge's packing_efficiency, unrounded (its metadata keeps two decimals of a percent)
         fill = float(lengths.sum()) / (packs * pack_length)
     slots = packs * pack_length
@@ -496,6 +616,8 @@ def pack_candidate(
         attention_work_per_step=gbs * squares / packs if packs else 0.0,
         linear_work_per_step=gbs * float(lengths.sum()) / packs if packs else 0.0,
         sub_lengths=lengths,
+        pack_order=order,
+        pack_offsets=offsets,
     )
 
 
@@ -598,6 +720,106 @@ def estimate_candidate(candidate: Candidate, planner: PlannerSetup) -> Estimate:
     )
 
 
+def candidate_cp_modes(candidate: Candidate, planner: PlannerSetup) -> CandidateCPModes | None:
+    """Static CP, hybrid CP and the DP-balanced scheduler on one candidate's packs, for the layout its
+    estimate chose (``None`` when no layout fits).
+
+    The one step-time model, as in ``longpack plan --data``: :func:`longpack.planner.cp_modes.plan_cp_modes`
+    runs Megatron's schedulers (re-stated exactly) on the candidate's global batches and times every
+    micro-batch with the planner's model; static CP's cell *is* the candidate's step time
+    (:func:`estimate_candidate`), and each other mode's is that step time over its simulated speed-up at
+    the cap where it is fastest (:meth:`~longpack.planner.cp_modes.CPModePlan.step_times`). The
+    recommendation is ``plan_cp_modes``'s: a gain inside the error band is a tie, and a tie stays static.
+    A layout with pipeline parallelism gets the static cell only: Megatron-LM refuses hybrid CP with PP,
+    and neither scheduler is modelled under a pipeline.
+    """
+    from longpack.planner.cp_modes import CP_MODES, plan_cp_modes
+
+    est = candidate.estimate
+    if est is None or not est.fits or est.plan is None or est.step_time_s is None:
+        return None
+    lay = est.plan.layout
+    real_per_step = candidate.gbs * candidate.real_tokens / candidate.packs
+    why_not = ""
+    if lay.pp > 1:
+        why_not = (
+            f"PP {lay.pp}: Megatron-LM runs hybrid CP only without pipeline parallelism (pin pp=1 to compare)"
+        )
+    plan = None
+    if not why_not:
+        try:
+            plan = plan_cp_modes(
+                candidate.pack_rows(),
+                model=planner.model,
+                gpu=planner.gpu,
+                gpus=planner.num_gpus,
+                tp=lay.tp,
+                cp=lay.cp,
+                gbs=candidate.gbs,
+                pack_size=candidate.pack_length,
+                precision=planner.precision,
+            )
+        except ConfigError as exc:
+            why_not = str(exc)
+    if plan is None:
+        static = ModeCell(
+            mode="static",
+            max_seqlen_per_dp_cp_rank=None,
+            step_time_s=est.step_time_s,
+            speedup=1.0,
+            rank_imbalance=None,
+            real_tokens_per_s=est.real_tokens_per_s,
+        )
+        others = tuple(
+            ModeCell(
+                mode=mode,
+                max_seqlen_per_dp_cp_rank=None,
+                step_time_s=None,
+                speedup=None,
+                rank_imbalance=None,
+                real_tokens_per_s=None,
+                note=why_not,
+            )
+            for mode in CP_MODES[1:]
+        )
+        return CandidateCPModes(
+            cells=(static, *others),
+            recommended="static",
+            max_seqlen_per_dp_cp_rank=None,
+            gain=1.0,
+            error_band=est.error_band,
+            reason=f"only static CP is compared: {why_not}",
+        )
+    cells = []
+    for mode, (seconds, cap) in plan.step_times(est.step_time_s).items():
+        at = plan.best(mode)
+        feasible = math.isfinite(seconds)
+        cells.append(
+            ModeCell(
+                mode=mode,
+                max_seqlen_per_dp_cp_rank=cap,
+                step_time_s=seconds if feasible else None,
+                speedup=at.speedup(mode) if feasible else None,
+                rank_imbalance=at.imbalance[mode] if feasible else None,
+                real_tokens_per_s=real_per_step / seconds if feasible else None,
+                note=""
+                if feasible
+                else f"Megatron's scheduler refuses the data: {at.infeasible.get(mode, '')}",
+            )
+        )
+    chosen = next(c for c in cells if c.mode == plan.recommended)
+    return CandidateCPModes(
+        cells=tuple(cells),
+        recommended=plan.recommended,
+        max_seqlen_per_dp_cp_rank=plan.recommended_cap,
+        gain=chosen.speedup or 1.0,
+        error_band=plan.error_band,
+        reason=plan.reason,
+        steps_simulated=plan.steps_simulated,
+        steps_total=plan.steps_total,
+    )
+
+
 def least_memory_gib(req: Any) -> float | None:
     """Least memory per GPU (GiB) any layout of a planner ``SearchRequest`` needs with the most
     memory-saving options it allows (pinned recompute or full, offload 100 % if allowed); ``None`` when no
@@ -645,17 +867,19 @@ def recommend(candidates: tuple[Candidate, ...] | list[Candidate]) -> Recommenda
     usable = [c for c in candidates if c.ok and c.estimate is not None and c.estimate.fits]
     if not usable:
         return None
-    ranked = sorted(usable, key=lambda c: (-(c.estimate.real_tokens_per_s or 0.0), -c.pack_length))  # type: ignore[union-attr]
+    ranked = sorted(usable, key=lambda c: (-real_rate(c), -c.pack_length))
     best = ranked[0]
-    rate = best.estimate.real_tokens_per_s or 0.0  # type: ignore[union-attr]
+    rate = real_rate(best)
+    modes = best.cp_modes
+    mode_text = "" if modes is None else f" and {MODE_NAMES[modes.recommended]}"
     parts = [
-        f"pack length {best.pack_length} with GBS {best.gbs} has the highest estimated real (non-padding) "
-        f"throughput of the candidates that fit: {rate:,.0f} tokens/s "
+        f"pack length {best.pack_length} with GBS {best.gbs}{mode_text} has the highest estimated real "
+        f"(non-padding) throughput of the candidates that fit: {rate:,.0f} tokens/s "
         f"({best.estimate.memory_gib:.1f} GiB per GPU)"  # type: ignore[union-attr]
     ]
     if len(ranked) > 1:
         runner = ranked[1]
-        other = runner.estimate.real_tokens_per_s or 0.0  # type: ignore[union-attr]
+        other = real_rate(runner)
         margin = f"{rate / other:.2f}x the next best, {runner.pack_length} ({other:,.0f} tokens/s)"
         band = best.estimate.error_band  # type: ignore[union-attr]
         if band is not None and rate / other - 1 <= band:
@@ -673,7 +897,27 @@ def recommend(candidates: tuple[Candidate, ...] | list[Candidate]) -> Recommenda
             f"at {best.pack_length}, {best.truncated} samples are truncated ({best.truncated_tokens_lost:,} "
             f"tokens lost) and {best.dropped} dropped"
         )
-    return Recommendation(pack_length=best.pack_length, gbs=best.gbs, reason="; ".join(parts))
+    if modes is not None:
+        parts.append(f"CP mode: {modes.reason}")
+    return Recommendation(
+        pack_length=best.pack_length,
+        gbs=best.gbs,
+        reason="; ".join(parts),
+        cp_mode=None if modes is None else modes.recommended,
+        max_seqlen_per_dp_cp_rank=None if modes is None else modes.max_seqlen_per_dp_cp_rank,
+    )
+
+
+#: How the CP modes are named in text and tables (one definition, beside ``CP_MODES``).
+MODE_NAMES = CP_MODE_NAMES
+
+
+def real_rate(candidate: Candidate) -> float:
+    """Real tokens/s of a candidate that fits: of its recommended CP mode when the modes were compared
+    (static CP unless another mode's gain is outside the band), else of its estimate."""
+    if candidate.cp_modes is not None:
+        return candidate.cp_modes.real_tokens_per_s or 0.0
+    return (candidate.estimate.real_tokens_per_s if candidate.estimate else None) or 0.0
 
 
 def sweep(
@@ -684,10 +928,13 @@ def sweep(
     layout: ParallelLayout | None = None,
     planner: PlannerSetup | None = None,
     versions: UpstreamVersions | None = None,
+    cp_modes: bool = False,
 ) -> SweepResult:
     """Pack ``samples`` at every candidate length; check the batch rules against the layout the planner
     picks (with ``planner``), else against ``layout`` (its DP); recommend (planner only). With a planner,
-    give ``layout`` only when the planner's layout is pinned to it.
+    give ``layout`` only when the planner's layout is pinned to it. ``cp_modes`` (planner only): also
+    compare static CP, hybrid CP and the DP-balanced scheduler per pack length
+    (:func:`candidate_cp_modes`); the recommendation then weighs each length by its recommended mode.
 
     The packing work runs once per candidate on the tokenized samples; nothing is tokenized here.
     """
@@ -704,6 +951,8 @@ def sweep(
                 _check_alignment(settings, chosen)
                 rules = batch_rule_findings(chosen, pack_length=length, gbs=cand.gbs, versions=versions)
             cand = replace(cand, estimate=est, dp=None if chosen is None else chosen.dp, batch_rules=rules)
+            if cp_modes:
+                cand = replace(cand, cp_modes=candidate_cp_modes(cand, planner))
         elif layout is not None:
             cand = replace(
                 cand,
@@ -741,7 +990,9 @@ class SweepConfig:
     ``workers``); the candidates: ``pack_lengths`` (ints, or a ``"2048,4096,8k"`` string) at ``token_slots``
     per step. With ``gpus`` the batch rules get a DP; with ``model``, ``gpu`` and ``gpus`` the planner
     estimates memory and real tokens/s and a pack length is recommended. ``layout`` (``"tp=2,pp=2"``)
-    pins the planner's layout and derives ``pad_seq_to_mult`` from it.
+    pins the planner's layout and derives ``pad_seq_to_mult`` from it. ``cp_modes`` adds the CP mode as a
+    dimension: static CP, hybrid CP and the DP-balanced scheduler per pack length
+    (:func:`candidate_cp_modes`).
 
     >>> SweepConfig(demo=True, model="llama3_1_8b", gpu="H100_SXM")
     Traceback (most recent call last):
@@ -790,6 +1041,13 @@ class SweepConfig:
         cli_type=str | None,
     )
     offload: bool = option(True, help="Allow optimizer CPU offload.", negative="--no-offload")
+    cp_modes: bool = option(
+        False,
+        help=(
+            "With --model/--gpu/--gpus: also compare the CP modes per pack size on the same global batches "
+            "(static CP, hybrid CP at its best max_seqlen_per_dp_cp_rank, the DP-balanced scheduler)."
+        ),
+    )
     #: A PNG of real tokens/s, memory and truncation vs pack size, written by :meth:`run` (needs matplotlib).
     plot: str | Path | None = option(
         None, help="Write a PNG: real tokens/s, memory and truncation vs pack size.", cli_type=Path | None
@@ -849,6 +1107,11 @@ class SweepConfig:
             raise SweepError(
                 "model, gpu and gpus go together (e.g. model llama3_1_8b, gpu H100, gpus 8)",
                 fields=("model", "gpu", "gpus"),
+            )
+        if self.cp_modes and self.model is None:
+            raise SweepError(
+                "cp_modes times the CP modes with the planner: give model, gpu and gpus too",
+                fields=("cp_modes", "model", "gpu", "gpus"),
             )
         if self.layout is not None and self.gpus is None:
             raise SweepError(
@@ -974,7 +1237,7 @@ class SweepConfig:
             set_(self, "token_slots", positive_int(self.token_slots, "token_slots"))
             set_(self, "seed", seed_value(self.seed))
             set_(self, "headroom", finite_float(self.headroom, "headroom", lo=0.0, hi=1.0, lo_open=True))
-            for name in ("demo", "sp", "offload", "progress"):
+            for name in ("demo", "sp", "offload", "progress", "cp_modes"):
                 flag(getattr(self, name), name)
         except ConfigError as exc:
             raise SweepError(str(exc), fields=exc.fields) from None
@@ -1035,6 +1298,7 @@ class SweepConfig:
             layout=fixed,
             planner=planner,
             versions=versions,
+            cp_modes=self.cp_modes,
         )
         result = replace(
             result,

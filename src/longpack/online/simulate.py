@@ -252,6 +252,7 @@ def vlm_report(
     buffer_sizes: Sequence[int],
     *,
     tokenizer: str = "qwen3",
+    family: str = "qwen2_vl",
     vision: Any = None,
     max_images: int | None = 10,
     max_visual_tokens: int | None = 16384,
@@ -261,14 +262,30 @@ def vlm_report(
     seed: int = 0,
 ) -> dict[str, Any]:
     """``online-sim`` for a VLM JSONL file (``longpack.vlm.metadata``): the samples' token and memory
-    distribution, the refusals by reason, and per buffer size the bin fill and the buffer's host memory."""
+    distribution, the refusals by reason, and per buffer size the bin fill and the buffer's host memory.
+    ``family``: a :mod:`longpack.vlm.families` name (Qwen-VL families count with ``vision``; ``gemma3`` with
+    the Gemma3 processor saved in the folder ``tokenizer``)."""
+    from longpack.vlm.families import vlm_family
     from longpack.vlm.metadata import read_vlm_metadata
     from longpack.vlm.prepare import QwenVLPreparer, VLMConfig
     from longpack.vlm.vision import VisionConfig
 
     v = vision or VisionConfig()
     config = VLMConfig(vision=v, max_images=max_images, max_visual_tokens=max_visual_tokens)
-    preparer = QwenVLPreparer(tokenizer, config=config)
+    settings: dict[str, Any] = {
+        "patch_size": v.patch_size,
+        "merge_size": v.merge_size,
+        "min_pixels": v.min_pixels,
+        "max_pixels": v.max_pixels,
+    }
+    if family.startswith("qwen"):
+        preparer: Any = QwenVLPreparer(tokenizer, config=config)
+    else:
+        preparer = vlm_family(family).preparer(
+            tokenizer, max_images=max_images, max_visual_tokens=max_visual_tokens
+        )
+        settings = {"tokens_per_image": preparer.family.mm_tokens_per_image,
+                    "pan_and_scan": preparer.family.do_pan_and_scan}  # fmt: skip
     table = read_vlm_metadata(path, preparer, max_length=capacity, pad_to_multiple_of=pad_to_multiple_of)
     rows = simulate_vlm(
         table.tokens,
@@ -285,12 +302,8 @@ def vlm_report(
         "capacity": capacity,
         "workers": max(int(workers), 1),
         "algorithm": algorithm,
-        "vision": {
-            "patch_size": v.patch_size,
-            "merge_size": v.merge_size,
-            "min_pixels": v.min_pixels,
-            "max_pixels": v.max_pixels,
-        },
+        "family": family,
+        "vision": settings,
         "samples": table.summary(),
         "rows": rows,
         "smallest_buffer_within_1pct": smallest_buffer_within(rows),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from longpack.balance.cost import PackCostModel
 from longpack.balance.target import BalanceTarget
@@ -90,12 +91,13 @@ def pack_cost_model(
 
 
 def microbatch_seconds(
-    *, model: str, gpu: str, precision: str = "bf16", tp: int = 1
+    *, model: Any, gpu: Any, precision: str = "bf16", tp: int = 1
 ) -> Callable[[Sequence[int], int], float]:
     """``seconds(lengths, ranks)``: the planner's one step-time model
     (:func:`longpack.planner.timing.estimate_time`) for one micro-batch holding sequences of ``lengths``
     (runtime tokens, one varlen row, each sequence padded to the layout's ``pad_seq_to_mult``) on ``ranks`` CP
-    ranks of ``tp`` GPUs each (results cached per distinct micro-batch) — the callable
+    ranks of ``tp`` GPUs each (results cached per distinct micro-batch; ``model`` / ``gpu``: catalog names
+    or loaded specs) — the callable
     ``longpack.balance.cp_modes.compare_cp_modes`` and the hybrid-CP schedules take, so they time CP
     modes with the same model as ``plan``, ``sweep`` and ``pack --balance``.
 
@@ -111,7 +113,9 @@ def microbatch_seconds(
 
     if precision not in PRECISIONS:
         raise ConfigError(f"precision {precision!r} is unknown; choose one of {', '.join(PRECISIONS)}")
-    spec, device = load_model(model), load_gpu(gpu)
+    # a catalog name / config.json path, or the spec already loaded (sweep's planner holds specs)
+    spec = load_model(model) if isinstance(model, str) else model
+    device = load_gpu(gpu) if isinstance(gpu, str) else gpu
     options = TrainingOptions(precision=precision, tp_comm_overlap=tp > 1)
 
     @functools.cache

@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 
 from longpack.balance.cp_modes import CP_MODES, CPModeComparison, compare_cp_modes
-from longpack.balance.hybrid_cp import ranks_needed
 from longpack.errors import ConfigError
+from longpack.topology import ranks_needed
 
-__all__ = ["GRID_POINTS", "NOT_MODELLED", "CPModePlan", "mode_overrides", "plan_cp_modes"]
+__all__ = ["GRID_POINTS", "NOT_MODELLED", "CPModePlan", "bridge_note", "mode_overrides", "plan_cp_modes"]
 
 #: Lengths per rank count at which single-sequence micro-batch times are computed (geometric grid,
 #: linear interpolation between points).
@@ -84,8 +84,34 @@ class CPModePlan:
     steps_total: int
 
     def best(self, mode: str) -> CPModeComparison:
-        """The comparison (cap) at which ``mode`` is fastest."""
+        """The comparison (cap) at which ``mode`` is fastest; where Megatron's scheduler refuses the data at
+        every cap, the largest cap (its reason is the one left when the cap is no longer the obstacle)."""
+        if not any(math.isfinite(c.times[mode]) for c in self.comparisons):
+            return max(self.comparisons, key=lambda c: c.max_seqlen_per_rank)
         return min(self.comparisons, key=lambda c: c.times[mode])
+
+    def step_times(self, static_step_time: float) -> dict[str, tuple[float, int | None]]:
+        """Each mode's step time and the cap it is fastest at (``None`` for static CP), given static CP's step
+        time for this layout from the one step-time model (``sweep``'s, on the mean packed row): static
+        CP's time scaled by the simulated schedules' ratio (:meth:`CPModeComparison.speedup`), so the
+        speed-ups are the ones the recommendation was made on. ``inf`` where Megatron's scheduler refuses
+        the data at every cap.
+
+        >>> from longpack.balance.cp_modes import CPModeComparison
+        >>> c = CPModeComparison(times={"static": 8.0, "hybrid": 4.0, "dp_balanced": 10.0}, steps=2, tokens=1,
+        ...     hybrid_groups=1.0, hybrid_balance=1.0, dp_balanced_micro_batches=1.0, max_seqlen_per_rank=512,
+        ...     infeasible={}, imbalance={"static": 1.0, "hybrid": 1.0, "dp_balanced": 1.0})
+        >>> plan = CPModePlan(comparisons=(c,), recommended="static", recommended_cap=None, gain=1.0,
+        ...     error_band=0.1, reason="", layout={}, steps_simulated=2, steps_total=2)
+        >>> plan.step_times(0.5)
+        {'static': (0.5, None), 'hybrid': (0.25, 512), 'dp_balanced': (0.625, 512)}
+        """
+        out: dict[str, tuple[float, int | None]] = {"static": (float(static_step_time), None)}
+        for mode in CP_MODES[1:]:
+            c = self.best(mode)
+            speedup = c.speedup(mode)
+            out[mode] = (static_step_time / speedup if speedup > 0 else math.inf, c.max_seqlen_per_rank)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly mapping (``longpack plan --data --json``)."""
@@ -106,6 +132,7 @@ class CPModePlan:
                     "step_time_s": {m: _finite(c.times[m] / c.steps, 6) for m in CP_MODES},
                     "tokens_per_s": {m: _finite(c.tokens / c.times[m], 1) for m in CP_MODES},
                     "speedup_over_static": {m: _finite(c.speedup(m), 4) for m in CP_MODES},
+                    "rank_imbalance": {m: _finite(c.imbalance[m], 4) for m in CP_MODES},
                     "infeasible": dict(c.infeasible),
                     "hybrid_groups_per_step": round(c.hybrid_groups, 2),
                     "hybrid_balance": round(c.hybrid_balance, 4),
@@ -117,6 +144,29 @@ class CPModePlan:
             "steps_total": self.steps_total,
             "not_modelled": list(NOT_MODELLED),
         }
+
+
+def bridge_note(mode: str, cap: int | None) -> str | None:
+    """What a Megatron-Bridge user must do to get ``mode`` (``longpack check``'s ``LP-HCP-009``): Bridge runs
+    neither scheduler. ``None`` for static CP.
+
+    >>> bridge_note("hybrid", 4096)[:60]
+    'LP-HCP-009: Megatron-Bridge builds the hybrid-CP groups but '
+    """
+    if mode == "hybrid":
+        flags = " ".join(mode_overrides(mode, cap)["megatron_lm"])
+        return (
+            "LP-HCP-009: Megatron-Bridge builds the hybrid-CP groups but never schedules batches by them, so a "
+            f"Bridge run trains with static CP: train with Megatron-LM's pretrain_gpt.py ({flags}) to get this mode"
+        )
+    if mode == "dp_balanced":
+        return (
+            "LP-HCP-009: Megatron-Bridge never wraps its data iterator with Megatron-Core's wrap_data_iterator, so "
+            "a Bridge run trains on the packs as written: the DP-balanced scheduler needs Megatron-LM main's own "
+            "loop (no config key exists yet, so longpack check sees the layout only; the scheduler's asserts "
+            "were simulated)"
+        )
+    return None
 
 
 def _finite(x: float, digits: int) -> float | None:
@@ -147,7 +197,7 @@ def mode_overrides(mode: str, cap: int | None) -> dict[str, list[str]]:
     return {"megatron_lm": [], "bridge": []}
 
 
-def _sequence_seconds(model: str, gpu: str, *, tp: int, precision: str, max_length: int) -> Any:
+def _sequence_seconds(model: Any, gpu: Any, *, tp: int, precision: str, max_length: int) -> Any:
     """The planner's ``seconds(lengths, ranks)`` (:func:`longpack.planner.balance_costs.microbatch_seconds`),
     with single sequences (hybrid CP runs every sub-sample as its own micro-batch) interpolated on a
     geometric grid of :data:`GRID_POINTS` lengths per rank count, so a corpus of a million distinct
@@ -183,8 +233,8 @@ def _caps(pack_size: int, cp: int, longest: int, dp_cp: int) -> list[int]:
 def plan_cp_modes(
     pack_lengths: Sequence[Sequence[int]],
     *,
-    model: str,
-    gpu: str,
+    model: Any,
+    gpu: Any,
     gpus: int,
     tp: int,
     cp: int,
@@ -195,7 +245,8 @@ def plan_cp_modes(
     max_steps: int = 64,
 ) -> CPModePlan:
     """Compare the CP modes on ``pack_lengths`` (the runtime lengths of each pack, in reading order) for a
-    TP x CP layout of ``gpus`` GPUs (DP = gpus / (TP x CP), PP 1), and recommend one.
+    TP x CP layout of ``gpus`` GPUs (DP = gpus / (TP x CP), PP 1), and recommend one. ``model`` and ``gpu``:
+    catalog names (or a ``config.json`` path), or the specs already loaded.
 
     Raises ``ConfigError`` when the layout does not divide the GPUs, or no cap holds the longest sequence.
     """
@@ -226,7 +277,8 @@ def plan_cp_modes(
     picked = np.unique(np.linspace(0, total_steps - 1, min(total_steps, max_steps)).round().astype(int))
     sample = [p for s in picked for p in packs[s * gbs : (s + 1) * gbs]]
 
-    spec, device = load_model(model), load_gpu(gpu)
+    spec = load_model(model) if isinstance(model, str) else model
+    device = load_gpu(gpu) if isinstance(gpu, str) else gpu
     seconds = _sequence_seconds(model, gpu, tp=tp, precision=precision, max_length=max(longest, pack_size))
     comparisons = tuple(
         compare_cp_modes(sample, dp=dp, cp=cp, gbs=gbs, max_seqlen_per_rank=c, seconds=seconds)

@@ -942,6 +942,17 @@ PROVENANCE: dict[str, Provenance] = {
             ),
         ),
     ),
+    "LP-HCP-010": Provenance(
+        mcore=VersionRange(since="0.16.0"),
+        sources=(
+            Source(
+                MLM_REPO,
+                "megatron/core/parallel_state.py",
+                commit="98d8c56dbd",
+                probe="Hybrid context parallel requires an even number of ranks",
+            ),
+        ),
+    ),
     "LP-HCP-009": Provenance(
         sources=(
             Source(BRIDGE_REPO, "src/megatron/bridge/training/gpt_step.py", commit="92deeef43"),

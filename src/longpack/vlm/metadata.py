@@ -148,7 +148,7 @@ def read_vlm_metadata(
         keys.append(key)
         cols["tokens"].append(length.tokens)
         cols["visual"].append(length.visual_tokens)
-        cols["images"].append(len(length.image_grids))
+        cols["images"].append(n_images)
         cols["nbytes"].append(length.prepared_nbytes)
     out.tokens = np.asarray(cols["tokens"], dtype=np.int64)
     out.visual_tokens = np.asarray(cols["visual"], dtype=np.int64)

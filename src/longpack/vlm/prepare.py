@@ -162,7 +162,7 @@ class PreparedSequence:
     key: str
     row: dict[str, Any]
     visual_values: dict[str, Any]
-    mrope_position_ids: Any
+    mrope_position_ids: Any  # None for families with 1-D positions (Gemma3-VL)
     visual_tokens: int
 
     @property
@@ -174,7 +174,7 @@ class PreparedSequence:
     def nbytes(self) -> int:
         """Host memory of the tensors (what a packing buffer holds per candidate sample)."""
         tensors = [*self.row.values(), *self.visual_values.values(), self.mrope_position_ids]
-        return int(sum(t.element_size() * t.numel() for t in tensors))
+        return int(sum(t.element_size() * t.numel() for t in tensors if t is not None))
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from longpack.rules.checks.common import K_CGI, K_CP, K_GBS, K_PP, K_PSM, K_PTL, K_SEQ, E, V, W
 from longpack.rules.config import TrainingSetup
 from longpack.rules.registry import RuleFamily, Violation
+from longpack.topology import ranks_needed
 
 FAMILY = RuleFamily("hybrid_cp", "Hybrid context parallelism and packing schedulers")
 
@@ -32,12 +33,6 @@ K_DLT = "dataset.dataloader_type"
 
 #: Megatron-Core ``PackingSchedulerEnum`` values (``megatron/core/datasets/data_schedule.py``).
 PACKING_SCHEDULERS = ("dp_balanced",)
-
-
-def ranks_needed(length: int, cap: int) -> int:
-    """Ranks a sample of ``length`` tokens is spread over under hybrid CP with per-rank cap ``cap``
-    (a power of two, at least 1; Megatron-Core ``BalancedCPScheduler.gpus_needed``)."""
-    return max(1, 2 ** math.ceil(math.log2(length / cap)))
 
 
 def _width(s: TrainingSetup) -> int | None:
@@ -182,6 +177,29 @@ def hcp_cap_fits(s: TrainingSetup) -> Iterator[Violation]:
             K_SEQ,
             K_CP,
         )
+
+
+@FAMILY.rule(
+    "LP-HCP-010",
+    E,
+    "hybrid CP needs an even number of DP x CP ranks",
+    "Megatron-Core parallel_state (hybrid DP x CP groups)",
+    fix="choose the GPU count, TP or PP so that DP x CP is even, or set model.hybrid_context_parallel=false",
+)
+def hcp_even_ranks(s: TrainingSetup) -> Iterator[Violation]:
+    """Megatron-Core builds the hybrid DP x CP groups (a group for every power of two below DP x CP) only
+    over an even number of ranks, and asserts so at start-up."""
+    dp = s.dp
+    if not _hybrid(s) or dp is None or (dp * s.cp) % 2 == 0:
+        return
+    yield V(
+        f"hybrid_context_parallel with DP*CP = {dp}*{s.cp} = {dp * s.cp} ranks: Megatron-Core asserts 'Hybrid "
+        "context parallel requires an even number of ranks' when it builds the hybrid groups",
+        "choose longpack.world_size (--gpus), model.tensor_model_parallel_size or "
+        "model.pipeline_model_parallel_size so that DP*CP is even, or set model.hybrid_context_parallel=false",
+        K_HCP,
+        K_CP,
+    )
 
 
 @FAMILY.rule(

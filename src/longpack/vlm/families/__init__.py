@@ -3,16 +3,17 @@
 A family says how many LLM tokens an image becomes (from its width and height, which an image header gives
 without decoding), how a prepared sample is made, what positions a sequence gets, and which keys its packed
 batch carries. Families whose samples longpack prepares (``can_prepare``) plug into the in-batch collator
-and the Energon encoders; the others count visual tokens only (planning, ``online-sim``).
+and the Energon encoders (Gemma3-VL's preparer runs a transformers ``Gemma3Processor``); the others count
+visual tokens only (planning, ``online-sim``).
 
 >>> sorted(FAMILIES)
-['gemma3', 'qwen2_5_vl', 'qwen2_vl', 'qwen3_vl']
->>> vlm_family("qwen2_vl").visual_tokens(640, 480), vlm_family("gemma3").visual_tokens(640, 480)
-(391, 256)
+['gemma3', 'nemotron_vl', 'qwen2_5_vl', 'qwen2_vl', 'qwen3_vl']
+>>> [vlm_family(n).visual_tokens(640, 480) for n in ("qwen2_vl", "gemma3", "nemotron_vl")]
+[391, 256, 3328]
 >>> vlm_family("llava")
 Traceback (most recent call last):
 ...
-longpack.errors.ConfigError: unknown VLM family 'llava'; one of gemma3, qwen2_5_vl, qwen2_vl, qwen3_vl
+longpack.errors.ConfigError: unknown VLM family 'llava'; one of gemma3, nemotron_vl, qwen2_5_vl, qwen2_vl, qwen3_vl
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from longpack.errors import ConfigError
-from longpack.vlm.families.gemma3 import Gemma3Family
+from longpack.vlm.families.gemma3 import Gemma3Family, Gemma3Preparer
+from longpack.vlm.families.nemotron_vl import NemotronVLFamily
 from longpack.vlm.families.qwen_vl import QwenVLFamily
 
 
@@ -44,11 +46,13 @@ class VLMFamily(Protocol):
         ...
 
 
+# Keyed by ``longpack.choices.VLM_FAMILIES`` (the one list of names; tests/vlm/test_vlm_families.py).
 FAMILIES: dict[str, VLMFamily] = {
     "qwen2_vl": QwenVLFamily("qwen2_vl"),
     "qwen2_5_vl": QwenVLFamily("qwen2_5_vl"),
     "qwen3_vl": QwenVLFamily("qwen3_vl"),
     "gemma3": Gemma3Family(),
+    "nemotron_vl": NemotronVLFamily(),
 }
 
 
@@ -62,4 +66,12 @@ def vlm_family(name: str) -> VLMFamily:
         ) from None
 
 
-__all__ = ["FAMILIES", "Gemma3Family", "QwenVLFamily", "VLMFamily", "vlm_family"]
+__all__ = [
+    "FAMILIES",
+    "Gemma3Family",
+    "Gemma3Preparer",
+    "NemotronVLFamily",
+    "QwenVLFamily",
+    "VLMFamily",
+    "vlm_family",
+]

@@ -1,0 +1,344 @@
+"""Run Megatron-Bridge's own VLM packing functions from a Bridge checkout on the samples longpack packs, and
+compare every key of the packed batches (maintainer script; the committed tests restate these functions).
+
+    python scripts/vlm_bridge_harness.py --bridge /path/to/Megatron-Bridge [--json out.json]
+
+``--bridge`` is a work tree or a bare git dir; its ``HEAD`` is exported to a temporary folder with
+``git archive`` and the modules are loaded from there. Package ``__init__`` files are not run (they import
+the whole of Bridge, with GPU-only dependencies); one module is replaced: ``megatron.bridge.utils.common_utils``
+(its import of ``megatron.core._rank_utils.safe_get_world_size`` is missing from megatron-core 0.16.1), by a
+``get_local_rank_preinit() -> 0`` stand-in, which only ``data/datasets/utils.py`` imports.
+
+Families and Bridge functions:
+
+- ``gemma3``: ``models/gemma_vl/data/collate_fn.py`` ``gemma3_vl_collate_fn(enable_in_batch_packing=True)``
+  on the raw examples (Bridge runs the processor itself) vs longpack's ``Gemma3Preparer`` +
+  ``build_visual_thd_batch``;
+- ``qwen2_vl``, ``qwen3_vl``: ``models/qwen_vl/data/collate_fn.py`` ``build_qwen_vl_packed_batch`` (what
+  ``qwen2_5_collate_fn`` in-batch and the Qwen3-VL native Energon encoder's ``batch`` call) on longpack's
+  prepared sequences vs ``build_visual_thd_batch``;
+- Qwen-VL Energon grouping (native packing, #5285): ``data/packing/algorithms.py`` ``first_fit_decreasing``
+  (what ``QwenVLTaskEncoder.select_samples_to_pack`` calls on the aligned lengths) vs
+  ``longpack.binpack.megatron.first_fit_decreasing`` (what longpack's Energon encoder calls), on the Qwen3-VL
+  prepared sequences' aligned lengths and on random buffers;
+- ``nemotron_vl``: ``models/nemotron_vl/nemotron_vl_utils.py`` ``adjust_image_tokens`` (imported) vs
+  ``collapse_image_tokens`` per row, and ``training/llava_step.py``
+  ``_expand_packed_metadata_for_visual_embeddings`` vs ``expand_packed_boundaries`` on random packed rows.
+  ``llava_step`` imports Megatron-LM's ``megatron.training`` (not installed), so that one function is taken
+  out of the file with ``ast`` and run with ``torch`` and megatron-core's ``unwrap_model`` as its globals, on a
+  stand-in model object carrying ``image_token_index``, ``img_seq_len`` and ``_language_max_sequence_length``.
+
+Prints one line per family, alignment and key: ``pass`` / ``FAIL`` with the difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import subprocess
+import sys
+import tempfile
+import types
+import warnings
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+STUBBED = {"megatron.bridge.utils.common_utils": "get_local_rank_preinit() -> 0"}
+
+
+def _git_dir(path: Path) -> Path:
+    return path / ".git" if (path / ".git").exists() else path
+
+
+def export_bridge(checkout: Path, into: Path) -> str:
+    """Export ``HEAD:src/megatron/bridge`` into ``into``; the commit."""
+    gitdir = _git_dir(checkout)
+    commit = subprocess.run(
+        ["git", f"--git-dir={gitdir}", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    archive = subprocess.run(
+        ["git", f"--git-dir={gitdir}", "archive", "HEAD", "src/megatron/bridge"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return commit
+
+
+def load_bridge(root: Path) -> dict[str, Any]:
+    """Bridge's packing modules from an exported tree (packages as bare namespaces, see the docstring)."""
+    import megatron  # megatron-core's namespace package
+
+    bridge = root / "src" / "megatron" / "bridge"
+    for folder in [bridge, *(p for p in bridge.rglob("*") if p.is_dir())]:
+        name = "megatron." + ".".join(folder.relative_to(bridge.parent).parts)
+        module = types.ModuleType(name)
+        module.__path__ = [str(folder)]
+        sys.modules[name] = module
+    megatron.bridge = sys.modules["megatron.bridge"]  # type: ignore[attr-defined]
+    common = types.ModuleType("megatron.bridge.utils.common_utils")
+    common.get_local_rank_preinit = lambda: 0  # type: ignore[attr-defined]
+    sys.modules[common.__name__] = common
+    return {
+        "gemma": importlib.import_module("megatron.bridge.models.gemma_vl.data.collate_fn"),
+        "qwen": importlib.import_module("megatron.bridge.models.qwen_vl.data.collate_fn"),
+        "nemotron": importlib.import_module("megatron.bridge.models.nemotron_vl.nemotron_vl_utils"),
+        "algorithms": importlib.import_module("megatron.bridge.data.packing.algorithms"),
+        "expand": extract_function(
+            bridge / "training" / "llava_step.py", "_expand_packed_metadata_for_visual_embeddings"
+        ),
+    }
+
+
+def extract_function(path: Path, name: str) -> Any:
+    """Function ``name`` of ``path`` compiled alone (its module's imports are not run)."""
+    import ast
+    from typing import Any as AnyType
+
+    import torch
+    from megatron.core.utils import unwrap_model
+
+    tree = ast.parse(path.read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    namespace: dict[str, Any] = {
+        "torch": torch,
+        "Any": AnyType,
+        "GPTModel": object,
+        "unwrap_model": unwrap_model,
+    }
+    exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)
+    return namespace[name]
+
+
+def run_grouping(mods: dict[str, Any], prepared: list[int], buffers: int = 300) -> dict[str, dict[str, str]]:
+    """Bridge's Energon first-fit-decreasing groups vs longpack's, members and order."""
+    import numpy as np
+
+    from longpack.binpack.megatron import first_fit_decreasing
+
+    rng = np.random.default_rng(1)
+    fails = []
+    for case in range(buffers + 1):
+        multiple = int(rng.choice([1, 8, 64]))
+        lengths = prepared if case == 0 else rng.integers(1, 3000, int(rng.integers(1, 65))).tolist()
+        aligned = [-(-n // multiple) * multiple for n in lengths]
+        capacity = max(max(aligned), int(rng.integers(1, 8193)) // multiple * multiple or multiple)
+        items = [f"s{i}" for i in range(len(aligned))]
+        theirs = mods["algorithms"].first_fit_decreasing(items, capacity, item_lengths=aligned)
+        if theirs != first_fit_decreasing(items, capacity, item_lengths=aligned):
+            fails.append(case)
+    return {
+        "qwen_vl energon grouping": {
+            f"groups ({buffers + 1} buffers)": "pass" if not fails else f"FAIL: {fails[:5]}"
+        }
+    }
+
+
+def run_nemotron(mods: dict[str, Any], seed: int = 0, rows: int = 200) -> dict[str, dict[str, str]]:
+    """Random rows and packs through Bridge's two Nemotron-VL functions and longpack's."""
+    import numpy as np
+    import torch
+
+    from longpack.vlm.families.nemotron_vl import (
+        IMAGE_TOKEN_ID,
+        IMG_END_TOKEN_ID,
+        IMG_START_TOKEN_ID,
+        collapse_image_tokens,
+        expand_packed_boundaries,
+    )
+
+    rng = np.random.default_rng(seed)
+    collapse_fail, expand_fail = [], []
+    for case in range(rows):
+        # A processor-style row: text with images as <img> + 256 x tiles media tokens + </img>.
+        ids, tiles = [], []
+        for _ in range(int(rng.integers(0, 4))):
+            ids += rng.integers(10, 1000, int(rng.integers(0, 6))).tolist()
+            n = int(rng.integers(1, 14))
+            tiles.append(n)
+            ids += [IMG_START_TOKEN_ID, *[IMAGE_TOKEN_ID] * (256 * n), IMG_END_TOKEN_ID]
+        ids += rng.integers(10, 1000, int(rng.integers(1, 6))).tolist()
+        theirs = mods["nemotron"].adjust_image_tokens(
+            torch.tensor([ids]), tiles, IMG_START_TOKEN_ID, IMG_END_TOKEN_ID
+        )[0]
+        ours = torch.from_numpy(collapse_image_tokens(ids, tiles))
+        if not torch.equal(theirs, ours):
+            collapse_fail.append(case)
+        # A packed row of collapsed sequences, with alignment gaps and a language-model length.
+        lengths, spans, row = [], [], []
+        padded = bool(rng.integers(0, 2))
+        for _ in range(int(rng.integers(1, 6))):
+            n = int(rng.integers(1, 30))
+            k = int(rng.integers(0, min(n, 4) + 1))
+            gap = int(rng.integers(0, 4)) if padded else 0
+            row += [IMAGE_TOKEN_ID] * k + [7] * (n - k) + [0] * gap
+            lengths.append(n)
+            spans.append(n + gap)
+        cu = torch.tensor([0, *np.cumsum(lengths).tolist()], dtype=torch.int32)
+        cu_padded = torch.tensor([0, *np.cumsum(spans).tolist()], dtype=torch.int32) if padded else None
+        limit = None if rng.integers(0, 2) else int(rng.integers(1, 4000))
+        model = types.SimpleNamespace(
+            image_token_index=IMAGE_TOKEN_ID, img_seq_len=256, _language_max_sequence_length=limit
+        )
+        meta: dict[str, Any] = {"cu_seqlens_q": cu.clone(), "cu_seqlens_kv": cu.clone()}
+        if padded:
+            meta["cu_seqlens_q_padded"] = meta["cu_seqlens_kv_padded"] = cu_padded
+        input_ids = torch.tensor([row])
+        mods["expand"](meta, input_ids, model)
+        mine = expand_packed_boundaries(cu, cu_padded, input_ids, language_max_sequence_length=limit)
+        for key, value in meta.items():
+            other = mine.get(key)
+            equal = (
+                torch.equal(value, other) and value.dtype == other.dtype
+                if isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor)
+                else value == other
+            )
+            if not equal:
+                expand_fail.append((case, key))
+    return {
+        "nemotron_vl collapse": {
+            f"input_ids ({rows} rows)": "pass" if not collapse_fail else f"FAIL: rows {collapse_fail[:5]}"
+        },
+        "nemotron_vl expand": {
+            f"cu_seqlens*/max_seqlen* ({rows} packs)": "pass"
+            if not expand_fail
+            else f"FAIL: {expand_fail[:5]}"
+        },
+    }
+
+
+def compare(bridge_batch: dict[str, Any], ours: dict[str, Any]) -> dict[str, str]:
+    """``{key: "pass" | "FAIL: why"}`` for every key of Bridge's batch (visual inputs per field)."""
+    import torch
+
+    def same(a: Any, b: Any) -> str:
+        if a is None or b is None:
+            return "pass" if a is None and b is None else f"FAIL: {a!r} vs {b!r}"
+        if isinstance(a, torch.Tensor):
+            if not isinstance(b, torch.Tensor):
+                return f"FAIL: tensor vs {type(b).__name__}"
+            if a.dtype != b.dtype or a.shape != b.shape:
+                return f"FAIL: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
+            return "pass" if torch.equal(a, b) else "FAIL: values differ"
+        return "pass" if a == b else f"FAIL: {a!r} vs {b!r}"
+
+    out = {}
+    for key, value in bridge_batch.items():
+        if key == "visual_inputs":
+            fields = {k: v for k, v in vars(value).items() if v is not None} if value is not None else {}
+            mine = ours.get("visual_inputs") or {}
+            for name in sorted(set(fields) | set(mine)):
+                out[f"visual_inputs.{name}"] = same(fields.get(name), mine.get(name))
+        else:
+            out[key] = "FAIL: missing in longpack" if key not in ours else same(value, ours[key])
+    return out
+
+
+def run(checkout: Path) -> dict[str, Any]:
+    warnings.filterwarnings("ignore")
+    from longpack.runtime.in_batch import build_visual_thd_batch
+    from longpack.vlm.families import Gemma3Family, vlm_family
+    from longpack.vlm.vision import decode_image
+    from vlm_helpers import gemma3_processor, random_samples
+
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        commit = export_bridge(checkout, Path(tmp))
+        mods = load_bridge(Path(tmp))
+        results["bridge_commit"] = commit
+        results["stubbed"] = STUBBED
+        samples = random_samples(8, seed=11, max_images=2, max_side=300)
+        from vlm_helpers import make_image
+
+        samples.append(  # a system turn (Gemma folds it into the first user turn) and three exchanges
+            {
+                "__key__": "system3",
+                "messages": [
+                    {"role": "system", "content": "Answer briefly."},
+                    {"role": "user", "content": "<image> What is this?"},
+                    {"role": "assistant", "content": "A cube."},
+                    {"role": "user", "content": "Colour?"},
+                    {"role": "assistant", "content": "Red."},
+                    {"role": "user", "content": "<image> And this one?"},
+                    {"role": "assistant", "content": "A blue sky over a mat."},
+                ],
+                "images": [make_image(120, 80, 1), make_image(64, 200, 2)],
+            }
+        )
+        cases = [(None, 1, False), (4096, 8, False), (4096, 8, True)]
+        # Gemma3-VL: Bridge runs the processor on the raw examples.
+        processor = gemma3_processor()
+        prep = Gemma3Family().preparer(processor=processor, max_images=None, max_visual_tokens=None)
+        seqs = [prep.prepare(s) for s in samples]
+        examples = [
+            {
+                "conversation": prep._hf_conversation(
+                    m := prep._conversation(s, "h")[0],
+                    [decode_image(i) for i in prep._conversation(s, "h")[1]],
+                )
+            }
+            for s in samples
+        ]
+        del m
+        for length, multiple, _ in cases[:2]:
+            theirs = mods["gemma"].gemma3_vl_collate_fn(
+                examples,
+                processor,
+                sequence_length=length,
+                enable_in_batch_packing=True,
+                in_batch_packing_pad_to_multiple_of=multiple,
+            )
+            ours = build_visual_thd_batch(seqs, sequence_length=length, pad_to_multiple_of=multiple)
+            results[f"gemma3 m={multiple}"] = compare(theirs, ours)
+        # Qwen-VL: Bridge packs prepared sequences (longpack's carry Bridge's row and visual_values).
+        for name in ("qwen2_vl", "qwen3_vl"):
+            import transformers
+
+            family = vlm_family(name)
+            v = family.vision
+            qprep = family.preparer(
+                image_processor=transformers.Qwen2VLImageProcessor(
+                    patch_size=v.patch_size, merge_size=v.merge_size
+                )
+            )
+            qseqs = [qprep.prepare(s) for s in samples]
+            for length, multiple, fixed in cases:
+                theirs = mods["qwen"].build_qwen_vl_packed_batch(
+                    qseqs, sequence_length=length, pad_to_multiple_of=multiple, pad_to_max_length=fixed
+                )
+                ours = build_visual_thd_batch(
+                    qseqs, sequence_length=length, pad_to_multiple_of=multiple, pad_to_max_length=fixed
+                )
+                results[f"{name} m={multiple} fixed={fixed}"] = compare(theirs, ours)
+        results.update(run_grouping(mods, [s.sequence_length for s in qseqs]))
+        results.update(run_nemotron(mods))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--bridge", type=Path, required=True, help="Megatron-Bridge work tree or bare git dir"
+    )
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args(argv)
+    results = run(args.bridge)
+    failed = 0
+    print(f"Megatron-Bridge {results['bridge_commit']}; stubbed: {results['stubbed']}")
+    for case, keys in results.items():
+        if case in ("bridge_commit", "stubbed"):
+            continue
+        for key, verdict in keys.items():
+            failed += verdict != "pass"
+            print(f"{case:28s} {key:28s} {verdict}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    print("all keys equal" if not failed else f"{failed} key(s) differ")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
