@@ -52,12 +52,12 @@ __all__ = [
     "gated_deltanet_cost",
     "gdn_cp_allowed",
     "gdn_elementwise_elements",
-    "state_pass_shares",
-    "state_pass_slowdown",
     "hierarchical_sizes",
     "kernel_curves",
     "kernel_efficiency",
     "linear_attention_fit",
+    "state_pass_shares",
+    "state_pass_slowdown",
 ]
 
 #: Backward FLOPs of fused attention over forward FLOPs (5 matmuls instead of 2; FlashAttention's
