@@ -185,23 +185,6 @@ def main() -> None:
             results = {}
             for mode in args.modes.split(","):
                 out = Path(tmp) / f"out-{mode}"
-                if mode == "from-store":  # tokenize into the store first (not measured)
-                    subprocess.run(
-                        [
-                            sys.executable,
-                            __file__,
-                            "--child",
-                            "--mode",
-                            mode,
-                            "--path",
-                            str(src),
-                            "--out",
-                            str(out),
-                        ],
-                        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")},
-                        check=True,
-                        capture_output=True,
-                    )
                 env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
                 cmd = [
                     sys.executable,
@@ -214,6 +197,8 @@ def main() -> None:
                     "--out",
                     str(out),
                 ]
+                if mode == "from-store":  # tokenize into the store first (not measured)
+                    subprocess.run(cmd, env=env, check=True, capture_output=True)
                 proc = subprocess.run(
                     [*cmd, "--budget", str(args.budget)],
                     capture_output=True,

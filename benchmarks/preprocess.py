@@ -36,55 +36,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from longpack.text import load_tokenizer, write_demo_dataset
-from longpack.text.tokenizers import QWEN3_SPECIAL_TOKENS, QWEN_PAT_STR
+from longpack.text import write_demo_dataset
+from longpack.text.tokenizers import Qwen3Tokenizer
 
 
 def qwen3_hf_folder(folder: Path) -> Path:
     """An HF tokenizer folder (``tokenizer.json`` + ``tokenizer_config.json``) with Qwen3's vocabulary."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
-
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    chars = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in chars:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    ranks: dict[bytes, int] = load_tokenizer("qwen3")._enc._mergeable_ranks  # type: ignore[attr-defined]
-
-    def text(token: bytes) -> str:
-        return "".join(chars[b] for b in token)
-
-    merges: list[tuple[int, str, str]] = []
-    for token, rank in ranks.items():
-        if len(token) > 1:
-            splits = [
-                (token[:i], token[i:])
-                for i in range(1, len(token))
-                if token[:i] in ranks and token[i:] in ranks
-            ]
-            splits.sort(key=lambda p: (ranks[p[0]], ranks[p[1]]))
-            merges += [(rank, text(a), text(b)) for a, b in splits]
-    merges.sort(key=lambda m: m[0])
-    tok = Tokenizer(
-        models.BPE(vocab={text(t): r for t, r in ranks.items()}, merges=[(a, b) for _, a, b in merges])
-    )
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN_PAT_STR), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in QWEN3_SPECIAL_TOKENS])
     folder.mkdir(parents=True, exist_ok=True)
-    tok.save(str(folder / "tokenizer.json"))
+    Qwen3Tokenizer().save_tokenizer_json(folder / "tokenizer.json")
     # EOS as the built-in qwen3 has it (Qwen3's chat EOS), so all three runs append the same EOD token
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",

@@ -22,18 +22,20 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "longpack"
 # Utilities every layer may use: ``errors`` (one exception base), ``_optional`` (clear errors for a
 # missing extra), ``_version`` (the one version string), ``validate`` (checks of one setting value),
 # ``outputs`` (output paths checked before work, the output-folder lock, write failures).
-# ``choices`` (every choice list, pure constants), ``option`` (one option of a job config: flag, help, choices).
-UTILITIES = {"errors", "_optional", "_version", "validate", "outputs", "choices", "option"}
+# ``choices`` (every choice list, pure constants), ``option`` (one option of a job config: flag, help, choices),
+# ``progress`` (the progress bar of long work).
+UTILITIES = {"errors", "_optional", "_version", "validate", "outputs", "choices", "option", "progress"}
 LIBRARY = {"samples", "store", "binpack", "balance", "packed", "text", "vlm", "runtime", "online"}
 LIBRARY |= {"topology", "catalog", "rules", "planner", "cluster", *UTILITIES}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "_version": set(),
     "choices": set(),
-    "option": {"errors"},
+    "option": {"errors", "validate"},
     "_optional": {"errors"},
     "validate": {"errors"},
     "outputs": {"errors"},
+    "progress": set(),  # rich progress bars on a terminal
     "samples": {"errors"},  # tokenized samples: what text/vlm hand to packed
     "store": {
         "samples",

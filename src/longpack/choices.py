@@ -35,8 +35,10 @@ DEFAULT_OVERLENGTH = "drop"
 #: Packed output on disk: ``parquet`` (Megatron-Bridge v0.4.0+ and main), ``npy`` (Bridge <= 0.3.x, NeMo 2) or
 #: ``indexed`` (Megatron's ``.bin`` / ``.idx`` document datasets for pretraining, ``longpack.packed.indexed``).
 OUTPUT_FORMATS: tuple[str, ...] = ("parquet", "npy", "indexed")
-#: Parquet type of ``input_ids``.
+DEFAULT_OUTPUT_FORMAT = "parquet"
+#: Parquet type of ``input_ids`` (``int64``: what Megatron-Bridge's own packer writes).
 IDS_DTYPES: tuple[str, ...] = ("int64", "int32")
+DEFAULT_IDS_DTYPE = "int64"
 #: ``compat`` presets: settings under which the output is byte-identical to the named tool's prepare step.
 COMPAT_MODES: tuple[str, ...] = ("megatron-bridge",)
 #: Where the pack job runs (or an executor object, from Python).
@@ -63,3 +65,8 @@ DATASET_KINDS: tuple[str, ...] = ("sft", "direct_hf", "energon", "mock_vlm", "pr
 #: Pipeline schedules and samplers of the balance simulation (``longpack.balance.schedule``).
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")
 SAMPLERS: tuple[str, ...] = ("batch", "single")
+
+#: Energon task encoders (``dataset.task_encoder._target_``) whose packing buffer holds encoded media and token
+#: counts, pixels decoded only for the pack being emitted (deferred decoding, ``longpack.online.vlm``); every
+#: other Qwen-VL encoder (Megatron-Bridge's ``QwenVLTaskEncoder``, longpack's eager one) buffers prepared pixels.
+DEFERRED_VLM_ENCODERS: tuple[str, ...] = ("longpack.online.vlm.QwenVLPackingEncoder",)

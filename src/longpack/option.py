@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from longpack.errors import ConfigError
+from longpack.validate import one_of
 
 __all__ = ["Option", "check_choices", "option", "option_of", "unescape"]
 
@@ -107,11 +108,8 @@ def check_choices(
         value = getattr(config, field.name)
         if (value is None and field.default is None) or (spec.or_object and not isinstance(value, str)):
             continue
-        if value not in spec.choices and value not in (also or {}).get(field.name, ()):
-            raise error(
-                f"{prefix}{field.name} must be one of {', '.join(spec.choices)}, got {value!r}",
-                fields=prefix + field.name,
-            )
+        if value not in (also or {}).get(field.name, ()):
+            one_of(value, spec.choices, prefix + field.name, error=error)
 
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}

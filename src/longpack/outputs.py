@@ -14,6 +14,9 @@ written under, and write failures (a full disk) reported as what they are.
 - :func:`output_write_errors` turns an ``OSError`` of the storage (disk full, quota, read-only file system,
   permission, I/O error) raised while writing into an :class:`~longpack.errors.OutputError` naming the
   folder and saying that it reads as unfinished.
+- :func:`atomic_write` (and :func:`atomic_write_bytes`, :func:`commit_file`) write every file longpack
+  leaves behind: a temporary sibling (:func:`temp_path`), fsync, rename, fsync of the folder, so a reader
+  sees the old file or the whole new one; :func:`sha256_file` is the digest manifests record of a file.
 
 >>> import tempfile
 >>> root = Path(tempfile.mkdtemp())
@@ -36,11 +39,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fnmatch
+import hashlib
 import os
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import IO, Any
 
 from longpack.errors import ConfigError, LongpackError, OutputError, OutputExistsError
 
@@ -48,11 +53,17 @@ __all__ = [
     "LOCK_SUFFIX",
     "WRITE_ERRNOS",
     "OutputLock",
+    "atomic_write",
+    "atomic_write_bytes",
     "check_output_dir",
     "check_output_file",
+    "commit_file",
+    "fsync_dir",
     "output_write_errors",
     "resolved_path",
+    "sha256_file",
     "temp_file_beside",
+    "temp_path",
 ]
 
 LOCK_SUFFIX = ".longpack-lock"
@@ -398,3 +409,79 @@ def temp_file_beside(path: str | Path, suffix: str = ".tmp") -> tuple[int, str]:
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=suffix)
     os.fchmod(fd, 0o666 & ~_umask())
     return fd, tmp
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a folder, so that a rename in it is durable (best effort: not every file system allows it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def temp_path(path: Path) -> Path:
+    """Temporary sibling of ``path`` (same folder, so the final rename is atomic).
+
+    >>> temp_path(Path("out/manifest.json")).name.startswith(".manifest.json.tmp-")
+    True
+    """
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def commit_file(tmp: Path, path: Path) -> None:
+    """fsync ``tmp`` (a finished file a writer such as pyarrow closed), rename it onto ``path``, fsync the
+    folder."""
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
+    """Write ``path`` atomically: ``write(fh)`` fills a binary temp file in the same folder, which is
+    fsynced and renamed onto ``path`` (then the folder is fsynced); on any error no temp file is left.
+
+    >>> import json, tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "x.json"
+    >>> atomic_write(p, lambda fh: fh.write(json.dumps([1]).encode())); p.read_text()
+    '[1]'
+    """
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (:func:`atomic_write`).
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "x.json"
+    >>> atomic_write_bytes(p, b"[]"); p.read_bytes(), sorted(q.name for q in p.parent.iterdir())
+    (b'[]', ['x.json'])
+    """
+    atomic_write(path, lambda fh: fh.write(data))
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a file's bytes.
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "a.txt"; _ = p.write_bytes(b"abc")
+    >>> sha256_file(p)[:12]
+    'ba7816bf8f01'
+    """
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()

@@ -33,19 +33,20 @@ This module is numpy only; it knows nothing of tokenizers or packing (``longpack
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import json
 import os
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from longpack._version import __version__
 from longpack.errors import InputError, OutputError, OutputExistsError
+from longpack.outputs import atomic_write, atomic_write_bytes, sha256_file
 from longpack.samples import TokenizedSamples
 
 __all__ = [
@@ -75,14 +76,6 @@ def is_store(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / STORE_MANIFEST).is_file()
 
 
-def _sha256(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def file_identity(path: str | os.PathLike[str], sha256: str | None = None) -> dict[str, Any]:
     """What a store records of an input file: absolute path, size, modification time and sha256 (hashed
     here unless given).
@@ -98,33 +91,12 @@ def file_identity(path: str | os.PathLike[str], sha256: str | None = None) -> di
         "path": str(p),
         "size_bytes": st.st_size,
         "mtime_ns": st.st_mtime_ns,
-        "sha256": sha256 if sha256 is not None else _sha256(p),
+        "sha256": sha256 if sha256 is not None else sha256_file(p),
     }
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _atomic(path: Path, write: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def _save_npy(fh: IO[bytes], *, array: np.ndarray) -> None:
+    np.save(fh, array, allow_pickle=False)
 
 
 def _store_names() -> set[str]:
@@ -169,7 +141,7 @@ def write_store(
         arrays: dict[str, Any] = {}
         for name in ARRAYS:
             array = np.ascontiguousarray(getattr(samples, name))
-            _atomic(folder / f"{name}.npy", lambda fh, a=array: np.save(fh, a, allow_pickle=False))
+            atomic_write(folder / f"{name}.npy", functools.partial(_save_npy, array=array))
             arrays[name] = {"dtype": str(array.dtype), "shape": list(array.shape)}
         manifest = {
             "format": STORE_FORMAT,
@@ -182,8 +154,7 @@ def write_store(
             "record": dict(record),
         }
         text = json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n"
-        _atomic(folder / STORE_MANIFEST, lambda fh: fh.write(text.encode()))
-        _fsync_dir(folder)
+        atomic_write_bytes(folder / STORE_MANIFEST, text.encode())
     except OSError as exc:
         raise OutputError(f"cannot write the token store {folder}: {exc}", fields="out") from exc
     return manifest
@@ -280,7 +251,7 @@ class TokenStore:
                 continue
             if hash_all or st.st_mtime_ns != recorded["mtime_ns"]:
                 try:
-                    digest = _sha256(path)
+                    digest = sha256_file(path)
                 except OSError as exc:
                     problems.append(f"{path}: cannot be read ({exc})")
                     continue

@@ -32,22 +32,41 @@ def _size(value: object, name: str, *, optional: bool = False) -> int:
     return checked  # type: ignore[return-value]
 
 
+#: How :func:`pad_seq_to_mult` follows from the layout, as messages and the pack report write it.
+PAD_SEQ_TO_MULT_RULE = "lcm(2*CP if CP>1 else 1, CP*TP if SP and TP>1 else 1)"
+
+
+def _pad_terms(tp: int, cp: int, sp: bool) -> tuple[int, int]:
+    """The two terms of :data:`PAD_SEQ_TO_MULT_RULE`: the CP zigzag's and SP's (the one place they are
+    computed)."""
+    return (2 * cp if cp > 1 else 1), (cp * tp if sp and tp > 1 else 1)
+
+
 def pad_seq_to_mult(*, tp: int = 1, cp: int = 1, sp: bool = False) -> int:
     """Per-sequence alignment multiple for THD packing under CP and SP.
 
-    ``lcm(2*CP if CP>1 else 1, CP*TP if SP and TP>1 else 1)`` (Megatron-Bridge; see
-    docs/reference/packed-format.md#alignment): every CP rank gets two equal chunks of
-    every sequence (zigzag), and with SP each CP shard must further split evenly over TP.
+    :data:`PAD_SEQ_TO_MULT_RULE` (Megatron-Bridge; see docs/reference/packed-format.md#alignment): every
+    CP rank gets two equal chunks of every sequence (zigzag), and with SP each CP shard must further split
+    evenly over TP.
 
     >>> pad_seq_to_mult(tp=1, cp=1), pad_seq_to_mult(cp=4), pad_seq_to_mult(tp=4, cp=2, sp=True)
     (1, 8, 8)
     >>> pad_seq_to_mult(tp=4, sp=True), pad_seq_to_mult(tp=4, sp=False)
     (4, 1)
     """
-    tp, cp = _size(tp, "tp"), _size(cp, "cp")
-    cp_multiple = 2 * cp if cp > 1 else 1
-    sp_multiple = cp * tp if sp and tp > 1 else 1
-    return math.lcm(cp_multiple, sp_multiple)
+    return math.lcm(*_pad_terms(_size(tp, "tp"), _size(cp, "cp"), sp))
+
+
+def pad_seq_to_mult_terms(*, tp: int = 1, cp: int = 1, sp: bool = False) -> str:
+    """:func:`pad_seq_to_mult`'s two terms with their values, for messages (sizes are not checked here).
+
+    >>> pad_seq_to_mult_terms(tp=4, cp=2, sp=True), pad_seq_to_mult_terms(tp=4, cp=1)
+    ('lcm(2*CP=4, CP*TP=8)', 'lcm(1, 1)')
+    """
+    cp_term, sp_term = _pad_terms(tp, cp, sp)
+    cp_text = f"2*CP={cp_term}" if cp > 1 else "1"
+    sp_text = f"CP*TP={sp_term}" if sp and tp > 1 else "1"
+    return f"lcm({cp_text}, {sp_text})"
 
 
 def ranks_needed(length: int, max_seqlen_per_rank: int) -> int:

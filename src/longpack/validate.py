@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from typing import Any
 
-from longpack.errors import ConfigError
+from longpack.errors import ConfigError, LongpackError
 
 __all__ = [
     "MAX_SEED",
     "finite_float",
     "flag",
     "non_negative_int",
+    "one_of",
     "optional_positive_int",
     "plain_fields",
     "plain_value",
@@ -153,6 +155,24 @@ def finite_float(
             where = ""
         raise ConfigError(f"{field} must be a finite number{where}, got {value!r}", fields=field)
     return number
+
+
+def one_of(
+    value: Any, allowed: Sequence[Any], field: str, *, error: type[LongpackError] = ConfigError
+) -> Any:
+    """``value`` if it is one of ``allowed`` (a choice list of ``longpack.choices``), else ``error``: the one
+    message for a value outside its choices.
+
+    >>> one_of("npy", ("parquet", "npy"), "output_format")
+    'npy'
+    >>> one_of("csv", ("parquet", "npy"), "output_format")
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: output_format must be one of parquet, npy, got 'csv'
+    """
+    if value not in allowed:
+        raise error(f"{field} must be one of {', '.join(map(str, allowed))}, got {value!r}", fields=field)
+    return value
 
 
 def flag(value: Any, field: str) -> bool:

@@ -42,7 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from longpack.choices import DEFAULT_IDS_DTYPE
 from longpack.errors import BackendError
+from longpack.outputs import sha256_file
 from longpack.packed.align import AlignedSamples
 from longpack.packed.pipeline import PackSettings, SplitPlan, shard_layout, write_shard_file
 from longpack.packed.plan import PackPlan
@@ -138,7 +140,7 @@ def _chunk_specs(
                 offset += len(blob)
             digests.append(hasher.hexdigest())
         else:
-            digests.append(text_inputs.sha256_file(path))
+            digests.append(sha256_file(path))
             if fmt is None:
                 continue
             import pyarrow.parquet as pq
@@ -315,7 +317,7 @@ def _write_shard_group(
     token_dtype: str,
     eos_id: int,
     fail_once: tuple[str, int] | None,
-    ids_dtype: str = "int64",
+    ids_dtype: str = DEFAULT_IDS_DTYPE,
     writer_options: Any = None,
 ) -> dict[str, Any]:
     """map_groups UDF: every piece of one shard (an Arrow table) -> the shard's Parquet file, written by the

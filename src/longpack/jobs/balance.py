@@ -9,7 +9,6 @@ longpack.errors.ConfigError: PP*VPP = 2000*1 pipeline stages: at most 1024 (each
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from longpack.balance.report import COLUMNS
 from longpack.errors import ConfigError
 from longpack.jobs.options import seed_option
 from longpack.option import check_choices, option
-from longpack.outputs import temp_file_beside
+from longpack.outputs import atomic_write
 from longpack.validate import finite_float, positive_int
 from longpack.validate import seed as seed_value
 
@@ -133,17 +132,8 @@ def parse_model_shape(spec: str) -> dict[str, Any]:
 
 
 def write_npy_atomic(path: Path, array: np.ndarray) -> None:
-    """Write ``array`` to ``path`` (its folder must exist) through a temp file, fsync and rename."""
-    fd, tmp = temp_file_beside(path)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.save(fh, array, allow_pickle=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``array`` to ``path`` (its folder must exist) atomically, as a ``.npy``."""
+    atomic_write(path, lambda fh: np.save(fh, array, allow_pickle=False))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from longpack.errors import InputError, LongpackError
+from longpack.progress import ProgressBar
 
 if TYPE_CHECKING:
     from longpack.packed.pipeline import PackSettings, SplitPlan
@@ -170,7 +171,8 @@ class LocalExecutor:
         from longpack.packed.pipeline import write_split_files
 
         # The split plans carry their samples (tokens included): ``sources`` is not needed here.
-        with _WriteBar(progress, total=sum(s.plan.num_rows for s in splits)) as advance:
+        total = sum(s.plan.num_rows for s in splits)
+        with ProgressBar("writing packed rows", total, enabled=progress, transient=True) as advance:
             if self._spilled:  # second pass: the rows' tokens come from the scratch files' memory maps
                 from longpack.jobs.out_of_core import PageTrimmer
 
@@ -190,35 +192,3 @@ class LocalExecutor:
         if not self._spilled:
             return None
         return {"out_of_core": {"spilled_tokens": self._spilled, "memory_budget": self.memory_budget}}
-
-
-class _WriteBar:
-    """A rich progress bar over written rows, only on a terminal and only when asked."""
-
-    def __init__(self, enabled: bool, total: int) -> None:
-        self._progress: Any = None
-        if enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            console = Console(stderr=True)
-            if console.is_terminal:
-                self._progress = Progress(
-                    TextColumn("writing packed rows"),
-                    BarColumn(),
-                    MofNCompleteColumn(),
-                    TimeRemainingColumn(),
-                    console=console,
-                    transient=True,
-                )
-                self._task = self._progress.add_task("write", total=total)
-
-    def __enter__(self) -> Any:
-        if self._progress is None:
-            return None
-        self._progress.start()
-        return lambda n: self._progress.advance(self._task, n)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()

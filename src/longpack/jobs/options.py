@@ -19,6 +19,7 @@ from longpack.option import Option, option, option_of
 
 __all__ = [
     "BRIDGE_VERSION_HELP",
+    "DEMO_TOKENIZER",
     "MCORE_VERSION_HELP",
     "Option",
     "algorithm_option",
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 INPUTS_HELP = "JSONL / Parquet files, folders or globs."
+#: The tokenizer of ``--demo`` runs (pack, sweep).
+DEMO_TOKENIZER = "qwen3"
 
 
 def inputs_option(help: str = INPUTS_HELP, *, metavar: str = "[INPUT]...", required: bool = False) -> Any:
@@ -115,7 +118,7 @@ def workers_option() -> int | None:
 
 
 def demo_option(what: str) -> bool:
-    return option(False, help=f"{what} the built-in demo SFT data (default --tokenizer qwen3).")
+    return option(False, help=f"{what} the built-in demo SFT data (default --tokenizer {DEMO_TOKENIZER}).")
 
 
 def model_option() -> str | None:

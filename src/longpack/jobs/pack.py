@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from longpack import choices
-from longpack.choices import DEFAULT_ALGORITHM, MEGATRON_ALGORITHM
+from longpack.choices import DEFAULT_ALGORITHM, DEFAULT_OVERLENGTH, MEGATRON_ALGORITHM
 from longpack.choices import OUTPUT_FORMATS as OUTPUT_FORMATS
 from longpack.choices import OVERLENGTH_POLICIES as OVERLENGTH_POLICIES
 from longpack.errors import ConfigError, InputError
+from longpack.jobs.options import DEMO_TOKENIZER as DEMO_TOKENIZER
 from longpack.jobs.options import (
     algorithm_option,
     cp_option,
@@ -58,7 +59,6 @@ __all__ = [
     "resolve_pad_seq_to_mult",
 ]
 
-DEMO_TOKENIZER = "qwen3"
 DEMO_SEQ_LENGTH = 4096
 DEMO_LABEL = "<longpack-demo>"
 #: Megatron-Bridge's ``dataset.seed`` default (``GPTSFTDatasetConfig``), the seed of its prepare step.
@@ -77,7 +77,7 @@ def resolve_pad_seq_to_mult(
     ...
     longpack.errors.ConfigError: give either pad_seq_to_mult or tp, cp and sp, not both
     """
-    from longpack.topology import TopologyError
+    from longpack.topology import PAD_SEQ_TO_MULT_RULE, TopologyError
     from longpack.topology import pad_seq_to_mult as derive
 
     # 0 is an error, never "not given" (`tp or 1` below must not turn --cp 0 into CP 1).
@@ -97,7 +97,7 @@ def resolve_pad_seq_to_mult(
         value = derive(tp=tp or 1, cp=cp or 1, sp=sp)
     except TopologyError as exc:
         raise ConfigError(str(exc), fields=("tp", "cp")) from exc
-    source = f"lcm(2*CP if CP>1 else 1, CP*TP if SP and TP>1 else 1) with TP={tp or 1} CP={cp or 1} SP={sp}"
+    source = f"{PAD_SEQ_TO_MULT_RULE} with TP={tp or 1} CP={cp or 1} SP={sp}"
     return value, source
 
 
@@ -171,7 +171,8 @@ class PackConfig:
         cli_type=str | None,
     )
     seed: int | None = seed_option(
-        None, "Seed of every random step (Megatron: dataset.seed). Default 0; 1234 with --compat."
+        None,
+        f"Seed of every random step (Megatron: dataset.seed). Default 0; {BRIDGE_DEFAULT_SEED} with --compat.",
     )
     overlength: str | None = option(
         None,
@@ -189,13 +190,13 @@ class PackConfig:
     )
     overwrite: bool = option(False, help="Replace an existing output folder.")
     ids_dtype: str = option(
-        "int64",
+        choices.DEFAULT_IDS_DTYPE,
         help="Parquet type of input_ids: int64 (as Megatron-Bridge writes) or int32 (opt-in, smaller and "
         "faster to write; Megatron-Bridge reads any integer type; needs a vocab that fits).",
         choices=choices.IDS_DTYPES,
     )
     output_format: str = option(
-        "parquet",
+        choices.DEFAULT_OUTPUT_FORMAT,
         help="parquet: packed Parquet for Megatron-Bridge v0.4.0+ and main; npy: one .npy per split for "
         "Megatron-Bridge <= 0.3.x (the PyPI release) and NeMo 2; indexed: Megatron .bin/.idx document "
         "datasets for pretraining (--data-path).",
@@ -209,8 +210,9 @@ class PackConfig:
     )
     compat: str | None = option(
         None,
-        help="megatron-bridge: Bridge's prepare step exactly (first_fit_shuffle, seed 1234, its over-length "
-        "and one-token rules, its Parquet writer): byte-identical files on the same tokenized samples.",
+        help=f"megatron-bridge: Bridge's prepare step exactly ({MEGATRON_ALGORITHM}, seed {BRIDGE_DEFAULT_SEED}, "
+        "its over-length and one-token rules, its Parquet writer): byte-identical files on the same tokenized "
+        "samples.",
         choices=choices.COMPAT_MODES,
     )
     pad_to_max_length: bool = option(
@@ -233,7 +235,9 @@ class PackConfig:
     )
     workers: int | None = workers_option()
     demo: bool = option(
-        False, help="Pack the built-in demo SFT data (defaults: --tokenizer qwen3 --seq-length 4096)."
+        False,
+        help=f"Pack the built-in demo SFT data (defaults: --tokenizer {DEMO_TOKENIZER} --seq-length "
+        f"{DEMO_SEQ_LENGTH}).",
     )
     progress: bool = False
     #: Weighted sources instead of ``inputs``: ``["a.jsonl=0.7", "b/=0.3"]``, a YAML file, or a
@@ -391,7 +395,7 @@ class PackConfig:
                     "row_group_size is a Parquet setting; drop it with output_format npy",
                     fields=("output_format", "row_group_size"),
                 )
-            if self.ids_dtype != "int64":
+            if self.ids_dtype != choices.DEFAULT_IDS_DTYPE:
                 raise ConfigError(
                     "ids_dtype is a Parquet setting (npy rows hold Python ints); drop it with output_format npy",
                     fields=("output_format", "ids_dtype"),
@@ -459,7 +463,7 @@ class PackConfig:
                 raise ConfigError(
                     f"output_format indexed: drop {name} ({reason})", fields=(name, "output_format")
                 )
-        if self.ids_dtype != "int64":
+        if self.ids_dtype != choices.DEFAULT_IDS_DTYPE:
             raise ConfigError(
                 "output_format indexed picks the token dtype from the vocabulary (uint16 or int32, as Megatron); "
                 "drop ids_dtype",
@@ -514,21 +518,18 @@ class PackConfig:
         # a bad spec fails now, before any tokenization; the planner's cost model is for rows of seq_length
         balance = balance_target(self.balance, seq_length=self.seq_length)
         assert self.seq_length is not None
-        return PackSettings(
-            seq_length=self.seq_length,
-            pack_size=self.pack_size,
-            pad_seq_to_mult=mult,
-            algorithm=algorithm,
-            seed=0 if seed is None else seed,
-            overlength=overlength or "drop",
-            val_fraction=self.val_fraction,
-            rows_per_shard=self.rows_per_shard,
-            balance=balance,
-            ids_dtype=self.ids_dtype,
-            output_format=self.output_format,
-            row_group_size=self.row_group_size,
-            compat=self.compat,
-        )
+        resolved = {
+            "seq_length": self.seq_length,
+            "pad_seq_to_mult": mult,
+            "algorithm": algorithm,
+            "seed": 0 if seed is None else seed,
+            "overlength": overlength or DEFAULT_OVERLENGTH,
+            "balance": balance,
+        }
+        # Every other packed setting is this config's field of the same name, passed on as given: the
+        # list of settings is PackSettings' own, so a new one is declared there and as an option here.
+        given = {f.name: getattr(self, f.name) for f in fields(PackSettings) if f.name not in resolved}
+        return PackSettings(**given, **resolved)
 
     @property
     def settings(self) -> PackSettings:
@@ -538,14 +539,11 @@ class PackConfig:
 
     @property
     def handoff_options(self) -> dict[str, Any]:
-        """What only ``bridge_config.yaml`` needs: the topology given and the fixed-width options."""
-        return {
-            "tp": self.tp,
-            "cp": self.cp,
-            "sp": self.sp,
-            "pad_to_max_length": self.pad_to_max_length,
-            "pad_cu_seqlens": self.pad_cu_seqlens,
-        }
+        """What only ``bridge_config.yaml`` needs: the topology given and the fixed-width options
+        (``longpack.packed.bridge_config.HANDOFF_OPTIONS``, each a field of this config)."""
+        from longpack.packed.bridge_config import HANDOFF_OPTIONS
+
+        return {name: getattr(self, name) for name in HANDOFF_OPTIONS}
 
     @property
     def pad_seq_to_mult_source(self) -> str:

@@ -3,27 +3,17 @@ atomically and without a timestamp, so the same result gives the same bytes."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
-from longpack.outputs import temp_file_beside
+from longpack.outputs import atomic_write
 
 __all__ = ["plan_png", "plot_figure", "sweep_png", "write_png_atomic"]
 
 
 def write_png_atomic(fig: Any, path: Path) -> None:
     """Save a matplotlib figure as a PNG atomically (temp file, fsync, rename), without a timestamp."""
-    fd, tmp = temp_file_beside(path, suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120, metadata={"Software": None})
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=120, metadata={"Software": None}))
 
 
 def sweep_png(result: Any, path: Path) -> None:

@@ -178,7 +178,7 @@ class PreviewConfig:
             html_path=None if self.html is None else str(self.html),
         )
         if self.html is not None:
-            from longpack.packed.files import atomic_write_bytes
+            from longpack.outputs import atomic_write_bytes
 
             atomic_write_bytes(Path(self.html), result.html().encode("utf-8"))
         return result

@@ -62,7 +62,7 @@ from megatron.energon.worker import WorkerConfig
 from longpack import binpack, choices
 from longpack.errors import ConfigError, OnlineError
 from longpack.online.packer import OVERLENGTH_POLICIES, aligned_length, select_packs
-from longpack.outputs import temp_file_beside
+from longpack.outputs import atomic_write_bytes
 
 LOADER_STATE_FORMAT = "longpack.online.energon.loader_state/1"
 
@@ -492,17 +492,7 @@ def write_loader_state(path: str | os.PathLike[str], state: dict[str, Any]) -> N
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     _StatePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(state)
-    fd, tmp = temp_file_beside(path)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(buffer.getvalue())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def read_loader_state(path: str | os.PathLike[str]) -> dict[str, Any]:

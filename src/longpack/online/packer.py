@@ -43,7 +43,7 @@ import numpy as np
 
 from longpack import binpack, choices
 from longpack.errors import OnlineError
-from longpack.outputs import temp_file_beside
+from longpack.outputs import atomic_write_bytes
 
 Overlength = Literal["truncate", "drop", "error"]
 OVERLENGTH_POLICIES: tuple[str, ...] = ("truncate", "drop", "error")
@@ -626,37 +626,15 @@ class OnlinePacker:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = temp_file_beside(path)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=1, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write ``obj`` as JSON to ``path`` atomically (its folder created if needed)."""
+    write_text_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+    """Write ``text`` (UTF-8) to ``path`` atomically (its folder created if needed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = temp_file_beside(path)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def fill_ratio(packs: Iterable[OnlinePack], capacity: int) -> float:

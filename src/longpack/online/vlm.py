@@ -30,9 +30,17 @@ Energon hooks (see docs/guide/online-sim.md and Energon's ``TaskEncoder`` packin
 
 Samples come from a ``CrudeWebdataset`` (``energon prepare --sample-type CrudeWebdataset``): each sample has a
 ``json`` member with the conversation (``messages`` or ``conversations``, ``<image>`` placeholders) and image
-members ``img0.png``, ``img1.jpg``, ... (any ``img<N>.<ext>``, in ``N`` order). The encoder sets
-``decoder = None`` so images arrive as encoded bytes and longpack decodes them (a broken image names its sample
-key and the decoder's reason, instead of failing inside Energon's decoder).
+members ``img0.png``, ``img1.jpg``, ... (any ``img<N>.<ext>``, in ``N`` order) and video members ``vid0.mp4``,
+... (any ``vid<N>.<ext>`` a PyAV build reads, filling ``<video>`` placeholders in ``N`` order: Energon's
+multi-image / video samples). The encoder sets ``decoder = None`` so media arrive as encoded bytes and longpack
+decodes them (a broken image or video names its sample key and the decoder's reason, instead of failing inside
+Energon's decoder). A video is measured from its container header (frame count, rate and size: frames sampled
+and grids as transformers' ``Qwen2VLVideoProcessor``, :mod:`longpack.vlm.video`) and its sampled frames are
+decoded with PyAV only when its pack is emitted; a video that cannot be read is ``undecodable``, one with no
+frame to sample ``empty_video``, one whose tokens do not fit the pack ``too_long`` (or ``visual_tokens``).
+Megatron-Bridge's own video members are read too: ``jpgs`` (a pickled list of encoded frames: one video),
+``mp4s`` / ``videos`` (a pickled list of such lists), frames pre-extracted at the wanted rate; as Bridge's
+``QwenVLTaskEncoder`` does, the first ``VideoConfig.max_num_frames`` (60) are kept and none is resampled.
 
 Save and restore the loader with :func:`longpack.online.energon.save_loader_state` /
 ``restore_loader_state`` and pass this encoder: its :meth:`QwenVLPackingEncoder.packing_config` (seq_length,
@@ -51,7 +59,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import io
 import json
+import pickle
 import re
 from typing import Any
 
@@ -69,26 +79,63 @@ from longpack.vlm.errors import SampleRejected, VLMError
 from longpack.vlm.prepare import PreparedSequence, QwenVLPreparer, aligned
 
 _IMAGE_FIELD = re.compile(r"^img(\d+)\.\w+$")
+_VIDEO_FIELD = re.compile(r"^vid(\d+)\.\w+$")
+# Megatron-Bridge's video members (``data/energon/task_encoder_utils.py`` ``videohandler``): a pickled list of
+# encoded frames (``jpgs``: one video) or of such lists (``mp4s``, ``videos``: one per video).
+_FRAME_LIST_FIELDS = ("jpgs", "mp4s", "videos")
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles lists, tuples and bytes only: a frame list names no class, so any lookup is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
+
+
+def _frame_lists(data: Any, *, one_video: bool) -> list[list[bytes]]:
+    """The videos of a Bridge video member, each a list of encoded frames."""
+    try:
+        value = _PlainUnpickler(io.BytesIO(bytes(data))).load()
+    except Exception as exc:  # a member that is not a plain pickle is the sample's problem, not Energon's
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
+    videos = [value] if one_video else value
+    if not isinstance(videos, list | tuple) or not all(
+        isinstance(v, list | tuple) and all(isinstance(f, bytes | bytearray) for f in v) for v in videos
+    ):
+        raise ValueError("expected lists of bytes")
+    return [list(v) for v in videos]
+
+
 FAILURE_TOLERANCE = 100  # Bridge's bound on consecutive failures of encode_sample
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
 class VLMChatSample(Sample):
-    """A cooked sample: the conversation (parsed JSON) and its images as encoded bytes, in order."""
+    """A cooked sample: the conversation (parsed JSON) and its images and videos as encoded bytes, in order."""
 
     conversation: dict[str, Any]
     images: list[bytes]
+    videos: list[Any] = dataclasses.field(default_factory=list)  # encoded files or lists of encoded frames
     problem: str | None = None  # why the crude sample could not be read (reported as ``malformed``)
 
 
 @stateless
 def cook_vlm_sample(raw: dict[str, Any]) -> VLMChatSample:
-    """Crude WebDataset sample (``json`` + ``img<N>.<ext>`` members) -> :class:`VLMChatSample`. A sample
-    without a readable ``json`` member is cooked with ``problem`` set (the encoder reports it as
+    """Crude WebDataset sample (``json`` + ``img<N>.<ext>`` / ``vid<N>.<ext>`` / Bridge's ``jpgs``, ``mp4s``,
+    ``videos`` members) -> :class:`VLMChatSample`. A sample without a readable ``json`` member, or with a video
+    member that is not a plain pickled frame list, is cooked with ``problem`` set (the encoder reports it as
     ``malformed``) instead of failing inside Energon, which would log a traceback and drop it uncounted."""
     found = sorted((int(m.group(1)), k) for k in raw if (m := _IMAGE_FIELD.match(k)))
     images = [raw[k] for _, k in found]
+    found_videos = sorted((int(m.group(1)), k) for k in raw if (m := _VIDEO_FIELD.match(k)))
+    videos: list[Any] = [raw[k] for _, k in found_videos]
     problem = None
+    for name in _FRAME_LIST_FIELDS:  # Bridge's pre-extracted frames (its ``videohandler``)
+        if name in raw and problem is None:
+            try:
+                videos += _frame_lists(raw[name], one_video=name == "jpgs")
+            except ValueError as exc:
+                problem = f"the {name!r} member is not a pickled list of encoded frames ({exc})"
     conversation: Any = {}
     if "json" not in raw:
         problem = f"no 'json' member (has {sorted(k for k in raw if k[0] != '_')})"
@@ -102,7 +149,9 @@ def cook_vlm_sample(raw: dict[str, Any]) -> VLMChatSample:
             problem = f"the 'json' member must be an object, got {type(conversation).__name__}"
     if problem is not None:
         conversation = {}
-    return VLMChatSample(**basic_sample_keys(raw), conversation=conversation, images=images, problem=problem)
+    return VLMChatSample(
+        **basic_sample_keys(raw), conversation=conversation, images=images, videos=videos, problem=problem
+    )
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -118,6 +167,7 @@ class VLMTaskSample(Sample):
     length: int = 0
     conversation: dict[str, Any] | None = None
     images: list[bytes] | None = None
+    videos: list[Any] | None = None
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -298,8 +348,7 @@ class QwenVLPackingEncoder(_VLMPackingEncoder):
     @stateless(failure_tolerance=FAILURE_TOLERANCE)
     def preencode_sample(self, sample: VLMChatSample) -> VLMTaskSample:
         """Measure one sample from its image headers (no pixel decoded); a refusal becomes a refused member."""
-        conversation = dict(sample.conversation)
-        conversation["images"] = list(sample.images)
+        conversation = _media(sample.conversation, sample.images, sample.videos)
         try:
             if sample.problem is not None:
                 raise SampleRejected(sample.__key__, "malformed", sample.problem)
@@ -315,6 +364,7 @@ class QwenVLPackingEncoder(_VLMPackingEncoder):
             length=length.tokens,
             conversation=dict(sample.conversation),
             images=list(sample.images),
+            videos=list(sample.videos),
         )
 
     @stateless(failure_tolerance=FAILURE_TOLERANCE)
@@ -322,8 +372,7 @@ class QwenVLPackingEncoder(_VLMPackingEncoder):
         """Decode and prepare a selected sample (its pack is about to be emitted)."""
         if sample.rejected is not None:
             return sample
-        conversation = dict(sample.conversation or {})
-        conversation["images"] = list(sample.images or [])
+        conversation = _media(sample.conversation or {}, sample.images or [], sample.videos or [])
         try:
             prepared = self.preparer.prepare(conversation, key=sample.__key__)
         except SampleRejected as exc:
@@ -347,8 +396,7 @@ class EagerQwenVLPackingEncoder(_VLMPackingEncoder):
     def encode_sample(self, sample: VLMChatSample) -> VLMTaskSample:
         """Prepare one sample (its pixel tensors wait in the packing buffer); a refusal becomes a refused
         member with its reason."""
-        conversation = dict(sample.conversation)
-        conversation["images"] = list(sample.images)
+        conversation = _media(sample.conversation, sample.images, sample.videos)
         try:
             if sample.problem is not None:
                 raise SampleRejected(sample.__key__, "malformed", sample.problem)
@@ -360,6 +408,15 @@ class EagerQwenVLPackingEncoder(_VLMPackingEncoder):
         return VLMTaskSample.derive_from(
             sample, prepared=prepared, rejected=None, length=prepared.sequence_length
         )
+
+
+def _media(conversation: dict[str, Any], images: list[bytes], videos: list[Any]) -> dict[str, Any]:
+    """The conversation with the sample's encoded images and videos filling its placeholders."""
+    out = dict(conversation)
+    out["images"] = list(images)
+    if videos:
+        out["videos"] = list(videos)
+    return out
 
 
 def _fatal(sample: Sample, exc: Exception) -> FatalSampleError:

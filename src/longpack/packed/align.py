@@ -31,6 +31,7 @@ import numpy as np
 from longpack import choices
 from longpack.errors import ConfigError, InputError
 from longpack.samples import TokenizedSamples
+from longpack.validate import one_of
 
 OVERLENGTH_POLICIES = choices.OVERLENGTH_POLICIES
 DEFAULT_OVERLENGTH = choices.DEFAULT_OVERLENGTH
@@ -175,8 +176,7 @@ def align_samples(
     >>> align_samples(one, max_seq_length=8, pad_seq_to_mult=2, eos_id=2, keep_single_token=True).stored.tolist()
     [3, 1]
     """
-    if overlength not in OVERLENGTH_POLICIES:
-        raise ConfigError(f"overlength must be one of {OVERLENGTH_POLICIES}, got {overlength!r}")
+    one_of(overlength, OVERLENGTH_POLICIES, "overlength")
     m = int(pad_seq_to_mult)
     cap = runtime_cap(int(max_seq_length), m)
     stored_in = samples.stored_lengths()

@@ -42,11 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from longpack.errors import ConfigError
+from longpack.validate import one_of
 
 __all__ = [
     "BRIDGE_APIS",
     "BRIDGE_CONFIG_NAME",
     "BRIDGE_CONFIG_VERSION",
+    "HANDOFF_OPTIONS",
     "LEGACY_BRIDGE_VERSION",
     "SPECS_CLASS",
     "BridgeHandoff",
@@ -56,6 +58,10 @@ __all__ = [
 ]
 
 BRIDGE_CONFIG_NAME = "bridge_config.yaml"
+#: What only ``bridge_config.yaml`` needs, not the packed files: the topology the data was aligned for and
+#: the fixed-width switches (:class:`BridgeHandoff`'s fields; the manifest records them as
+#: ``bridge_config.options``, and :func:`handoff_from_manifest` takes them back).
+HANDOFF_OPTIONS = ("tp", "cp", "sp", "pad_to_max_length", "pad_cu_seqlens")
 #: The Megatron-Bridge release whose config keys ``bridge_config.yaml`` (main API) uses; earlier releases
 #: that read packed Parquet (v0.4.0 - v0.5.1) name the specs ``packed_sequence_specs`` (docs: bridge.md).
 BRIDGE_CONFIG_VERSION = "v0.6.0"
@@ -106,8 +112,7 @@ class BridgeHandoff:
     balanced_for: Mapping[str, int] | None = None
 
     def __post_init__(self) -> None:
-        if self.api not in BRIDGE_APIS:
-            raise ConfigError(f"api must be one of {', '.join(BRIDGE_APIS)}, got {self.api!r}", fields="api")
+        one_of(self.api, BRIDGE_APIS, "api")
         if self.pad_cu_seqlens and not self.pad_to_max_length:
             raise ConfigError(
                 "pad_cu_seqlens needs pad_to_max_length (Bridge: \"'pad_to_max_length=True' is required when "
@@ -119,6 +124,16 @@ class BridgeHandoff:
                 f"seq_length ({self.seq_length}) must not exceed pack_size ({self.pack_size})",
                 fields=("seq_length", "pack_size"),
             )
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The :data:`HANDOFF_OPTIONS` of this config, as the manifest records them.
+
+        >>> BridgeHandoff(out=Path("/o"), pack_size=8, seq_length=8, pad_seq_to_mult=1, seed=0,
+        ...               train_path="t.parquet", metadata_path="m.jsonl", cp=2).options
+        {'tp': None, 'cp': 2, 'sp': False, 'pad_to_max_length': False, 'pad_cu_seqlens': False}
+        """
+        return {name: getattr(self, name) for name in HANDOFF_OPTIONS}
 
     def _abs(self, rel: str) -> str:
         return str(Path(self.out).absolute() / rel)

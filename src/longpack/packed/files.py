@@ -1,4 +1,4 @@
-"""Packed files on disk: names, atomic writes, Parquet writer options, and Megatron-Bridge's path rule. No torch.
+"""Packed files on disk: names, Parquet writer options, and Megatron-Bridge's path rule. No torch.
 
 Layout of one output folder (``N`` = pack size, in runtime tokens)::
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import glob as globlib
-import hashlib
 import os
 import time
 from dataclasses import dataclass
@@ -31,7 +30,16 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from longpack.choices import DEFAULT_IDS_DTYPE, DEFAULT_OUTPUT_FORMAT
 from longpack.errors import PackedDataError
+
+# The atomic writes and the file digest live in ``longpack.outputs`` (one set for every layer); these names
+# stay importable from here for the packed writers' callers.
+from longpack.outputs import atomic_write_bytes as atomic_write_bytes
+from longpack.outputs import commit_file as commit_file
+from longpack.outputs import sha256_file as sha256_file
+from longpack.outputs import temp_path as temp_path
+from longpack.validate import one_of
 
 #: Rows per Parquet row group Megatron-Bridge's own writer uses (``write_packed_parquet``).
 BRIDGE_ROW_GROUP_SIZE = 500
@@ -75,7 +83,9 @@ def default_rows_per_shard(pack_size: int) -> int:
 FORMAT_SUFFIXES = {"parquet": ".idx.parquet", "npy": ".npy"}
 
 
-def shard_names(split: str, pack_size: int, num_shards: int, *, output_format: str = "parquet") -> list[str]:
+def shard_names(
+    split: str, pack_size: int, num_shards: int, *, output_format: str = DEFAULT_OUTPUT_FORMAT
+) -> list[str]:
     """File names of a split's shards (base names; see :func:`split_folder` for where they go).
 
     >>> shard_names("training", 4096, 1), shard_names("training", 8, 1, output_format="npy")
@@ -108,7 +118,9 @@ def split_relpath(split: str, name: str) -> str:
     return f"{folder}/{name}" if folder else name
 
 
-def split_spec(split: str, pack_size: int, num_shards: int, *, output_format: str = "parquet") -> str:
+def split_spec(
+    split: str, pack_size: int, num_shards: int, *, output_format: str = DEFAULT_OUTPUT_FORMAT
+) -> str:
     """The path spec (relative to the output folder) a Megatron-Bridge config should use for a split.
 
     >>> split_spec("training", 4096, 1), split_spec("training", 4096, 3), split_spec("validation", 8, 1)
@@ -128,58 +140,6 @@ def metadata_name(pack_size: int) -> str:
     '4096_metadata.jsonl'
     """
     return f"{pack_size}_metadata.jsonl"
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def temp_path(path: Path) -> Path:
-    """Temporary sibling of ``path`` (same folder, so the final rename is atomic)."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
-
-
-def commit_file(tmp: Path, path: Path) -> None:
-    """fsync ``tmp``, rename it onto ``path``, fsync the folder."""
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename).
-
-    >>> import tempfile
-    >>> p = Path(tempfile.mkdtemp()) / "x.json"
-    >>> atomic_write_bytes(p, b"[]"); p.read_bytes(), sorted(q.name for q in p.parent.iterdir())
-    (b'[]', ['x.json'])
-    """
-    tmp = temp_path(path)
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        commit_file(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 #: The Parquet leaf path of the ``loss_mask`` list column. pyarrow's ``use_dictionary`` names leaf columns:
@@ -221,10 +181,7 @@ class ParquetWriterOptions:
     compression: str = "snappy"
 
     def __post_init__(self) -> None:
-        if self.compression not in COMPRESSIONS:
-            raise PackedDataError(
-                f"compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}"
-            )
+        one_of(self.compression, COMPRESSIONS, "compression", error=PackedDataError)
         if not isinstance(self.row_group_size, int) or self.row_group_size < 1:
             raise PackedDataError(f"row_group_size must be a positive integer, got {self.row_group_size!r}")
         for name in ("max_rows_per_page", "data_page_size"):
@@ -296,7 +253,7 @@ def local_path(path: str | os.PathLike[str]) -> str:
 
 
 def open_parquet_writer(
-    path: Path | Any, *, ids_dtype: str = "int64", options: ParquetWriterOptions | None = None
+    path: Path | Any, *, ids_dtype: str = DEFAULT_IDS_DTYPE, options: ParquetWriterOptions | None = None
 ) -> pq.ParquetWriter:
     """A writer with fixed options, so the same rows give the same bytes (``path``: a path or a binary file)."""
     from longpack.packed.rows import arrow_schema

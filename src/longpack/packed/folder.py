@@ -60,6 +60,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from longpack.errors import PackedDataError
+from longpack.outputs import sha256_file
 from longpack.packed.files import (
     ONE_ROW_PAGES_KEY,
     REQUIRED_COLUMNS,
@@ -70,7 +71,6 @@ from longpack.packed.files import (
     local_path,
     metadata_name,
     resolve_packed_parquet_paths,
-    sha256_file,
 )
 from longpack.packed.manifest import MANIFEST_NAME, PackManifest, SplitRecord
 from longpack.packed.plan import PackPlan, pack_metadata

@@ -31,7 +31,6 @@ data is cut into samples by Megatron's ``GPTDataset`` at training time, so nothi
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from longpack.errors import PackedDataError
-from longpack.packed.files import commit_file, sha256_file, temp_path
+from longpack.outputs import atomic_write, atomic_write_bytes, sha256_file
 from longpack.samples import TokenizedSamples
 
 __all__ = [
@@ -106,19 +105,14 @@ def indexed_shards(
 
 
 def _atomic_write(path: Path, chunks: Sequence[bytes | np.ndarray]) -> None:
-    tmp = temp_path(path)
-    try:
-        with open(tmp, "wb") as f:
-            for chunk in chunks:
-                if isinstance(chunk, np.ndarray):
-                    chunk.tofile(f)
-                else:
-                    f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        commit_file(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    def write(f: Any) -> None:
+        for chunk in chunks:
+            if isinstance(chunk, np.ndarray):
+                chunk.tofile(f)
+            else:
+                f.write(chunk)
+
+    atomic_write(path, write)
 
 
 def write_indexed(
@@ -261,7 +255,6 @@ def write_indexed_output(
     inputs, malformed rows, one record per shard) plus ``megatron`` (prefixes, ``data_path``, dtype, EOD id)
     and ``gpt_dataset``: what ``GPTDataset`` makes of the data at ``seq_length`` / ``seed``.
     """
-    from longpack.packed.files import atomic_write_bytes
     from longpack.packed.gpt_samples import gpt_samples_report
     from longpack.packed.manifest import MANIFEST_FORMAT, MANIFEST_NAME, PackManifest
     from longpack.packed.pipeline import MAX_LISTED, versions

@@ -21,25 +21,29 @@ from longpack import choices
 from longpack._version import __version__
 from longpack.errors import ConfigError, InputError
 from longpack.errors import OutputExistsError as _OutputExistsError
-from longpack.outputs import OutputLock, check_output_dir, output_write_errors
+from longpack.outputs import (
+    OutputLock,
+    atomic_write_bytes,
+    check_output_dir,
+    commit_file,
+    output_write_errors,
+    sha256_file,
+    temp_path,
+)
 from longpack.packed.align import DEFAULT_OVERLENGTH, OVERLENGTH_POLICIES, AlignedSamples, align_samples
 from longpack.packed.files import (
     BRIDGE_ROW_GROUP_SIZE,
     BRIDGE_WRITER_OPTIONS,
     VALIDATION_DIR,
     ParquetWriterOptions,
-    atomic_write_bytes,
-    commit_file,
     default_row_group_size,
     default_rows_per_shard,
     metadata_name,
     one_row_pages,
     open_parquet_writer,
-    sha256_file,
     shard_names,
     split_relpath,
     split_spec,
-    temp_path,
 )
 from longpack.packed.manifest import MANIFEST_FORMAT, MANIFEST_NAME, PackManifest
 from longpack.packed.plan import (
@@ -52,7 +56,7 @@ from longpack.packed.plan import (
 )
 from longpack.packed.rows import PackedRows, fill_rows
 from longpack.samples import TokenizedSamples
-from longpack.validate import finite_float, optional_positive_int, positive_int
+from longpack.validate import finite_float, one_of, optional_positive_int, positive_int
 from longpack.validate import seed as seed_value
 
 if TYPE_CHECKING:
@@ -104,9 +108,9 @@ class PackSettings:
     #: Parquet type of ``input_ids``: ``int64`` (what Megatron-Bridge's own packer writes) or the opt-in
     #: ``int32`` (its reader accepts any integer type; encodes ~2x faster). ``int32`` needs a
     #: vocabulary that fits in int32 (:func:`check_ids_dtype`).
-    ids_dtype: str = "int64"
+    ids_dtype: str = choices.DEFAULT_IDS_DTYPE
     #: ``parquet`` (Bridge main) or ``npy`` (Bridge <= 0.3, NeMo 2; one file per split, no shards).
-    output_format: str = "parquet"
+    output_format: str = choices.DEFAULT_OUTPUT_FORMAT
     #: Rows per Parquet row group (``None``: about 65,536 tokens per group, 1..500 rows; see
     #: ``longpack.packed.files.default_row_group_size``).
     row_group_size: int | None = None
@@ -115,11 +119,7 @@ class PackSettings:
     compat: str | None = None
 
     def __post_init__(self) -> None:
-        if self.output_format not in OUTPUT_FORMATS:
-            raise ConfigError(
-                f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {self.output_format!r}",
-                fields="output_format",
-            )
+        one_of(self.output_format, OUTPUT_FORMATS, "output_format")
         if self.row_group_size is not None and (
             not isinstance(self.row_group_size, int) or self.row_group_size < 1
         ):
@@ -128,11 +128,7 @@ class PackSettings:
                 fields="row_group_size",
             )
         if self.compat is not None:
-            if self.compat not in COMPAT_MODES:
-                raise ConfigError(
-                    f"compat must be one of {', '.join(COMPAT_MODES)} or None, got {self.compat!r}",
-                    fields="compat",
-                )
+            one_of(self.compat, COMPAT_MODES, "compat")
             if self.algorithm != MEGATRON_ALGORITHM:
                 raise ConfigError(
                     f"compat {self.compat} packs with {MEGATRON_ALGORITHM} (Bridge's algorithm), got algorithm "
@@ -150,11 +146,7 @@ class PackSettings:
                     f"compat {self.compat} writes one file per split, as Bridge does; drop rows_per_shard",
                     fields=("compat", "rows_per_shard"),
                 )
-        if self.ids_dtype not in IDS_DTYPES:
-            raise ConfigError(
-                f"ids_dtype must be one of {', '.join(IDS_DTYPES)}, got {self.ids_dtype!r}",
-                fields="ids_dtype",
-            )
+        one_of(self.ids_dtype, IDS_DTYPES, "ids_dtype")
         from longpack.binpack import MAX_CAPACITY
 
         why = "the bin packer's working memory grows with it"
@@ -170,11 +162,7 @@ class PackSettings:
                 "sample longer than a pack cannot be packed; lower seq_length or raise pack_size",
                 fields=("seq_length", "pack_size"),
             )
-        if self.overlength not in OVERLENGTH_POLICIES:
-            raise ConfigError(
-                f"overlength must be one of {', '.join(OVERLENGTH_POLICIES)}, got {self.overlength!r}",
-                fields="overlength",
-            )
+        one_of(self.overlength, OVERLENGTH_POLICIES, "overlength")
         if (self.algorithm == BALANCED_ALGORITHM) != (self.balance is not None):
             raise ConfigError(
                 "algorithm='balanced' and a balance target go together: give balance dp=..,gbs=..,model=..,gpu=..",
@@ -220,6 +208,17 @@ class PackSettings:
     def keep_single_token(self) -> bool:
         """Whether one-token samples (runtime length 0) are packed, as Megatron-Bridge does (compat mode)."""
         return self.compat is not None
+
+    def align(self, samples: TokenizedSamples, *, eos_id: int) -> AlignedSamples:
+        """``samples`` aligned as these settings say (:func:`~longpack.packed.align.align_samples`)."""
+        return align_samples(
+            samples,
+            max_seq_length=self.seq_length,
+            pad_seq_to_mult=self.pad_seq_to_mult,
+            eos_id=eos_id,
+            overlength=self.overlength,
+            keep_single_token=self.keep_single_token,
+        )
 
 
 def check_ids_dtype(ids_dtype: str, vocab_size: int | None) -> None:
@@ -318,14 +317,7 @@ def plan_split(
     2.0
     """
     if aligned is None:
-        aligned = align_samples(
-            samples,
-            max_seq_length=settings.seq_length,
-            pad_seq_to_mult=settings.pad_seq_to_mult,
-            eos_id=eos_id,
-            overlength=settings.overlength,
-            keep_single_token=settings.keep_single_token,
-        )
+        aligned = settings.align(samples, eos_id=eos_id)
     if len(aligned) == 0:
         raise InputError(
             f"{name}: no samples left to pack ({len(samples)} read, {len(aligned.dropped)} dropped as too long "
@@ -369,14 +361,7 @@ def plan_splits(
             plan_split("training", train, settings, eos_id=eos_id),
             plan_split("validation", validation, settings, eos_id=eos_id),
         ]
-    aligned = align_samples(
-        train,
-        max_seq_length=settings.seq_length,
-        pad_seq_to_mult=settings.pad_seq_to_mult,
-        eos_id=eos_id,
-        overlength=settings.overlength,
-        keep_single_token=settings.keep_single_token,
-    )
+    aligned = settings.align(train, eos_id=eos_id)
     if settings.val_fraction == 0:
         return [plan_split("training", train, settings, eos_id=eos_id, aligned=aligned)]
     # Fragments of one sample stay in one split: the draw is over source samples when there are fragments.
@@ -492,7 +477,14 @@ def _is_ours(name: str) -> bool:
 
 
 def _is_ours_path(path: Path) -> bool:
-    """A file longpack writes, or the validation folder holding only such files."""
+    """A file longpack writes, or the validation folder holding only such files. A name that is gone by
+    the time it is checked is nothing to refuse: another run writing the folder renamed its temp file.
+
+    >>> _is_ours_path(Path("no/such/.4096_metadata.jsonl.tmp-1")), _is_ours_path(Path("no/such/notes.txt"))
+    (True, True)
+    """
+    if not os.path.lexists(path):
+        return True
     if path.is_dir() and not path.is_symlink():
         return path.name == VALIDATION_DIR and all(q.is_file() and _is_ours(q.name) for q in path.iterdir())
     return path.is_file() and _is_ours(path.name)
@@ -526,7 +518,7 @@ def write_shard_file(
     hi: int,
     progress: Callable[[int], None] | None = None,
     *,
-    ids_dtype: str = "int64",
+    ids_dtype: str = choices.DEFAULT_IDS_DTYPE,
     options: ParquetWriterOptions | None = None,
     name: str | None = None,
 ) -> dict[str, Any]:
@@ -819,18 +811,16 @@ def finish_packed_output(
         "megatron_bridge": megatron,
         **provenance.extra,
     }
-    options = dict(handoff or {})
-    config = handoff_from_manifest(out, manifest, **options)
+    # Built from the manifest as every reader of the folder builds it (``PackResult.bridge_config``): the
+    # file written is the one a reader derives, by construction.
+    config = handoff_from_manifest(out, manifest, **(handoff or {}))
     config_path = out / BRIDGE_CONFIG_NAME
     atomic_write_bytes(config_path, config.to_yaml().encode())
     # No sha256: the file names the folder's absolute path, and the manifest must not depend on it.
     manifest["bridge_config"] = {
         "name": BRIDGE_CONFIG_NAME,
         "api": config.api,
-        "options": {
-            k: options.get(k, getattr(config, k))
-            for k in ("tp", "cp", "sp", "pad_to_max_length", "pad_cu_seqlens")
-        },
+        "options": config.options,
     }
     atomic_write_bytes(out / MANIFEST_NAME, PackManifest.from_dict(manifest).to_json_bytes())
     return manifest

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from longpack.choices import DEFAULT_IDS_DTYPE
 from longpack.packed.align import AlignedSamples
 from longpack.packed.plan import PackPlan
 
@@ -25,7 +26,7 @@ ARROW_SCHEMA = pa.schema(
 )
 
 
-def arrow_schema(ids_dtype: str = "int64") -> pa.Schema:
+def arrow_schema(ids_dtype: str = DEFAULT_IDS_DTYPE) -> pa.Schema:
     """The packed-file schema with ``input_ids`` as ``list<ids_dtype>`` (``int64`` is :data:`ARROW_SCHEMA`).
 
     >>> str(arrow_schema("int32").field("input_ids").type)
@@ -82,7 +83,7 @@ def fill_rows(
     hi: int | None = None,
     *,
     compiled: bool = True,
-    ids_dtype: str = "int64",
+    ids_dtype: str = DEFAULT_IDS_DTYPE,
 ) -> PackedRows:
     """Materialize rows ``lo:hi`` of ``plan`` (all rows by default); ``input_ids`` of type ``ids_dtype``.
 

@@ -655,7 +655,7 @@ class TrainingSetup:
         and evaluation CP), 1 without CP. With SP the docs ask for :attr:`required_pad_seq_to_mult`, but
         SP only constrains whole rows."""
         cps = {self.cp} | ({self.eval_context_parallel_size} if self.eval_context_parallel_size else set())
-        return math.lcm(*(2 * c if c > 1 else 1 for c in cps))
+        return collate_pad_multiple(cp_sizes=tuple(sorted(max(c, 1) for c in cps)))
 
     @property
     def effective_pad_to_multiple_of(self) -> int:

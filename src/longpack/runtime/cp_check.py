@@ -23,13 +23,14 @@ import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from longpack.errors import ConfigError, OutputError
-from longpack.outputs import WRITE_ERRNOS
+from longpack.outputs import WRITE_ERRNOS, atomic_write_bytes
 
 __all__ = ["CPCheckCase", "run_cp_check"]
 
@@ -264,12 +265,7 @@ def _worker(
             for dtype_name in dtypes:
                 results.append(asdict(_check_one(name, batch, cp_size, rank, dtype_name, seed)))
         if rank == 0:
-            tmp = result_file + ".tmp"
-            with open(tmp, "w") as handle:
-                json.dump(results, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, result_file)
+            atomic_write_bytes(Path(result_file), json.dumps(results).encode())
         dist.barrier()
     finally:
         dist.destroy_process_group()

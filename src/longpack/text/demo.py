@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from longpack.outputs import atomic_write_bytes
+
 DEMO_VERSION = 1
 DEMO_FILES = ("chat.jsonl", "prompt_completion.jsonl")
 _SKIP_DIRS = frozenset(
@@ -173,15 +175,6 @@ def _records(item: _Item, rng: np.random.Generator) -> list[tuple[str, dict[str,
     return out
 
 
-def _write_atomic(path: Path, lines: list[str]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(lines)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def write_demo_dataset(path: Path, *, n: int = 12000, seed: int = 0) -> Path:
     """Write ``n`` demo records into the folder ``path`` (created if needed) and return the folder.
 
@@ -216,7 +209,7 @@ def write_demo_dataset(path: Path, *, n: int = 12000, seed: int = 0) -> Path:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     for name, lines in by_file.items():
-        _write_atomic(path / name, lines)
+        atomic_write_bytes(path / name, "".join(lines).encode("utf-8"))
     return path
 
 
@@ -238,7 +231,7 @@ def demo_folder(cache_dir: Path | None = None, *, n: int = 12000, seed: int = 0)
     done = root / "COMPLETE"
     if not (done.is_file() and all((folder / name).is_file() for name in DEMO_FILES)):
         write_demo_dataset(folder, n=n, seed=seed)
-        _write_atomic(done, [f"{n} records, seed {seed}\n"])
+        atomic_write_bytes(done, f"{n} records, seed {seed}\n".encode())
     return folder
 
 

@@ -922,12 +922,6 @@ def json_too_deep(line: bytes | str) -> bool:
     return int(np.cumsum(step).max(initial=0)) > MAX_JSON_DEPTH
 
 
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def input_file(path: Path) -> InputFile:
     """The :class:`InputFile` of one path: how it is read (its kind) and its compression. A public name for
     the readers outside this layer (the Ray backend).

@@ -31,6 +31,8 @@ import numpy as np
 
 from longpack import _optional
 from longpack.errors import OutputError
+from longpack.outputs import sha256_file
+from longpack.progress import ProgressBar
 from longpack.samples import TokenizedSamples
 from longpack.text import inputs as _inputs
 from longpack.text import workers as _workers
@@ -42,7 +44,6 @@ from longpack.text.inputs import (
     first_jsonl_rows,
     json_too_deep,
     jsonl_chunks,
-    sha256_file,
 )
 from longpack.text.rows import RowError, TextConfig, detect_format, sample_from_row
 from longpack.text.tokenizers import Tokenizer, as_tokenizer, load_tokenizer, register_tokenizer
@@ -1178,7 +1179,8 @@ def tokenize_inputs(
         spill_dir=None if spill_dir is None else Path(spill_dir),
     )
     total_bytes = sum(sizes)
-    bar = _Bar(progress, total=total_bytes)
+    bar = ProgressBar("tokenizing", total_bytes, enabled=progress, in_bytes=True)
+    bar.start()
     # Starting a worker process costs ~0.5 CPU-s (an interpreter, numpy, the tokenizer's vocabulary); below
     # INLINE_BYTES one process is as fast in wall time and much cheaper in CPU (the demo: 1.0 CPU-s inline,
     # 2.6 with two workers, for the same ~1 s).
@@ -1315,36 +1317,6 @@ def tokenize_inputs(
         warnings=tuple(warnings_out),
         spilled_tokens=sink.store.n if sink.store.spilled else 0,
     )
-
-
-class _Bar:
-    """A rich progress bar over input bytes, only on a terminal and only when asked."""
-
-    def __init__(self, enabled: bool, total: int) -> None:
-        self._progress: Any = None
-        if enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-            console = Console(stderr=True)
-            if console.is_terminal:
-                self._progress = Progress(
-                    TextColumn("tokenizing"),
-                    BarColumn(),
-                    DownloadColumn(),
-                    TimeRemainingColumn(),
-                    console=console,
-                )
-                self._progress.start()
-                self._task = self._progress.add_task("tokenize", total=total)
-
-    def advance(self, n: int) -> None:
-        if self._progress is not None:
-            self._progress.advance(self._task, n)
-
-    def close(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
 
 
 # Per-chunk entry points for other executors (the Ray backend, ``longpack.cluster``): the same code the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from longpack.rules.config import TrainingSetup
 from longpack.rules.registry import Severity, Violation
+from longpack.topology import pad_seq_to_mult_terms
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
@@ -58,11 +59,7 @@ def packed_size(s: TrainingSetup) -> int | None:
 def multiple_text(s: TrainingSetup) -> str:
     """The required multiple with how it follows from TP/CP/SP, for messages."""
     cps = {s.cp} | ({s.eval_context_parallel_size} if s.eval_context_parallel_size else set())
-    parts = []
-    for cp in sorted(cps):
-        cp_part = f"2*CP={2 * cp}" if cp > 1 else "1"
-        sp_part = f"CP*TP={cp * s.tp}" if s.sp and s.tp > 1 else "1"
-        parts.append(f"lcm({cp_part}, {sp_part})")
+    parts = [pad_seq_to_mult_terms(tp=s.tp, cp=cp, sp=s.sp) for cp in sorted(cps)]
     return f"{s.required_pad_seq_to_mult} (= {' and '.join(parts)} for TP={s.tp} CP={'/'.join(map(str, sorted(cps)))} SP={s.sp})"
 
 

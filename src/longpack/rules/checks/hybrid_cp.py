@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from longpack.rules.checks.common import K_CGI, K_CP, K_GBS, K_PP, K_PSM, K_PTL, K_SEQ, E, V, W
 from longpack.rules.config import TrainingSetup
 from longpack.rules.registry import RuleFamily, Violation
-from longpack.topology import ranks_needed
+from longpack.topology import pad_seq_to_mult, ranks_needed
 
 FAMILY = RuleFamily("hybrid_cp", "Hybrid context parallelism and packing schedulers")
 
@@ -254,7 +254,7 @@ def hcp_alignment(s: TrainingSetup) -> Iterator[Violation]:
         g = min(g, s.dp * s.cp)
     if g <= 1:
         return
-    need = math.lcm(2 * g, g * s.tp if s.sp and s.tp > 1 else 1)
+    need = pad_seq_to_mult(tp=s.tp, cp=g, sp=s.sp)
     mult = specs.pad_seq_to_mult or 1
     if mult % need:
         yield V(
