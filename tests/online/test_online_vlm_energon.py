@@ -295,18 +295,31 @@ def test_a_state_saved_after_a_workers_pass_ended_is_refused_not_replayed(
     assert len(list(replayed)) > len(reference) - (k + 1)
 
 
-def test_qwen3_vl_family_packs_every_sample_once_into_its_own_rows(dataset: Path) -> None:
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_qwen3_vl_family_packs_every_sample_once_into_its_own_rows_and_resumes_exactly(
+    dataset: Path, workers: int
+) -> None:
     """Qwen3-VL (patch 16, its rope variant), from the family registry: Bridge's Qwen3-VL Energon packing is the
     same ``QwenVLTaskEncoder`` with ``patch_size=16``; every sample once, each batch the THD row of its members
-    prepared alone, positions by the Qwen3-VL rope index."""
+    prepared alone, positions by the Qwen3-VL rope index; a state saved after 2 packs resumes exactly."""
     from transformers import Qwen2VLImageProcessor
 
     from longpack.vlm.families import vlm_family
 
     family = vlm_family("qwen3_vl")
     prep = family.preparer(image_processor=Qwen2VLImageProcessor(patch_size=16), max_visual_tokens=200)
-    loader, _ = make_loader(dataset, workers=0, prep=prep)
-    batches = list(loader)
+    loader, enc = make_loader(dataset, workers=workers, prep=prep)
+    it = iter(loader)
+    batches = [next(it), next(it)]
+    state = save_loader_state(loader, enc)
+    assert (
+        not replaying_workers(state)
+        and state["config"]["longpack_packing"]["preparer"]["vision"]["rope_variant"] == "qwen3_vl"
+    )
+    batches += list(it)
+    restored, encoder = make_loader(dataset, workers=workers, prep=prep)
+    restore_loader_state(restored, state, encoder)
+    assert [signature(b) for b in restored] == [signature(b) for b in batches[2:]]
     keys = accounting(batches)
     assert len(keys) == N_SAMPLES and set(keys.values()) == {1}
     for b in batches:

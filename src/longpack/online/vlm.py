@@ -1,4 +1,5 @@
-"""Energon online packing of Qwen-VL samples: a task encoder whose buffers hold prepared sequences.
+"""Energon online packing of VLM samples (Qwen2/2.5/3-VL and Gemma3-VL): task encoders whose buffers hold
+measured or prepared sequences.
 
 Needs ``megatron-energon`` and the ``vlm`` extra. It follows Megatron-Bridge's native Energon packing for
 Qwen-VL (``models/qwen_vl/data/energon.py``, ``QwenVLTaskEncoder(enable_energon_packing=True)``) on the same
@@ -27,6 +28,16 @@ Energon hooks (see docs/guide/online-sim.md and Energon's ``TaskEncoder`` packin
   micro-batch: native packing requires ``micro_batch_size=1``) builds the THD row with
   :func:`longpack.runtime.in_batch.build_visual_thd_batch` (Bridge's ``build_qwen_vl_packed_batch`` keys,
   plus ``mrope_position_ids``, ``padding_mask`` when asked, ``sample_keys``, ``skipped``).
+
+**Families.** The preparer decides the family: a :class:`longpack.vlm.QwenVLPreparer` (``vlm_family(name)
+.preparer(...)`` for ``qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``) gives the keys above with ``image_grid_thw``
+and 3-D ``mrope_position_ids``; a :class:`longpack.vlm.families.Gemma3Preparer` (a transformers
+``Gemma3Processor``) gives the keys of Bridge's ``gemma3_vl_collate_fn(enable_in_batch_packing=True)``: 1-D
+``position_ids`` restarting at each sequence, ``visual_inputs["pixel_values"]`` one bfloat16 image per
+``[3, side, side]`` entry, no grids and no ``mrope_position_ids``. Gemma3-VL has no aspect-ratio limit
+(images are resized to a square) and no video input (a video member stops the loader, naming the sample).
+Nemotron-VL is refused when the encoder is built: longpack does not prepare its samples (its processor is
+the checkpoint's remote code).
 
 Samples come from a ``CrudeWebdataset`` (``energon prepare --sample-type CrudeWebdataset``): each sample has a
 ``json`` member with the conversation (``messages`` or ``conversations``, ``<image>`` placeholders) and image
@@ -76,6 +87,7 @@ from longpack.errors import OnlineError
 from longpack.online.packer import select_packs
 from longpack.runtime.in_batch import build_visual_thd_batch
 from longpack.vlm.errors import SampleRejected, VLMError
+from longpack.vlm.families import Gemma3Preparer
 from longpack.vlm.prepare import PreparedSequence, QwenVLPreparer, aligned
 
 _IMAGE_FIELD = re.compile(r"^img(\d+)\.\w+$")
@@ -178,7 +190,7 @@ class VLMPackedSample(Sample):
 
 
 class _VLMPackingEncoder(DefaultTaskEncoder):
-    """What both Qwen-VL packing encoders share: settings, selection, pack and batch (see the module
+    """What both VLM packing encoders share: settings, selection, pack and batch (see the module
     docstring and :class:`QwenVLPackingEncoder` for the arguments)."""
 
     decoder = None  # raw bytes: longpack decodes images itself and reports the ones that fail
@@ -186,7 +198,7 @@ class _VLMPackingEncoder(DefaultTaskEncoder):
 
     def __init__(
         self,
-        preparer: QwenVLPreparer,
+        preparer: QwenVLPreparer | Gemma3Preparer,
         *,
         seq_length: int,
         pad_to_multiple_of: int = 1,
@@ -209,10 +221,7 @@ class _VLMPackingEncoder(DefaultTaskEncoder):
             raise OnlineError(
                 f"algorithm={algorithm!r} is not one of {binpack.ALGORITHMS}", fields="algorithm"
             )
-        if not isinstance(preparer, QwenVLPreparer):
-            raise OnlineError(
-                f"preparer must be a longpack.vlm.QwenVLPreparer, got {type(preparer).__name__}"
-            )
+        preparer = _packing_preparer(preparer)
         # A copy whose length limit is the pack width (the caller's preparer keeps its own settings).
         self.preparer = copy.copy(preparer)
         self.preparer.config = dataclasses.replace(
@@ -227,6 +236,8 @@ class _VLMPackingEncoder(DefaultTaskEncoder):
         )
         self.algorithm = algorithm
         self.seed = seed
+        # Qwen-VL rows carry 3-D positions (``mrope_position_ids``); Gemma3-VL rows have 1-D positions only.
+        self.mrope = isinstance(self.preparer, QwenVLPreparer)
 
     def packing_config(self) -> dict[str, Any]:
         """The settings that decide which samples form a pack and what a pack holds."""
@@ -306,7 +317,7 @@ class _VLMPackingEncoder(DefaultTaskEncoder):
             # A whole buffer of refused samples: a batch of one padding sequence that trains nothing
             # (loss mask 0, no pixels) carries their records, so no refusal is lost from the report.
             out = build_visual_thd_batch(
-                [_padding_sequence(max(2, self.pad_to_multiple_of))],
+                [_padding_sequence(max(2, self.pad_to_multiple_of), mrope=self.mrope)],
                 sequence_length=self.seq_length,
                 pad_to_multiple_of=self.pad_to_multiple_of,
                 pad_to_max_length=self.pad_to_max_length,
@@ -331,9 +342,9 @@ class _VLMPackingEncoder(DefaultTaskEncoder):
 
 
 class QwenVLPackingEncoder(_VLMPackingEncoder):
-    """Energon task encoder for native (online) packing of Qwen-VL samples with **deferred decoding**: the
+    """Energon task encoder for native (online) packing of VLM samples with **deferred decoding**: the
     packing buffer holds each candidate's encoded image bytes and its exact token count (from the image
-    headers, :meth:`longpack.vlm.QwenVLPreparer.measure`); pixels are decoded and processed only for the
+    headers, the preparer's ``measure``); pixels are decoded and processed only for the
     members of a pack about to be emitted (Energon's ``preencode_sample`` / ``postencode_sample`` hooks).
     Packs, batches and refusal records are those of :class:`EagerQwenVLPackingEncoder`; only a problem
     that shows when decoding (an image whose header reads but whose pixels do not) is refused when its pack
@@ -343,7 +354,8 @@ class QwenVLPackingEncoder(_VLMPackingEncoder):
     alignment for CP/SP (``lcm(2*CP, CP*TP)``); ``pad_to_max_length``: fixed-width packs (Bridge forces it with
     PP > 1 or EP > 1); ``emit_padding_mask``: add the gap mask for MoE router statistics (default: when
     ``pad_to_multiple_of > 1`` or fixed width). The preparer's ``max_length`` is set to ``seq_length``.
-    """
+    ``preparer``: a :class:`longpack.vlm.QwenVLPreparer` or :class:`longpack.vlm.families.Gemma3Preparer`
+    (the family follows from it, see the module docstring); a family without a preparer is refused."""
 
     @stateless(failure_tolerance=FAILURE_TOLERANCE)
     def preencode_sample(self, sample: VLMChatSample) -> VLMTaskSample:
@@ -410,6 +422,37 @@ class EagerQwenVLPackingEncoder(_VLMPackingEncoder):
         )
 
 
+def _packing_preparer(preparer: Any) -> QwenVLPreparer | Gemma3Preparer:
+    """The preparer of a family the Energon encoders pack (Qwen2/2.5/3-VL, Gemma3-VL); a family (object or
+    registry name) instead of its preparer, or one whose samples longpack does not prepare, is refused with
+    the reason."""
+    from longpack.vlm.families import vlm_family
+
+    if isinstance(preparer, QwenVLPreparer | Gemma3Preparer):
+        return preparer
+    family = vlm_family(preparer) if isinstance(preparer, str) else preparer
+    if hasattr(family, "can_prepare") and hasattr(family, "visual_tokens"):  # a registry family
+        if not family.can_prepare:
+            try:
+                family.preparer()
+            except VLMError as exc:
+                raise OnlineError(
+                    f"the Energon packing encoders cannot pack {family.name} samples: they need prepared "
+                    f"samples (tokens, labels, pixels) and {exc}",
+                    fields="preparer",
+                ) from None
+        raise OnlineError(
+            f"pass the {family.name} family's preparer (vlm_family({family.name!r}).preparer(...)), not the "
+            "family",
+            fields="preparer",
+        )
+    raise OnlineError(
+        "preparer must be a VLM family's preparer (longpack.vlm.QwenVLPreparer or "
+        f"longpack.vlm.families.Gemma3Preparer), got {type(preparer).__name__}",
+        fields="preparer",
+    )
+
+
 def _media(conversation: dict[str, Any], images: list[bytes], videos: list[Any]) -> dict[str, Any]:
     """The conversation with the sample's encoded images and videos filling its placeholders."""
     out = dict(conversation)
@@ -428,9 +471,12 @@ def _fatal(sample: Sample, exc: Exception) -> FatalSampleError:
     return FatalSampleError(message)
 
 
-def _padding_sequence(length: int) -> PreparedSequence:
-    """A sequence that trains nothing: pad id 0, labels -100, loss mask 0, no visual values."""
+def _padding_sequence(length: int, *, mrope: bool) -> PreparedSequence:
+    """A sequence that trains nothing: pad id 0, labels -100, loss mask 0, no visual values (3-D positions
+    when the family's rows have them)."""
     import torch
+
+    positions = torch.arange(length, dtype=torch.int64)
 
     return PreparedSequence(
         key="",
@@ -442,7 +488,7 @@ def _padding_sequence(length: int) -> PreparedSequence:
             "loss_mask": torch.zeros(length, dtype=torch.float32),
         },
         visual_values={},
-        mrope_position_ids=torch.arange(length, dtype=torch.int64).expand(3, length).clone(),
+        mrope_position_ids=positions.expand(3, length).clone() if mrope else None,
         visual_tokens=0,
     )
 
