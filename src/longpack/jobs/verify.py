@@ -174,7 +174,7 @@ class VerifyConfig:
         help="Packed output folder (Parquet or .npy); or give --vlm.",
         positional=True,
         cli_type=Path | None,
-        metavar="[PACKED_DIR]",
+        metavar="PACKED_DIR",
     )
     model: str = option(help="HF config.json (or its folder), cached hub id, or catalog model.", cli_type=str)
     vlm: str | Path | None = option(
@@ -225,7 +225,7 @@ class VerifyConfig:
         plain_fields(self)
         if (self.packed is None) == (self.vlm is None):
             raise ConfigError(
-                "give exactly one input: a packed folder (PACKED_DIR) or --vlm SAMPLES.jsonl"
+                "give exactly one input: PACKED_DIR (a folder written by longpack pack) or --vlm SAMPLES.jsonl"
                 + (", not both" if self.packed is not None else ""),
                 fields=("packed", "vlm"),
             )
