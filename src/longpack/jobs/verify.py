@@ -169,10 +169,22 @@ class VerifyConfig:
         "Prints a one-line verdict; exit status 1 names the failing row, sample and rank."
     )
 
-    packed: str | Path = option(
-        help="Packed output folder (Parquet or .npy).", positional=True, cli_type=Path, metavar="PACKED_DIR"
+    packed: str | Path | None = option(
+        None,
+        help="Packed output folder (Parquet or .npy); or give --vlm.",
+        positional=True,
+        cli_type=Path | None,
+        metavar="PACKED_DIR",
     )
     model: str = option(help="HF config.json (or its folder), cached hub id, or catalog model.", cli_type=str)
+    vlm: str | Path | None = option(
+        None,
+        help="VLM samples JSONL (as online-sim --vlm reads) instead of PACKED_DIR: prepared, packed in file "
+        "order (first fit) into --pack-size rows and checked with a Qwen2-VL/Qwen2.5-VL --model.",
+        cli_type=Path | None,
+    )
+    pack_size: int | None = option(None, help="With --vlm: row length in tokens (required).")
+    pad_seq_to_mult: int = option(1, help="With --vlm: per-sample alignment multiple (2*CP ...).")
     split: str | None = option(
         None, help="One split (default: every split).", choices=("training", "validation")
     )
@@ -211,8 +223,23 @@ class VerifyConfig:
         from longpack.validate import plain_fields
 
         plain_fields(self)
-        if not isinstance(self.packed, str | os.PathLike):
-            raise ConfigError(f"packed must be a path, got {self.packed!r}", fields="packed")
+        if (self.packed is None) == (self.vlm is None):
+            raise ConfigError(
+                "give exactly one input: PACKED_DIR (a folder written by longpack pack) or --vlm SAMPLES.jsonl"
+                + (", not both" if self.packed is not None else ""),
+                fields=("packed", "vlm"),
+            )
+        for name in ("packed", "vlm"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str | os.PathLike):
+                raise ConfigError(f"{name} must be a path, got {value!r}", fields=name)
+        if self.vlm is not None:
+            if self.pack_size is None:
+                raise ConfigError("--vlm needs --pack-size (row length in tokens)", fields="pack_size")
+            positive_int(self.pack_size, "pack_size")
+            if self.backend != "hf":
+                raise ConfigError("--vlm rows are checked with --backend hf only", fields="backend")
+        positive_int(self.pad_seq_to_mult, "pad_seq_to_mult")
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"model must be a name or a config path, got {self.model!r}", fields="model")
         check_choices(self)
@@ -246,6 +273,8 @@ class VerifyConfig:
                     fields="backend",
                 )
             return _run_megatron(self)
+        if self.vlm is not None:
+            return _run_hf(self, vlm=True)
         return _run_hf(self)
 
 
@@ -338,7 +367,7 @@ def _cp_unaligned(
     return None
 
 
-def _run_hf(config: VerifyConfig) -> VerifyResult:
+def _run_hf(config: VerifyConfig, *, vlm: bool = False) -> VerifyResult:
     import torch
 
     from longpack.runtime.verify import THREADS
@@ -346,7 +375,7 @@ def _run_hf(config: VerifyConfig) -> VerifyResult:
     before = torch.get_num_threads()
     torch.set_num_threads(THREADS)
     try:
-        return _run_hf_checks(config)
+        return _run_vlm_checks(config) if vlm else _run_hf_checks(config)
     finally:
         torch.set_num_threads(before)
 
@@ -367,6 +396,7 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
     )
 
     began = time.perf_counter()
+    assert config.packed is not None
     source = load_hf_config(config.model)
     folder = PackedFolder.open(config.packed, allow_no_manifest=config.allow_no_manifest)
     splits = [config.split] if config.split is not None else list(folder.split_names)
@@ -557,6 +587,203 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
     )
 
 
+#: What a ``--vlm`` row check proves (``longpack.runtime.verify_vlm``); CP and PP are not run on Qwen-VL rows.
+VLM_CHECKS = {
+    "metadata": "cu_seqlens equal the row's sequences; every sequence's 3-D (mRoPE) positions equal "
+    "transformers' get_rope_index on the sequence alone",
+    "vision": "image features of the packed row's pixels = each sequence's own",
+    "loss": "per-sequence packed loss = the sequence's unpacked loss",
+    "gradients": "parameter and input-embedding gradients packed = unpacked",
+    "isolation": "gradient of one sequence's loss w.r.t. another sequence's embeddings is exactly zero",
+    "padding": "no loss on a token outside cu_seqlens",
+}
+
+
+def _vlm_preparer(source: dict[str, Any]) -> Any:
+    """The Qwen-VL preparer for ``source`` (built-in ``qwen3`` tokenizer, transformers' default image
+    processor), refused when the model's patch, merge or image token differ from what it prepares."""
+    from longpack.vlm.prepare import QwenVLPreparer, VLMConfig
+
+    preparer = QwenVLPreparer("qwen3", config=VLMConfig())
+    vision = dict(source.get("vision_config") or {})
+    model_sizes = {
+        "patch_size": vision.get("patch_size", 14),
+        "merge_size": vision.get("spatial_merge_size", 2),
+        "temporal_patch_size": vision.get("temporal_patch_size", 2),
+        "image_token_id": source.get("image_token_id", preparer.image_token_id),
+    }
+    prepared_sizes = {
+        "patch_size": preparer.vision.patch_size,
+        "merge_size": preparer.vision.merge_size,
+        "temporal_patch_size": preparer.vision.temporal_patch_size,
+        "image_token_id": preparer.image_token_id,
+    }
+    if model_sizes != prepared_sizes:
+        raise ConfigError(
+            f"--model {source.get('model_type')}: {model_sizes} differ from the samples' preparation "
+            f"{prepared_sizes} (Qwen2-VL image processor defaults, the qwen3 tokenizer)",
+            fields="model",
+        )
+    return preparer
+
+
+def _run_vlm_checks(config: VerifyConfig) -> VerifyResult:
+    """``--vlm``: prepare the JSONL's samples, first fit in file order into ``pack_size`` rows, check each
+    row with :func:`longpack.runtime.verify_vlm.verify_visual_row`."""
+    import torch
+
+    from longpack.binpack.megatron import first_fit
+    from longpack.runtime.verify_vlm import VISUAL_FAULTS, build_visual_model, verify_visual_row
+    from longpack.vlm.errors import REJECT_REASONS, SampleRejected
+    from longpack.vlm.metadata import vlm_samples
+    from longpack.vlm.prepare import aligned
+
+    began = time.perf_counter()
+    assert config.vlm is not None and config.pack_size is not None
+    faults = sorted(set(VISUAL_FAULTS) & set(FAULT_NAMES))
+    if config.fault is not None and config.fault not in faults:
+        raise ConfigError(
+            f"with --vlm, the injected fault must be one of {', '.join(faults)}, got {config.fault!r}",
+            fields="fault",
+        )
+    source = load_hf_config(config.model)
+    model = build_visual_model(source, seed=config.seed)  # refuses a family that is not Qwen-VL
+    preparer = _vlm_preparer(source)
+    multiple = config.pad_seq_to_mult
+    keys: list[str] = []
+    sequences: list[Any] = []
+    refused = dict.fromkeys(REJECT_REASONS, 0)
+    skipped: list[dict[str, str]] = []
+    for key, record in vlm_samples(config.vlm):
+        try:
+            prepared = preparer.prepare(record, key=key)
+            if aligned(prepared.sequence_length, multiple) > config.pack_size:
+                raise SampleRejected(
+                    key,
+                    "too_long",
+                    f"{prepared.sequence_length} tokens (aligned to {multiple}) > pack_size={config.pack_size}",
+                )
+        except SampleRejected as exc:
+            refused[exc.reason] = refused.get(exc.reason, 0) + 1
+            skipped.append({"key": exc.key, "reason": exc.reason, "detail": str(exc)})
+            continue
+        keys.append(key)
+        sequences.append(prepared)
+    lengths = [aligned(s.sequence_length, multiple) for s in sequences]
+    rows = first_fit(list(range(len(sequences))), config.pack_size, item_lengths=lengths) if sequences else []
+    name = Path(config.vlm).name
+    reports: list[Any] = []
+    row_seconds: list[float] = []
+    checked: list[int] = []
+    deadline = None if config.time_budget is None else began + config.time_budget
+    for index, members in enumerate(rows):
+        if config.max_rows is not None and len(checked) >= config.max_rows:
+            break
+        if deadline is not None and row_seconds and time.perf_counter() + max(row_seconds[-3:]) > deadline:
+            break
+        t = time.perf_counter()
+        reports.append(
+            verify_visual_row(
+                [sequences[i] for i in members],
+                model,
+                pad_to_multiple_of=multiple,
+                seed=config.seed,
+                where={"split": "vlm", "file": name, "row": index},
+                fault=config.fault,
+            )
+        )
+        row_seconds.append(time.perf_counter() - t)
+        checked.append(index)
+    notes = ["CP and PP checks are not run on Qwen-VL rows (single process)"]
+    if len(checked) < len(rows):
+        notes.append(
+            f"vlm: {len(checked)} of {len(rows)} rows checked (time budget {config.time_budget} s, "
+            f"max_rows {config.max_rows}; rows in file order)"
+        )
+    if skipped:
+        counts = ", ".join(f"{reason} {n}" for reason, n in refused.items() if n)
+        notes.append(f"{len(skipped)} sample(s) refused ({counts}); first: {skipped[0]['detail']}")
+    if not rows:
+        raise ConfigError(
+            f"{config.vlm}: no sample could be prepared into a row of {config.pack_size} tokens "
+            f"({len(skipped)} refused)",
+            fields="vlm",
+        )
+    failures = [asdict(f) for r in reports for f in r.failures]
+    for failure in failures:
+        failure["samples"] = [keys[i] for i in rows[failure["row"]]]
+    ok = not failures
+    samples_checked = sum(len(rows[i]) for i in checked)
+    seconds = time.perf_counter() - began
+    if ok:
+        verdict = (
+            f"PASS: {len(checked)} of {len(rows)} rows ({samples_checked} samples, {len(skipped)} refused), "
+            f"packed = unpacked (loss, gradients, isolation, padding, mRoPE positions, image features) with a "
+            f"tiny {source.get('model_type')} in float64 ({seconds:.1f} s)"
+        )
+    else:
+        first = failures[0]
+        sample = "" if first.get("sample") is None else f" sample {first['sample']}"
+        verdict = (
+            f"FAIL: {len(failures)} difference(s); first: {first['check']} in {first['split']} {first['file']} "
+            f"row {first['row']}{sample} ({first['rank']}): {first['detail']}"
+        )
+    certificate = {
+        "verdict": "pass" if ok else "fail",
+        "summary": verdict,
+        "versions": _versions(),
+        "model": {
+            "source": str(config.model),
+            "model_type": source.get("model_type"),
+            "dtype": "float64",
+            "seed": config.seed,
+            "reference": "transformers sdpa, each sequence on its own, get_rope_index positions",
+            "threads": torch.get_num_threads(),
+        },
+        "data": {
+            "path": str(config.vlm),
+            "format": "vlm-jsonl",
+            "pack_size": config.pack_size,
+            "pad_seq_to_mult": multiple,
+            "packing": "first_fit in file order",
+            "samples": len(sequences),
+            "samples_checked": samples_checked,
+            "refused": {reason: n for reason, n in refused.items() if n},
+            "skipped": [{"key": s["key"], "reason": s["reason"]} for s in skipped],
+        },
+        "layout": {"cp_checked": [], "pp_checked": [], "micro_batch_size": 1},
+        "checks": VLM_CHECKS,
+        "rows_checked": {"vlm": checked},
+        "row_samples": {str(i): [keys[j] for j in rows[i]] for i in checked},
+        "rows_total": len(rows),
+        "worst": {
+            "loss_rel_diff": max((r.loss_max_rel_diff for r in reports), default=0.0),
+            "grad_rel_diff": max((r.grad_max_rel_diff for r in reports), default=0.0),
+            "embedding_grad_rel_diff": max((r.embedding_grad_max_rel_diff for r in reports), default=0.0),
+            "cross_sample_gradient": max((r.leak_max_abs for r in reports), default=0.0),
+            "vision_rel_diff": max((getattr(r, "vision_max_rel_diff", 0.0) for r in reports), default=0.0),
+        },
+        "fault_injected": config.fault,
+        "notes": notes,
+        "failures": failures[:100],
+        "seconds": round(seconds, 2),
+    }
+    if config.certificate is not None:
+        from longpack.packed.files import atomic_write_bytes
+
+        atomic_write_bytes(Path(config.certificate), (json.dumps(certificate, indent=2) + "\n").encode())
+    return VerifyResult(
+        ok=ok,
+        verdict=verdict,
+        rows=tuple(reports),
+        distributed=(),
+        failures=tuple(failures),
+        notes=tuple(notes),
+        certificate=certificate,
+        seconds=seconds,
+    )
+
+
 def _run_megatron(config: VerifyConfig) -> VerifyResult:
     """The megatron backend: Megatron-Core GPTModel + TE attention on one CUDA device, packed vs alone."""
     import torch
@@ -568,6 +795,7 @@ def _run_megatron(config: VerifyConfig) -> VerifyResult:
     from longpack.runtime.verify_megatron import TOLERANCE, build_megatron_model, sample_losses
 
     began = time.perf_counter()
+    assert config.packed is not None
     source = load_hf_config(config.model)
     folder = PackedFolder.open(config.packed, allow_no_manifest=config.allow_no_manifest)
     split = config.split or folder.split_names[0]

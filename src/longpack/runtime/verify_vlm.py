@@ -277,7 +277,7 @@ def verify_visual_row(
             Failure(
                 check="loss",
                 sample=worst,
-                detail=f"packed loss {float(packed_losses[worst]):.12g} != alone {float(ref_losses[worst]):.12g} "
+                detail=f"packed loss {float(packed_losses[worst].detach()):.12g} != alone {float(ref_losses[worst]):.12g} "
                 f"(relative {loss_diffs[worst]:.2e})",
                 **where,
             )

@@ -84,6 +84,36 @@ def _rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             yield where, row
 
 
+def with_media_paths(row: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A copy of a JSONL sample whose image and video file names (and frame-list files) are resolved
+    against ``base``, the JSONL file's folder.
+
+    >>> with_media_paths({"images": ["a.png"], "videos": [["f0.png", "f1.png"]]}, Path("/d"))["videos"]
+    [['/d/f0.png', '/d/f1.png']]
+    """
+    sample = dict(row)
+    if isinstance(row.get("images"), list):
+        sample["images"] = [str(base / p) if isinstance(p, str) else p for p in row["images"]]
+    if isinstance(row.get("videos"), list):  # files, or frame lists of image files
+        sample["videos"] = [
+            str(base / v) if isinstance(v, str)
+            else [str(base / f) if isinstance(f, str) else f for f in v] if isinstance(v, list)
+            else v
+            for v in row["videos"]
+        ]  # fmt: skip
+    return sample
+
+
+def vlm_samples(path: str | os.PathLike[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The samples of a VLM JSONL file in file order, as ``(key, sample)``: the key is ``NAME:LINE`` (as
+    :func:`read_vlm_metadata` names them), media paths resolved beside the file (:func:`with_media_paths`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise VLMError(f"{path}: no such file (a JSONL of VLM samples)")
+    for key, row in _rows(path):
+        yield key, with_media_paths(row, path.parent)
+
+
 def read_vlm_metadata(
     path: str | os.PathLike[str],
     preparer: QwenVLPreparer,
@@ -105,23 +135,14 @@ def read_vlm_metadata(
     out = VLMMetadata(keys, empty, empty, empty, empty)
     for key, row in _rows(path):
         sizes = row.get("image_sizes")
-        sample = dict(row)
+        sample = with_media_paths(row, base)
         try:
-            if sizes is None and isinstance(row.get("images"), list):
-                sample["images"] = [str(base / p) if isinstance(p, str) else p for p in row["images"]]
-            elif sizes is not None:
+            if sizes is not None:
                 if not isinstance(sizes, list) or not all(isinstance(s, list) and len(s) == 2 for s in sizes):
                     raise VLMError(
                         f"{path}: {key}: image_sizes must be [[width, height], ...], got {sizes!r:.60}"
                     )
                 sample["images"] = [f"<image {i}>" for i in range(len(sizes))]
-            if isinstance(row.get("videos"), list):  # files, or frame lists of image files
-                sample["videos"] = [
-                    str(base / v) if isinstance(v, str)
-                    else [str(base / f) if isinstance(f, str) else f for f in v] if isinstance(v, list)
-                    else v
-                    for v in row["videos"]
-                ]  # fmt: skip
             n_images = len(sample.get("images") or [])
             if config.max_images is not None and n_images > config.max_images:
                 raise SampleRejected(
