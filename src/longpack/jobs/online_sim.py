@@ -13,6 +13,7 @@ longpack.errors.ConfigError: buffer_sizes must be comma-separated positive integ
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,21 @@ __all__ = ["MAX_SAMPLES", "OnlineSimConfig", "OnlineSimResult", "read_length_lin
 
 #: Synthetic samples at most: the simulation runs every buffer size over them in Python.
 MAX_SAMPLES = 1_000_000
-VLM_ONLY = ("loader_workers", "patch_size", "merge_size", "min_pixels", "max_pixels", "write_lengths")
+#: Settings read only with ``vlm``; one given (not its default) without ``vlm`` is refused, not ignored.
+VLM_ONLY = (
+    "vlm_family",
+    "tokenizer",
+    "loader_workers",
+    "patch_size",
+    "merge_size",
+    "min_pixels",
+    "max_pixels",
+    "max_images",
+    "max_visual_tokens",
+    "write_lengths",
+)
+#: Qwen-VL's vision settings; the other families read theirs from their processor (``--tokenizer`` folder).
+QWEN_VISION = ("patch_size", "merge_size", "min_pixels", "max_pixels")
 
 
 def read_length_lines(path: Path) -> list[int]:
@@ -158,6 +173,53 @@ class OnlineSimConfig:
                 fields="buffer_sizes",
             )
         object.__setattr__(self, "buffer_sizes", sizes)
+        self._check_vlm_settings()
+
+    def _check_vlm_settings(self) -> None:
+        """VLM settings without ``vlm``, Qwen's vision settings with another family, a family longpack
+        does not prepare, and a processor-read family without a processor folder are refused here, before
+        any sample is read, each naming the setting."""
+        import dataclasses
+
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        given = [name for name in VLM_ONLY if getattr(self, name) != defaults[name]]
+        if self.vlm is None:
+            if given:
+                raise ConfigError(
+                    f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to VLM samples only; give "
+                    "vlm (a JSONL of VLM samples) or drop "
+                    + ("it" if len(given) == 1 else "them"),
+                    fields=(*given, "vlm"),
+                )
+            return
+        from longpack.vlm.families import vlm_family
+
+        family = vlm_family(self.vlm_family)
+        if not family.can_prepare:
+            try:
+                family.preparer()
+            except LongpackError as exc:
+                raise ConfigError(
+                    f"vlm_family {self.vlm_family}: {exc}; online-sim counts the families longpack prepares: "
+                    + ", ".join(n for n in choices.VLM_FAMILIES if vlm_family(n).can_prepare),
+                    fields="vlm_family",
+                ) from None
+        if self.vlm_family.startswith("qwen"):  # as longpack.online.simulate.vlm_report reads it
+            return
+        qwen_only = [name for name in QWEN_VISION if getattr(self, name) != defaults[name]]
+        if qwen_only:
+            raise ConfigError(
+                f"{', '.join(qwen_only)}: Qwen-VL vision settings; vlm_family {self.vlm_family} reads its own "
+                "from the processor in the tokenizer folder; drop them",
+                fields=(*qwen_only, "vlm_family", "tokenizer"),
+            )
+        if not isinstance(self.tokenizer, str | os.PathLike) or not Path(self.tokenizer).is_dir():
+            raise ConfigError(
+                f"vlm_family {self.vlm_family} counts visual tokens with its transformers processor: give "
+                f"tokenizer a local folder holding one (processor.save_pretrained(folder)), got "
+                f"{self.tokenizer!r}",
+                fields=("tokenizer", "vlm_family"),
+            )
 
     @property
     def sizes(self) -> tuple[int, ...]:

@@ -34,6 +34,9 @@ class CorpusPacks:
     pack_size: int
     source: str  # "packed folder" | "token store" | "inputs"
     samples: int
+    #: Samples left out of the packs: longer than ``seq_length`` (the ``drop`` policy of ``longpack pack``)
+    #: or empty; 0 for a packed folder (what it holds was packed).
+    dropped: int = 0
 
 
 def split_rows(sample_lengths: Sequence[int], samples_per_row: Sequence[int]) -> list[list[int]]:
@@ -102,6 +105,11 @@ def corpus_packs(
         source = "token store"
     else:
         if tokenizer is None:
+            from longpack.jobs.executors import input_read_errors
+            from longpack.text.inputs import find_inputs
+
+            with input_read_errors():  # a path that does not exist is named before the missing tokenizer
+                find_inputs([str(p) for p in data])
             raise ConfigError(
                 "data: inputs are tokenized and packed for the plan; give a tokenizer (or a packed folder or a "
                 "token store)",
@@ -121,18 +129,28 @@ def corpus_packs(
     eos_id = tokenized.tokenizer.get("eos_id")
     if eos_id is None:
         raise InputError("the tokenizer has no EOS id; packing pads with EOS", fields="tokenizer")
-    split = plan_split(
-        "training",
-        tokenized.samples,
-        PackSettings(
-            seq_length=seq_length, pad_seq_to_mult=pad_seq_to_mult, seed=seed, overlength=overlength
-        ),
-        eos_id=int(eos_id),
+    settings = PackSettings(
+        seq_length=seq_length, pad_seq_to_mult=pad_seq_to_mult, seed=seed, overlength=overlength
     )
+    aligned = settings.align(tokenized.samples, eos_id=int(eos_id))
+    if len(aligned) == 0:
+        raise InputError(
+            f"data: no sample fits seq_length {seq_length}: all {len(tokenized.samples)} are longer (or empty) "
+            f"and are dropped; plan with a larger seq_length (the longest sample has "
+            f"{int(tokenized.samples.runtime_lengths().max(initial=0))} tokens)",
+            fields=("data", "seq_length"),
+        )
+    split = plan_split("training", tokenized.samples, settings, eos_id=int(eos_id), aligned=aligned)
     lengths = split.aligned.runtime_lengths()
     plan = split.plan
     packs = [
         [int(lengths[i]) for i in plan.order[plan.row_offsets[j] : plan.row_offsets[j + 1]]]
         for j in range(plan.num_rows)
     ]
-    return CorpusPacks(packs=packs, pack_size=seq_length, source=source, samples=len(tokenized.samples))
+    return CorpusPacks(
+        packs=packs,
+        pack_size=seq_length,
+        source=source,
+        samples=len(tokenized.samples),
+        dropped=len(aligned.dropped),
+    )
