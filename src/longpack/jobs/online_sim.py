@@ -187,8 +187,7 @@ class OnlineSimConfig:
             if given:
                 raise ConfigError(
                     f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to VLM samples only; give "
-                    "vlm (a JSONL of VLM samples) or drop "
-                    + ("it" if len(given) == 1 else "them"),
+                    "vlm (a JSONL of VLM samples) or drop " + ("it" if len(given) == 1 else "them"),
                     fields=(*given, "vlm"),
                 )
             return

@@ -69,7 +69,7 @@ from longpack.rules.versions import UpstreamVersions
 from longpack.samples import TokenizedSamples
 from longpack.text.rows import TextConfig
 from longpack.topology import ParallelLayout, TopologyError
-from longpack.validate import finite_float, flag, optional_positive_int, positive_int
+from longpack.validate import finite_float, flag, one_of, optional_positive_int, positive_int
 from longpack.validate import seed as seed_value
 
 DEFAULT_PACK_LENGTHS = (2048, 4096, 8192, 16384)
@@ -156,11 +156,7 @@ class SweepSettings:
                 f"pad_seq_to_mult must be a positive integer, got {self.pad_seq_to_mult}",
                 fields="pad_seq_to_mult",
             )
-        if self.overlength not in OVERLENGTH_POLICIES:
-            raise SweepError(
-                f"overlength must be one of {', '.join(OVERLENGTH_POLICIES)}, got {self.overlength!r}",
-                fields="overlength",
-            )
+        one_of(self.overlength, OVERLENGTH_POLICIES, "overlength", error=SweepError)
         for length in self.pack_lengths:
             if length < 2:
                 raise SweepError(
@@ -482,7 +478,8 @@ class SweepResult:
 
     @property
     def exit_code(self) -> int:
-        """1 when the planner ran and no candidate fits (the command found a problem), else 0."""
+        """1 when the planner ran and no candidate can be recommended (none fits in memory, or those that
+        fit cannot run: the command found a problem), else 0."""
         return 1 if self.model is not None and self.recommendation is None else 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -556,7 +553,7 @@ def pack_candidate(
     >>> c.kept, c.dropped, c.dropped_tokens, c.packs, c.gbs, c.attention_work_per_step
     (3, 1, 8, 3, 2, 24.0)
     """
-    from longpack.packed.align import OverlengthError, align_samples, runtime_cap
+    from longpack.packed.align import OverlengthError, runtime_cap
     from longpack.packed.pipeline import PackSettings, plan_split
 
     gbs = settings.gbs(pack_length)
@@ -568,13 +565,7 @@ def pack_candidate(
         overlength=settings.overlength,
     )
     try:
-        aligned = align_samples(
-            samples,
-            max_seq_length=pack_length,
-            pad_seq_to_mult=settings.pad_seq_to_mult,
-            eos_id=eos_id,
-            overlength=settings.overlength,
-        )
+        aligned = pack.align(samples, eos_id=eos_id)
     except OverlengthError as exc:
         raise OverlengthError(f"pack length {pack_length}: {exc}", fields=exc.fields) from exc
     runtime_in = samples.runtime_lengths()
@@ -1068,7 +1059,7 @@ class SweepConfig:
         from longpack.validate import plain_fields
 
         plain_fields(self)
-        from longpack.jobs.pack import DEMO_TOKENIZER, _paths, resolve_pad_seq_to_mult
+        from longpack.jobs.pack import _paths, resolve_pad_seq_to_mult, settle_data_source
 
         set_ = object.__setattr__
         set_(self, "inputs", _paths(self.inputs, "inputs"))
@@ -1078,31 +1069,12 @@ class SweepConfig:
             raise SweepError(
                 f"plot {self.plot}: folder {Path(self.plot).parent} does not exist", fields="plot"
             )
-        if self.demo:
-            if self.inputs or self.store is not None:
-                raise SweepError(
-                    "demo=True sweeps the built-in data set; give no inputs with it",
-                    fields=("demo", "inputs"),
-                )
-            if self.tokenizer is None:
-                set_(self, "tokenizer", DEMO_TOKENIZER)
-        elif self.store is not None:
-            from longpack.jobs.stores import store_text
-
-            if self.inputs:
-                raise SweepError("store replaces inputs; give one of them", fields=("store", "inputs"))
-            set_(self, "text", store_text(self.store, self.text))
-        elif not self.inputs:
-            raise SweepError(
-                "no inputs: give at least one input file, folder or glob in inputs, or set demo=True",
-                fields=("inputs", "demo"),
-            )
-        if self.tokenizer is None and self.store is None:
-            raise SweepError(
-                "tokenizer is required (a tokenizer.json, an HF model folder, 'qwen3', 'bytes' or a loaded "
-                "tokenizer)",
-                fields="tokenizer",
-            )
+        settle_data_source(
+            self,
+            verb="sweeps",
+            store_clash="store replaces inputs; give one of them" if self.inputs else None,
+            error=SweepError,
+        )
         if (self.model is None) != (self.gpu is None) or (self.model is not None and self.gpus is None):
             raise SweepError(
                 "model, gpu and gpus go together (e.g. model llama3_1_8b, gpu H100, gpus 8)",
