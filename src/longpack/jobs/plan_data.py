@@ -86,7 +86,7 @@ def corpus_packs(
             if size is not None and size != seq_length:
                 raise ConfigError(
                     f"data {first} was packed at {size} tokens but the plan is for seq_length {seq_length}; plan "
-                    f"with seq_length {size} or re-pack the data",
+                    f"with seq_length {size} or re-pack it at {seq_length} tokens",
                     fields=("data", "seq_length"),
                 )
             scan = folder.scan("training")
@@ -136,7 +136,7 @@ def corpus_packs(
     if len(aligned) == 0:
         raise InputError(
             f"data: no sample fits seq_length {seq_length}: all {len(tokenized.samples)} are longer (or empty) "
-            f"and are dropped; plan with a larger seq_length (the longest sample has "
+            f"and are dropped; plan with a larger seq_length (the longest sample's runtime length is "
             f"{int(tokenized.samples.runtime_lengths().max(initial=0))} tokens)",
             fields=("data", "seq_length"),
         )
