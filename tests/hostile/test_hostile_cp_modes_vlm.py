@@ -277,3 +277,35 @@ def test_online_sim_config_vlm_family_from_python(vlm_file: Path) -> None:
             OnlineSimConfig(pack_size=4096, vlm=vlm_file, vlm_family=bad)
     with pytest.raises(LongpackError, match="tokenizer"):
         OnlineSimConfig(pack_size=4096, vlm=vlm_file, vlm_family="gemma3", tokenizer=None)
+
+
+# -- scripts/vlm_bridge_harness.py ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("what", ["missing", "not-git", "not-bridge"])
+def test_bridge_harness_on_a_folder_that_is_not_bridge_says_so(
+    tmp_path: Path, what: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A usage error (exit 2) naming --bridge and the fix, not git's CalledProcessError traceback."""
+    import importlib.util
+    import subprocess
+
+    folder = tmp_path / "bridge"
+    if what != "missing":
+        folder.mkdir()
+    if what == "not-bridge":  # a git repository without src/megatron/bridge
+        (folder / "README").write_text("x\n")
+        git = ["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@t"]
+        subprocess.run([*git, "init", "-q"], check=True)
+        subprocess.run([*git, "add", "README"], check=True)
+        subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    script = Path(__file__).resolve().parents[2] / "scripts" / "vlm_bridge_harness.py"
+    spec = importlib.util.spec_from_file_location("vlm_bridge_harness", script)
+    assert spec is not None and spec.loader is not None
+    harness = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(harness)
+    with pytest.raises(SystemExit) as exit_info:
+        harness.main(["--bridge", str(folder)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert f"--bridge {folder}" in err and "Megatron-Bridge" in err, err
