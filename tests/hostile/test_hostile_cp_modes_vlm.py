@@ -119,7 +119,7 @@ def test_plan_data_from_a_store_of_one_sample_says_why_a_mode_is_infeasible(tmp_
     store = tmp_path / "store"
     assert_clean(invoke(["tokenize", data, "--out", store, "--tokenizer", "bytes"]), frozenset({0}))
     outcome = assert_clean(invoke([*PLAN, "--data", store]), frozenset({0}))
-    assert "1 samples from token store" in outcome.output, str(outcome)
+    assert "(1 sample from token store; 1 of 1 step simulated)" in outcome.output, str(outcome)
     if "dp_balanced infeasible" in outcome.output:  # the reason is printed, not only the word
         assert "dp_balanced infeasible: " in outcome.output, str(outcome)
 

@@ -559,8 +559,9 @@ def cp_mode_lines(cp_modes: Any) -> list[str]:
         else ""
     )
     lines = [
-        f"CP modes on the data ({d['samples']} samples from {d['data']}{dropped}; {d['steps_simulated']} of "
-        f"{d['steps_total']} steps simulated) for {d['layout']}:"
+        f"CP modes on the data ({d['samples']} sample{'' if d['samples'] == 1 else 's'} from {d['data']}{dropped}; "
+        f"{d['steps_simulated']} of {d['steps_total']} step{'' if d['steps_total'] == 1 else 's'} simulated) for "
+        f"{d['layout']}:"
     ]
     band = d["recommended"]["error_band"]
     why_infeasible: dict[str, str] = {}  # mode -> Megatron's refusal (the same at every cap, said once)

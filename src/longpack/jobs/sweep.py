@@ -365,7 +365,8 @@ class Candidate:
         if self.packs == 0:
             out.append("no sample is left to pack")
         elif self.steps_per_epoch == 0:
-            out.append(f"only {self.packs} packs, fewer than GBS {self.gbs}: not one full optimizer step")
+            packs = "1 pack" if self.packs == 1 else f"{self.packs} packs"
+            out.append(f"only {packs}, fewer than GBS {self.gbs}: not one full optimizer step")
         for f in self.batch_rules or ():
             out.append(f"{f['id']}: {f['message']}")
         if self.estimate is not None and not self.estimate.fits:
