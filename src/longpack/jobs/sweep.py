@@ -789,7 +789,8 @@ def candidate_cp_modes(candidate: Candidate, planner: PlannerSetup) -> Candidate
         cells.append(
             ModeCell(
                 mode=mode,
-                max_seqlen_per_dp_cp_rank=cap,
+                # no cap for a mode Megatron's scheduler refuses at every cap (nothing was timed at it)
+                max_seqlen_per_dp_cp_rank=cap if feasible else None,
                 step_time_s=seconds if feasible else None,
                 speedup=at.speedup(mode) if feasible else None,
                 rank_imbalance=at.imbalance[mode] if feasible else None,
