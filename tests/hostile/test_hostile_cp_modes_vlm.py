@@ -312,3 +312,16 @@ def test_bridge_harness_on_a_folder_that_is_not_bridge_says_so(
     err = capsys.readouterr().err
     assert exit_info.value.code == 2, err
     assert f"--bridge {folder}" in err and "Megatron-Bridge" in err, err
+
+
+def test_numpy_arrays_of_sizes_are_read_as_lists(world) -> None:
+    """``pack_lengths`` / ``buffer_sizes`` from numpy (a user's ``np.array([...])``) as the sizes they hold;
+    a 2-D array or fractional sizes are still refused naming the field."""
+    from longpack.jobs import OnlineSimConfig, SweepConfig
+
+    config = SweepConfig(inputs=[world.good], tokenizer="bytes", pack_lengths=np.array([4096, 2048]))
+    assert config.pack_lengths == (2048, 4096)
+    assert OnlineSimConfig(pack_size=4096, buffer_sizes=np.array([2, 8])).sizes == (2, 8)
+    for bad in (np.array([[2048, 4096]]), np.array([4096.5]), np.array(["4096"])):
+        with pytest.raises(LongpackError, match="pack_lengths"):
+            SweepConfig(inputs=[world.good], tokenizer="bytes", pack_lengths=bad)
