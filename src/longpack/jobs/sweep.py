@@ -797,7 +797,7 @@ def candidate_cp_modes(candidate: Candidate, planner: PlannerSetup) -> Candidate
                 real_tokens_per_s=real_per_step / seconds if feasible else None,
                 note=""
                 if feasible
-                else f"Megatron's scheduler refuses the data: {at.infeasible.get(mode, '')}",
+                else f"Megatron refuses this mode here: {at.infeasible.get(mode, '')}",
             )
         )
     chosen = next(c for c in cells if c.mode == plan.recommended)
