@@ -212,11 +212,13 @@ class OnlineSimConfig:
                 "from the processor in the tokenizer folder; drop them",
                 fields=(*qwen_only, "vlm_family", "tokenizer"),
             )
-        if not isinstance(self.tokenizer, str | os.PathLike) or not Path(self.tokenizer).is_dir():
+        # a path must be a folder; a loaded tokenizer object (from Python) goes to the family's preparer
+        if self.tokenizer is None or (
+            isinstance(self.tokenizer, str | os.PathLike) and not Path(self.tokenizer).is_dir()
+        ):
             raise ConfigError(
                 f"vlm_family {self.vlm_family} counts visual tokens with its transformers processor: give "
-                f"tokenizer a local folder holding one (processor.save_pretrained(folder)), got "
-                f"{self.tokenizer!r}",
+                f"tokenizer a local folder holding one (processor.save_pretrained(folder)), got {self.tokenizer!r}",
                 fields=("tokenizer", "vlm_family"),
             )
 
