@@ -30,19 +30,6 @@ __all__ = ["MAX_SAMPLES", "OnlineSimConfig", "OnlineSimResult", "read_length_lin
 
 #: Synthetic samples at most: the simulation runs every buffer size over them in Python.
 MAX_SAMPLES = 1_000_000
-#: Settings read only with ``vlm``; one given (not its default) without ``vlm`` is refused, not ignored.
-VLM_ONLY = (
-    "vlm_family",
-    "tokenizer",
-    "loader_workers",
-    "patch_size",
-    "merge_size",
-    "min_pixels",
-    "max_pixels",
-    "max_images",
-    "max_visual_tokens",
-    "write_lengths",
-)
 #: Qwen-VL's vision settings; the other families read theirs from their processor (``--tokenizer`` folder).
 QWEN_VISION = ("patch_size", "merge_size", "min_pixels", "max_pixels")
 
@@ -296,6 +283,23 @@ class OnlineSimConfig:
         return OnlineSimResult(
             report=report, algorithm=algorithm, pad_seq_to_mult=self.pad_seq_to_mult, vlm=True
         )
+
+
+def _vlm_only() -> tuple[str, ...]:
+    import dataclasses
+
+    from longpack.option import option_of
+
+    return tuple(
+        f.name
+        for f in dataclasses.fields(OnlineSimConfig)
+        if (spec := option_of(f)) is not None and spec.help.startswith("With --vlm:")
+    )
+
+
+#: Settings read only with ``vlm`` (their help says so: "With --vlm: ..."); one given (not its default)
+#: without ``vlm`` is refused, not ignored.
+VLM_ONLY: tuple[str, ...] = _vlm_only()
 
 
 @dataclass(frozen=True, kw_only=True)
