@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -123,8 +124,10 @@ def test_plan_data_from_a_store_of_one_sample_says_why_a_mode_is_infeasible(tmp_
     assert_clean(invoke(["tokenize", data, "--out", store, "--tokenizer", "bytes"]), frozenset({0}))
     outcome = assert_clean(invoke([*PLAN, "--data", store]), frozenset({0}))
     assert "(1 sample from token store; 1 of 1 step simulated)" in outcome.output, str(outcome)
-    if "dp_balanced infeasible" in outcome.output:  # the reason is printed, not only the word
-        assert "dp_balanced infeasible: " in outcome.output, str(outcome)
+    # one sample cannot fill a DP group: refused at every cap, the reason printed once with the caps
+    assert re.search(
+        r"dp_balanced infeasible at max_seqlen_per_dp_cp_rank \d+, \d+, \d+: 1 samples", outcome.output
+    ), str(outcome)
 
 
 def test_plan_tokenizer_without_data_is_refused() -> None:

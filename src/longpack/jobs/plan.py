@@ -564,10 +564,11 @@ def cp_mode_lines(cp_modes: Any) -> list[str]:
         f"{d['layout']}:"
     ]
     band = d["recommended"]["error_band"]
-    why_infeasible: dict[str, str] = {}  # mode -> Megatron's refusal (the same at every cap, said once)
+    # (mode, Megatron's refusal) -> the caps it is refused at: one line per distinct reason
+    why_infeasible: dict[tuple[str, str], list[str]] = {}
     for c in d["comparisons"]:
         for mode, why in c.get("infeasible", {}).items():
-            why_infeasible.setdefault(mode, why)
+            why_infeasible.setdefault((mode, why), []).append(str(c["max_seqlen_per_dp_cp_rank"]))
         cells = []
         for mode, t in c["step_time_s"].items():
             imbalance = c["rank_imbalance"][mode]
@@ -580,8 +581,8 @@ def cp_mode_lines(cp_modes: Any) -> list[str]:
                 )
             )
         lines.append(f"  max_seqlen_per_dp_cp_rank {c['max_seqlen_per_dp_cp_rank']}: " + ", ".join(cells))
-    for mode, why in why_infeasible.items():
-        lines.append(f"  {mode} infeasible: {why}")
+    for (mode, why), caps in why_infeasible.items():
+        lines.append(f"  {mode} infeasible at max_seqlen_per_dp_cp_rank {', '.join(caps)}: {why}")
     rec = d["recommended"]
     lines.append(f"Recommended: {rec['mode']} — {rec['reason']}")
     for what, items in rec["overrides"].items():
