@@ -328,3 +328,29 @@ def test_numpy_arrays_of_sizes_are_read_as_lists(world) -> None:
     for bad in (np.array([[2048, 4096]]), np.array([4096.5]), np.array(["4096"])):
         with pytest.raises(LongpackError, match="pack_lengths"):
             SweepConfig(inputs=[world.good], tokenizer="bytes", pack_lengths=bad)
+
+
+def test_online_sim_write_lengths_to_a_folder_is_refused_before_reading(
+    vlm_file: Path, tmp_path: Path
+) -> None:
+    outcome = assert_clean(invoke(_online(vlm_file, "--write-lengths", tmp_path)), frozenset({2}))
+    assert f"--write-lengths {tmp_path} is a folder" in outcome.output, str(outcome)
+
+
+def test_online_sim_vlm_folder_is_named_as_a_folder(tmp_path: Path) -> None:
+    outcome = assert_clean(invoke(_online(tmp_path)), frozenset({2}))
+    assert f"--vlm {tmp_path} is a folder" in outcome.output, str(outcome)
+
+
+@pytest.mark.parametrize("rows", [[], VLM_ROWS * 2], ids=["empty", "all-too-long"])
+def test_online_sim_with_no_sample_to_pack_says_why_not_zeros(tmp_path: Path, rows: list) -> None:
+    """Not a table of 0 / 0 fills with exit 0: an error naming the file and, when samples were refused,
+    the reasons and the first keys."""
+    path = tmp_path / "vlm.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["online-sim", "--pack-size", "64", "--buffer-sizes", "2", "--vlm", path]
+    outcome = assert_clean(invoke(argv), frozenset({2}))
+    assert "no sample to pack" in outcome.output, str(outcome)
+    if rows:
+        assert "too_long 2" in outcome.output and "vlm.jsonl:1" in outcome.output, str(outcome)
+        assert "--pack-size" in outcome.output, str(outcome)

@@ -255,6 +255,17 @@ class OnlineSimConfig:
         from longpack.vlm.vision import VisionConfig
 
         assert self.pack_size is not None and self.vlm is not None
+        # before the samples are read: a folder, or a file that cannot be written (a missing parent folder
+        # is made, as longpack.online.packer.write_text_atomic does)
+        if self.write_lengths is not None and Path(self.write_lengths).parent.is_dir():
+            from longpack.outputs import check_output_file
+
+            check_output_file(self.write_lengths, field="write_lengths")
+        if Path(self.vlm).is_dir():
+            raise InputError(
+                f"vlm {self.vlm} is a folder; give a JSONL file of VLM samples (messages + images or image_sizes)",
+                fields="vlm",
+            )
         algorithm = self.algorithm or "first_fit_decreasing"  # Megatron-Bridge's online packer
         report = vlm_report(
             str(self.vlm),
@@ -276,6 +287,20 @@ class OnlineSimConfig:
             seed=self.seed,
         )
         lengths = report.pop("lengths")
+        if not lengths:  # nothing to pack: every figure would be 0 / 0
+            summary = report["samples"]
+            refused = {k: v for k, v in summary["rejected"].items() if v}
+            named = "; ".join(f"{s['key']}: {s['reason']}" for s in summary["skipped"][:3])
+            raise InputError(
+                f"vlm {self.vlm}: no sample to pack"
+                + (
+                    f" (refused: {', '.join(f'{k} {v}' for k, v in refused.items())}; e.g. {named})"
+                    if refused
+                    else " (the file holds no samples)"
+                )
+                + "; fix the samples or the limits (pack_size, max_images, max_visual_tokens)",
+                fields=("vlm", "pack_size", "max_images", "max_visual_tokens"),
+            )
         if self.write_lengths is not None:
             from longpack.online.packer import write_text_atomic
 
