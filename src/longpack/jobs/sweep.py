@@ -1161,13 +1161,7 @@ class SweepConfig:
                     )
                 except TopologyError as exc:
                     raise SweepError(str(exc), fields=("gpus", "tp", "cp")) from exc
-        from longpack.binpack import ALGORITHMS
-
-        if self.algorithm not in ALGORITHMS:
-            raise SweepError(
-                f"algorithm {self.algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}",
-                fields="algorithm",
-            )
+        # algorithm: a choice of choices.ALGORITHMS, checked with the others by check_choices above
         settings = SweepSettings(
             pack_lengths=lengths,
             token_slots=self.token_slots,
