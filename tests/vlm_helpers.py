@@ -79,6 +79,26 @@ def random_samples(n: int, seed: int, *, max_images: int = 3, max_side: int = 20
     return out
 
 
+def video_bytes(frames: int, fps: int, width: int, height: int, *, container: str = "mp4") -> bytes:
+    """A video generated with PyAV (mpeg4 in ``container``) whose frame ``i`` is a flat grey of level
+    ``10 * i % 250``; ``frames=0`` with ``container="avi"`` gives a readable header and no frame."""
+    import av
+
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format=container) as out:
+        stream = out.add_stream("mpeg4", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        if frames == 0:
+            out.start_encoding()
+        for i in range(frames):
+            image = np.full((height, width, 3), 10 * i % 250, dtype=np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buffer.getvalue()
+
+
 # Gemma 3's special tokens at its ids' order (pad 0, eos 1, bos 2 as in the released tokenizer); the byte
 # alphabet follows. A real `tokenizers` byte-level BPE without merges: Gemma's own vocabulary is a download.
 GEMMA3_SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>",

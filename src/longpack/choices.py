@@ -65,3 +65,8 @@ DATASET_KINDS: tuple[str, ...] = ("sft", "direct_hf", "energon", "mock_vlm", "pr
 #: Pipeline schedules and samplers of the balance simulation (``longpack.balance.schedule``).
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")
 SAMPLERS: tuple[str, ...] = ("batch", "single")
+
+#: Energon task encoders (``dataset.task_encoder._target_``) whose packing buffer holds encoded media and token
+#: counts, pixels decoded only for the pack being emitted (deferred decoding, ``longpack.online.vlm``); every
+#: other Qwen-VL encoder (Megatron-Bridge's ``QwenVLTaskEncoder``, longpack's eager one) buffers prepared pixels.
+DEFERRED_VLM_ENCODERS: tuple[str, ...] = ("longpack.online.vlm.QwenVLPackingEncoder",)

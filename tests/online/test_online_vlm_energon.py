@@ -1,5 +1,6 @@
 """Energon online packing of Qwen-VL samples on a real WebDataset of generated image+text samples, prepared
-with ``energon prepare`` (``CrudeWebdataset``: a ``json`` conversation and ``img<N>.png`` members per sample).
+with ``energon prepare`` (``CrudeWebdataset``: a ``json`` conversation and ``img<N>.png`` members per sample),
+and on a second one with ``vid<N>.mp4`` members (videos generated with PyAV, good and bad).
 
 Loaders run on finite streams and are exhausted (an abandoned worker loader stalls the next gc for ~10 s).
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
 import tarfile
 import warnings
 from collections import Counter
@@ -37,17 +39,18 @@ from longpack.online.energon import (  # noqa: E402
 )
 from longpack.online.vlm import EagerQwenVLPackingEncoder, QwenVLPackingEncoder  # noqa: E402
 from longpack.runtime.in_batch import build_visual_thd_batch  # noqa: E402
-from vlm_helpers import conversation, png_bytes, preparer  # noqa: E402
+from longpack.vlm.video import VideoConfig  # noqa: E402
+from vlm_helpers import conversation, png_bytes, preparer, video_bytes  # noqa: E402
 
-N_SAMPLES = 48
-SEQ_LENGTH = 256
+N_SAMPLES = 24
+SEQ_LENGTH = 128
 MULTIPLE = 8
-BROKEN = {"s00007", "s00031"}  # an image member that is not an image
+BROKEN = {"s00007", "s00015"}  # an image member that is not an image
 HUGE = {"s00019"}  # one image far above max_visual_tokens
 ASPECT = {"s00003"}  # a 402x2 image: aspect ratio above 200
 MISMATCH = {"s00011"}  # two <image> placeholders, one image
 EMPTY = {"s00023"}  # a 0-byte image member
-MALFORMED = {"s00040"}  # a json member that is not JSON
+MALFORMED = {"s00021"}  # a json member that is not JSON
 BAD = {
     **dict.fromkeys(BROKEN, "undecodable"),
     **dict.fromkeys(HUGE, "visual_tokens"),
@@ -55,6 +58,14 @@ BAD = {
     **dict.fromkeys(MISMATCH, "placeholder_mismatch"),
     **dict.fromkeys(EMPTY, "empty_image"),
     **dict.fromkeys(MALFORMED, "malformed"),
+}
+# Energon's loader runs a full gc.collect() when each worker starts iterating and every 10 batches: about 0.7 s
+# each in a test process that has imported torch and transformers (a production loader pays it once per
+# epoch). Its GcDataset wrapper is transparent (no state, no config), so the tests turn it off.
+LOADER_OPTIONS = {
+    "checkpoint_every_sec": 0.0,
+    "watchdog_timeout_seconds": None,
+    "gc_collect_every_n_steps": 0,
 }
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 
@@ -127,7 +138,7 @@ def make_loader(
         task_encoder=encoder,
         repeat=False,
     )
-    return get_savable_loader(ds, checkpoint_every_sec=0.0, watchdog_timeout_seconds=None), encoder
+    return get_savable_loader(ds, **LOADER_OPTIONS), encoder
 
 
 def signature(batch: dict) -> tuple:
@@ -214,7 +225,7 @@ def test_groups_are_bridge_first_fit_decreasing(dataset: Path, eager: bool) -> N
         packing_buffer_size=8, shuffle_buffer_size=None, max_samples_per_sequence=None, task_encoder=encoder,
         repeat=False,
     )  # fmt: skip
-    packs = [b["sample_keys"] for b in get_savable_loader(ds)]
+    packs = [b["sample_keys"] for b in get_savable_loader(ds, **LOADER_OPTIONS)]
     assert len(order) == N_SAMPLES
     expected = []
     for lo in range(0, N_SAMPLES, 8):
@@ -232,7 +243,7 @@ def test_groups_are_bridge_first_fit_decreasing(dataset: Path, eager: bool) -> N
             assert prep.length({**json.loads(raw["json"]), "images": images}).tokens == s.length
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_restore_after_k_packs_continues_identically(dataset: Path, workers: int, tmp_path) -> None:
     first, enc = make_loader(dataset, workers=workers)
     it = iter(first)
@@ -284,18 +295,31 @@ def test_a_state_saved_after_a_workers_pass_ended_is_refused_not_replayed(
     assert len(list(replayed)) > len(reference) - (k + 1)
 
 
-def test_qwen3_vl_family_packs_every_sample_once_into_its_own_rows(dataset: Path) -> None:
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_qwen3_vl_family_packs_every_sample_once_into_its_own_rows_and_resumes_exactly(
+    dataset: Path, workers: int
+) -> None:
     """Qwen3-VL (patch 16, its rope variant), from the family registry: Bridge's Qwen3-VL Energon packing is the
     same ``QwenVLTaskEncoder`` with ``patch_size=16``; every sample once, each batch the THD row of its members
-    prepared alone, positions by the Qwen3-VL rope index."""
+    prepared alone, positions by the Qwen3-VL rope index; a state saved after 2 packs resumes exactly."""
     from transformers import Qwen2VLImageProcessor
 
     from longpack.vlm.families import vlm_family
 
     family = vlm_family("qwen3_vl")
     prep = family.preparer(image_processor=Qwen2VLImageProcessor(patch_size=16), max_visual_tokens=200)
-    loader, _ = make_loader(dataset, workers=0, prep=prep)
-    batches = list(loader)
+    loader, enc = make_loader(dataset, workers=workers, prep=prep)
+    it = iter(loader)
+    batches = [next(it), next(it)]
+    state = save_loader_state(loader, enc)
+    assert (
+        not replaying_workers(state)
+        and state["config"]["longpack_packing"]["preparer"]["vision"]["rope_variant"] == "qwen3_vl"
+    )
+    batches += list(it)
+    restored, encoder = make_loader(dataset, workers=workers, prep=prep)
+    restore_loader_state(restored, state, encoder)
+    assert [signature(b) for b in restored] == [signature(b) for b in batches[2:]]
     keys = accounting(batches)
     assert len(keys) == N_SAMPLES and set(keys.values()) == {1}
     for b in batches:
@@ -387,3 +411,97 @@ def test_a_buffer_of_refused_samples_reports_them_in_a_padding_batch(tmp_path) -
     ]
     assert batch["total_tokens"] == MULTIPLE and batch["loss_mask"].sum() == 0
     assert (batch["labels"] == -100).all() and batch["visual_inputs"] == {}
+
+
+VIDEO_SAMPLES = 11  # s00009: Bridge's pickled frame list (``mp4s``); s00010: a broken one
+BAD_VIDEOS = {
+    "s00010": "malformed",  # a ``videos`` member that is not a pickled frame list
+    "s00002": "undecodable",  # not a video
+    "s00004": "empty_video",  # 0 bytes
+    "s00005": "empty_video",  # a readable header, no frame
+    "s00007": "too_long",  # 400 frames: more video tokens than the pack holds
+}
+# Small frames (at most 16 merged tokens per frame pair) so that several videos fit a 256-token pack.
+VIDEO_CONFIG = VideoConfig(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 16)
+
+
+def video_members(i: int) -> dict[str, bytes]:
+    """Image, video and image+video samples; videos of 8-24 frames at 4 fps, 32-64 px."""
+    key = f"s{i:05d}"
+    rng = np.random.default_rng(100 + i)
+    kind = ("video", "video+image", "image")[i % 3] if key not in BAD_VIDEOS else "video"
+    frames, side = int(rng.integers(8, 25)), int(rng.integers(32, 65))
+    bad = {
+        "s00002": lambda: b"\x00\x00\x00 ftypmp42 not a video",
+        "s00004": lambda: b"",
+        "s00005": lambda: video_bytes(0, 4, 32, 32, container="avi"),
+        "s00007": lambda: video_bytes(400, 4, 56, 56),
+    }
+    media = bad[key]() if key in bad else video_bytes(frames, 4, side, side - 8)
+    question = ("<video>" if "video" in kind else "") + ("<image>" if "image" in kind else "") + "What moves?"
+    members = {
+        "json": json.dumps(
+            {
+                "messages": [
+                    {"role": "user", "content": question},
+                    {"role": "assistant", "content": "Nothing."},
+                ]
+            }
+        ).encode()
+    }
+    if i >= 9:  # Bridge's video members: pickled lists of encoded frames, one list per video
+        frames = [png_bytes(40, 32, seed=i * 10 + j) for j in range(5)]
+        members["mp4s" if i == 9 else "videos"] = pickle.dumps([frames]) if i == 9 else b"not a pickle"
+    elif "video" in kind:
+        members["vid0.mp4"] = media
+    if "image" in kind:
+        members["img0.png"] = png_bytes(int(rng.integers(20, 60)), int(rng.integers(20, 60)), seed=i)
+    return members
+
+
+@pytest.fixture(scope="module")
+def video_dataset(tmp_path_factory) -> Path:
+    return write_dataset(
+        tmp_path_factory.mktemp("energon_vlm_video_ds"), video_members, VIDEO_SAMPLES, shards=1
+    )
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_video_samples_pack_once_each_bad_ones_named_and_deferred_equals_eager(
+    video_dataset: Path, workers: int
+) -> None:
+    """Video members (``vid0.mp4``) measured from their headers in the buffer, decoded when their pack is
+    emitted: every sample packed or reported once, the bad videos by reason, each batch the THD row of its
+    members prepared alone (``pixel_values_videos``, ``video_grid_thw``, ``second_per_grid_ts``), and the
+    eager encoder gives the same batches."""
+    prep = preparer(max_visual_tokens=None, video=VIDEO_CONFIG)
+    deferred, _ = make_loader(video_dataset, workers=workers, buffer_size=4, prep=prep)
+    batches = list(deferred)
+    keys = accounting(batches)
+    assert len(keys) == VIDEO_SAMPLES and set(keys.values()) == {1}
+    skipped = {r["key"]: r for b in batches for r in b["skipped"]}
+    assert {k: r["reason"] for k, r in skipped.items()} == BAD_VIDEOS
+    assert all(r["message"].startswith(f"sample {k}: ") for k, r in skipped.items())
+    videos = 0
+    for b in batches:
+        members = []
+        for key in b["sample_keys"]:
+            raw = video_members(int(key[1:]))
+            sample = {**json.loads(raw["json"]), "images": [raw[k] for k in raw if k.startswith("img")]}
+            sample["videos"] = [raw[k] for k in raw if k.startswith("vid")]
+            sample["videos"] += pickle.loads(raw["mp4s"]) if "mp4s" in raw else []
+            members.append(prep.prepare(sample, key=key))
+        if not members:  # a buffer of refused samples: one padding sequence carries their records
+            assert b["skipped"] and b["loss_mask"].sum() == 0
+            continue
+        expected = build_visual_thd_batch(
+            members, sequence_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE, emit_padding_mask=True
+        )
+        assert signature({**expected, "sample_keys": b["sample_keys"], "skipped": b["skipped"]}) == signature(
+            b
+        )
+        videos += len(b["visual_inputs"].get("video_grid_thw", []))
+    assert videos == sum(1 for i in range(VIDEO_SAMPLES) if i % 3 < 2 and f"s{i:05d}" not in BAD_VIDEOS) == 5
+    if workers == 0:
+        eager, _ = make_loader(video_dataset, workers=0, buffer_size=4, prep=prep, eager=True)
+        assert [signature(b) for b in eager] == [signature(b) for b in batches]

@@ -101,12 +101,30 @@ def test_shipped_constants_are_loaded() -> None:
     assert fitted_params() != TimeModelParams()
 
 
-def test_long_context_bands_are_within_ten_percent_in_sample(points) -> None:
+def test_context_bands_in_sample(points) -> None:
     summary = evaluate(*points)
     bands = summary.bands
     assert bands["16-32K"].n >= 4 and bands["64K+"].n >= 6
-    assert bands["16-32K"].median_ape <= 0.10 and bands["64K+"].median_ape <= 0.10
-    assert bands["<=8K"].median_ape <= 0.10
+    assert bands["16-32K"].median_ape <= 0.10 and bands["<=8K"].median_ape <= 0.10
+    # 64K+: 11.9 % since the CP ring's bandwidths come from the hardware catalog instead of two constants
+    # fitted to DeepSeek-V3's three points there (2.1 % in-sample, 39 % leave-one-model-out before)
+    assert bands["64K+"].median_ape <= 0.15
+
+
+def test_cp_ring_bandwidth_is_not_a_fitted_constant() -> None:
+    names = set(TimeModelParams().as_dict())
+    assert not any(n.startswith("cp_") and ("eff" in n or "scale" in n) for n in names), names
+
+
+@pytest.mark.slow
+def test_deepseek_v3_long_context_is_predicted_without_its_own_points(points) -> None:
+    """Leaving DeepSeek-V3 out used to leave the cross-node ring unconstrained (its >= 64K points were
+    then predicted at ~100 of ~300 TFLOP/s); with catalog bandwidths it lands within 20 %."""
+    pts, _ = points
+    lomo = leave_one_model_out([p for p in pts if p.tflops and p.model in ("deepseek_v3", "qwen3_235b_a22b")])
+    long_dsv3 = [r for r in lomo if r.model == "deepseek_v3" and r.seq_length >= 65536]
+    assert len(long_dsv3) == 3
+    assert all(abs(r.tflops_error) <= 0.20 for r in long_dsv3), [(r.id, r.tflops_error) for r in long_dsv3]
 
 
 def test_measured_memory_is_within_ten_percent_on_the_rank_it_describes(points) -> None:

@@ -705,8 +705,33 @@ CASES = [
         "ENERGON",
         ["dataset.num_workers=4", "dataset.packing_buffer_size=64"],
         ["dataset.num_workers=4", "dataset.packing_buffer_size=16"],
-        ("36.8 GiB per rank: 4 worker(s) * packing_buffer_size=64 * 147.0 MiB per sample", "seq_length=8192"),
-        fix_says=("dataset.packing_buffer_size", "online-sim --vlm"),
+        (
+            "36.8 GiB per rank (the buffer holds prepared pixels): 4 worker(s) * packing_buffer_size=64 * 147.0 MiB "
+            "per sample",
+            "seq_length=8192",
+        ),
+        fix_says=(
+            "_target_ to longpack's deferred-decoding QwenVLPackingEncoder",
+            "dataset.packing_buffer_size",
+        ),
+    ),
+    # The same buffer with longpack's deferred encoder holds one decoded pack per worker (147 MiB at 8192 tokens):
+    # it fires only when the workers' packs pass 16 GiB.
+    Case(
+        "LP-VLM-004",
+        "ENERGON",
+        [
+            "dataset.task_encoder._target_=longpack.online.vlm.QwenVLPackingEncoder",
+            "dataset.num_workers=128",
+            "dataset.packing_buffer_size=64",
+        ],
+        [
+            "dataset.task_encoder._target_=longpack.online.vlm.QwenVLPackingEncoder",
+            "dataset.num_workers=4",
+            "dataset.packing_buffer_size=64",
+        ],
+        ("18.4 GiB per rank (deferred decoding): 128 worker(s) * one pack of seq_length=8192 tokens",),
+        fix_says=("dataset.seq_length", "online-sim --vlm"),
     ),
     Case(
         "LP-MOE-001",

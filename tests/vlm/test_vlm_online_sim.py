@@ -16,7 +16,7 @@ from longpack.online import OnlinePacker
 from longpack.online.simulate import buffer_memory, simulate_vlm
 from longpack.vlm import QwenVLPreparer, VisionConfig, VLMConfig
 from longpack.vlm.metadata import read_vlm_metadata
-from vlm_helpers import conversation, make_image, preparer
+from vlm_helpers import conversation, make_image, preparer, video_bytes
 
 runner = CliRunner()
 
@@ -160,3 +160,58 @@ def test_cli_reports_fill_and_buffer_memory(tmp_path) -> None:
     ]
     bad = runner.invoke(app, ["online-sim", "--vlm", str(tmp_path / "none.jsonl"), "--pack-size", "1024"])
     assert bad.exit_code == 2 and "no such file" in bad.output
+
+
+def test_metadata_counts_videos_from_their_headers(tmp_path) -> None:
+    """A JSONL row with a relative video path: tokens and prepared bytes from the container header equal
+    the prepared sequence's."""
+    pytest.importorskip("av")
+    (tmp_path / "clip.mp4").write_bytes(video_bytes(12, 4, 64, 48))
+    chat = [{"role": "user", "content": "<video>What moves?"}, {"role": "assistant", "content": "A cat."}]
+    path = tmp_path / "meta.jsonl"
+    path.write_text(json.dumps({"__key__": "v0", "messages": chat, "videos": ["clip.mp4"]}) + "\n")
+    for i in range(3):
+        make_image(64, 48, seed=i).save(tmp_path / f"f{i}.png")
+    with path.open("a") as fh:  # a frame list of image files, relative to the JSONL too
+        fh.write(
+            json.dumps({"__key__": "v1", "messages": chat, "videos": [["f0.png", "f1.png", "f2.png"]]}) + "\n"
+        )
+    prep = preparer(max_visual_tokens=None)
+    table = read_vlm_metadata(path, prep)
+    sources = [str(tmp_path / "clip.mp4"), [str(tmp_path / f"f{i}.png") for i in range(3)]]
+    for row, source in enumerate(sources):
+        prepared = prep.prepare({"messages": chat, "videos": [source]}, key=f"v{row}")
+        assert (int(table.tokens[row]), int(table.visual_tokens[row]), int(table.prepared_nbytes[row])) == (
+            prepared.sequence_length,
+            prepared.visual_tokens,
+            prepared.nbytes,
+        )
+
+
+def test_cli_video_settings_change_the_video_counts(tmp_path) -> None:
+    """``--video-fps``: a 4 s video sampled at 4 fps has twice the frame pairs of the default 2 fps; each
+    count equals the preparer's with that ``VideoConfig``; a bad rate exits 2."""
+    pytest.importorskip("av")
+    from longpack.vlm.video import VideoConfig
+
+    (tmp_path / "clip.mp4").write_bytes(video_bytes(40, 10, 64, 48))
+    chat = [{"role": "user", "content": "<video>What moves?"}, {"role": "assistant", "content": "A cat."}]
+    path = tmp_path / "meta.jsonl"
+    path.write_text(json.dumps({"messages": chat, "videos": ["clip.mp4"]}) + "\n")
+    args = ["online-sim", "--vlm", str(path), "--pack-size", "8192", "--buffer-sizes", "1", "--json"]
+    counts = {}
+    for fps in (None, 4.0):
+        result = runner.invoke(app, [*args, *(["--video-fps", str(fps)] if fps else [])])
+        assert result.exit_code == 0, result.output
+        counts[fps] = json.loads(result.output)["samples"]["visual_tokens_mean"]
+        video = VideoConfig() if fps is None else VideoConfig(fps=fps)
+        prep = QwenVLPreparer(
+            "qwen3", config=VLMConfig(vision=VisionConfig(min_pixels=200704, max_pixels=1003520), video=video)
+        )
+        assert (
+            counts[fps]
+            == prep.length({"messages": chat, "videos": [str(tmp_path / "clip.mp4")]}).visual_tokens
+        )
+    assert counts[4.0] == 2 * counts[None]
+    bad = runner.invoke(app, [*args, "--video-fps", "0"])
+    assert bad.exit_code == 2 and "--video-fps must be > 0" in bad.output

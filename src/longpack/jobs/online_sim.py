@@ -124,6 +124,13 @@ class OnlineSimConfig:
     max_pixels: int = option(1003520, help="With --vlm: processor max_pixels.")
     max_images: int | None = option(10, help="With --vlm: images per sample limit.")
     max_visual_tokens: int | None = option(16384, help="With --vlm: visual tokens per sample limit.")
+    video_fps: float | None = option(
+        None,
+        help="With --vlm: frames sampled per second of a video file (default: the video processor's, 2).",
+    )
+    video_max_num_frames: int | None = option(
+        None, help="With --vlm: frames kept of a frame-list video (default: Bridge's max_num_frames, 60)."
+    )
     write_lengths: str | Path | None = option(
         None,
         help="With --vlm: also write each accepted sample's tokens, one per line (a --lengths file).",
@@ -140,9 +147,11 @@ class OnlineSimConfig:
         positive_int(self.pad_seq_to_mult, "pad_seq_to_mult")
         positive_int(self.samples, "samples", at_most=MAX_SAMPLES, why="the simulation is pure Python")
         positive_int(self.loader_workers, "loader_workers")
-        for name in ("max_images", "max_visual_tokens"):
+        for name in ("max_images", "max_visual_tokens", "video_max_num_frames"):
             if getattr(self, name) is not None:
                 positive_int(getattr(self, name), name)
+        if self.video_fps is not None and not self.video_fps > 0:
+            raise ConfigError(f"video_fps must be > 0, got {self.video_fps!r}", fields="video_fps")
         seed_value(self.seed)
         check_choices(self)
         sizes: tuple[int, ...] = ()
@@ -250,6 +259,13 @@ class OnlineSimConfig:
         }
         return OnlineSimResult(report=report, algorithm=algorithm, pad_seq_to_mult=self.pad_seq_to_mult)
 
+    def _video(self) -> Any:
+        """The video settings: :class:`~longpack.vlm.video.VideoConfig` defaults unless given."""
+        from longpack.vlm.video import VideoConfig
+
+        given: dict[str, Any] = {"fps": self.video_fps, "max_num_frames": self.video_max_num_frames}
+        return VideoConfig(**{k: v for k, v in given.items() if v is not None})
+
     def _vlm(self) -> OnlineSimResult:
         from longpack.online.simulate import vlm_report
         from longpack.vlm.vision import VisionConfig
@@ -280,6 +296,7 @@ class OnlineSimConfig:
             pad_to_multiple_of=self.pad_seq_to_mult,
             tokenizer=self.tokenizer,
             family=self.vlm_family,
+            video=self._video(),
             workers=self.loader_workers,
             max_images=self.max_images,
             max_visual_tokens=self.max_visual_tokens,

@@ -254,6 +254,7 @@ def vlm_report(
     tokenizer: str = "qwen3",
     family: str = "qwen2_vl",
     vision: Any = None,
+    video: Any = None,
     max_images: int | None = 10,
     max_visual_tokens: int | None = 16384,
     workers: int = 1,
@@ -263,7 +264,8 @@ def vlm_report(
 ) -> dict[str, Any]:
     """``online-sim`` for a VLM JSONL file (``longpack.vlm.metadata``): the samples' token and memory
     distribution, the refusals by reason, and per buffer size the bin fill and the buffer's host memory.
-    ``family``: a :mod:`longpack.vlm.families` name (Qwen-VL families count with ``vision``; ``gemma3`` with
+    ``family``: a :mod:`longpack.vlm.families` name (Qwen-VL families count with ``vision`` and ``video``, a
+    :class:`~longpack.vlm.video.VideoConfig`; ``gemma3`` with
     the Gemma3 processor saved in the folder ``tokenizer``)."""
     from longpack.vlm.families import vlm_family
     from longpack.vlm.metadata import read_vlm_metadata
@@ -271,7 +273,7 @@ def vlm_report(
     from longpack.vlm.vision import VisionConfig
 
     v = vision or VisionConfig()
-    config = VLMConfig(vision=v, max_images=max_images, max_visual_tokens=max_visual_tokens)
+    config = VLMConfig(vision=v, video=video, max_images=max_images, max_visual_tokens=max_visual_tokens)
     settings: dict[str, Any] = {
         "patch_size": v.patch_size,
         "merge_size": v.merge_size,

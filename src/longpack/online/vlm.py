@@ -1,4 +1,5 @@
-"""Energon online packing of Qwen-VL samples: a task encoder whose buffers hold prepared sequences.
+"""Energon online packing of VLM samples (Qwen2/2.5/3-VL and Gemma3-VL): task encoders whose buffers hold
+measured or prepared sequences.
 
 Needs ``megatron-energon`` and the ``vlm`` extra. It follows Megatron-Bridge's native Energon packing for
 Qwen-VL (``models/qwen_vl/data/energon.py``, ``QwenVLTaskEncoder(enable_energon_packing=True)``) on the same
@@ -28,11 +29,29 @@ Energon hooks (see docs/guide/online-sim.md and Energon's ``TaskEncoder`` packin
   :func:`longpack.runtime.in_batch.build_visual_thd_batch` (Bridge's ``build_qwen_vl_packed_batch`` keys,
   plus ``mrope_position_ids``, ``padding_mask`` when asked, ``sample_keys``, ``skipped``).
 
+**Families.** The preparer decides the family: a :class:`longpack.vlm.QwenVLPreparer` (``vlm_family(name)
+.preparer(...)`` for ``qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``) gives the keys above with ``image_grid_thw``
+and 3-D ``mrope_position_ids``; a :class:`longpack.vlm.families.Gemma3Preparer` (a transformers
+``Gemma3Processor``) gives the keys of Bridge's ``gemma3_vl_collate_fn(enable_in_batch_packing=True)``: 1-D
+``position_ids`` restarting at each sequence, ``visual_inputs["pixel_values"]`` one bfloat16 image per
+``[3, side, side]`` entry, no grids and no ``mrope_position_ids``. Gemma3-VL has no aspect-ratio limit
+(images are resized to a square) and no video input (a video member stops the loader, naming the sample).
+Nemotron-VL is refused when the encoder is built: longpack does not prepare its samples (its processor is
+the checkpoint's remote code).
+
 Samples come from a ``CrudeWebdataset`` (``energon prepare --sample-type CrudeWebdataset``): each sample has a
 ``json`` member with the conversation (``messages`` or ``conversations``, ``<image>`` placeholders) and image
-members ``img0.png``, ``img1.jpg``, ... (any ``img<N>.<ext>``, in ``N`` order). The encoder sets
-``decoder = None`` so images arrive as encoded bytes and longpack decodes them (a broken image names its sample
-key and the decoder's reason, instead of failing inside Energon's decoder).
+members ``img0.png``, ``img1.jpg``, ... (any ``img<N>.<ext>``, in ``N`` order) and video members ``vid0.mp4``,
+... (any ``vid<N>.<ext>`` a PyAV build reads, filling ``<video>`` placeholders in ``N`` order: Energon's
+multi-image / video samples). The encoder sets ``decoder = None`` so media arrive as encoded bytes and longpack
+decodes them (a broken image or video names its sample key and the decoder's reason, instead of failing inside
+Energon's decoder). A video is measured from its container header (frame count, rate and size: frames sampled
+and grids as transformers' ``Qwen2VLVideoProcessor``, :mod:`longpack.vlm.video`) and its sampled frames are
+decoded with PyAV only when its pack is emitted; a video that cannot be read is ``undecodable``, one with no
+frame to sample ``empty_video``, one whose tokens do not fit the pack ``too_long`` (or ``visual_tokens``).
+Megatron-Bridge's own video members are read too: ``jpgs`` (a pickled list of encoded frames: one video),
+``mp4s`` / ``videos`` (a pickled list of such lists), frames pre-extracted at the wanted rate; as Bridge's
+``QwenVLTaskEncoder`` does, the first ``VideoConfig.max_num_frames`` (60) are kept and none is resampled.
 
 Save and restore the loader with :func:`longpack.online.energon.save_loader_state` /
 ``restore_loader_state`` and pass this encoder: its :meth:`QwenVLPackingEncoder.packing_config` (seq_length,
@@ -51,7 +70,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import io
 import json
+import pickle
 import re
 from typing import Any
 
@@ -66,29 +87,67 @@ from longpack.errors import OnlineError
 from longpack.online.packer import select_packs
 from longpack.runtime.in_batch import build_visual_thd_batch
 from longpack.vlm.errors import SampleRejected, VLMError
+from longpack.vlm.families import Gemma3Preparer
 from longpack.vlm.prepare import PreparedSequence, QwenVLPreparer, aligned
 
 _IMAGE_FIELD = re.compile(r"^img(\d+)\.\w+$")
+_VIDEO_FIELD = re.compile(r"^vid(\d+)\.\w+$")
+# Megatron-Bridge's video members (``data/energon/task_encoder_utils.py`` ``videohandler``): a pickled list of
+# encoded frames (``jpgs``: one video) or of such lists (``mp4s``, ``videos``: one per video).
+_FRAME_LIST_FIELDS = ("jpgs", "mp4s", "videos")
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles lists, tuples and bytes only: a frame list names no class, so any lookup is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
+
+
+def _frame_lists(data: Any, *, one_video: bool) -> list[list[bytes]]:
+    """The videos of a Bridge video member, each a list of encoded frames."""
+    try:
+        value = _PlainUnpickler(io.BytesIO(bytes(data))).load()
+    except Exception as exc:  # a member that is not a plain pickle is the sample's problem, not Energon's
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
+    videos = [value] if one_video else value
+    if not isinstance(videos, list | tuple) or not all(
+        isinstance(v, list | tuple) and all(isinstance(f, bytes | bytearray) for f in v) for v in videos
+    ):
+        raise ValueError("expected lists of bytes")
+    return [list(v) for v in videos]
+
+
 FAILURE_TOLERANCE = 100  # Bridge's bound on consecutive failures of encode_sample
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
 class VLMChatSample(Sample):
-    """A cooked sample: the conversation (parsed JSON) and its images as encoded bytes, in order."""
+    """A cooked sample: the conversation (parsed JSON) and its images and videos as encoded bytes, in order."""
 
     conversation: dict[str, Any]
     images: list[bytes]
+    videos: list[Any] = dataclasses.field(default_factory=list)  # encoded files or lists of encoded frames
     problem: str | None = None  # why the crude sample could not be read (reported as ``malformed``)
 
 
 @stateless
 def cook_vlm_sample(raw: dict[str, Any]) -> VLMChatSample:
-    """Crude WebDataset sample (``json`` + ``img<N>.<ext>`` members) -> :class:`VLMChatSample`. A sample
-    without a readable ``json`` member is cooked with ``problem`` set (the encoder reports it as
+    """Crude WebDataset sample (``json`` + ``img<N>.<ext>`` / ``vid<N>.<ext>`` / Bridge's ``jpgs``, ``mp4s``,
+    ``videos`` members) -> :class:`VLMChatSample`. A sample without a readable ``json`` member, or with a video
+    member that is not a plain pickled frame list, is cooked with ``problem`` set (the encoder reports it as
     ``malformed``) instead of failing inside Energon, which would log a traceback and drop it uncounted."""
     found = sorted((int(m.group(1)), k) for k in raw if (m := _IMAGE_FIELD.match(k)))
     images = [raw[k] for _, k in found]
+    found_videos = sorted((int(m.group(1)), k) for k in raw if (m := _VIDEO_FIELD.match(k)))
+    videos: list[Any] = [raw[k] for _, k in found_videos]
     problem = None
+    for name in _FRAME_LIST_FIELDS:  # Bridge's pre-extracted frames (its ``videohandler``)
+        if name in raw and problem is None:
+            try:
+                videos += _frame_lists(raw[name], one_video=name == "jpgs")
+            except ValueError as exc:
+                problem = f"the {name!r} member is not a pickled list of encoded frames ({exc})"
     conversation: Any = {}
     if "json" not in raw:
         problem = f"no 'json' member (has {sorted(k for k in raw if k[0] != '_')})"
@@ -102,7 +161,9 @@ def cook_vlm_sample(raw: dict[str, Any]) -> VLMChatSample:
             problem = f"the 'json' member must be an object, got {type(conversation).__name__}"
     if problem is not None:
         conversation = {}
-    return VLMChatSample(**basic_sample_keys(raw), conversation=conversation, images=images, problem=problem)
+    return VLMChatSample(
+        **basic_sample_keys(raw), conversation=conversation, images=images, videos=videos, problem=problem
+    )
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -118,6 +179,7 @@ class VLMTaskSample(Sample):
     length: int = 0
     conversation: dict[str, Any] | None = None
     images: list[bytes] | None = None
+    videos: list[Any] | None = None
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -128,7 +190,7 @@ class VLMPackedSample(Sample):
 
 
 class _VLMPackingEncoder(DefaultTaskEncoder):
-    """What both Qwen-VL packing encoders share: settings, selection, pack and batch (see the module
+    """What both VLM packing encoders share: settings, selection, pack and batch (see the module
     docstring and :class:`QwenVLPackingEncoder` for the arguments)."""
 
     decoder = None  # raw bytes: longpack decodes images itself and reports the ones that fail
@@ -136,7 +198,7 @@ class _VLMPackingEncoder(DefaultTaskEncoder):
 
     def __init__(
         self,
-        preparer: QwenVLPreparer,
+        preparer: QwenVLPreparer | Gemma3Preparer,
         *,
         seq_length: int,
         pad_to_multiple_of: int = 1,
@@ -159,10 +221,7 @@ class _VLMPackingEncoder(DefaultTaskEncoder):
             raise OnlineError(
                 f"algorithm={algorithm!r} is not one of {binpack.ALGORITHMS}", fields="algorithm"
             )
-        if not isinstance(preparer, QwenVLPreparer):
-            raise OnlineError(
-                f"preparer must be a longpack.vlm.QwenVLPreparer, got {type(preparer).__name__}"
-            )
+        preparer = _packing_preparer(preparer)
         # A copy whose length limit is the pack width (the caller's preparer keeps its own settings).
         self.preparer = copy.copy(preparer)
         self.preparer.config = dataclasses.replace(
@@ -177,6 +236,8 @@ class _VLMPackingEncoder(DefaultTaskEncoder):
         )
         self.algorithm = algorithm
         self.seed = seed
+        # Qwen-VL rows carry 3-D positions (``mrope_position_ids``); Gemma3-VL rows have 1-D positions only.
+        self.mrope = isinstance(self.preparer, QwenVLPreparer)
 
     def packing_config(self) -> dict[str, Any]:
         """The settings that decide which samples form a pack and what a pack holds."""
@@ -256,7 +317,7 @@ class _VLMPackingEncoder(DefaultTaskEncoder):
             # A whole buffer of refused samples: a batch of one padding sequence that trains nothing
             # (loss mask 0, no pixels) carries their records, so no refusal is lost from the report.
             out = build_visual_thd_batch(
-                [_padding_sequence(max(2, self.pad_to_multiple_of))],
+                [_padding_sequence(max(2, self.pad_to_multiple_of), mrope=self.mrope)],
                 sequence_length=self.seq_length,
                 pad_to_multiple_of=self.pad_to_multiple_of,
                 pad_to_max_length=self.pad_to_max_length,
@@ -281,9 +342,9 @@ class _VLMPackingEncoder(DefaultTaskEncoder):
 
 
 class QwenVLPackingEncoder(_VLMPackingEncoder):
-    """Energon task encoder for native (online) packing of Qwen-VL samples with **deferred decoding**: the
+    """Energon task encoder for native (online) packing of VLM samples with **deferred decoding**: the
     packing buffer holds each candidate's encoded image bytes and its exact token count (from the image
-    headers, :meth:`longpack.vlm.QwenVLPreparer.measure`); pixels are decoded and processed only for the
+    headers, the preparer's ``measure``); pixels are decoded and processed only for the
     members of a pack about to be emitted (Energon's ``preencode_sample`` / ``postencode_sample`` hooks).
     Packs, batches and refusal records are those of :class:`EagerQwenVLPackingEncoder`; only a problem
     that shows when decoding (an image whose header reads but whose pixels do not) is refused when its pack
@@ -293,13 +354,13 @@ class QwenVLPackingEncoder(_VLMPackingEncoder):
     alignment for CP/SP (``lcm(2*CP, CP*TP)``); ``pad_to_max_length``: fixed-width packs (Bridge forces it with
     PP > 1 or EP > 1); ``emit_padding_mask``: add the gap mask for MoE router statistics (default: when
     ``pad_to_multiple_of > 1`` or fixed width). The preparer's ``max_length`` is set to ``seq_length``.
-    """
+    ``preparer``: a :class:`longpack.vlm.QwenVLPreparer` or :class:`longpack.vlm.families.Gemma3Preparer`
+    (the family follows from it, see the module docstring); a family without a preparer is refused."""
 
     @stateless(failure_tolerance=FAILURE_TOLERANCE)
     def preencode_sample(self, sample: VLMChatSample) -> VLMTaskSample:
         """Measure one sample from its image headers (no pixel decoded); a refusal becomes a refused member."""
-        conversation = dict(sample.conversation)
-        conversation["images"] = list(sample.images)
+        conversation = _media(sample.conversation, sample.images, sample.videos)
         try:
             if sample.problem is not None:
                 raise SampleRejected(sample.__key__, "malformed", sample.problem)
@@ -315,6 +376,7 @@ class QwenVLPackingEncoder(_VLMPackingEncoder):
             length=length.tokens,
             conversation=dict(sample.conversation),
             images=list(sample.images),
+            videos=list(sample.videos),
         )
 
     @stateless(failure_tolerance=FAILURE_TOLERANCE)
@@ -322,8 +384,7 @@ class QwenVLPackingEncoder(_VLMPackingEncoder):
         """Decode and prepare a selected sample (its pack is about to be emitted)."""
         if sample.rejected is not None:
             return sample
-        conversation = dict(sample.conversation or {})
-        conversation["images"] = list(sample.images or [])
+        conversation = _media(sample.conversation or {}, sample.images or [], sample.videos or [])
         try:
             prepared = self.preparer.prepare(conversation, key=sample.__key__)
         except SampleRejected as exc:
@@ -347,8 +408,7 @@ class EagerQwenVLPackingEncoder(_VLMPackingEncoder):
     def encode_sample(self, sample: VLMChatSample) -> VLMTaskSample:
         """Prepare one sample (its pixel tensors wait in the packing buffer); a refusal becomes a refused
         member with its reason."""
-        conversation = dict(sample.conversation)
-        conversation["images"] = list(sample.images)
+        conversation = _media(sample.conversation, sample.images, sample.videos)
         try:
             if sample.problem is not None:
                 raise SampleRejected(sample.__key__, "malformed", sample.problem)
@@ -362,6 +422,46 @@ class EagerQwenVLPackingEncoder(_VLMPackingEncoder):
         )
 
 
+def _packing_preparer(preparer: Any) -> QwenVLPreparer | Gemma3Preparer:
+    """The preparer of a family the Energon encoders pack (Qwen2/2.5/3-VL, Gemma3-VL); a family (object or
+    registry name) instead of its preparer, or one whose samples longpack does not prepare, is refused with
+    the reason."""
+    from longpack.vlm.families import vlm_family
+
+    if isinstance(preparer, QwenVLPreparer | Gemma3Preparer):
+        return preparer
+    family = vlm_family(preparer) if isinstance(preparer, str) else preparer
+    if hasattr(family, "can_prepare") and hasattr(family, "visual_tokens"):  # a registry family
+        if not family.can_prepare:
+            try:
+                family.preparer()
+            except VLMError as exc:
+                raise OnlineError(
+                    f"the Energon packing encoders cannot pack {family.name} samples: they need prepared "
+                    f"samples (tokens, labels, pixels) and {exc}",
+                    fields="preparer",
+                ) from None
+        raise OnlineError(
+            f"pass the {family.name} family's preparer (vlm_family({family.name!r}).preparer(...)), not the "
+            "family",
+            fields="preparer",
+        )
+    raise OnlineError(
+        "preparer must be a VLM family's preparer (longpack.vlm.QwenVLPreparer or "
+        f"longpack.vlm.families.Gemma3Preparer), got {type(preparer).__name__}",
+        fields="preparer",
+    )
+
+
+def _media(conversation: dict[str, Any], images: list[bytes], videos: list[Any]) -> dict[str, Any]:
+    """The conversation with the sample's encoded images and videos filling its placeholders."""
+    out = dict(conversation)
+    out["images"] = list(images)
+    if videos:
+        out["videos"] = list(videos)
+    return out
+
+
 def _fatal(sample: Sample, exc: Exception) -> FatalSampleError:
     """A setting that fails every sample, as an error Energon does not swallow (its handler would log a
     traceback and drop the samples one by one until its failure tolerance runs out)."""
@@ -371,9 +471,12 @@ def _fatal(sample: Sample, exc: Exception) -> FatalSampleError:
     return FatalSampleError(message)
 
 
-def _padding_sequence(length: int) -> PreparedSequence:
-    """A sequence that trains nothing: pad id 0, labels -100, loss mask 0, no visual values."""
+def _padding_sequence(length: int, *, mrope: bool) -> PreparedSequence:
+    """A sequence that trains nothing: pad id 0, labels -100, loss mask 0, no visual values (3-D positions
+    when the family's rows have them)."""
     import torch
+
+    positions = torch.arange(length, dtype=torch.int64)
 
     return PreparedSequence(
         key="",
@@ -385,7 +488,7 @@ def _padding_sequence(length: int) -> PreparedSequence:
             "loss_mask": torch.zeros(length, dtype=torch.float32),
         },
         visual_values={},
-        mrope_position_ids=torch.arange(length, dtype=torch.int64).expand(3, length).clone(),
+        mrope_position_ids=positions.expand(3, length).clone() if mrope else None,
         visual_tokens=0,
     )
 

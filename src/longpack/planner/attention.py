@@ -55,9 +55,15 @@ __all__ = [
 #: ``benchmarks/benchmark_flash_attention.py`` counts them the same way).
 BACKWARD_FLOP_RATIO = 2.5
 # NCCL efficiencies of the links (hardware_catalog.yaml planner_constants.nccl_busbw_efficiency).
-NVLINK_P2P_EFF = 0.80
 NVLINK_ALLTOALL_EFF = 0.65
 IB_EFF = 0.85
+#: Achieved over nominal unidirectional NVLink bandwidth of one NCCL send/recv pair, the transfer of a
+#: CP ring step (planner_constants.nccl_busbw_efficiency.intra_node_sendrecv): NVIDIA/nccl-tests issue
+#: #268 measures ``sendrecv_perf`` between two NVLink-connected H100s plateauing near 180 GB/s of 450.
+#: A measured constant, not a fitted one: only DeepSeek-V3's long-context points carry enough K/V
+#: traffic to constrain it (its MLA ring moves ~80 KB per token), so a fitted value would be
+#: unconstrained whenever that model is left out.
+NVLINK_SENDRECV_EFF = 0.40
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -349,15 +355,27 @@ def attention_head_dim(model: ModelSpec) -> float:
     return float(att.head_dim)
 
 
-def _link_bandwidth(
-    gpu: GPUSpec, span: int, *, internode_scale: float = 1.0, nvlink_eff: float = NVLINK_P2P_EFF
-) -> float:
-    """Per-GPU bandwidth of a ring or all-gather over ``span`` consecutive GPUs: NVLink (at
-    ``nvlink_eff`` of its unidirectional figure) inside the domain, the network (times
-    ``internode_scale``) once the group leaves it."""
-    if span <= max(gpu.nvlink_domain, 1):
-        return gpu.nvlink_unidir_gbps * 1e9 * nvlink_eff
-    return gpu.inter_node_unidir_gbps * 1e9 * IB_EFF * internode_scale
+def _link_bandwidth(gpu: GPUSpec, span: int, *, stride: int = 1) -> float:
+    """Per-GPU bandwidth of a ring step or all-gather over ``span`` consecutive GPUs whose members sit
+    ``stride`` ranks apart (the TP size, times the a2a level of ``a2a+p2p``).
+
+    Inside the NVLink domain: one NCCL send/recv pair (``NVLINK_SENDRECV_EFF`` of the unidirectional
+    NVLink figure). Across it, each domain carries ``stride`` ring hops out (one per interleaved group),
+    and NCCL spreads a hop over the domain's NICs through NVLink (PXN; NVIDIA/nccl issue #601: the
+    operation is split over NVLink and balanced onto the NICs), so a hop gets ``domain / stride`` NICs
+    of the catalog's per-GPU network bandwidth, never more than its own send/recv pair can feed.
+
+    >>> from longpack.planner.catalog import load_gpu
+    >>> h100 = load_gpu("H100")
+    >>> [round(_link_bandwidth(h100, s, stride=t) / 1e9) for s, t in ((8, 1), (32, 1), (32, 4), (64, 8))]
+    [180, 180, 85, 42]
+    """
+    nvlink = gpu.nvlink_unidir_gbps * 1e9 * NVLINK_SENDRECV_EFF
+    domain = max(gpu.nvlink_domain, 1)
+    if span <= domain:
+        return nvlink
+    nics = max(domain // max(stride, 1), 1)
+    return min(nvlink, nics * gpu.inter_node_unidir_gbps * 1e9 * IB_EFF)
 
 
 def _alltoall_seconds(nbytes: float, group: int, gpu: GPUSpec, *, stride: int) -> float:
@@ -382,17 +400,14 @@ def attention_cost(
     peak_scale: float = 1.0,
     factor: float = 1.0,
     step_overhead_s: float = 0.0,
-    internode_scale: float = 1.0,
-    nvlink_eff: float = NVLINK_P2P_EFF,
 ) -> AttentionCost:
     """Core attention of one layer for one micro-batch on one GPU.
 
     ``lengths``: ``(sequence length, count)`` of the sequences in the micro-batch (a packed THD row has
     several); ``kind``: the CP communication type; ``peak_scale``: the GPU generation's clock factor;
     ``factor``: the fitted training/kernel ratio (framework overheads around the fused kernel);
-    ``step_overhead_s``: launch and synchronisation cost of one ring step; ``internode_scale``: the
-    ring's effective network bandwidth over the nominal per-GPU figure; ``nvlink_eff``: the ring's
-    achieved fraction of the NVLink bandwidth inside the domain.
+    ``step_overhead_s``: launch and synchronisation cost of one ring step (ring bandwidths come from
+    the hardware catalog, see ``_link_bandwidth``).
     """
     att = model.attention
     blackwell = gpu.is_blackwell
@@ -437,15 +452,11 @@ def attention_cost(
     exposed_f = exposed_b = 0.0
     kv_bytes = tokens / cp * (att.kv_width + att.v_width) * 2.0 / tp  # K and V of this rank's tokens
     if kind == "allgather" and cp > 1:
-        gather = (
-            (cp - 1)
-            * kv_bytes
-            / _link_bandwidth(gpu, tp * cp, internode_scale=internode_scale, nvlink_eff=nvlink_eff)
-        )
+        gather = (cp - 1) * kv_bytes / _link_bandwidth(gpu, tp * cp, stride=tp)
         exposed_f = gather
         exposed_b = 2 * gather  # K/V gathered again, dK/dV reduce-scattered
     elif ring > 1:
-        bw = _link_bandwidth(gpu, tp * cp, internode_scale=internode_scale, nvlink_eff=nvlink_eff)
+        bw = _link_bandwidth(gpu, tp * cp, stride=tp * inner)
         step_bytes = kv_bytes / inner
         exposed_f = (ring - 1) * max(0.0, step_bytes / bw - step_fwd) + ring * step_overhead_s
         exposed_b = (ring - 1) * max(0.0, 2 * step_bytes / bw - step_bwd) + ring * step_overhead_s
@@ -479,8 +490,6 @@ def best_attention_cost(
     peak_scale: float = 1.0,
     factor: float = 1.0,
     step_overhead_s: float = 0.0,
-    internode_scale: float = 1.0,
-    nvlink_eff: float = NVLINK_P2P_EFF,
 ) -> AttentionCost:
     """The cheapest allowed CP communication type (``requested`` pins one; a type the layout does not
     allow falls back to ``p2p``).
@@ -503,8 +512,6 @@ def best_attention_cost(
             peak_scale=peak_scale,
             factor=factor,
             step_overhead_s=step_overhead_s,
-            internode_scale=internode_scale,
-            nvlink_eff=nvlink_eff,
         )
         for k in kinds
     ]

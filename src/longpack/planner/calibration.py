@@ -557,13 +557,12 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_half_size": (10.0, 5000.0),
     "fp8_speedup": (1.0, 2.0),
     "nvfp4_speedup": (1.0, 4.0),
-    # achieved over published kernel efficiency: framework work around the fused kernel lowers it,
-    # cuDNN releases newer than the 2024 measurement raise it
-    "attention_factor": (0.5, 1.25),
+    # achieved over published kernel efficiency: framework work around the fused kernel lowers it; a
+    # training step does not run the kernel faster than its own benchmark (above 1 the fit used it to make
+    # long-context attention ~19 % faster than the cuDNN bars, and over-predicted Qwen3-235B's rise with
+    # length: -10 % at 16K to +9 % at 128K in-sample, within 3 % with the bound)
+    "attention_factor": (0.5, 1.0),
     "cp_step_overhead_us": (5.0, 50.0),  # a kernel launch plus an NCCL send/recv handshake
-    # 1 = one NIC per ring hop; 8 = every NIC of an 8-GPU node carrying the hop
-    "cp_internode_scale": (1.0, 8.0),
-    "cp_nvlink_eff": (0.2, 0.9),
     "layer_overhead_us": (10.0, 5000.0),
     "fp8_speedup_blackwell": (1.0, 2.0),
     "elementwise_passes": (0.5, 30.0),

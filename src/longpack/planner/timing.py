@@ -71,11 +71,8 @@ class TimeModelParams:
     of the low-precision recipes over BF16; ``fp8_speedup_blackwell``: the same on Blackwell (MXFP8 /
     current scaling); ``attention_factor``: achieved over published fused-attention kernel efficiency
     inside a training step (layout transposes, RoPE, the zigzag reorder of CP, THD bookkeeping);
-    ``cp_step_overhead_us``: launch and wait cost of one ring step of CP attention;
-    ``cp_internode_scale``: effective over nominal per-GPU network bandwidth of the CP ring once it
-    leaves the NVLink domain (NCCL may spread a peer's transfer over several NICs); ``cp_nvlink_eff``:
-    achieved over nominal NVLink bandwidth of the CP ring inside the domain (its send/recv kernels
-    share the SMs with the attention they overlap);
+    ``cp_step_overhead_us``: launch and wait cost of one ring step of CP attention (the ring's
+    bandwidths are not fitted: they come from the hardware catalog, ``attention._link_bandwidth``);
     ``elementwise_passes``: HBM passes over each saved MoE activation (routing, permute/unpermute,
     grouped-expert activation function) by memory-bound kernels, per training step of a layer;
     ``fp8_cast_passes``: HBM passes (BF16 bytes) over every GEMM input by the quantize/transpose kernels
@@ -97,8 +94,6 @@ class TimeModelParams:
     nvfp4_speedup: float = 1.8
     attention_factor: float = 0.9
     cp_step_overhead_us: float = 20.0
-    cp_internode_scale: float = 1.0
-    cp_nvlink_eff: float = 0.8
     layer_overhead_us: float = 400.0
     graph_overhead_factor: float = 0.4
     ep_exposed_overlap: float = 0.35
@@ -334,8 +329,6 @@ def attention_for(
         peak_scale=_arch_factor(gpu, prm),
         factor=prm.attention_factor,
         step_overhead_s=prm.cp_step_overhead_us * 1e-6,
-        internode_scale=prm.cp_internode_scale,
-        nvlink_eff=prm.cp_nvlink_eff,
     )
 
 
@@ -589,8 +582,6 @@ def _best_cp(
             peak_scale=_arch_factor(gpu, prm),
             factor=prm.attention_factor,
             step_overhead_s=prm.cp_step_overhead_us * 1e-6,
-            internode_scale=prm.cp_internode_scale,
-            nvlink_eff=prm.cp_nvlink_eff,
         )
         for k in kinds
     ]

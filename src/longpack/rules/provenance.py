@@ -682,7 +682,17 @@ PROVENANCE: dict[str, Provenance] = {
         )
     ),
     "LP-VLM-003": Provenance(sources=(LONGPACK,)),
-    "LP-VLM-004": Provenance(sources=(LONGPACK,)),
+    "LP-VLM-004": Provenance(
+        sources=(
+            Source(
+                BRIDGE_REPO,
+                "src/megatron/bridge/models/qwen_vl/data/energon.py",
+                commit="46d7e9f4f",
+                probe="def select_samples_to_pack(self, samples: List[QwenVLTaskSample])",
+            ),
+            LONGPACK,
+        )
+    ),
     "LP-MOE-001": Provenance(
         sources=(
             Source(

@@ -21,9 +21,9 @@ from longpack.errors import InputError
 
 # Why a sample is skipped, as counted by ``VLMStats`` and the packers' ``skipped`` records (one key per cause):
 # the limits (visual_tokens, too_many_images, too_long), an image that cannot be read (undecodable), an
-# image the processors refuse (aspect_ratio above 200, empty_image with a side of 0 pixels), placeholders
-# that do not match the sample's media (placeholder_mismatch), and a sample without a usable conversation
-# (malformed).
+# image the processors refuse (aspect_ratio above 200, empty_image with a side of 0 pixels), a video with no
+# frame to sample (empty_video), placeholders that do not match the sample's media (placeholder_mismatch),
+# and a sample without a usable conversation (malformed). A video that cannot be read is undecodable.
 REJECT_REASONS: tuple[str, ...] = (
     "visual_tokens",
     "too_many_images",
@@ -31,6 +31,7 @@ REJECT_REASONS: tuple[str, ...] = (
     "undecodable",
     "aspect_ratio",
     "empty_image",
+    "empty_video",
     "placeholder_mismatch",
     "malformed",
 )

@@ -115,6 +115,13 @@ def read_vlm_metadata(
                         f"{path}: {key}: image_sizes must be [[width, height], ...], got {sizes!r:.60}"
                     )
                 sample["images"] = [f"<image {i}>" for i in range(len(sizes))]
+            if isinstance(row.get("videos"), list):  # files, or frame lists of image files
+                sample["videos"] = [
+                    str(base / v) if isinstance(v, str)
+                    else [str(base / f) if isinstance(f, str) else f for f in v] if isinstance(v, list)
+                    else v
+                    for v in row["videos"]
+                ]  # fmt: skip
             n_images = len(sample.get("images") or [])
             if config.max_images is not None and n_images > config.max_images:
                 raise SampleRejected(

@@ -14,7 +14,9 @@ image), runs the processor on the decoded images, expands every ``<|image_pad|>`
   (content through ``<|im_end|>``) plus the newline after ``<|im_end|>``, as Bridge's Qwen-VL end marker
   ``<|im_end|>\\n`` is supervised; Bridge's skipped tokens (``<|im_start|>``, vision start/end/pad tokens) are 0;
 - ``visual_values``: ``pixel_values`` (float32 ``[patches, 3 * temporal_patch * patch**2]``),
-  ``image_grid_thw`` (int64 ``[images, 3]``), and the video keys when a video processor is given;
+  ``image_grid_thw`` (int64 ``[images, 3]``), and for videos (Qwen2-VL, Qwen2.5-VL; decoded with PyAV, frames
+  sampled as the video processor samples them, :mod:`longpack.vlm.video`) ``pixel_values_videos``,
+  ``video_grid_thw`` and ``second_per_grid_ts`` (float32 ``[videos]``);
 
 plus what Bridge's row does not carry: ``mrope_position_ids`` (int64 ``[3, L]``, Qwen-VL's 3-D rope index of
 this sequence alone, :mod:`longpack.vlm.rope`) and the visual token count.
@@ -39,6 +41,18 @@ from longpack.text.tokenizers import Tokenizer, as_tokenizer
 from longpack.vlm.chat import CHAT_TEMPLATES, media_sources, normalize_conversation, render_ids
 from longpack.vlm.errors import REJECT_REASONS, SampleError, SampleRejected, VLMError
 from longpack.vlm.rope import mrope_position_ids
+from longpack.vlm.video import (
+    VideoConfig,
+    frame_list_grid,
+    is_frame_list,
+    read_frame_list,
+    read_video,
+    sample_frame_indices,
+    seconds_per_grid,
+    video_grid_thw,
+    video_info,
+    video_pixel_values,
+)
 from longpack.vlm.vision import (
     VisionConfig,
     decode_image,
@@ -86,6 +100,7 @@ class VLMConfig:
     """
 
     vision: VisionConfig | None = None  # None: read from the image processor
+    video: VideoConfig | None = None  # None: VideoConfig() (transformers' Qwen2VLVideoProcessor defaults)
     chat_template: str = "qwen2_vl"
     media_first: bool = False
     max_images: int | None = 10
@@ -129,6 +144,7 @@ class VLMStats:
     tokens: int = 0
     visual_tokens: int = 0
     images: int = 0
+    videos: int = 0
     rejected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REJECT_REASONS, 0))
     examples: list[str] = field(default_factory=list)  # the first messages of rejected samples
 
@@ -150,6 +166,7 @@ class VLMStats:
             "tokens": self.tokens,
             "visual_tokens": self.visual_tokens,
             "images": self.images,
+            "videos": self.videos,
             "examples": list(self.examples),
         }
 
@@ -186,21 +203,30 @@ class SampleLength:
     visual_tokens: int
     image_grids: tuple[tuple[int, int, int], ...]
     prepared_nbytes: int
+    video_grids: tuple[tuple[int, int, int], ...] = ()
 
 
-def prepared_nbytes(tokens: int, image_grids: Sequence[Sequence[int]], vision: VisionConfig) -> int:
-    """Host bytes of a prepared image+text sequence: the five int64/float32 row tensors, the 3-D positions,
-    float32 ``pixel_values`` (``3 * temporal_patch * patch**2`` values per patch) and int64 grids.
+def prepared_nbytes(
+    tokens: int,
+    image_grids: Sequence[Sequence[int]],
+    vision: VisionConfig,
+    video_grids: Sequence[Sequence[int]] = (),
+    *,
+    timed_videos: bool = True,
+) -> int:
+    """Host bytes of a prepared sequence: the five int64/float32 row tensors, the 3-D positions, float32
+    ``pixel_values`` / ``pixel_values_videos`` (``3 * temporal_patch * patch**2`` values per patch), int64
+    grids and float32 ``second_per_grid_ts`` (unless ``timed_videos`` is false: frame lists carry none).
 
-    >>> prepared_nbytes(100, [(1, 4, 4)], VisionConfig())
-    81288
+    >>> prepared_nbytes(100, [(1, 4, 4)], VisionConfig()), prepared_nbytes(100, [], VisionConfig(), [(1, 4, 4)])
+    (81288, 81292)
     """
     row = tokens * (8 + 8 + 8 + 8 + 4)  # input_ids, attention_mask, position_ids, labels, loss_mask
     rope = 3 * tokens * 8
     patch_values = 3 * vision.temporal_patch_size * vision.patch_size**2
-    patches = sum(int(t) * int(h) * int(w) for t, h, w in image_grids)
-    visual = patches * patch_values * 4 + (len(image_grids) * 3 * 8 if image_grids else 0)
-    return row + rope + visual
+    patches = sum(int(t) * int(h) * int(w) for t, h, w in (*image_grids, *video_grids))
+    seconds = 4 * len(video_grids) if timed_videos else 0
+    return row + rope + patches * patch_values * 4 + 3 * 8 * (len(image_grids) + len(video_grids)) + seconds
 
 
 def aligned(length: int, multiple: int) -> int:
@@ -216,9 +242,8 @@ class QwenVLPreparer:
     """Prepare Qwen-VL samples (see the module docstring).
 
     ``tokenizer``: a longpack tokenizer or spec (``"qwen3"``, a Qwen-VL tokenizer folder); ``image_processor``:
-    a transformers Qwen-VL image processor (default ``Qwen2VLImageProcessor()``, built offline);
-    ``video_processor``: needed only for samples with videos (transformers' ``Qwen2VLVideoProcessor`` needs
-    torchvision). A sample is a mapping with ``messages`` or ``conversations`` and optional ``images`` /
+    a transformers Qwen-VL image processor (default ``Qwen2VLImageProcessor()``, built offline), which also
+    makes video pixels frame by frame (:func:`longpack.vlm.video.video_pixel_values`). A sample is a mapping with ``messages`` or ``conversations`` and optional ``images`` /
     ``videos`` (see :func:`longpack.vlm.chat.normalize_conversation`) and an optional ``__key__``.
     """
 
@@ -228,7 +253,6 @@ class QwenVLPreparer:
         image_processor: Any = None,
         *,
         config: VLMConfig | None = None,
-        video_processor: Any = None,
     ) -> None:
         self.config = config or VLMConfig()
         self.tokenizer = as_tokenizer(tokenizer)
@@ -240,8 +264,8 @@ class QwenVLPreparer:
         self._processor_name = (
             type(image_processor).__name__ if image_processor is not None else "Qwen2VLImageProcessor"
         )
-        self.video_processor = video_processor
         self.vision = self.config.vision or VisionConfig.from_image_processor(image_processor)
+        self.video = self.config.video or VideoConfig()
         specials = self.tokenizer.special_tokens
         missing = [t for t in (IMAGE_PAD, VIDEO_PAD) if t not in specials]
         if missing:
@@ -286,6 +310,7 @@ class QwenVLPreparer:
             "tokenizer": self.tokenizer.identity(),
             "image_processor": self._processor_name,
             "vision": asdict(self.vision),
+            "video": asdict(self.video),
             "config": {k: v for k, v in asdict(self.config).items() if k != "vision"},
         }
 
@@ -315,8 +340,7 @@ class QwenVLPreparer:
     ) -> SampleLength:
         messages = self._messages(sample)
         images, videos = media_sources(messages)
-        if videos:
-            raise VLMError(f"sample {key}: video lengths need the frames' count and size; not supported here")
+        vgrids = tuple(self._video_grid(src, key) for src in videos)
         if image_sizes is None:
             image_sizes = [image_size(src, key=key) for src in images]
         if len(image_sizes) != len(images):
@@ -325,9 +349,37 @@ class QwenVLPreparer:
             )
         grids = tuple(image_grid_thw(int(w), int(h), self.vision) for w, h in image_sizes)
         ids, _ = render_ids(messages, self.tokenizer, chat_template=self.config.chat_template)
-        visual = grid_token_count(grids, self.vision.merge_size)
-        tokens = len(ids) - len(grids) + visual
-        return SampleLength(tokens, visual, grids, prepared_nbytes(tokens, grids, self.vision))
+        visual = grid_token_count((*grids, *vgrids), self.vision.merge_size)
+        tokens = len(ids) - len(grids) - len(vgrids) + visual
+        timed = not any(is_frame_list(v) for v in videos)
+        return SampleLength(
+            tokens,
+            visual,
+            grids,
+            prepared_nbytes(tokens, grids, self.vision, vgrids, timed_videos=timed),
+            vgrids,
+        )
+
+    def _video_grid(self, source: Any, key: str) -> tuple[int, int, int]:
+        """A video's ``grid_thw`` from its container header (no frame decoded)."""
+        if self.vision.rope_variant == "qwen3_vl":
+            raise VLMError(
+                f"sample {key}: has a video, but Qwen3-VL's video processor samples frames by its own rule and writes "
+                "a timestamp per frame group into the text, which longpack does not reproduce; Qwen2-VL and "
+                "Qwen2.5-VL videos are supported"
+            )
+        if is_frame_list(source):
+            return frame_list_grid(source, self.vision, self.video, key=key)
+        info = video_info(source, key=key)
+        try:
+            n = len(
+                sample_frame_indices(
+                    info.frames, info.fps, self.video, temporal_patch_size=self.vision.temporal_patch_size
+                )
+            )
+        except SampleRejected as exc:
+            raise SampleRejected(key, exc.reason, f"video: {exc.detail}") from None
+        return video_grid_thw(n, info.width, info.height, self.vision, self.video)
 
     def measure(
         self,
@@ -403,7 +455,8 @@ class QwenVLPreparer:
         # Visual tokens from the headers, before any pixel is decoded.
         sizes = [image_size(src, key=key) for src in images]
         grids = [image_grid_thw(w, h, vision) for w, h in sizes]
-        predicted = grid_token_count(grids, vision.merge_size)
+        vgrids = [self._video_grid(src, key) for src in videos]
+        predicted = grid_token_count([*grids, *vgrids], vision.merge_size)
         if cfg.max_visual_tokens is not None and predicted > cfg.max_visual_tokens:
             raise SampleRejected(
                 key, "visual_tokens", f"{predicted} visual tokens > max_visual_tokens={cfg.max_visual_tokens}"
@@ -445,17 +498,33 @@ class QwenVLPreparer:
             visual_values["image_grid_thw"] = grid
             counts[image_at] = grid.prod(dim=-1).numpy() // vision.merge_size**2
         if videos:
-            if self.video_processor is None:
-                raise VLMError(
-                    f"sample {key} has videos: pass video_processor= (transformers' Qwen2VLVideoProcessor, which "
-                    "needs torchvision)"
-                )
-            vout = self.video_processor(videos=videos, return_tensors="pt", do_sample_frames=False)
-            vgrid = vout["video_grid_thw"].to(torch.int64).reshape(-1, 3)
-            visual_values["pixel_values_videos"] = vout["pixel_values_videos"].contiguous()
+            pixels, seconds = [], []
+            for src, predicted_grid in zip(videos, vgrids, strict=True):
+                if is_frame_list(src):  # Bridge's pre-extracted frames: no rate, no second_per_grid_ts
+                    frames = read_frame_list(src, self.video, key=key)
+                else:
+                    info = video_info(src, key=key)
+                    frames = read_video(
+                        src, self.video, temporal_patch_size=vision.temporal_patch_size, key=key
+                    )
+                    seconds.append(
+                        seconds_per_grid(len(frames), info.frames, info.fps, vision.temporal_patch_size)
+                    )
+                try:
+                    values, grid_thw = video_pixel_values(frames, self.image_processor, vision, self.video)
+                except VLMError as exc:
+                    raise VLMError(f"sample {key}: {exc}") from None
+                if grid_thw != predicted_grid:
+                    raise VLMError(
+                        f"sample {key}: video frames gave grid {list(grid_thw)} but its header gives "
+                        f"{list(predicted_grid)}"
+                    )
+                pixels.append(values)
+            vgrid = torch.tensor(vgrids, dtype=torch.int64).reshape(-1, 3)
+            visual_values["pixel_values_videos"] = torch.cat(pixels).contiguous()
             visual_values["video_grid_thw"] = vgrid
-            if vout.get("second_per_grid_ts") is not None:
-                visual_values["second_per_grid_ts"] = torch.as_tensor(vout["second_per_grid_ts"])
+            if len(seconds) == len(videos):  # (Bridge's frame lists carry none: it passes no rate)
+                visual_values["second_per_grid_ts"] = torch.tensor(seconds, dtype=torch.float32)
             counts[video_at] = vgrid.prod(dim=-1).numpy() // vision.merge_size**2
         visual = int(counts[image_at].sum() + counts[video_at].sum())
         expanded = np.repeat(ids, counts)
@@ -497,6 +566,7 @@ class QwenVLPreparer:
         stats.tokens += length
         stats.visual_tokens += visual
         stats.images += len(images)
+        stats.videos += len(videos)
         return PreparedSequence(
             key=key,
             row={

@@ -8,7 +8,17 @@ a multiple of ``temporal_patch_size`` first) and floored to a multiple of ``temp
 indices are ``int(i * total / n)``. Every frame is resized by the image rule (:func:`~longpack.vlm.vision.smart_resize`)
 with the video pixel limits (``size = {shortest_edge: 128*28*28, longest_edge: 28*28*768}`` by default;
 the per-frame cap is off, the processor's default), and ``grid_thw = (ceil(n / temporal_patch), h / patch,
-w / patch)``; its LLM tokens are ``prod(grid_thw) // merge_size**2``.
+w / patch)``; its LLM tokens are ``prod(grid_thw) // merge_size**2``. Qwen2.5-VL's processor adds
+``second_per_grid_ts = temporal_patch_size / sampled_fps`` with ``sampled_fps = n / total * video_fps``
+(``processing_qwen2_5_vl.py`` and ``VideoMetadata.sampled_fps`` in ``video_utils.py``).
+
+Pixels: the video processor cuts frame pairs into patches laid out ``(t, h/merge, w/merge, merge, merge,
+channel, temporal_patch, patch, patch)`` (its ``patchify``); the image processor lays each image out the same
+way with the frame repeated ``temporal_patch`` times. So :func:`video_pixel_values` runs the image processor on
+every sampled frame (with the video pixel limits) and takes each group's frames from their own rows: the
+video processor's layout and grid, without torchvision (which that processor needs and which has no CPU wheel
+here). Its resize is the image processor's (PIL bicubic), so pixels can differ from the torchvision resize by
+rounding; grids and token counts are the same rule.
 
 >>> sample_frame_indices(20, 10.0, VideoConfig()).tolist()  # 2 s at 10 fps -> 4 frames
 [0, 5, 10, 15]
@@ -29,20 +39,22 @@ import numpy as np
 
 from longpack._optional import require
 from longpack.errors import ConfigError
-from longpack.vlm.errors import SampleRejected
+from longpack.vlm.errors import SampleRejected, VLMError
 from longpack.vlm.vision import VisionConfig, smart_resize
 
 
 @dataclass(frozen=True, kw_only=True)
 class VideoConfig:
     """Frame sampling and pixel limits of a video (defaults: transformers' ``Qwen2VLVideoProcessor()`` with
-    ``do_sample_frames=True, fps=2``)."""
+    ``do_sample_frames=True, fps=2``). ``max_num_frames`` applies to pre-extracted frame lists only (Bridge's
+    ``QwenVLTaskEncoder.max_num_frames``, 60: it keeps their first frames; ``None`` keeps all)."""
 
     fps: float = 2.0
     min_frames: int = 4
     max_frames: int = 768
     min_pixels: int = 128 * 28 * 28
     max_pixels: int = 28 * 28 * 768
+    max_num_frames: int | None = 60
 
     def __post_init__(self) -> None:
         if not (isinstance(self.fps, int | float) and self.fps > 0):
@@ -53,6 +65,12 @@ class VideoConfig:
                 raise ConfigError(
                     f"VideoConfig.{name} must be a positive integer, got {value!r}", fields=name
                 )
+        n = self.max_num_frames
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ConfigError(
+                f"VideoConfig.max_num_frames must be a positive integer or None, got {n!r}",
+                fields="max_num_frames",
+            )
 
 
 @dataclass(frozen=True)
@@ -70,7 +88,7 @@ def sample_frame_indices(
 ) -> np.ndarray:
     """Indices of the frames the processor keeps (see the module docstring); ``int64``."""
     if total_frames < 1 or video_fps <= 0:
-        raise SampleRejected("?", "empty_image", f"a video of {total_frames} frames at {video_fps} fps")
+        raise SampleRejected("?", "empty_video", f"a video of {total_frames} frames at {video_fps} fps")
     max_frames = math.floor(min(video.max_frames, total_frames) / temporal_patch_size) * temporal_patch_size
     n_float = total_frames / video_fps * video.fps
     n_float = min(max(n_float, video.min_frames), max_frames, total_frames)
@@ -78,7 +96,7 @@ def sample_frame_indices(
     if n < 1:
         raise SampleRejected(
             "?",
-            "empty_image",
+            "empty_video",
             f"a video of {total_frames} frames gives no group of {temporal_patch_size} frames to sample",
         )
     step = total_frames / n
@@ -104,18 +122,110 @@ def video_token_count(
     return t * h * w // vision.merge_size**2
 
 
+def seconds_per_grid(
+    n_frames: int, total_frames: int, video_fps: float, temporal_patch_size: int = 2
+) -> float:
+    """Qwen2.5-VL's ``second_per_grid_ts`` of a video: ``temporal_patch_size / sampled_fps``.
+
+    >>> seconds_per_grid(4, 20, 10.0)  # 4 of 20 frames at 10 fps: sampled at 2 fps, 2 frames per grid
+    1.0
+    """
+    return temporal_patch_size / (n_frames / total_frames * video_fps)
+
+
+def video_pixel_values(
+    frames: np.ndarray, image_processor: Any, vision: VisionConfig, video: VideoConfig
+) -> tuple[Any, tuple[int, int, int]]:
+    """``(pixel_values_videos, grid_thw)`` of sampled ``uint8 [n, H, W, 3]`` frames: float32
+    ``[t * h * w, 3 * temporal_patch * patch**2]`` in the video processor's layout, from the image processor
+    run on every frame with the video pixel limits (see the module docstring). A frame count that is not a
+    multiple of ``temporal_patch_size`` is padded with the last frame, as the video processor does."""
+    import torch
+
+    temporal = vision.temporal_patch_size
+    n = len(frames)
+    if n == 0:
+        raise SampleRejected("?", "empty_video", "a video with no sampled frame")
+    if pad := -n % temporal:
+        frames = np.concatenate([frames, np.repeat(frames[-1:], pad, axis=0)])
+    size = {"shortest_edge": video.min_pixels, "longest_edge": video.max_pixels}
+    out = image_processor(images=list(frames), return_tensors="pt", size=size)
+    grid = out["image_grid_thw"].to(torch.int64).reshape(-1, 3)
+    _, gh, gw = video_grid_thw(len(frames), frames.shape[2], frames.shape[1], vision, video)
+    if not bool((grid == torch.tensor([1, gh, gw])).all()):
+        raise VLMError(
+            f"the image processor made frame grids {grid[0].tolist()} but the video resize rule gives "
+            f"{[1, gh, gw]}; pass VLMConfig(vision=...) matching the processor"
+        )
+    p = vision.patch_size
+    rows = out["pixel_values"].reshape(len(frames), gh * gw, 3, temporal, p, p)
+    groups = rows.reshape(len(frames) // temporal, temporal, gh * gw, 3, temporal, p, p)
+    # frame j of a group is its own image's temporal slot 0 (every slot of an image holds the same frame)
+    picked = torch.stack([groups[:, j, :, :, 0] for j in range(temporal)], dim=3)
+    pixel_values = picked.reshape(len(frames) // temporal * gh * gw, 3 * temporal * p * p).contiguous()
+    return pixel_values, (len(frames) // temporal, gh, gw)
+
+
+def is_frame_list(source: Any) -> bool:
+    """A video given as its frames (a list of encoded images or arrays), as Megatron-Bridge's Energon video
+    samples carry them (pre-extracted, already at the wanted rate), rather than as a video file.
+
+    >>> is_frame_list([b"...", b"..."]), is_frame_list(b"...")
+    (True, False)
+    """
+    return isinstance(source, list | tuple)
+
+
+def frame_list_grid(
+    frames: Any, vision: VisionConfig, video: VideoConfig, *, key: str = "?"
+) -> tuple[int, int, int]:
+    """``grid_thw`` of a pre-extracted frame list from its first frame's header: Bridge keeps the first
+    ``max_num_frames`` frames and runs the video processor with ``do_sample_frames=False`` (every frame kept,
+    the last repeated up to a multiple of ``temporal_patch_size``)."""
+    from longpack.vlm.vision import image_size
+
+    kept = list(frames)[: video.max_num_frames]
+    if not kept:
+        raise SampleRejected(key, "empty_video", "a video given as a frame list with no frame")
+    width, height = image_size(kept[0], key=key)
+    return video_grid_thw(len(kept), width, height, vision, video)
+
+
+def read_frame_list(frames: Any, video: VideoConfig, *, key: str = "?") -> np.ndarray:
+    """The kept frames of a frame list as ``uint8 [n, H, W, 3]`` RGB; frames of different sizes are
+    ``undecodable`` (the video processor stacks them)."""
+    from longpack.vlm.vision import decode_image
+
+    kept = list(frames)[: video.max_num_frames]
+    if not kept:
+        raise SampleRejected(key, "empty_video", "a video given as a frame list with no frame")
+    arrays = [np.asarray(decode_image(f, key=key)) for f in kept]
+    shapes = sorted({a.shape for a in arrays})
+    if len(shapes) > 1:
+        raise SampleRejected(key, "undecodable", f"video frames of different sizes {shapes[:3]}")
+    return np.stack(arrays)
+
+
+def _av_error() -> type[Exception]:
+    """PyAV's base error (its decoding errors are not all ``OSError`` / ``ValueError``)."""
+    av = require("av", "vlm", purpose="video decoding (PyAV)")
+    return av.FFmpegError  # type: ignore[no-any-return]
+
+
 def _open(source: Any) -> Any:
     av = require("av", "vlm", purpose="video decoding (PyAV)")
     if isinstance(source, bytes | bytearray | memoryview):
         return av.open(io.BytesIO(bytes(source)))
     if isinstance(source, str | os.PathLike):
         return av.open(str(Path(source)))
-    raise TypeError(f"cannot read a video from a {type(source).__name__}")
+    raise TypeError(f"a video is encoded bytes or a file path, not a {type(source).__name__}")
 
 
 def video_info(source: Any, *, key: str = "?") -> VideoInfo:
     """Frame count, rate and size from the container header (no frame decoded); frames are counted by
-    demuxing when the header has no count. A file PyAV cannot open is ``undecodable``."""
+    demuxing when the header has no count. A file PyAV cannot open is ``undecodable``, 0 bytes ``empty_video``."""
+    if isinstance(source, bytes | bytearray | memoryview) and len(source) == 0:
+        raise SampleRejected(key, "empty_video", "video <0 encoded bytes> is empty")
     try:
         with _open(source) as container:
             stream = container.streams.video[0]
@@ -124,7 +234,7 @@ def video_info(source: Any, *, key: str = "?") -> VideoInfo:
             if frames == 0:
                 frames = sum(1 for packet in container.demux(stream) if packet.size)
             return VideoInfo(frames, fps, int(stream.codec_context.width), int(stream.codec_context.height))
-    except (OSError, IndexError, ValueError, TypeError) as exc:
+    except (OSError, IndexError, ValueError, TypeError, _av_error()) as exc:
         raise SampleRejected(
             key, "undecodable", f"video cannot be read ({type(exc).__name__}: {exc})"
         ) from None
@@ -148,7 +258,7 @@ def read_video(
                     frames[index] = frame.to_ndarray(format="rgb24")
                 if index >= int(keep[-1]):
                     break
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, _av_error()) as exc:
         raise SampleRejected(
             key, "undecodable", f"video cannot be decoded ({type(exc).__name__}: {exc})"
         ) from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from longpack.choices import DEFERRED_VLM_ENCODERS
 from longpack.rules.checks.common import K_BUF, K_DSEQ, E, V, W
 from longpack.rules.config import DatasetKind, TrainingSetup
 from longpack.rules.registry import RuleFamily, Violation
@@ -58,7 +59,6 @@ def worst_case_sample_bytes(s: TrainingSetup) -> tuple[int, int, str]:
     """
     patch = _te_or_default(s, "patch_size")
     merge = _te_or_default(s, "spatial_merge_size")
-    values_per_patch = 3 * _te_or_default(s, "temporal_patch_size") * patch**2
     bounds = [
         (
             _te_or_default(s, "max_num_images") * (_te_or_default(s, "max_pixels") // patch**2),
@@ -74,7 +74,20 @@ def worst_case_sample_bytes(s: TrainingSetup) -> tuple[int, int, str]:
     if seq:
         bounds.append((seq * merge**2, f"seq_length={seq} tokens * merge {merge}**2"))
     patches, why = min(bounds)
-    return patches * values_per_patch * 4, patches, why
+    return pixel_bytes(s, patches), patches, why
+
+
+def pixel_bytes(s: TrainingSetup, patches: int) -> int:
+    """Host bytes of ``patches`` prepared patches: float32, ``3 * temporal_patch * patch**2`` values each (the
+    ``pixel_values`` term of ``longpack.vlm.prepare.prepared_nbytes``, which the packers count; a test binds
+    the two).
+
+    >>> from longpack.rules.config import setup_from_mapping
+    >>> pixel_bytes(setup_from_mapping({}).setup, 1)  # 3 * 2 * 14**2 float32 values
+    4704
+    """
+    values_per_patch = 3 * _te_or_default(s, "temporal_patch_size") * _te_or_default(s, "patch_size") ** 2
+    return patches * values_per_patch * 4
 
 
 def _gib(n: float) -> str:
@@ -155,14 +168,20 @@ def vlm_visual_budget(s: TrainingSetup) -> Iterator[Violation]:
     "LP-VLM-004",
     W,
     "packing buffer's worst-case pixel memory per rank under 16 GiB",
-    "Energon packing_buffer_size (per worker)",
-    fix="lower dataset.packing_buffer_size (8-16 for high-resolution or video data) or max_pixels / max_num_images,"
-    " and measure worker RSS with `longpack online-sim --vlm`",
+    "Energon packing_buffer_size (per worker); Bridge QwenVLTaskEncoder.encode_sample prepares pixels on entry",
+    fix="set dataset.task_encoder._target_ to longpack's deferred-decoding QwenVLPackingEncoder (its buffer holds "
+    "encoded media and token counts) or lower dataset.packing_buffer_size (8-16 for high-resolution or video "
+    "data) or max_pixels / max_num_images, and measure worker RSS with `longpack online-sim --vlm`",
 )
 def vlm_buffer_memory(s: TrainingSetup) -> Iterator[Violation]:
-    """Energon's packing buffer holds ``packing_buffer_size`` prepared candidates **per loader worker**, and a
-    prepared Qwen-VL sample keeps its float32 pixel patches in host memory until its pack is emitted. The
-    worst case per rank is ``max(num_workers, 1) * packing_buffer_size * worst sample``."""
+    """Energon's packing buffer holds ``packing_buffer_size`` candidates **per loader worker**. Megatron-Bridge's
+    ``QwenVLTaskEncoder`` (and longpack's eager encoder) prepares a sample when it enters the buffer, so each
+    candidate keeps its float32 pixel patches until its pack is emitted: the worst case per rank is
+    ``max(num_workers, 1) * packing_buffer_size * worst sample``. longpack's deferred encoder
+    (:data:`~longpack.choices.DEFERRED_VLM_ENCODERS`) buffers encoded media and token counts and decodes the
+    members of one pack when it is emitted: its pixel worst case is ``max(num_workers, 1) * one pack``, a
+    pack holding at most ``seq_length`` tokens, so ``seq_length * merge**2`` patches (plus the buffered
+    samples' encoded bytes, which depend on the data: ``online-sim --vlm`` measures them)."""
     buffer = s.dataset.packing_buffer_size
     if (
         not s.dataset.energon_packing
@@ -173,13 +192,32 @@ def vlm_buffer_memory(s: TrainingSetup) -> Iterator[Violation]:
         return
     per_sample, patches, why = worst_case_sample_bytes(s)
     workers = max(s.dataset.num_workers or 1, 1)
+    seq = s.dataset.seq_length or s.model.seq_length
+    if s.dataset.task_encoder_target in DEFERRED_VLM_ENCODERS and seq:
+        merge = _te_or_default(s, "spatial_merge_size")
+        pack = pixel_bytes(s, seq * merge**2)
+        total = workers * pack
+        if total > BUFFER_WARN_BYTES:
+            yield V(
+                f"decoded pack worst case {_gib(total)} per rank (deferred decoding): {workers} worker(s) * one pack "
+                f"of seq_length={seq} tokens * merge {merge}**2 patches = {pack / 2**20:.1f} MiB, plus the buffered "
+                "samples' encoded media",
+                f"lower {K_DSEQ} or {K_WORKERS}; measure the real distribution with `longpack online-sim --vlm FILE`",
+                K_DSEQ,
+                K_WORKERS,
+            )
+        return
     total = workers * buffer * per_sample
     if total > BUFFER_WARN_BYTES:
         yield V(
-            f"packing buffer worst case {_gib(total)} per rank: {workers} worker(s) * packing_buffer_size={buffer}"
-            f" * {per_sample / 2**20:.1f} MiB per sample ({patches} patches, bounded by {why})",
-            f"lower {K_BUF} (8-16 for high-resolution data) or {K_MAXPX} / {K_MAXIMG}; measure the real "
-            "distribution with `longpack online-sim --vlm FILE`",
+            f"packing buffer worst case {_gib(total)} per rank (the buffer holds prepared pixels): {workers} "
+            f"worker(s) * packing_buffer_size={buffer} * {per_sample / 2**20:.1f} MiB per sample ({patches} "
+            f"patches, bounded by {why})",
+            f"set {K_TE}._target_ to longpack's deferred-decoding {DEFERRED_VLM_ENCODERS[0].rsplit('.', 1)[1]} "
+            "(its buffer holds encoded bytes and token counts; pixels are decoded when a pack is emitted), or lower "
+            f"{K_BUF} (8-16 for "
+            f"high-resolution data) or {K_MAXPX} / {K_MAXIMG}; measure the real distribution with "
+            "`longpack online-sim --vlm FILE`",
             K_BUF,
             K_WORKERS,
         )

@@ -226,6 +226,36 @@ class Gemma3Preparer:
         self.end_ids = tok.encode(ASSISTANT_END, add_special_tokens=False)
         self.stats = VLMStats()
 
+    def identity(self) -> dict[str, Any]:
+        """What decides the prepared sequences (stored with Energon loader states and compared on restore):
+        the tokenizer (name, size, hashes of its vocabulary and chat template), the image processor's
+        settings, tokens per image, pan and scan, and the preparation limits."""
+        import dataclasses
+        import hashlib
+        import json
+
+        tok = self.tokenizer
+        vocab = json.dumps(sorted(tok.get_vocab().items(), key=lambda kv: kv[1]), ensure_ascii=False)
+        template = self.processor.chat_template or getattr(tok, "chat_template", None) or ""
+        image_processor = self.processor.image_processor
+        return {
+            "family": self.family.name,
+            "tokenizer": {
+                "name_or_path": str(getattr(tok, "name_or_path", "")),
+                "vocab_size": len(tok),
+                "vocab_sha256": hashlib.sha256(vocab.encode()).hexdigest(),
+                "chat_template_sha256": hashlib.sha256(str(template).encode()).hexdigest(),
+            },
+            # plain JSON values (an enum setting such as ``resample`` must not reach a pickled loader state)
+            "image_processor": {
+                "class": type(image_processor).__name__,
+                **json.loads(json.dumps(image_processor.to_dict(), sort_keys=True, default=str)),
+            },
+            "image_seq_length": self.family.mm_tokens_per_image,
+            "pan_and_scan": self.family.processor_kwargs(),
+            "config": {k: v for k, v in dataclasses.asdict(self.config).items() if k != "vision"},
+        }
+
     # ------------------------------------------------------------------ text and lengths
     def _conversation(self, sample: Mapping[str, Any], key: str) -> tuple[list[dict[str, Any]], list[Any]]:
         messages = normalize_conversation(sample, media_first=self.config.media_first)

@@ -1,0 +1,190 @@
+"""Gemma3-VL through the Energon packing encoders, on the generated WebDataset of test_online_vlm_energon.py
+(``energon prepare``d ``CrudeWebdataset``, good and bad samples) with transformers' ``Gemma3Processor`` built
+offline (vlm_helpers.gemma3_processor): every sample packed or reported once, each batch the THD row of its
+members prepared alone (Bridge's Gemma3 in-batch keys: 1-D positions, ``pixel_values`` per image, no grids),
+exact resume at save points with 0 and 2 loader workers; Nemotron-VL refused when the encoder is built.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+energon = pytest.importorskip("megatron.energon")
+pytest.importorskip("transformers")
+
+import torch  # noqa: E402
+from megatron.energon import WorkerConfig, get_savable_loader, get_train_dataset  # noqa: E402
+from test_online_vlm_energon import (  # noqa: E402
+    BROKEN,
+    EMPTY,
+    LOADER_OPTIONS,
+    MALFORMED,
+    MISMATCH,
+    N_SAMPLES,
+    accounting,
+    sample_members,
+    signature,
+    write_dataset,
+)
+
+from longpack.errors import OnlineError  # noqa: E402
+from longpack.online.energon import (  # noqa: E402
+    LoaderStateMismatch,
+    read_loader_state,
+    replaying_workers,
+    restore_loader_state,
+    save_loader_state,
+    write_loader_state,
+)
+from longpack.online.vlm import EagerQwenVLPackingEncoder, QwenVLPackingEncoder  # noqa: E402
+from longpack.runtime.in_batch import build_visual_thd_batch  # noqa: E402
+from longpack.vlm.families import vlm_family  # noqa: E402
+from vlm_helpers import gemma3_processor  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+
+# Byte-level test tokenizer (one token a character) + 256 soft tokens an image: samples of 100-700 tokens.
+SEQ_LENGTH = 1024
+MULTIPLE = 8
+# Gemma3-VL resizes every image to a square: the 402x2 image (refused by Qwen-VL's aspect-ratio limit) and the
+# 900x900 one are packed; the other bad inputs are refused with the reasons Qwen-VL's are.
+GEMMA3_BAD = {
+    **dict.fromkeys(BROKEN, "undecodable"),
+    **dict.fromkeys(MISMATCH, "placeholder_mismatch"),
+    **dict.fromkeys(EMPTY, "empty_image"),
+    **dict.fromkeys(MALFORMED, "malformed"),
+}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    return write_dataset(tmp_path_factory.mktemp("energon_gemma3_ds"), sample_members, N_SAMPLES)
+
+
+def gemma3_preparer():
+    return vlm_family("gemma3").preparer(processor=gemma3_processor())
+
+
+def make_loader(root: Path, *, workers: int, eager: bool = False, prep=None, **kwargs):
+    encoder = (EagerQwenVLPackingEncoder if eager else QwenVLPackingEncoder)(
+        prep or gemma3_preparer(), seq_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE, **kwargs
+    )
+    ds = get_train_dataset(
+        root,
+        split_part="train",
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=workers),
+        batch_size=1,
+        packing_buffer_size=8,
+        shuffle_buffer_size=4,
+        max_samples_per_sequence=None,
+        task_encoder=encoder,
+        repeat=False,
+    )
+    return get_savable_loader(ds, **LOADER_OPTIONS), encoder
+
+
+def expected_batch(batch: dict, prep) -> dict:
+    """The THD row of the batch's members prepared alone from the tar members (not via Energon)."""
+    members = []
+    for key in batch["sample_keys"]:
+        raw = sample_members(int(key[1:]))
+        images = [raw[k] for k in sorted(k for k in raw if k.startswith("img"))]
+        members.append(prep.prepare({**json.loads(raw["json"]), "images": images}, key=key))
+    out = build_visual_thd_batch(
+        members, sequence_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE, emit_padding_mask=True
+    )
+    return {**out, "sample_keys": batch["sample_keys"], "skipped": batch["skipped"]}
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_every_sample_once_batches_are_gemma3_rows_and_resume_is_exact(
+    dataset: Path, workers: int, tmp_path
+) -> None:
+    first, enc = make_loader(dataset, workers=workers)
+    it = iter(first)
+    batches = [next(it), next(it)]
+    state = save_loader_state(first, enc)  # after 2 packs: before any worker's reader ends its pass
+    assert not replaying_workers(state)
+    write_loader_state(tmp_path / "state.pkl", state)
+    batches += list(it)
+    keys = accounting(batches)
+    assert len(keys) == N_SAMPLES and set(keys.values()) == {1}
+    skipped = {r["key"]: r for b in batches for r in b["skipped"]}
+    assert {key: r["reason"] for key, r in skipped.items()} == GEMMA3_BAD
+    assert all(r["message"].startswith(f"sample {r['key']}: ") for r in skipped.values())
+    prep = gemma3_preparer()
+    images = 0
+    for b in batches:
+        assert signature(expected_batch(b, prep)) == signature(b)
+        # Bridge's Gemma3 keys: 1-D positions restarting per sequence, pixel_values per image, no grids.
+        assert "mrope_position_ids" not in b and set(b["visual_inputs"]) <= {"pixel_values"}
+        starts = b["cu_seqlens_q_padded"].tolist()
+        for a, z in itertools.pairwise(starts):
+            assert torch.equal(b["position_ids"][0, a:z], torch.arange(z - a))
+        if "pixel_values" in b["visual_inputs"]:
+            pixels = b["visual_inputs"]["pixel_values"]
+            assert pixels.dtype == torch.bfloat16 and tuple(pixels.shape[1:]) == (3, 28, 28)
+            images += pixels.shape[0]
+            assert int((b["input_ids"] == prep.image_token_id).sum()) == 256 * pixels.shape[0]
+    packed = {k for b in batches for k in b["sample_keys"]}
+    assert images == sum(len([m for m in sample_members(int(k[1:])) if m.startswith("img")]) for k in packed)
+    assert {"s00003", "s00019"} <= packed  # the 402x2 and 900x900 images: no Gemma3-VL limit refuses them
+    restored, encoder = make_loader(dataset, workers=workers)
+    restore_loader_state(restored, read_loader_state(tmp_path / "state.pkl"), encoder)
+    assert [signature(b) for b in restored] == [signature(b) for b in batches[2:]]
+
+
+def test_deferred_decoding_gives_the_eager_batches_and_the_preparer_is_in_the_state(dataset: Path) -> None:
+    deferred, enc = make_loader(dataset, workers=0)
+    it = iter(deferred)
+    batches = [next(it)]
+    state = save_loader_state(deferred, enc)
+    batches += list(it)
+    eager, _ = make_loader(dataset, workers=0, eager=True)
+    assert [signature(b) for b in eager] == [signature(b) for b in batches]
+    assert state["config"]["longpack_packing"]["preparer"]["family"] == "gemma3"
+    other, other_encoder = make_loader(
+        dataset, workers=0, prep=vlm_family("gemma3").preparer(processor=gemma3_processor(side=56))
+    )
+    with pytest.raises(LoaderStateMismatch, match=r"longpack_packing\.preparer\.image_processor\.size"):
+        restore_loader_state(other, state, other_encoder)
+
+
+@pytest.mark.parametrize("given", ["nemotron_vl", "family object"])
+def test_nemotron_vl_is_refused_naming_why(given: str) -> None:
+    family = "nemotron_vl" if given == "nemotron_vl" else vlm_family("nemotron_vl")
+    for encoder in (QwenVLPackingEncoder, EagerQwenVLPackingEncoder):
+        with pytest.raises(OnlineError, match=r"cannot pack nemotron_vl samples: .*remote code"):
+            encoder(family, seq_length=SEQ_LENGTH)
+
+
+def test_a_family_instead_of_its_preparer_is_refused() -> None:
+    with pytest.raises(OnlineError, match=r"pass the gemma3 family's preparer \(vlm_family\('gemma3'\)"):
+        QwenVLPackingEncoder(vlm_family("gemma3"), seq_length=SEQ_LENGTH)
+    with pytest.raises(OnlineError, match=r"preparer must be a VLM family's preparer .* got int"):
+        QwenVLPackingEncoder(3, seq_length=SEQ_LENGTH)  # type: ignore[arg-type]
+
+
+def test_a_video_sample_stops_the_loader_naming_it(tmp_path) -> None:
+    """Gemma3-VL has no video input: a setting that fails every video sample, so the loader stops with the
+    sample's key (Energon's handler would otherwise drop such samples one by one, uncounted)."""
+    from megatron.energon.errors import FatalSampleError
+
+    chat = {
+        "messages": [
+            {"role": "user", "content": "<video>What moves?"},
+            {"role": "assistant", "content": "A."},
+        ]
+    }
+
+    def members(i: int) -> dict[str, bytes]:
+        return {"json": json.dumps(chat).encode(), "vid0.mp4": b"\x00\x00\x00 ftypmp42"}
+
+    root = write_dataset(tmp_path, members, 2, shards=1)
+    loader, _ = make_loader(root, workers=0)
+    with pytest.raises(FatalSampleError, match=r"sample s0000\d: Gemma3-VL has no video input"):
+        list(loader)
