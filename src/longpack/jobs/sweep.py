@@ -795,9 +795,7 @@ def candidate_cp_modes(candidate: Candidate, planner: PlannerSetup) -> Candidate
                 speedup=at.speedup(mode) if feasible else None,
                 rank_imbalance=at.imbalance[mode] if feasible else None,
                 real_tokens_per_s=real_per_step / seconds if feasible else None,
-                note=""
-                if feasible
-                else f"Megatron refuses this mode here: {at.infeasible.get(mode, '')}",
+                note="" if feasible else f"Megatron refuses this mode here: {at.infeasible.get(mode, '')}",
             )
         )
     chosen = next(c for c in cells if c.mode == plan.recommended)
