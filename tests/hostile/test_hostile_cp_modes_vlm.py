@@ -256,10 +256,15 @@ def test_nemotron_vl_is_refused_naming_the_option_and_the_families_that_work(vlm
     assert "--vlm-family nemotron_vl" in outcome.output and "qwen2_vl" in outcome.output, str(outcome)
 
 
-def test_qwen_vision_settings_with_gemma3_are_refused_not_ignored(vlm_file: Path, tmp_path: Path) -> None:
-    argv = _online(vlm_file, "--vlm-family", "gemma3", "--tokenizer", tmp_path, "--patch-size", "16")
+@pytest.mark.parametrize(
+    "setting", [["--patch-size", "16"], ["--video-fps", "1"], ["--video-max-num-frames", "8"]]
+)
+def test_qwen_settings_with_gemma3_are_refused_not_ignored(
+    vlm_file: Path, tmp_path: Path, setting: list
+) -> None:
+    argv = _online(vlm_file, "--vlm-family", "gemma3", "--tokenizer", tmp_path, *setting)
     outcome = assert_clean(invoke(argv), frozenset({2}))
-    assert "--patch-size" in outcome.output and "drop" in outcome.output, str(outcome)
+    assert setting[0] in outcome.output and "drop" in outcome.output, str(outcome)
 
 
 @pytest.mark.parametrize(

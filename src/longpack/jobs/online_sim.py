@@ -30,8 +30,9 @@ __all__ = ["MAX_SAMPLES", "OnlineSimConfig", "OnlineSimResult", "read_length_lin
 
 #: Synthetic samples at most: the simulation runs every buffer size over them in Python.
 MAX_SAMPLES = 1_000_000
-#: Qwen-VL's vision settings; the other families read theirs from their processor (``--tokenizer`` folder).
-QWEN_VISION = ("patch_size", "merge_size", "min_pixels", "max_pixels")
+#: Qwen-VL's vision and video settings (``longpack.online.simulate.vlm_report`` passes them to Qwen-VL only);
+#: the other families read their image settings from their processor (``--tokenizer`` folder).
+QWEN_ONLY = ("patch_size", "merge_size", "min_pixels", "max_pixels", "video_fps", "video_max_num_frames")
 
 
 def read_length_lines(path: Path) -> list[int]:
@@ -201,11 +202,11 @@ class OnlineSimConfig:
                 ) from None
         if self.vlm_family.startswith("qwen"):  # as longpack.online.simulate.vlm_report reads it
             return
-        qwen_only = [name for name in QWEN_VISION if getattr(self, name) != defaults[name]]
+        qwen_only = [name for name in QWEN_ONLY if getattr(self, name) != defaults[name]]
         if qwen_only:
             raise ConfigError(
-                f"{', '.join(qwen_only)}: Qwen-VL vision settings; vlm_family {self.vlm_family} reads its own "
-                "from the processor in the tokenizer folder; drop them",
+                f"{', '.join(qwen_only)}: Qwen-VL image and video settings; vlm_family {self.vlm_family} reads "
+                "its image settings from the processor in the tokenizer folder; drop them",
                 fields=(*qwen_only, "vlm_family", "tokenizer"),
             )
         # a path must be a folder; a loaded tokenizer object (from Python) goes to the family's preparer
