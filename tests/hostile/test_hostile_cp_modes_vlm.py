@@ -359,3 +359,10 @@ def test_online_sim_with_no_sample_to_pack_says_why_not_zeros(tmp_path: Path, ro
     if rows:
         assert "too_long 2" in outcome.output and "vlm.jsonl:1" in outcome.output, str(outcome)
         assert "--pack-size" in outcome.output, str(outcome)
+
+
+def test_online_sim_vlm_output_names_the_family_that_counted(vlm_file: Path) -> None:
+    outcome = assert_clean(
+        invoke(_online(vlm_file, "--vlm-family", "qwen3_vl", "--patch-size", "16")), frozenset({0})
+    )
+    assert "family qwen3_vl (patch_size 16, merge_size 2," in outcome.output, str(outcome)
