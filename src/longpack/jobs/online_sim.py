@@ -23,7 +23,7 @@ from longpack import choices
 from longpack.errors import ConfigError, InputError, LongpackError
 from longpack.jobs.options import seed_option
 from longpack.option import check_choices, option
-from longpack.validate import positive_int
+from longpack.validate import finite_float, positive_int
 from longpack.validate import seed as seed_value
 
 __all__ = ["MAX_SAMPLES", "OnlineSimConfig", "OnlineSimResult", "read_length_lines"]
@@ -151,8 +151,8 @@ class OnlineSimConfig:
         for name in ("max_images", "max_visual_tokens", "video_max_num_frames"):
             if getattr(self, name) is not None:
                 positive_int(getattr(self, name), name)
-        if self.video_fps is not None and not self.video_fps > 0:
-            raise ConfigError(f"video_fps must be > 0, got {self.video_fps!r}", fields="video_fps")
+        if self.video_fps is not None:  # a number > 0 ("" or a list is refused here, not compared)
+            finite_float(self.video_fps, "video_fps", lo=0.0, lo_open=True)
         seed_value(self.seed)
         check_choices(self)
         sizes: tuple[int, ...] = ()
@@ -161,7 +161,7 @@ class OnlineSimConfig:
                 sizes = tuple(int(x) for x in self.buffer_sizes.split(",") if x.strip())
             except ValueError:
                 sizes = ()
-        else:
+        elif isinstance(self.buffer_sizes, list | tuple | range):
             sizes = tuple(self.buffer_sizes)
         if not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
             raise ConfigError(
