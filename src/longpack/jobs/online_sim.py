@@ -13,6 +13,7 @@ longpack.errors.ConfigError: buffer_sizes must be comma-separated positive integ
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from longpack import choices
 from longpack.errors import ConfigError, InputError, LongpackError
 from longpack.jobs.options import seed_option
 from longpack.option import check_choices, option
-from longpack.validate import finite_float, positive_int
+from longpack.validate import positive_int
 from longpack.validate import seed as seed_value
 
 __all__ = ["MAX_SAMPLES", "OnlineSimConfig", "OnlineSimResult", "read_length_lines"]
@@ -151,8 +152,14 @@ class OnlineSimConfig:
         for name in ("max_images", "max_visual_tokens", "video_max_num_frames"):
             if getattr(self, name) is not None:
                 positive_int(getattr(self, name), name)
-        if self.video_fps is not None:  # a number > 0 ("" or a list is refused here, not compared)
-            finite_float(self.video_fps, "video_fps", lo=0.0, lo_open=True)
+        fps = self.video_fps  # a number > 0 ("" or a list is refused here, not compared with 0)
+        if fps is not None and (
+            isinstance(fps, bool) or not isinstance(fps, int | float) or not 0 < fps < math.inf
+        ):
+            raise ConfigError(
+                f"video_fps must be > 0 (a finite number of frames per second), got {fps!r}",
+                fields="video_fps",
+            )
         seed_value(self.seed)
         check_choices(self)
         sizes: tuple[int, ...] = ()
