@@ -366,3 +366,9 @@ def test_online_sim_vlm_output_names_the_family_that_counted(vlm_file: Path) -> 
         invoke(_online(vlm_file, "--vlm-family", "qwen3_vl", "--patch-size", "16")), frozenset({0})
     )
     assert "family qwen3_vl (patch_size 16, merge_size 2," in outcome.output, str(outcome)
+
+
+def test_sweep_with_nothing_left_to_pack_says_so_once(world) -> None:
+    argv = ["sweep", world.good, "--tokenizer", "bytes", "--pack-size", "2", "--token-slots", "16", *PLANNER]
+    text = assert_clean(invoke(argv), frozenset({1})).output
+    assert text.count("left to pack") == 1, text

@@ -369,7 +369,7 @@ class Candidate:
             out.append(f"only {packs}, fewer than GBS {self.gbs}: not one full optimizer step")
         for f in self.batch_rules or ():
             out.append(f"{f['id']}: {f['message']}")
-        if self.estimate is not None and not self.estimate.fits:
+        if self.estimate is not None and not self.estimate.fits and self.packs:  # no packs: said above
             out.append(self.estimate.reason)
         return tuple(out)
 
