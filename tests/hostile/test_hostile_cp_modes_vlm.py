@@ -372,3 +372,12 @@ def test_sweep_with_nothing_left_to_pack_says_so_once(world) -> None:
     argv = ["sweep", world.good, "--tokenizer", "bytes", "--pack-size", "2", "--token-slots", "16", *PLANNER]
     text = assert_clean(invoke(argv), frozenset({1})).output
     assert text.count("left to pack") == 1, text
+
+
+def test_plan_data_when_no_layout_fits_keeps_the_plans_explanation(tmp_path: Path) -> None:
+    """Exit 1 with why nothing fits, as without --data; not a data error (exit 2) in its place."""
+    data = _rows(tmp_path / "d.jsonl", [100, 200])
+    argv = ["plan", "--model", "llama3_1_70b", "--gpu", "H100_SXM", "--gpus", "1", "--seq-length", "4096"]
+    outcome = assert_clean(invoke([*argv, "--data", data, "--tokenizer", "bytes", "--json"]), frozenset({1}))
+    doc = _json(outcome)
+    assert doc["why_nothing_fits"] and "cp_modes" not in doc, str(outcome)

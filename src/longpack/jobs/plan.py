@@ -331,7 +331,8 @@ class PlanConfig:
             band = error_band(req.model, req.gpu, req.seq_length)
             comparison = compare(found.candidates[0], reference, band.width)
         result = PlanResult(request=req, search=found, reference=reference, comparison=comparison)
-        if self.data is not None:
+        # no layout fits at all: the plan says why (exit 1); there is no layout to compare the CP modes on
+        if self.data is not None and found.candidates:
             from dataclasses import replace as _replace
 
             result = _replace(result, cp_modes=self._cp_modes(found))
