@@ -8,9 +8,11 @@ Run from the repository root:
 Data: the built-in demo (12,000 SFT samples, qwen3 tokenizer) packed at 8,192 tokens (``longpack pack --demo
 --pack-size 8192 --seq-length 4096``). Model: a tiny Qwen3 from ``tests/data/hf_configs/qwen3_8b.json``
 (float64, full 151,936-token vocabulary). Timed: ``VerifyConfig(..., max_rows=R, time_budget=None, cp=(),
-pp=())`` (every single-process check of R rows; CP/PP are timed separately, one process start each).
+pp=())`` (every single-process check of R rows; CP/PP are timed separately, one process start each), on
+``longpack.runtime.verify.THREADS`` intra-op threads, and the same with torch's default thread count on
+``--compare-rows`` rows (default 10).
 Baseline in the same process: one packed forward + backward of the same rows (what one training step of the
-tiny model costs), so the ratio says what the checks cost on top of it. Medians of ``--repeats``.
+tiny model costs, one thread), so the ratio says what the checks cost on top of it. Medians of ``--repeats``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ def baseline(folder: Path, rows: int) -> float:
     ds = PackedDataset(folder, split="training")
     collate = PackedCollator.for_data(ds)
     verifier = RowVerifier(model, collate=collate)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     began = time.process_time()
     for i in range(rows):
         batch = collate([ds[i]])
@@ -47,13 +51,21 @@ def baseline(folder: Path, rows: int) -> float:
         hidden = run_thd(model, embeds, batch["position_ids"][0], attention_plan(batch_layout(batch, width)))
         loss = token_losses(hidden, batch["labels"][0], batch["loss_mask"][0], verifier.head).sum()
         torch.autograd.grad(loss, [embeds, *verifier.params], allow_unused=True)
-    return time.process_time() - began
+    spent = time.process_time() - began
+    torch.set_num_threads(threads)
+    return spent
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--compare-rows",
+        type=int,
+        default=10,
+        help="rows of the run on torch's default thread count (slow on a busy machine)",
+    )
     args = parser.parse_args()
     from longpack.jobs import PackConfig
     from longpack.jobs.verify import VerifyConfig
@@ -61,43 +73,66 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="longpack-verify-bench-") as tmp:
         out = Path(tmp) / "demo8k"
         PackConfig(demo=True, out=out, pack_size=8192, seq_length=4096).run()
-        times, cpus, bases, tokens = [], [], [], 0
+        import longpack.runtime.verify as verify_module
+
+        default_threads = torch.get_num_threads()
+        one = verify_module.THREADS
+        runs: dict[str, tuple[list[float], list[float]]] = {"one": ([], []), "default": ([], [])}
+        bases: list[float] = []
+        result = kept = None
         for _ in range(args.repeats):
-            began, cpu = time.perf_counter(), time.process_time()
-            result = VerifyConfig(
-                packed=out,
-                model=str(CONFIG),
-                split="training",
-                max_rows=args.rows,
-                time_budget=None,
-                cp=(),
-                pp=(),
-            ).run()
-            times.append(time.perf_counter() - began)
-            cpus.append(time.process_time() - cpu)
-            assert result.ok, result.verdict
-            tokens = sum(r.tokens for r in result.rows)
+            for name, threads, count in (
+                ("one", one, args.rows),
+                ("default", default_threads, args.compare_rows),
+            ):
+                verify_module.THREADS = threads
+                began, cpu = time.perf_counter(), time.process_time()
+                result = VerifyConfig(
+                    packed=out,
+                    model=str(CONFIG),
+                    split="training",
+                    max_rows=count,
+                    time_budget=None,
+                    cp=(),
+                    pp=(),
+                ).run()
+                if name == "one":
+                    kept = result
+                runs[name][0].append(time.perf_counter() - began)
+                runs[name][1].append(time.process_time() - cpu)
+                assert result.ok, result.verdict
+            verify_module.THREADS = one
             bases.append(baseline(out, args.rows))
-        samples = sum(r.samples for r in result.rows)
-        verify_s, base_s = statistics.median(times), statistics.median(bases)  # wall, CPU
+        assert kept is not None
+        rows = len(kept.rows)
+        tokens = sum(r.tokens for r in kept.rows)
+        samples = sum(r.samples for r in kept.rows)
         print(
-            f"torch threads {torch.get_num_threads()}; rows {len(result.rows)}, {tokens} runtime tokens, {samples} samples"
+            f"rows {rows}, {tokens} runtime tokens, {samples} samples; torch default threads {default_threads}"
         )
-        print(f"{'what':<44}{'median s':>10}{'runs':>28}")
+        print(f"{'what':<52}{'median s':>10}{'per row':>9}   runs")
+        base_s = statistics.median(bases)
+        for name, label, count in (
+            ("one", f"{one} thread, {rows} rows", rows),
+            ("default", f"{default_threads} threads, {args.compare_rows} rows", args.compare_rows),
+        ):
+            wall, cpu = (statistics.median(x) for x in runs[name])
+            walls = [round(t, 1) for t in runs[name][0]]
+            cpus_ = [round(t, 1) for t in runs[name][1]]
+            print(f"{'verify, ' + label + ', wall':<52}{wall:>10.1f}{wall / count:>9.2f}   {walls}")
+            print(f"{'verify, ' + label + ', CPU':<52}{cpu:>10.1f}{cpu / count:>9.2f}   {cpus_}")
         print(
-            f"{'verify (all single-process checks), wall':<44}{verify_s:>10.1f}{[round(t, 1) for t in times]!s:>28}"
+            f"{'baseline: packed fwd+bwd only, 1 thread, CPU':<52}{base_s:>10.1f}{base_s / rows:>9.2f}   {[round(t, 1) for t in bases]}"
         )
-        cpu_s = statistics.median(cpus)
-        print(f"{'verify, CPU seconds (all threads)':<44}{cpu_s:>10.1f}{[round(t, 1) for t in cpus]!s:>28}")
+        wall1, cpu1 = (statistics.median(x) for x in runs["one"])
+        cpu2 = statistics.median(runs["default"][1])
         print(
-            f"{'baseline: packed fwd+bwd only, CPU seconds':<44}{base_s:>10.1f}{[round(t, 1) for t in bases]!s:>28}"
+            f"ratio verify / baseline (CPU): {cpu1 / base_s:.2f}; default threads / {one} thread (CPU per row): "
+            f"{cpu2 / args.compare_rows / (cpu1 / rows):.2f}"
         )
         print(
-            f"ratio verify / baseline (CPU): {cpu_s / base_s:.2f}; per row {cpu_s / len(result.rows):.2f} CPU-s"
-        )
-        print(
-            f"target: {args.rows} rows of 8K in <= 60 s: wall {'met' if verify_s <= 60 else 'MISSED'}, "
-            f"CPU {'met' if cpu_s <= 60 else 'MISSED'}"
+            f"target: {args.rows} rows of 8K in <= 60 s: wall {'met' if wall1 <= 60 else 'MISSED'} ({wall1:.1f} s), "
+            f"CPU {'met' if cpu1 <= 60 else 'MISSED'} ({cpu1:.1f} s)"
         )
 
 

@@ -48,3 +48,5 @@ def test_pp_stage_without_cu_seqlens_fails_naming_the_stage(cp4_pack):
     pp = [f for f in result.failures if f["check"] == "pp"]
     assert any(f["rank"].startswith("pp stage 1 of 3") and "no cu_seqlens_q" in f["detail"] for f in pp)
     assert any("last-stage loss differs" in f["detail"] for f in pp)
+    # Stage 0 received every key it needs; its gradients, sent back through the broken stage, differ.
+    assert any(f["rank"].startswith("pp stage 0 of 3") and "gradients" in f["detail"] for f in pp)

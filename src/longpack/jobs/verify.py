@@ -341,6 +341,19 @@ def _cp_unaligned(
 def _run_hf(config: VerifyConfig) -> VerifyResult:
     import torch
 
+    from longpack.runtime.verify import THREADS
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        return _run_hf_checks(config)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
+    import torch
+
     from longpack.packed.folder import PackedFolder
     from longpack.runtime.collate import PackedCollator
     from longpack.runtime.dataset import PackedDataset
@@ -486,12 +499,13 @@ def _run_hf(config: VerifyConfig) -> VerifyResult:
                     "intermediate_size",
                 )
             },
-            "dtype": "float64",
+            "dtype": "float64 (transformers' float32 upcasts promoted)",
             "seed": config.seed,
             "isolation": "both parities on every row"
             if config.thorough
             else "even samples on even rows, odd on odd",
-            "packed_attention": f"{THD_ATTENTION} (transformers AttentionInterface, per-sequence SDPA from cu_seqlens)",
+            "packed_attention": f"{THD_ATTENTION} (transformers AttentionInterface: causal SDPA per packed "
+            "sequence, from cu_seqlens)",
             "reference": "transformers sdpa, each sample on its own",
             "loss_head": f"cross-entropy over label id mod {HEAD_CLASSES}",
             "threads": threads,

@@ -45,6 +45,7 @@ from longpack.runtime.verify_model import HEAD_CLASSES, THD_ATTENTION, Attention
 __all__ = [
     "CHECKS",
     "FAULTS",
+    "THREADS",
     "TOLERANCE",
     "Failure",
     "RowReport",
@@ -57,6 +58,12 @@ __all__ = [
 
 #: Relative tolerance of loss and gradient equality (float64; measured differences are ~1e-14).
 TOLERANCE = 1e-9
+#: Intra-op threads for the row checks: the tiny model's kernels are too small to gain from threads, and on
+#: a busy machine waiting threads cost more than they do (8K demo rows: 0.2-0.4 CPU-s on one thread, 1.8-3.3
+#: on two with the 2 cores shared). The CP and PP checks run one process per rank, one thread each.
+THREADS = 1
+#: Samples at least this long run in the unpacked reference without padding (batches of equal length).
+SHORT_SAMPLE = 256
 #: What each check proves (the certificate lists them).
 CHECKS = {
     "metadata": "cu_seqlens present and equal to the row's samples; positions restart at 0 in every sample",
@@ -66,7 +73,9 @@ CHECKS = {
     "isolation": "gradient of one sample's loss w.r.t. another sample's embeddings is exactly zero",
     "in-batch": "in-batch THD packing of the row's samples (MBS > 1) = unpacked",
     "cp": "context-parallel zigzag shards (gloo ranks, all-gathered K/V) = the whole row; positions per rank",
-    "pp": "every pipeline stage receives cu_seqlens and positions for every micro-batch; last-stage loss",
+    "pp": "every pipeline stage receives cu_seqlens and positions for every micro-batch; last-stage loss; "
+    "every stage's parameter gradients (and the first stage's input-embedding gradients) after the backward "
+    "pass through the stages",
 }
 #: Injected faults (what a broken stack does) -> what they model. Each must fail ``verify``.
 FAULTS = {
@@ -243,12 +252,13 @@ def run_thd(
     *,
     gather: Any = None,
 ) -> torch.Tensor:
-    """The model's last hidden states ``[T, hidden]`` for one THD row ``embeds [1, T, hidden]``."""
+    """The model's last hidden states ``[T, hidden]`` for one THD row ``embeds [1, T, hidden]``; ``positions``
+    ``[T]``, or ``[3, 1, T]`` (mRoPE)."""
     model.config._attn_implementation = THD_ATTENTION
     try:
         out = model(
             inputs_embeds=embeds,
-            position_ids=positions.view(1, -1),
+            position_ids=positions.view(1, -1) if positions.dim() == 1 else positions,
             attention_mask=layer_masks(model),
             thd_plan=plan,
             thd_gather=gather,
@@ -335,8 +345,12 @@ class RowVerifier:
         weights: torch.Tensor,
         with_grad: Sequence[bool] | None = None,
     ) -> Reference:
-        """Run the samples unpacked (right-padded batches of similar lengths, transformers' ``sdpa``);
-        gradients (of the weighted losses) only through the samples ``with_grad`` marks (default: all)."""
+        """Run the samples unpacked (transformers' ``sdpa``, no THD metadata); gradients (of the weighted
+        losses) only through the samples ``with_grad`` marks (default: all).
+
+        Samples of :data:`SHORT_SAMPLE` tokens or more run in batches of equal length (no padding, so
+        transformers hands SDPA ``is_causal`` and no mask: its flash kernel); shorter ones as right-padded
+        batches with transformers' own padding mask (its masked kernel, cheap at these lengths)."""
         losses = torch.zeros(len(samples), dtype=torch.float64)
         param_grads = [torch.zeros_like(p) for p in self.params]
         embed_grads: list[torch.Tensor] = [torch.zeros(0)] * len(samples)
@@ -348,7 +362,11 @@ class RowVerifier:
             )
             current: list[int] = []
             for i in order:
-                if current and samples[i][0].numel() * (len(current) + 1) > self.reference_tokens:
+                n = samples[i][0].numel()
+                if current and (
+                    n * (len(current) + 1) > self.reference_tokens
+                    or (n >= SHORT_SAMPLE and samples[current[0]][0].numel() != n)
+                ):
                     groups.append((grad, current))
                     current = []
                 current.append(i)
@@ -367,8 +385,11 @@ class RowVerifier:
                 mask[j, : t.numel()] = m
                 attend[j, : t.numel()] = 1
             embeds = self.embed(tokens).detach().requires_grad_(grad)
+            padded = bool((attend == 0).any())
             with torch.set_grad_enabled(grad):
-                hidden = self.model(inputs_embeds=embeds, attention_mask=attend).last_hidden_state
+                hidden = self.model(
+                    inputs_embeds=embeds, attention_mask=attend if padded else None
+                ).last_hidden_state
                 per_token = token_losses(
                     hidden.reshape(-1, hidden.size(-1)), labels.flatten(), mask.flatten(), self.head
                 ).view(len(group), width)

@@ -8,7 +8,9 @@
   per-token losses equal the whole row's at the same tokens (names the rank); per-sample losses summed over
   ranks equal the unpacked samples'; parameter gradients summed over ranks equal the unpacked ones.
 - :func:`run_pp_verify`: ``pp_size`` stage processes, one decoder-layer slice each; micro-batches go through
-  the stages in order with hidden states sent point to point (forward only). Each stage takes its view of
+  the stages in order with hidden states sent point to point, and their gradients back (the last stage's
+  weighted per-sample loss; each stage checks its layers' parameter gradients, the first stage the input
+  embeddings' gradient per sample, against the unpacked ones). Each stage takes its view of
   the batch by Megatron-Bridge's ``get_batch`` rules (:func:`stage_batch`: first stage tokens and positions,
   last stage labels and loss mask, middle stages everything when the data is packed, the packed keys on
   every stage), derives its attention and RoPE positions from the ``cu_seqlens`` it received (as
@@ -70,19 +72,19 @@ def stage_batch(
 ) -> dict[str, Any]:
     """What pipeline stage ``stage`` of ``stages`` loads from a batch (Megatron-Bridge ``get_batch``).
 
-    ``drop_packed``: the stage takes the pre-fix fast path of a middle stage (Megatron-Bridge #2952): nothing.
+    ``drop_packed``: the stage loses the packed metadata (Megatron-Bridge #2952: a middle stage took the
+    pre-fix fast path and loaded nothing; a first or last stage keeps its own keys without it).
     """
-    if drop_packed:
-        return {}
     first, last = stage == 0, stage == stages - 1
     if first or last:
         keys = (("tokens", "position_ids") if first else ()) + (("labels", "loss_mask") if last else ())
-    elif packed:
+    elif packed and not drop_packed:
         keys = ("tokens", "labels", "loss_mask", "position_ids", "attention_mask")
     else:
         keys = ()
     view = {k: batch[k] for k in keys if k in batch}
-    view.update({k: batch[k] for k in _PACKED_KEYS if k in batch and batch[k] is not None})
+    if not drop_packed:
+        view.update({k: batch[k] for k in _PACKED_KEYS if k in batch and batch[k] is not None})
     return view
 
 
@@ -261,6 +263,7 @@ def _pp_worker(rank: int, size: int, init_file: str, out_dir: str, payload: dict
     from longpack.runtime.verify import (
         THD_ATTENTION,
         TOLERANCE,
+        _rel,
         batch_layout,
         expected_spans,
         metadata_failures,
@@ -296,35 +299,73 @@ def _pp_worker(rank: int, size: int, init_file: str, out_dir: str, payload: dict
             for f in metadata_failures(view, spans, positions, stage_where):
                 failures.append({"check": "pp", **{k: v for k, v in asdict(f).items() if k != "check"}})
             plan = attention_plan(batch_layout(view, width))
-            with torch.no_grad():
-                if rank == 0:
-                    hidden = verifier.embed(view["tokens"])
-                else:
-                    hidden = torch.empty(1, width, int(model.config.hidden_size), dtype=torch.float64)
-                    dist.recv(hidden, src=rank - 1)
-                rotary = model.rotary_emb(hidden, positions.view(1, -1))
-                model.config._attn_implementation = THD_ATTENTION
-                try:
-                    for layer in mine:
-                        hidden = layer(
-                            hidden,
-                            attention_mask=None,
-                            position_embeddings=rotary,
-                            position_ids=positions.view(1, -1),
-                            thd_plan=plan,
-                        )
-                        hidden = hidden[0] if isinstance(hidden, tuple) else hidden
-                finally:
-                    model.config._attn_implementation = "sdpa"
-                if rank < size - 1:
-                    dist.send(hidden.contiguous(), dst=rank + 1)
-                    continue
-                hidden = model.norm(hidden)[0]
-                per_token = token_losses(hidden, view["labels"][0], view["loss_mask"][0], verifier.head)
-            losses = torch.stack([per_token[int(a) : int(b)].sum() for a, b in itertools.pairwise(spans)])
             samples = verifier.samples(row)
-            ref = verifier.reference(samples, verifier.weights(len(samples), index))
-            diffs = (losses - ref.losses).abs() / ref.losses.abs().clamp(min=1.0)
+            weights = verifier.weights(len(samples), index)
+            if rank == 0:
+                received = verifier.embed(view["tokens"]).detach().requires_grad_(True)
+            else:
+                received = torch.empty(1, width, int(model.config.hidden_size), dtype=torch.float64)
+                dist.recv(received, src=rank - 1)
+                received.requires_grad_(True)
+            hidden = received
+            rotary = model.rotary_emb(hidden, positions.view(1, -1))
+            model.config._attn_implementation = THD_ATTENTION
+            try:
+                for layer in mine:
+                    hidden = layer(
+                        hidden,
+                        attention_mask=None,
+                        position_embeddings=rotary,
+                        position_ids=positions.view(1, -1),
+                        thd_plan=plan,
+                    )
+                    hidden = hidden[0] if isinstance(hidden, tuple) else hidden
+            finally:
+                model.config._attn_implementation = "sdpa"
+            params = [p for layer in mine for p in layer.parameters() if p.requires_grad]
+            if rank < size - 1:  # send forward, then take the next stage's gradient of our output
+                dist.send(hidden.detach().contiguous(), dst=rank + 1)
+                incoming = torch.empty_like(hidden)
+                dist.recv(incoming, src=rank + 1)
+                grads = torch.autograd.grad(hidden, [received, *params], incoming, allow_unused=True)
+                losses = None
+            else:
+                params += [p for p in model.norm.parameters() if p.requires_grad]
+                out = model.norm(hidden)[0]
+                per_token = token_losses(out, view["labels"][0], view["loss_mask"][0], verifier.head)
+                losses = torch.stack([per_token[int(a) : int(b)].sum() for a, b in itertools.pairwise(spans)])
+                grads = torch.autograd.grad((losses * weights).sum(), [received, *params], allow_unused=True)
+            if rank > 0:  # the gradient of what we received goes back to the previous stage
+                dist.send(grads[0].contiguous(), dst=rank - 1)
+            ref = verifier.reference(samples, weights)
+            slot = {id(p): i for i, p in enumerate(verifier.params)}
+            grad_diff = max(
+                (
+                    _rel(torch.zeros_like(p) if g is None else g, ref.param_grads[slot[id(p)]])
+                    for p, g in zip(params, grads[1:], strict=True)
+                ),
+                default=0.0,
+            )
+            if rank == 0:  # the input embeddings' gradient, sample by sample
+                for i, sample in enumerate(samples):
+                    got = grads[0][0, int(spans[i]) : int(spans[i]) + sample[0].numel()]
+                    grad_diff = max(grad_diff, _rel(got, ref.embed_grads[i]))
+            worst["grad"] = max(worst["grad"], grad_diff)
+            if grad_diff > TOLERANCE:
+                failures.append(
+                    _fail(
+                        "pp",
+                        where,
+                        None,
+                        f"{label}, micro-batch {micro}",
+                        f"this stage's gradients (its layers' parameters"
+                        f"{', the input embeddings' if rank == 0 else ''}) differ from unpacked "
+                        f"(relative {grad_diff:.2e})",
+                    )
+                )
+            if losses is None:
+                continue
+            diffs = (losses.detach() - ref.losses).abs() / ref.losses.abs().clamp(min=1.0)
             worst["loss"] = max(worst["loss"], float(diffs.max()))
             if float(diffs.max()) > TOLERANCE:
                 failures.append(

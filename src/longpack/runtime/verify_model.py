@@ -9,10 +9,12 @@ Packed attention on the CPU: transformers has a varlen path only for flash-atten
 ``cu_seq_lens_q`` keyword arguments) and, for ``sdpa``/``eager``, a block-diagonal mask it infers from
 restarting ``position_ids`` (a ``W x W`` mask). Neither reads the THD metadata the training stack hands the
 attention, so longpack registers its own attention function with ``transformers.AttentionInterface``
-(:data:`THD_ATTENTION`): it attends per packed sequence (``scaled_dot_product_attention`` per sequence,
-``Σ s_i²`` work) from the :class:`~longpack.runtime.attention.TokenLayout` built from the batch's
-``cu_seqlens_q`` / ``cu_seqlens_q_padded`` (or, under CP, from the rank's shard of them); tokens outside
-every sequence get a zero output, as TransformerEngine's THD kernels give them. The unpacked reference
+(:data:`THD_ATTENTION`): from the :class:`~longpack.runtime.attention.TokenLayout` built from the batch's
+``cu_seqlens_q`` / ``cu_seqlens_q_padded`` it gathers the packed sequences into batches of similar length
+and runs one causal ``scaled_dot_product_attention`` per batch (``Σ s_i²`` work; under CP, one masked call
+per sequence against the gathered keys); tokens outside every sequence get a zero output, as
+TransformerEngine's THD kernels give them. The model computes in float64 throughout (:class:`Float64Mode`:
+transformers' float32 upcasts are promoted). The unpacked reference
 runs the same model through transformers' own ``sdpa`` path with its own causal (and sliding-window) masks.
 
 >>> cfg = tiny_config({"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 4096, "num_hidden_layers": 36,
@@ -27,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -130,38 +133,146 @@ def build_model(source: Mapping[str, Any], *, seed: int = 0, layers: int = 1) ->
         model = AutoModel.from_config(config, dtype=torch.float64)
     model.eval()  # no dropout; gradients still flow
     model.config._attn_implementation = "sdpa"
+    run_in_float64(model)
     return model
+
+
+class Float64Mode(torch.overrides.TorchFunctionMode):
+    """Promotes every float32 request to float64: ``x.float()``, ``x.to(torch.float32)``, ``dtype=torch.float32``.
+
+    transformers upcasts to float32 inside float64 models (RMSNorm, the RoPE tables, eager softmax). Two float64
+    values that differ by round-off (two valid evaluation orders, ~1e-16) can round to adjacent float32
+    numbers, a difference 1e8 times larger (measured: 0.17606205493211735 packed vs 0.17606205493211752
+    alone before Qwen3's final RMSNorm gave outputs 2^-25 apart), so packed and unpacked could differ for
+    reasons that have nothing to do with packing. Under this mode the family's own code runs unchanged, in
+    float64 throughout.
+
+    >>> with Float64Mode():
+    ...     torch.ones(2).float().dtype, torch.ones(2).to(torch.float32).dtype
+    (torch.float64, torch.float64)
+    """
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.Tensor.float:
+            return args[0].double()
+        if kwargs.get("dtype") is torch.float32:
+            kwargs = {**kwargs, "dtype": torch.float64}
+        if any(a is torch.float32 for a in args):
+            args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+        return func(*args, **kwargs)
+
+
+_FLOAT64_DEPTH = [0]
+
+
+def _float64_forward(forward: Any) -> Any:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if _FLOAT64_DEPTH[0]:
+            return forward(*args, **kwargs)
+        _FLOAT64_DEPTH[0] += 1
+        try:
+            with Float64Mode():
+                return forward(*args, **kwargs)
+        finally:
+            _FLOAT64_DEPTH[0] -= 1
+
+    return run
+
+
+def run_in_float64(model: Any) -> None:
+    """Run ``model`` and the pieces a pipeline stage calls on their own (its children and the items of its
+    layer lists) under :class:`Float64Mode`."""
+    modules = [model]
+    for child in model.children():
+        modules += list(child) if isinstance(child, torch.nn.ModuleList) else [child]
+    for module in modules:
+        module.forward = _float64_forward(module.forward)
 
 
 @dataclass(frozen=True)
 class AttentionPlan:
-    """Which queries see which keys, per packed sequence: ``(query index, key index, causal mask or None)``.
+    """Which queries see which keys.
 
-    ``None`` as mask means the query and key spans are the same contiguous run of real tokens in order
-    (a plain causal block); otherwise the boolean mask (True = may attend) decides.
+    ``buckets``: packed sequences whose queries and keys are the same contiguous run of real tokens, in
+    order (every sequence of a whole THD row), gathered by length into ``[S, L]`` batches: ``gather`` holds
+    token indices (``queries`` = a zero row, for the right padding of shorter sequences), ``picked`` the flat
+    ``S * L`` positions of real tokens and ``target`` their token indices. Causal attention over a
+    right-padded sequence never reaches its padding, so one SDPA call per bucket (``is_causal``: the
+    kernel's flash path) gives every sequence its own attention, with no mask and no cross-sequence term.
+
+    ``blocks``: the other sequences (a CP rank's shard against the gathered keys), one masked SDPA each:
+    ``(query index, key index, mask, query offsets, key offsets)``.
     """
 
     queries: int
     blocks: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor], ...]
+    buckets: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...] = ()
+
+
+#: A bucket holds sequences at least this fraction of its longest (padding costs at most ~1/BUCKET_RATIO^2).
+BUCKET_RATIO = 0.8
+
+
+def _buckets(
+    starts: np.ndarray, lengths: np.ndarray, dummy: int
+) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...]:
+    order = np.argsort(-lengths, kind="stable")
+    out: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    i = 0
+    while i < order.size:
+        longest = int(lengths[order[i]])
+        j = i
+        while j < order.size and lengths[order[j]] >= BUCKET_RATIO * longest:
+            j += 1
+        chosen = order[i:j]
+        steps = np.arange(longest)
+        inside = steps[None, :] < lengths[chosen][:, None]
+        gather = np.where(inside, starts[chosen][:, None] + steps[None, :], dummy)
+        picked = np.flatnonzero(inside)
+        out.append(
+            (
+                torch.from_numpy(gather),
+                torch.from_numpy(picked),
+                torch.from_numpy(gather.reshape(-1)[picked].copy()),
+            )
+        )
+        i = j
+    return tuple(out)
 
 
 def attention_plan(q_layout: Any, k_layout: Any | None = None) -> AttentionPlan:
-    """The per-sequence blocks of a THD row (``k_layout``: the gathered keys' labels under CP).
+    """The attention plan of a THD row (``k_layout``: the gathered keys' labels under CP).
 
     >>> from longpack.runtime.attention import token_layout
     >>> plan = attention_plan(token_layout([0, 2, 3], 4))
-    >>> [(q.tolist(), k.tolist()) for q, k, _, _, _ in plan.blocks]
-    [([0, 1], [0, 1]), ([2], [2])]
+    >>> [(g.tolist(), t.tolist()) for g, _, t in plan.buckets], plan.blocks
+    ([([[0, 1]], [0, 1]), ([[2]], [2])], ())
     """
+    if k_layout is None:
+        seq = q_layout.seq_id.numpy()
+        offset = q_layout.offset.numpy()
+        real = q_layout.real.numpy().astype(bool)
+        tokens = np.flatnonzero(real)
+        ids = seq[tokens]
+        if tokens.size and bool(np.all(np.diff(ids) >= 0)):  # sequences in order: each one contiguous?
+            first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+            counts = np.diff(np.r_[first, tokens.size])
+            starts = tokens[first]
+            expected = np.repeat(starts, counts) + offset[tokens]
+            if np.array_equal(expected, tokens) and not offset[starts].any():
+                return AttentionPlan(
+                    queries=int(seq.size), blocks=(), buckets=_buckets(starts, counts, int(seq.size))
+                )
     same = k_layout is None
     k_layout = q_layout if k_layout is None else k_layout
     blocks = []
     q_real = q_layout.real
     k_real = k_layout.real
     seq_ids = torch.unique(q_layout.seq_id[q_real])
-    for seq in seq_ids.tolist():
-        qi = torch.nonzero((q_layout.seq_id == seq) & q_real).flatten()
-        ki = torch.nonzero((k_layout.seq_id == seq) & k_real).flatten()
+    for seq_id in seq_ids.tolist():
+        qi = torch.nonzero((q_layout.seq_id == seq_id) & q_real).flatten()
+        ki = torch.nonzero((k_layout.seq_id == seq_id) & k_real).flatten()
         q_off = q_layout.offset[qi]
         k_off = k_layout.offset[ki]
         contiguous = (
@@ -202,6 +313,22 @@ def _thd_attention(
     if thd_gather is not None:  # context parallel: every rank's keys and values
         k, v = thd_gather(k), thd_gather(v)
     pieces, where = [], []
+    if thd_plan.buckets:
+        zero = q.new_zeros(1, q.size(1), q.size(2))
+        qz, kz, vz = torch.cat([q, zero]), torch.cat([k, zero]), torch.cat([v, v.new_zeros(1, *v.shape[1:])])
+        for gather, picked, target in thd_plan.buckets:
+            count, longest = gather.shape
+            qb, kb, vb = (x[gather].transpose(1, 2) for x in (qz, kz, vz))  # [S, H, L, D]
+            if sliding_window is not None and longest > int(sliding_window):
+                steps = torch.arange(longest)
+                allowed = (steps[None, :] <= steps[:, None]) & (
+                    steps[:, None] - steps[None, :] < int(sliding_window)
+                )
+                out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=allowed, scale=scaling)
+            else:
+                out = F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scaling)
+            pieces.append(out.transpose(1, 2).reshape(count * longest, q.size(1), -1).index_select(0, picked))
+            where.append(target)
     for qi, ki, mask, q_off, k_off in thd_plan.blocks:
         qb = q.index_select(0, qi).transpose(0, 1)
         kb = k.index_select(0, ki).transpose(0, 1)
