@@ -381,3 +381,25 @@ def test_plan_data_when_no_layout_fits_keeps_the_plans_explanation(tmp_path: Pat
     outcome = assert_clean(invoke([*argv, "--data", data, "--tokenizer", "bytes", "--json"]), frozenset({1}))
     doc = _json(outcome)
     assert doc["why_nothing_fits"] and "cp_modes" not in doc, str(outcome)
+
+
+@pytest.mark.parametrize(
+    "data", ["x" * 5000, "[", "\x00"], ids=["name-too-long", "glob-matching-nothing", "nul"]
+)
+@pytest.mark.parametrize("tokenizer", [None, "bytes"])
+def test_plan_data_hostile_paths_from_python(data: str, tokenizer: str | None) -> None:
+    from longpack.jobs import PlanConfig
+
+    config = PlanConfig(
+        model="llama3_1_8b", gpu="H100_SXM", gpus=8, seq_length=4096, data=data, tokenizer=tokenizer
+    )
+    with pytest.raises(LongpackError) as info:  # an OSError (file name too long) escaped before
+        config.run()
+    assert "data" in str(info.value) or repr(data[:20])[1:-1] in str(info.value), info.value
+
+
+def test_online_sim_vlm_name_too_long_is_an_input_error() -> None:
+    from longpack.jobs import OnlineSimConfig
+
+    with pytest.raises(LongpackError, match="vlm"):
+        OnlineSimConfig(pack_size=4096, vlm="x" * 5000).run()

@@ -285,7 +285,11 @@ class OnlineSimConfig:
             from longpack.outputs import check_output_file
 
             check_output_file(self.write_lengths, field="write_lengths")
-        if Path(self.vlm).is_dir():
+        try:
+            is_folder = Path(self.vlm).is_dir()
+        except OSError as exc:  # e.g. a name too long for the file system
+            raise InputError(f"vlm {str(self.vlm)[:200]!r}: {exc.strerror or exc}", fields="vlm") from None
+        if is_folder:
             raise InputError(
                 f"vlm {self.vlm} is a folder; give a JSONL file of VLM samples (messages + images or image_sizes)",
                 fields="vlm",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from longpack import choices
-from longpack.errors import ConfigError
+from longpack.errors import ConfigError, InputError
 from longpack.jobs.options import (
     bridge_version_option,
     gpus_option,
@@ -366,8 +366,14 @@ class PlanConfig:
             )
         layout = pick.plan.layout
         data = str(self.data)
+        specs = sorted(glob.glob(data)) if glob.has_magic(data) else [data]
+        if not specs:
+            raise InputError(
+                f"data {data!r} matched no file or folder; check the pattern (quote it in the shell)",
+                fields="data",
+            )
         corpus = corpus_packs(
-            sorted(glob.glob(data)) if glob.has_magic(data) else [data],
+            specs,
             seq_length=self.seq_length,
             pad_seq_to_mult=layout.pad_seq_to_mult,
             tokenizer=self.tokenizer,

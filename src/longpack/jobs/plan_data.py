@@ -77,7 +77,15 @@ def corpus_packs(
     if not data:
         raise ConfigError("data: give a packed folder or input files", fields="data")
     first = Path(data[0])
-    if len(data) == 1 and _is_packed_folder(first):
+    try:
+        packed_folder = len(data) == 1 and _is_packed_folder(first)
+    except OSError as exc:  # a name too long for the file system, a folder that cannot be listed
+        raise InputError(
+            f"data {str(first)[:200]!r}: cannot be read ({exc.strerror or exc}); give a packed folder, a token "
+            "store or input files",
+            fields="data",
+        ) from None
+    if packed_folder:
         from longpack.packed.folder import PackedFolder
 
         folder = PackedFolder.open(first, split="training", allow_no_manifest=True)
