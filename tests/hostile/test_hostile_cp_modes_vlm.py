@@ -403,3 +403,17 @@ def test_online_sim_vlm_name_too_long_is_an_input_error() -> None:
 
     with pytest.raises(LongpackError, match="vlm"):
         OnlineSimConfig(pack_size=4096, vlm="x" * 5000).run()
+
+
+def test_names_too_long_for_the_file_system_are_named_not_oserrors(vlm_file: Path, world) -> None:
+    from longpack.jobs import OnlineSimConfig, SweepConfig
+
+    long = "x" * 5000
+    with pytest.raises(LongpackError, match="plot"):
+        SweepConfig(inputs=[world.good], tokenizer="bytes", plot=long)
+    with pytest.raises(LongpackError, match="tokenizer"):
+        SweepConfig(inputs=[world.good], tokenizer=long).run()
+    with pytest.raises(LongpackError, match="tokenizer"):
+        OnlineSimConfig(pack_size=4096, vlm=vlm_file, tokenizer=long).run()
+    with pytest.raises(LongpackError, match="tokenizer"):
+        OnlineSimConfig(pack_size=4096, vlm=vlm_file, vlm_family="gemma3", tokenizer=long)

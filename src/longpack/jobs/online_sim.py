@@ -218,7 +218,7 @@ class OnlineSimConfig:
             )
         # a path must be a folder; a loaded tokenizer object (from Python) goes to the family's preparer
         if self.tokenizer is None or (
-            isinstance(self.tokenizer, str | os.PathLike) and not Path(self.tokenizer).is_dir()
+            isinstance(self.tokenizer, str | os.PathLike) and not _is_folder(self.tokenizer)
         ):
             raise ConfigError(
                 f"vlm_family {self.vlm_family} counts visual tokens with its transformers processor: give "
@@ -337,6 +337,14 @@ class OnlineSimConfig:
         return OnlineSimResult(
             report=report, algorithm=algorithm, pad_seq_to_mult=self.pad_seq_to_mult, vlm=True
         )
+
+
+def _is_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a folder; a name the file system refuses (too long) is not one."""
+    try:
+        return Path(path).is_dir()
+    except OSError:
+        return False
 
 
 def _vlm_only() -> tuple[str, ...]:

@@ -1065,10 +1065,10 @@ class SweepConfig:
         set_(self, "inputs", _paths(self.inputs, "inputs"))
         self._check_values()
         check_choices(self, error=SweepError)
-        if self.plot is not None and not Path(self.plot).parent.is_dir():
-            raise SweepError(
-                f"plot {self.plot}: folder {Path(self.plot).parent} does not exist", fields="plot"
-            )
+        if self.plot is not None:  # as plan's and inspect's: a folder, a missing parent, a bad name
+            from longpack.outputs import check_output_file
+
+            check_output_file(self.plot, field="plot")
         settle_data_source(
             self,
             verb="sweeps",
