@@ -220,6 +220,8 @@ class GPUSpec:
     host_link_unidir_gbps: float
     hbm_bandwidth_tbps: float = 3.35
     aliases: tuple[str, ...] = ()
+    #: streaming multiprocessors (``None``: no sourced figure in the catalog)
+    sm_count: int | None = None
 
     def peak_tflops(self, dtype: str) -> float:
         """Dense tensor-core peak in TFLOP/s for ``dtype`` (``bf16``, ``fp8``, ``mxfp8``, ``nvfp4``).
@@ -598,6 +600,7 @@ def load_gpu(name: str) -> GPUSpec:
         inter_node_unidir_gbps=float(entry.get("inter_node", {}).get("bw_per_gpu_unidir_GBps", 50)),
         host_link_unidir_gbps=float(host.get("bw_unidir_GBps") or host.get("bw_unidir_GBps_per_gpu") or 64.0),
         hbm_bandwidth_tbps=float(entry.get("hbm_bandwidth_TBps", 3.35)),
+        sm_count=int(entry["sm_count"]) if entry.get("sm_count") is not None else None,
         # aliases like "H800 (same compute, ...)" arrive split at the commas: keep model-like first words
         aliases=tuple(
             str(a).split(" ")[0]

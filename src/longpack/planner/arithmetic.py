@@ -235,9 +235,47 @@ class FlopsBreakdown:
 
 
 def _gdn_chunk_flops(model: ModelSpec) -> float:
+    """Megatron's count of the gated delta rule per token (forward): ``4·H_v·d_v²``, the FLOP convention of
+    published TFLOP/s figures (``training.py::gdn_layer_flops``). The kernel's real work is larger; see
+    :func:`chunked_delta_rule_flops`."""
     g = model.gdn
     assert g is not None
     return 4.0 * g.num_value_heads * g.value_head_dim**2
+
+
+#: Chunk length of flash-linear-attention's ``chunk_gated_delta_rule`` (its default, and what
+#: Megatron-Core's ``GatedDeltaNet`` sets: ``megatron/core/ssm/gated_delta_net/gdn.py``, ``chunk_size = 64``).
+GDN_CHUNK = 64
+
+
+def chunked_delta_rule_flops(key_dim: int, value_dim: int, chunk: int = GDN_CHUNK) -> float:
+    """Forward FLOPs per token and head of the chunked (gated) delta rule, as flash-linear-attention computes it.
+
+    Per chunk of ``C`` tokens: ``A = β·K·Kᵀ`` (``C²·d_k`` multiply-adds), the ``(I + A)⁻¹`` triangular
+    solve (``≈ C³/3``), ``W = A·K`` and ``U = A·V`` (``C²·(d_k + d_v)``), the state pass
+    ``V' = U − W·S`` and ``S ← S·γ + Kᵀ·V'`` (``2·C·d_k·d_v``), and the output ``O = Q·S + (Q·Kᵀ ⊙ M)·V'``
+    (``C·d_k·d_v + C²·(d_k + d_v)``): per token ``6·d_k·d_v + 2C·(3·d_k + 2·d_v) + 2C²/3`` FLOPs, a state
+    term ``O(d_k·d_v)`` and an intra-chunk term ``O(C·d)``, both independent of the sequence length.
+
+    >>> round(chunked_delta_rule_flops(128, 128))
+    182955
+    """
+    return 6.0 * key_dim * value_dim + 2.0 * chunk * (3 * key_dim + 2 * value_dim) + 2.0 * chunk * chunk / 3
+
+
+def gdn_kernel_flops_per_token(model: ModelSpec) -> float:
+    """Forward FLOPs per token of one Gated DeltaNet layer's chunk kernel (all value heads; the query and
+    key heads are repeated to the value heads before the kernel, as Megatron-Core does).
+
+    >>> from longpack.planner.catalog import load_model
+    >>> m = load_model("qwen3_next_80b_a3b")
+    >>> round(gdn_kernel_flops_per_token(m) / 1e6, 2), round(gdn_kernel_flops_per_token(m) / _gdn_chunk_flops(m), 1)
+    (5.85, 2.8)
+    """
+    g = model.gdn
+    if g is None:
+        return 0.0
+    return g.num_value_heads * chunked_delta_rule_flops(g.key_head_dim, g.value_head_dim)
 
 
 @functools.lru_cache(maxsize=65536)

@@ -35,20 +35,29 @@ from typing import Any
 
 import yaml
 
-from longpack.planner.arithmetic import core_attention_coefficient
+from longpack.planner.arithmetic import GDN_CHUNK, chunked_delta_rule_flops, core_attention_coefficient
 from longpack.planner.catalog import GPUSpec, ModelSpec
 
 __all__ = [
     "AttentionCost",
+    "GatedDeltaNetCost",
     "KernelCurves",
+    "LinearAttentionFit",
     "attention_cost",
     "attention_head_dim",
     "best_attention_cost",
     "cp_comm_candidates",
     "fit_kernel_curves",
+    "fit_linear_attention",
+    "gated_deltanet_cost",
+    "gdn_cp_allowed",
+    "gdn_elementwise_elements",
     "hierarchical_sizes",
     "kernel_curves",
     "kernel_efficiency",
+    "linear_attention_fit",
+    "state_pass_shares",
+    "state_pass_slowdown",
 ]
 
 #: Backward FLOPs of fused attention over forward FLOPs (5 matmuls instead of 2; FlashAttention's
@@ -516,3 +525,296 @@ def best_attention_cost(
         for k in kinds
     ]
     return min(costs, key=lambda x: x.total)
+
+
+# --------------------------------------------------------------------------------------------------
+# Linear attention: Gated DeltaNet layers (flash-linear-attention's chunked gated delta rule)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinearAttentionFit:
+    """The chunked gated delta rule's kernel time, fitted on published FLA timings.
+
+    One kernel call on ``F`` forward FLOPs (:func:`~longpack.planner.arithmetic.chunked_delta_rule_flops`
+    summed over tokens and heads) takes ``overhead_fwd + F / (eff_fwd · peak)`` forward and
+    ``overhead_fwdbwd + 3F / (eff_fwdbwd · peak)`` forward + backward; ``peak`` is the GPU's dense BF16
+    peak, the efficiencies are fractions of it (measured on ``gpu``, applied on every GPU).
+    """
+
+    eff_fwd: float
+    overhead_fwd_s: float
+    eff_fwdbwd: float
+    overhead_fwdbwd_s: float
+    chunk: int
+    gpu: str
+    rows: int
+    #: per-FLOP time on Hopper over Blackwell (FLA's chunk kernels timed on both; 1.0 without such rows)
+    hopper_slowdown: float = 1.0
+
+    def seconds(self, flops_fwd: float, peak_flops: float, *, backward: bool) -> float:
+        """Seconds of one call running ``flops_fwd`` forward FLOPs (plus its backward when ``backward``)."""
+        if backward:
+            return self.overhead_fwdbwd_s + 3.0 * flops_fwd / (self.eff_fwdbwd * peak_flops)
+        return self.overhead_fwd_s + flops_fwd / (self.eff_fwd * peak_flops)
+
+    def seconds_on(
+        self, gpu: GPUSpec, flops_fwd: float, *, backward: bool, fitted_peak_tflops: float
+    ) -> float:
+        """:meth:`seconds` on ``gpu``: Blackwell at the fitted fraction of its own peak; Hopper at the
+        fitted GPU's per-FLOP speed divided by :attr:`hopper_slowdown` (``fitted_peak_tflops``: the
+        dense BF16 peak of the GPU the rows were timed on)."""
+        if gpu.is_blackwell:
+            return self.seconds(flops_fwd, gpu.peak_tflops("bf16") * 1e12, backward=backward)
+        return self.seconds(flops_fwd, fitted_peak_tflops * 1e12 / self.hopper_slowdown, backward=backward)
+
+
+def _affine_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least squares of ``y = a + b·x``; returns ``(a, b)``."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx > 0 else my / mx
+    return my - b * mx, b
+
+
+#: Value-dimension block of FLA's sequential state pass (``chunk_delta_h.py`` autotunes ``BV`` over 32
+#: and 64 on Hopper/Blackwell; 32 gives the most thread blocks, what a small grid picks)
+STATE_PASS_BV = 32
+
+
+def _state_shares(key_dim: int, value_dim: int, chunk: int = GDN_CHUNK) -> tuple[float, float]:
+    per_head = chunked_delta_rule_flops(key_dim, value_dim, chunk)
+    state = key_dim * value_dim
+    return 4 * state / per_head, 16 * state / (3 * per_head)
+
+
+def _occupancy_slowdown(blocks: float, sm_count: int | None) -> float:
+    return max(1.0, sm_count / max(blocks, 1.0)) if sm_count else 1.0
+
+
+def fit_linear_attention(
+    doc: dict[str, Any], peaks: dict[str, float], sm_count: int | None = None
+) -> LinearAttentionFit:
+    """Fit :class:`LinearAttentionFit` on the ``linear_attention`` section of ``attention_kernels.yaml``.
+
+    ``peaks`` maps the GPU name to its dense BF16 peak in TFLOP/s; ``sm_count`` (of that GPU) lets a
+    row whose state pass has fewer thread blocks than SMs count its work as the planner will
+    (:func:`state_pass_slowdown`). The intercept is the per-call cost (launches of the chunk pipeline's
+    kernels and their low occupancy on small inputs).
+
+    >>> rows = [{"batch": 1, "seqlen": n, "heads": 1, "head_dim": 128, "fwd_ms": 1 + n * 1e-3,
+    ...          "fwdbwd_ms": 3 + n * 3e-3} for n in (1024, 4096)]
+    >>> f = fit_linear_attention({"linear_attention": {"gpu": "G", "chunk_size": 64, "rows": rows}}, {"G": 1.0})
+    >>> round(f.overhead_fwd_s * 1e3, 3), round(f.eff_fwd / f.eff_fwdbwd, 3)
+    (1.0, 1.0)
+    """
+    section = doc.get("linear_attention") or {}
+    rows = section.get("rows") or []
+    if len(rows) < 2:
+        raise ValueError("the linear_attention section needs at least two timed rows")
+    chunk = int(section.get("chunk_size", GDN_CHUNK))
+    peak = peaks[section["gpu"]] * 1e12
+    flops_f, flops_fb = [], []
+    for r in rows:
+        d = int(r["head_dim"])
+        work = r["batch"] * r["seqlen"] * r["heads"] * chunked_delta_rule_flops(d, d, chunk)
+        slow = _occupancy_slowdown(r["batch"] * r["heads"] * math.ceil(d / STATE_PASS_BV), sm_count)
+        share_f, share_fb = _state_shares(d, d, chunk)
+        flops_f.append(work * (1 + share_f * (slow - 1)))
+        flops_fb.append(work * (1 + share_fb * (slow - 1)))
+    a_f, b_f = _affine_fit(flops_f, [r["fwd_ms"] * 1e-3 for r in rows])
+    a_fb, b_fb = _affine_fit(flops_fb, [r["fwdbwd_ms"] * 1e-3 for r in rows])
+    slowdown = 1.0
+    pairs = (section.get("generation_pairs") or {}).get("rows") or []
+    if len(pairs) >= 2:
+        work = [float(r["batch"] * r["seqlen"]) for r in pairs]
+        slowdown = (
+            _affine_fit(work, [r["hopper_ms"] for r in pairs])[1]
+            / _affine_fit(work, [r["blackwell_ms"] for r in pairs])[1]
+        )
+    return LinearAttentionFit(
+        eff_fwd=1.0 / (b_f * peak),
+        overhead_fwd_s=max(a_f, 0.0),
+        eff_fwdbwd=3.0 / (b_fb * peak),
+        overhead_fwdbwd_s=max(a_fb, 0.0),
+        chunk=chunk,
+        gpu=str(section["gpu"]),
+        rows=len(rows),
+        hopper_slowdown=slowdown,
+    )
+
+
+@functools.cache
+def linear_attention_fit() -> LinearAttentionFit:
+    """The fit on the packaged FLA GB200 timings.
+
+    >>> f = linear_attention_fit()
+    >>> f.gpu, f.chunk, round(f.eff_fwd, 3), round(f.eff_fwdbwd, 3), round(f.overhead_fwdbwd_s * 1e3, 2)
+    ('GB200', 64, 0.093, 0.051, 1.53)
+    >>> round(f.hopper_slowdown, 2)
+    1.37
+    """
+    from longpack.planner.catalog import load_gpu
+
+    text = resources.files("longpack").joinpath("data", "attention_kernels.yaml").read_text(encoding="utf-8")
+    doc = yaml.safe_load(text)
+    gpu = doc["linear_attention"]["gpu"]
+    spec = load_gpu(gpu)
+    return fit_linear_attention(doc, {gpu: spec.peak_tflops("bf16")}, spec.sm_count)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatedDeltaNetCost:
+    """Seconds of one Gated DeltaNet layer's token mixing (between its in- and out-projection GEMMs) for one
+    micro-batch on one GPU: ``kernel_fwd`` / ``kernel``: the chunk kernel forward / forward + backward;
+    ``elementwise``: the memory-bound modules around it (short convolution, q/k L2 norm and head repeat,
+    gates, gated RMSNorm), forward + backward; ``a2a``: the context-parallel all-to-alls (Megatron-Core
+    splits the heads over CP ranks: in-projection output to head-parallel, norm output back), forward +
+    backward, not overlapped; ``fwd_flops``: the kernel's forward FLOPs."""
+
+    kernel_fwd: float
+    kernel: float
+    elementwise: float
+    a2a: float
+    fwd_flops: float
+
+    @property
+    def total(self) -> float:
+        """Everything, forward + backward."""
+        return self.kernel + self.elementwise + self.a2a
+
+
+def gdn_elementwise_elements(model: ModelSpec) -> float:
+    """Elements per token read or written by a GDN layer's memory-bound modules in its forward pass.
+
+    Short convolution (in and out ``2·q_k + v``), q/k L2 norm (``2·q_k`` in and out), the head repeat of
+    q and k to the value heads (``2·q_k`` in, ``2·H_v·d_k`` out), the gated RMSNorm (core output and gate
+    in, normed output out: ``3·v``) and the decay/beta gates (``4·H_v``).
+
+    >>> from longpack.planner.catalog import load_model
+    >>> gdn_elementwise_elements(load_model("qwen3_next_80b_a3b"))
+    49280.0
+    """
+    g = model.gdn
+    if g is None:
+        return 0.0
+    qk = g.num_key_heads * g.key_head_dim
+    v = g.num_value_heads * g.value_head_dim
+    repeat = 2 * qk + 2 * g.num_value_heads * g.key_head_dim if g.num_value_heads != g.num_key_heads else 0
+    return float(2 * (2 * qk + v) + 2 * (2 * qk) + repeat + 3 * v + 4 * g.num_value_heads)
+
+
+def gdn_cp_allowed(model: ModelSpec, *, t: int, c: int) -> bool:
+    """Whether Megatron-Core's GDN runs with TP ``t`` and CP ``c``: its all-to-all splits the key and
+    value heads of a TP rank over the CP ranks, so ``c`` must divide both
+    (``gated_delta_net/common.py``: the split sections must be divisible by ``cp_size``).
+
+    >>> from longpack.planner.catalog import load_model
+    >>> m = load_model("qwen3_next_80b_a3b")
+    >>> gdn_cp_allowed(m, t=1, c=16), gdn_cp_allowed(m, t=2, c=16), gdn_cp_allowed(load_model("llama3_1_8b"), t=1, c=64)
+    (True, False, True)
+    """
+    g = model.gdn
+    if g is None or model.full_attention_interval <= 1 or c == 1:
+        return True
+    k_heads, v_heads = g.num_key_heads, g.num_value_heads
+    if k_heads % t or v_heads % t:
+        return False
+    return (k_heads // t) % c == 0 and (v_heads // t) % c == 0
+
+
+def state_pass_shares(model: ModelSpec) -> tuple[float, float]:
+    """Shares of the chunk kernel's work done by its sequential state pass: forward (``S`` update and
+    ``W·S``: ``4·d_k·d_v`` of :func:`chunked_delta_rule_flops`) and forward + backward (the forward pass,
+    its recomputation in backward and the backward state pass, ``dh`` and the ``dv`` term: ``16·d_k·d_v``
+    of three times the forward).
+
+    >>> from longpack.planner.catalog import load_model
+    >>> [round(x, 2) for x in state_pass_shares(load_model("qwen3_next_80b_a3b"))]
+    [0.36, 0.48]
+    """
+    g = model.gdn
+    if g is None:
+        return 0.0, 0.0
+    return _state_shares(g.key_head_dim, g.value_head_dim)
+
+
+def state_pass_slowdown(model: ModelSpec, gpu: GPUSpec, *, sequences: float, tp: int, cp: int) -> float:
+    """How much slower the sequential state pass runs than at full occupancy: it walks the chunks of each
+    sequence in order with one thread block per (sequence, head, ``BV``-wide value block), so with fewer
+    blocks than SMs only that share of the GPU works (``SMs / blocks``; 1 when the grid fills the GPU or
+    the catalog has no SM count). Modelled, not measured: FLA's published timings all fill the GPU.
+
+    >>> from longpack.planner.catalog import load_model, load_gpu
+    >>> m, g = load_model("qwen3_next_80b_a3b"), load_gpu("GB200")
+    >>> state_pass_slowdown(m, g, sequences=1, tp=1, cp=16), state_pass_slowdown(m, g, sequences=2, tp=1, cp=1)
+    (18.5, 1.0)
+    """
+    g = model.gdn
+    if g is None or not gpu.sm_count:
+        return 1.0
+    blocks = max(sequences, 1.0) * g.num_value_heads / (tp * cp) * math.ceil(g.value_head_dim / STATE_PASS_BV)
+    return _occupancy_slowdown(blocks, gpu.sm_count)
+
+
+@functools.lru_cache(maxsize=65536)
+def gated_deltanet_cost(
+    model: ModelSpec,
+    gpu: GPUSpec,
+    *,
+    tokens: float,
+    tp: int,
+    cp: int,
+    hbm_bytes_per_s: float,
+    sequences: float = 1.0,
+) -> GatedDeltaNetCost:
+    """One GDN layer, one micro-batch of ``tokens`` tokens in ``sequences`` sequences (whole sequences,
+    before TP/CP) on one GPU.
+
+    The heads are split over TP and (by the all-to-all) over CP, so each GPU runs the chunk kernel on
+    the full sequence for ``H_v/(TP·CP)`` heads: one kernel call per micro-batch, its per-call overhead
+    included; the state pass slows down when it has fewer thread blocks than the GPU has SMs
+    (:func:`state_pass_slowdown`).
+
+    >>> from longpack.planner.catalog import load_model, load_gpu
+    >>> m, g = load_model("qwen3_next_80b_a3b"), load_gpu("GB200")
+    >>> one = gated_deltanet_cost(m, g, tokens=32768, tp=1, cp=1, hbm_bytes_per_s=5.6e12)
+    >>> four = gated_deltanet_cost(m, g, tokens=32768, tp=1, cp=4, hbm_bytes_per_s=5.6e12)
+    >>> round(one.kernel * 1e3, 1), one.a2a, four.kernel > one.kernel / 4, four.a2a > 0
+    (6.4, 0.0, True, True)
+    """
+    from longpack.planner.arithmetic import gdn_kernel_flops_per_token
+
+    g = model.gdn
+    if g is None:
+        raise ValueError(f"{model.name} has no Gated DeltaNet layers")
+    from longpack.planner.catalog import load_gpu
+
+    fit = linear_attention_fit()
+    fitted_peak = load_gpu(fit.gpu).peak_tflops("bf16")
+    flops = tokens * gdn_kernel_flops_per_token(model) / (tp * cp)
+    per_gpu_tokens = tokens / (tp * cp)
+    # forward once, backward reads the inputs and output grads and writes the input grads
+    elementwise = 3 * 2.0 * gdn_elementwise_elements(model) * per_gpu_tokens / hbm_bytes_per_s
+    a2a = 0.0
+    if cp > 1:
+        qk = g.num_key_heads * g.key_head_dim
+        v = g.num_value_heads * g.value_head_dim
+        channels = (2 * qk + 2 * v + 2 * g.num_value_heads) + v  # in-projection output, norm output
+        volume = (cp - 1) / cp * per_gpu_tokens * channels * 2.0
+        a2a = 2 * _alltoall_seconds(volume, cp, gpu, stride=tp)  # forward and backward
+    kernel_fwd = fit.seconds_on(gpu, flops, backward=False, fitted_peak_tflops=fitted_peak)
+    kernel = fit.seconds_on(gpu, flops, backward=True, fitted_peak_tflops=fitted_peak)
+    slow = state_pass_slowdown(model, gpu, sequences=sequences, tp=tp, cp=cp)
+    if slow > 1.0:
+        fwd_share, both_share = state_pass_shares(model)
+        kernel_fwd = fit.overhead_fwd_s + (kernel_fwd - fit.overhead_fwd_s) * (1 + fwd_share * (slow - 1))
+        kernel = fit.overhead_fwdbwd_s + (kernel - fit.overhead_fwdbwd_s) * (1 + both_share * (slow - 1))
+    return GatedDeltaNetCost(
+        kernel_fwd=kernel_fwd,
+        kernel=kernel,
+        elementwise=elementwise,
+        a2a=a2a,
+        fwd_flops=flops,
+    )

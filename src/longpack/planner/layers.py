@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from longpack.planner.arithmetic import flops_breakdown
+from longpack.planner.arithmetic import GDN_CHUNK, flops_breakdown
 from longpack.planner.catalog import ModelSpec
 from longpack.planner.options import PlanError, PlanLayout, stage_layer_counts
 
@@ -83,9 +83,17 @@ def layer_activation_terms(model: ModelSpec, index: int, dispatcher: str) -> lis
         assert g is not None
         qk = g.num_key_heads * g.key_head_dim
         v = g.num_value_heads * g.value_head_dim
+        # FLA's chunk_gated_delta_rule saves q and k as it receives them (Megatron-Core repeats the key
+        # heads to the value heads first), v, the decay g (FP32), beta and the chunk matrix A (C per
+        # token and head); it recomputes the per-chunk states in backward
+        # (fla/ops/gated_delta_rule/chunk.py: save_for_backward).
+        kernel_qk = 2 * g.num_value_heads * g.key_head_dim if g.num_value_heads != g.num_key_heads else 2 * qk
         terms += [
             ActivationTerm("gdn_in_proj", 2 * qk + 2 * v + 2 * g.num_value_heads, ()),
             ActivationTerm("gdn_conv", 2 * qk + v, ()),
+            ActivationTerm("gdn_kernel_qk", kernel_qk, ()),
+            ActivationTerm("gdn_chunk_a", g.num_value_heads * GDN_CHUNK, ()),
+            ActivationTerm("gdn_decay", g.num_value_heads, (), 4.0),
             ActivationTerm("gdn_core_out", v, ()),
             ActivationTerm("gdn_norm_out", v, ("gdn_norm_out",), None),
         ]
@@ -107,6 +115,12 @@ def layer_activation_terms(model: ModelSpec, index: int, dispatcher: str) -> lis
             ActivationTerm("qkv", att.q_width + 2 * att.kv_width + gate, ()),
             *_attention_output_terms(att.o_width, att.num_heads),
         ]
+        if att.output_gate:
+            # the output gate multiplies the attention output by sigmoid(gate): the product's backward
+            # keeps both factors, the ungated output (the fused kernel's O, which the gated product
+            # replaces as the projection input) and the sigmoid
+            terms.append(ActivationTerm("attn_gate_sigmoid", gate, ()))
+            terms.append(ActivationTerm("attn_out_ungated", att.o_width, ()))
     moe_layer = model.layer_is_moe(index)
     terms += [
         ActivationTerm("pre_mlp_norm_in", h, ()),

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from longpack.catalog import GPUSpec, ModelFamily, ModelSpec
+from longpack.planner.attention import gdn_cp_allowed
 from longpack.planner.memory import MemoryBreakdown, estimate_memory, stage_counts_for
 from longpack.planner.options import PlanError, PlanLayout, TrainingOptions, layout_string
 from longpack.planner.timing import TimeBreakdown, TimeModelParams, best_cp_comm_type, estimate_time
@@ -350,6 +351,13 @@ def enumerate_layouts(req: SearchRequest, rejected: dict[str, int] | None = None
                 continue
             if s // c < MIN_TOKENS_PER_CP_RANK and req.cp is None:
                 drop(f"CP {c}: fewer than {MIN_TOKENS_PER_CP_RANK} tokens per CP rank")
+                continue
+            if not gdn_cp_allowed(model, t=t, c=c):
+                assert model.gdn is not None
+                drop(
+                    f"TP {t} x CP {c}: CP does not divide the {model.gdn.num_key_heads} // TP Gated DeltaNet "
+                    "key heads (its context parallelism splits heads)"
+                )
                 continue
             sp = t > 1
             # with SP the sequence splits over CP and then TP: 2c | s (LP-CP-001) and ct | s (LP-SP-001)

@@ -36,8 +36,8 @@ from longpack.planner.attention import (
     AttentionCost,
     best_attention_cost,
     cp_comm_candidates,
+    gated_deltanet_cost,
     hierarchical_sizes,
-    kernel_efficiency,
 )
 from longpack.planner.catalog import GPUSpec, ModelSpec
 from longpack.planner.layers import (
@@ -385,11 +385,20 @@ def estimate_time(
         tokens_per_expert = moe.top_k * tokens_mb * e / (t * c * moe.num_experts)
         eff_expert = _gemm_eff(prm, tokens_per_expert, h, moe.moe_ffn_hidden_size / u)
     attn = attention_for(model, gpu, plan, seq_length=seq_length, options=options, params=prm, rows=work)
-    # linear-attention (Gated DeltaNet) chunk kernels run near the unmasked fused-attention plateau
-    linear_attn_peak = (
-        bf16_peak
-        * prm.attention_factor
-        * kernel_efficiency("fwd", False, 16384, head_dim=128, blackwell=gpu.is_blackwell)
+    # linear-attention (Gated DeltaNet) layers: FLA's chunk kernel at its published per-call cost and
+    # efficiency, the memory-bound modules around it and the CP all-to-alls
+    gdn = (
+        gated_deltanet_cost(
+            model,
+            gpu,
+            tokens=float(tokens_mb),
+            tp=t,
+            cp=c,
+            hbm_bytes_per_s=hbm,
+            sequences=b * sum(count for _, count in work.sequences),
+        )
+        if model.gdn is not None
+        else None
     )
     tp_exposed = prm.comm_exposed if options.tp_comm_overlap else prm.tp_exposed_no_overlap
 
@@ -402,9 +411,13 @@ def estimate_time(
         gemm = tokens_gpu * (
             f.dense_gemm / (gemm_peak * eff_dense) + f.expert_gemm / (gemm_peak * eff_expert)
         )
-        attention = attn.kernel if softmax else tokens_gpu * f.attention / linear_attn_peak
+        attention = attn.kernel
         traffic = _moe_traffic(model, index, options.dispatcher, options.imbalance, u)
         elementwise = prm.elementwise_passes * traffic * tokens_gpu / hbm
+        if not softmax:
+            assert gdn is not None
+            attention = gdn.kernel
+            elementwise += gdn.elementwise
         if options.precision != "bf16":
             cast = _gemm_input_elements(model, index, options.dispatcher, options.imbalance, u) * 2.0
             elementwise += prm.fp8_cast_passes * cast * tokens_gpu / hbm
@@ -413,7 +426,11 @@ def estimate_time(
         if options.full_recompute:
             # one more forward: a third of the GEMM and elementwise work, the attention forward (+ its ring)
             re = (gemm + elementwise) / 3
-            re += (attn.forward + attn.exposed_forward) if softmax else attention / 3.5
+            if softmax:
+                re += attn.forward + attn.exposed_forward
+            else:
+                assert gdn is not None
+                re += gdn.kernel_fwd + gdn.a2a / 2  # the forward kernel and all-to-alls again
         else:
             lp = layer_params(model, index)
             fwd_gemm = 0.0
@@ -450,7 +467,9 @@ def estimate_time(
             # expert TP: the dispatcher gathers / scatters tokens over the ETP group itself; userbuffer
             # TP-comm overlap does not cover it
             tp += _link_time(_rho(u) * block_bytes, u, gpu) * prm.tp_exposed_no_overlap
-        cp = attn.exposed if softmax and c > 1 else 0.0
+        cp = 0.0
+        if c > 1:
+            cp = attn.exposed if softmax or gdn is None else gdn.a2a
         ep = 0.0
         if model.layer_is_moe(index) and moe is not None and e * u > 1:
             width = e * u
