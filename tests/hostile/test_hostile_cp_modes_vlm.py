@@ -118,6 +118,22 @@ def test_plan_data_counts_the_samples_it_drops(tmp_path: Path) -> None:
     assert "5 samples from inputs, 2 of them dropped" in text, text
 
 
+def test_plan_data_json_has_no_throughput_for_a_mode_megatron_refuses(tmp_path: Path) -> None:
+    data = _rows(tmp_path / "one.jsonl", [40])
+    outcome = assert_clean(invoke([*PLAN, "--data", data, "--tokenizer", "bytes", "--json"]), frozenset({0}))
+    for cap in _json(outcome)["cp_modes"]["comparisons"]:
+        assert "dp_balanced" in cap["infeasible"], cap
+        assert cap["tokens_per_s"]["dp_balanced"] is None and cap["speedup_over_static"]["dp_balanced"] is None
+        assert cap["tokens_per_s"]["static"] > 0
+
+
+def test_plan_data_refuses_a_cap_above_the_sequence_length(tmp_path: Path) -> None:
+    data = _rows(tmp_path / "few.jsonl", [100, 300])
+    cmd = [*PLAN, "--data", data, "--tokenizer", "bytes", "--max-seqlen-per-dp-cp-rank", "5000"]
+    outcome = assert_clean(invoke(cmd), frozenset({2}))
+    assert "above" in outcome.output and "4096" in outcome.output, str(outcome)
+
+
 def test_plan_data_from_a_store_of_one_sample_says_why_a_mode_is_infeasible(tmp_path: Path) -> None:
     data = _rows(tmp_path / "one.jsonl", [40])
     store = tmp_path / "store"
@@ -126,7 +142,7 @@ def test_plan_data_from_a_store_of_one_sample_says_why_a_mode_is_infeasible(tmp_
     assert "(1 sample from token store; 1 of 1 step simulated)" in outcome.output, str(outcome)
     # one sample cannot fill a DP group: refused at every cap, the reason printed once with the caps
     assert re.search(
-        r"dp_balanced infeasible at max_seqlen_per_dp_cp_rank \d+, \d+, \d+: 1 samples", outcome.output
+        r"dp_balanced infeasible at max_seqlen_per_dp_cp_rank \d+, \d+, \d+: 1 sample cannot", outcome.output
     ), str(outcome)
 
 

@@ -45,7 +45,7 @@ def dp_balanced_packs(
     >>> dp_balanced_packs([100, 100, 100], max_seqlen_per_rank=1000, cp=1, dp=2)
     Traceback (most recent call last):
     ...
-    longpack.errors.ConfigError: 3 samples cannot fill a multiple of 2 packs (DP x VPP micro-batch group); Megatron-LM's dp_balanced scheduler asserts 'Not enough samples to move'. Use a larger global batch
+    longpack.errors.ConfigError: 3 samples cannot fill a multiple of 2 packs (DP x VPP micro-batch group); Megatron-LM's dp_balanced scheduler asserts 'Not enough samples to move'. It needs more samples per global batch: a larger global batch, or more data where the data holds fewer samples than one global batch
     """
     for name, value in (("max_seqlen_per_rank", max_seqlen_per_rank), ("cp", cp), ("dp", dp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -75,9 +75,10 @@ def dp_balanced_packs(
     while missing:
         if last <= 0:
             raise ConfigError(
-                f"{len(lengths)} samples cannot fill a multiple of {multiple} packs (DP x VPP micro-batch "
-                "group); Megatron-LM's dp_balanced scheduler asserts 'Not enough samples to move'. Use a "
-                "larger global batch",
+                f"{len(lengths)} sample{'' if len(lengths) == 1 else 's'} cannot fill a multiple of {multiple} packs (DP x VPP micro-batch "
+                "group); Megatron-LM's dp_balanced scheduler asserts 'Not enough samples to move'. It needs more "
+                "samples per global batch: a larger global batch, or more data where the data holds fewer samples "
+                "than one global batch",
                 fields="gbs",
             )
         if len(packs[last]) > 1:

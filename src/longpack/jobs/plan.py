@@ -250,6 +250,15 @@ class PlanConfig:
                 "max_seqlen_per_dp_cp_rank is compared on data: give data (a packed folder or inputs) too",
                 fields=("max_seqlen_per_dp_cp_rank", "data"),
             )
+        cap, width = self.max_seqlen_per_dp_cp_rank, self.seq_length
+        if cap is not None and isinstance(width, int) and not isinstance(width, bool) and cap > width:
+            # no sequence is longer than a row: a larger cap only sizes each rank for tokens it never holds
+            raise ConfigError(
+                f"max_seqlen_per_dp_cp_rank={cap} is above seq_length={width}: no sequence is longer than a "
+                f"packed row, so a larger cap changes no schedule; use at most {width} (about seq_length / CP is "
+                "what each rank's memory was sized for)",
+                fields=("max_seqlen_per_dp_cp_rank", "seq_length"),
+            )
 
         missing = [n for n in ("model", "gpu", "gpus", "seq_length") if getattr(self, n) is None]
         if missing:

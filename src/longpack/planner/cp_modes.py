@@ -130,8 +130,13 @@ class CPModePlan:
                 {
                     "max_seqlen_per_dp_cp_rank": c.max_seqlen_per_rank,
                     "step_time_s": {m: _finite(c.times[m] / c.steps, 6) for m in CP_MODES},
-                    "tokens_per_s": {m: _finite(c.tokens / c.times[m], 1) for m in CP_MODES},
-                    "speedup_over_static": {m: _finite(c.speedup(m), 4) for m in CP_MODES},
+                    # a mode Megatron's scheduler refuses has no throughput and no speed-up (null, not 0)
+                    "tokens_per_s": {
+                        m: None if m in c.infeasible else _finite(c.tokens / c.times[m], 1) for m in CP_MODES
+                    },
+                    "speedup_over_static": {
+                        m: None if m in c.infeasible else _finite(c.speedup(m), 4) for m in CP_MODES
+                    },
                     "rank_imbalance": {m: _finite(c.imbalance[m], 4) for m in CP_MODES},
                     "infeasible": dict(c.infeasible),
                     "hybrid_groups_per_step": round(c.hybrid_groups, 2),
@@ -267,8 +272,9 @@ def plan_cp_modes(
     longest = max(max(p) for p in packs)
     chosen = sorted(set(caps)) if caps else _caps(pack_size, cp, longest, dp * cp)
     if not chosen or any(ranks_needed(longest, c) > dp * cp for c in chosen):
+        named = ", ".join(map(str, chosen)) or "(none)"
         raise ConfigError(
-            f"max_seqlen_per_dp_cp_rank {chosen or '(none)'}: the longest sequence ({longest} tokens) needs more "
+            f"max_seqlen_per_dp_cp_rank {named}: the longest sequence ({longest} tokens) needs more "
             f"than the {dp * cp} DP x CP ranks; choose a cap of at least {-(-longest // (dp * cp))}",
             fields="max_seqlen_per_dp_cp_rank",
         )
