@@ -123,8 +123,25 @@ def test_plan_data_json_has_no_throughput_for_a_mode_megatron_refuses(tmp_path: 
     outcome = assert_clean(invoke([*PLAN, "--data", data, "--tokenizer", "bytes", "--json"]), frozenset({0}))
     for cap in _json(outcome)["cp_modes"]["comparisons"]:
         assert "dp_balanced" in cap["infeasible"], cap
-        assert cap["tokens_per_s"]["dp_balanced"] is None and cap["speedup_over_static"]["dp_balanced"] is None
+        assert (
+            cap["tokens_per_s"]["dp_balanced"] is None and cap["speedup_over_static"]["dp_balanced"] is None
+        )
         assert cap["tokens_per_s"]["static"] > 0
+
+
+def test_plan_data_keeps_the_plan_when_every_fitting_layout_needs_pp(tmp_path: Path) -> None:
+    # Llama-3.1-405B on 32 H100 at 4K fits only with PP >= 4; hybrid CP refuses PP, so no comparison, but
+    # the plan itself is printed and exits 0
+    data = _rows(tmp_path / "few.jsonl", [100, 300])
+    cmd = ["plan", "--model", "llama3_1_405b", "--gpu", "H100_SXM", "--gpus", "32", "--seq-length", "4096"]
+    outcome = assert_clean(
+        invoke([*cmd, "--data", data, "--tokenizer", "bytes", "--top", "1"]), frozenset({0})
+    )
+    assert "CP modes not compared: no layout without pipeline parallelism fits" in outcome.output, str(
+        outcome
+    )
+    doc = _json(assert_clean(invoke([*cmd, "--data", data, "--tokenizer", "bytes", "--top", "1", "--json"])))
+    assert doc["candidates"] and doc["cp_modes"]["layout"] is None and "PP" in doc["cp_modes"]["not_compared"]
 
 
 def test_plan_data_refuses_a_cap_above_the_sequence_length(tmp_path: Path) -> None:

@@ -368,10 +368,16 @@ class PlanConfig:
         if pick is None:
             again = search(SearchRequest(**{**self.request_kwargs(), "pp": 1}), top_k=1)
             pick = again.candidates[0] if again.candidates else None
-        if pick is None:
-            raise ConfigError(
-                "data: no layout without pipeline parallelism fits, and hybrid CP refuses PP; plan with more GPUs",
-                fields=("data", "gpus"),
+        if pick is None:  # the plan above stands; the comparison says why it is absent
+            return CPModesOfData(
+                layout=None,
+                source=None,
+                samples=0,
+                plan=None,
+                not_compared=(
+                    "no layout without pipeline parallelism fits, and hybrid CP and the DP-balanced scheduler "
+                    "refuse PP; compare the CP modes with more GPUs"
+                ),
             )
         layout = pick.plan.layout
         data = str(self.data)
@@ -471,16 +477,20 @@ def mode_check(pick: Any, req: Any, plan: Any, *, gpus: int) -> ModeCheck | None
 class CPModesOfData:
     """``plan --data``: the layout the CP modes were compared on, where the packs came from, the comparison."""
 
-    layout: str
-    source: str
+    layout: str | None
+    source: str | None
     samples: int
     plan: Any
     #: Samples of the data left out of its packs (longer than the plan's seq_length, or empty).
     dropped: int = 0
     #: ``longpack check`` on the recommended mode's overrides (``None`` when static CP is recommended).
     check: ModeCheck | None = None
+    #: Why no comparison was made (``plan`` is then ``None``), e.g. every fitting layout needs PP.
+    not_compared: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        if self.plan is None:
+            return {"layout": None, "not_compared": self.not_compared}
         plan = self.plan.to_dict()
         return {
             "layout": self.layout,
@@ -569,6 +579,8 @@ def cp_mode_lines(cp_modes: Any) -> list[str]:
     from longpack.planner.cp_modes import bridge_note
 
     d = cp_modes.to_dict()
+    if d.get("not_compared"):
+        return [f"CP modes not compared: {d['not_compared']}"]
     dropped = (
         f", {d['samples_dropped']} of them dropped as longer than the sequence length"
         if d["samples_dropped"]
