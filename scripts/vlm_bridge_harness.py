@@ -319,13 +319,24 @@ def run(checkout: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from longpack.outputs import atomic_write_bytes
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--bridge", type=Path, required=True, help="Megatron-Bridge work tree or bare git dir"
     )
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
-    results = run(args.bridge)
+    try:
+        results = run(args.bridge)
+    except subprocess.CalledProcessError as exc:  # git or tar on something that is not a Bridge checkout
+        err = exc.stderr or ""  # text from rev-parse, bytes from archive
+        detail = (err.decode(errors="replace") if isinstance(err, bytes) else err).strip().splitlines()
+        parser.error(
+            f"--bridge {args.bridge}: not a Megatron-Bridge work tree or bare git dir with src/megatron/bridge "
+            f"at HEAD ({detail[-1] if detail else f'exit {exc.returncode}'}); clone "
+            "https://github.com/NVIDIA-NeMo/Megatron-Bridge and give its folder"
+        )
     failed = 0
     print(f"Megatron-Bridge {results['bridge_commit']}; stubbed: {results['stubbed']}")
     for case, keys in results.items():
@@ -334,8 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         for key, verdict in keys.items():
             failed += verdict != "pass"
             print(f"{case:28s} {key:28s} {verdict}")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    if args.json:  # whole or not at all (longpack's one set of atomic writes)
+        atomic_write_bytes(args.json, (json.dumps(results, indent=1, sort_keys=True) + "\n").encode())
     print("all keys equal" if not failed else f"{failed} key(s) differ")
     return 1 if failed else 0
 

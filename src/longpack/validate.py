@@ -192,7 +192,8 @@ def flag(value: Any, field: str) -> bool:
 
 def plain_value(value: Any) -> Any:
     """``value`` with numpy scalars (``np.int32(8)``, ``np.float32(0.1)``, ``np.bool_(True)``) as the
-    Python ``int`` / ``float`` / ``bool`` they hold, also inside lists and tuples; anything else as is.
+    Python ``int`` / ``float`` / ``bool`` they hold, also inside lists and tuples; a one-dimensional numpy
+    array of numbers as the tuple of them (``pack_lengths=np.array([4096, 8192])``); anything else as is.
 
     A config keeps what it is given, and what it keeps is written (YAML, JSON) after the work is done:
     a numpy scalar there cannot be written, so it is made plain on the way in.
@@ -202,9 +203,17 @@ def plain_value(value: Any) -> Any:
     (8, (2, 3), 'x')
     >>> type(plain_value(np.bool_(True))).__name__
     'bool'
+    >>> plain_value(np.array([4096, 8192]))
+    (4096, 8192)
     """
     if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", None) == 0:
         return value.item()
+    if (
+        type(value).__module__ == "numpy"
+        and getattr(value, "ndim", None) == 1
+        and getattr(getattr(value, "dtype", None), "kind", "") in ("i", "u", "f", "b")
+    ):
+        return tuple(value.tolist())
     if isinstance(value, list | tuple) and any(type(v).__module__ == "numpy" for v in value):
         return type(value)(plain_value(v) for v in value)
     return value

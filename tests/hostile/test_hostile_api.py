@@ -146,6 +146,8 @@ SWEEP_FIELDS = [
     "offload",
     "progress",
     "demo",
+    "cp_modes",
+    "store",
 ]
 
 
@@ -178,7 +180,19 @@ def test_check_config(world, field: str, value: Any) -> None:
 
 
 # Fields whose zero / non-finite values the planner's own issue settles (see tests/hostile/test_hostile_cli.py).
-PLAN_FIELDS = ["model", "gpu", "precision", "dispatcher", "recompute", "optimizer", "top", "headroom"]
+PLAN_FIELDS = [
+    "model",
+    "gpu",
+    "precision",
+    "dispatcher",
+    "recompute",
+    "optimizer",
+    "top",
+    "headroom",
+    "data",
+    "tokenizer",
+    "max_seqlen_per_dp_cp_rank",
+]
 
 
 @settings(
@@ -196,6 +210,35 @@ def test_plan_config(field: str, value: Any) -> None:
         field: value,
     }
     _constructs_or_refuses(lambda: PlanConfig(**kwargs), field, value)
+
+
+ONLINE_SIM_FIELDS = [
+    "vlm",
+    "vlm_family",
+    "tokenizer",
+    "loader_workers",
+    "patch_size",
+    "max_images",
+    "video_fps",
+    "write_lengths",
+    "buffer_sizes",
+]
+
+
+@settings(
+    max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(field=st.sampled_from(ONLINE_SIM_FIELDS), value=hostile, with_vlm=st.booleans())
+def test_online_sim_config(world, field: str, value: Any, with_vlm: bool) -> None:
+    """With and without ``vlm``: a VLM-only value without it is refused naming the field, never ignored."""
+    from longpack.jobs import OnlineSimConfig
+
+    kwargs: dict[str, Any] = {
+        "pack_size": 4096,
+        **({"vlm": str(world.good)} if with_vlm else {}),
+        field: value,
+    }
+    _constructs_or_refuses(lambda: OnlineSimConfig(**kwargs), field, value)
 
 
 @pytest.mark.parametrize(

@@ -50,9 +50,10 @@ def _present_vlm(config: Any, result: Any) -> None:
         typer.echo(f"  refused: {message}")
     if len(s["skipped"]) > len(s["examples"]):
         typer.echo(f"  ... {len(s['skipped']) - len(s['examples'])} more refused (--json lists every key)")
+    vision = ", ".join(f"{k} {v}" for k, v in report["vision"].items())  # what counted the visual tokens
     typer.echo(
         f"pack size {config.pack_size}, pad_seq_to_mult {result.pad_seq_to_mult}, algorithm {report['algorithm']}, "
-        f"{report['workers']} loader worker(s) per rank"
+        f"{report['workers']} loader worker(s) per rank; family {report['family']} ({vision})"
     )
     typer.echo(
         f"{'buffer':>7} {'online fill':>11} {'packs':>7} {'offline fill':>12} {'ratio':>7} "

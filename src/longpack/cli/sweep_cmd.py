@@ -95,7 +95,9 @@ def _print_human(result: Any, doc: dict[str, Any]) -> None:
                 else f"{e.step_time_s:.3f}" + (f" ± {e.error_band * 100:.0f} %" if e.error_band else ""),
                 "-" if e.real_tokens_per_s is None else f"{e.real_tokens_per_s:,.0f}",
                 "-" if e.real_tokens_per_s_per_gpu is None else f"{e.real_tokens_per_s_per_gpu:,.0f}",
-                "yes" if c.ok else "NO",
+                # the memory verdict; a candidate that fits but cannot run (too few packs for one step,
+                # a batch rule) says so, and why is listed below the tables
+                ("yes" if c.ok else "yes, see below") if e.fits else "NO",
             )
         console.print(est_table)
     if any(c.cp_modes is not None for c in result.candidates):
@@ -120,7 +122,7 @@ def _print_human(result: Any, doc: dict[str, Any]) -> None:
         for line in rec.mode_advice():
             console.print(f"  {line}", markup=False, highlight=False)
     elif planner:
-        console.print("No candidate fits: see the problems above.", markup=False)
+        console.print("No pack length can be recommended: see the problems above.", markup=False)
     else:
         console.print(
             "Give --model, --gpu and --gpus for memory, real tokens/s and a recommendation.", markup=False

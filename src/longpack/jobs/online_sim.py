@@ -13,6 +13,8 @@ longpack.errors.ConfigError: buffer_sizes must be comma-separated positive integ
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +31,9 @@ __all__ = ["MAX_SAMPLES", "OnlineSimConfig", "OnlineSimResult", "read_length_lin
 
 #: Synthetic samples at most: the simulation runs every buffer size over them in Python.
 MAX_SAMPLES = 1_000_000
-VLM_ONLY = ("loader_workers", "patch_size", "merge_size", "min_pixels", "max_pixels", "write_lengths")
+#: Qwen-VL's vision and video settings (``longpack.online.simulate.vlm_report`` passes them to Qwen-VL only);
+#: the other families read their image settings from their processor (``--tokenizer`` folder).
+QWEN_ONLY = ("patch_size", "merge_size", "min_pixels", "max_pixels", "video_fps", "video_max_num_frames")
 
 
 def read_length_lines(path: Path) -> list[int]:
@@ -148,8 +152,14 @@ class OnlineSimConfig:
         for name in ("max_images", "max_visual_tokens", "video_max_num_frames"):
             if getattr(self, name) is not None:
                 positive_int(getattr(self, name), name)
-        if self.video_fps is not None and not self.video_fps > 0:
-            raise ConfigError(f"video_fps must be > 0, got {self.video_fps!r}", fields="video_fps")
+        fps = self.video_fps  # a number > 0 ("" or a list is refused here, not compared with 0)
+        if fps is not None and (
+            isinstance(fps, bool) or not isinstance(fps, int | float) or not 0 < fps < math.inf
+        ):
+            raise ConfigError(
+                f"video_fps must be > 0 (a finite number of frames per second), got {fps!r}",
+                fields="video_fps",
+            )
         seed_value(self.seed)
         check_choices(self)
         sizes: tuple[int, ...] = ()
@@ -158,7 +168,7 @@ class OnlineSimConfig:
                 sizes = tuple(int(x) for x in self.buffer_sizes.split(",") if x.strip())
             except ValueError:
                 sizes = ()
-        else:
+        elif isinstance(self.buffer_sizes, list | tuple | range):
             sizes = tuple(self.buffer_sizes)
         if not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
             raise ConfigError(
@@ -167,6 +177,54 @@ class OnlineSimConfig:
                 fields="buffer_sizes",
             )
         object.__setattr__(self, "buffer_sizes", sizes)
+        self._check_vlm_settings()
+
+    def _check_vlm_settings(self) -> None:
+        """VLM settings without ``vlm``, Qwen's vision settings with another family, a family longpack
+        does not prepare, and a processor-read family without a processor folder are refused here, before
+        any sample is read, each naming the setting."""
+        import dataclasses
+
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        given = [name for name in VLM_ONLY if getattr(self, name) != defaults[name]]
+        if self.vlm is None:
+            if given:
+                raise ConfigError(
+                    f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to VLM samples only; give "
+                    "vlm (a JSONL of VLM samples) or drop " + ("it" if len(given) == 1 else "them"),
+                    fields=(*given, "vlm"),
+                )
+            return
+        from longpack.vlm.families import vlm_family
+
+        family = vlm_family(self.vlm_family)
+        if not family.can_prepare:
+            try:
+                family.preparer()
+            except LongpackError as exc:
+                raise ConfigError(
+                    f"vlm_family {self.vlm_family}: {exc}; online-sim counts the families longpack prepares: "
+                    + ", ".join(n for n in choices.VLM_FAMILIES if vlm_family(n).can_prepare),
+                    fields="vlm_family",
+                ) from None
+        if self.vlm_family.startswith("qwen"):  # as longpack.online.simulate.vlm_report reads it
+            return
+        qwen_only = [name for name in QWEN_ONLY if getattr(self, name) != defaults[name]]
+        if qwen_only:
+            raise ConfigError(
+                f"{', '.join(qwen_only)}: Qwen-VL image and video settings; vlm_family {self.vlm_family} reads "
+                "its image settings from the processor in the tokenizer folder; drop them",
+                fields=(*qwen_only, "vlm_family", "tokenizer"),
+            )
+        # a path must be a folder; a loaded tokenizer object (from Python) goes to the family's preparer
+        if self.tokenizer is None or (
+            isinstance(self.tokenizer, str | os.PathLike) and not _is_folder(self.tokenizer)
+        ):
+            raise ConfigError(
+                f"vlm_family {self.vlm_family} counts visual tokens with its transformers processor: give "
+                f"tokenizer a local folder holding one (processor.save_pretrained(folder)), got {self.tokenizer!r}",
+                fields=("tokenizer", "vlm_family"),
+            )
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -221,6 +279,21 @@ class OnlineSimConfig:
         from longpack.vlm.vision import VisionConfig
 
         assert self.pack_size is not None and self.vlm is not None
+        # before the samples are read: a folder, or a file that cannot be written (a missing parent folder
+        # is made, as longpack.online.packer.write_text_atomic does)
+        if self.write_lengths is not None and Path(self.write_lengths).parent.is_dir():
+            from longpack.outputs import check_output_file
+
+            check_output_file(self.write_lengths, field="write_lengths")
+        try:
+            is_folder = Path(self.vlm).is_dir()
+        except OSError as exc:  # e.g. a name too long for the file system
+            raise InputError(f"vlm {str(self.vlm)[:200]!r}: {exc.strerror or exc}", fields="vlm") from None
+        if is_folder:
+            raise InputError(
+                f"vlm {self.vlm} is a folder; give a JSONL file of VLM samples (messages + images or image_sizes)",
+                fields="vlm",
+            )
         algorithm = self.algorithm or "first_fit_decreasing"  # Megatron-Bridge's online packer
         report = vlm_report(
             str(self.vlm),
@@ -243,6 +316,20 @@ class OnlineSimConfig:
             seed=self.seed,
         )
         lengths = report.pop("lengths")
+        if not lengths:  # nothing to pack: every figure would be 0 / 0
+            summary = report["samples"]
+            refused = {k: v for k, v in summary["rejected"].items() if v}
+            named = "; ".join(f"{s['key']}: {s['reason']}" for s in summary["skipped"][:3])
+            raise InputError(
+                f"vlm {self.vlm}: no sample to pack"
+                + (
+                    f" (refused: {', '.join(f'{k} {v}' for k, v in refused.items())}; e.g. {named})"
+                    if refused
+                    else " (the file holds no samples)"
+                )
+                + "; fix the samples or the limits (pack_size, max_images, max_visual_tokens)",
+                fields=("vlm", "pack_size", "max_images", "max_visual_tokens"),
+            )
         if self.write_lengths is not None:
             from longpack.online.packer import write_text_atomic
 
@@ -250,6 +337,31 @@ class OnlineSimConfig:
         return OnlineSimResult(
             report=report, algorithm=algorithm, pad_seq_to_mult=self.pad_seq_to_mult, vlm=True
         )
+
+
+def _is_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a folder; a name the file system refuses (too long) is not one."""
+    try:
+        return Path(path).is_dir()
+    except OSError:
+        return False
+
+
+def _vlm_only() -> tuple[str, ...]:
+    import dataclasses
+
+    from longpack.option import option_of
+
+    return tuple(
+        f.name
+        for f in dataclasses.fields(OnlineSimConfig)
+        if (spec := option_of(f)) is not None and spec.help.startswith("With --vlm:")
+    )
+
+
+#: Settings read only with ``vlm`` (their help says so: "With --vlm: ..."); one given (not its default)
+#: without ``vlm`` is refused, not ignored.
+VLM_ONLY: tuple[str, ...] = _vlm_only()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -117,6 +117,48 @@ def _paths(value: Any, name: str) -> tuple[str, ...]:
     return tuple(str(p) for p in items)
 
 
+def settle_data_source(
+    config: Any, *, verb: str, store_clash: str | None = None, error: type[ConfigError] = ConfigError
+) -> None:
+    """Where a job's samples come from, checked once for ``pack`` and ``sweep``: ``demo`` (the built-in
+    data; the tokenizer defaults to :data:`DEMO_TOKENIZER`), a token ``store`` (its text options checked
+    against ``config.text``, which this sets) or ``inputs``, with a tokenizer unless a store is read.
+    ``store_clash``: the caller's message when ``store`` comes with something it replaces (``None``: it
+    does not). ``verb`` says what the job does with the demo data (``"packs"``).
+
+    >>> from types import SimpleNamespace as NS
+    >>> settle_data_source(NS(demo=False, inputs=(), store=None, tokenizer="bytes"), verb="packs")
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: no inputs: give at least one input file, folder or glob in inputs, or set demo=True
+    """
+    set_ = object.__setattr__  # frozen configs: normalized values are set once, on construction
+    if config.demo:
+        if config.inputs or config.store is not None:
+            raise error(
+                f"demo=True {verb} the built-in data set; give no inputs with it", fields=("demo", "inputs")
+            )
+        if config.tokenizer is None:
+            set_(config, "tokenizer", DEMO_TOKENIZER)
+    elif config.store is not None:
+        from longpack.jobs.stores import store_text
+
+        if store_clash is not None:
+            raise error(store_clash, fields=("store", "inputs"))
+        set_(config, "text", store_text(config.store, config.text))  # the store's options, checked
+    elif not config.inputs:
+        raise error(
+            "no inputs: give at least one input file, folder or glob in inputs, or set demo=True",
+            fields=("inputs", "demo"),
+        )
+    if config.tokenizer is None and config.store is None:
+        raise error(
+            "tokenizer is required (a tokenizer.json, an HF model folder, 'qwen3', 'bytes' or a loaded "
+            "tokenizer)",
+            fields="tokenizer",
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class PackConfig:
     """Everything ``longpack pack`` takes; validated on construction (the one place), run with :meth:`run`.
@@ -328,36 +370,18 @@ class PackConfig:
         if self.compat is not None and self.text.min_tokens != 1:
             # Bridge's prepare step keeps one-token samples (runtime length 0); the text layer must too.
             set_(self, "text", replace(self.text, min_tokens=1))
-        if self.demo:
-            if self.inputs or self.store is not None:
-                raise ConfigError(
-                    "demo=True packs the built-in data set; give no inputs with it", fields=("demo", "inputs")
-                )
-            if self.tokenizer is None:
-                set_(self, "tokenizer", DEMO_TOKENIZER)
-            if self.seq_length is None:
-                set_(self, "seq_length", DEMO_SEQ_LENGTH)
-        elif self.store is not None:
-            from longpack.jobs.stores import store_text
-
-            if self.inputs or self.mix is not None or self.keep_store is not None or self.val_inputs:
-                raise ConfigError(
-                    "store replaces inputs (mix, val_inputs: use val_fraction); give one of them, and "
-                    "keep_store only with inputs",
-                    fields=("store", "inputs"),
-                )
-            set_(self, "text", store_text(self.store, self.text))  # the store's options, checked
-        elif not self.inputs:
-            raise ConfigError(
-                "no inputs: give at least one input file, folder or glob in inputs, or set demo=True",
-                fields=("inputs", "demo"),
-            )
-        if self.tokenizer is None and self.store is None:
-            raise ConfigError(
-                "tokenizer is required (a tokenizer.json, an HF model folder, 'qwen3', 'bytes' or a loaded "
-                "tokenizer)",
-                fields="tokenizer",
-            )
+        settle_data_source(
+            self,
+            verb="packs",
+            store_clash=(
+                "store replaces inputs (mix, val_inputs: use val_fraction); give one of them, and keep_store "
+                "only with inputs"
+                if self.inputs or self.mix is not None or self.keep_store is not None or self.val_inputs
+                else None
+            ),
+        )
+        if self.demo and self.seq_length is None:
+            set_(self, "seq_length", DEMO_SEQ_LENGTH)
         if self.seq_length is None:
             raise ConfigError(
                 "seq_length is required (the longest runtime length of one sample, e.g. 4096)",

@@ -12,12 +12,13 @@ Megatron-Bridge overrides).
 from __future__ import annotations
 
 import glob
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from longpack import choices
-from longpack.errors import ConfigError
+from longpack.errors import ConfigError, InputError
 from longpack.jobs.options import (
     bridge_version_option,
     gpus_option,
@@ -231,6 +232,19 @@ class PlanConfig:
             "max_seqlen_per_dp_cp_rank",
             optional_positive_int(self.max_seqlen_per_dp_cp_rank, "max_seqlen_per_dp_cp_rank"),
         )
+        if self.data is not None and (
+            not isinstance(self.data, str | os.PathLike) or not str(self.data).strip()
+        ):
+            raise ConfigError(
+                f"data must be one path, folder or glob (a packed folder, a token store or inputs), got "
+                f"{self.data!r}",
+                fields="data",
+            )
+        if self.data is None and self.tokenizer is not None:
+            raise ConfigError(
+                "tokenizer is read with data (inputs tokenized for the plan); give data too, or drop tokenizer",
+                fields=("tokenizer", "data"),
+            )
         if self.max_seqlen_per_dp_cp_rank is not None and self.data is None:
             raise ConfigError(
                 "max_seqlen_per_dp_cp_rank is compared on data: give data (a packed folder or inputs) too",
@@ -317,7 +331,8 @@ class PlanConfig:
             band = error_band(req.model, req.gpu, req.seq_length)
             comparison = compare(found.candidates[0], reference, band.width)
         result = PlanResult(request=req, search=found, reference=reference, comparison=comparison)
-        if self.data is not None:
+        # no layout fits at all: the plan says why (exit 1); there is no layout to compare the CP modes on
+        if self.data is not None and found.candidates:
             from dataclasses import replace as _replace
 
             result = _replace(result, cp_modes=self._cp_modes(found))
@@ -351,8 +366,14 @@ class PlanConfig:
             )
         layout = pick.plan.layout
         data = str(self.data)
+        specs = sorted(glob.glob(data)) if glob.has_magic(data) else [data]
+        if not specs:
+            raise InputError(
+                f"data {data!r} matched no file or folder; check the pattern (quote it in the shell)",
+                fields="data",
+            )
         corpus = corpus_packs(
-            sorted(glob.glob(data)) if glob.has_magic(data) else [data],
+            specs,
             seq_length=self.seq_length,
             pad_seq_to_mult=layout.pad_seq_to_mult,
             tokenizer=self.tokenizer,
@@ -373,6 +394,7 @@ class PlanConfig:
             layout=pick.plan.label,
             source=corpus.source,
             samples=corpus.samples,
+            dropped=corpus.dropped,
             plan=plan,
             check=mode_check(pick, self.request, plan, gpus=self.gpus),
         )
@@ -444,6 +466,8 @@ class CPModesOfData:
     source: str
     samples: int
     plan: Any
+    #: Samples of the data left out of its packs (longer than the plan's seq_length, or empty).
+    dropped: int = 0
     #: ``longpack check`` on the recommended mode's overrides (``None`` when static CP is recommended).
     check: ModeCheck | None = None
 
@@ -454,6 +478,7 @@ class CPModesOfData:
             "sizes": plan.pop("layout"),
             "data": self.source,
             "samples": self.samples,
+            "samples_dropped": self.dropped,
             **plan,
             "check": None if self.check is None else self.check.to_dict(),
         }
@@ -535,12 +560,22 @@ def cp_mode_lines(cp_modes: Any) -> list[str]:
     from longpack.planner.cp_modes import bridge_note
 
     d = cp_modes.to_dict()
+    dropped = (
+        f", {d['samples_dropped']} of them dropped as longer than the sequence length"
+        if d["samples_dropped"]
+        else ""
+    )
     lines = [
-        f"CP modes on the data ({d['samples']} samples from {d['data']}; {d['steps_simulated']} of "
-        f"{d['steps_total']} steps simulated) for {d['layout']}:"
+        f"CP modes on the data ({d['samples']} sample{'' if d['samples'] == 1 else 's'} from {d['data']}{dropped}; "
+        f"{d['steps_simulated']} of {d['steps_total']} step{'' if d['steps_total'] == 1 else 's'} simulated) for "
+        f"{d['layout']}:"
     ]
     band = d["recommended"]["error_band"]
+    # (mode, Megatron's refusal) -> the caps it is refused at: one line per distinct reason
+    why_infeasible: dict[tuple[str, str], list[str]] = {}
     for c in d["comparisons"]:
+        for mode, why in c.get("infeasible", {}).items():
+            why_infeasible.setdefault((mode, why), []).append(str(c["max_seqlen_per_dp_cp_rank"]))
         cells = []
         for mode, t in c["step_time_s"].items():
             imbalance = c["rank_imbalance"][mode]
@@ -553,6 +588,8 @@ def cp_mode_lines(cp_modes: Any) -> list[str]:
                 )
             )
         lines.append(f"  max_seqlen_per_dp_cp_rank {c['max_seqlen_per_dp_cp_rank']}: " + ", ".join(cells))
+    for (mode, why), caps in why_infeasible.items():
+        lines.append(f"  {mode} infeasible at max_seqlen_per_dp_cp_rank {', '.join(caps)}: {why}")
     rec = d["recommended"]
     lines.append(f"Recommended: {rec['mode']} — {rec['reason']}")
     for what, items in rec["overrides"].items():

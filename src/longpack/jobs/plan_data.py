@@ -34,6 +34,9 @@ class CorpusPacks:
     pack_size: int
     source: str  # "packed folder" | "token store" | "inputs"
     samples: int
+    #: Samples left out of the packs: longer than ``seq_length`` (the ``drop`` policy of ``longpack pack``)
+    #: or empty; 0 for a packed folder (what it holds was packed).
+    dropped: int = 0
 
 
 def split_rows(sample_lengths: Sequence[int], samples_per_row: Sequence[int]) -> list[list[int]]:
@@ -74,7 +77,15 @@ def corpus_packs(
     if not data:
         raise ConfigError("data: give a packed folder or input files", fields="data")
     first = Path(data[0])
-    if len(data) == 1 and _is_packed_folder(first):
+    try:
+        packed_folder = len(data) == 1 and _is_packed_folder(first)
+    except OSError as exc:  # a name too long for the file system, a folder that cannot be listed
+        raise InputError(
+            f"data {str(first)[:200]!r}: cannot be read ({exc.strerror or exc}); give a packed folder, a token "
+            "store or input files",
+            fields="data",
+        ) from None
+    if packed_folder:
         from longpack.packed.folder import PackedFolder
 
         folder = PackedFolder.open(first, split="training", allow_no_manifest=True)
@@ -83,7 +94,7 @@ def corpus_packs(
             if size is not None and size != seq_length:
                 raise ConfigError(
                     f"data {first} was packed at {size} tokens but the plan is for seq_length {seq_length}; plan "
-                    f"with seq_length {size} or re-pack the data",
+                    f"with seq_length {size} or re-pack it at {seq_length} tokens",
                     fields=("data", "seq_length"),
                 )
             scan = folder.scan("training")
@@ -102,6 +113,11 @@ def corpus_packs(
         source = "token store"
     else:
         if tokenizer is None:
+            from longpack.jobs.executors import input_read_errors
+            from longpack.text.inputs import find_inputs
+
+            with input_read_errors():  # a path that does not exist is named before the missing tokenizer
+                find_inputs([str(p) for p in data])
             raise ConfigError(
                 "data: inputs are tokenized and packed for the plan; give a tokenizer (or a packed folder or a "
                 "token store)",
@@ -121,18 +137,28 @@ def corpus_packs(
     eos_id = tokenized.tokenizer.get("eos_id")
     if eos_id is None:
         raise InputError("the tokenizer has no EOS id; packing pads with EOS", fields="tokenizer")
-    split = plan_split(
-        "training",
-        tokenized.samples,
-        PackSettings(
-            seq_length=seq_length, pad_seq_to_mult=pad_seq_to_mult, seed=seed, overlength=overlength
-        ),
-        eos_id=int(eos_id),
+    settings = PackSettings(
+        seq_length=seq_length, pad_seq_to_mult=pad_seq_to_mult, seed=seed, overlength=overlength
     )
+    aligned = settings.align(tokenized.samples, eos_id=int(eos_id))
+    if len(aligned) == 0:
+        raise InputError(
+            f"data: no sample fits seq_length {seq_length}: all {len(tokenized.samples)} are longer (or empty) "
+            f"and are dropped; plan with a larger seq_length (the longest sample's runtime length is "
+            f"{int(tokenized.samples.runtime_lengths().max(initial=0))} tokens)",
+            fields=("data", "seq_length"),
+        )
+    split = plan_split("training", tokenized.samples, settings, eos_id=int(eos_id), aligned=aligned)
     lengths = split.aligned.runtime_lengths()
     plan = split.plan
     packs = [
         [int(lengths[i]) for i in plan.order[plan.row_offsets[j] : plan.row_offsets[j + 1]]]
         for j in range(plan.num_rows)
     ]
-    return CorpusPacks(packs=packs, pack_size=seq_length, source=source, samples=len(tokenized.samples))
+    return CorpusPacks(
+        packs=packs,
+        pack_size=seq_length,
+        source=source,
+        samples=len(tokenized.samples),
+        dropped=len(aligned.dropped),
+    )

@@ -69,7 +69,7 @@ from longpack.rules.versions import UpstreamVersions
 from longpack.samples import TokenizedSamples
 from longpack.text.rows import TextConfig
 from longpack.topology import ParallelLayout, TopologyError
-from longpack.validate import finite_float, flag, optional_positive_int, positive_int
+from longpack.validate import finite_float, flag, one_of, optional_positive_int, positive_int
 from longpack.validate import seed as seed_value
 
 DEFAULT_PACK_LENGTHS = (2048, 4096, 8192, 16384)
@@ -156,11 +156,7 @@ class SweepSettings:
                 f"pad_seq_to_mult must be a positive integer, got {self.pad_seq_to_mult}",
                 fields="pad_seq_to_mult",
             )
-        if self.overlength not in OVERLENGTH_POLICIES:
-            raise SweepError(
-                f"overlength must be one of {', '.join(OVERLENGTH_POLICIES)}, got {self.overlength!r}",
-                fields="overlength",
-            )
+        one_of(self.overlength, OVERLENGTH_POLICIES, "overlength", error=SweepError)
         for length in self.pack_lengths:
             if length < 2:
                 raise SweepError(
@@ -369,10 +365,11 @@ class Candidate:
         if self.packs == 0:
             out.append("no sample is left to pack")
         elif self.steps_per_epoch == 0:
-            out.append(f"only {self.packs} packs, fewer than GBS {self.gbs}: not one full optimizer step")
+            packs = "1 pack" if self.packs == 1 else f"{self.packs} packs"
+            out.append(f"only {packs}, fewer than GBS {self.gbs}: not one full optimizer step")
         for f in self.batch_rules or ():
             out.append(f"{f['id']}: {f['message']}")
-        if self.estimate is not None and not self.estimate.fits:
+        if self.estimate is not None and not self.estimate.fits and self.packs:  # no packs: said above
             out.append(self.estimate.reason)
         return tuple(out)
 
@@ -482,7 +479,8 @@ class SweepResult:
 
     @property
     def exit_code(self) -> int:
-        """1 when the planner ran and no candidate fits (the command found a problem), else 0."""
+        """1 when the planner ran and no candidate can be recommended (none fits in memory, or those that
+        fit cannot run: the command found a problem), else 0."""
         return 1 if self.model is not None and self.recommendation is None else 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -556,7 +554,7 @@ def pack_candidate(
     >>> c.kept, c.dropped, c.dropped_tokens, c.packs, c.gbs, c.attention_work_per_step
     (3, 1, 8, 3, 2, 24.0)
     """
-    from longpack.packed.align import OverlengthError, align_samples, runtime_cap
+    from longpack.packed.align import OverlengthError, runtime_cap
     from longpack.packed.pipeline import PackSettings, plan_split
 
     gbs = settings.gbs(pack_length)
@@ -568,13 +566,7 @@ def pack_candidate(
         overlength=settings.overlength,
     )
     try:
-        aligned = align_samples(
-            samples,
-            max_seq_length=pack_length,
-            pad_seq_to_mult=settings.pad_seq_to_mult,
-            eos_id=eos_id,
-            overlength=settings.overlength,
-        )
+        aligned = pack.align(samples, eos_id=eos_id)
     except OverlengthError as exc:
         raise OverlengthError(f"pack length {pack_length}: {exc}", fields=exc.fields) from exc
     runtime_in = samples.runtime_lengths()
@@ -797,14 +789,13 @@ def candidate_cp_modes(candidate: Candidate, planner: PlannerSetup) -> Candidate
         cells.append(
             ModeCell(
                 mode=mode,
-                max_seqlen_per_dp_cp_rank=cap,
+                # no cap for a mode Megatron's scheduler refuses at every cap (nothing was timed at it)
+                max_seqlen_per_dp_cp_rank=cap if feasible else None,
                 step_time_s=seconds if feasible else None,
                 speedup=at.speedup(mode) if feasible else None,
                 rank_imbalance=at.imbalance[mode] if feasible else None,
                 real_tokens_per_s=real_per_step / seconds if feasible else None,
-                note=""
-                if feasible
-                else f"Megatron's scheduler refuses the data: {at.infeasible.get(mode, '')}",
+                note="" if feasible else f"Megatron refuses this mode here: {at.infeasible.get(mode, '')}",
             )
         )
     chosen = next(c for c in cells if c.mode == plan.recommended)
@@ -1068,41 +1059,22 @@ class SweepConfig:
         from longpack.validate import plain_fields
 
         plain_fields(self)
-        from longpack.jobs.pack import DEMO_TOKENIZER, _paths, resolve_pad_seq_to_mult
+        from longpack.jobs.pack import _paths, resolve_pad_seq_to_mult, settle_data_source
 
         set_ = object.__setattr__
         set_(self, "inputs", _paths(self.inputs, "inputs"))
         self._check_values()
         check_choices(self, error=SweepError)
-        if self.plot is not None and not Path(self.plot).parent.is_dir():
-            raise SweepError(
-                f"plot {self.plot}: folder {Path(self.plot).parent} does not exist", fields="plot"
-            )
-        if self.demo:
-            if self.inputs or self.store is not None:
-                raise SweepError(
-                    "demo=True sweeps the built-in data set; give no inputs with it",
-                    fields=("demo", "inputs"),
-                )
-            if self.tokenizer is None:
-                set_(self, "tokenizer", DEMO_TOKENIZER)
-        elif self.store is not None:
-            from longpack.jobs.stores import store_text
+        if self.plot is not None:  # as plan's and inspect's: a folder, a missing parent, a bad name
+            from longpack.outputs import check_output_file
 
-            if self.inputs:
-                raise SweepError("store replaces inputs; give one of them", fields=("store", "inputs"))
-            set_(self, "text", store_text(self.store, self.text))
-        elif not self.inputs:
-            raise SweepError(
-                "no inputs: give at least one input file, folder or glob in inputs, or set demo=True",
-                fields=("inputs", "demo"),
-            )
-        if self.tokenizer is None and self.store is None:
-            raise SweepError(
-                "tokenizer is required (a tokenizer.json, an HF model folder, 'qwen3', 'bytes' or a loaded "
-                "tokenizer)",
-                fields="tokenizer",
-            )
+            check_output_file(self.plot, field="plot")
+        settle_data_source(
+            self,
+            verb="sweeps",
+            store_clash="store replaces inputs; give one of them" if self.inputs else None,
+            error=SweepError,
+        )
         if (self.model is None) != (self.gpu is None) or (self.model is not None and self.gpus is None):
             raise SweepError(
                 "model, gpu and gpus go together (e.g. model llama3_1_8b, gpu H100, gpus 8)",
@@ -1187,13 +1159,7 @@ class SweepConfig:
                     )
                 except TopologyError as exc:
                     raise SweepError(str(exc), fields=("gpus", "tp", "cp")) from exc
-        from longpack.binpack import ALGORITHMS
-
-        if self.algorithm not in ALGORITHMS:
-            raise SweepError(
-                f"algorithm {self.algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}",
-                fields="algorithm",
-            )
+        # algorithm: a choice of choices.ALGORITHMS, checked with the others by check_choices above
         settings = SweepSettings(
             pack_lengths=lengths,
             token_slots=self.token_slots,

@@ -1002,6 +1002,14 @@ def load_tokenizer(spec: str) -> Tokenizer:
     else:
         path = Path(spec).expanduser()
         tried = ["built-in names 'bytes', 'qwen3'"]
+        try:
+            path.is_dir()  # a name too long for the file system raises here, not as a missing file
+        except OSError as exc:
+            raise InputError(
+                f"tokenizer {spec[:200]!r}: {exc.strerror or exc}; give a tokenizer.json, an HF model folder, "
+                "'qwen3' or 'bytes'",
+                fields="tokenizer",
+            ) from None
         if path.is_file():
             config = path.parent / "tokenizer_config.json"
             tok = HFTokenizer(path, config if config.is_file() else None, str(path.resolve()))
