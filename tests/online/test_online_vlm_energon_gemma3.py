@@ -2,7 +2,8 @@
 (``energon prepare``d ``CrudeWebdataset``, good and bad samples) with transformers' ``Gemma3Processor`` built
 offline (vlm_helpers.gemma3_processor): every sample packed or reported once, each batch the THD row of its
 members prepared alone (Bridge's Gemma3 in-batch keys: 1-D positions, ``pixel_values`` per image, no grids),
-exact resume at save points with 0 and 2 loader workers; Nemotron-VL refused when the encoder is built.
+exact resume at save points with 0 and 2 loader workers; Nemotron-VL refused when the encoder is built; video
+samples (which Gemma3-VL and longpack's Qwen3-VL do not take) skipped and named in a mixed dataset.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from longpack.online.energon import (  # noqa: E402
 from longpack.online.vlm import EagerQwenVLPackingEncoder, QwenVLPackingEncoder  # noqa: E402
 from longpack.runtime.in_batch import build_visual_thd_batch  # noqa: E402
 from longpack.vlm.families import vlm_family  # noqa: E402
-from vlm_helpers import gemma3_processor  # noqa: E402
+from vlm_helpers import gemma3_processor, png_bytes, video_bytes  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 
@@ -169,22 +170,56 @@ def test_a_family_instead_of_its_preparer_is_refused() -> None:
         QwenVLPackingEncoder(3, seq_length=SEQ_LENGTH)  # type: ignore[arg-type]
 
 
-def test_a_video_sample_stops_the_loader_naming_it(tmp_path) -> None:
-    """Gemma3-VL has no video input: a setting that fails every video sample, so the loader stops with the
-    sample's key (Energon's handler would otherwise drop such samples one by one, uncounted)."""
-    from megatron.energon.errors import FatalSampleError
+MIXED_SAMPLES = 8
 
+
+def mixed_members(i: int) -> dict[str, bytes]:
+    """An image sample (even ``i``) or a video sample (odd ``i``, a real mp4 generated with PyAV)."""
+    kind, member = ("<image>", "img0.png") if i % 2 == 0 else ("<video>", "vid0.mp4")
     chat = {
         "messages": [
-            {"role": "user", "content": "<video>What moves?"},
+            {"role": "user", "content": f"{kind}What is it?"},
             {"role": "assistant", "content": "A."},
         ]
     }
+    media = png_bytes(48 + i, 40, seed=i) if i % 2 == 0 else video_bytes(4, 2, 32, 32)
+    return {"json": json.dumps(chat).encode(), member: media}
 
-    def members(i: int) -> dict[str, bytes]:
-        return {"json": json.dumps(chat).encode(), "vid0.mp4": b"\x00\x00\x00 ftypmp42"}
 
-    root = write_dataset(tmp_path, members, 2, shards=1)
-    loader, _ = make_loader(root, workers=0)
-    with pytest.raises(FatalSampleError, match=r"sample s0000\d: Gemma3-VL has no video input"):
-        list(loader)
+def qwen3_vl_preparer():
+    from transformers import Qwen2VLImageProcessor
+
+    return vlm_family("qwen3_vl").preparer(image_processor=Qwen2VLImageProcessor(patch_size=16))
+
+
+@pytest.mark.parametrize(
+    ("family", "workers", "eager"),
+    [
+        ("gemma3", 0, False),
+        ("gemma3", 0, True),
+        pytest.param("gemma3", 2, False, marks=pytest.mark.slow),
+        ("qwen3_vl", 0, False),
+        pytest.param("qwen3_vl", 2, True, marks=pytest.mark.slow),
+    ],
+)
+def test_video_samples_of_a_family_without_video_are_skipped_and_named_not_fatal(
+    tmp_path, family: str, workers: int, eager: bool
+) -> None:
+    """Gemma3-VL has no video input and longpack does not reproduce Qwen3-VL's video frames: in a mixed
+    image/video dataset each video sample is refused (``unsupported_video``, its key and the fix in its
+    ``skipped`` record), every image sample is packed; the loader does not stop."""
+    root = write_dataset(tmp_path, mixed_members, MIXED_SAMPLES, shards=2)
+    prep = gemma3_preparer() if family == "gemma3" else qwen3_vl_preparer()
+    loader, _ = make_loader(root, workers=workers, eager=eager, prep=prep)
+    batches = list(loader)
+    keys = accounting(batches)
+    assert len(keys) == MIXED_SAMPLES and set(keys.values()) == {1}
+    packed = sorted(k for b in batches for k in b["sample_keys"])
+    assert packed == [f"s{i:05d}" for i in range(0, MIXED_SAMPLES, 2)]
+    skipped = sorted((r for b in batches for r in b["skipped"]), key=lambda r: r["key"])
+    assert [(r["key"], r["reason"]) for r in skipped] == [
+        (f"s{i:05d}", "unsupported_video") for i in range(1, MIXED_SAMPLES, 2)
+    ]
+    for r in skipped:
+        assert r["message"].startswith(f"sample {r['key']}: ")
+        assert r["message"].endswith("(use qwen2_vl / qwen2_5_vl for video, or drop the video samples)")

@@ -35,7 +35,8 @@ and 3-D ``mrope_position_ids``; a :class:`longpack.vlm.families.Gemma3Preparer` 
 ``Gemma3Processor``) gives the keys of Bridge's ``gemma3_vl_collate_fn(enable_in_batch_packing=True)``: 1-D
 ``position_ids`` restarting at each sequence, ``visual_inputs["pixel_values"]`` one bfloat16 image per
 ``[3, side, side]`` entry, no grids and no ``mrope_position_ids``. Gemma3-VL has no aspect-ratio limit
-(images are resized to a square) and no video input (a video member stops the loader, naming the sample).
+(images are resized to a square) and no video input (a sample with a video member is refused,
+``unsupported_video``, and listed in its pack's ``skipped`` records; so is a video sample under Qwen3-VL).
 Nemotron-VL is refused when the encoder is built: longpack does not prepare its samples (its processor is
 the checkpoint's remote code).
 

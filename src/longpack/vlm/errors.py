@@ -5,8 +5,9 @@ image, its conversation, a limit) is a :class:`SampleError` with a machine-reada
 :data:`REJECT_REASONS`; once the sample's key is known it becomes a :class:`SampleRejected`, whose message
 names the key. Streaming callers (the Energon encoder, the in-batch collator, ``online-sim --vlm``) skip and
 count those per reason instead of hiding them or aborting the sample's neighbours. A plain
-:class:`VLMError` is a setting that fails for every sample (no video processor, a processor whose grids
-differ from the configured resize rule) and is raised:
+:class:`VLMError` is a setting that fails for every sample (a tokenizer without the vision tokens, a
+processor whose grids differ from the configured resize rule) and is raised; a video sample of a family
+without video input is a refusal of that sample (``unsupported_video``), not a setting:
 
     >>> e = SampleRejected("s7", "visual_tokens", "1296 visual tokens > max_visual_tokens=1024")
     >>> e.reason, str(e)
@@ -23,7 +24,9 @@ from longpack.errors import InputError
 # the limits (visual_tokens, too_many_images, too_long), an image that cannot be read (undecodable), an
 # image the processors refuse (aspect_ratio above 200, empty_image with a side of 0 pixels), a video with no
 # frame to sample (empty_video), placeholders that do not match the sample's media (placeholder_mismatch),
-# and a sample without a usable conversation (malformed). A video that cannot be read is undecodable.
+# and a sample without a usable conversation (malformed). A video that cannot be read is undecodable; a video
+# in a sample of a family that takes none (Gemma3-VL) or whose frame rule longpack does not reproduce
+# (Qwen3-VL) is unsupported_video: a mixed image/video dataset skips its video samples, not the run.
 REJECT_REASONS: tuple[str, ...] = (
     "visual_tokens",
     "too_many_images",
@@ -34,6 +37,7 @@ REJECT_REASONS: tuple[str, ...] = (
     "empty_video",
     "placeholder_mismatch",
     "malformed",
+    "unsupported_video",
 )
 
 

@@ -363,10 +363,12 @@ class QwenVLPreparer:
     def _video_grid(self, source: Any, key: str) -> tuple[int, int, int]:
         """A video's ``grid_thw`` from its container header (no frame decoded)."""
         if self.vision.rope_variant == "qwen3_vl":
-            raise VLMError(
-                f"sample {key}: has a video, but Qwen3-VL's video processor samples frames by its own rule and writes "
-                "a timestamp per frame group into the text, which longpack does not reproduce; Qwen2-VL and "
-                "Qwen2.5-VL videos are supported"
+            raise SampleRejected(
+                key,
+                "unsupported_video",
+                "a video, but Qwen3-VL's video processor samples frames by its own rule and writes a timestamp "
+                "per frame group into the text, which longpack does not reproduce (use qwen2_vl / qwen2_5_vl "
+                "for video, or drop the video samples)",
             )
         if is_frame_list(source):
             return frame_list_grid(source, self.vision, self.video, key=key)

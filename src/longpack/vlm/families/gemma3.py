@@ -261,7 +261,12 @@ class Gemma3Preparer:
         messages = normalize_conversation(sample, media_first=self.config.media_first)
         images, videos = media_sources(messages)
         if videos:
-            raise VLMError(f"sample {key}: Gemma3-VL has no video input")
+            raise SampleRejected(
+                key,
+                "unsupported_video",
+                f"{len(videos)} video(s), but Gemma3-VL has no video input (use qwen2_vl / qwen2_5_vl for "
+                "video, or drop the video samples)",
+            )
         return messages, images
 
     @staticmethod
