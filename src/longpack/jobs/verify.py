@@ -572,7 +572,7 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
     if config.certificate is not None:
         import json
 
-        from longpack.packed.files import atomic_write_bytes
+        from longpack.outputs import atomic_write_bytes
 
         atomic_write_bytes(Path(config.certificate), (json.dumps(certificate, indent=2) + "\n").encode())
     return VerifyResult(
@@ -769,7 +769,7 @@ def _run_vlm_checks(config: VerifyConfig) -> VerifyResult:
         "seconds": round(seconds, 2),
     }
     if config.certificate is not None:
-        from longpack.packed.files import atomic_write_bytes
+        from longpack.outputs import atomic_write_bytes
 
         atomic_write_bytes(Path(config.certificate), (json.dumps(certificate, indent=2) + "\n").encode())
     return VerifyResult(
@@ -859,7 +859,7 @@ def _run_megatron(config: VerifyConfig) -> VerifyResult:
     if config.certificate is not None:
         import json
 
-        from longpack.packed.files import atomic_write_bytes
+        from longpack.outputs import atomic_write_bytes
 
         atomic_write_bytes(Path(config.certificate), (json.dumps(certificate, indent=2) + "\n").encode())
     return VerifyResult(
