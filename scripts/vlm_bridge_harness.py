@@ -23,7 +23,7 @@ Families and Bridge functions:
   prepared sequences' aligned lengths and on random buffers;
 - ``glm4v``: the in-batch branch of ``models/glm_vl/data/collate_fn.py`` ``glm4v_collate_fn`` after its
   processor call (``data/packing/in_batch.py`` ``build_mcore_thd_sequence_batch_from_rows`` with
-  ``mm_token_type_ids``, ``GenericVisualInputs``) vs ``glm4v_packed_batch`` on GLM rows;
+  ``mm_token_type_ids``, ``GenericVisualInputs``) vs ``build_glm4v_thd_batch`` on GLM rows;
 - ``nemotron_vl``: ``models/nemotron_vl/nemotron_vl_utils.py`` ``adjust_image_tokens`` (imported) vs
   ``collapse_image_tokens`` per row, and ``training/llava_step.py``
   ``_expand_packed_metadata_for_visual_embeddings`` vs ``expand_packed_boundaries`` on random packed rows.
@@ -219,11 +219,11 @@ def run_nemotron(mods: dict[str, Any], seed: int = 0, rows: int = 200) -> dict[s
 def run_glm4v(mods: dict[str, Any]) -> dict[str, dict[str, str]]:
     """GLM-4V: the in-batch branch of Bridge's ``glm4v_collate_fn`` after its processor call (Bridge's
     ``build_mcore_thd_sequence_batch_from_rows`` with ``mm_token_type_ids`` padded with 0, the THW-grid keys
-    concatenated, all in ``GenericVisualInputs``) vs ``glm4v_packed_batch``, on the rows of
+    concatenated, all in ``GenericVisualInputs``) vs ``build_glm4v_thd_batch``, on the rows of
     tests/vlm/test_vlm_glm4v.py (the processor call and the chat-template loss mask are not run here)."""
     import torch
 
-    from longpack.vlm.families.glm4v import glm4v_packed_batch
+    from longpack.runtime.in_batch import build_glm4v_thd_batch
 
     sys.path.insert(0, str(ROOT / "tests" / "vlm"))
     from test_vlm_glm4v import glm_row
@@ -247,7 +247,7 @@ def run_glm4v(mods: dict[str, Any]) -> dict[str, dict[str, str]]:
         }
         kwargs["mm_token_type_ids"] = theirs.pop("mm_token_type_ids")
         theirs["visual_inputs"] = mods["visual_inputs"].GenericVisualInputs(**kwargs)
-        ours = glm4v_packed_batch(rows, visuals, sequence_length=4096, pad_to_multiple_of=multiple)
+        ours = build_glm4v_thd_batch(rows, visuals, sequence_length=4096, pad_to_multiple_of=multiple)
         results[f"glm4v m={multiple}"] = compare(theirs, ours)
     return results
 

@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from longpack import choices
+from longpack.runtime.in_batch import build_glm4v_thd_batch
 from longpack.vlm import SampleError, VLMError
 from longpack.vlm.families import FAMILIES, Glm4vFamily, vlm_family
-from longpack.vlm.families.glm4v import IMAGE_TOKEN_ID, VIDEO_TOKEN_ID, glm4v_packed_batch, mm_token_type_ids
+from longpack.vlm.families.glm4v import IMAGE_TOKEN_ID, VIDEO_TOKEN_ID, mm_token_type_ids
 from longpack.vlm.vision import image_size
 from vlm_helpers import png_bytes
 
@@ -199,6 +200,6 @@ def assert_same(theirs: dict, ours: dict) -> None:
 def test_packed_batch_equals_bridge_restated(multiple: int) -> None:
     pairs = [glm_row(seed, 5 + 7 * seed) for seed in range(5)]
     rows, visuals = [p[0] for p in pairs], [p[1] for p in pairs]
-    ours = glm4v_packed_batch(rows, visuals, sequence_length=4096, pad_to_multiple_of=multiple)
+    ours = build_glm4v_thd_batch(rows, visuals, sequence_length=4096, pad_to_multiple_of=multiple)
     assert_same(bridge_glm4v_packed(rows, visuals, sequence_length=4096, multiple=multiple), ours)
     assert set(ours["visual_inputs"]) <= set(vlm_family("glm4v").batch_keys)

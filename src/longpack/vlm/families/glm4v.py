@@ -15,7 +15,8 @@ Sources (transformers 5.24 ``models/glm4v``, Megatron-Bridge ``models/glm_vl/dat
   a video is split into one grid per frame first.
 - **Packed batch** (``glm4v_collate_fn(enable_in_batch_packing=True)``): each row keeps the processor's 1-D
   positions (``arange``; the model computes the 3-D ones from ``mm_token_type_ids``), rows are concatenated by
-  ``build_mcore_thd_sequence_batch_from_rows`` with ``mm_token_type_ids`` padded with 0, and
+  ``build_mcore_thd_sequence_batch_from_rows`` with ``mm_token_type_ids`` padded with 0 (restated by
+  :func:`longpack.runtime.in_batch.build_glm4v_thd_batch`), and
   ``visual_inputs`` holds ``pixel_values``, ``image_grid_thw`` (video keys when present) and the packed
   ``mm_token_type_ids``. Bridge's collate also runs the processor and chat template itself, so longpack does
   not prepare GLM samples (``can_prepare`` is false): it counts tokens for planning and restates the packing.
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -161,7 +161,7 @@ class Glm4vFamily:
     def preparer(self, tokenizer: Any = None, image_processor: Any = None, **config: Any) -> Any:
         raise VLMError(
             "GLM-4V samples are not prepared by longpack (Bridge's glm4v_collate_fn runs the processor and chat "
-            "template itself); use longpack for visual token counts, position_ids and glm4v_packed_batch"
+            "template itself); use longpack for visual token counts, position_ids and longpack.runtime.in_batch.build_glm4v_thd_batch"
         )
 
 
@@ -175,45 +175,3 @@ def mm_token_type_ids(
     """
     ids = np.asarray(input_ids, dtype=np.int64)
     return np.where(ids == image_token_id, 1, np.where(ids == video_token_id, 2, 0)).astype(np.int64)
-
-
-def glm4v_packed_batch(
-    rows: Sequence[Mapping[str, Any]],
-    visual_values: Sequence[Mapping[str, Any]],
-    *,
-    sequence_length: int | None = None,
-    pad_token_id: int = 0,
-    pad_to_multiple_of: int = 1,
-) -> dict[str, Any]:
-    """One THD row from GLM rows (1-D ``input_ids``, ``position_ids``, ``labels``, ``loss_mask``,
-    ``attention_mask``, ``mm_token_type_ids``) and each row's visual tensors, as Bridge's
-    ``glm4v_collate_fn(enable_in_batch_packing=True)`` packs them after running the processor.
-
-    >>> import torch
-    >>> row = lambda n: {"input_ids": torch.arange(1, n + 1), "position_ids": torch.arange(n),
-    ...                  "labels": torch.arange(2, n + 2), "loss_mask": torch.ones(n),
-    ...                  "mm_token_type_ids": torch.tensor([0] + [1] * (n - 1))}
-    >>> out = glm4v_packed_batch([row(3), row(2)], [{}, {}], pad_to_multiple_of=4)
-    >>> out["cu_seqlens_q_padded"].tolist(), out["visual_inputs"]["mm_token_type_ids"].tolist()
-    ([0, 4, 8], [[0, 1, 1, 0, 0, 1, 0, 0]])
-    """
-    import torch
-
-    from longpack.runtime.in_batch import build_thd_row
-
-    out = build_thd_row(
-        rows,
-        sequence_length=sequence_length,
-        pad_token_id=pad_token_id,
-        ignore_index=-100,
-        pad_to_multiple_of=pad_to_multiple_of,
-        sequence_tensor_pad_values={"mm_token_type_ids": 0},
-    )
-    visual: dict[str, Any] = {}
-    for key in BATCH_KEYS[:4]:
-        values = [v[key] for v in visual_values if isinstance(v.get(key), torch.Tensor)]
-        if values:
-            visual[key] = torch.cat(values, dim=0)
-    visual["mm_token_type_ids"] = out.pop("mm_token_type_ids")
-    out["visual_inputs"] = visual
-    return out
