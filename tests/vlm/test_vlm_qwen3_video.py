@@ -129,7 +129,10 @@ def test_prepared_video_text_counts_and_positions_equal_transformers(
     prepared = prep.prepare(sample, key="v")
     assert prepared.visual_values["video_grid_thw"].tolist() == [grid]
     assert "second_per_grid_ts" not in prepared.visual_values  # Qwen3-VL's processor gives none
-    assert prepared.visual_values["pixel_values_videos"].shape == (grid[0] * grid[1] * grid[2], 3 * 2 * 16 * 16)
+    assert prepared.visual_values["pixel_values_videos"].shape == (
+        grid[0] * grid[1] * grid[2],
+        3 * 2 * 16 * 16,
+    )
     assert prepared.visual_tokens == grid[0] * grid[1] * grid[2] // 4
     # the text: the chat template's video placeholder with its pad replaced as the processor replaces it
     text = "".join(t for t, _ in render_pieces(normalize_conversation(sample)))
@@ -159,8 +162,9 @@ def test_timestamps_equal_the_processor() -> None:
 
 
 def test_images_and_videos_mixed_and_in_batch_packing() -> None:
-    from longpack.runtime.in_batch import VisualInBatchCollator
     from test_vlm_rope import hf_positions
+
+    from longpack.runtime.in_batch import VisualInBatchCollator
 
     prep = preparer(max_visual_tokens=None)
     mixed = {

@@ -42,9 +42,9 @@ from longpack.vlm.chat import CHAT_TEMPLATES, media_sources, normalize_conversat
 from longpack.vlm.errors import REJECT_REASONS, SampleError, SampleRejected, VLMError
 from longpack.vlm.rope import mrope_position_ids
 from longpack.vlm.video import (
-    QWEN3_VL_VIDEO,
     VideoConfig,
     VideoInfo,
+    default_video_config,
     frame_list_grid,
     is_frame_list,
     qwen3_frame_timestamps,
@@ -107,7 +107,8 @@ class VLMConfig:
     """
 
     vision: VisionConfig | None = None  # None: read from the image processor
-    video: VideoConfig | None = None  # None: VideoConfig() (transformers' Qwen2VLVideoProcessor defaults)
+    # None: the family's video processor defaults (VideoConfig(): Qwen2VLVideoProcessor; Qwen3-VL: QWEN3_VL_VIDEO)
+    video: VideoConfig | None = None
     chat_template: str = "qwen2_vl"
     media_first: bool = False
     max_images: int | None = 10
@@ -272,8 +273,7 @@ class QwenVLPreparer:
             type(image_processor).__name__ if image_processor is not None else "Qwen2VLImageProcessor"
         )
         self.vision = self.config.vision or VisionConfig.from_image_processor(image_processor)
-        qwen3 = self.vision.rope_variant == "qwen3_vl"
-        self.video = self.config.video or (QWEN3_VL_VIDEO if qwen3 else VideoConfig())
+        self.video = self.config.video or default_video_config(self.vision.rope_variant)
         specials = self.tokenizer.special_tokens
         missing = [t for t in (IMAGE_PAD, VIDEO_PAD) if t not in specials]
         if missing:

@@ -288,6 +288,15 @@ def read_video(
 QWEN3_VL_VIDEO = VideoConfig(min_pixels=128 * 32 * 32, max_pixels=32 * 32 * 768)
 
 
+def default_video_config(rope_variant: str) -> VideoConfig:
+    """A family's video processor defaults: :data:`QWEN3_VL_VIDEO` for ``qwen3_vl``, else ``VideoConfig()``.
+
+    >>> default_video_config("qwen3_vl").max_pixels, default_video_config("qwen2_vl").max_pixels
+    (786432, 602112)
+    """
+    return QWEN3_VL_VIDEO if rope_variant == "qwen3_vl" else VideoConfig()
+
+
 def qwen3_sample_frame_indices(total_frames: int, video_fps: float, video: VideoConfig) -> np.ndarray:
     """Frames Qwen3-VL's video processor keeps (transformers 5.24
     ``models/qwen3_vl/video_processing_qwen3_vl.py``, ``Qwen3VLVideoProcessor.sample_frames``):
