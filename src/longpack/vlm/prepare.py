@@ -14,9 +14,11 @@ image), runs the processor on the decoded images, expands every ``<|image_pad|>`
   (content through ``<|im_end|>``) plus the newline after ``<|im_end|>``, as Bridge's Qwen-VL end marker
   ``<|im_end|>\\n`` is supervised; Bridge's skipped tokens (``<|im_start|>``, vision start/end/pad tokens) are 0;
 - ``visual_values``: ``pixel_values`` (float32 ``[patches, 3 * temporal_patch * patch**2]``),
-  ``image_grid_thw`` (int64 ``[images, 3]``), and for videos (Qwen2-VL, Qwen2.5-VL; decoded with PyAV, frames
-  sampled as the video processor samples them, :mod:`longpack.vlm.video`) ``pixel_values_videos``,
-  ``video_grid_thw`` and ``second_per_grid_ts`` (float32 ``[videos]``);
+  ``image_grid_thw`` (int64 ``[images, 3]``), and for videos (decoded with PyAV, frames sampled as the family's
+  video processor samples them, :mod:`longpack.vlm.video`) ``pixel_values_videos``, ``video_grid_thw`` and
+  (Qwen2-VL, Qwen2.5-VL video files) ``second_per_grid_ts`` (float32 ``[videos]``). A Qwen3-VL video's pad
+  becomes, per temporal grid, ``<t seconds>`` then ``<|vision_start|>``, its pads and ``<|vision_end|>``
+  (transformers 5.24 ``Qwen3VLProcessor.replace_video_token``);
 
 plus what Bridge's row does not carry: ``mrope_position_ids`` (int64 ``[3, L]``, Qwen-VL's 3-D rope index of
 this sequence alone, :mod:`longpack.vlm.rope`) and the visual token count.

@@ -20,6 +20,15 @@ video processor's layout and grid, without torchvision (which that processor nee
 here). Its resize is the image processor's (PIL bicubic), so pixels can differ from the torchvision resize by
 rounding; grids and token counts are the same rule.
 
+Qwen3-VL (transformers 5.24 ``models/qwen3_vl/video_processing_qwen3_vl.py`` and ``processing_qwen3_vl.py``)
+differs: ``n = int(total / video_fps * fps)`` frames clamped to ``[min_frames, min(max_frames, total)]`` at
+``linspace(0, total - 1, n)`` rounded (:func:`qwen3_sample_frame_indices`); one size for every frame whose
+pixels over all ``n`` frames lie in the video limits (:func:`qwen3_smart_resize`, :data:`QWEN3_VL_VIDEO`: patch
+16, merge 2, temporal 2); and the processor writes ``<t seconds>`` (:func:`qwen3_frame_timestamps`, the mean
+time of each frame pair) before each temporal grid's vision tokens. Its per-frame pixel cap
+(``cap_pixels_per_frame``) is off, the 5.24 default; its pixels are the frames resized (PIL bicubic) to that
+size and normalized by the image processor (:func:`resized_frame_pixel_values`).
+
 >>> sample_frame_indices(20, 10.0, VideoConfig()).tolist()  # 2 s at 10 fps -> 4 frames
 [0, 5, 10, 15]
 >>> video_grid_thw(4, 64, 48, VisionConfig(), VideoConfig()), video_token_count(4, 64, 48, VisionConfig(), VideoConfig())
