@@ -400,13 +400,18 @@ class QwenVLPreparer:
         """The ids Qwen3-VL's processor puts in place of a video's ``<|video_pad|>`` (transformers 5.24
         ``Qwen3VLProcessor.replace_video_token``): per temporal grid ``<t seconds>`` then
         ``<|vision_start|>``, the grid's ``h * w / merge**2`` pads and ``<|vision_end|>``."""
+        start, end = self.vision_start_id, self.vision_end_id
+        if start is None or end is None:
+            raise VLMError(
+                f"tokenizer {self.tokenizer.name} has no <|vision_start|> / <|vision_end|> token, which Qwen3-VL "
+                "writes around every video frame group; use 'qwen3' or a Qwen-VL tokenizer folder"
+            )
         grid, _, seconds, _ = self._qwen3_video(source, key)
         per_frame = grid[1] * grid[2] // self.vision.merge_size**2
         pieces: list[int] = []
         for t in seconds:
             pieces += self.tokenizer.encode(qwen3_timestamp_text(t))
-            pieces += [int(self.vision_start_id or 0), *[self.video_token_id] * per_frame]
-            pieces.append(int(self.vision_end_id or 0))
+            pieces += [int(start), *[self.video_token_id] * per_frame, int(end)]
         return np.asarray(pieces, dtype=np.int64)
 
     def _video_grid(self, source: Any, key: str) -> tuple[int, int, int]:
