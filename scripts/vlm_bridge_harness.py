@@ -21,6 +21,9 @@ Families and Bridge functions:
   (what ``QwenVLTaskEncoder.select_samples_to_pack`` calls on the aligned lengths) vs
   ``longpack.binpack.megatron.first_fit_decreasing`` (what longpack's Energon encoder calls), on the Qwen3-VL
   prepared sequences' aligned lengths and on random buffers;
+- ``glm4v``: the in-batch branch of ``models/glm_vl/data/collate_fn.py`` ``glm4v_collate_fn`` after its
+  processor call (``data/packing/in_batch.py`` ``build_mcore_thd_sequence_batch_from_rows`` with
+  ``mm_token_type_ids``, ``GenericVisualInputs``) vs ``build_glm4v_thd_batch`` on GLM rows;
 - ``nemotron_vl``: ``models/nemotron_vl/nemotron_vl_utils.py`` ``adjust_image_tokens`` (imported) vs
   ``collapse_image_tokens`` per row, and ``training/llava_step.py``
   ``_expand_packed_metadata_for_visual_embeddings`` vs ``expand_packed_boundaries`` on random packed rows.
@@ -87,6 +90,9 @@ def load_bridge(root: Path) -> dict[str, Any]:
         "qwen": importlib.import_module("megatron.bridge.models.qwen_vl.data.collate_fn"),
         "nemotron": importlib.import_module("megatron.bridge.models.nemotron_vl.nemotron_vl_utils"),
         "algorithms": importlib.import_module("megatron.bridge.data.packing.algorithms"),
+        "in_batch": importlib.import_module("megatron.bridge.data.packing.in_batch"),
+        "visual": importlib.import_module("megatron.bridge.data.collators.visual"),
+        "visual_inputs": importlib.import_module("megatron.bridge.training.utils.visual_inputs"),
         "expand": extract_function(
             bridge / "training" / "llava_step.py", "_expand_packed_metadata_for_visual_embeddings"
         ),
@@ -210,6 +216,42 @@ def run_nemotron(mods: dict[str, Any], seed: int = 0, rows: int = 200) -> dict[s
     }
 
 
+def run_glm4v(mods: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """GLM-4V: the in-batch branch of Bridge's ``glm4v_collate_fn`` after its processor call (Bridge's
+    ``build_mcore_thd_sequence_batch_from_rows`` with ``mm_token_type_ids`` padded with 0, the THW-grid keys
+    concatenated, all in ``GenericVisualInputs``) vs ``build_glm4v_thd_batch``, on the rows of
+    tests/vlm/test_vlm_glm4v.py (the processor call and the chat-template loss mask are not run here)."""
+    import torch
+
+    from longpack.runtime.in_batch import build_glm4v_thd_batch
+
+    sys.path.insert(0, str(ROOT / "tests" / "vlm"))
+    from test_vlm_glm4v import glm_row
+
+    pairs = [glm_row(seed, 5 + 7 * seed) for seed in range(8)]
+    rows, visuals = [p[0] for p in pairs], [p[1] for p in pairs]
+    results = {}
+    for multiple in (1, 8):
+        theirs = mods["in_batch"].build_mcore_thd_sequence_batch_from_rows(
+            rows,
+            sequence_length=4096,
+            pad_token_id=0,
+            ignore_index=-100,
+            pad_to_multiple_of=multiple,
+            sequence_tensor_pad_values={"mm_token_type_ids": 0},
+        )
+        kwargs = {
+            key: torch.cat([v[key] for v in visuals if key in v], dim=0)
+            for key in mods["visual"].THW_GRID_VISUAL_KEYS
+            if any(key in v for v in visuals)
+        }
+        kwargs["mm_token_type_ids"] = theirs.pop("mm_token_type_ids")
+        theirs["visual_inputs"] = mods["visual_inputs"].GenericVisualInputs(**kwargs)
+        ours = build_glm4v_thd_batch(rows, visuals, sequence_length=4096, pad_to_multiple_of=multiple)
+        results[f"glm4v m={multiple}"] = compare(theirs, ours)
+    return results
+
+
 def compare(bridge_batch: dict[str, Any], ours: dict[str, Any]) -> dict[str, str]:
     """``{key: "pass" | "FAIL: why"}`` for every key of Bridge's batch (visual inputs per field)."""
     import torch
@@ -315,6 +357,7 @@ def run(checkout: Path) -> dict[str, Any]:
                 results[f"{name} m={multiple} fixed={fixed}"] = compare(theirs, ours)
         results.update(run_grouping(mods, [s.sequence_length for s in qseqs]))
         results.update(run_nemotron(mods))
+        results.update(run_glm4v(mods))
     return results
 
 

@@ -24,7 +24,15 @@ MEGATRON_ALGORITHM = "first_fit_shuffle"
 BALANCED_ALGORITHM = "balanced"
 
 #: VLM model families (``longpack.vlm.families.FAMILIES``, one module each); Qwen2-VL is the default.
-VLM_FAMILIES: tuple[str, ...] = ("gemma3", "nemotron_vl", "qwen2_5_vl", "qwen2_vl", "qwen3_vl")
+VLM_FAMILIES: tuple[str, ...] = (
+    "gemma3",
+    "glm4v",
+    "kimi_vl",
+    "nemotron_vl",
+    "qwen2_5_vl",
+    "qwen2_vl",
+    "qwen3_vl",
+)
 DEFAULT_VLM_FAMILY = "qwen2_vl"
 
 #: What happens to a sample longer than ``seq_length`` (``longpack.packed.align``; ``fragment``: pack-sized

@@ -505,3 +505,44 @@ def test_video_samples_pack_once_each_bad_ones_named_and_deferred_equals_eager(
     if workers == 0:
         eager, _ = make_loader(video_dataset, workers=0, buffer_size=4, prep=prep, eager=True)
         assert [signature(b) for b in eager] == [signature(b) for b in batches]
+
+
+def test_qwen3_vl_video_samples_pack_once_each_and_deferred_equals_eager(video_dataset: Path) -> None:
+    """Qwen3-VL video members: counted from their headers in the buffer (Qwen3-VL frame sampling, clip-level
+    resize, timestamp text per frame group), decoded when their pack is emitted; every sample packed or
+    reported once, Bridge's pickled frame list refused (``unsupported_video``: no frame rate for the
+    timestamps), each batch the THD row of its members prepared alone, the eager encoder the same."""
+    from transformers import Qwen2VLImageProcessor
+
+    from longpack.vlm.families import vlm_family
+
+    video = VideoConfig(min_pixels=32 * 32 * 4, max_pixels=32 * 32 * 24)
+    prep = vlm_family("qwen3_vl").preparer(
+        image_processor=Qwen2VLImageProcessor(patch_size=16), max_visual_tokens=None, video=video
+    )
+    deferred, _ = make_loader(video_dataset, workers=0, buffer_size=4, prep=prep)
+    batches = list(deferred)
+    keys = accounting(batches)
+    assert len(keys) == VIDEO_SAMPLES and set(keys.values()) == {1}
+    skipped = {r["key"]: r["reason"] for b in batches for r in b["skipped"]}
+    assert skipped == {**BAD_VIDEOS, "s00009": "unsupported_video"}
+    videos = 0
+    for b in batches:
+        members = []
+        for key in b["sample_keys"]:
+            raw = video_members(int(key[1:]))
+            sample = {**json.loads(raw["json"]), "images": [raw[k] for k in raw if k.startswith("img")]}
+            sample["videos"] = [raw[k] for k in raw if k.startswith("vid")]
+            members.append(prep.prepare(sample, key=key))
+        if not members:
+            continue
+        expected = build_visual_thd_batch(
+            members, sequence_length=SEQ_LENGTH, pad_to_multiple_of=MULTIPLE, emit_padding_mask=True
+        )
+        assert signature({**expected, "sample_keys": b["sample_keys"], "skipped": b["skipped"]}) == signature(
+            b
+        )
+        videos += len(b["visual_inputs"].get("video_grid_thw", []))
+    assert videos == 4  # the Qwen2-VL test's 5 less the refused frame list
+    eager, _ = make_loader(video_dataset, workers=0, buffer_size=4, prep=prep, eager=True)
+    assert [signature(b) for b in eager] == [signature(b) for b in batches]

@@ -215,3 +215,33 @@ def test_cli_video_settings_change_the_video_counts(tmp_path) -> None:
     assert counts[4.0] == 2 * counts[None]
     bad = runner.invoke(app, [*args, "--video-fps", "0"])
     assert bad.exit_code == 2 and "--video-fps must be > 0" in bad.output
+
+
+def test_cli_counts_qwen3_vl_videos_by_its_own_rule(tmp_path) -> None:
+    """``--vlm-family qwen3_vl``: a video's tokens are Qwen3-VL's (its frame sampling and clip-level pixel
+    limits, a timestamp and start/end tokens per frame pair), equal to the Qwen3-VL preparer's, not Qwen2-VL's."""
+    pytest.importorskip("av")
+    from longpack.vlm.families import vlm_family
+
+    (tmp_path / "clip.mp4").write_bytes(video_bytes(40, 10, 64, 48))
+    chat = [{"role": "user", "content": "<video>What moves?"}, {"role": "assistant", "content": "A cat."}]
+    path = tmp_path / "meta.jsonl"
+    path.write_text(json.dumps({"messages": chat, "videos": ["clip.mp4"]}) + "\n")
+    args = ["online-sim", "--vlm", str(path), "--pack-size", "8192", "--buffer-sizes", "1", "--json"]
+    result = runner.invoke(app, [*args, "--vlm-family", "qwen3_vl", "--patch-size", "16"])
+    assert result.exit_code == 0, result.output
+    samples = json.loads(result.output)["samples"]
+    vision = VisionConfig(patch_size=16, min_pixels=200704, max_pixels=1003520)
+    length = (
+        vlm_family("qwen3_vl")
+        .preparer(vision=vision)
+        .length({"messages": chat, "videos": [str(tmp_path / "clip.mp4")]})
+    )
+    assert samples["visual_tokens_mean"] == length.visual_tokens
+    qwen2 = QwenVLPreparer(
+        "qwen3", config=VLMConfig(vision=VisionConfig(min_pixels=200704, max_pixels=1003520))
+    )
+    assert (
+        length.visual_tokens
+        != qwen2.length({"messages": chat, "videos": [str(tmp_path / "clip.mp4")]}).visual_tokens
+    )

@@ -214,33 +214,6 @@ def test_bad_videos_are_refused_naming_the_sample_and_reason(make, reason: str, 
         assert info.value.reason == reason and info.value.key == "bad-video"
 
 
-def test_qwen3_vl_videos_are_refused_per_sample_and_their_neighbours_packed() -> None:
-    """A Qwen3-VL video sample is a refusal of that sample (``unsupported_video``), not a setting: a mixed
-    image/video dataset loses its video samples, counted and named, not the run."""
-    from longpack.runtime.in_batch import VisualInBatchCollator
-    from longpack.vlm.families import vlm_family
-
-    prep = vlm_family("qwen3_vl").preparer(vision=VisionConfig(patch_size=16, rope_variant="qwen3_vl"))
-    video = {"messages": CHAT, "videos": [video_bytes(4, 2, 32, 32)]}
-    for call in (prep.length, prep.measure, prep.prepare):
-        with pytest.raises(
-            SampleRejected, match=r"^sample q3: a video, but Qwen3-VL's video processor"
-        ) as info:
-            call(video, key="q3")
-        assert info.value.reason == "unsupported_video" and info.value.key == "q3"
-        assert "use qwen2_vl / qwen2_5_vl for video, or drop the video samples" in str(info.value)
-    assert prep.stats.rejected["unsupported_video"] == 2  # measure and prepare count, length does not
-    image_chat = [{"role": "user", "content": "<image>What is it?"}, CHAT[1]]
-    good = [
-        {"__key__": f"ok{i}", "messages": image_chat, "images": [png_bytes(64, 48, seed=i)]} for i in range(2)
-    ]
-    batch = VisualInBatchCollator(prep.prepare, sequence_length=4096)(
-        [good[0], {**video, "__key__": "q3"}, good[1]]
-    )
-    assert batch["sample_keys"] == ["ok0", "ok1"]
-    assert [(r["key"], r["reason"]) for r in batch["skipped"]] == [("q3", "unsupported_video")]
-
-
 def test_frame_lists_are_kept_as_bridge_gives_them_to_the_video_processor() -> None:
     """Megatron-Bridge's Energon video samples are pre-extracted frames: the first ``max_num_frames`` (60) are
     kept, none is resampled (``do_sample_frames=False``), the last is repeated up to a frame pair; no

@@ -268,11 +268,14 @@ class OnlineSimConfig:
         return OnlineSimResult(report=report, algorithm=algorithm, pad_seq_to_mult=self.pad_seq_to_mult)
 
     def _video(self) -> Any:
-        """The video settings: :class:`~longpack.vlm.video.VideoConfig` defaults unless given."""
-        from longpack.vlm.video import VideoConfig
+        """The video settings: the family's video processor defaults unless given."""
+        import dataclasses
+
+        from longpack.vlm.video import default_video_config
 
         given: dict[str, Any] = {"fps": self.video_fps, "max_num_frames": self.video_max_num_frames}
-        return VideoConfig(**{k: v for k, v in given.items() if v is not None})
+        base = default_video_config(self.vlm_family)
+        return dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
 
     def _vlm(self) -> OnlineSimResult:
         from longpack.online.simulate import vlm_report

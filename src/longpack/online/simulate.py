@@ -15,6 +15,7 @@ Workloads (runtime lengths, clipped to ``1..capacity``; seeded, deterministic):
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -282,6 +283,8 @@ def vlm_report(
     from longpack.vlm.vision import VisionConfig
 
     v = vision or VisionConfig()
+    if family.startswith("qwen"):  # the family decides how videos are sampled, written and numbered
+        v = dataclasses.replace(v, rope_variant=family)
     config = VLMConfig(vision=v, video=video, max_images=max_images, max_visual_tokens=max_visual_tokens)
     settings: dict[str, Any] = {
         "patch_size": v.patch_size,

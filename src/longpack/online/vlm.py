@@ -36,7 +36,8 @@ and 3-D ``mrope_position_ids``; a :class:`longpack.vlm.families.Gemma3Preparer` 
 ``position_ids`` restarting at each sequence, ``visual_inputs["pixel_values"]`` one bfloat16 image per
 ``[3, side, side]`` entry, no grids and no ``mrope_position_ids``. Gemma3-VL has no aspect-ratio limit
 (images are resized to a square) and no video input (a sample with a video member is refused,
-``unsupported_video``, and listed in its pack's ``skipped`` records; so is a video sample under Qwen3-VL).
+``unsupported_video``, and listed in its pack's ``skipped`` records; so is a Qwen3-VL video given as a frame
+list, which has no frame rate for Qwen3-VL's timestamps).
 Nemotron-VL is refused when the encoder is built: longpack does not prepare its samples (its processor is
 the checkpoint's remote code).
 

@@ -35,6 +35,7 @@ __all__ = [
     "VISUAL_KEYS",
     "InBatchPackingError",
     "VisualInBatchCollator",
+    "build_glm4v_thd_batch",
     "build_thd_row",
     "build_visual_thd_batch",
     "pack_right_padded_batch",
@@ -424,6 +425,45 @@ def build_visual_thd_batch(
         mask = packed_padding_mask(out["cu_seqlens_q"], out.get("cu_seqlens_q_padded"), out["total_tokens"])
         if mask is not None:
             out["padding_mask"] = mask
+    return out
+
+
+def build_glm4v_thd_batch(
+    rows: Sequence[Mapping[str, Any]],
+    visual_values: Sequence[Mapping[str, Any]],
+    *,
+    sequence_length: int | None = None,
+    pad_token_id: int = 0,
+    pad_to_multiple_of: int = 1,
+) -> dict[str, Any]:
+    """One THD row from GLM rows (1-D ``input_ids``, ``position_ids``, ``labels``, ``loss_mask``,
+    ``attention_mask``, ``mm_token_type_ids``) and each row's visual tensors, as Bridge's
+    ``glm4v_collate_fn(enable_in_batch_packing=True)`` (``models/glm_vl/data/collate_fn.py``) packs them after
+    running the processor: :func:`build_thd_row` with ``mm_token_type_ids`` padded with 0, then ``visual_inputs``
+    with the THW-grid keys concatenated and the packed ``mm_token_type_ids``.
+
+    >>> row = lambda n: {"input_ids": torch.arange(1, n + 1), "position_ids": torch.arange(n),
+    ...                  "labels": torch.arange(2, n + 2), "loss_mask": torch.ones(n),
+    ...                  "mm_token_type_ids": torch.tensor([0] + [1] * (n - 1))}
+    >>> out = build_glm4v_thd_batch([row(3), row(2)], [{}, {}], pad_to_multiple_of=4)
+    >>> out["cu_seqlens_q_padded"].tolist(), out["visual_inputs"]["mm_token_type_ids"].tolist()
+    ([0, 4, 8], [[0, 1, 1, 0, 0, 1, 0, 0]])
+    """
+    out = build_thd_row(
+        rows,
+        sequence_length=sequence_length,
+        pad_token_id=pad_token_id,
+        ignore_index=-100,
+        pad_to_multiple_of=pad_to_multiple_of,
+        sequence_tensor_pad_values={"mm_token_type_ids": 0},
+    )
+    visual: dict[str, Any] = {}
+    for key in VISUAL_KEYS[:4]:  # Bridge's THW_GRID_VISUAL_KEYS
+        values = [v[key] for v in visual_values if isinstance(v.get(key), torch.Tensor)]
+        if values:
+            visual[key] = torch.cat(values, dim=0)
+    visual["mm_token_type_ids"] = out.pop("mm_token_type_ids")
+    out["visual_inputs"] = visual
     return out
 
 

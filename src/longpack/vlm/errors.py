@@ -25,8 +25,8 @@ from longpack.errors import InputError
 # image the processors refuse (aspect_ratio above 200, empty_image with a side of 0 pixels), a video with no
 # frame to sample (empty_video), placeholders that do not match the sample's media (placeholder_mismatch),
 # and a sample without a usable conversation (malformed). A video that cannot be read is undecodable; a video
-# in a sample of a family that takes none (Gemma3-VL) or whose frame rule longpack does not reproduce
-# (Qwen3-VL) is unsupported_video: a mixed image/video dataset skips its video samples, not the run.
+# in a sample of a family that takes none (Gemma3-VL), or a Qwen3-VL frame list (no frame rate for its
+# timestamps), is unsupported_video: a mixed image/video dataset skips those video samples, not the run.
 REJECT_REASONS: tuple[str, ...] = (
     "visual_tokens",
     "too_many_images",

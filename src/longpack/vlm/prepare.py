@@ -14,9 +14,11 @@ image), runs the processor on the decoded images, expands every ``<|image_pad|>`
   (content through ``<|im_end|>``) plus the newline after ``<|im_end|>``, as Bridge's Qwen-VL end marker
   ``<|im_end|>\\n`` is supervised; Bridge's skipped tokens (``<|im_start|>``, vision start/end/pad tokens) are 0;
 - ``visual_values``: ``pixel_values`` (float32 ``[patches, 3 * temporal_patch * patch**2]``),
-  ``image_grid_thw`` (int64 ``[images, 3]``), and for videos (Qwen2-VL, Qwen2.5-VL; decoded with PyAV, frames
-  sampled as the video processor samples them, :mod:`longpack.vlm.video`) ``pixel_values_videos``,
-  ``video_grid_thw`` and ``second_per_grid_ts`` (float32 ``[videos]``);
+  ``image_grid_thw`` (int64 ``[images, 3]``), and for videos (decoded with PyAV, frames sampled as the family's
+  video processor samples them, :mod:`longpack.vlm.video`) ``pixel_values_videos``, ``video_grid_thw`` and
+  (Qwen2-VL, Qwen2.5-VL video files) ``second_per_grid_ts`` (float32 ``[videos]``). A Qwen3-VL video's pad
+  becomes, per temporal grid, ``<t seconds>`` then ``<|vision_start|>``, its pads and ``<|vision_end|>``
+  (transformers 5.24 ``Qwen3VLProcessor.replace_video_token``);
 
 plus what Bridge's row does not carry: ``mrope_position_ids`` (int64 ``[3, L]``, Qwen-VL's 3-D rope index of
 this sequence alone, :mod:`longpack.vlm.rope`) and the visual token count.
@@ -43,10 +45,17 @@ from longpack.vlm.errors import REJECT_REASONS, SampleError, SampleRejected, VLM
 from longpack.vlm.rope import mrope_position_ids
 from longpack.vlm.video import (
     VideoConfig,
+    VideoInfo,
+    default_video_config,
     frame_list_grid,
     is_frame_list,
+    qwen3_frame_timestamps,
+    qwen3_sample_frame_indices,
+    qwen3_timestamp_text,
+    qwen3_video_grid_thw,
     read_frame_list,
     read_video,
+    resized_frame_pixel_values,
     sample_frame_indices,
     seconds_per_grid,
     video_grid_thw,
@@ -100,7 +109,8 @@ class VLMConfig:
     """
 
     vision: VisionConfig | None = None  # None: read from the image processor
-    video: VideoConfig | None = None  # None: VideoConfig() (transformers' Qwen2VLVideoProcessor defaults)
+    # None: the family's video processor defaults (VideoConfig(): Qwen2VLVideoProcessor; Qwen3-VL: QWEN3_VL_VIDEO)
+    video: VideoConfig | None = None
     chat_template: str = "qwen2_vl"
     media_first: bool = False
     max_images: int | None = 10
@@ -265,7 +275,7 @@ class QwenVLPreparer:
             type(image_processor).__name__ if image_processor is not None else "Qwen2VLImageProcessor"
         )
         self.vision = self.config.vision or VisionConfig.from_image_processor(image_processor)
-        self.video = self.config.video or VideoConfig()
+        self.video = self.config.video or default_video_config(self.vision.rope_variant)
         specials = self.tokenizer.special_tokens
         missing = [t for t in (IMAGE_PAD, VIDEO_PAD) if t not in specials]
         if missing:
@@ -281,13 +291,16 @@ class QwenVLPreparer:
         self.im_end_id = specials.get("<|im_end|>")
         newline = self.tokenizer.encode("\n")
         self.newline_id = newline[0] if len(newline) == 1 else None
+        self.vision_start_id = specials.get("<|vision_start|>")
+        self.vision_end_id = specials.get("<|vision_end|>")
         self.stats = VLMStats()
 
     @property
     def image_processor(self) -> Any:
         """The image processor (transformers' ``Qwen2VLImageProcessor()`` unless one was given)."""
         if self._image_processor is None:
-            self._image_processor = default_image_processor()
+            # (the patch geometry of this preparer's vision settings: Qwen3-VL's processor has patch 16)
+            self._image_processor = default_image_processor(self.vision)
         return self._image_processor
 
     def __getstate__(self) -> dict[str, Any]:
@@ -352,6 +365,10 @@ class QwenVLPreparer:
         visual = grid_token_count((*grids, *vgrids), self.vision.merge_size)
         tokens = len(ids) - len(grids) - len(vgrids) + visual
         timed = not any(is_frame_list(v) for v in videos)
+        if self.vision.rope_variant == "qwen3_vl" and videos:  # timestamps and per-frame start/end tokens
+            timed = False
+            tokens = len(ids) - len(grids) - len(vgrids) + grid_token_count(grids, self.vision.merge_size)
+            tokens += sum(len(self._qwen3_video_ids(src, key)) for src in videos)
         return SampleLength(
             tokens,
             visual,
@@ -360,16 +377,47 @@ class QwenVLPreparer:
             vgrids,
         )
 
-    def _video_grid(self, source: Any, key: str) -> tuple[int, int, int]:
-        """A video's ``grid_thw`` from its container header (no frame decoded)."""
-        if self.vision.rope_variant == "qwen3_vl":
+    def _qwen3_video(self, source: Any, key: str) -> tuple[tuple[int, int, int], Any, list[float], VideoInfo]:
+        """A Qwen3-VL video's ``(grid_thw, sampled frame indices, seconds per temporal grid, header)`` from its
+        container header (no frame decoded); a frame list has no frame rate for the timestamps: refused."""
+        if is_frame_list(source):
             raise SampleRejected(
                 key,
                 "unsupported_video",
-                "a video, but Qwen3-VL's video processor samples frames by its own rule and writes a timestamp "
-                "per frame group into the text, which longpack does not reproduce (use qwen2_vl / qwen2_5_vl "
-                "for video, or drop the video samples)",
+                "a video given as a frame list, but Qwen3-VL's processor writes each frame group's time into "
+                "the text and a frame list has no frame rate (give the video file instead)",
             )
+        info = video_info(source, key=key)
+        try:
+            keep = qwen3_sample_frame_indices(info.frames, info.fps, self.video)
+            grid = qwen3_video_grid_thw(len(keep), info.width, info.height, self.vision, self.video)
+        except SampleError as exc:
+            raise SampleRejected(key, exc.reason, f"video: {exc.detail}") from None
+        seconds = qwen3_frame_timestamps(keep, info.fps, self.vision.temporal_patch_size)
+        return grid, keep, seconds, info
+
+    def _qwen3_video_ids(self, source: Any, key: str) -> Any:
+        """The ids Qwen3-VL's processor puts in place of a video's ``<|video_pad|>`` (transformers 5.24
+        ``Qwen3VLProcessor.replace_video_token``): per temporal grid ``<t seconds>`` then
+        ``<|vision_start|>``, the grid's ``h * w / merge**2`` pads and ``<|vision_end|>``."""
+        start, end = self.vision_start_id, self.vision_end_id
+        if start is None or end is None:
+            raise VLMError(
+                f"tokenizer {self.tokenizer.name} has no <|vision_start|> / <|vision_end|> token, which Qwen3-VL "
+                "writes around every video frame group; use 'qwen3' or a Qwen-VL tokenizer folder"
+            )
+        grid, _, seconds, _ = self._qwen3_video(source, key)
+        per_frame = grid[1] * grid[2] // self.vision.merge_size**2
+        pieces: list[int] = []
+        for t in seconds:
+            pieces += self.tokenizer.encode(qwen3_timestamp_text(t))
+            pieces += [int(start), *[self.video_token_id] * per_frame, int(end)]
+        return np.asarray(pieces, dtype=np.int64)
+
+    def _video_grid(self, source: Any, key: str) -> tuple[int, int, int]:
+        """A video's ``grid_thw`` from its container header (no frame decoded)."""
+        if self.vision.rope_variant == "qwen3_vl":
+            return self._qwen3_video(source, key)[0]
         if is_frame_list(source):
             return frame_list_grid(source, self.vision, self.video, key=key)
         info = video_info(source, key=key)
@@ -499,7 +547,22 @@ class QwenVLPreparer:
             visual_values["pixel_values"] = out["pixel_values"].contiguous()
             visual_values["image_grid_thw"] = grid
             counts[image_at] = grid.prod(dim=-1).numpy() // vision.merge_size**2
-        if videos:
+        video_ids: list[Any] = []
+        if videos and vision.rope_variant == "qwen3_vl":
+            pixels = []
+            for src, predicted_grid in zip(videos, vgrids, strict=True):
+                _, keep, _, info = self._qwen3_video(src, key)
+                frames = read_video(src, self.video, key=key, indices=keep)
+                size = (predicted_grid[1] * vision.patch_size, predicted_grid[2] * vision.patch_size)
+                try:
+                    pixels.append(resized_frame_pixel_values(frames, size, self.image_processor, vision))
+                except VLMError as exc:
+                    raise VLMError(f"sample {key}: {exc}") from None
+                video_ids.append(self._qwen3_video_ids(src, key))
+            visual_values["pixel_values_videos"] = torch.cat(pixels).contiguous()
+            visual_values["video_grid_thw"] = torch.tensor(vgrids, dtype=torch.int64).reshape(-1, 3)
+            counts[video_at] = [len(v) for v in video_ids]
+        elif videos:
             pixels, seconds = [], []
             for src, predicted_grid in zip(videos, vgrids, strict=True):
                 if is_frame_list(src):  # Bridge's pre-extracted frames: no rate, no second_per_grid_ts
@@ -531,6 +594,11 @@ class QwenVLPreparer:
         visual = int(counts[image_at].sum() + counts[video_at].sum())
         expanded = np.repeat(ids, counts)
         mask = np.repeat(owned, counts)
+        if video_ids:  # Qwen3-VL: each video pad becomes its timestamped frame groups
+            starts = np.cumsum(counts) - counts
+            for at, inserted in zip(video_at, video_ids, strict=True):
+                expanded[starts[at] : starts[at] + len(inserted)] = inserted
+            visual = int(counts[image_at].sum()) + grid_token_count(vgrids, vision.merge_size)
         if len(self.skipped_ids):
             mask[np.isin(expanded, self.skipped_ids)] = 0.0
         length = len(expanded)
@@ -588,10 +656,17 @@ class QwenVLPreparer:
         return self.image_processor(images=images, return_tensors="pt", size=size)
 
 
-def default_image_processor() -> Any:
-    """transformers' ``Qwen2VLImageProcessor()`` with its default settings (built offline, no download)."""
+def default_image_processor(vision: VisionConfig | None = None) -> Any:
+    """transformers' ``Qwen2VLImageProcessor()`` with its default settings (built offline, no download), with
+    the patch, merge and temporal patch sizes of ``vision`` when given."""
     transformers = require("transformers", "vlm", purpose="the Qwen-VL image processor")
-    return transformers.Qwen2VLImageProcessor()
+    if vision is None:
+        return transformers.Qwen2VLImageProcessor()
+    return transformers.Qwen2VLImageProcessor(
+        patch_size=vision.patch_size,
+        merge_size=vision.merge_size,
+        temporal_patch_size=vision.temporal_patch_size,
+    )
 
 
 def _key(sample: Mapping[str, Any], key: str | None) -> str:

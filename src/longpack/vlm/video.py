@@ -20,6 +20,15 @@ video processor's layout and grid, without torchvision (which that processor nee
 here). Its resize is the image processor's (PIL bicubic), so pixels can differ from the torchvision resize by
 rounding; grids and token counts are the same rule.
 
+Qwen3-VL (transformers 5.24 ``models/qwen3_vl/video_processing_qwen3_vl.py`` and ``processing_qwen3_vl.py``)
+differs: ``n = int(total / video_fps * fps)`` frames clamped to ``[min_frames, min(max_frames, total)]`` at
+``linspace(0, total - 1, n)`` rounded (:func:`qwen3_sample_frame_indices`); one size for every frame whose
+pixels over all ``n`` frames lie in the video limits (:func:`qwen3_smart_resize`, :data:`QWEN3_VL_VIDEO`: patch
+16, merge 2, temporal 2); and the processor writes ``<t seconds>`` (:func:`qwen3_frame_timestamps`, the mean
+time of each frame pair) before each temporal grid's vision tokens. Its per-frame pixel cap
+(``cap_pixels_per_frame``) is off, the 5.24 default; its pixels are the frames resized (PIL bicubic) to that
+size and normalized by the image processor (:func:`resized_frame_pixel_values`).
+
 >>> sample_frame_indices(20, 10.0, VideoConfig()).tolist()  # 2 s at 10 fps -> 4 frames
 [0, 5, 10, 15]
 >>> video_grid_thw(4, 64, 48, VisionConfig(), VideoConfig()), video_token_count(4, 64, 48, VisionConfig(), VideoConfig())
@@ -39,7 +48,7 @@ import numpy as np
 
 from longpack._optional import require
 from longpack.errors import ConfigError
-from longpack.vlm.errors import SampleRejected, VLMError
+from longpack.vlm.errors import SampleError, SampleRejected, VLMError
 from longpack.vlm.vision import VisionConfig, smart_resize
 
 
@@ -241,12 +250,22 @@ def video_info(source: Any, *, key: str = "?") -> VideoInfo:
 
 
 def read_video(
-    source: Any, video: VideoConfig, *, temporal_patch_size: int = 2, key: str = "?"
+    source: Any,
+    video: VideoConfig,
+    *,
+    temporal_patch_size: int = 2,
+    key: str = "?",
+    indices: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The sampled frames as ``uint8 [n, H, W, 3]`` RGB (decoded with PyAV, in presentation order)."""
+    """The sampled frames as ``uint8 [n, H, W, 3]`` RGB (decoded with PyAV, in presentation order): those of
+    ``indices`` when given (e.g. :func:`qwen3_sample_frame_indices`), else of :func:`sample_frame_indices`."""
     info = video_info(source, key=key)
     try:
-        keep = sample_frame_indices(info.frames, info.fps, video, temporal_patch_size=temporal_patch_size)
+        keep = (
+            sample_frame_indices(info.frames, info.fps, video, temporal_patch_size=temporal_patch_size)
+            if indices is None
+            else np.asarray(indices, dtype=np.int64)
+        )
     except SampleRejected as exc:
         raise SampleRejected(key, exc.reason, exc.detail) from None
     wanted = set(keep.tolist())
@@ -270,3 +289,156 @@ def read_video(
             f"video header says {info.frames} frames but frames {missing[:5]} did not decode",
         )
     return np.stack([frames[i] for i in keep.tolist()])
+
+
+# ---------------------------------------------------------------------------------------------- Qwen3-VL
+#: Qwen3-VL's video pixel limits (transformers 5.24 ``Qwen3VLVideoProcessor.size``: ``shortest_edge``
+#: ``128 * 32 * 32``, ``longest_edge`` ``32 * 32 * 768``); they bound the pixels of all sampled frames together.
+QWEN3_VL_VIDEO = VideoConfig(min_pixels=128 * 32 * 32, max_pixels=32 * 32 * 768)
+
+
+def default_video_config(rope_variant: str) -> VideoConfig:
+    """A family's video processor defaults: :data:`QWEN3_VL_VIDEO` for ``qwen3_vl``, else ``VideoConfig()``.
+
+    >>> default_video_config("qwen3_vl").max_pixels, default_video_config("qwen2_vl").max_pixels
+    (786432, 602112)
+    """
+    return QWEN3_VL_VIDEO if rope_variant == "qwen3_vl" else VideoConfig()
+
+
+def qwen3_sample_frame_indices(total_frames: int, video_fps: float, video: VideoConfig) -> np.ndarray:
+    """Frames Qwen3-VL's video processor keeps (transformers 5.24
+    ``models/qwen3_vl/video_processing_qwen3_vl.py``, ``Qwen3VLVideoProcessor.sample_frames``):
+    ``n = int(total / video_fps * fps)`` clamped to ``[min_frames, min(max_frames, total)]`` (no rounding to
+    frame pairs: the last frame is repeated when patching), indices ``linspace(0, total - 1, n)`` rounded.
+
+    >>> qwen3_sample_frame_indices(20, 10.0, QWEN3_VL_VIDEO).tolist()  # 2 s at 10 fps -> 4 frames
+    [0, 6, 13, 19]
+    """
+    if total_frames < 1 or video_fps <= 0:
+        raise SampleRejected("?", "empty_video", f"a video of {total_frames} frames at {video_fps} fps")
+    n = int(total_frames / video_fps * video.fps)
+    n = min(max(n, video.min_frames), video.max_frames, total_frames)
+    return np.linspace(0, total_frames - 1, n).round().astype(np.int64)
+
+
+def qwen3_smart_resize(
+    num_frames: int,
+    height: int,
+    width: int,
+    *,
+    temporal_factor: int,
+    factor: int,
+    min_pixels: int,
+    max_pixels: int,
+) -> tuple[int, int]:
+    """``(height, width)`` of every frame of a Qwen3-VL video (transformers 5.24
+    ``models/qwen3_vl/video_processing_qwen3_vl.py``, ``smart_resize``): sides too small for ``factor`` are
+    scaled up first, then multiples of ``factor`` whose pixels over ``round(num_frames / temporal_factor) *
+    temporal_factor`` frames lie in ``[min_pixels, max_pixels]`` (the limits bound the whole clip).
+
+    >>> qwen3_smart_resize(4, 48, 64, temporal_factor=2, factor=32, min_pixels=131072, max_pixels=786432)
+    (160, 224)
+    """
+    if num_frames < temporal_factor:
+        raise SampleError(
+            "empty_video", f"{num_frames} sampled frame(s): Qwen3-VL's video resize needs {temporal_factor}"
+        )
+    if height < 1 or width < 1:
+        raise SampleError("empty_video", f"video frames of {width}x{height} pixels")
+    if height < factor or width < factor:
+        scale = max(factor / height, factor / width)
+        height, width = int(height * scale), int(width * scale)
+    if max(height, width) / min(height, width) > 200:
+        raise SampleError(
+            "aspect_ratio",
+            f"video frames of {width}x{height}: aspect ratio {max(height, width) / min(height, width):.1f} is "
+            "above 200, which Qwen3-VL's video processor refuses",
+        )
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    t_bar = round(num_frames / temporal_factor) * temporal_factor
+    if t_bar * h_bar * w_bar > max_pixels:
+        beta = math.sqrt(num_frames * height * width / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif t_bar * h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (num_frames * height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def qwen3_video_grid_thw(
+    n_frames: int, width: int, height: int, vision: VisionConfig, video: VideoConfig
+) -> tuple[int, int, int]:
+    """``(t, h, w)`` grid of ``n_frames`` sampled Qwen3-VL frames of ``width`` x ``height`` pixels.
+
+    >>> qwen3_video_grid_thw(4, 64, 48, VisionConfig(patch_size=16), QWEN3_VL_VIDEO)
+    (2, 10, 14)
+    """
+    h, w = qwen3_smart_resize(
+        n_frames,
+        height,
+        width,
+        temporal_factor=vision.temporal_patch_size,
+        factor=vision.factor,
+        min_pixels=video.min_pixels,
+        max_pixels=video.max_pixels,
+    )
+    return -(-n_frames // vision.temporal_patch_size), h // vision.patch_size, w // vision.patch_size
+
+
+def qwen3_frame_timestamps(indices: Any, video_fps: float, temporal_patch_size: int = 2) -> list[float]:
+    """Seconds of every temporal grid of a Qwen3-VL video (transformers 5.24
+    ``models/qwen3_vl/processing_qwen3_vl.py``, ``Qwen3VLProcessor._calculate_timestamps``): the indices
+    padded with the last one to a multiple of ``temporal_patch_size``, each group's first and last frame time
+    averaged.
+
+    >>> qwen3_frame_timestamps([0, 6, 13, 19, 25], 10.0)
+    [0.3, 1.6, 2.5]
+    """
+    seconds = [int(i) / video_fps for i in indices]
+    if pad := -len(seconds) % temporal_patch_size:
+        seconds += [seconds[-1]] * pad
+    step = temporal_patch_size
+    return [(seconds[i] + seconds[i + step - 1]) / 2 for i in range(0, len(seconds), step)]
+
+
+def qwen3_timestamp_text(seconds: float) -> str:
+    """The text Qwen3-VL's processor writes before a temporal grid's vision tokens (``replace_video_token``).
+
+    >>> qwen3_timestamp_text(1.25)
+    '<1.2 seconds>'
+    """
+    return f"<{seconds:.1f} seconds>"
+
+
+def resized_frame_pixel_values(
+    frames: np.ndarray, size: tuple[int, int], image_processor: Any, vision: VisionConfig
+) -> Any:
+    """``pixel_values_videos`` of sampled ``uint8 [n, H, W, 3]`` frames resized (PIL bicubic) to ``size =
+    (height, width)`` by the video rule, then normalized and patched by the image processor without its own
+    resize, frame pairs taken as :func:`video_pixel_values` takes them (last frame repeated to a pair)."""
+    import torch
+    from PIL import Image
+
+    temporal, p = vision.temporal_patch_size, vision.patch_size
+    if pad := -len(frames) % temporal:
+        frames = np.concatenate([frames, np.repeat(frames[-1:], pad, axis=0)])
+    height, width = size
+    resized = [
+        np.asarray(Image.fromarray(f).resize((width, height), Image.Resampling.BICUBIC)) for f in frames
+    ]
+    out = image_processor(images=resized, return_tensors="pt", do_resize=False)
+    gh, gw = height // p, width // p
+    grid = out["image_grid_thw"].to(torch.int64).reshape(-1, 3)
+    if not bool((grid == torch.tensor([1, gh, gw])).all()):
+        raise VLMError(
+            f"the image processor made frame grids {grid[0].tolist()} from {width}x{height} frames, not "
+            f"{[1, gh, gw]}; pass VLMConfig(vision=...) matching the processor"
+        )
+    n = len(frames)
+    groups = out["pixel_values"].reshape(n // temporal, temporal, gh * gw, 3, temporal, p, p)
+    picked = torch.stack([groups[:, j, :, :, 0] for j in range(temporal)], dim=3)
+    return picked.reshape(n // temporal * gh * gw, 3 * temporal * p * p).contiguous()

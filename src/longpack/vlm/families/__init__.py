@@ -7,13 +7,13 @@ and the Energon encoders (Gemma3-VL's preparer runs a transformers ``Gemma3Proce
 visual tokens only (planning, ``online-sim``).
 
 >>> sorted(FAMILIES)
-['gemma3', 'nemotron_vl', 'qwen2_5_vl', 'qwen2_vl', 'qwen3_vl']
+['gemma3', 'glm4v', 'kimi_vl', 'nemotron_vl', 'qwen2_5_vl', 'qwen2_vl', 'qwen3_vl']
 >>> [vlm_family(n).visual_tokens(640, 480) for n in ("qwen2_vl", "gemma3", "nemotron_vl")]
 [391, 256, 3328]
 >>> vlm_family("llava")
 Traceback (most recent call last):
 ...
-longpack.errors.ConfigError: unknown VLM family 'llava'; one of gemma3, nemotron_vl, qwen2_5_vl, qwen2_vl, qwen3_vl
+longpack.errors.ConfigError: unknown VLM family 'llava'; one of gemma3, glm4v, kimi_vl, nemotron_vl, qwen2_5_vl, qwen2_vl, qwen3_vl
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from typing import Any, Protocol
 
 from longpack.errors import ConfigError
 from longpack.vlm.families.gemma3 import Gemma3Family, Gemma3Preparer
+from longpack.vlm.families.glm4v import Glm4vFamily
+from longpack.vlm.families.kimi_vl import KimiVLFamily
 from longpack.vlm.families.nemotron_vl import NemotronVLFamily
 from longpack.vlm.families.qwen_vl import QwenVLFamily
 
@@ -53,6 +55,8 @@ FAMILIES: dict[str, VLMFamily] = {
     "qwen3_vl": QwenVLFamily("qwen3_vl"),
     "gemma3": Gemma3Family(),
     "nemotron_vl": NemotronVLFamily(),
+    "glm4v": Glm4vFamily(),
+    "kimi_vl": KimiVLFamily(),
 }
 
 
@@ -70,6 +74,8 @@ __all__ = [
     "FAMILIES",
     "Gemma3Family",
     "Gemma3Preparer",
+    "Glm4vFamily",
+    "KimiVLFamily",
     "NemotronVLFamily",
     "QwenVLFamily",
     "VLMFamily",

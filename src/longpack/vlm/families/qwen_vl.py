@@ -1,8 +1,9 @@
 """Qwen2-VL, Qwen2.5-VL and Qwen3-VL: the resize rule of :mod:`longpack.vlm.vision`, the 3-D rope index of
 :mod:`longpack.vlm.rope`, :class:`longpack.vlm.QwenVLPreparer`, and Megatron-Bridge's Qwen-VL packed keys.
 
-The three differ in patch size (Qwen3-VL: 16, as its processor config ``patch_size``) and in how video frames
-are numbered by the rope index (``rope_variant``); images are counted alike.
+The three differ in patch size (Qwen3-VL: 16, as its processor config ``patch_size``), in how video frames
+are numbered by the rope index (``rope_variant``) and in video handling (Qwen3-VL samples, resizes and writes
+timestamps by its own rule, :mod:`longpack.vlm.video`); images are counted alike.
 
 >>> QwenVLFamily("qwen3_vl").vision.patch_size, QwenVLFamily("qwen3_vl").visual_tokens(640, 480)
 (16, 300)
