@@ -62,7 +62,6 @@ __all__ = [
     "output_write_errors",
     "resolved_path",
     "sha256_file",
-    "temp_file_beside",
     "temp_path",
 ]
 
@@ -377,38 +376,6 @@ def output_write_errors(out: str | Path, *, field: str = "out") -> Iterator[None
             f"manifest.json and reads as unfinished: {fix}, then pack again with overwrite=True",
             fields=(field, "overwrite"),
         ) from exc
-
-
-def _umask() -> int:
-    """This process's umask (from /proc without changing it; else set and restored at once)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def temp_file_beside(path: str | Path, suffix: str = ".tmp") -> tuple[int, str]:
-    """``tempfile.mkstemp`` in ``path``'s folder (a rename onto ``path`` is then atomic), with the mode
-    ``open()`` gives a new file, 0666 minus the umask: ``mkstemp``'s 0600 made every ``--plot`` PNG and
-    ``--out`` file unreadable to anyone else.
-
-    >>> import stat, tempfile
-    >>> fd, tmp = temp_file_beside(Path(tempfile.mkdtemp()) / "plot.png"); os.close(fd)
-    >>> oct(stat.S_IMODE(os.stat(tmp).st_mode)) == oct(0o666 & ~_umask())
-    True
-    """
-    import tempfile
-
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=suffix)
-    os.fchmod(fd, 0o666 & ~_umask())
-    return fd, tmp
 
 
 def fsync_dir(path: Path) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 from longpack.errors import ConfigError, MissingDependencyError
 from longpack.jobs.options import seed_option
 from longpack.option import check_choices, option
+from longpack.outputs import atomic_write_bytes
 from longpack.validate import finite_float, flag, non_negative_int, positive_int
 from longpack.validate import seed as seed_value
 
@@ -325,6 +326,18 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
+def _write_certificate(path: str | Path | None, certificate: dict[str, Any]) -> None:
+    """Write the certificate as indented JSON to ``path`` (atomically), when one is asked for.
+
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp()) / "cert.json"
+    >>> _write_certificate(str(out), {"ok": True}); out.read_text()
+    '{\\n  "ok": true\\n}\\n'
+    """
+    if path is not None:
+        atomic_write_bytes(Path(path), (json.dumps(certificate, indent=2) + "\n").encode())
+
+
 def _order_rows(scan: Any, seed: int) -> list[int]:
     """Rows of a split in checking order: every file's first and last row, the 4 longest rows, the rest
     in a seeded permutation."""
@@ -569,12 +582,7 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
         "failures": failures[:100],
         "seconds": round(seconds, 2),
     }
-    if config.certificate is not None:
-        import json
-
-        from longpack.packed.files import atomic_write_bytes
-
-        atomic_write_bytes(Path(config.certificate), (json.dumps(certificate, indent=2) + "\n").encode())
+    _write_certificate(config.certificate, certificate)
     return VerifyResult(
         ok=ok,
         verdict=verdict,
@@ -768,10 +776,7 @@ def _run_vlm_checks(config: VerifyConfig) -> VerifyResult:
         "failures": failures[:100],
         "seconds": round(seconds, 2),
     }
-    if config.certificate is not None:
-        from longpack.packed.files import atomic_write_bytes
-
-        atomic_write_bytes(Path(config.certificate), (json.dumps(certificate, indent=2) + "\n").encode())
+    _write_certificate(config.certificate, certificate)
     return VerifyResult(
         ok=ok,
         verdict=verdict,
@@ -856,12 +861,7 @@ def _run_megatron(config: VerifyConfig) -> VerifyResult:
         "failures": failures[:100],
         "seconds": round(seconds, 2),
     }
-    if config.certificate is not None:
-        import json
-
-        from longpack.packed.files import atomic_write_bytes
-
-        atomic_write_bytes(Path(config.certificate), (json.dumps(certificate, indent=2) + "\n").encode())
+    _write_certificate(config.certificate, certificate)
     return VerifyResult(
         ok=ok,
         verdict=verdict,

@@ -66,6 +66,25 @@ def offline_fill(
     return float(aligned.sum()) / (packs * capacity), packs
 
 
+def _fill_columns(
+    buffer_size: int, fill: float, packs: int, off_fill: float, off_packs: int
+) -> dict[str, Any]:
+    """The columns every simulation row starts with: buffer size, online and offline fill and packs, and
+    the online/offline fill ratio (0 where offline packed nothing).
+
+    >>> _fill_columns(8, 0.45, 10, 0.9, 5)
+    {'buffer_size': 8, 'online_fill': 0.45, 'online_packs': 10, 'offline_fill': 0.9, 'offline_packs': 5, 'fill_ratio': 0.5}
+    """
+    return {
+        "buffer_size": buffer_size,
+        "online_fill": round(fill, 4),
+        "online_packs": packs,
+        "offline_fill": round(off_fill, 4),
+        "offline_packs": off_packs,
+        "fill_ratio": round(fill / off_fill, 4) if off_fill else 0.0,
+    }
+
+
 def simulate(
     lengths: Sequence[int] | np.ndarray,
     capacity: int,
@@ -95,12 +114,7 @@ def simulate(
         fill = packer.stats.fill(capacity)
         out.append(
             {
-                "buffer_size": int(b),
-                "online_fill": round(fill, 4),
-                "online_packs": packs,
-                "offline_fill": round(off_fill, 4),
-                "offline_packs": off_packs,
-                "fill_ratio": round(fill / off_fill, 4) if off_fill else 0.0,
+                **_fill_columns(int(b), fill, packs, off_fill, off_packs),
                 "truncated": packer.stats.truncated,
                 "packs_per_s": round(packs / elapsed, 1) if elapsed > 0 else float("inf"),
             }
@@ -229,12 +243,7 @@ def simulate_vlm(
         fill = tokens / (packs * capacity) if packs else 0.0
         out.append(
             {
-                "buffer_size": int(b),
-                "online_fill": round(fill, 4),
-                "online_packs": packs,
-                "offline_fill": round(off_fill, 4),
-                "offline_packs": off_packs,
-                "fill_ratio": round(fill / off_fill, 4) if off_fill else 0.0,
+                **_fill_columns(int(b), fill, packs, off_fill, off_packs),
                 "buffer_peak_mib_worker": round(
                     max((r["peak_bytes"] for r in per_worker), default=0) / 2**20, 3
                 ),

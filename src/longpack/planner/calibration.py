@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -25,7 +24,7 @@ import numpy as np
 import yaml
 
 from longpack.errors import InputError
-from longpack.outputs import temp_file_beside
+from longpack.outputs import atomic_write_bytes
 from longpack.planner.catalog import CatalogError, load_gpu, load_model
 from longpack.planner.memory import GIB, estimate_memory
 from longpack.planner.options import PlanError, PlanLayout, TrainingOptions
@@ -655,16 +654,7 @@ def write_fit(params: TimeModelParams, path: str | Path, *, loss: float, source:
         "attention_kernel_curves": kernel_curves().as_dict(),
     }
     text = yaml.safe_dump(doc, sort_keys=False)
-    fd, tmp = temp_file_beside(path)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 __all__ = [

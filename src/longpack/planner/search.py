@@ -514,15 +514,27 @@ def _make_options(
     )
 
 
-def _memory(req: SearchRequest, plan: PlanLayout, opts: TrainingOptions, counts: tuple[int, ...]) -> float:
+def _memory_estimate(
+    req: SearchRequest, plan: PlanLayout, opts: TrainingOptions, counts: tuple[int, ...]
+) -> MemoryBreakdown:
+    """The memory estimate of ``plan`` with ``opts`` for the request's model, sequence and global batch."""
     return estimate_memory(
         req.model, plan, seq_length=req.seq_length, gbs=req.global_batch, options=opts, stage_counts=counts
-    ).total_gib
+    )
+
+
+def _memory(req: SearchRequest, plan: PlanLayout, opts: TrainingOptions, counts: tuple[int, ...]) -> float:
+    return _memory_estimate(req, plan, opts, counts).total_gib
 
 
 def _time(
-    req: SearchRequest, plan: PlanLayout, opts: TrainingOptions, counts: tuple[int, ...]
+    req: SearchRequest,
+    plan: PlanLayout,
+    opts: TrainingOptions,
+    counts: tuple[int, ...],
+    params: TimeModelParams | None = None,
 ) -> TimeBreakdown:
+    """The step-time estimate of ``plan`` with ``opts`` (``params``: fitted constants, else the packaged fit)."""
     return estimate_time(
         req.model,
         req.gpu,
@@ -530,6 +542,7 @@ def _time(
         seq_length=req.seq_length,
         gbs=req.global_batch,
         options=opts,
+        params=params,
         stage_counts=counts,
     )
 
@@ -672,20 +685,8 @@ def evaluate_layout(
     gives decoder layers per virtual stage (a custom pipeline layout), else the planner's split."""
     plan = replace(plan, dense=req.model.moe is None)
     counts = stage_counts if stage_counts is not None else stage_counts_for(req.model, plan)
-    gbs = req.global_batch
-    mem = estimate_memory(
-        req.model, plan, seq_length=req.seq_length, gbs=gbs, options=options, stage_counts=counts
-    )
-    tim = estimate_time(
-        req.model,
-        req.gpu,
-        plan,
-        seq_length=req.seq_length,
-        gbs=gbs,
-        options=options,
-        params=params,
-        stage_counts=counts,
-    )
+    mem = _memory_estimate(req, plan, options, counts)
+    tim = _time(req, plan, options, counts, params)
     cand = Candidate(
         plan=plan, options=options, memory=mem, time=tim, stage_counts=counts, mtp_layers=req.model.mtp_layers
     )
@@ -732,7 +733,6 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
     if not req.allow_full_recompute and len(ladder) > 1:
         ladder = [r for r in ladder if r != ("full",)]
     offloads = [0.0, 0.5, 1.0] if req.allow_offload else [0.0]
-    gbs = req.global_batch
     rejected: dict[str, int] = {}
     layouts = enumerate_layouts(req, rejected)
     rule_cp = rule_of_thumb_cp(req.seq_length)
@@ -751,9 +751,7 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
         def mem_gib(
             opts: TrainingOptions, plan: PlanLayout = plan, counts: tuple[int, ...] = counts
         ) -> float:
-            return estimate_memory(
-                req.model, plan, seq_length=req.seq_length, gbs=gbs, options=opts, stage_counts=counts
-            ).total_gib
+            return _memory(req, plan, opts, counts)
 
         try:
             heaviest = _options_for(req, plan, ladder[-1], offloads[-1])
@@ -777,20 +775,9 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
                     else:
                         lo = mid + 1
                 opts = _options_for(req, plan, ladder[lo], offload)
-                tim = estimate_time(
-                    req.model,
-                    req.gpu,
-                    plan,
-                    seq_length=req.seq_length,
-                    gbs=gbs,
-                    options=opts,
-                    params=params,
-                    stage_counts=counts,
-                )
+                tim = _time(req, plan, opts, counts, params)
                 if best is None or tim.step_time < best.time.step_time:
-                    mem = estimate_memory(
-                        req.model, plan, seq_length=req.seq_length, gbs=gbs, options=opts, stage_counts=counts
-                    )
+                    mem = _memory_estimate(req, plan, opts, counts)
                     best = Candidate(
                         plan=plan,
                         options=opts,

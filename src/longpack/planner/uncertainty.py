@@ -219,9 +219,9 @@ def residuals_from_lomo(results: Iterable[Any]) -> list[Residual]:
 
 def write_residuals(residuals: Sequence[Residual], path: str | Path, *, rounds: int) -> None:
     """Write the residual file (atomically) with a per-group summary for readers."""
-    import os
-    import tempfile
     from dataclasses import asdict
+
+    from longpack.outputs import atomic_write_bytes
 
     groups: dict[str, dict[str, Any]] = {}
     for key in sorted({(r.band, r.generation, r.kind) for r in residuals}):
@@ -240,13 +240,7 @@ def write_residuals(residuals: Sequence[Residual], path: str | Path, *, rounds: 
         "groups": groups,
         "residuals": [asdict(r) for r in residuals],
     }
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(yaml.safe_dump(doc, sort_keys=False, width=120))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
+    atomic_write_bytes(Path(path), yaml.safe_dump(doc, sort_keys=False, width=120).encode("utf-8"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

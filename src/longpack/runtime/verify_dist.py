@@ -32,10 +32,13 @@ import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from longpack.outputs import atomic_write_bytes
 
 __all__ = ["DistReport", "run_cp_verify", "run_pp_verify", "stage_batch"]
 
@@ -384,10 +387,9 @@ def _pp_worker(rank: int, size: int, init_file: str, out_dir: str, payload: dict
 
 
 def _write(out_dir: str, rank: int, worst: dict[str, float], failures: list[dict[str, Any]]) -> None:
-    path = os.path.join(out_dir, f"rank{rank}.json")
-    with open(path + ".tmp", "w") as handle:
-        json.dump({"worst": worst, "failures": failures}, handle)
-    os.replace(path + ".tmp", path)
+    atomic_write_bytes(
+        Path(out_dir) / f"rank{rank}.json", json.dumps({"worst": worst, "failures": failures}).encode()
+    )
 
 
 def _run(
