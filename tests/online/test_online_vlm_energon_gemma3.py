@@ -198,18 +198,16 @@ def qwen3_vl_preparer():
         ("gemma3", 0, False),
         ("gemma3", 0, True),
         pytest.param("gemma3", 2, False, marks=pytest.mark.slow),
-        ("qwen3_vl", 0, False),
-        pytest.param("qwen3_vl", 2, True, marks=pytest.mark.slow),
     ],
 )
 def test_video_samples_of_a_family_without_video_are_skipped_and_named_not_fatal(
     tmp_path, family: str, workers: int, eager: bool
 ) -> None:
-    """Gemma3-VL has no video input and longpack does not reproduce Qwen3-VL's video frames: in a mixed
-    image/video dataset each video sample is refused (``unsupported_video``, its key and the fix in its
-    ``skipped`` record), every image sample is packed; the loader does not stop."""
+    """Gemma3-VL has no video input: in a mixed image/video dataset each video sample is refused
+    (``unsupported_video``, its key and the fix in its ``skipped`` record), every image sample is packed;
+    the loader does not stop."""
     root = write_dataset(tmp_path, mixed_members, MIXED_SAMPLES, shards=2)
-    prep = gemma3_preparer() if family == "gemma3" else qwen3_vl_preparer()
+    prep = gemma3_preparer()
     loader, _ = make_loader(root, workers=workers, eager=eager, prep=prep)
     batches = list(loader)
     keys = accounting(batches)
@@ -222,4 +220,21 @@ def test_video_samples_of_a_family_without_video_are_skipped_and_named_not_fatal
     ]
     for r in skipped:
         assert r["message"].startswith(f"sample {r['key']}: ")
-        assert r["message"].endswith("(use qwen2_vl / qwen2_5_vl for video, or drop the video samples)")
+        assert r["message"].endswith(
+            "(use qwen2_vl / qwen2_5_vl / qwen3_vl for video, or drop the video samples)"
+        )
+
+
+@pytest.mark.parametrize(("workers", "eager"), [(0, False), pytest.param(2, True, marks=pytest.mark.slow)])
+def test_qwen3_vl_packs_the_same_mixed_image_and_video_dataset_whole(
+    tmp_path, workers: int, eager: bool
+) -> None:
+    """The dataset Gemma3-VL refuses half of: Qwen3-VL takes video files, so every sample is packed, none
+    skipped."""
+    root = write_dataset(tmp_path, mixed_members, MIXED_SAMPLES, shards=2)
+    loader, _ = make_loader(root, workers=workers, eager=eager, prep=qwen3_vl_preparer())
+    batches = list(loader)
+    keys = accounting(batches)
+    assert len(keys) == MIXED_SAMPLES and set(keys.values()) == {1}
+    assert sorted(k for b in batches for k in b["sample_keys"]) == [f"s{i:05d}" for i in range(MIXED_SAMPLES)]
+    assert [r for b in batches for r in b["skipped"]] == []

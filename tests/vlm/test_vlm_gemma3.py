@@ -180,7 +180,9 @@ def test_every_bad_input_class_is_named_and_counted(key: str) -> None:
         prep.prepare({**sample, "__key__": key})
     assert info.value.reason == reason and prep.stats.rejected[reason] == 1
     if reason == "unsupported_video":  # the message says what to do
-        assert str(info.value).endswith("(use qwen2_vl / qwen2_5_vl for video, or drop the video samples)")
+        assert str(info.value).endswith(
+            "(use qwen2_vl / qwen2_5_vl / qwen3_vl for video, or drop the video samples)"
+        )
     if good:
         batch = VisualInBatchCollator(prep.prepare, sequence_length=4096)(
             [good[0], {**sample, "__key__": key}, good[1]]

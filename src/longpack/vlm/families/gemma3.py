@@ -264,8 +264,8 @@ class Gemma3Preparer:
             raise SampleRejected(
                 key,
                 "unsupported_video",
-                f"{len(videos)} video(s), but Gemma3-VL has no video input (use qwen2_vl / qwen2_5_vl for "
-                "video, or drop the video samples)",
+                f"{len(videos)} video(s), but Gemma3-VL has no video input (use qwen2_vl / qwen2_5_vl / "
+                "qwen3_vl for video, or drop the video samples)",
             )
         return messages, images
 
