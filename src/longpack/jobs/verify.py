@@ -338,6 +338,34 @@ def _write_certificate(path: str | Path | None, certificate: dict[str, Any]) -> 
         atomic_write_bytes(Path(path), (json.dumps(certificate, indent=2) + "\n").encode())
 
 
+def _certified(
+    config: VerifyConfig,
+    certificate: dict[str, Any],
+    *,
+    ok: bool,
+    verdict: str,
+    rows: Any,
+    distributed: Any,
+    failures: Any,
+    notes: Any,
+    seconds: float,
+) -> VerifyResult:
+    """Every backend's ending: the certificate gets its first 100 failures and the run time, is written
+    where ``config.certificate`` asks, and comes back inside the result."""
+    certificate = {**certificate, "failures": list(failures)[:100], "seconds": round(seconds, 2)}
+    _write_certificate(config.certificate, certificate)
+    return VerifyResult(
+        ok=ok,
+        verdict=verdict,
+        rows=tuple(rows),
+        distributed=tuple(distributed),
+        failures=tuple(failures),
+        notes=tuple(notes),
+        certificate=certificate,
+        seconds=seconds,
+    )
+
+
 def _order_rows(scan: Any, seed: int) -> list[int]:
     """Rows of a split in checking order: every file's first and last row, the 4 longest rows, the rest
     in a seeded permutation."""
@@ -579,18 +607,16 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
         },
         "fault_injected": config.fault,
         "notes": notes,
-        "failures": failures[:100],
-        "seconds": round(seconds, 2),
     }
-    _write_certificate(config.certificate, certificate)
-    return VerifyResult(
+    return _certified(
+        config,
+        certificate,
         ok=ok,
         verdict=verdict,
-        rows=tuple(reports),
-        distributed=tuple(distributed),
-        failures=tuple(failures),
-        notes=tuple(notes),
-        certificate=certificate,
+        rows=reports,
+        distributed=distributed,
+        failures=failures,
+        notes=notes,
         seconds=seconds,
     )
 
@@ -773,18 +799,16 @@ def _run_vlm_checks(config: VerifyConfig) -> VerifyResult:
         },
         "fault_injected": config.fault,
         "notes": notes,
-        "failures": failures[:100],
-        "seconds": round(seconds, 2),
     }
-    _write_certificate(config.certificate, certificate)
-    return VerifyResult(
+    return _certified(
+        config,
+        certificate,
         ok=ok,
         verdict=verdict,
-        rows=tuple(reports),
+        rows=reports,
         distributed=(),
-        failures=tuple(failures),
-        notes=tuple(notes),
-        certificate=certificate,
+        failures=failures,
+        notes=notes,
         seconds=seconds,
     )
 
@@ -858,17 +882,15 @@ def _run_megatron(config: VerifyConfig) -> VerifyResult:
         "rows_total": scan.rows,
         "worst": {"loss_rel_diff": worst},
         "tolerance": TOLERANCE,
-        "failures": failures[:100],
-        "seconds": round(seconds, 2),
     }
-    _write_certificate(config.certificate, certificate)
-    return VerifyResult(
+    return _certified(
+        config,
+        certificate,
         ok=ok,
         verdict=verdict,
         rows=(),
         distributed=(),
-        failures=tuple(failures),
+        failures=failures,
         notes=(),
-        certificate=certificate,
         seconds=seconds,
     )
