@@ -67,7 +67,7 @@ def _files(folder: Path, tmp: str) -> dict[str, str]:
     for p in sorted(folder.rglob("*")):
         if p.is_file() and not p.name.endswith(".lock"):
             data = p.read_bytes()
-            if p.suffix in (".json", ".yaml", ".jsonl", ".md"):
+            if p.suffix in (".json", ".yaml", ".jsonl", ".md", ".txt"):
                 text = data.decode().replace(os.path.realpath(tmp), "<TMP>").replace(tmp, "<TMP>")
                 if p.suffix == ".json":
                     text = json.dumps(_scrub(json.loads(text), tmp), sort_keys=True)
