@@ -140,7 +140,7 @@ class SweepSettings:
     pad_seq_to_mult: int = 1
     algorithm: str = DEFAULT_ALGORITHM
     seed: int = 0
-    overlength: str = "drop"
+    overlength: str = choices.OVERLENGTH_DROP
 
     def __post_init__(self) -> None:
         if not self.pack_lengths:
