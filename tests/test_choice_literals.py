@@ -31,6 +31,7 @@ ENFORCED: dict[str, tuple[str, ...]] = {
     "IDS_DTYPES": ("ids_dtype",),
     "COMPAT_MODES": ("compat",),
     "BACKENDS": ("backend",),
+    "EXECUTOR_CAPABILITIES": ("capability",),
 }
 #: Single values beside the lists (defaults, the balanced packer's name), with the settings they belong to.
 ENFORCED_VALUES: dict[str, tuple[str, ...]] = {
@@ -147,6 +148,8 @@ def _settings_near(tree: ast.AST) -> dict[int, set[str]]:
             for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
                 if default is not None:
                     mark([default], arg.arg)
+        elif isinstance(node, ast.Call) and _callee(node) in ("get", "pop") and len(node.args) == 2:
+            mark([node.args[1]], _name_of(node))  # settings.get("output_format", "parquet")
         elif (
             isinstance(node, ast.Call)
             and _callee(node) in ("setattr", "set_")
@@ -197,6 +200,14 @@ def test_the_walk_finds_a_literal(tmp_path: Path) -> None:
         '    if config.output_format == "npy":\n'
         '        g(overlength="drop")\n'
         '    return h(x or "first_fit_shuffle"), {"kind": "npy"}, config.get("backend") != "local"\n'
+        'x = settings.get("output_format", "parquet"), settings.get("kind", "parquet")\n'
     )
     found = sorted(f.split(" (", 1)[0].split(":", 1)[1] for f in choice_literals(tmp_path / "longpack"))
-    assert found == ["1: 'npy'", "3: 'npy'", "4: 'drop'", "5: 'first_fit_shuffle'", "5: 'local'"]
+    assert found == [
+        "1: 'npy'",
+        "3: 'npy'",
+        "4: 'drop'",
+        "5: 'first_fit_shuffle'",
+        "5: 'local'",
+        "6: 'parquet'",
+    ]

@@ -67,6 +67,9 @@ INT64_IDS: Final = "int64"
 INT32_IDS: Final = "int32"
 IDS_DTYPES: tuple[str, ...] = (INT64_IDS, INT32_IDS)
 DEFAULT_IDS_DTYPE = INT64_IDS
+#: Megatron-Bridge's ``dataset.seed`` default (``GPTSFTDatasetConfig``), the seed of its prepare step; also
+#: Megatron-LM's ``--seed`` default.
+BRIDGE_DEFAULT_SEED: Final = 1234
 #: ``compat`` presets: settings under which the output is byte-identical to the named tool's prepare step.
 MEGATRON_BRIDGE_COMPAT: Final = "megatron-bridge"
 COMPAT_MODES: tuple[str, ...] = (MEGATRON_BRIDGE_COMPAT,)
@@ -74,6 +77,13 @@ COMPAT_MODES: tuple[str, ...] = (MEGATRON_BRIDGE_COMPAT,)
 LOCAL_BACKEND: Final = "local"
 RAY_BACKEND: Final = "ray"
 BACKENDS: tuple[str, ...] = (LOCAL_BACKEND, RAY_BACKEND)
+#: What an executor of the pack job can do beyond tokenizing and writing Parquet shards
+#: (``PackExecutor.supports``): resample a ``mix`` in memory, read and write token stores, cut over-long
+#: samples into fragments, write a split as one file in the driver's process (``npy``, ``indexed``).
+MIX: Final = "mix"
+TOKEN_STORE: Final = "token_store"
+ONE_FILE_PER_SPLIT: Final = "one_file_per_split"
+EXECUTOR_CAPABILITIES: tuple[str, ...] = (MIX, TOKEN_STORE, OVERLENGTH_FRAGMENT, ONE_FILE_PER_SPLIT)
 #: What ``longpack verify`` runs its tiny model with (transformers on CPU, or Megatron-Core + TE on CUDA).
 VERIFY_BACKENDS: tuple[str, ...] = ("hf", "megatron")
 

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from longpack import choices
 from longpack.errors import ConfigError
+from longpack.packed.formats import output_format
 from longpack.validate import one_of
 
 __all__ = [
@@ -327,7 +327,6 @@ def handoff_from_manifest(
     """
     settings, mb = manifest["settings"], manifest["megatron_bridge"]
     balanced_for = balance_topology(settings.get("balance"))
-    output_format = settings.get("output_format", choices.PARQUET)
     return BridgeHandoff(
         out=out,
         pack_size=int(settings["pack_size"]),
@@ -337,7 +336,7 @@ def handoff_from_manifest(
         train_path=mb["packed_train_data_path"],
         val_path=mb.get("packed_val_data_path"),
         metadata_path=mb["packed_metadata_path"],
-        api="legacy" if output_format == choices.NPY else "main",
+        api=output_format(settings.get("output_format")).bridge_api or "main",
         tp=tp,
         cp=cp,
         sp=sp,

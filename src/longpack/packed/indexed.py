@@ -411,7 +411,7 @@ def inspect_indexed(
         raise ConfigError(
             "seq_length is required to inspect a prefix (GPTDataset's sequence length)", fields="seq_length"
         )
-    seed = 1234 if seed is None else seed
+    seed = choices.BRIDGE_DEFAULT_SEED if seed is None else seed
     out: dict[str, Any] = {
         "folder": str(path),
         "ok": True,
