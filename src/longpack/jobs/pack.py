@@ -51,7 +51,8 @@ from longpack.text.rows import TextConfig
 if TYPE_CHECKING:
     from longpack.jobs.executors import PackExecutor
     from longpack.packed.formats import OutputFormat
-    from longpack.packed.pipeline import PackSettings
+    from longpack.packed.manifest import PackManifest
+    from longpack.packed.settings import PackSettings
 from longpack.validate import finite_float, flag, optional_positive_int, positive_int
 from longpack.validate import seed as seed_value
 
@@ -528,7 +529,7 @@ class PackConfig:
     def _pack_settings(self, mult: int, seq_length: int) -> PackSettings:
         """The packed layer's settings; the algorithm and the balance spec are settled here, once."""
         from longpack.choices import BALANCED_ALGORITHM as BALANCED
-        from longpack.packed.pipeline import PackSettings
+        from longpack.packed.settings import PackSettings
 
         algorithm = self.algorithm
         seed = self.seed
@@ -951,7 +952,7 @@ class PackResult:
     """
 
     out: Path
-    manifest: Any  # PackManifest
+    manifest: PackManifest
     pad_seq_to_mult_source: str = ""
     #: The executor's report (``{"name": "ray", "driver_peak_rss_bytes": ..., ...}``), or ``None`` (local).
     backend: dict[str, Any] | None = None

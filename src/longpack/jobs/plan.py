@@ -15,7 +15,7 @@ import glob
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longpack import choices
 from longpack.errors import ConfigError, InputError
@@ -36,6 +36,11 @@ __all__ = [
     "parse_layout",
     "rejection_lines",
 ]
+
+if TYPE_CHECKING:
+    from longpack.planner.reference import Comparison, Reference
+    from longpack.planner.search import Candidate as PlannerCandidate
+    from longpack.planner.search import SearchRequest, SearchResult
 
 
 def parse_layout(text: str, *, world_size: int) -> tuple[Any, dict[str, int]]:
@@ -508,14 +513,14 @@ class PlanResult:
     """The planner's answer: ``request`` (``SearchRequest``) and ``search`` (``SearchResult``: ranked
     ``candidates``, ``layouts_considered``, ``layouts_feasible``, ``rejected`` counts by reason)."""
 
-    request: Any
-    search: Any
-    reference: Any = None
-    comparison: Any = None
+    request: SearchRequest
+    search: SearchResult
+    reference: Reference | None = None
+    comparison: Comparison | None = None
     #: ``{"path", "points"}`` when ``PlanConfig.plot`` wrote a figure (best layout per sequence length).
     plot: dict[str, Any] | None = None
     #: ``plan --data``: static CP, hybrid CP and the DP-balanced scheduler on the data (``CPModesOfData``).
-    cp_modes: Any = None
+    cp_modes: CPModesOfData | None = None
 
     @property
     def candidates(self) -> list[Any]:
@@ -859,8 +864,8 @@ class EstimateResult:
     """The planner's ``SearchRequest``, the evaluated ``Candidate`` and its account (``to_dict()``: memory
     and time terms, ``fits``, the Megatron-Bridge overrides)."""
 
-    request: Any
-    candidate: Any
+    request: SearchRequest
+    candidate: PlannerCandidate
     doc: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
