@@ -14,10 +14,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from longpack.errors import ConfigError
 from longpack.validate import optional_positive_int, positive_int
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 
 class TopologyError(ConfigError):
@@ -56,6 +60,20 @@ def pad_seq_to_mult(*, tp: int = 1, cp: int = 1, sp: bool = False) -> int:
     (4, 1)
     """
     return math.lcm(*_pad_terms(_size(tp, "tp"), _size(cp, "cp"), sp))
+
+
+@overload
+def align_up(length: int, multiple: int) -> int: ...
+@overload
+def align_up(length: npt.NDArray[np.int64], multiple: int) -> npt.NDArray[np.int64]: ...
+def align_up(length: int | npt.NDArray[np.int64], multiple: int) -> int | npt.NDArray[np.int64]:
+    """``length`` rounded up to a multiple of ``multiple``: the length of a sequence padded to
+    ``pad_seq_to_mult`` (the one place it is computed; an integer or an integer numpy array).
+
+    >>> align_up(13, 4), align_up(16, 4), align_up(5, 1), align_up(0, 8)
+    (16, 16, 5, 0)
+    """
+    return -(-length // multiple) * multiple
 
 
 def pad_seq_to_mult_terms(*, tp: int = 1, cp: int = 1, sp: bool = False) -> str:
