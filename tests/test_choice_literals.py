@@ -36,12 +36,14 @@ ENFORCED: dict[str, tuple[str, ...]] = {
     "SCHEDULES": ("schedule",),
     "SAMPLERS": ("sampler",),
     "DEFERRED_VLM_ENCODERS": ("task_encoder", "target"),
+    "ROLLOUT_DISTRIBUTIONS": ("distribution",),
 }
 #: Single values beside the lists (defaults, the balanced packer's name), with the settings they belong to.
 ENFORCED_VALUES: dict[str, tuple[str, ...]] = {
     "DEFAULT_ALGORITHM": ENFORCED["ALGORITHMS"],
     "MEGATRON_ALGORITHM": ENFORCED["ALGORITHMS"],
     "BALANCED_ALGORITHM": ENFORCED["ALGORITHMS"],
+    "DEFAULT_ROLLOUT_DISTRIBUTION": ENFORCED["ROLLOUT_DISTRIBUTIONS"],
 }
 #: Lists whose literals are still spelled out elsewhere, and why they are not enforced yet.
 NOT_YET: dict[str, str] = {

@@ -25,6 +25,11 @@ MEGATRON_ALGORITHM = FIRST_FIT_SHUFFLE
 #: Workload-balanced rows for a training topology: chosen by a balance target, never named alone.
 BALANCED_ALGORITHM: Final = "balanced"
 
+#: How the RL rollout packer gives bins to DP ranks (``longpack.balance.rollouts``): Megatron-LM's two orders
+#: (``distribute_packed_bins``: contiguous runs, or every DP-th bin) and longpack's cost-balanced one.
+ROLLOUT_DISTRIBUTIONS: tuple[str, ...] = ("fifo", "round-robin", "balanced")
+DEFAULT_ROLLOUT_DISTRIBUTION = "fifo"
+
 #: VLM model families (``longpack.vlm.families.FAMILIES``, one module each); Qwen2-VL is the default.
 VLM_FAMILIES: tuple[str, ...] = (
     "gemma3",
