@@ -11,6 +11,7 @@ Megatron-Bridge overrides).
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 from dataclasses import dataclass
@@ -279,7 +280,7 @@ class PlanConfig:
             if not isinstance(value, str) and (value is not None or name in ("model", "gpu", "precision")):
                 raise ConfigError(f"{name} must be a name (a string), got {value!r}", fields=name)
         flag(self.offload, "offload")
-        object.__setattr__(self, "_request", self._build_request())
+        self.request  # noqa: B018 - the request is built (and checked) now, on construction
 
     def request_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of the planner's ``SearchRequest`` (catalog entries loaded)."""
@@ -312,7 +313,8 @@ class PlanConfig:
             ),
         }
 
-    def _build_request(self) -> Any:
+    def resolve(self) -> SearchRequest:
+        """The planner's ``SearchRequest`` for these fields (a new object; no field is written)."""
         from longpack.planner.options import TrainingOptions
         from longpack.planner.search import SearchRequest
 
@@ -323,10 +325,10 @@ class PlanConfig:
         )
         return req
 
-    @property
-    def request(self) -> Any:
-        """The planner's ``SearchRequest``."""
-        return self._request  # type: ignore[attr-defined]
+    @functools.cached_property
+    def request(self) -> SearchRequest:
+        """The planner's ``SearchRequest`` (:meth:`resolve`'s, built once, on construction)."""
+        return self.resolve()
 
     def run(self) -> PlanResult:
         from longpack.planner.reference import compare, reference_for
