@@ -41,8 +41,10 @@ EXIT_OK, EXIT_FAILED = 0, 1
 BACKENDS = ("hf", "megatron")
 #: The fault names (one definition: ``longpack.runtime.verify.FAULTS``; listed here without importing torch).
 FAULT_NAMES = (
+    "conv-state-leak",
     "cp-positions-shifted",
     "drop-cu-seqlens",
+    "linear-state-leak",
     "loss-on-padding",
     "positions-not-restarted",
     "token-across-boundary",
@@ -50,7 +52,14 @@ FAULT_NAMES = (
 
 
 #: Catalog families (``longpack.catalog``) verify can build from the catalog alone, by model type.
-_CATALOG_MODEL_TYPES = {"qwen3_8b": "qwen3", "llama3_1_8b": "llama", "llama3_1_70b": "llama"}
+_CATALOG_MODEL_TYPES = {
+    "qwen3_8b": "qwen3",
+    "llama3_1_8b": "llama",
+    "llama3_1_70b": "llama",
+    "qwen3_30b_a3b": "qwen3_moe",
+    "qwen3_235b_a22b": "qwen3_moe",
+    "qwen3_next_80b_a3b": "qwen3_next",
+}
 
 
 def load_hf_config(name_or_path: str) -> dict[str, Any]:
@@ -120,6 +129,7 @@ def _from_catalog(name: str) -> dict[str, Any] | None:
         "rope_theta": rope.get("theta", 10000),
         "max_position_embeddings": entry.get("max_position_embeddings", 131072),
     }
+    config.update(_catalog_moe_and_hybrid(entry))
     if rope.get("scaling") == "llama3":
         config["rope_scaling"] = {
             "rope_type": "llama3",
@@ -129,6 +139,43 @@ def _from_catalog(name: str) -> dict[str, Any] | None:
             "original_max_position_embeddings": 8192,
         }
     return config
+
+
+def _catalog_moe_and_hybrid(entry: dict[str, Any]) -> dict[str, Any]:
+    """The Hugging Face config keys of a catalog entry's experts, Gated DeltaNet layers, partial RoPE and MTP.
+
+    >>> from longpack.catalog import catalog_entry
+    >>> extra = _catalog_moe_and_hybrid(catalog_entry("qwen3_next_80b_a3b"))
+    >>> extra["linear_num_value_heads"], extra["num_experts"], extra["mtp_num_hidden_layers"]
+    (32, 512, 1)
+    """
+    out: dict[str, Any] = {}
+    moe = entry.get("moe") or {}
+    if moe:
+        out |= {
+            "num_experts": moe["num_experts"],
+            "num_experts_per_tok": moe["top_k"],
+            "moe_intermediate_size": moe["moe_ffn_hidden_size"],
+            "norm_topk_prob": bool(moe.get("norm_topk_prob", True)),
+        }
+        if moe.get("shared_expert_ffn_hidden_size"):
+            out["shared_expert_intermediate_size"] = moe["shared_expert_ffn_hidden_size"]
+    gdn = entry.get("gated_deltanet") or {}
+    if gdn:
+        out |= {
+            "linear_num_key_heads": gdn["num_key_heads"],
+            "linear_key_head_dim": gdn["key_head_dim"],
+            "linear_num_value_heads": gdn["num_value_heads"],
+            "linear_value_head_dim": gdn["value_head_dim"],
+            "linear_conv_kernel_dim": gdn["conv_kernel_dim"],
+            "full_attention_interval": entry["layer_pattern"]["full_attention_interval"],
+        }
+    factor = entry["attention"].get("partial_rotary_factor")
+    if factor is not None:
+        out["partial_rotary_factor"] = factor
+    if entry.get("mtp_layers"):
+        out["mtp_num_hidden_layers"] = int(entry["mtp_layers"])
+    return out
 
 
 def megatron_backend_missing() -> list[str]:

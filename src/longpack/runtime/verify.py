@@ -40,6 +40,7 @@ import torch.nn.functional as F
 
 from longpack.runtime.attention import TokenLayout, token_layout
 from longpack.runtime.collate import row_boundaries
+from longpack.runtime.verify_linear import LINEAR_FAULTS, has_linear_layers
 from longpack.runtime.verify_model import HEAD_CLASSES, THD_ATTENTION, AttentionPlan, attention_plan
 
 __all__ = [
@@ -85,6 +86,7 @@ FAULTS = {
     "cp-positions-shifted": "a CP rank's position ids are shifted (Megatron-LM #5243; needs CP)",
     "loss-on-padding": "loss_mask 1 on a padding token",
     "token-across-boundary": "a sample's last token counted in the next sample (boundary moved by one)",
+    **LINEAR_FAULTS,
 }
 
 
@@ -208,7 +210,7 @@ def metadata_failures(
 def apply_fault(batch: dict[str, Any], fault: str | None, spans: np.ndarray) -> dict[str, Any]:
     """The batch as a broken stack would hand it to the model (``fault`` one of :data:`FAULTS`; the CP and PP
     faults act in :mod:`longpack.runtime.verify_dist` and leave the single-process batch alone)."""
-    if fault is None or fault == "cp-positions-shifted":
+    if fault is None or fault == "cp-positions-shifted" or fault in LINEAR_FAULTS:
         return batch
     out = dict(batch)
     if fault == "drop-cu-seqlens":
@@ -251,21 +253,44 @@ def run_thd(
     plan: AttentionPlan,
     *,
     gather: Any = None,
+    linear_plan: AttentionPlan | None = None,
+    conv_plan: AttentionPlan | None = None,
+    **extra: Any,
 ) -> torch.Tensor:
     """The model's last hidden states ``[T, hidden]`` for one THD row ``embeds [1, T, hidden]``; ``positions``
-    ``[T]``, or ``[3, 1, T]`` (mRoPE)."""
+    ``[T]``, or ``[3, 1, T]`` (mRoPE). ``linear_plan`` / ``conv_plan``: the sequences the Gated DeltaNet's
+    delta rule / causal conv1d see (default: ``plan``'s; the linear faults hand them other ones)."""
+    return run_thd_outputs(
+        model, embeds, positions, plan, gather=gather, linear_plan=linear_plan, conv_plan=conv_plan, **extra
+    ).last_hidden_state[0]
+
+
+def run_thd_outputs(
+    model: Any,
+    embeds: torch.Tensor,
+    positions: torch.Tensor,
+    plan: AttentionPlan,
+    *,
+    gather: Any = None,
+    linear_plan: AttentionPlan | None = None,
+    conv_plan: AttentionPlan | None = None,
+    **extra: Any,
+) -> Any:
+    """:func:`run_thd`, returning the model's whole output (``extra``: e.g. ``output_router_logits``)."""
     model.config._attn_implementation = THD_ATTENTION
     try:
-        out = model(
+        return model(
             inputs_embeds=embeds,
             position_ids=positions.view(1, -1) if positions.dim() == 1 else positions,
             attention_mask=layer_masks(model),
             thd_plan=plan,
             thd_gather=gather,
+            thd_linear_plan=linear_plan,
+            thd_conv_plan=conv_plan,
+            **extra,
         )
     finally:
         model.config._attn_implementation = "sdpa"
-    return out.last_hidden_state[0]
 
 
 def token_losses(
@@ -317,6 +342,14 @@ class RowVerifier:
         self.in_batch_multiple = in_batch_multiple
         self.reference_tokens = reference_tokens
         self.thorough = thorough
+        if fault in LINEAR_FAULTS and not has_linear_layers(model.config):
+            from longpack.errors import ConfigError
+
+            raise ConfigError(
+                f"fault {fault!r} acts on Gated DeltaNet layers and model_type {model.config.model_type!r} has "
+                "none; inject it with a hybrid model (qwen3_next)",
+                fields="fault",
+            )
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.embed = model.get_input_embeddings()
         gen = torch.Generator().manual_seed(seed + 1)
@@ -471,7 +504,17 @@ class RowVerifier:
         weights = self.weights(len(samples), index)
         layout = batch_layout(batch, width)
         embeds = self.embed(tokens.view(1, -1)).detach().requires_grad_(True)
-        hidden = run_thd(self.model, embeds, positions, attention_plan(layout))
+        plan = attention_plan(layout)
+        # The linear faults: the Gated DeltaNet (or only its convolution) sees the whole row as one sequence.
+        leaked = attention_plan(token_layout([0, width], width)) if self.fault in LINEAR_FAULTS else None
+        hidden = run_thd(
+            self.model,
+            embeds,
+            positions,
+            plan,
+            linear_plan=leaked if self.fault == "linear-state-leak" else None,
+            conv_plan=leaked,
+        )
         per_token = token_losses(hidden, labels, loss_mask, self.head)
         packed_losses = torch.stack([per_token[int(a) : int(b)].sum() for a, b in itertools.pairwise(spans)])
         parity = torch.arange(len(samples)) % 2
@@ -557,7 +600,7 @@ class RowVerifier:
                     check="isolation",
                     sample=leak_sample,
                     detail=f"another sample's loss has a gradient of up to {leak:.2e} w.r.t. this sample's "
-                    "input embeddings (attention crosses a sample boundary)",
+                    "input embeddings (attention or a linear-attention state crosses a sample boundary)",
                     **where,
                 )
             )
