@@ -47,6 +47,7 @@ FAULT_NAMES = (
     "linear-state-leak",
     "loss-on-padding",
     "positions-not-restarted",
+    "route-padding",
     "token-across-boundary",
 )
 

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from longpack.runtime.attention import TokenLayout, token_layout
 from longpack.runtime.collate import row_boundaries
 from longpack.runtime.verify_linear import LINEAR_FAULTS, has_linear_layers
+from longpack.runtime.verify_moe import MOE_FAULTS, RouterStats, router_stats, routes
 from longpack.runtime.verify_model import HEAD_CLASSES, THD_ATTENTION, AttentionPlan, attention_plan
 
 __all__ = [
@@ -73,6 +74,9 @@ CHECKS = {
     "gradients": "parameter and input-embedding gradients packed = unpacked",
     "isolation": "gradient of one sample's loss w.r.t. another sample's embeddings is exactly zero",
     "in-batch": "in-batch THD packing of the row's samples (MBS > 1) = unpacked",
+    "moe": "MoE routers (softmax top-k families): every sample's tokens per expert, routing probabilities and "
+    "z-loss sums in the packed row = the sample's alone; the packed row's tokens per expert, load-balancing "
+    "loss and z-loss (padding left out) = those of the sum over its samples alone",
     "cp": "context-parallel zigzag shards (gloo ranks, all-gathered K/V) = the whole row; positions per rank",
     "pp": "every pipeline stage receives cu_seqlens and positions for every micro-batch; last-stage loss; "
     "every stage's parameter gradients (and the first stage's input-embedding gradients) after the backward "
@@ -87,6 +91,7 @@ FAULTS = {
     "loss-on-padding": "loss_mask 1 on a padding token",
     "token-across-boundary": "a sample's last token counted in the next sample (boundary moved by one)",
     **LINEAR_FAULTS,
+    **MOE_FAULTS,
 }
 
 
@@ -124,6 +129,8 @@ class RowReport:
     padding_loss_tokens: int
     in_batch_max_rel_diff: float
     failures: tuple[Failure, ...] = field(default=())
+    router_max_rel_diff: float = 0.0
+    router_padding_tokens: int = 0
 
     @property
     def ok(self) -> bool:
@@ -210,7 +217,7 @@ def metadata_failures(
 def apply_fault(batch: dict[str, Any], fault: str | None, spans: np.ndarray) -> dict[str, Any]:
     """The batch as a broken stack would hand it to the model (``fault`` one of :data:`FAULTS`; the CP and PP
     faults act in :mod:`longpack.runtime.verify_dist` and leave the single-process batch alone)."""
-    if fault is None or fault == "cp-positions-shifted" or fault in LINEAR_FAULTS:
+    if fault is None or fault == "cp-positions-shifted" or fault in LINEAR_FAULTS or fault in MOE_FAULTS:
         return batch
     out = dict(batch)
     if fault == "drop-cu-seqlens":
@@ -316,6 +323,7 @@ class Reference:
     losses: torch.Tensor
     param_grads: list[torch.Tensor]
     embed_grads: list[torch.Tensor]
+    router: list[RouterStats] | None = None
 
 
 class RowVerifier:
@@ -342,6 +350,15 @@ class RowVerifier:
         self.in_batch_multiple = in_batch_multiple
         self.reference_tokens = reference_tokens
         self.thorough = thorough
+        self.routes = routes(model.config)
+        if fault in MOE_FAULTS and not self.routes:
+            from longpack.errors import ConfigError
+
+            raise ConfigError(
+                f"fault {fault!r} acts on MoE routers and model_type {model.config.model_type!r} has none that "
+                "verify checks; inject it with a MoE model (qwen3_30b_a3b, qwen3_next_80b_a3b)",
+                fields="fault",
+            )
         if fault in LINEAR_FAULTS and not has_linear_layers(model.config):
             from longpack.errors import ConfigError
 
@@ -377,6 +394,9 @@ class RowVerifier:
         samples: Sequence[tuple[torch.Tensor, ...]],
         weights: torch.Tensor,
         with_grad: Sequence[bool] | None = None,
+        *,
+        router: bool = False,
+        real_lengths: Sequence[int] | None = None,
     ) -> Reference:
         """Run the samples unpacked (transformers' ``sdpa``, no THD metadata); gradients (of the weighted
         losses) only through the samples ``with_grad`` marks (default: all).
@@ -385,6 +405,8 @@ class RowVerifier:
         transformers hands SDPA ``is_causal`` and no mask: its flash kernel); shorter ones as right-padded
         batches with transformers' own padding mask (its masked kernel, cheap at these lengths)."""
         losses = torch.zeros(len(samples), dtype=torch.float64)
+        stats: list[Any] = [None] * len(samples)
+        top_k = int(getattr(self.model.config, "num_experts_per_tok", 1) or 1)
         param_grads = [torch.zeros_like(p) for p in self.params]
         embed_grads: list[torch.Tensor] = [torch.zeros(0)] * len(samples)
         marks = [True] * len(samples) if with_grad is None else list(with_grad)
@@ -420,9 +442,18 @@ class RowVerifier:
             embeds = self.embed(tokens).detach().requires_grad_(grad)
             padded = bool((attend == 0).any())
             with torch.set_grad_enabled(grad):
-                hidden = self.model(
-                    inputs_embeds=embeds, attention_mask=attend if padded else None
-                ).last_hidden_state
+                extra = {"output_router_logits": True} if router else {}
+                output = self.model(inputs_embeds=embeds, attention_mask=attend if padded else None, **extra)
+                hidden = output.last_hidden_state
+                if router:
+                    per_layer = [x.reshape(len(group), width, -1) for x in output.router_logits]
+                    for j, i in enumerate(group):
+                        keep = attend[j] != 0
+                        if (
+                            real_lengths is not None
+                        ):  # the sample's own tokens, its alignment padding left out
+                            keep = keep & (torch.arange(width) < int(real_lengths[i]))
+                        stats[i] = router_stats(tuple(x[j] for x in per_layer), keep, top_k=top_k)
                 per_token = token_losses(
                     hidden.reshape(-1, hidden.size(-1)), labels.flatten(), mask.flatten(), self.head
                 ).view(len(group), width)
@@ -438,7 +469,9 @@ class RowVerifier:
             for acc, g in zip(param_grads, grads[1:], strict=True):
                 if g is not None:
                     acc += g
-        return Reference(losses=losses, param_grads=param_grads, embed_grads=embed_grads)
+        return Reference(
+            losses=losses, param_grads=param_grads, embed_grads=embed_grads, router=stats if router else None
+        )
 
     def in_batch(self, samples: Sequence[tuple[torch.Tensor, ...]]) -> torch.Tensor:
         """Per-sample losses of the samples packed in-batch (MBS = number of samples)."""
@@ -507,14 +540,16 @@ class RowVerifier:
         plan = attention_plan(layout)
         # The linear faults: the Gated DeltaNet (or only its convolution) sees the whole row as one sequence.
         leaked = attention_plan(token_layout([0, width], width)) if self.fault in LINEAR_FAULTS else None
-        hidden = run_thd(
+        output = run_thd_outputs(
             self.model,
             embeds,
             positions,
             plan,
             linear_plan=leaked if self.fault == "linear-state-leak" else None,
             conv_plan=leaked,
+            **({"output_router_logits": True} if self.routes else {}),
         )
+        hidden = output.last_hidden_state[0]
         per_token = token_losses(hidden, labels, loss_mask, self.head)
         packed_losses = torch.stack([per_token[int(a) : int(b)].sum() for a, b in itertools.pairwise(spans)])
         parity = torch.arange(len(samples)) % 2
@@ -532,7 +567,21 @@ class RowVerifier:
                 objective, [embeds, *self.params], retain_graph=p != wanted[-1], allow_unused=True
             )
             grads_by_parity[p] = grads
-        ref = self.reference(samples, weights, with_grad=[int(q) in wanted for q in parity.tolist()])
+        real_lengths = [int((layout.real & (owner == i)).sum()) for i in range(len(samples))]
+        ref = self.reference(
+            samples,
+            weights,
+            with_grad=[int(q) in wanted for q in parity.tolist()],
+            router=self.routes,
+            real_lengths=real_lengths,
+        )
+        router_diff, router_padding = 0.0, 0
+        if self.routes:
+            assert ref.router is not None
+            router_diff, router_padding, found = self.router_failures(
+                output.router_logits, layout.real, owner, ref.router, where
+            )
+            failures += found
 
         loss_diffs = [
             abs(float(a) - float(b)) / max(1.0, abs(float(b)))
@@ -636,4 +685,58 @@ class RowVerifier:
             padding_loss_tokens=int(supervised_pad.numel()),
             in_batch_max_rel_diff=in_batch_diff,
             failures=tuple(kept),
+            router_max_rel_diff=router_diff,
+            router_padding_tokens=router_padding,
         )
+
+    def router_failures(
+        self,
+        logits: tuple[torch.Tensor, ...],
+        real: torch.Tensor,
+        owner: torch.Tensor,
+        alone: Sequence[RouterStats],
+        where: dict[str, Any],
+    ) -> tuple[float, int, list[Failure]]:
+        """The ``moe`` check: per-sample and whole-row router statistics, packed vs alone (see :data:`CHECKS`);
+        returns the worst relative difference, the padding tokens of the row and the failures."""
+        top_k = int(getattr(self.model.config, "num_experts_per_tok", 1) or 1)
+        out: list[Failure] = []
+        worst = 0.0
+        real = real.to(torch.bool)
+        for i, want in enumerate(alone):
+            got = router_stats(logits, real & (owner == i), top_k=top_k)
+            diff = max(_rel(got.probs, want.probs), _rel(got.z, want.z))
+            worst = max(worst, diff)
+            if not torch.equal(got.counts, want.counts) or diff > TOLERANCE:
+                out.append(
+                    Failure(
+                        check="moe",
+                        sample=i,
+                        detail=f"router statistics of the sample in the packed row differ from the sample alone "
+                        f"(tokens per expert {got.counts.tolist()} vs {want.counts.tolist()}; probabilities / "
+                        f"z-loss relative {diff:.2e})",
+                        **where,
+                    )
+                )
+        # What the stack counts for the row's aux losses: its real tokens (the fault: every token).
+        counted = torch.ones_like(real) if self.fault == "route-padding" else real
+        row = router_stats(logits, counted, top_k=top_k)
+        total = alone[0]
+        for stats in alone[1:]:
+            total = total + stats
+        lb = _rel(row.load_balancing_loss(top_k), total.load_balancing_loss(top_k))
+        z = _rel(row.z_loss(), total.z_loss())
+        worst = max(worst, lb, z)
+        if not torch.equal(row.counts, total.counts) or max(lb, z) > TOLERANCE:
+            out.append(
+                Failure(
+                    check="moe",
+                    sample=None,
+                    detail=f"the packed row's router statistics differ from the sum over its samples alone: "
+                    f"{row.tokens} tokens counted vs {total.tokens}, tokens per expert (first MoE layer) "
+                    f"{row.counts[0].tolist()} vs {total.counts[0].tolist()}, load-balancing loss relative "
+                    f"{lb:.2e}, z-loss relative {z:.2e} (padding tokens routed into the statistics?)",
+                    **where,
+                )
+            )
+        return worst, int((~real).sum()), out
