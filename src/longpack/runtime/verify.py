@@ -41,8 +41,8 @@ import torch.nn.functional as F
 from longpack.runtime.attention import TokenLayout, token_layout
 from longpack.runtime.collate import row_boundaries
 from longpack.runtime.verify_linear import LINEAR_FAULTS, has_linear_layers
-from longpack.runtime.verify_moe import MOE_FAULTS, RouterStats, router_stats, routes
 from longpack.runtime.verify_model import HEAD_CLASSES, THD_ATTENTION, AttentionPlan, attention_plan
+from longpack.runtime.verify_moe import MOE_FAULTS, RouterStats, router_stats, routes
 
 __all__ = [
     "CHECKS",

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["MOE_FAULTS", "ROUTER_FAMILIES", "RouterStats", "routes", "router_stats"]
+__all__ = ["MOE_FAULTS", "ROUTER_FAMILIES", "RouterStats", "router_stats", "routes"]
 
 #: Families with a softmax top-k router whose logits transformers records (``output_router_logits``).
 ROUTER_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "qwen3_next")
