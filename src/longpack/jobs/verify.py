@@ -46,6 +46,7 @@ FAULT_NAMES = (
     "drop-cu-seqlens",
     "linear-state-leak",
     "loss-on-padding",
+    "mtp-global-roll",
     "positions-not-restarted",
     "route-padding",
     "token-across-boundary",
@@ -475,7 +476,7 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
     from longpack.packed.folder import PackedFolder
     from longpack.runtime.collate import PackedCollator
     from longpack.runtime.dataset import PackedDataset
-    from longpack.runtime.verify import CHECKS, RowVerifier
+    from longpack.runtime.verify import CHECKS, RowVerifier, coverage
     from longpack.runtime.verify_dist import run_cp_verify, run_pp_verify
     from longpack.runtime.verify_model import (
         HEAD_CLASSES,
@@ -575,6 +576,12 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
     seconds = time.perf_counter() - began
     if ok:
         dist_text = ", ".join(f"{d.kind.upper()} {d.size}" for d in distributed) or "no CP/PP"
+        parts = coverage(model.config)["parts"]
+        dist_text = (
+            ("MoE router statistics; " if parts["moe_router"]["covered"] else "")
+            + ("MTP; " if parts["mtp"]["covered"] else "")
+            + dist_text
+        )
         verdict = (
             f"PASS: {checked} of {total_rows} rows, packed = unpacked (loss, gradients, isolation, padding, "
             f"positions; {dist_text}) with a tiny {source.get('model_type')} in float64 ({seconds:.1f} s)"
@@ -643,6 +650,11 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
             "micro_batch_size": 1,
         },
         "checks": CHECKS,
+        "coverage": coverage(
+            model.config,
+            cp=[d.size for d in distributed if d.kind == "cp"],
+            pp=[d.size for d in distributed if d.kind == "pp"],
+        ),
         "rows_checked": chosen,
         "rows_total": total_rows,
         "worst": {
@@ -651,6 +663,9 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
             "embedding_grad_rel_diff": max((r.embedding_grad_max_rel_diff for r in reports), default=0.0),
             "cross_sample_gradient": max((r.leak_max_abs for r in reports), default=0.0),
             "in_batch_rel_diff": max((r.in_batch_max_rel_diff for r in reports), default=0.0),
+            "router_rel_diff": max((r.router_max_rel_diff for r in reports), default=0.0),
+            "mtp_loss_rel_diff": max((r.mtp_loss_max_rel_diff for r in reports), default=0.0),
+            "mtp_cross_sample_gradient": max((r.mtp_leak_max_abs for r in reports), default=0.0),
             "distributed": [asdict(d) | {"failures": len(d.failures)} for d in distributed],
         },
         "fault_injected": config.fault,

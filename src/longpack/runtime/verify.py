@@ -43,6 +43,14 @@ from longpack.runtime.collate import row_boundaries
 from longpack.runtime.verify_linear import LINEAR_FAULTS, has_linear_layers
 from longpack.runtime.verify_model import HEAD_CLASSES, THD_ATTENTION, AttentionPlan, attention_plan
 from longpack.runtime.verify_moe import MOE_FAULTS, RouterStats, router_stats, routes
+from longpack.runtime.verify_mtp import (
+    MTP_FAULTS,
+    MTPHead,
+    mtp_depth,
+    roll_alone,
+    roll_global,
+    roll_per_sequence,
+)
 
 __all__ = [
     "CHECKS",
@@ -77,6 +85,9 @@ CHECKS = {
     "moe": "MoE routers (softmax top-k families): every sample's tokens per expert, routing probabilities and "
     "z-loss sums in the packed row = the sample's alone; the packed row's tokens per expert, load-balancing "
     "loss and z-loss (padding left out) = those of the sum over its samples alone",
+    "mtp": "multi-token prediction (depth 1, Megatron-Core's MTP layer): the packed row's MTP inputs, labels "
+    "and loss mask rolled per sequence = each sample's own roll; per-sample MTP loss packed = alone; the "
+    "gradient of one sample's MTP loss w.r.t. another sample's MTP inputs is exactly zero",
     "cp": "context-parallel zigzag shards (gloo ranks, all-gathered K/V) = the whole row; positions per rank",
     "pp": "every pipeline stage receives cu_seqlens and positions for every micro-batch; last-stage loss; "
     "every stage's parameter gradients (and the first stage's input-embedding gradients) after the backward "
@@ -92,6 +103,7 @@ FAULTS = {
     "token-across-boundary": "a sample's last token counted in the next sample (boundary moved by one)",
     **LINEAR_FAULTS,
     **MOE_FAULTS,
+    **MTP_FAULTS,
 }
 
 
@@ -131,6 +143,8 @@ class RowReport:
     failures: tuple[Failure, ...] = field(default=())
     router_max_rel_diff: float = 0.0
     router_padding_tokens: int = 0
+    mtp_loss_max_rel_diff: float = 0.0
+    mtp_leak_max_abs: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -217,7 +231,11 @@ def metadata_failures(
 def apply_fault(batch: dict[str, Any], fault: str | None, spans: np.ndarray) -> dict[str, Any]:
     """The batch as a broken stack would hand it to the model (``fault`` one of :data:`FAULTS`; the CP and PP
     faults act in :mod:`longpack.runtime.verify_dist` and leave the single-process batch alone)."""
-    if fault is None or fault == "cp-positions-shifted" or fault in LINEAR_FAULTS or fault in MOE_FAULTS:
+    if (
+        fault is None
+        or fault == "cp-positions-shifted"
+        or fault in {**LINEAR_FAULTS, **MOE_FAULTS, **MTP_FAULTS}
+    ):
         return batch
     out = dict(batch)
     if fault == "drop-cu-seqlens":
@@ -245,6 +263,69 @@ def apply_fault(batch: dict[str, Any], fault: str | None, spans: np.ndarray) -> 
     else:
         raise ValueError(f"unknown fault {fault!r}; known: {', '.join(sorted(FAULTS))}")
     return out
+
+
+#: How each layer type runs packed (the certificate's ``coverage``).
+LAYER_TYPE_RUNS = {
+    "full_attention": f"softmax attention: {THD_ATTENTION} (causal SDPA per cu_seqlens sequence)",
+    "sliding_attention": f"sliding-window attention: {THD_ATTENTION} with the window per sequence",
+    "chunked_attention": f"chunked attention: {THD_ATTENTION}",
+    "linear_attention": "Gated DeltaNet: transformers' own causal_conv1d_fn and torch_chunk_gated_delta_rule "
+    "run per cu_seqlens sequence (zero convolution history and zero recurrent state at every sequence start, "
+    "chunks from the sequence's first token, as FLA and Megatron-Core with cu_seqlens)",
+}
+#: What verify does not prove (the certificate's ``coverage.not_covered``); entries that depend on the model
+#: are added by :func:`coverage`.
+NOT_COVERED = (
+    "Mamba / SSM layers (Nemotron-H, Falcon-H1): no packed path yet; verify refuses those families",
+    "the fused GPU kernels themselves (FLA, causal-conv1d, TransformerEngine): the CPU runs transformers' torch "
+    "fallbacks; benchmarks/gpu_verify.py runs Megatron-Core's on a GPU",
+    "expert parallelism and token dispatch (one process: every expert local)",
+    "MoE router statistics and MTP under CP and PP (single process only)",
+)
+
+
+def coverage(config: Any, *, cp: Sequence[int] = (), pp: Sequence[int] = ()) -> dict[str, Any]:
+    """What this run covered and what it could not, for the tiny model's ``config``.
+
+    >>> from types import SimpleNamespace
+    >>> c = coverage(SimpleNamespace(model_type="qwen3", layer_types=None), cp=(2,))
+    >>> c["layer_types"], c["parts"]["cp"], c["parts"]["moe_router"]["covered"]
+    (['full_attention'], [2], False)
+    """
+    types = sorted(set(getattr(config, "layer_types", None) or ["full_attention"]))
+    linear = has_linear_layers(config)
+    depth = mtp_depth(config)
+    routed = routes(config)
+    experts = getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None) or 0
+    not_covered = list(NOT_COVERED)
+    if experts and not routed:
+        not_covered.append(
+            f"the router statistics of {config.model_type} (router not softmax top-k: not recomputed here)"
+        )
+    if depth > 1:
+        not_covered.append(f"MTP depths 2..{depth} (the tiny model has one MTP layer)")
+    return {
+        "family": getattr(config, "model_type", None),
+        "layer_types": types,
+        "layer_type_runs": {t: LAYER_TYPE_RUNS.get(t, "?") for t in types},
+        "parts": {
+            "cp": list(cp),
+            "pp": list(pp),
+            "linear_attention_cp": (
+                "head split (each rank runs whole sequences for its heads / conv channels, all-gathered back)"
+                if linear and cp
+                else None
+            ),
+            "moe_router": {
+                "covered": routed,
+                "experts": int(experts),
+                "top_k": getattr(config, "num_experts_per_tok", None),
+            },
+            "mtp": {"covered": depth > 0, "depth_declared": depth, "depth_checked": 1 if depth else 0},
+        },
+        "not_covered": not_covered,
+    }
 
 
 def layer_masks(model: Any) -> dict[str, None]:
@@ -324,6 +405,7 @@ class Reference:
     param_grads: list[torch.Tensor]
     embed_grads: list[torch.Tensor]
     router: list[RouterStats] | None = None
+    hidden: list[torch.Tensor] | None = None
 
 
 class RowVerifier:
@@ -367,6 +449,15 @@ class RowVerifier:
                 "none; inject it with a hybrid model (qwen3_next)",
                 fields="fault",
             )
+        self.mtp = MTPHead(model, seed=seed) if mtp_depth(model.config) else None
+        if fault in MTP_FAULTS and self.mtp is None:
+            from longpack.errors import ConfigError
+
+            raise ConfigError(
+                f"fault {fault!r} acts on MTP layers and model_type {model.config.model_type!r} declares none "
+                "(mtp_num_hidden_layers / num_nextn_predict_layers); inject it with qwen3_next_80b_a3b",
+                fields="fault",
+            )
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.embed = model.get_input_embeddings()
         gen = torch.Generator().manual_seed(seed + 1)
@@ -397,6 +488,7 @@ class RowVerifier:
         *,
         router: bool = False,
         real_lengths: Sequence[int] | None = None,
+        keep_hidden: bool = False,
     ) -> Reference:
         """Run the samples unpacked (transformers' ``sdpa``, no THD metadata); gradients (of the weighted
         losses) only through the samples ``with_grad`` marks (default: all).
@@ -406,6 +498,7 @@ class RowVerifier:
         batches with transformers' own padding mask (its masked kernel, cheap at these lengths)."""
         losses = torch.zeros(len(samples), dtype=torch.float64)
         stats: list[Any] = [None] * len(samples)
+        kept_hidden: list[torch.Tensor] = [torch.zeros(0)] * len(samples)
         top_k = int(getattr(self.model.config, "num_experts_per_tok", 1) or 1)
         param_grads = [torch.zeros_like(p) for p in self.params]
         embed_grads: list[torch.Tensor] = [torch.zeros(0)] * len(samples)
@@ -445,6 +538,9 @@ class RowVerifier:
                 extra = {"output_router_logits": True} if router else {}
                 output = self.model(inputs_embeds=embeds, attention_mask=attend if padded else None, **extra)
                 hidden = output.last_hidden_state
+                if keep_hidden:
+                    for j, i in enumerate(group):
+                        kept_hidden[i] = hidden[j, : samples[i][0].numel()].detach()
                 if router:
                     per_layer = [x.reshape(len(group), width, -1) for x in output.router_logits]
                     for j, i in enumerate(group):
@@ -470,7 +566,11 @@ class RowVerifier:
                 if g is not None:
                     acc += g
         return Reference(
-            losses=losses, param_grads=param_grads, embed_grads=embed_grads, router=stats if router else None
+            losses=losses,
+            param_grads=param_grads,
+            embed_grads=embed_grads,
+            router=stats if router else None,
+            hidden=kept_hidden if keep_hidden else None,
         )
 
     def in_batch(self, samples: Sequence[tuple[torch.Tensor, ...]]) -> torch.Tensor:
@@ -574,12 +674,19 @@ class RowVerifier:
             with_grad=[int(q) in wanted for q in parity.tolist()],
             router=self.routes,
             real_lengths=real_lengths,
+            keep_hidden=self.mtp is not None,
         )
         router_diff, router_padding = 0.0, 0
         if self.routes:
             assert ref.router is not None
             router_diff, router_padding, found = self.router_failures(
                 output.router_logits, layout.real, owner, ref.router, where
+            )
+            failures += found
+        mtp_diff, mtp_leak = 0.0, 0.0
+        if self.mtp is not None:
+            mtp_diff, mtp_leak, found = self.mtp_failures(
+                hidden.detach(), batch, layout, plan, samples, real_lengths, ref, owner, index, where
             )
             failures += found
 
@@ -687,7 +794,104 @@ class RowVerifier:
             failures=tuple(kept),
             router_max_rel_diff=router_diff,
             router_padding_tokens=router_padding,
+            mtp_loss_max_rel_diff=mtp_diff,
+            mtp_leak_max_abs=mtp_leak,
         )
+
+    def mtp_failures(
+        self,
+        hidden: torch.Tensor,
+        batch: Mapping[str, Any],
+        layout: TokenLayout,
+        plan: AttentionPlan,
+        samples: Sequence[tuple[torch.Tensor, ...]],
+        real_lengths: Sequence[int],
+        ref: Reference,
+        owner: torch.Tensor,
+        index: int,
+        where: dict[str, Any],
+    ) -> tuple[float, float, list[Failure]]:
+        """The ``mtp`` check (see :data:`CHECKS`): the rolled inputs, per-sample MTP losses and isolation."""
+        assert self.mtp is not None and ref.hidden is not None
+        out: list[Failure] = []
+        tokens, labels = batch["tokens"][0], batch["labels"][0]
+        loss_mask, positions = batch["loss_mask"][0], batch["position_ids"][0]
+        seq = torch.where(layout.real, layout.seq_id, torch.full_like(layout.seq_id, -1))
+        roll = roll_global if self.fault == "mtp-global-roll" else (lambda v: roll_per_sequence(v, seq))
+        rolled = {"input token": roll(tokens), "label": roll(labels), "loss mask": roll(loss_mask)}
+        for i, (t, lab, m) in enumerate(samples):
+            n = int(real_lengths[i])
+            mine = ((owner == i) & layout.real).nonzero().flatten()
+            alone = {
+                "input token": roll_alone(t[:n]),
+                "label": roll_alone(lab[:n]),
+                "loss mask": roll_alone(m[:n]),
+            }
+            for name, values in rolled.items():
+                got = values[mine]
+                if not torch.equal(got, alone[name].to(got.dtype)):
+                    k = int((got != alone[name].to(got.dtype)).nonzero()[0])
+                    out.append(
+                        Failure(
+                            check="mtp",
+                            sample=i,
+                            detail=f"MTP {name} at token {k} of the sample is {int(got[k])}, the sample's own "
+                            f"roll gives {int(alone[name][k])} (rolled across a sample boundary?)",
+                            **where,
+                        )
+                    )
+                    break
+        h = hidden.detach().unsqueeze(0).requires_grad_(True)
+        nxt = self.embed(rolled["input token"].view(1, -1)).detach().requires_grad_(True)
+        mtp_hidden = run_thd(self.mtp.layer, self.mtp.combine(h, nxt), positions, plan)
+        per_token = token_losses(mtp_hidden, rolled["label"], rolled["loss mask"], self.head)
+        packed = torch.zeros(len(samples), dtype=torch.float64)
+        packed = packed.index_add(0, owner.clamp(min=0), per_token * (owner >= 0))
+        want = torch.zeros(len(samples), dtype=torch.float64)
+        with torch.no_grad():
+            for i, (t, lab, m) in enumerate(samples):
+                n = int(real_lengths[i])
+                if n == 0:
+                    continue
+                x = self.mtp.combine(
+                    ref.hidden[i][:n].unsqueeze(0), self.embed(roll_alone(t[:n]).view(1, -1))
+                )
+                alone_hidden = self.mtp.layer(inputs_embeds=x).last_hidden_state[0]
+                want[i] = token_losses(alone_hidden, roll_alone(lab[:n]), roll_alone(m[:n]), self.head).sum()
+        diffs = (packed.detach() - want).abs() / want.abs().clamp(min=1.0)
+        worst = float(diffs.max()) if diffs.numel() else 0.0
+        if worst > TOLERANCE:
+            out.append(
+                Failure(
+                    check="mtp",
+                    sample=int(diffs.argmax()),
+                    detail=f"packed MTP loss {float(packed[int(diffs.argmax())]):.12g} != alone "
+                    f"{float(want[int(diffs.argmax())]):.12g} (relative {worst:.2e})",
+                    **where,
+                )
+            )
+        parity = torch.arange(len(samples)) % 2
+        p = index % 2 if len(samples) > 1 else 0
+        objective = (packed * self.weights(len(samples), index) * (parity == p)).sum()
+        leak = 0.0
+        if objective.requires_grad:
+            g_h, g_n = torch.autograd.grad(objective, [h, nxt])
+            foreign = (owner < 0) | (parity[owner.clamp(min=0)] != p)
+            if bool(foreign.any()):
+                size = torch.maximum(g_h[0].abs().amax(dim=1), g_n[0].abs().amax(dim=1))[foreign]
+                leak = float(size.max())
+                if leak > 0.0:
+                    hit = int(foreign.nonzero().flatten()[int(size.argmax())])
+                    out.append(
+                        Failure(
+                            check="mtp",
+                            sample=int(owner[hit]) if int(owner[hit]) >= 0 else None,
+                            detail=f"another sample's MTP loss has a gradient of up to {leak:.2e} w.r.t. this "
+                            "sample's MTP inputs",
+                            **where,
+                        )
+                    )
+        return worst, leak, out
 
     def router_failures(
         self,

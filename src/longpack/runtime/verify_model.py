@@ -60,6 +60,19 @@ TINY_LINEAR = {
     "linear_key_head_dim": 8,
     "linear_value_head_dim": 8,
 }
+#: Families with Mamba / SSM layers (refused: no packed path yet).
+SSM_MODEL_TYPES = (
+    "bamba",
+    "falcon_h1",
+    "falcon_mamba",
+    "granitemoehybrid",
+    "jamba",
+    "mamba",
+    "mamba2",
+    "nemotron_h",
+    "zamba",
+    "zamba2",
+)
 #: Layer types whose token mixer is not softmax attention (state across packed sequences needs the
 #: family's own varlen kernels, which transformers does not run on the CPU).
 _UNSUPPORTED_LAYER_TYPES = ("linear_attention", "mamba", "conv", "recurrent")
@@ -78,6 +91,13 @@ def tiny_config(source: Mapping[str, Any], *, layers: int = 1) -> dict[str, Any]
         raise ConfigError(
             f"model_type {config.get('model_type')!r} is a vision-language config; verify builds text "
             "decoders only (mRoPE rows are not verified yet): pass the text model's config.json",
+            fields="model",
+        )
+    if config.get("model_type") in SSM_MODEL_TYPES:
+        raise ConfigError(
+            f"model_type {config.get('model_type')!r} has Mamba (SSM) layers; verify has no packed path for them "
+            "yet (their state across packed sequences needs seq_idx / cu_seqlens kernels transformers does not "
+            f"run on the CPU); it runs softmax attention and the Gated DeltaNet of {', '.join(sorted(LINEAR_FAMILIES))}",
             fields="model",
         )
     types = config.get("layer_types")
