@@ -865,7 +865,7 @@ class RowVerifier:
                 Failure(
                     check="mtp",
                     sample=int(diffs.argmax()),
-                    detail=f"packed MTP loss {float(packed[int(diffs.argmax())]):.12g} != alone "
+                    detail=f"packed MTP loss {float(packed.detach()[int(diffs.argmax())]):.12g} != alone "
                     f"{float(want[int(diffs.argmax())]):.12g} (relative {worst:.2e})",
                     **where,
                 )

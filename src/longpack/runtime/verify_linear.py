@@ -2,9 +2,11 @@
 linear-attention layer run per packed sequence, from the batch's ``cu_seqlens``.
 
 transformers' torch fallbacks of Qwen3-Next's kernels (``causal_conv1d_fn`` and
-``torch_chunk_gated_delta_rule`` in ``transformers/models/qwen3_next/modeling_qwen3_next.py``) accept a
-``cu_seqlens`` keyword and ignore it: a packed row runs as one sequence, its convolution window and
-recurrent state carried from one sample into the next (transformers #46093). FLA's ``chunk_gated_delta_rule``
+``torch_chunk_gated_delta_rule`` in ``transformers/models/qwen3_next/modeling_qwen3_next.py``) cannot keep
+packed sequences apart: without FLA / causal-conv1d, transformers 5.24 refuses a ``cu_seqlens`` keyword
+(``ValueError``, ``integrations/hub_kernels.py``), and a row packed through restarting position ids alone
+(the ``sdpa`` path) runs as one sequence, its convolution window and recurrent state carried from one sample
+into the next (transformers #46093). FLA's ``chunk_gated_delta_rule``
 and ``causal_conv1d`` (which Megatron-Core's ``GatedDeltaNet`` calls with ``cu_seqlens`` for THD batches)
 restart both at every sequence start: the convolution sees zeros before the sequence's first token, the
 delta rule starts from a zero state and chunks from the sequence's own first token.
