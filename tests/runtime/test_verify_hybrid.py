@@ -87,17 +87,11 @@ def test_mamba_families_are_refused_by_name(packs, tmp_path):
 
 
 def test_cli_runs_the_catalog_model(packs):
-    out = CliRunner().invoke(
-        app,
-        ["verify", str(packs["plain"]), "--model", QWEN3_NEXT, "--max-rows", "1", "--dist-rows", "0"],
-    )
+    args = ["verify", str(packs["plain"]), "--model", QWEN3_NEXT, "--max-rows", "1", "--dist-rows", "0"]
+    out = CliRunner().invoke(app, args)
     assert out.exit_code == 0, out.output
     assert "PASS" in out.output and "qwen3_next" in out.output
-    bad = CliRunner().invoke(
-        app,
-        ["verify", str(packs["plain"]), "--model", QWEN3_NEXT, "--max-rows", "1", "--dist-rows", "0"]
-        + ["--inject-fault", "linear-state-leak"],
-    )
+    bad = CliRunner().invoke(app, [*args, "--inject-fault", "linear-state-leak"])
     assert bad.exit_code == 1 and "FAIL" in bad.output and "row" in bad.output
 
 
