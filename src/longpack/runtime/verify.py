@@ -24,7 +24,7 @@ Context parallelism and pipeline stages run in real processes: :mod:`longpack.ru
 Faults (:data:`FAULTS`) change the batch as a broken training stack would; each must fail the verdict.
 
 >>> sorted(FAULTS)[:2]
-['cp-positions-shifted', 'drop-cu-seqlens']
+['conv-state-leak', 'cp-positions-shifted']
 """
 
 from __future__ import annotations
