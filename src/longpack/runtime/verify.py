@@ -680,7 +680,7 @@ class RowVerifier:
         if self.routes:
             assert ref.router is not None
             router_diff, router_padding, found = self.router_failures(
-                output.router_logits, layout.real, owner, ref.router, where
+                output.router_logits, layout.real & ~padding.to(torch.bool), owner, ref.router, where
             )
             failures += found
         mtp_diff, mtp_leak = 0.0, 0.0
@@ -902,7 +902,9 @@ class RowVerifier:
         where: dict[str, Any],
     ) -> tuple[float, int, list[Failure]]:
         """The ``moe`` check: per-sample and whole-row router statistics, packed vs alone (see :data:`CHECKS`);
-        returns the worst relative difference, the padding tokens of the row and the failures."""
+        ``real``: the row's tokens inside ``cu_seqlens`` and not marked by ``padding_mask`` (a trailing
+        padding segment of the collate is in ``cu_seqlens`` but is padding). Returns the worst relative
+        difference, the padding tokens of the row and the failures."""
         top_k = int(getattr(self.model.config, "num_experts_per_tok", 1) or 1)
         out: list[Failure] = []
         worst = 0.0
