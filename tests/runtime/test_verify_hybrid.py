@@ -25,6 +25,8 @@ def packs(tmp_path_factory):
     return {
         "aligned": pack(tmp, "aligned", tp=2, cp=2, sp=True),  # per-sample padding inside the rows
         "plain": pack(tmp, "plain"),  # no padding
+        # rows of 63 tokens: the collate ends some rows with a padding segment that cu_seqlens lists as a sequence
+        "odd": pack(tmp, "odd", pack_size=63, seq_length=63),
     }
 
 
@@ -51,6 +53,33 @@ def test_qwen3_next_from_the_catalog_passes_and_the_certificate_names_the_parts(
     assert any(r.router_padding_tokens > 0 for r in result.rows)  # the rows do carry padding
     assert {"moe", "mtp"} <= set(written["checks"])
     assert "MoE router statistics" in result.verdict and "MTP" in result.verdict
+
+
+def test_router_statistics_leave_out_a_trailing_padding_segment(packs):
+    from longpack.packed.folder import PackedFolder
+    from longpack.runtime.collate import PackedCollator
+    from longpack.runtime.dataset import PackedDataset
+
+    folder = PackedFolder.open(packs["odd"])
+    collate = PackedCollator.for_data(folder, split="training")
+    dataset = PackedDataset(folder, split="training", prefetch=0)
+    trailing = []
+    for index in range(len(dataset)):
+        batch = collate([dataset[index]])
+        cu = batch["cu_seqlens_q"][0]
+        trailing.append(bool(batch["padding_mask"][0][int(cu[-2]) : int(cu[-1])].all()))
+    assert any(trailing)
+    index = trailing.index(True)
+    # the rows checked first are every file's first and last row: check the one with the segment explicitly
+    from longpack.jobs.verify import load_hf_config
+    from longpack.runtime.verify import RowVerifier
+    from longpack.runtime.verify_model import build_model
+
+    verifier = RowVerifier(build_model(load_hf_config(QWEN3_NEXT)), collate=collate)
+    report = verifier.verify(dataset[index], {"split": "training", "file": "f", "row": index}, index)
+    assert report.ok, report.failures
+    assert report.router_padding_tokens > 0
+    dataset.close()
 
 
 @pytest.mark.parametrize(
