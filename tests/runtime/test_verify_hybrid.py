@@ -108,11 +108,56 @@ def test_a_hybrid_fault_on_a_model_without_the_part_is_refused(packs, fault):
         run(packs["plain"], model=str(QWEN3), fault=fault)
 
 
-def test_mamba_families_are_refused_by_name(packs, tmp_path):
-    config = tmp_path / "nemotron_h.json"
-    config.write_text(json.dumps({"model_type": "nemotron_h", "vocab_size": 151936}))
+def test_other_ssm_families_are_refused_by_name(packs, tmp_path):
+    config = tmp_path / "falcon_h1.json"
+    config.write_text(json.dumps({"model_type": "falcon_h1", "vocab_size": 151936}))
     with pytest.raises(ConfigError, match="Mamba"):
         run(packs["plain"], model=str(config))
+
+
+#: A Nemotron-H-shaped config (Mamba-2, MoE, attention: the layer pattern of NVIDIA's Nemotron-H / Nano
+#: configs), with the test data's qwen3 vocabulary.
+NEMOTRON_H = {
+    "model_type": "nemotron_h",
+    "vocab_size": 151936,
+    "hidden_size": 2688,
+    "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EME",
+    "num_attention_heads": 32,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "mamba_num_heads": 64,
+    "mamba_head_dim": 64,
+    "ssm_state_size": 128,
+    "n_groups": 8,
+    "conv_kernel": 4,
+    "chunk_size": 128,
+    "n_routed_experts": 128,
+    "num_experts_per_tok": 6,
+    "moe_intermediate_size": 1856,
+    "moe_shared_expert_intermediate_size": 3712,
+    "intermediate_size": 1856,
+    "mlp_hidden_act": "relu2",
+}
+
+
+@pytest.fixture(scope="module")
+def nemotron_h(tmp_path_factory):
+    path = tmp_path_factory.mktemp("nemotron-h") / "config.json"
+    path.write_text(json.dumps(NEMOTRON_H))
+    return str(path)
+
+
+def test_nemotron_h_mamba2_passes_and_its_state_leaks_fail(packs, nemotron_h):
+    result = run(packs["aligned"], model=nemotron_h)
+    assert result.ok, result.failures
+    coverage = result.certificate["coverage"]
+    assert coverage["family"] == "nemotron_h" and "linear_attention" in coverage["layer_types"]
+    assert coverage["layer_type_runs"]["linear_attention"].startswith("Mamba-2")
+    assert result.certificate["worst"]["cross_sample_gradient"] == 0.0
+    for fault in ("linear-state-leak", "conv-state-leak"):
+        bad = run(packs["plain"], model=nemotron_h, fault=fault, max_rows=1)
+        assert not bad.ok and {"loss", "isolation"} <= {f["check"] for f in bad.failures}
+        assert bad.failures[0]["row"] is not None and bad.failures[0]["sample"] is not None
 
 
 def test_cli_runs_the_catalog_model(packs):
@@ -219,5 +264,16 @@ def test_qwen3_next_cp_2_head_split_and_pp_2_pass(tmp_path):
     assert result.ok, result.failures
     assert {(d.kind, d.size) for d in result.distributed} == {("cp", 2), ("pp", 2)}
     assert result.certificate["coverage"]["parts"]["linear_attention_cp"].startswith("head split")
+    for d in result.distributed:
+        assert d.loss_max_rel_diff <= 1e-12 and d.grad_max_rel_diff <= 1e-12
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_nemotron_h_cp_2_and_pp_2_pass(tmp_path, nemotron_h):
+    folder = pack(tmp_path, "cp2", cp=2, pad_to_max_length=True)
+    result = run(folder, model=nemotron_h, max_rows=1, dist_rows=1, cp=(2,), pp=(2,))
+    assert result.ok, result.failures
+    assert {(d.kind, d.size) for d in result.distributed} == {("cp", 2), ("pp", 2)}
     for d in result.distributed:
         assert d.loss_max_rel_diff <= 1e-12 and d.grad_max_rel_diff <= 1e-12

@@ -273,11 +273,22 @@ LAYER_TYPE_RUNS = {
     "linear_attention": "Gated DeltaNet: transformers' own causal_conv1d_fn and torch_chunk_gated_delta_rule "
     "run per cu_seqlens sequence (zero convolution history and zero recurrent state at every sequence start, "
     "chunks from the sequence's first token, as FLA and Megatron-Core with cu_seqlens)",
+    "moe": "MoE feed-forward (per token)",
+    "mlp": "MLP (per token)",
+}
+#: Family-specific entries of :data:`LAYER_TYPE_RUNS` (Nemotron-H calls its Mamba-2 layers linear_attention).
+FAMILY_LAYER_TYPE_RUNS = {
+    "nemotron_h": {
+        "linear_attention": "Mamba-2: transformers' own causal_conv1d_fn and mamba2_chunk_scan run per "
+        "cu_seqlens sequence (zero convolution history and zero SSM state at every sequence start, chunks "
+        "from the sequence's first token, as mamba-ssm with seq_idx and Megatron-Core with cu_seqlens)",
+    },
 }
 #: What verify does not prove (the certificate's ``coverage.not_covered``); entries that depend on the model
 #: are added by :func:`coverage`.
 NOT_COVERED = (
-    "Mamba / SSM layers (Nemotron-H, Falcon-H1): no packed path yet; verify refuses those families",
+    "SSM families other than Nemotron-H (Falcon-H1, Jamba, Bamba, Zamba, plain Mamba): no packed path yet; "
+    "verify refuses them",
     "the fused GPU kernels themselves (FLA, causal-conv1d, TransformerEngine): the CPU runs transformers' torch "
     "fallbacks; benchmarks/gpu_verify.py runs Megatron-Core's on a GPU",
     "expert parallelism and token dispatch (one process: every expert local)",
@@ -308,14 +319,21 @@ def coverage(config: Any, *, cp: Sequence[int] = (), pp: Sequence[int] = ()) -> 
     return {
         "family": getattr(config, "model_type", None),
         "layer_types": types,
-        "layer_type_runs": {t: LAYER_TYPE_RUNS.get(t, "?") for t in types},
+        "layer_type_runs": {
+            t: FAMILY_LAYER_TYPE_RUNS.get(getattr(config, "model_type", ""), {}).get(
+                t, LAYER_TYPE_RUNS.get(t, "?")
+            )
+            for t in types
+        },
         "parts": {
             "cp": list(cp),
             "pp": list(pp),
             "linear_attention_cp": (
-                "head split (each rank runs whole sequences for its heads / conv channels, all-gathered back)"
-                if linear and cp
-                else None
+                None
+                if not (linear and cp)
+                else "Mamba-2: every rank runs the whole gathered sequences (all heads) and keeps its tokens"
+                if getattr(config, "model_type", None) == "nemotron_h"
+                else "head split (each rank runs whole sequences for its heads / conv channels, all-gathered back)"
             ),
             "moe_router": {
                 "covered": routed,
@@ -445,8 +463,8 @@ class RowVerifier:
             from longpack.errors import ConfigError
 
             raise ConfigError(
-                f"fault {fault!r} acts on Gated DeltaNet layers and model_type {model.config.model_type!r} has "
-                "none; inject it with a hybrid model (qwen3_next)",
+                f"fault {fault!r} acts on Gated DeltaNet / Mamba-2 layers and model_type "
+                f"{model.config.model_type!r} has none; inject it with a hybrid model (qwen3_next, nemotron_h)",
                 fields="fault",
             )
         self.mtp = MTPHead(model, seed=seed) if mtp_depth(model.config) else None

@@ -24,6 +24,13 @@ Context parallelism (``thd_gather`` set, :mod:`longpack.runtime.verify_dist`): a
 for its share of the heads (the convolution: its share of the channels) and all-gathers the heads back, then
 keeps its own tokens (when the heads do not divide by the CP size, every rank runs all heads).
 
+Nemotron-H's Mamba-2 layers (its ``linear_attention`` layer type) get the same treatment: its
+``causal_conv1d_fn`` and chunked SSD scan ``mamba2_chunk_scan`` (whose torch fallback likewise refuses
+``seq_idx``) run per packed sequence, zero convolution history and zero SSM state at every sequence start, as
+mamba-ssm's kernels with ``seq_idx`` and Megatron-Core's ``MambaMixer`` with ``cu_seqlens`` do. Under CP each
+rank runs the whole gathered sequences for all Mamba heads and keeps its own tokens (Megatron-Core's Mamba CP
+splits heads too; with the result being the same, the split itself is not modelled there).
+
 Faults (:data:`LINEAR_FAULTS`) hand the layer a plan that ignores the boundaries, as a stack does whose
 linear layers receive no ``cu_seqlens``.
 """
@@ -44,14 +51,18 @@ __all__ = [
     "register_linear_kernels",
 ]
 
-#: Families whose linear-attention layers verify can run packed: model_type -> transformers modeling module.
-LINEAR_FAMILIES = {"qwen3_next": "transformers.models.qwen3_next.modeling_qwen3_next"}
-#: Layer types that are Gated DeltaNet (``config.layer_types`` entries).
+#: Families whose linear-attention / SSM layers verify can run packed: model_type -> transformers modeling module
+#: (Qwen3-Next: Gated DeltaNet; Nemotron-H: Mamba-2, its ``linear_attention`` layer type).
+LINEAR_FAMILIES = {
+    "qwen3_next": "transformers.models.qwen3_next.modeling_qwen3_next",
+    "nemotron_h": "transformers.models.nemotron_h.modeling_nemotron_h",
+}
+#: Layer types that are Gated DeltaNet or Mamba-2 (``config.layer_types`` entries of :data:`LINEAR_FAMILIES`).
 LINEAR_LAYER_TYPES = ("linear_attention",)
 #: Faults of the linear layers -> what they model (``longpack.runtime.verify.FAULTS`` lists them too).
 LINEAR_FAULTS = {
-    "linear-state-leak": "the Gated DeltaNet layers get no cu_seqlens: the convolution window and the "
-    "recurrent state run on from one sample into the next (transformers #46093, NeMo Automodel #2147)",
+    "linear-state-leak": "the Gated DeltaNet / Mamba-2 layers get no cu_seqlens: the convolution window and "
+    "the recurrent state run on from one sample into the next (transformers #46093, NeMo Automodel #2147)",
     "conv-state-leak": "only the causal conv1d ignores the boundaries (the delta rule restarts): the "
     "convolution reads the previous sample's last tokens (the THD causal-conv1d bug, Megatron-LM #3798)",
 }
@@ -235,14 +246,69 @@ def _wrap_delta_rule(original: Callable[..., Any]) -> Callable[..., Any]:
     return chunk_gated_delta_rule
 
 
+def _wrap_ssd_scan(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Mamba-2's chunked SSD scan (``mamba2_chunk_scan``) per packed sequence: zero initial state at every
+    sequence start, chunks from its first token (what ``mamba_chunk_scan_combined`` does with ``seq_idx``)."""
+
+    def mamba2_chunk_scan(
+        hidden_states: torch.Tensor,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        C: torch.Tensor,
+        chunk_size: int,
+        D: torch.Tensor | None = None,
+        dt_bias: torch.Tensor | None = None,
+        initial_states: torch.Tensor | None = None,
+        dt_softplus: bool = False,
+        dt_limit: tuple[float, float] = (0.0, float("inf")),
+        return_final_states: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        plan = kwargs.get("thd_linear_plan") or kwargs.get("thd_plan")
+        settings = {"D": D, "dt_bias": dt_bias, "dt_softplus": dt_softplus, "dt_limit": dt_limit}
+        if plan is None:
+            return original(
+                hidden_states,
+                dt,
+                A,
+                B,
+                C,
+                chunk_size,
+                initial_states=initial_states,
+                return_final_states=return_final_states,
+                **settings,
+                **kwargs,
+            )
+        if hidden_states.size(0) != 1 or initial_states is not None or return_final_states:
+            raise RuntimeError("longpack's packed SSD scan takes one THD row, no cache")
+
+        def run(x: torch.Tensor, dt_: torch.Tensor, b_: torch.Tensor, c_: torch.Tensor) -> torch.Tensor:
+            return original(x, dt_, A, b_, c_, chunk_size, z=kwargs.get("z"), **settings)  # type: ignore[no-any-return]
+
+        out = _run_sequences(
+            plan, [hidden_states[0], dt[0], B[0], C[0]], run, gather=kwargs.get("thd_gather"), split=None
+        )
+        return out.unsqueeze(0)
+
+    mamba2_chunk_scan.__wrapped__ = original  # type: ignore[attr-defined]
+    return mamba2_chunk_scan
+
+
+#: Per family: the modeling module's functions longpack wraps, and how.
+_WRAPPERS: dict[str, dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]]] = {
+    "qwen3_next": {"causal_conv1d_fn": _wrap_conv, "torch_chunk_gated_delta_rule": _wrap_delta_rule},
+    "nemotron_h": {"causal_conv1d_fn": _wrap_conv, "mamba2_chunk_scan": _wrap_ssd_scan},
+}
 _REGISTERED: set[str] = set()
 
 
 def register_linear_kernels(model_type: str) -> None:
-    """Wrap ``model_type``'s causal conv1d and chunked delta rule (once per process); see the module text."""
+    """Wrap ``model_type``'s causal conv1d and its chunked delta rule or SSD scan (once per process); see the
+    module text."""
     if model_type in _REGISTERED or model_type not in LINEAR_FAMILIES:
         return
     module = importlib.import_module(LINEAR_FAMILIES[model_type])
-    module.causal_conv1d_fn = _wrap_conv(module.causal_conv1d_fn)  # type: ignore[attr-defined]
-    module.torch_chunk_gated_delta_rule = _wrap_delta_rule(module.torch_chunk_gated_delta_rule)  # type: ignore[attr-defined]
+    for name, wrap in _WRAPPERS[model_type].items():
+        setattr(module, name, wrap(getattr(module, name)))
     _REGISTERED.add(model_type)

@@ -60,7 +60,12 @@ TINY_LINEAR = {
     "linear_key_head_dim": 8,
     "linear_value_head_dim": 8,
 }
-#: Families with Mamba / SSM layers (refused: no packed path yet).
+#: Mamba-2 width of the shrunk Nemotron-H: 4 heads of 8 (8 state dimensions, 2 groups); the convolution kernel
+#: and the scan's chunk size are the family's.
+TINY_MAMBA = {"mamba_num_heads": 4, "mamba_head_dim": 8, "ssm_state_size": 8, "n_groups": 2}
+#: Nemotron-H's ``hybrid_override_pattern`` symbols -> layer types.
+NEMOTRON_H_SYMBOLS = {"M": "linear_attention", "*": "full_attention", "E": "moe", "-": "mlp"}
+#: Families with Mamba / SSM layers verify refuses (no packed path yet).
 SSM_MODEL_TYPES = (
     "bamba",
     "falcon_h1",
@@ -69,7 +74,6 @@ SSM_MODEL_TYPES = (
     "jamba",
     "mamba",
     "mamba2",
-    "nemotron_h",
     "zamba",
     "zamba2",
 )
@@ -97,11 +101,21 @@ def tiny_config(source: Mapping[str, Any], *, layers: int = 1) -> dict[str, Any]
         raise ConfigError(
             f"model_type {config.get('model_type')!r} has Mamba (SSM) layers; verify has no packed path for them "
             "yet (their state across packed sequences needs seq_idx / cu_seqlens kernels transformers does not "
-            f"run on the CPU); it runs softmax attention and the Gated DeltaNet of {', '.join(sorted(LINEAR_FAMILIES))}",
+            f"run on the CPU); it runs softmax attention, Qwen3-Next's Gated DeltaNet and Nemotron-H's Mamba-2",
             fields="model",
         )
+    if config.get("model_type") == "nemotron_h":  # its layer types live in layers_block_type or a pattern
+        pattern = config.pop("hybrid_override_pattern", None)
+        blocks = config.pop("layers_block_type", None) or config.pop("layer_types", None)
+        if not blocks and pattern:
+            blocks = [NEMOTRON_H_SYMBOLS[c] for c in str(pattern) if c in NEMOTRON_H_SYMBOLS]
+        config["layer_types"] = list(blocks or ["linear_attention", "moe", "full_attention", "mlp"])
+        config.update(TINY_MAMBA)
+        config["n_group"] = config["topk_group"] = 1
+        if config.get("moe_shared_expert_intermediate_size"):
+            config["moe_shared_expert_intermediate_size"] = 32
     types = config.get("layer_types")
-    if config.get("model_type") in LINEAR_FAMILIES and not isinstance(types, list):
+    if config.get("model_type") == "qwen3_next" and not isinstance(types, list):
         interval = int(config.get("full_attention_interval") or 4)
         count = int(config.get("num_hidden_layers") or interval)
         types = config["layer_types"] = [
@@ -113,7 +127,7 @@ def tiny_config(source: Mapping[str, Any], *, layers: int = 1) -> dict[str, Any]
     if isinstance(types, list) and any(t in unsupported for t in types):
         raise ConfigError(
             f"model_type {config.get('model_type')!r} has {sorted(set(types))} layers; verify runs softmax "
-            f"attention and the Gated DeltaNet of {', '.join(sorted(LINEAR_FAMILIES))} (other linear-attention "
+            f"attention, Qwen3-Next's Gated DeltaNet and Nemotron-H's Mamba-2 (other linear-attention "
             "or SSM families need their own varlen kernels)",
             fields="model",
         )
@@ -129,9 +143,11 @@ def tiny_config(source: Mapping[str, Any], *, layers: int = 1) -> dict[str, Any]
         config["num_hidden_layers"] = layers
     if "max_window_layers" in config:
         config["max_window_layers"] = min(int(config["max_window_layers"] or 0), config["num_hidden_layers"])
-    if config.get("model_type") in LINEAR_FAMILIES:
+    if config.get("model_type") == "qwen3_next":
         config.update(TINY_LINEAR)
         config["mlp_only_layers"] = []
+    if config.get("model_type") == "nemotron_h":  # the config takes the layer list as layers_block_type
+        config["layers_block_type"] = config.pop("layer_types")
     for key, value in (
         ("moe_intermediate_size", 32),
         ("shared_expert_intermediate_size", 32),
@@ -177,6 +193,7 @@ def build_model(source: Mapping[str, Any], *, seed: int = 0, layers: int = 1) ->
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModel.from_config(config, dtype=torch.float64)
+    model = model.to(torch.float64)  # parameters a family creates in float32 (Nemotron-H's router) too
     model.eval()  # no dropout; gradients still flow
     model.config._attn_implementation = "sdpa"
     run_in_float64(model)
