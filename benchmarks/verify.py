@@ -40,6 +40,9 @@ FAMILIES = {
     "qwen3 (attention only)": str(CONFIG),
     "qwen3_moe (qwen3_30b_a3b: + router statistics)": "qwen3_30b_a3b",
     "qwen3_next (qwen3_next_80b_a3b: GDN + attention, MoE, MTP)": "qwen3_next_80b_a3b",
+    "nemotron_h (Nemotron-H-shaped test config: Mamba-2 + attention, MoE)": str(
+        ROOT / "tests" / "data" / "hf_configs" / "nemotron_h_shaped.json"
+    ),
 }
 
 

@@ -115,36 +115,14 @@ def test_other_ssm_families_are_refused_by_name(packs, tmp_path):
         run(packs["plain"], model=str(config))
 
 
-#: A Nemotron-H-shaped config (Mamba-2, MoE, attention: the layer pattern of NVIDIA's Nemotron-H / Nano
-#: configs), with the test data's qwen3 vocabulary.
-NEMOTRON_H = {
-    "model_type": "nemotron_h",
-    "vocab_size": 151936,
-    "hidden_size": 2688,
-    "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EME",
-    "num_attention_heads": 32,
-    "num_key_value_heads": 2,
-    "head_dim": 128,
-    "mamba_num_heads": 64,
-    "mamba_head_dim": 64,
-    "ssm_state_size": 128,
-    "n_groups": 8,
-    "conv_kernel": 4,
-    "chunk_size": 128,
-    "n_routed_experts": 128,
-    "num_experts_per_tok": 6,
-    "moe_intermediate_size": 1856,
-    "moe_shared_expert_intermediate_size": 3712,
-    "intermediate_size": 1856,
-    "mlp_hidden_act": "relu2",
-}
+#: A Nemotron-H-shaped config (Mamba-2, MoE, attention; the layer pattern and widths of NVIDIA's Nemotron-H /
+#: Nano configs as far as verify keeps them) with the test data's qwen3 vocabulary.
+NEMOTRON_H = QWEN3.parent / "nemotron_h_shaped.json"
 
 
 @pytest.fixture(scope="module")
-def nemotron_h(tmp_path_factory):
-    path = tmp_path_factory.mktemp("nemotron-h") / "config.json"
-    path.write_text(json.dumps(NEMOTRON_H))
-    return str(path)
+def nemotron_h():
+    return str(NEMOTRON_H)
 
 
 def test_nemotron_h_mamba2_passes_and_its_state_leaks_fail(packs, nemotron_h):
@@ -170,10 +148,19 @@ def test_cli_runs_the_catalog_model(packs):
 
 
 def test_catalog_config_keeps_the_hybrid_fields():
+    from longpack.runtime.verify_model import tiny_config
+
     config = load_hf_config(QWEN3_NEXT)
     assert config["model_type"] == "qwen3_next" and config["full_attention_interval"] == 4
     assert (config["linear_num_key_heads"], config["linear_num_value_heads"]) == (16, 32)
     assert config["num_experts"] == 512 and config["mtp_num_hidden_layers"] == 1
+    # the published config.json shrinks to the same tiny model as the catalog entry
+    published = tiny_config(load_hf_config(str(QWEN3.parent / "qwen3_next_80b_a3b.json")))
+    tiny = tiny_config(config)
+    for key in ("layer_types", "linear_conv_kernel_dim", "num_experts", "num_experts_per_tok", "vocab_size"):
+        assert published[key] == tiny[key], key
+    assert published["mtp_num_hidden_layers"] == tiny["mtp_num_hidden_layers"] == 1
+    assert tiny["partial_rotary_factor"] == 0.25  # the catalog's; transformers' default for the file
 
 
 # -- the packed Gated DeltaNet against an independent oracle ------------------------------------------------
