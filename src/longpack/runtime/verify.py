@@ -290,7 +290,7 @@ NOT_COVERED = (
     "SSM families other than Nemotron-H (Falcon-H1, Jamba, Bamba, Zamba, plain Mamba): no packed path yet; "
     "verify refuses them",
     "the fused GPU kernels themselves (FLA, causal-conv1d, TransformerEngine): the CPU runs transformers' torch "
-    "fallbacks; benchmarks/gpu_verify.py runs Megatron-Core's on a GPU",
+    "fallbacks; benchmarks/gpu_verify.py (prepared, not yet run on a GPU) runs Megatron-Core's GDN and Mamba",
     "expert parallelism and token dispatch (one process: every expert local)",
     "MoE router statistics and MTP under CP and PP (single process only)",
 )
