@@ -1,8 +1,8 @@
 """The verify job: prove that a model sees what was packed (``longpack verify``).
 
 :class:`VerifyConfig` names a packed folder and a model (a Hugging Face ``config.json`` or its folder, a
-cached hub id, or a dense catalog model); :meth:`~VerifyConfig.run` builds a tiny float64 model of that
-family, checks rows of every split (as many as ``time_budget`` allows: the first and last row of every
+cached hub id, or a catalog model: dense, MoE or the hybrid Qwen3-Next); :meth:`~VerifyConfig.run` builds a
+tiny float64 model of that family, checks rows of every split (as many as ``time_budget`` allows: the first and last row of every
 file, the longest rows, then the rest in a seeded order), runs the CP and PP checks in real gloo processes
 where the layout allows them, and returns a :class:`VerifyResult` whose ``certificate`` is the JSON record
 (versions, model, layout, rows checked, worst figures, failures). What each check proves:
@@ -66,7 +66,8 @@ _CATALOG_MODEL_TYPES = {
 
 def load_hf_config(name_or_path: str) -> dict[str, Any]:
     """A Hugging Face config as a dict: a ``config.json`` file or a folder holding one, a hub id found in the
-    local Hugging Face cache (never downloaded), or a dense catalog model (``qwen3_8b``, ``llama3_1_8b``).
+    local Hugging Face cache (never downloaded), or a catalog model (``qwen3_8b``, ``qwen3_30b_a3b``,
+    ``qwen3_next_80b_a3b``, ...).
 
     >>> load_hf_config("qwen3_8b")["model_type"], load_hf_config("qwen3_8b")["vocab_size"]
     ('qwen3', 151936)
