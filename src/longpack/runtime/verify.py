@@ -51,6 +51,7 @@ from longpack.runtime.verify_mtp import (
     roll_global,
     roll_per_sequence,
 )
+from longpack.topology import align_up
 
 __all__ = [
     "CHECKS",
@@ -617,7 +618,7 @@ class RowVerifier:
             packed["cu_seqlens_q"], total, cu_seqlens_padded=packed.get("cu_seqlens_q_padded")
         )
         multiple = self.in_batch_multiple
-        spans = np.concatenate([[0], np.cumsum([-(-s[0].numel() // multiple) * multiple for s in samples])])
+        spans = np.concatenate([[0], np.cumsum([align_up(s[0].numel(), multiple) for s in samples])])
         with torch.no_grad():
             embeds = self.embed(packed["tokens"])
             hidden = run_thd(self.model, embeds, packed["position_ids"][0], attention_plan(layout))
