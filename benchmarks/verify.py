@@ -69,12 +69,13 @@ def families(folder: Path, rows: int, repeats: int) -> None:
             assert result.ok, result.verdict
             checked[name] = (len(result.rows), sum(r.tokens for r in result.rows))
     first = statistics.median(cpu[next(iter(FAMILIES))]) / checked[next(iter(FAMILIES))][0]
-    print(f"{'family':<62}{'rows':>5}{'tokens':>8}{'CPU s/row':>11}{'x qwen3':>9}   runs (CPU s)")
+    width = max(len(name) for name in FAMILIES) + 2
+    print(f"{'family':<{width}}{'rows':>5}{'tokens':>8}{'CPU s/row':>11}{'x qwen3':>9}   runs (CPU s)")
     for name in FAMILIES:
         count, tokens = checked[name]
         per_row = statistics.median(cpu[name]) / count
         runs = [round(t, 1) for t in cpu[name]]
-        print(f"{name:<62}{count:>5}{tokens:>8}{per_row:>11.2f}{per_row / first:>9.1f}   {runs}")
+        print(f"{name:<{width}}{count:>5}{tokens:>8}{per_row:>11.2f}{per_row / first:>9.1f}   {runs}")
 
 
 def baseline(folder: Path, rows: int) -> float:
