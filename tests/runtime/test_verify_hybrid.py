@@ -102,6 +102,15 @@ def test_each_hybrid_fault_fails_naming_the_row(packs, fault, pack_name, checks)
         assert "rolled across a sample boundary" in first["detail"] and first["sample"] is not None
 
 
+def test_qwen3_moe_router_statistics_pass_and_routing_padding_fails(packs):
+    result = run(packs["aligned"], model="qwen3_30b_a3b", max_rows=1)
+    assert result.ok, result.failures
+    parts = result.certificate["coverage"]["parts"]
+    assert parts["moe_router"]["covered"] and not parts["mtp"]["covered"]
+    bad = run(packs["aligned"], model="qwen3_30b_a3b", max_rows=1, fault="route-padding")
+    assert not bad.ok and bad.failures[0]["check"] == "moe" and "tokens counted" in bad.failures[0]["detail"]
+
+
 @pytest.mark.parametrize("fault", ["linear-state-leak", "route-padding", "mtp-global-roll"])
 def test_a_hybrid_fault_on_a_model_without_the_part_is_refused(packs, fault):
     with pytest.raises(ConfigError, match="inject it with"):
