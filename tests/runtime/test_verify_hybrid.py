@@ -273,3 +273,52 @@ def test_nemotron_h_cp_2_and_pp_2_pass(tmp_path, nemotron_h):
     assert {(d.kind, d.size) for d in result.distributed} == {("cp", 2), ("pp", 2)}
     for d in result.distributed:
         assert d.loss_max_rel_diff <= 1e-12 and d.grad_max_rel_diff <= 1e-12
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 30), min_size=1, max_size=4),
+    gaps=st.lists(st.integers(0, 3), min_size=4, max_size=4),
+    seed=st.integers(0, 2**16),
+)
+def test_packed_ssd_scan_equals_the_recurrence_on_each_sequence(lengths, gaps, seed):
+    """Nemotron-H's chunked SSD scan, wrapped (chunk 8), on a packed row with padding gaps = the Mamba-2
+    recurrence ``h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t``, ``y_t = C_t h_t + D x_t`` written out here, run on
+    each sequence alone from a zero state."""
+    from longpack.runtime.attention import token_layout
+    from longpack.runtime.verify_linear import register_linear_kernels
+    from longpack.runtime.verify_model import Float64Mode, attention_plan
+
+    register_linear_kernels("nemotron_h")
+    import transformers.models.nemotron_h.modeling_nemotron_h as modeling
+
+    gen = torch.Generator().manual_seed(seed)
+    cu, padded, start = [0], [0], 0
+    for n, gap in zip(lengths, gaps, strict=False):
+        start += n + gap
+        cu.append(cu[-1] + n)
+        padded.append(start)
+    width = padded[-1]
+    plan = attention_plan(token_layout(cu, width, cu_seqlens_padded=padded))
+    heads, dim, groups, state = 4, 3, 2, 5
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    x, dt = rand(1, width, heads, dim), rand(1, width, heads)
+    b, c = rand(1, width, groups, state), rand(1, width, groups, state)
+    a, d, bias = -torch.rand(heads, generator=gen, dtype=torch.float64), rand(heads), rand(heads)
+    with Float64Mode():
+        packed = modeling.mamba2_chunk_scan(
+            x, dt, a, b, c, 8, D=d, dt_bias=bias, dt_softplus=True, z=None, thd_plan=plan
+        )
+    step = torch.nn.functional.softplus(dt + bias)
+    bh, ch = (t.repeat_interleave(heads // groups, dim=2) for t in (b, c))
+    for i, n in enumerate(lengths):
+        h = torch.zeros(heads, dim, state, dtype=torch.float64)
+        for t in range(padded[i], padded[i] + n):
+            decay = torch.exp(step[0, t] * a)[:, None, None]
+            h = decay * h + (step[0, t][:, None] * x[0, t])[:, :, None] * bh[0, t][:, None, :]
+            want = (h * ch[0, t][:, None, :]).sum(-1) + d[:, None] * x[0, t]
+            torch.testing.assert_close(packed[0, t], want, rtol=1e-9, atol=1e-11)
+        assert not packed[0, padded[i] + n : padded[i + 1]].any()
