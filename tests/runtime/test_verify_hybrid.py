@@ -262,6 +262,10 @@ def test_qwen3_next_cp_2_head_split_and_pp_2_pass(tmp_path):
     assert result.certificate["coverage"]["parts"]["linear_attention_cp"].startswith("head split")
     for d in result.distributed:
         assert d.loss_max_rel_diff <= 1e-12 and d.grad_max_rel_diff <= 1e-12
+    # a stack without GDN CP: every rank runs its zigzag shard as the sequence
+    bad = run(folder, max_rows=1, dist_rows=1, cp=(2,), pp=(), fault="linear-cp-local")
+    assert not bad.ok and bad.failures[0]["check"] == "cp" and bad.failures[0]["rank"].startswith("cp rank")
+    assert bad.failures[0]["row"] is not None and "row" in bad.verdict
 
 
 @pytest.mark.distributed

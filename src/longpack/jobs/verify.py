@@ -15,7 +15,7 @@ it needs CUDA, megatron-core and transformer-engine, and says which are missing 
 >>> VerifyConfig(packed="p", model="qwen3_8b", fault="nope")
 Traceback (most recent call last):
 ...
-longpack.errors.ConfigError: fault must be one of conv-state-leak, cp-positions-shifted, drop-cu-seqlens, linear-state-leak, loss-on-padding, mtp-global-roll, positions-not-restarted, route-padding, token-across-boundary, got 'nope'
+longpack.errors.ConfigError: fault must be one of conv-state-leak, cp-positions-shifted, drop-cu-seqlens, linear-cp-local, linear-state-leak, loss-on-padding, mtp-global-roll, positions-not-restarted, route-padding, token-across-boundary, got 'nope'
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ FAULT_NAMES = (
     "conv-state-leak",
     "cp-positions-shifted",
     "drop-cu-seqlens",
+    "linear-cp-local",
     "linear-state-leak",
     "loss-on-padding",
     "mtp-global-roll",

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from longpack.runtime.attention import TokenLayout, token_layout
 from longpack.runtime.collate import row_boundaries
-from longpack.runtime.verify_linear import LINEAR_FAULTS, has_linear_layers
+from longpack.runtime.verify_linear import LINEAR_CP_FAULTS, LINEAR_FAULTS, has_linear_layers
 from longpack.runtime.verify_model import HEAD_CLASSES, THD_ATTENTION, AttentionPlan, attention_plan
 from longpack.runtime.verify_moe import MOE_FAULTS, RouterStats, router_stats, routes
 from longpack.runtime.verify_mtp import (
@@ -103,6 +103,7 @@ FAULTS = {
     "loss-on-padding": "loss_mask 1 on a padding token",
     "token-across-boundary": "a sample's last token counted in the next sample (boundary moved by one)",
     **LINEAR_FAULTS,
+    **LINEAR_CP_FAULTS,
     **MOE_FAULTS,
     **MTP_FAULTS,
 }
@@ -235,7 +236,7 @@ def apply_fault(batch: dict[str, Any], fault: str | None, spans: np.ndarray) -> 
     if (
         fault is None
         or fault == "cp-positions-shifted"
-        or fault in {**LINEAR_FAULTS, **MOE_FAULTS, **MTP_FAULTS}
+        or fault in {**LINEAR_FAULTS, **LINEAR_CP_FAULTS, **MOE_FAULTS, **MTP_FAULTS}
     ):
         return batch
     out = dict(batch)
@@ -460,7 +461,7 @@ class RowVerifier:
                 "verify checks; inject it with a MoE model (qwen3_30b_a3b, qwen3_next_80b_a3b)",
                 fields="fault",
             )
-        if fault in LINEAR_FAULTS and not has_linear_layers(model.config):
+        if (fault in LINEAR_FAULTS or fault in LINEAR_CP_FAULTS) and not has_linear_layers(model.config):
             from longpack.errors import ConfigError
 
             raise ConfigError(

@@ -199,7 +199,20 @@ def _cp_worker(rank: int, size: int, init_file: str, out_dir: str, payload: dict
             k_layout = TokenLayout(gathered[0], gathered[1], gathered[2].bool())
             plan = attention_plan(local, k_layout)
             embeds = verifier.embed(shard["tokens"]).detach().requires_grad_(True)
-            hidden = run_thd(model, embeds, positions, plan, gather=_gather)
+            if payload.get("fault") == "linear-cp-local":  # linear layers on the rank's shard alone
+                own = attention_plan(local)
+                hidden = run_thd(
+                    model,
+                    embeds,
+                    positions,
+                    plan,
+                    gather=_gather,
+                    linear_plan=own,
+                    conv_plan=own,
+                    thd_linear_local=True,
+                )
+            else:
+                hidden = run_thd(model, embeds, positions, plan, gather=_gather)
             per_token = token_losses(hidden, shard["labels"][0], shard["loss_mask"][0], verifier.head)
             token_diff = (per_token.detach() - whole_tokens[index_t]).abs() / whole_tokens[
                 index_t

@@ -44,6 +44,7 @@ from typing import Any
 import torch
 
 __all__ = [
+    "LINEAR_CP_FAULTS",
     "LINEAR_FAMILIES",
     "LINEAR_FAULTS",
     "LINEAR_LAYER_TYPES",
@@ -65,6 +66,13 @@ LINEAR_FAULTS = {
     "the recurrent state run on from one sample into the next (transformers #46093, NeMo Automodel #2147)",
     "conv-state-leak": "only the causal conv1d ignores the boundaries (the delta rule restarts): the "
     "convolution reads the previous sample's last tokens (the THD causal-conv1d bug, Megatron-LM #3798)",
+}
+
+
+#: CP faults of the linear layers (they act in the CP check only).
+LINEAR_CP_FAULTS = {
+    "linear-cp-local": "under CP, every rank runs the Gated DeltaNet / Mamba-2 layers on its own zigzag shard "
+    "as if it were the sequence (no gather, no head split: a stack without linear-attention CP support)",
 }
 
 
@@ -177,7 +185,7 @@ def _wrap_conv(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Ten
         if hidden_states.size(0) != 1:
             raise RuntimeError("longpack's packed causal conv1d takes one THD row")
         channels = hidden_states.size(1)
-        gather = kwargs.get("thd_gather")
+        gather = None if kwargs.get("thd_linear_local") else kwargs.get("thd_gather")
 
         def run(x: torch.Tensor) -> torch.Tensor:  # [S, L, C]
             c = x.size(2)
@@ -237,7 +245,7 @@ def _wrap_delta_rule(original: Callable[..., Any]) -> Callable[..., Any]:
             plan,
             [query[0], key[0], value[0], g[0], beta[0]],
             run,
-            gather=kwargs.get("thd_gather"),
+            gather=None if kwargs.get("thd_linear_local") else kwargs.get("thd_gather"),
             split=[heads_k, heads_k, heads_v, heads_v, heads_v],
         )
         return out.unsqueeze(0), None
@@ -287,7 +295,11 @@ def _wrap_ssd_scan(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(x, dt_, A, b_, c_, chunk_size, z=kwargs.get("z"), **settings)  # type: ignore[no-any-return]
 
         out = _run_sequences(
-            plan, [hidden_states[0], dt[0], B[0], C[0]], run, gather=kwargs.get("thd_gather"), split=None
+            plan,
+            [hidden_states[0], dt[0], B[0], C[0]],
+            run,
+            gather=None if kwargs.get("thd_linear_local") else kwargs.get("thd_gather"),
+            split=None,
         )
         return out.unsqueeze(0)
 
