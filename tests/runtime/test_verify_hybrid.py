@@ -111,6 +111,11 @@ def test_qwen3_moe_router_statistics_pass_and_routing_padding_fails(packs):
     assert not bad.ok and bad.failures[0]["check"] == "moe" and "tokens counted" in bad.failures[0]["detail"]
 
 
+def test_route_padding_on_rows_without_padding_says_it_had_nothing_to_route(packs):
+    result = run(packs["plain"], model="qwen3_30b_a3b", max_rows=1, fault="route-padding")
+    assert any("nothing to route" in note for note in result.notes)
+
+
 @pytest.mark.parametrize("fault", ["linear-state-leak", "route-padding", "mtp-global-roll"])
 def test_a_hybrid_fault_on_a_model_without_the_part_is_refused(packs, fault):
     with pytest.raises(ConfigError, match="inject it with"):

@@ -573,6 +573,8 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
                     size, rows_for_split, model=source, collate=collate, seed=config.seed, fault=config.fault
                 )
             )
+    if config.fault == "route-padding" and not any(r.router_padding_tokens for r in reports):
+        notes.append("route-padding: no checked row has padding tokens, so the fault had nothing to route")
     failures = [asdict(f) for r in reports for f in r.failures]
     failures += [dict(f) for d in distributed for f in d.failures]
     ok = not failures
