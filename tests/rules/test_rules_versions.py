@@ -299,6 +299,36 @@ BOUNDARIES = [
         ("main", "main"),
         ("0.6.0", "main"),
     ),
+    # relaxed: Bridge main verifies MTP with offline packing (GLM-5.2 packed SFT, e4cb868dc)
+    ("LP-MTP-001", "SFT", ["model.mtp_num_layers=1"], ("0.6.0", "0.19.0"), ("main", "main")),
+    # relaxed: global-batch packing (Bridge PR #6127, assumed 0.7.0) runs the schedulers
+    (
+        "LP-HCP-009",
+        "SFT",
+        ["model.dynamic_context_parallel=true", "model.max_seqlen_per_dp_cp_rank=4096"],
+        ("main", "dev"),
+        ("0.7.0", "dev"),
+    ),
+    # added: Megatron-Core dev registers default_dynamic_cp (dynamic CP)
+    (
+        "LP-SCHED-001",
+        "SFT",
+        ["model.sequence_packing_scheduler=default_dynamic_cp", "model.max_seqlen_per_dp_cp_rank=4096"],
+        ("main", "main"),
+        ("main", "dev"),
+    ),
+    # relaxed: Megatron-LM dev allows dynamic CP with pipeline parallelism
+    (
+        "LP-HCP-001",
+        "SFT",
+        [
+            "model.hybrid_context_parallel=true",
+            "model.max_seqlen_per_dp_cp_rank=4096",
+            "model.pipeline_model_parallel_size=2",
+        ],
+        ("main", "main"),
+        ("main", "dev"),
+    ),
     # added: Bridge 0.6.0 refuses locally captured scoped graphs (#4607)
     ("LP-CG-007", "SFT", ["model.cuda_graph_impl=local"], ("0.6.0", "main"), ("0.5.1", "main")),
 ]
@@ -314,7 +344,7 @@ def test_version_boundary(rule_id, base, overrides, inside, outside) -> None:
         f for f in findings_of(base, overrides, bridge=inside[0], mcore=inside[1]) if f.rule_id == rule_id
     ]
     assert fired, f"{rule_id} did not fire for Bridge {inside[0]} / MCore {inside[1]}"
-    assert f"Megatron-Bridge {inside[0]}, Megatron-Core {inside[1]}" in fired[0].applies_to
+    assert f"Megatron-Bridge {inside[0]} (given), Megatron-Core {inside[1]} (given)" in fired[0].applies_to
     assert rule_id not in ids(findings_of(base, overrides, bridge=outside[0], mcore=outside[1]))
 
 
@@ -325,7 +355,7 @@ def test_hybrid_cp_key_on_an_older_megatron_core_is_named() -> None:
         if f.rule_id == "LP-VER-001"
     ]
     assert [f.keys for f in found] == [("model.hybrid_context_parallel",)]
-    assert "Megatron-Core 0.15.3 has no such setting" in found[0].message
+    assert "Megatron-Core 0.15.3 (given) has no such setting" in found[0].message
 
 
 def test_bridge_packing_keys_follow_the_rename() -> None:
@@ -388,7 +418,9 @@ def test_check_result_and_json_name_the_versions() -> None:
     out = result.to_dict()
     assert out["versions"]["megatron_bridge"] == "0.5.1" and out["versions"]["megatron_core_from"] == "given"
     assert {"LP-EN-001", "LP-SCHED-001"} <= {r["id"] for r in out["rules_not_applied"]}
-    assert all("Megatron-Bridge 0.5.1, Megatron-Core 0.18.2" in f["applies_to"] for f in out["findings"])
+    assert all(
+        "Megatron-Bridge 0.5.1 (given), Megatron-Core 0.18.2 (given)" in f["applies_to"] for f in out["findings"]
+    )
 
 
 def test_check_cli_verbose_lists_rules_not_applied() -> None:

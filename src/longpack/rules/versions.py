@@ -401,6 +401,19 @@ class UpstreamVersions:
     def of(self, product: Product) -> str:
         return self.bridge if product == BRIDGE else self.mcore
 
+    def origin(self, product: Product) -> str:
+        """Where the version came from, short (``given``, ``installed``, ``inferred from the config's
+        keys``, ``paired with Megatron-Bridge 0.6.0``, ``newest known``); :meth:`describe` says it whole.
+
+        >>> UpstreamVersions(bridge="main", mcore="main", bridge_origin="inferred from the config's keys a (>= 0.6.0): >= 0.6.0, x").origin(BRIDGE)
+        "inferred from the config's keys (>= 0.6.0)"
+        """
+        text = self.bridge_origin if product == BRIDGE else self.mcore_origin
+        if text.startswith("inferred from the config's keys") and ": " in text:
+            bound = text.split(": ", 1)[1].split(", ")
+            return f"inferred from the config's keys ({', '.join(b for b in bound if b[:1] in '<>')})"
+        return text
+
     def describe(self, product: Product) -> str:
         """``Megatron-Bridge main (067f987df, 2026-08-22; newest known)``."""
         info = PRODUCTS[product]

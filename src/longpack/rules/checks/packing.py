@@ -48,7 +48,9 @@ def pack_exclusive(s: TrainingSetup) -> Iterator[Violation]:
     if s.dataset.enable_offline_packing and s.dataset.enable_in_batch_packing:
         yield V(
             "enable_offline_packing=True and enable_in_batch_packing=True (Bridge: 'mutually exclusive')",
-            "keep one: offline packing for text SFT, in-batch packing for direct-HF/VLM collates",
+            "keep one: offline packing (packed Parquet written ahead of time), or runtime in-batch packing "
+            "(direct-HF and VLM collates; GPT-SFT datasets too from Bridge PR #5493, after main 067f987df, "
+            "with train.micro_batch_size > 1)",
             K_OFF,
             K_IBP,
         )
@@ -417,20 +419,24 @@ def inbatch_dataloader(s: TrainingSetup) -> Iterator[Violation]:
 
 @FAMILY.rule(
     "LP-MTP-001",
-    E,
-    "no MTP with packed SFT",
-    "Bridge docs (MTP, not enforced by code)",
-    fix="set model.mtp_num_layers=null for packed SFT, or turn offline packing off",
+    W,
+    "MTP with packed SFT: unsupported per the docs before Bridge main",
+    "Bridge docs (MTP, not enforced by code); relaxed by Bridge main's verified GLM-5.2 packed SFT",
+    fix="set model.mtp_num_layers=null for packed SFT, or run Megatron-Bridge main (its GLM-5.2 recipe packs with MTP)",
 )
 def mtp_packed(s: TrainingSetup) -> Iterator[Violation]:
     """The Megatron-Bridge docs list sequence packing for fine-tuning as not supported with multi-token
-    prediction; no code checks it."""
+    prediction, and no code checks it. Bridge ``main`` verifies exactly that combination (GLM-5.2 128K
+    packed SFT, e4cb868dc: offline packing with ``mtp_num_layers=1``), so the rule stops at ``main``; in
+    the releases before, it stays a warning (nothing refuses the config)."""
     mtp = s.model.mtp_num_layers or 0
     if s.dataset.offline_packing and mtp > 0:
+        version = "" if s.versions is None else f" (Megatron-Bridge {s.versions.bridge})"
         yield V(
-            f"offline packing with mtp_num_layers={mtp}: the docs list sequence packing for fine-tuning as "
-            "not supported with MTP (Bridge does not check it)",
-            f"set {K_MTP}=null (or 0) for packed SFT, or disable packing (~{K_SPECS} {K_OFF}=false)",
+            f"offline packing with mtp_num_layers={mtp}: the docs of this Bridge{version} list sequence packing "
+            "for fine-tuning as not supported with MTP (Bridge does not check it; main verifies it)",
+            f"set {K_MTP}=null (or 0) for packed SFT, disable packing (~{K_SPECS} {K_OFF}=false), or run "
+            "Megatron-Bridge main",
             K_MTP,
             K_OFF,
         )
