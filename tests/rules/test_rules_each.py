@@ -1036,6 +1036,55 @@ CASES += [
         mcore="0.15.3",
     ),
     Case(
+        "LP-CP-010",
+        "SFT",
+        ["+model.cp_partition_mode=contiguous"],
+        ["+model.cp_partition_mode=zigzag"],
+        ("no sequence_packing_scheduler", "only does zigzag"),
+        fix_says=("model.cp_partition_mode=zigzag",),
+        mcore="dev",
+    ),
+    Case(
+        "LP-CP-010",
+        "SFT",
+        ["+model.cp_partition_mode=striped"],
+        ["+model.cp_partition_mode=zigzag"],
+        ("'striped' is not one of zigzag, contiguous",),
+        fix_says=("model.cp_partition_mode=zigzag",),
+        mcore="dev",
+    ),
+    Case(
+        "LP-CP-011",
+        "PRETRAIN",
+        ["+dataset.inter_document_masking=true"],
+        ["+dataset.inter_document_masking=true", "model.context_parallel_size=1"],
+        ("inter_document_masking with CP=2", "2*CP = 4"),
+        fix_says=("dataset.inter_document_masking=false",),
+    ),
+    Case(
+        "LP-PACK-018",
+        "SFT",
+        ["+model.fp8=e4m3", "+model.fp8_recipe=mxfp8"],
+        ["+model.fp8=e4m3", "+model.fp8_recipe=mxfp8", "dataset.offline_packing_specs.pad_seq_to_mult=128"],
+        ("MXFP8", "padded to 128", "32 * CP=2 * TP=2 (SP)"),
+        fix_says=("dataset.offline_packing_specs.pad_seq_to_mult=128",),
+    ),
+    Case(
+        "LP-PACK-018",
+        "SFT",
+        [
+            "+model.fp8=e4m3",
+            "+model.fp8_recipe=mxfp8",
+            "+dataset.dataset_kwargs.pad_to_max_length=true",
+            "dataset.offline_packing_specs.packed_sequence_size=8100",
+            "model.seq_length=8100",
+            "dataset.seq_length=8100",
+        ],
+        ["+model.fp8=e4m3", "+model.fp8_recipe=mxfp8", "+dataset.dataset_kwargs.pad_to_max_length=true"],
+        ("fixed-width packed rows of 8100 tokens", "a multiple of 128"),
+        fix_says=("dataset.offline_packing_specs.packed_sequence_size=8192",),
+    ),
+    Case(
         "LP-VER-002",
         "SFT",
         ["+model.dynamic_context_paralel=true"],
@@ -1367,7 +1416,7 @@ LP-DATA-012 LP-DATA-013 LP-DATA-014
 LP-EN-017 LP-VLM-001 LP-VLM-002 LP-MOE-001 LP-MOE-002 LP-MOE-003 LP-MODEL-001 LP-MODEL-002 LP-MODEL-003 LP-DATA-001
 LP-DATA-002 LP-DATA-004 LP-DATA-005 LP-DATA-006 LP-DATA-008 LP-DATA-011 LP-VER-001 LP-HCP-001 LP-HCP-002
 LP-HCP-003 LP-HCP-004 LP-HCP-005 LP-HCP-006 LP-HCP-008 LP-HCP-010 LP-SCHED-001 LP-SCHED-002 LP-SCHED-003 LP-MOE-005
-LP-VER-002 LP-GBP-001 LP-DCP-001 LP-DCP-002 LP-DCP-003 LP-DCP-004 LP-DCP-005
+LP-CP-010 LP-CP-011 LP-PACK-018 LP-VER-002 LP-GBP-001 LP-DCP-001 LP-DCP-002 LP-DCP-003 LP-DCP-004 LP-DCP-005
 LP-MOE-006 LP-MOE-007 LP-MOE-009 LP-CG-006 LP-CG-007 LP-CP-009 LP-TOPO-007
 """
 WARNINGS = """

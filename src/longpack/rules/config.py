@@ -341,6 +341,9 @@ class ModelSettings:
     pad_packed_seq_alignment: OptStr = None
     #: Megatron-Core dev: how packed rows are split over CP ranks (``zigzag`` default, ``contiguous``).
     cp_partition_mode: OptStr = None
+    #: Megatron-Core TransformerConfig FP8 (``e4m3`` / ``hybrid``) and its recipe (``mxfp8``, ``delayed``...).
+    fp8: OptStr = None
+    fp8_recipe: OptStr = None
     microbatch_group_size_per_vp_stage: OptInt = None
     #: Megatron-LM's spelling of a local (per-layer) CUDA graph.
     enable_cuda_graph: Bool = False

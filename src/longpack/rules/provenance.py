@@ -1021,11 +1021,46 @@ PROVENANCE: dict[str, Provenance] = {
             Source(MLM_REPO, "megatron/core/model_parallel_config.py", commit="d98e8a64dd"),
         )
     ),
+    "LP-CP-010": Provenance(
+        mcore=VersionRange(since="dev"),
+        sources=(
+            Source(
+                MLM_REPO,
+                "megatron/core/transformer/transformer_config.py",
+                commit="cae55c1f09",
+                probe="cp_partition_mode='contiguous' with context parallelism requires THD",
+            ),
+        ),
+    ),
+    "LP-CP-011": Provenance(
+        mcore=VersionRange(since="0.19.0"),
+        sources=(
+            Source(
+                MLM_REPO,
+                "megatron/core/datasets/gpt_dataset.py",
+                commit="f88b85f8c6",
+                probe="inter_document_masking: bool = False",
+            ),
+            Source(BRIDGE_REPO, "src/megatron/bridge/training/gpt_step.py", commit="067f987df"),
+        ),
+    ),
+    "LP-PACK-018": Provenance(
+        sources=(
+            Source(
+                MLM_REPO,
+                "megatron/core/fp8_utils.py",
+                commit="92d68dae89",
+                probe="def get_fp8_align_size(fp8_recipe: Fp8Recipe) -> int:",
+            ),
+        ),
+    ),
     # global-batch packing: Megatron-Bridge PR #6127 (open on 2026-09-16, its branch at 7bdc5ef4ba; not in
     # main 067f987df)
     "LP-GBP-001": Provenance(
         bridge=VersionRange(since=GLOBAL_BATCH_PACKING_SINCE),
-        sources=(Source(BRIDGE_REPO, "src/megatron/bridge/data/packing/global_batch.py", commit="7bdc5ef4ba"),),
+        sources=(
+            Source(BRIDGE_REPO, "src/megatron/bridge/data/packing/global_batch.py", commit="7bdc5ef4ba"),
+        ),
     ),
     # dynamic CP: Megatron-LM dev (read at d48bd6be0a)
     "LP-DCP-001": Provenance(
