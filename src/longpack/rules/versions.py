@@ -331,6 +331,7 @@ class UpstreamVersions:
         bridge: str | None = None,
         mcore: str | None = None,
         evidence: Mapping[Product, KeyEvidence] | None = None,
+        environment: bool = True,
     ) -> UpstreamVersions:
         """The versions from the evidence, strongest first.
 
@@ -347,7 +348,9 @@ class UpstreamVersions:
         Megatron-Bridge version (its ``3rdparty/Megatron-LM`` submodule), moved into the range the
         config's Megatron-Core keys bound where it falls outside, else ``main``.
 
-        A version that does not parse is a :class:`~longpack.errors.ConfigError`.
+        ``environment=False`` leaves the environment variables and the installed packages out (a config
+        judged by its own keys alone: the recipe checks). A version that does not parse is a
+        :class:`~longpack.errors.ConfigError`.
 
         >>> v = UpstreamVersions.resolve(bridge="0.5.1", mcore="0.18.2")
         >>> (v.bridge, v.bridge_origin), (v.mcore, v.mcore_origin)
@@ -367,11 +370,11 @@ class UpstreamVersions:
                 version_key(given, product)
                 found[product] = (given.strip(), "given")
                 continue
-            from_env = os.environ.get(ENV_VARS[product], "").strip()
+            from_env = os.environ.get(ENV_VARS[product], "").strip() if environment else ""
             if from_env:
                 version_key(from_env, product)
                 found[product] = (from_env, f"${ENV_VARS[product]}")
-        bridge_installed = installed_version(BRIDGE)
+        bridge_installed = installed_version(BRIDGE) if environment else None
         if BRIDGE not in found and bridge_installed is not None:
             found[BRIDGE] = (bridge_installed, "installed")
         if MCORE not in found and bridge_installed is not None:

@@ -74,7 +74,11 @@ KEYS_BY_VERSION: tuple[VersionedKey, ...] = (
 
 
 def versions_for(
-    config_keys: Collection[str] = (), *, bridge: str | None = None, mcore: str | None = None
+    config_keys: Collection[str] = (),
+    *,
+    bridge: str | None = None,
+    mcore: str | None = None,
+    environment: bool = True,
 ) -> UpstreamVersions:
     """:meth:`UpstreamVersions.resolve` with the keys a config sets as evidence (what ``longpack check``
     runs for).
@@ -84,7 +88,10 @@ def versions_for(
     ('0.5.1', "inferred from the config's keys dataset.packed_sequence_specs (< 0.6.0): < 0.6.0, the newest known in that range")
     """
     return UpstreamVersions.resolve(
-        bridge=bridge, mcore=mcore, evidence=key_evidence(config_keys, KEYS_BY_VERSION)
+        bridge=bridge,
+        mcore=mcore,
+        evidence=key_evidence(config_keys, KEYS_BY_VERSION),
+        environment=environment,
     )
 
 
