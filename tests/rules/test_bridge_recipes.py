@@ -53,3 +53,25 @@ def test_the_dynamic_cp_example_gets_only_the_not_scheduled_warning() -> None:
 
 def test_explain_names_the_recipes_that_exercise_a_rule() -> None:
     assert "glm52_sft_192gpu_gb200_bf16_128k_config" in recipes_exercising("LP-MTP-001")
+
+
+def test_check_explain_prints_sources_versions_and_recipes() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from longpack.cli.app import app
+
+    out = CliRunner().invoke(app, ["check", "--explain", "LP-MTP-001"])
+    assert out.exit_code == 0, out.output
+    assert (
+        "NVIDIA-NeMo/Megatron-Bridge@e4cb868dc:examples/model_verification_cards/glm5-2/card.yaml"
+        in out.output
+    )
+    assert "Megatron-Bridge < main (known versions inside: 0.2.0" in out.output
+    assert "glm52_sft_192gpu_gb200_bf16_128k_config" in out.output
+    as_json = json.loads(CliRunner().invoke(app, ["check", "--explain", "lp-dcp-002", "--json"]).output)
+    assert as_json["versions"]["Megatron-Core"] == {"range": ">= dev", "known": ["dev"]}
+    assert as_json["sources"] == ["NVIDIA/Megatron-LM@2d6e946bab:megatron/core/model_parallel_config.py"]
+    bad = CliRunner().invoke(app, ["check", "--explain", "LP-MTP-01"])
+    assert bad.exit_code == 2 and "nearest: LP-MTP-001" in bad.output and "Traceback" not in bad.output

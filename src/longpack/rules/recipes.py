@@ -100,3 +100,57 @@ def recipes_exercising(rule_id: str) -> list[str]:
         if r["recipe"] not in fired and any(k in r["keys"] for k in keys)
     ]
     return fired + setting
+
+
+def explain_rule(rule_id: str) -> dict[str, Any]:
+    """What ``longpack check --explain RULE`` prints: the rule, its sources (``repo@commit:path``), the
+    version ranges it applies to and the known versions inside them, and the Bridge recipes that exercise
+    it. An unknown id is a :class:`~longpack.errors.ConfigError` naming the nearest ids.
+
+    >>> e = explain_rule("lp-mtp-001")
+    >>> e["id"], e["sources"][0]
+    ('LP-MTP-001', 'NVIDIA-NeMo/Megatron-Bridge@1e033749b:docs/training/multi-token-prediction.md')
+    >>> e["versions"]["Megatron-Bridge"]["range"], e["versions"]["Megatron-Bridge"]["known"][-1]
+    ('< main', '0.6.0')
+    """
+    import difflib
+
+    from longpack.errors import ConfigError
+    from longpack.rules.runner import RULES
+    from longpack.rules.versions import PRODUCTS, known_versions
+
+    wanted = rule_id.strip().upper()
+    if wanted not in RULES.ids():
+        near = difflib.get_close_matches(wanted, RULES.ids(), n=3, cutoff=0.6)
+        raise ConfigError(
+            f"--explain {rule_id!r}: no such rule"
+            + (f"; nearest: {', '.join(near)}" if near else "")
+            + " (longpack check --list-rules lists them)",
+            fields="explain",
+        )
+    rule = RULES[wanted]
+    p = rule.provenance
+    versions = {}
+    for product, r in (("bridge", p.bridge), ("mcore", p.mcore)):
+        versions[PRODUCTS[product].name] = {  # type: ignore[index]
+            "range": r.text,
+            "known": [v for v in known_versions(product) if r.contains(v, product)],  # type: ignore[arg-type]
+        }
+    sources = [
+        "longpack"
+        if s.repo == "longpack"
+        else f"{s.repo}@{s.commit}:{s.path}" + (" (relaxed it)" if s.relaxes else "")
+        for s in p.sources
+    ]
+    return {
+        "id": rule.id,
+        "severity": rule.severity.value,
+        "title": rule.title,
+        "description": rule.description,
+        "fix": rule.fix,
+        "source": rule.source,
+        "sources": sources,
+        "versions": versions,
+        "recipes": recipes_exercising(rule.id),
+        "recipes_from": recipes_source(),
+    }
