@@ -332,11 +332,12 @@ def observed_range(gitdir: Path, product: str, literal: str, pathspec: str) -> t
     known holds it already)."""
     from longpack.rules.versions import PRODUCTS
 
-    releases = PRODUCTS[product].releases  # type: ignore[index]
+    info = PRODUCTS[product]  # type: ignore[index]
+    releases = info.releases + ((info.dev,) if info.dev is not None else ())  # Megatron-Core dev after main
     tags = {"bridge": "v{}", "mcore": "core_v{}"}[product]
     present = []
     for r in releases:
-        commit = r.commit if r.version == "main" else tags.format(r.version)
+        commit = r.commit if r.version in ("main", "dev") else tags.format(r.version)
         present.append(probe_present(gitdir, commit, literal, pathspec))
     if not any(present):
         return ("absent", "absent")
