@@ -120,7 +120,7 @@ def _list_rules(as_json: bool, markdown: bool = False) -> None:
 
 
 def _explain(rule_id: str, as_json: bool) -> None:
-    from longpack.rules.recipes import explain_rule
+    from longpack.jobs.check import explain_rule
 
     try:
         e = explain_rule(rule_id)

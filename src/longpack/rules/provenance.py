@@ -12,7 +12,7 @@ Bridge began to refuse later carry the commit alone: the problem they guard agai
 The rules' own ``source`` strings say the same in words; this table is what ``longpack check`` uses.
 
 >>> PROVENANCE["LP-HCP-001"].mcore.text, PROVENANCE["LP-HCP-001"].sources[0].commit
-('>= 0.16.0', '98d8c56dbd')
+('>= 0.16.0, < dev', '98d8c56dbd')
 >>> PROVENANCE["LP-MOE-005"].ranges_text()
 'Megatron-Bridge < 0.6.0; Megatron-Core >= 0.19.0'
 """

@@ -355,7 +355,7 @@ class UpstreamVersions:
         >>> v = UpstreamVersions.resolve(bridge="0.5.1", mcore="0.18.2")
         >>> (v.bridge, v.bridge_origin), (v.mcore, v.mcore_origin)
         (('0.5.1', 'given'), ('0.18.2', 'given'))
-        >>> v = UpstreamVersions.resolve(bridge="0.6.0")
+        >>> v = UpstreamVersions.resolve(bridge="0.6.0", environment=False)
         >>> (v.mcore, v.mcore_origin)
         ('0.19.0', 'paired with Megatron-Bridge 0.6.0')
         """

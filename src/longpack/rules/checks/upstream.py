@@ -83,7 +83,7 @@ def versions_for(
     """:meth:`UpstreamVersions.resolve` with the keys a config sets as evidence (what ``longpack check``
     runs for).
 
-    >>> v = versions_for({"dataset.packed_sequence_specs.packed_sequence_size"}, mcore="0.18.2")
+    >>> v = versions_for({"dataset.packed_sequence_specs.packed_sequence_size"}, mcore="0.18.2", environment=False)
     >>> v.bridge, v.bridge_origin
     ('0.5.1', "inferred from the config's keys dataset.packed_sequence_specs (< 0.6.0): < 0.6.0, the newest known in that range")
     """
