@@ -419,7 +419,8 @@ def test_check_result_and_json_name_the_versions() -> None:
     assert out["versions"]["megatron_bridge"] == "0.5.1" and out["versions"]["megatron_core_from"] == "given"
     assert {"LP-EN-001", "LP-SCHED-001"} <= {r["id"] for r in out["rules_not_applied"]}
     assert all(
-        "Megatron-Bridge 0.5.1 (given), Megatron-Core 0.18.2 (given)" in f["applies_to"] for f in out["findings"]
+        "Megatron-Bridge 0.5.1 (given), Megatron-Core 0.18.2 (given)" in f["applies_to"]
+        for f in out["findings"]
     )
 
 
@@ -475,3 +476,22 @@ def test_from_layout_carries_versions_into_run_rules() -> None:
     versions = UpstreamVersions.resolve(bridge="main", mcore="0.17.1")
     setup = TrainingSetup.from_layout(ParallelLayout(world_size=8, cp=2), seq_length=8192, versions=versions)
     assert all("Megatron-Core 0.17.1" in f.applies_to for f in run_rules(setup))
+
+
+def test_megatron_core_dev_is_an_exception_where_it_lacks_main_changes() -> None:
+    # dev (d48bd6be0a) has no moe_hybridep_pad_uneven_dispatch_inputs (main and 0.19.0 have it)
+    r = VersionRange(since="0.19.0", dev=False)
+    assert [r.contains(v, MCORE) for v in ("0.18.2", "0.19.0", "main", "dev")] == [False, True, True, False]
+    assert r.text == ">= 0.19.0 (not dev)"
+    found = findings_of("SFT", ["+model.moe_hybridep_pad_uneven_dispatch_inputs=true"], mcore="dev")
+    assert "Megatron-Core dev (given) has no such setting" in next(
+        f.message for f in found if f.rule_id == "LP-VER-001"
+    )
+    assert not [
+        f
+        for f in findings_of("SFT", ["+model.moe_hybridep_pad_uneven_dispatch_inputs=true"])
+        if f.rule_id == "LP-VER-001"
+    ]
+    # and the rules main relaxed with it still apply on dev
+    assert "LP-MOE-006" not in {r.id for r in rules_outside(UpstreamVersions(bridge="main", mcore="dev"))}
+    assert "LP-MOE-006" in {r.id for r in rules_outside(UpstreamVersions(bridge="main", mcore="main"))}

@@ -14,11 +14,13 @@ The rules' own ``source`` strings say the same in words; this table is what ``lo
 >>> PROVENANCE["LP-HCP-001"].mcore.text, PROVENANCE["LP-HCP-001"].sources[0].commit
 ('>= 0.16.0, < dev', '98d8c56dbd')
 >>> PROVENANCE["LP-MOE-005"].ranges_text()
-'Megatron-Bridge < 0.6.0; Megatron-Core >= 0.19.0'
+'Megatron-Bridge < 0.6.0; Megatron-Core >= 0.19.0 (not dev)'
 """
 
 from __future__ import annotations
 
+# Megatron-Core dev (d48bd6be0a) lacks main's HybridEP uneven-dispatch padding, the THD-graph
+# pad_between_seqs fix and quantile routing (rules_drift ranges): dev=True / dev=False below say so.
 from longpack.rules.registry import Provenance, Source
 from longpack.rules.scheduling_keys import GLOBAL_BATCH_PACKING_SINCE
 from longpack.rules.versions import PRODUCTS, VersionRange
@@ -477,7 +479,7 @@ PROVENANCE: dict[str, Provenance] = {
     ),
     "LP-CG-005": Provenance(sources=(LONGPACK,)),
     "LP-CG-006": Provenance(
-        mcore=VersionRange(until="0.19.0"),
+        mcore=VersionRange(until="0.19.0", dev=True),
         sources=(
             Source(
                 MLM_REPO,
@@ -725,7 +727,7 @@ PROVENANCE: dict[str, Provenance] = {
     ),
     "LP-MOE-005": Provenance(
         bridge=VersionRange(until="0.6.0"),
-        mcore=VersionRange(since="0.19.0"),
+        mcore=VersionRange(since="0.19.0", dev=False),
         sources=(
             Source(
                 MLM_REPO,
@@ -744,7 +746,7 @@ PROVENANCE: dict[str, Provenance] = {
         ),
     ),
     "LP-MOE-006": Provenance(
-        mcore=VersionRange(until="0.19.0"),
+        mcore=VersionRange(until="0.19.0", dev=True),
         sources=(
             Source(
                 MLM_REPO,
@@ -757,7 +759,7 @@ PROVENANCE: dict[str, Provenance] = {
     ),
     "LP-MOE-007": Provenance(
         bridge=VersionRange(since="0.6.0"),
-        mcore=VersionRange(since="0.19.0"),
+        mcore=VersionRange(since="0.19.0", dev=False),
         sources=(
             Source(
                 MLM_REPO,
@@ -795,7 +797,7 @@ PROVENANCE: dict[str, Provenance] = {
     ),
     "LP-MOE-009": Provenance(
         bridge=VersionRange(since="main"),
-        mcore=VersionRange(since="0.19.0"),
+        mcore=VersionRange(since="0.19.0", dev=False),
         sources=(
             Source(
                 MLM_REPO,

@@ -184,8 +184,13 @@ class VersionRange:
 
     since: str | None = None
     until: str | None = None
+    #: Whether Megatron-Core ``dev`` is inside, where it differs from its place after ``main``: ``dev``
+    #: is a branch, and some ``main`` changes are not on it (``None``: by its order).
+    dev: bool | None = None
 
     def contains(self, version: str, product: Product = BRIDGE) -> bool:
+        if self.dev is not None and product == MCORE and version.strip().lower() == "dev":
+            return self.dev
         if self.since is None and self.until is None:
             return True
         key = version_key(version, product)
@@ -195,13 +200,17 @@ class VersionRange:
 
     @property
     def everywhere(self) -> bool:
-        return self.since is None and self.until is None
+        return self.since is None and self.until is None and self.dev is None
 
     @property
     def text(self) -> str:
-        """``>= 0.4.0, < 0.6.0``; ``all`` when both ends are open."""
+        """``>= 0.4.0, < 0.6.0``; ``all`` when both ends are open; ``(not dev)`` / ``(and dev)`` where
+        Megatron-Core dev is an exception to the order."""
         parts = ([f">= {self.since}"] if self.since else []) + ([f"< {self.until}"] if self.until else [])
-        return ", ".join(parts) or "all"
+        text = ", ".join(parts) or "all"
+        if self.dev is not None:
+            text += " (and dev)" if self.dev else " (not dev)"
+        return text
 
 
 @functools.cache

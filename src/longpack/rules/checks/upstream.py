@@ -40,7 +40,7 @@ KEYS_BY_VERSION: tuple[VersionedKey, ...] = (
     VersionedKey(
         "model.moe_hybridep_pad_uneven_dispatch_inputs",
         "mcore",
-        VersionRange(since="0.19.0"),
+        VersionRange(since="0.19.0", dev=False),
         "HybridEP THD dispatch (#5008)",
     ),
     VersionedKey(
