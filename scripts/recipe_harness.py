@@ -161,7 +161,25 @@ class _Recipe:
             for k, v in kwargs.items():
                 self.flat[f"{section}.{k}"] = v
 
+    def mutate(self, node: ast.Call) -> None:
+        """``_apply_common(cfg)``: a helper that sets keys on the config it is given."""
+        name = _chain(node.func)
+        fn = self.functions.get(name[-1] if name else "")
+        if fn is None or self.depth > 8 or not fn.args.args:
+            return
+        at = [i for i, a in enumerate(node.args) if isinstance(a, ast.Name) and a.id == self.cfg_name]
+        if not at or at[0] >= len(fn.args.args):
+            return
+        inner = _Recipe(self.functions, self.depth + 1)
+        inner.flat = self.flat  # the same config, under the helper's parameter name
+        inner.cfg_name = fn.args.args[at[0]].arg
+        inner.run(fn, {})
+        self.from_hf_model |= inner.from_hf_model
+
     def statement(self, st: ast.stmt) -> None:
+        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call):
+            self.mutate(st.value)
+            return
         if isinstance(st, ast.Assign) and len(st.targets) == 1:
             target, value = st.targets[0], st.value
         elif isinstance(st, ast.AnnAssign) and st.value is not None:
@@ -176,9 +194,11 @@ class _Recipe:
                 self.local[target.id] = v
             return
         chain = _chain(target)
-        if not chain or len(chain) < 2 or chain[1] not in SECTIONS:
+        if not chain or len(chain) < 2 or chain[0] != self.cfg_name or chain[1] not in SECTIONS:
             return
         key = ".".join(chain[1:])
+        if key == "model":  # a provider object: its architecture is not written in the recipe file
+            self.from_hf_model = True
         if isinstance(value, ast.Call):
             if len(chain) == 2:  # a whole section replaced: what it held before is gone
                 self.flat = {k: v for k, v in self.flat.items() if not k.startswith(key + ".")}
