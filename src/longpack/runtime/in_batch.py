@@ -362,6 +362,7 @@ def build_visual_thd_batch(
     pad_to_multiple_of: int = 1,
     pad_to_max_length: bool = False,
     emit_padding_mask: bool = False,
+    pad_token_id: int | None = None,
 ) -> dict[str, Any]:
     """One THD row from prepared VLM sequences, as Megatron-Bridge's ``build_qwen_vl_packed_batch``
     (``models/qwen_vl/data/collate_fn.py``) builds it, plus 3-D positions and an optional padding mask.
@@ -369,8 +370,10 @@ def build_visual_thd_batch(
     Each sequence has ``row`` (1-D ``input_ids``, ``position_ids``, ``labels``, ``loss_mask``, all-ones
     ``attention_mask``) and ``visual_values`` (``pixel_values``, ``image_grid_thw``, video keys), as
     ``longpack.vlm.PreparedSequence`` and Bridge's ``QwenVLPreparedSequence`` do. The text keys are
-    :func:`build_thd_row`'s (pad id 0, labels -100; alignment ``pad_to_multiple_of`` per sequence; with
-    ``pad_to_max_length`` the last segment reaches ``sequence_length``). ``visual_inputs`` maps each visual key
+    :func:`build_thd_row`'s (labels -100; alignment ``pad_to_multiple_of`` per sequence; with
+    ``pad_to_max_length`` the last segment reaches ``sequence_length``); gaps get ``pad_token_id``, by default
+    the sequences' own ``pad_token_id`` (``PreparedSequence.pad_token_id``: 0 for Qwen-VL as Bridge's
+    ``build_qwen_vl_packed_batch``, the tokenizer's pad id for Gemma3-VL as ``gemma3_vl_collate_fn``). ``visual_inputs`` maps each visual key
     present to its tensors concatenated in sequence order. Added to Bridge's keys:
 
     - ``mrope_position_ids`` ``[3, 1, T]`` when every sequence has ``mrope_position_ids`` ``[3, L]`` (each
@@ -388,10 +391,19 @@ def build_visual_thd_batch(
                 f"sequence {i}: expected a prepared sequence with .row and .visual_values, got {type(seq).__name__}"
             )
         rows.append(row)
+    if pad_token_id is None:
+        pad_ids = sorted({int(getattr(seq, "pad_token_id", 0)) for seq in sequences})
+        if len(pad_ids) > 1:
+            raise InBatchPackingError(
+                f"the sequences have different pad ids {pad_ids} (prepared by different tokenizers?); pass "
+                "pad_token_id=... or pack sequences of one preparer",
+                fields="pad_token_id",
+            )
+        pad_token_id = pad_ids[0]
     out = build_thd_row(
         rows,
         sequence_length=sequence_length,
-        pad_token_id=0,
+        pad_token_id=pad_token_id,
         ignore_index=-100,
         pad_to_multiple_of=pad_to_multiple_of,
         pad_to_max_length=pad_to_max_length,

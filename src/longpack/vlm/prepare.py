@@ -198,6 +198,8 @@ class PreparedSequence:
     visual_values: dict[str, Any]
     mrope_position_ids: Any  # None for families with 1-D positions (Gemma3-VL)
     visual_tokens: int
+    # the id a packed row's gaps get (Bridge: 0 for Qwen-VL, the tokenizer's pad id for Gemma3-VL)
+    pad_token_id: int = 0
 
     @property
     def sequence_length(self) -> int:

@@ -454,6 +454,7 @@ class Gemma3Preparer:
             visual_values=visual_values,
             mrope_position_ids=None,
             visual_tokens=visual,
+            pad_token_id=self.pad_token_id,
         )
 
     def _call_kwargs(self) -> dict[str, Any]:
