@@ -138,3 +138,31 @@ def test_video_text_follows_the_installed_5_24_and_5_25(transformers_5_25: str) 
             assert case["length"] == case["prepared"]  # from headers alone, no frame decoded
     for a, b in zip(old["cases"], new["cases"], strict=True):
         assert len(a["ids"]) - len(b["ids"]) == 2 * a["videos"]  # the outer pair per video
+
+
+def test_an_installed_version_outside_the_range_is_refused_when_a_preparer_is_built(monkeypatch) -> None:
+    from longpack.vlm import hf_versions
+    from longpack.vlm.families import vlm_family
+    from longpack.vlm.prepare import QwenVLPreparer, VLMConfig
+    from longpack.vlm.vision import VisionConfig
+    from vlm_helpers import gemma3_processor
+
+    processor = gemma3_processor()
+    monkeypatch.setattr(hf_versions, "installed_transformers_version", lambda: "5.30.0")
+    for build in (
+        lambda: QwenVLPreparer("qwen3", config=VLMConfig(vision=VisionConfig())),
+        lambda: vlm_family("gemma3").preparer(processor=processor),
+    ):
+        with pytest.raises(VLMError, match=r"transformers 5\.30\.0 \(installed\) is outside the range"):
+            build()
+    # naming the training job's version overrides the installed one
+    prep = QwenVLPreparer("qwen3", config=VLMConfig(vision=VisionConfig(), transformers_version="5.25.0"))
+    assert prep.transformers_version == "5.25.0"
+    monkeypatch.setattr(hf_versions, "installed_transformers_version", lambda: None)
+    qwen3 = QwenVLPreparer(
+        "qwen3", config=VLMConfig(vision=VisionConfig(patch_size=16, rope_variant="qwen3_vl"))
+    )
+    with pytest.raises(
+        VLMError, match="depends on the transformers version and transformers is not installed"
+    ):
+        qwen3.qwen3_video_outer_wrapper  # noqa: B018

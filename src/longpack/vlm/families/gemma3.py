@@ -44,6 +44,7 @@ import numpy as np
 
 from longpack.vlm.chat import media_sources, normalize_conversation
 from longpack.vlm.errors import SampleError, SampleRejected, VLMError
+from longpack.vlm.hf_versions import checked_version
 from longpack.vlm.prepare import (
     IGNORE_INDEX,
     VLM_SKIPPED_TOKEN_TEXTS,
@@ -206,6 +207,8 @@ class Gemma3Preparer:
     ) -> None:
         self.processor = processor
         self.config = config or VLMConfig()
+        # the transformers whose Gemma3Processor runs here (refused outside the supported range)
+        self.transformers_version = checked_version(self.config.transformers_version)
         self.family = family or Gemma3Family.from_processor(processor)
         if self.family.mm_tokens_per_image != int(processor.image_seq_length):
             raise VLMError(
