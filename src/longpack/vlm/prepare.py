@@ -44,7 +44,12 @@ from longpack.errors import ConfigError
 from longpack.text.tokenizers import Tokenizer, as_tokenizer
 from longpack.vlm.chat import CHAT_TEMPLATES, media_sources, normalize_conversation, render_ids
 from longpack.vlm.errors import REJECT_REASONS, SampleError, SampleRejected, VLMError
-from longpack.vlm.hf_versions import checked_version, require_behaviour, transformers_behaviour
+from longpack.vlm.hf_versions import (
+    checked_version,
+    parse_version,
+    require_behaviour,
+    transformers_behaviour,
+)
 from longpack.vlm.rope import mrope_position_ids
 from longpack.vlm.video import (
     VideoConfig,
@@ -327,12 +332,14 @@ class QwenVLPreparer:
         self.__dict__.update(state)
 
     def identity(self) -> dict[str, Any]:
-        """What decides the prepared sequences (stored with loader states): tokenizer identity, vision and
-        preparation settings."""
+        """What decides the prepared sequences (stored with loader states): tokenizer identity, the
+        transformers minor version whose processors they follow, vision and preparation settings."""
         from dataclasses import asdict
 
+        version = self.transformers_version
         return {
             "tokenizer": self.tokenizer.identity(),
+            "transformers": None if version is None else "{}.{}".format(*parse_version(version)),
             "image_processor": self._processor_name,
             "vision": asdict(self.vision),
             "video": asdict(self.video),
