@@ -33,6 +33,9 @@ def test_every_family_verify_builds_has_a_shipped_config() -> None:
         )
         assert config.vision_config.patch_size == 14 and config.text_config.vocab_size == 152064
         assert config.text_config.rope_parameters["mrope_section"] == [16, 24, 24]
+        # the vision merger's output feeds the text model: its width is the text width
+        merged = source["vision_config"].get("out_hidden_size", source["vision_config"]["hidden_size"])
+        assert merged == source["hidden_size"] == config.text_config.hidden_size
     # the Qwen2.5-VL entry is the checkpoint's config.json as the tests' copy has it
     tests_copy = json.loads((DATA / "qwen2_5_vl_7b.json").read_text())
     assert vlm_model_config("Qwen/Qwen2.5-VL-7B-Instruct") == tests_copy | vlm_model_config("qwen2_5_vl_7b")
