@@ -45,6 +45,44 @@ from longpack.topology import ParallelLayout, TopologyError
 
 VPP_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
 
+#: First Megatron-Core release whose ``TransformerConfig`` lets Gated DeltaNet run with CP > 1: 0.16.1 and
+#: 0.17.x assert ``context_parallel_size == 1`` for ``gated_delta_net`` ("Gated delta net does not support
+#: context parallel for now", NVIDIA/Megatron-LM@9539a12e:megatron/core/transformer/transformer_config.py,
+#: tag core_v0.17.0); core_v0.18.0 (ba7b5ebc) drops the assertion.
+GDN_CP_SINCE = "0.18.0"
+
+
+def gdn_cp_in_version(versions: UpstreamVersions | None) -> bool:
+    """Whether the Megatron-Core version checked for runs Gated DeltaNet with CP > 1 (``None``: the newest
+    known, ``main``; ``longpack plan`` passes the installed or given version).
+
+    >>> old, new = UpstreamVersions.resolve(mcore="0.16.1"), UpstreamVersions.resolve(mcore="0.18.0")
+    >>> gdn_cp_in_version(old), gdn_cp_in_version(new), gdn_cp_in_version(None)
+    (False, True, True)
+    """
+    from longpack.rules.versions import MCORE, VersionRange
+
+    version = _mcore_of(versions)
+    return VersionRange(since=GDN_CP_SINCE).contains(version, MCORE)
+
+
+def _mcore_of(versions: UpstreamVersions | None) -> str:
+    # no versions given (the Python API's default): the newest known; the CLI always resolves them
+    return versions.mcore if versions is not None else "main"
+
+
+def vpp_choices(num_layers: int, pp: int) -> tuple[int, ...]:
+    """Virtual pipeline sizes searched for ``pp`` stages: :data:`VPP_CHOICES` and every ``v`` that splits
+    the layers evenly into ``pp·v`` virtual stages (Mixtral-8x22B's 56 layers: PP 4 x VPP 14).
+
+    >>> vpp_choices(56, 4)
+    (1, 2, 3, 4, 6, 7, 8, 12, 14, 16)
+    """
+    if pp <= 1:
+        return (1,)
+    even = {v for v in range(1, num_layers // pp + 1) if num_layers % (pp * v) == 0}
+    return tuple(sorted({*VPP_CHOICES, *even}))
+
 
 @dataclass(frozen=True, kw_only=True)
 class SearchRequest:
@@ -235,6 +273,15 @@ class SearchResult:
     layouts_feasible: int
     rejected: dict[str, int]
     rule_of_thumb: RuleOfThumb | None = None
+    #: every feasible layout, fastest first, before the ``longpack check`` cross-check (the reference's
+    #: rank and the best layout within measured territory are found among them)
+    ranked: tuple[Candidate, ...] = ()
+
+    def rank_of(self, step_time: float) -> int:
+        """1-based rank a layout with this step time takes among the feasible ones."""
+        import bisect
+
+        return bisect.bisect_left([c.time.step_time for c in self.ranked], step_time) + 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -352,6 +399,12 @@ def enumerate_layouts(req: SearchRequest, rejected: dict[str, int] | None = None
             if s // c < MIN_TOKENS_PER_CP_RANK and req.cp is None:
                 drop(f"CP {c}: fewer than {MIN_TOKENS_PER_CP_RANK} tokens per CP rank")
                 continue
+            if c > 1 and model.gdn is not None and not gdn_cp_in_version(req.rule_versions):
+                drop(
+                    f"CP {c}: Megatron-Core {_mcore_of(req.rule_versions)} asserts CP = 1 for Gated DeltaNet "
+                    f"(TransformerConfig, before {GDN_CP_SINCE}); plan with --megatron-core-version {GDN_CP_SINCE}"
+                )
+                continue
             if not gdn_cp_allowed(model, t=t, c=c):
                 assert model.gdn is not None
                 drop(
@@ -385,7 +438,7 @@ def enumerate_layouts(req: SearchRequest, rejected: dict[str, int] | None = None
                     # interleaving needs PP (LP-PP-006) and, in Megatron's schedule, m >= p micro-batches
                     vpps = [
                         v
-                        for v in VPP_CHOICES
+                        for v in vpp_choices(model.num_layers, p)
                         if vpp_has_pp(v, pp=p) and (v == 1 or m >= p) and p * v <= model.num_layers + 2
                     ]
                     if req.vpp is not None:
@@ -819,6 +872,7 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
         layouts_feasible=len(feasible) - rule_rejected_check,
         rejected=rejected,
         rule_of_thumb=rule,
+        ranked=tuple(feasible),
     )
 
 
