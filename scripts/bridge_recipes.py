@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import re
 import subprocess
 import sys
@@ -44,9 +45,18 @@ MODEL_IDS = {
     "glm45_355b": "glm_4_5",
 }
 #: recipe folder -> longpack GPU id
-GPU_IDS = {"h100": "H100_SXM", "h200": "H200", "b200": "B200", "b300": "B300", "gb200": "GB200", "gb300": "GB300"}
+GPU_IDS = {
+    "h100": "H100_SXM",
+    "h200": "H200",
+    "b200": "B200",
+    "b300": "B300",
+    "gb200": "GB200",
+    "gb300": "GB300",
+}
 ROOTS = ("src/megatron/bridge/perf_recipes", "src/megatron/bridge/recipes")
-NAME = re.compile(r"^(?P<model>[a-z0-9_]+?)_pretrain_(?P<gpus>\d+)gpu_(?P<gpu>[a-z0-9]+)_(?P<rest>.*)_config$")
+NAME = re.compile(
+    r"^(?P<model>[a-z0-9_]+?)_pretrain_(?P<gpus>\d+)gpu_(?P<gpu>[a-z0-9]+)_(?P<rest>.*)_config$"
+)
 FIELDS = {
     "tensor_model_parallel_size": "tp",
     "context_parallel_size": "cp",
@@ -68,7 +78,14 @@ FIELDS = {
     "cuda_graph_impl": "cuda_graph_impl",
     "pipeline_model_parallel_layout": "pipeline_layout",
 }
-PRECISIONS = {"bf16": "bf16", "fp8cs": "fp8", "fp8mx": "mxfp8", "fp8sc": "fp8", "fp8": "fp8", "nvfp4": "nvfp4"}
+PRECISIONS = {
+    "bf16": "bf16",
+    "fp8cs": "fp8",
+    "fp8mx": "mxfp8",
+    "fp8sc": "fp8",
+    "fp8": "fp8",
+    "nvfp4": "nvfp4",
+}
 
 
 class Source:
@@ -111,13 +128,13 @@ def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
 def _constants(tree: ast.Module) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for n in tree.body:
-        target = n.targets[0] if isinstance(n, ast.Assign) and len(n.targets) == 1 else getattr(n, "target", None)
+        target = (
+            n.targets[0] if isinstance(n, ast.Assign) and len(n.targets) == 1 else getattr(n, "target", None)
+        )
         value = getattr(n, "value", None)
         if isinstance(n, ast.Assign | ast.AnnAssign) and isinstance(target, ast.Name) and value is not None:
-            try:
+            with contextlib.suppress(ValueError, SyntaxError, TypeError):
                 out[target.id] = ast.literal_eval(value)
-            except (ValueError, SyntaxError, TypeError):
-                pass
     return out
 
 
@@ -164,24 +181,18 @@ class Replayer:
                     continue
                 field = _target(tgt)
                 if field == "mixed_precision" and isinstance(stmt.value, ast.Call) and stmt.value.args:
-                    try:
+                    with contextlib.suppress(ValueError):
                         out["precision_recipe"] = ast.literal_eval(stmt.value.args[0])
-                    except ValueError:
-                        pass
                     continue
                 if field in FIELDS:
-                    try:
+                    with contextlib.suppress(ValueError, SyntaxError, TypeError):
                         out[FIELDS[field]] = _value(stmt.value, constants)
-                    except (ValueError, SyntaxError, TypeError):
-                        pass
             elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
                 name = getattr(stmt.value.func, "id", None)
                 if name and "pipeline_model_parallel_layout" in name:
                     if len(stmt.value.args) > 1:
-                        try:
+                        with contextlib.suppress(ValueError):
                             out["pipeline_layout"] = ast.literal_eval(stmt.value.args[1])
-                        except ValueError:
-                            pass
                     continue
                 if name in self.helpers:
                     helper, consts = self.helpers[name]
@@ -219,7 +230,7 @@ def extract(src: Source) -> list[dict[str, Any]]:
                 continue
     # every recipe function by name (a recipe may start from another module's: cfg = other_config())
     everywhere: dict[str, tuple[ast.FunctionDef, dict[str, Any]]] = {}
-    for path, tree in sorted(parsed.items()):
+    for _path, tree in sorted(parsed.items()):
         consts = _constants(tree)
         for k, v in _functions(tree).items():
             if k.endswith("_config"):
@@ -272,8 +283,12 @@ def extract(src: Source) -> list[dict[str, Any]]:
                 "dispatcher": _dispatcher(s),
                 "ep_overlap": bool(s.get("ep_overlap", False)),
                 "cp_comm_type": str(s.get("cp_comm_type") or "p2p"),
-                "tp_comm_overlap": s.get("tp_comm_overlap") if isinstance(s.get("tp_comm_overlap"), bool) else None,
-                "pipeline_layout": s.get("pipeline_layout") if isinstance(s.get("pipeline_layout"), str) else None,
+                "tp_comm_overlap": s.get("tp_comm_overlap")
+                if isinstance(s.get("tp_comm_overlap"), bool)
+                else None,
+                "pipeline_layout": s.get("pipeline_layout")
+                if isinstance(s.get("pipeline_layout"), str)
+                else None,
                 "source": f"NVIDIA-NeMo/Megatron-Bridge@{src.commit[:12]}:{path}::{name}",
             }
             entries.append(entry)

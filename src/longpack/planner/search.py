@@ -202,6 +202,20 @@ class SearchRequest:
         return self.gpu.usable_memory_gib * self.headroom
 
     @property
+    def memory_margin(self) -> float:
+        """The memory estimate's one-sided band (``longpack.planner.uncertainty.memory_band``): a layout
+        must fit with its estimate raised by it."""
+        from longpack.planner.uncertainty import memory_band
+
+        return memory_band().width
+
+    @property
+    def fit_budget_gib(self) -> float:
+        """The most GiB an *estimate* may use: :attr:`memory_budget_gib` less the memory band's headroom
+        (``estimate · (1 + band) <= budget``)."""
+        return self.memory_budget_gib / (1 + self.memory_margin)
+
+    @property
     def gbs_is_default(self) -> bool:
         """Whether the global batch is the planner's default (no ``gbs`` given)."""
         return self.gbs is None
@@ -616,7 +630,7 @@ def _recompute_reasons(req: SearchRequest, cand: Candidate) -> list[str]:
     """Why this recompute / offload setting: what the lighter setting would need, what the heavier
     (full recompute) would cost."""
     out: list[str] = []
-    budget = req.memory_budget_gib
+    budget = req.fit_budget_gib
     opts, plan, counts = cand.options, cand.plan, cand.stage_counts
     ladder = [req.recompute] if req.recompute is not None else recompute_ladder(req.model)
     step = cand.time.step_time
@@ -638,6 +652,10 @@ def _recompute_reasons(req: SearchRequest, cand: Candidate) -> list[str]:
             )
         out.append(
             f"recompute {', '.join(opts.recompute)}: the lighter setting ({', '.join(lighter) or 'none'}) {why}"
+        )
+    elif opts.recompute:
+        out.append(
+            f"recompute {', '.join(opts.recompute)} (as given; fits: {versus(cand.memory.total_gib, budget)} budget)"
         )
     else:
         out.append(f"no recompute: fits ({versus(cand.memory.total_gib, budget)} budget)")
@@ -721,7 +739,9 @@ def _reasons(req: SearchRequest, cand: Candidate, rule: RuleOfThumb | None = Non
     if req.imbalance == 1.0 and req.model.moe is not None:
         out.append("routing assumed balanced (imbalance 1.0, like published benchmarks); see --imbalance")
     out.append(
-        f"memory {cand.memory.total_gib:.1f} of {req.memory_budget_gib:.1f} GiB (rank {cand.memory.rank})"
+        f"memory {cand.memory.total_gib:.1f} GiB (rank {cand.memory.rank}), "
+        f"{cand.memory.total_gib * (1 + req.memory_margin):.1f} GiB with the +{req.memory_margin:.1%} memory band, "
+        f"of {req.memory_budget_gib:.1f} GiB"
     )
     out.extend(f"longpack check {f.rule_id} ({f.severity}): {f.message}" for f in cand.findings)
     return tuple(out)
@@ -781,7 +801,7 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
     the ladder), and the fastest fitting combination is kept. The best layout is compared with the
     fastest feasible one at the rule-of-thumb CP (:func:`rule_of_thumb_cp`).
     """
-    budget = req.memory_budget_gib
+    budget = req.fit_budget_gib
     ladder = [req.recompute] if req.recompute is not None else recompute_ladder(req.model)
     if not req.allow_full_recompute and len(ladder) > 1:
         ladder = [r for r in ladder if r != ("full",)]
