@@ -244,12 +244,33 @@ def present_evaluate(config: Any, result: Any) -> None:
         return "n/a" if math.isnan(x) else f"{x:.1%}"
 
     bands = Table(
-        title="TFLOP/s/GPU error by context band (median |error|, median signed error, p90 |error|)"
+        title=(
+            "Step-time error (measured / predicted - 1) by context band: median |error|, median signed, p90 |error|;"
+            " LOSO = leave-one-source-out; coverage = share of LOSO residuals inside the printed 80 % band built "
+            "without their source (widened: the factor on the conformal 80 % quantile that makes it hold; unwidened: "
+            "the coverage without it)"
+        )
     )
-    for col in ("band", "n", "in-sample median", "signed", "p90", "LOMO median", "LOMO signed", "LOMO p90"):
+    for col in (
+        "band",
+        "n",
+        "in-sample median",
+        "signed",
+        "p90",
+        "LOMO median",
+        "LOSO median",
+        "LOSO signed",
+        "LOSO p90",
+        "band (median)",
+        "widened",
+        "coverage",
+        "unwidened",
+    ):
         bands.add_column(col, justify="left" if col == "band" else "right")
     for band, st in summary.bands.items():
         lb = (summary.lomo_bands or {}).get(band)
+        sb = (summary.loso_bands or {}).get(band)
+        cov = (summary.coverage or {}).get(band)
         bands.add_row(
             band,
             str(st.n),
@@ -257,8 +278,13 @@ def present_evaluate(config: Any, result: Any) -> None:
             pct(st.median_error),
             pct(st.p90_ape),
             pct(lb.median_ape) if lb else "-",
-            pct(lb.median_error) if lb else "-",
-            pct(lb.p90_ape) if lb else "-",
+            pct(sb.median_ape) if sb else "-",
+            pct(sb.median_error) if sb else "-",
+            pct(sb.p90_ape) if sb else "-",
+            f"± {pct(cov['median_width'])}" if cov else "-",
+            f"x{cov['level']:.2f}" if cov else "-",
+            pct(cov["coverage"]) if cov else "-",
+            pct(cov["coverage_at_plain_80"]) if cov else "-",
         )
     console.print(bands)
     console.print(

@@ -505,6 +505,11 @@ class EvaluationSummary:
     bands: dict[str, BandStats] = field(default_factory=dict)
     lomo: tuple[PointResult, ...] | None = None
     lomo_bands: dict[str, BandStats] | None = None
+    loso: tuple[PointResult, ...] | None = None
+    loso_bands: dict[str, BandStats] | None = None
+    #: per context band: the share of LOSO residuals inside the error band built without their source
+    #: (``coverage``), that band's median width (``width``) and ``n``
+    coverage: dict[str, dict[str, float]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly mapping."""
@@ -523,6 +528,22 @@ class EvaluationSummary:
             "points": [r.__dict__ for r in self.results],
             "skipped": [{"id": i, "reason": r} for i, r in self.skipped],
         }
+        if self.loso is not None and self.loso_bands is not None:
+            doc["loso"] = {
+                "bands": {k: v.as_dict() for k, v in self.loso_bands.items()},
+                "coverage": self.coverage,
+                "points": [
+                    {
+                        "id": r.id,
+                        "model": r.model,
+                        "source": r.source,
+                        "band": r.band,
+                        "predicted_tflops": r.predicted_tflops,
+                        "step_error": r.step_error,
+                    }
+                    for r in self.loso
+                ],
+            }
         if self.lomo is not None and self.lomo_bands is not None:
             doc["lomo"] = {
                 "bands": {k: v.as_dict() for k, v in self.lomo_bands.items()},
@@ -554,6 +575,7 @@ def evaluate(
     *,
     lomo: bool = False,
     lomo_rounds: int = 3,
+    loso: bool = False,
 ) -> EvaluationSummary:
     """Evaluate every point; median and 90th-percentile absolute percentage error, overall and per
     context band. ``lomo=True`` also refits the constants once per model without that model's points
@@ -563,6 +585,7 @@ def evaluate(
     t_n, t_med, t_p90 = _ape_stats([r.tflops_error for r in results if r.tflops_error is not None])
     m_n, m_med, m_p90 = _ape_stats([r.memory_error for r in results if r.memory_error is not None])
     lomo_results = leave_one_model_out(points, rounds=lomo_rounds) if lomo else None
+    loso_results = leave_one_source_out(points, rounds=lomo_rounds) if loso else None
     return EvaluationSummary(
         results=results,
         skipped=tuple(skipped or ()),
@@ -575,7 +598,41 @@ def evaluate(
         bands=band_stats(results),
         lomo=lomo_results,
         lomo_bands=band_stats(lomo_results) if lomo_results is not None else None,
+        loso=loso_results,
+        loso_bands=band_stats(loso_results) if loso_results is not None else None,
+        coverage=band_coverage(loso_results) if loso_results is not None else None,
     )
+
+
+def band_coverage(results: tuple[PointResult, ...] | list[PointResult]) -> dict[str, dict[str, float]]:
+    """How often the printed error band holds on a source it was not built from: for every
+    leave-one-source-out residual, the band of its group (``longpack.planner.uncertainty.band_for``)
+    built from the residuals of the *other* sources, and whether ``|residual|`` is inside it. Per context
+    band: the widening factor ``level`` of the 80 % conformal quantile the planner uses there
+    (``uncertainty.tune_levels``), the share inside with it (``coverage``) and with the plain quantile
+    (``coverage_at_plain_80``), the median printed width and ``n``."""
+    from longpack.planner.uncertainty import band_for, residuals_from_lomo, source_coverage, tune_levels
+
+    residuals = residuals_from_lomo(results)
+    levels = tune_levels(residuals)
+    out: dict[str, dict[str, float]] = {}
+    for band in BANDS:
+        level = levels.get(band, 1.0)
+        cov, n = source_coverage(residuals, band, level)
+        plain, _ = source_coverage(residuals, band, 1.0)
+        widths = [
+            band_for((r.band, r.generation, r.kind), residuals, scale=level).width
+            for r in residuals
+            if r.band == band
+        ]
+        out[band] = {
+            "n": n,
+            "level": level,
+            "coverage": cov,
+            "coverage_at_plain_80": plain,
+            "median_width": float(np.median(widths)) if widths else float("nan"),
+        }
+    return out
 
 
 def leave_one_model_out(points: list[CalibrationPoint], *, rounds: int = 3) -> tuple[PointResult, ...]:
@@ -743,6 +800,7 @@ __all__ = [
     "CalibrationPoint",
     "EvaluationSummary",
     "PointResult",
+    "band_coverage",
     "band_stats",
     "context_band",
     "evaluate",

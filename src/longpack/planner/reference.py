@@ -163,7 +163,9 @@ def _sources() -> dict[str, str]:
     }
 
 
-def _seed(req: SearchRequest) -> Reference | None:
+def _seed(req: SearchRequest, *, full: bool = False) -> Reference | None:
+    """The seed's rules; ``full``: full recompute allowed too (the last resort when no selective
+    setting fits any CP)."""
     rule = rule_of_thumb_cp(req.seq_length)
     order = [rule]
     step = 1
@@ -185,7 +187,7 @@ def _seed(req: SearchRequest) -> Reference | None:
                 dispatcher="alltoall" if req.model.moe is not None else req.dispatcher,
                 ep_overlap=False,
                 tp_comm_overlap=False,
-                allow_full_recompute=False,
+                allow_full_recompute=full,
                 explore=True,  # every setting is pinned above; nothing is left to the evidence filter
             )
             found = search(sub, top_k=1)
@@ -198,6 +200,8 @@ def _seed(req: SearchRequest) -> Reference | None:
                 if c == rule
                 else [f"CP {rule} (s/4096) does not fit or is invalid here; nearest feasible CP {c}"]
             )
+            if full:
+                notes.append("no selective recompute fits any CP here: full recompute")
             return Reference(
                 kind="seed rules",
                 source=(
@@ -386,7 +390,7 @@ def reference_for(req: SearchRequest) -> Reference | None:
     """The published layout for this model / GPU / sequence length when one exists, else the nearest
     Megatron-Bridge recipe of the model (:func:`_bridge`), else the seed's rules (``None`` when none gives
     a valid layout)."""
-    return _published(req) or _bridge(req) or _seed(req)
+    return _published(req) or _bridge(req) or _seed(req) or _seed(req, full=True)
 
 
 def _changes(pick: Candidate, ref: Candidate) -> tuple[str, ...]:
