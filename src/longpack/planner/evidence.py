@@ -79,6 +79,7 @@ NEARBY = 2.0
 class _Measured:
     id: str
     kind: str
+    attention: str
     long: bool
     blackwell: bool
     gpu: str
@@ -110,6 +111,7 @@ def _territory() -> tuple[_Measured, ...]:
             _Measured(
                 id=p.id,
                 kind="moe" if load_model(p.model).moe is not None else "dense",
+                attention=_attention(load_model(p.model)),
                 long=p.seq_length > 8192,
                 blackwell=load_gpu(p.gpu).is_blackwell,
                 gpu=p.gpu,
@@ -129,6 +131,12 @@ def _territory() -> tuple[_Measured, ...]:
     return tuple(out)
 
 
+def _attention(model: ModelSpec) -> str:
+    """The attention a CP measurement transfers between: the kind (``mla``, ``gqa``, ...), with Gated
+    DeltaNet hybrids apart (their CP splits heads and pays all-to-alls)."""
+    return model.attention.kind + ("+gdn" if model.gdn is not None else "")
+
+
 def _near(a: float, b: float) -> bool:
     return max(a, b) <= NEARBY * min(a, b)
 
@@ -139,7 +147,8 @@ def unmeasured_changes(
     """The settings ``pick`` changes from ``reference`` that no calibration point measures nearby.
 
     Measured territory, setting by setting (a point of the same kind, dense or MoE, unless said):
-    **CP** — a point with CP and tokens per CP rank both within :data:`NEARBY` of the pick's; **TP**
+    **CP** — a point with the same attention (MLA, GQA, a Gated DeltaNet hybrid) whose CP and tokens per
+    CP rank are both within :data:`NEARBY` of the pick's; **TP**
     within :data:`NEARBY`; **EP / ETP** — a MoE point with the same ETP and EP within :data:`NEARBY`;
     **VPP** depth within :data:`NEARBY` (any kind); **recompute scope** — a point of the same context
     class (<= 8K or longer) that recomputes no more than the pick (so the pick keeps no more activations
@@ -154,10 +163,13 @@ def unmeasured_changes(
     out: list[str] = []
     if a.cp != b.cp:
         per_rank = seq_length / b.cp
-        if not any(_near(p.cp, b.cp) and _near(p.seq_length / p.cp, per_rank) for p in same):
+        att = _attention(model)
+        if not any(
+            p.attention == att and _near(p.cp, b.cp) and _near(p.seq_length / p.cp, per_rank) for p in same
+        ):
             out.append(
-                f"CP {b.cp} at {seq_length // b.cp} tokens per CP rank: no {kind} calibration point within "
-                f"{NEARBY:g}x of both"
+                f"CP {b.cp} at {seq_length // b.cp} tokens per CP rank: no {kind} calibration point with "
+                f"{att} attention within {NEARBY:g}x of both"
             )
     if a.tp != b.tp and not any(_near(p.tp, b.tp) for p in same):
         out.append(f"TP {b.tp}: no {kind} calibration point within {NEARBY:g}x")
