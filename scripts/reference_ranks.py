@@ -42,7 +42,9 @@ def ranks() -> list[tuple[str, str, int, int, str]]:
         found = search(replace(req, keep_all=True))
         times = sorted(c.time.step_time for c in found.candidates)
         rank = bisect.bisect_left(times, ref.candidate.time.step_time) + 1
-        what = f"{p.model} {p.seq_length // 1024}K on {p.plan.layout.world_size} {p.gpu} {p.options.precision}"
+        what = (
+            f"{p.model} {p.seq_length // 1024}K on {p.plan.layout.world_size} {p.gpu} {p.options.precision}"
+        )
         out.append((p.id, f"{what}: {ref.candidate.plan.label}", rank, len(times), _verdict(p, req)))
     return out
 

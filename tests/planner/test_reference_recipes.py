@@ -22,7 +22,6 @@ from longpack.planner.uncertainty import (
     memory_band,
     source_coverage,
 )
-from longpack.rules.versions import UpstreamVersions
 
 ROOT = Path(__file__).resolve().parents[2]
 MIRROR = Path("/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo")
@@ -51,7 +50,15 @@ def test_the_packaged_recipes_are_what_the_script_reads_from_a_bridge_checkout(t
     shipped = yaml.safe_load((ROOT / "src/longpack/data/bridge_recipes.yaml").read_text())
     out = tmp_path / "recipes.yaml"
     subprocess.run(
-        [sys.executable, str(ROOT / "scripts/bridge_recipes.py"), str(MIRROR), "--commit", shipped["commit"], "--out", str(out)],
+        [
+            sys.executable,
+            str(ROOT / "scripts/bridge_recipes.py"),
+            str(MIRROR),
+            "--commit",
+            shipped["commit"],
+            "--out",
+            str(out),
+        ],
         check=True,
         capture_output=True,
     )
@@ -98,17 +105,32 @@ def test_any_vpp_the_layers_allow_is_searchable() -> None:
 
 def test_gated_deltanet_cp_follows_the_users_megatron_core() -> None:
     old = PlanConfig(
-        model="qwen3_next_80b_a3b", gpu="GB200", gpus=32, seq_length=65536, top=10, megatron_core_version="0.16.1"
+        model="qwen3_next_80b_a3b",
+        gpu="GB200",
+        gpus=32,
+        seq_length=65536,
+        top=10,
+        megatron_core_version="0.16.1",
     ).run()
     assert old.candidates and all(c.plan.layout.cp == 1 for c in old.candidates)
     assert old.reference is not None and old.reference.candidate.plan.layout.cp == 1
     assert old.recommended.plan.layout.cp == 1
     new = PlanConfig(
-        model="qwen3_next_80b_a3b", gpu="GB200", gpus=32, seq_length=65536, top=10, megatron_core_version="0.18.0"
+        model="qwen3_next_80b_a3b",
+        gpu="GB200",
+        gpus=32,
+        seq_length=65536,
+        top=10,
+        megatron_core_version="0.18.0",
     ).run()
     assert any(c.plan.layout.cp > 1 for c in new.candidates)
     pinned = PlanConfig(
-        model="qwen3_next_80b_a3b", gpu="GB200", gpus=32, seq_length=65536, cp=4, megatron_core_version="0.16.1"
+        model="qwen3_next_80b_a3b",
+        gpu="GB200",
+        gpus=32,
+        seq_length=65536,
+        cp=4,
+        megatron_core_version="0.16.1",
     ).run()
     assert not pinned.candidates
     assert any("asserts CP = 1 for Gated DeltaNet" in k for k in pinned.search.rejected)

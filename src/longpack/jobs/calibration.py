@@ -64,9 +64,14 @@ class EvaluateConfig:
         from longpack.planner.calibration import evaluate
 
         points, skipped = _load_points(self.calibration)
-        return EvaluateResult(
-            summary=evaluate(points, skipped, lomo=self.lomo, lomo_rounds=self.lomo_rounds, loso=self.loso)
-        )
+        from dataclasses import replace
+
+        from longpack.planner.uncertainty import band_coverage
+
+        summary = evaluate(points, skipped, lomo=self.lomo, lomo_rounds=self.lomo_rounds, loso=self.loso)
+        if summary.loso is not None:
+            summary = replace(summary, coverage=band_coverage(summary.loso))
+        return EvaluateResult(summary=summary)
 
 
 @dataclass(frozen=True, kw_only=True)

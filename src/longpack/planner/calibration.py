@@ -508,7 +508,7 @@ class EvaluationSummary:
     loso: tuple[PointResult, ...] | None = None
     loso_bands: dict[str, BandStats] | None = None
     #: per context band: the share of LOSO residuals inside the error band built without their source
-    #: (``coverage``), that band's median width (``width``) and ``n``
+    #: (``longpack.planner.uncertainty.band_coverage``; set by ``plan evaluate``)
     coverage: dict[str, dict[str, float]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -600,39 +600,7 @@ def evaluate(
         lomo_bands=band_stats(lomo_results) if lomo_results is not None else None,
         loso=loso_results,
         loso_bands=band_stats(loso_results) if loso_results is not None else None,
-        coverage=band_coverage(loso_results) if loso_results is not None else None,
     )
-
-
-def band_coverage(results: tuple[PointResult, ...] | list[PointResult]) -> dict[str, dict[str, float]]:
-    """How often the printed error band holds on a source it was not built from: for every
-    leave-one-source-out residual, the band of its group (``longpack.planner.uncertainty.band_for``)
-    built from the residuals of the *other* sources, and whether ``|residual|`` is inside it. Per context
-    band: the widening factor ``level`` of the 80 % conformal quantile the planner uses there
-    (``uncertainty.tune_levels``), the share inside with it (``coverage``) and with the plain quantile
-    (``coverage_at_plain_80``), the median printed width and ``n``."""
-    from longpack.planner.uncertainty import band_for, residuals_from_lomo, source_coverage, tune_levels
-
-    residuals = residuals_from_lomo(results)
-    levels = tune_levels(residuals)
-    out: dict[str, dict[str, float]] = {}
-    for band in BANDS:
-        level = levels.get(band, 1.0)
-        cov, n = source_coverage(residuals, band, level)
-        plain, _ = source_coverage(residuals, band, 1.0)
-        widths = [
-            band_for((r.band, r.generation, r.kind), residuals, scale=level).width
-            for r in residuals
-            if r.band == band
-        ]
-        out[band] = {
-            "n": n,
-            "level": level,
-            "coverage": cov,
-            "coverage_at_plain_80": plain,
-            "median_width": float(np.median(widths)) if widths else float("nan"),
-        }
-    return out
 
 
 def leave_one_model_out(points: list[CalibrationPoint], *, rounds: int = 3) -> tuple[PointResult, ...]:
@@ -800,7 +768,6 @@ __all__ = [
     "CalibrationPoint",
     "EvaluationSummary",
     "PointResult",
-    "band_coverage",
     "band_stats",
     "context_band",
     "evaluate",

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ __all__ = [
     "ErrorBand",
     "MemoryBand",
     "Residual",
+    "band_coverage",
     "band_for",
     "error_band",
     "format_band",
@@ -58,11 +60,11 @@ __all__ = [
     "gpu_generation",
     "load_levels",
     "load_residuals",
-    "source_coverage",
-    "tune_levels",
     "memory_band",
     "memory_band_from",
     "model_kind",
+    "source_coverage",
+    "tune_levels",
 ]
 
 #: Share of held-out residuals a band covers.
@@ -226,7 +228,9 @@ def _band_cached(band: str, generation: str, kind: str) -> ErrorBand:
 SCALES = tuple(round(1 + 0.05 * i, 2) for i in range(61))
 
 
-def source_coverage(residuals: Sequence[Residual], band: str, scale: float | None = None) -> tuple[float, int]:
+def source_coverage(
+    residuals: Sequence[Residual], band: str, scale: float | None = None
+) -> tuple[float, int]:
     """Share of ``band``'s residuals inside the error band of their group built from the residuals of the
     *other* sources only (a new publication's view), and how many were scored."""
     mine = [r for r in residuals if r.band == band]
@@ -392,6 +396,35 @@ def write_residuals(
         }
     doc["residuals"] = [asdict(r) for r in residuals]
     atomic_write_bytes(Path(path), yaml.safe_dump(doc, sort_keys=False, width=120).encode("utf-8"))
+
+
+def band_coverage(results: Sequence[Any]) -> dict[str, dict[str, float]]:
+    """How often the printed error band holds on a source it was not built from: for every
+    leave-one-source-out residual, the band of its group (``longpack.planner.uncertainty.band_for``)
+    built from the residuals of the *other* sources, and whether ``|residual|`` is inside it. Per context
+    band: the widening factor ``level`` of the 80 % conformal quantile the planner uses there
+    (``uncertainty.tune_levels``), the share inside with it (``coverage``) and with the plain quantile
+    (``coverage_at_plain_80``), the median printed width and ``n``."""
+    residuals = residuals_from_lomo(results)
+    levels = tune_levels(residuals)
+    out: dict[str, dict[str, float]] = {}
+    for band in ("<=8K", "16-32K", "64K+"):
+        level = levels.get(band, 1.0)
+        cov, n = source_coverage(residuals, band, level)
+        plain, _ = source_coverage(residuals, band, 1.0)
+        widths = [
+            band_for((r.band, r.generation, r.kind), residuals, scale=level).width
+            for r in residuals
+            if r.band == band
+        ]
+        out[band] = {
+            "n": n,
+            "level": level,
+            "coverage": cov,
+            "coverage_at_plain_80": plain,
+            "median_width": float(statistics.median(widths)) if widths else float("nan"),
+        }
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
