@@ -13,7 +13,7 @@ import pytest
 
 from longpack.jobs import PlanConfig
 from longpack.planner.catalog import list_models, load_gpu, load_model
-from longpack.planner.reference import bridge_recipes, reference_for
+from longpack.planner.reference import recipe_layouts, reference_for
 from longpack.planner.search import SearchRequest, search, vpp_choices
 from longpack.planner.uncertainty import (
     COVERAGE,
@@ -29,7 +29,7 @@ SOURCE = re.compile(r"^NVIDIA-NeMo/Megatron-Bridge@[0-9a-f]{12}:src/megatron/bri
 
 
 def test_every_packaged_recipe_names_repo_commit_path_and_function() -> None:
-    recipes = bridge_recipes()
+    recipes = recipe_layouts()
     assert len(recipes) > 100
     models = set(list_models())
     for r in recipes:
@@ -47,12 +47,12 @@ def test_every_packaged_recipe_names_repo_commit_path_and_function() -> None:
 def test_the_packaged_recipes_are_what_the_script_reads_from_a_bridge_checkout(tmp_path: Path) -> None:
     import yaml
 
-    shipped = yaml.safe_load((ROOT / "src/longpack/data/bridge_recipes.yaml").read_text())
+    shipped = yaml.safe_load((ROOT / "src/longpack/data/bridge_recipe_layouts.yaml").read_text())
     out = tmp_path / "recipes.yaml"
     subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts/bridge_recipes.py"),
+            str(ROOT / "scripts/bridge_recipe_layouts.py"),
             str(MIRROR),
             "--commit",
             shipped["commit"],
@@ -77,7 +77,7 @@ def test_every_catalog_model_gets_a_ranked_reference_with_its_source(model: str,
     assert ref.kind in ("published", "Megatron-Bridge recipe", "seed rules")
     if ref.kind == "Megatron-Bridge recipe":
         assert SOURCE.match(ref.source)
-    if not any(r["model"] == model for r in bridge_recipes()):
+    if not any(r["model"] == model for r in recipe_layouts()):
         assert ref.kind != "Megatron-Bridge recipe"
     doc = result.to_dict()
     assert doc["reference"]["rank"] == cmp_.reference_rank and doc["recommended"] is not None

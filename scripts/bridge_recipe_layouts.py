@@ -1,4 +1,4 @@
-"""Extract the layouts of Megatron-Bridge's recipe library into ``src/longpack/data/bridge_recipes.yaml``.
+"""Extract the layouts of Megatron-Bridge's recipe library into ``src/longpack/data/bridge_recipe_layouts.yaml``.
 
 Reads every ``*_pretrain_*_config()`` function of ``src/megatron/bridge/perf_recipes/`` and
 ``src/megatron/bridge/recipes/`` in a Megatron-Bridge git directory (a clone or a bare mirror) at one
@@ -10,7 +10,7 @@ its source as ``NVIDIA-NeMo/Megatron-Bridge@<commit>:<path>::<function>``.
 
 Usage::
 
-    python scripts/bridge_recipes.py /path/to/Megatron-Bridge[.git] [--commit REV] [--out FILE]
+    python scripts/bridge_recipe_layouts.py /path/to/Megatron-Bridge[.git] [--commit REV] [--out FILE]
 
 Only recipes of models and GPUs in longpack's catalogs are kept (``MODEL_IDS``, ``GPU_IDS`` below).
 """
@@ -303,7 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--out",
         type=Path,
-        default=Path(__file__).resolve().parents[1] / "src" / "longpack" / "data" / "bridge_recipes.yaml",
+        default=Path(__file__).resolve().parents[1]
+        / "src"
+        / "longpack"
+        / "data"
+        / "bridge_recipe_layouts.yaml",
     )
     args = ap.parse_args(argv)
     src = Source(args.repo, args.commit)
@@ -316,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "repo": "NVIDIA-NeMo/Megatron-Bridge",
         "commit": src.commit,
-        "regenerate": "python scripts/bridge_recipes.py <Megatron-Bridge checkout> --commit <rev>",
+        "regenerate": "python scripts/bridge_recipe_layouts.py <Megatron-Bridge checkout> --commit <rev>",
         "recipes": entries,
     }
     text = yaml.safe_dump(doc, sort_keys=False, width=140)
