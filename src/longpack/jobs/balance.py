@@ -177,7 +177,9 @@ class BalanceConfig:
     #: TP x CP group that runs one pack, so absolute times agree with ``longpack plan`` and ``sweep``.
     model: str = option("llama3_1_8b", help="Catalog model (or config.json) the planner costs packs for.")
     gpu: str = option("H100", help="GPU type the planner costs packs on.")
-    precision: str = option("bf16", help="Precision the planner costs packs in.", choices=choices.PRECISIONS)
+    precision: str = option(
+        "bf16", help="Precision the planner costs packs in.", choices=choices.BALANCE_PRECISIONS
+    )
     tp: int = option(1, help="TP size of the group that runs one pack (planner cost model).")
     cp: int = option(1, help="CP size of the group that runs one pack (planner cost model).")
     seed: int = seed_option()
