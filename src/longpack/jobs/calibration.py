@@ -36,7 +36,8 @@ class EvaluateConfig:
 
     command_help = (
         "Predicted vs measured TFLOP/s/GPU (and memory): median / p90 absolute percentage error overall and "
-        "by context band (<=8K, 16-32K, 64K+), in-sample and leave-one-model-out."
+        "by context band (<=8K, 16-32K, 64K+), in-sample, leave-one-model-out and leave-one-source-out, with "
+        "the error bands' coverage."
     )
 
     calibration: str | None = option(None, help=CALIBRATION_HELP)
@@ -47,6 +48,14 @@ class EvaluateConfig:
         negative="--no-lomo",
     )
     lomo_rounds: int = option(3, help="Coordinate-search rounds of each LOMO refit.")
+    loso: bool = option(
+        True,
+        help=(
+            "Also refit without each source (publication) and predict its points (leave-one-source-out), "
+            "with the coverage of the error bands on sources they were not built from (~1 min)."
+        ),
+        negative="--no-loso",
+    )
 
     def __post_init__(self) -> None:
         from longpack.validate import plain_fields
@@ -58,7 +67,14 @@ class EvaluateConfig:
         from longpack.planner.calibration import evaluate
 
         points, skipped = _load_points(self.calibration)
-        return EvaluateResult(summary=evaluate(points, skipped, lomo=self.lomo, lomo_rounds=self.lomo_rounds))
+        from dataclasses import replace
+
+        from longpack.planner.uncertainty import band_coverage
+
+        summary = evaluate(points, skipped, lomo=self.lomo, lomo_rounds=self.lomo_rounds, loso=self.loso)
+        if summary.loso is not None:
+            summary = replace(summary, coverage=band_coverage(summary.loso))
+        return EvaluateResult(summary=summary)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -331,7 +331,7 @@ class PlanConfig:
         return self.resolve()
 
     def run(self) -> PlanResult:
-        from longpack.planner.reference import compare, reference_for
+        from longpack.planner.reference import recommend, reference_for
         from longpack.planner.search import search
         from longpack.planner.uncertainty import error_band
 
@@ -345,7 +345,7 @@ class PlanConfig:
         comparison = None
         if reference is not None and found.candidates:
             band = error_band(req.model, req.gpu, req.seq_length)
-            comparison = compare(found.candidates[0], reference, band.width)
+            comparison = recommend(req, found, reference, band.width)
         result = PlanResult(request=req, search=found, reference=reference, comparison=comparison)
         # no layout fits at all: the plan says why (exit 1); there is no layout to compare the CP modes on
         if self.data is not None and found.candidates:
@@ -529,6 +529,17 @@ class PlanResult:
         return list(self.search.candidates)
 
     @property
+    def recommended(self) -> Any:
+        """The layout to run: the pick when it beats the reference within measured territory (or with
+        ``explore``), else the reference's; the fastest ranked layout when there is no reference."""
+        cmp_ = self.comparison
+        if cmp_ is not None and cmp_.pick is not None:
+            return cmp_.pick
+        if self.reference is not None and cmp_ is not None and self.reference.fits:
+            return self.reference.candidate
+        return self.search.candidates[0] if self.search.candidates else None
+
+    @property
     def exit_code(self) -> int:
         """1 when no layout fits."""
         return 0 if self.ok else 1
@@ -553,6 +564,7 @@ class PlanResult:
                 "tokens_per_step": req.global_batch * req.seq_length,
                 "precision": req.precision,
                 "memory_budget_gib": round(req.memory_budget_gib, 3),
+                "memory_band": round(req.memory_margin, 4),
             },
             "notes": plan_notes(req),
             "layouts_considered": result.layouts_considered,
@@ -573,6 +585,7 @@ class PlanResult:
             },
             "candidates": [candidate_dict(c, req) for c in result.candidates],
             "reference": reference_dict(self.reference, self.comparison, req),
+            "recommended": None if self.recommended is None else candidate_dict(self.recommended, req),
         }
         if self.plot is not None:
             doc["plot"] = self.plot
@@ -694,7 +707,17 @@ def reference_dict(reference: Any, comparison: Any, req: Any) -> dict[str, Any] 
             "outside_band": comparison.outside_band,
             "verdict": comparison.verdict,
             "why": comparison.why,
+            "pick": None if comparison.pick is None else comparison.pick.plan.label,
+            "exploratory": None
+            if comparison.exploratory is None
+            else {
+                "layout": comparison.exploratory.plan.label,
+                "predicted_gain": round(comparison.exploratory_gain or 0.0, 4),
+                "unmeasured": list(comparison.exploratory_unmeasured),
+            },
         },
+        "rank": None if comparison is None else comparison.reference_rank,
+        "ranked_of": None if comparison is None else comparison.ranked_of,
     }
 
 
@@ -709,7 +732,11 @@ def reference_lines(result: PlanResult) -> list[str]:
     req = result.request
     band = error_band(req.model, req.gpu, req.seq_length)
     c = ref.candidate
-    fits = "" if ref.fits else f"; does NOT fit: {versus(c.memory.total_gib, req.memory_budget_gib)} budget"
+    fits = (
+        ""
+        if ref.fits
+        else f"; does NOT fit with the memory band: {versus(c.memory.total_gib, req.fit_budget_gib)} allowed"
+    )
     lines = [
         f"Reference ({ref.kind}): {c.plan.label}, recompute {','.join(c.options.recompute) or 'none'}, "
         f"{format_with_band(c.time.step_time, band.width)} per step, {c.time.tflops_per_gpu:.0f} TFLOP/s/GPU, "
@@ -720,14 +747,32 @@ def reference_lines(result: PlanResult) -> list[str]:
     if c.unmeasured:
         lines.append(f"  unmeasured: {'; '.join(c.unmeasured)}")
     if cmp_ is not None:
-        if cmp_.changes:
-            lines.append(f"  the pick changes: {', '.join(cmp_.changes)}")
-        verdict = "the pick" if cmp_.verdict == "pick" else "the reference"
+        if cmp_.reference_rank is not None:
+            lines.insert(
+                1,
+                f"  ranks {cmp_.reference_rank:,} of {cmp_.ranked_of:,} feasible layouts by predicted step time",
+            )
+        if cmp_.pick is not None:
+            p = cmp_.pick
+            lines.append(
+                f"Pick: {p.plan.label}, {format_with_band(p.time.step_time, band.width)} per step, "
+                f"{p.time.tflops_per_gpu:.0f} TFLOP/s/GPU, {p.memory.total_gib:.1f} GiB"
+            )
+            if cmp_.changes:
+                lines.append(f"  the pick changes: {', '.join(cmp_.changes)}")
+        verdict = f"the pick {cmp_.pick.plan.label}" if cmp_.pick is not None else "the reference"
         lines.append(f"Recommended: {verdict} ({cmp_.why})")
-    lines.append(
-        f"  error band: {format_band(band.width)} covers {band.coverage:.0%} of the leave-one-model-out residuals of "
-        f"group {band.group} (n = {band.n})"
-    )
+        if cmp_.exploratory is not None:
+            e = cmp_.exploratory
+            lines.append(
+                f"Exploratory (not recommended): {e.plan.label}, {format_with_band(e.time.step_time, band.width)} "
+                f"per step, predicted {cmp_.exploratory_gain:+.0%} vs the reference"
+            )
+            for what in cmp_.exploratory_unmeasured:
+                lines.append(f"  unmeasured: {what}")
+            if not cmp_.exploratory_unmeasured:
+                lines.append(f"  its gain is inside the {format_band(band.width)} band")
+    lines.append(f"  error band: {band.describe()}")
     return lines
 
 
@@ -856,7 +901,7 @@ class EstimateConfig:
         )
         cand = evaluate_layout(req, plan_layout, opts)
         doc = candidate_dict(cand, req)
-        doc["fits"] = cand.memory.total_gib <= req.memory_budget_gib
+        doc["fits"] = cand.memory.total_gib <= req.fit_budget_gib
         doc["memory_budget_gib"] = round(req.memory_budget_gib, 3)
         return EstimateResult(request=req, candidate=cand, doc=doc)
 
