@@ -30,9 +30,14 @@ K_SCHED = "model.sequence_packing_scheduler"
 K_MBG = "model.microbatch_group_size_per_vp_stage"
 K_FSDP = "ddp.use_megatron_fsdp"
 K_DLT = "dataset.dataloader_type"
+#: Megatron-Core dev's dynamic CP (``ModelParallelConfig``, Megatron-LM dev @d48bd6be0a; Bridge passes them
+#: through, Megatron-Bridge @d1067cede ``examples/training_features/long_context``).
+K_DCP = "model.dynamic_context_parallel"
+K_MIN_DCP = "model.min_dynamic_context_parallel_size"
 
-#: Megatron-Core ``PackingSchedulerEnum`` values (``megatron/core/datasets/data_schedule.py``).
-PACKING_SCHEDULERS = ("dp_balanced",)
+#: Megatron-Core's packing schedulers (``scheduler_map`` in ``megatron/core/datasets/data_schedule.py``:
+#: ``dp_balanced`` on main, ``default_dynamic_cp`` too on dev @d48bd6be0a).
+PACKING_SCHEDULERS = ("dp_balanced", "default_dynamic_cp")
 
 
 def _width(s: TrainingSetup) -> int | None:
@@ -42,6 +47,13 @@ def _width(s: TrainingSetup) -> int | None:
 
 def _hybrid(s: TrainingSetup) -> bool:
     return s.model.hybrid_context_parallel
+
+
+def _dp_balanced(s: TrainingSetup) -> bool:
+    """The DP-balanced scheduler's own rules; dynamic CP's scheduler (``default_dynamic_cp``) replaces its
+    packing (``DefaultDynamicCPScheduler.get_groups_and_subsamples``, Megatron-LM dev @d48bd6be0a)."""
+    name = s.model.sequence_packing_scheduler
+    return bool(name) and str(name).lower() == "dp_balanced"
 
 
 def _cap(s: TrainingSetup) -> int | None:
@@ -295,7 +307,7 @@ def sched_sample_fits(s: TrainingSetup) -> Iterator[Violation]:
     """Packs are filled in order up to ``cap * CP`` tokens; a longer sample starts a pack it overflows
     (and, first in a batch, leaves an empty pack before it)."""
     cap, width = _cap(s), _width(s)
-    if not s.model.sequence_packing_scheduler or cap is None or width is None:
+    if not _dp_balanced(s) or cap is None or width is None:
         return
     if width > cap * s.cp:
         yield V(
@@ -318,7 +330,7 @@ def sched_enough_samples(s: TrainingSetup) -> Iterator[Violation]:
     """The pack count is made a multiple of DP (times the VPP micro-batch group) by moving samples out of
     packs; a global batch with fewer samples than that multiple fails with 'Not enough samples to move'."""
     dp, gbs = s.dp, s.global_batch_size
-    if not s.model.sequence_packing_scheduler or dp is None or gbs is None:
+    if not _dp_balanced(s) or dp is None or gbs is None:
         return
     group = (
         s.model.microbatch_group_size_per_vp_stage if s.model.virtual_pipeline_model_parallel_size else None
