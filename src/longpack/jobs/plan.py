@@ -209,15 +209,15 @@ class PlanConfig:
         None,
         help=(
             "Plan from the data: a packed folder, or inputs (file, folder or glob; with --tokenizer) packed at "
-            "--seq-length. Compares static CP, hybrid CP and the DP-balanced packing scheduler on its packs "
-            "for the best PP 1 layout."
+            "--seq-length. Compares static CP, hybrid CP, the DP-balanced packing scheduler and dynamic CP on "
+            "its packs for the best PP 1 layout."
         ),
         cli_type=str | None,
     )
     tokenizer: Any = tokenizer_option()
     max_seqlen_per_dp_cp_rank: int | None = option(
         None,
-        help="With --data: the hybrid-CP / DP-balanced cap to compare (default: pack / CP, half, quarter).",
+        help="With --data: the hybrid / DP-balanced / dynamic-CP cap to compare (default: pack / CP, half, quarter).",
     )
     #: Versions the rules check candidates for (as ``CheckConfig``'s; default: check's default).
     bridge_version: str | None = bridge_version_option()
