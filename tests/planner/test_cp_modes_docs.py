@@ -90,7 +90,7 @@ def table() -> str:
         dp = lay["gpus"] // (lay["tp"] * lay["cp"])
         plan = plan_cp_modes(packs, model="llama3_1_8b", gpu="h100", gbs=dp * 8, **lay)
 
-        def best(mode: str, plan=plan) -> str:
+        def best(mode: str, plan=plan, name=name) -> str:
             c = plan.best(mode)
             s = c.speedup(mode)
             refused = [x.max_seqlen_per_rank for x in plan.comparisons if mode in x.infeasible]
