@@ -166,26 +166,34 @@ def _next_micro_batch(
         )
     place(open_group(list(range(need)), need), first_id, first_n)
 
+    # Every rank of a group carries the same work (each sub-sample adds the same L**2 / k to all of them) and
+    # free ranks carry none, so the busiest rank after a placement is the larger of the group's new load and
+    # the busiest other group; Megatron takes the max over all ranks, which is that number. New groups open
+    # on the lowest free ranks (all at load 0, sorted stably), so the free ranks are a suffix.
+    next_free = need
     left: list[tuple[int, int]] = []
     for sample_id, n in items[1:]:
         best: tuple[float, int, int | None, list[int] | None] | None = None
+        top_gid, top, second = -1, 0.0, 0.0  # the two busiest groups' loads (0: a free rank)
+        for gid, ranks in members.items():
+            g = load[ranks[0]]
+            if g > top:
+                top_gid, top, second = gid, g, top
+            elif g > second:
+                second = g
         k = cp_min(n, cap, min_cp_size)
         while k <= total:
             cost = _work(n, k)
-            for gid, w in list(width.items()):
+            for gid, w in width.items():
                 if w != k or tokens.get(gid, 0.0) + n / k > cap:
                     continue
-                in_group = set(members[gid])
-                peak = max(t + cost if r in in_group else t for r, t in enumerate(load))
+                peak = max(load[members[gid][0]] + cost, second if gid == top_gid else top)
                 if peak <= limit and (best is None or peak < best[0]):
                     best = (peak, k, gid, None)
-            free = [r for r in range(total) if owner[r] is None]
-            if len(free) >= k:
-                chosen = sorted(free, key=lambda r: load[r])[:k]
-                picked = set(chosen)
-                peak = max(t + cost if r in picked else t for r, t in enumerate(load))
+            if total - next_free >= k:
+                peak = max(cost, top)
                 if peak <= limit and (best is None or peak < best[0]):
-                    best = (peak, k, None, chosen)
+                    best = (peak, k, None, list(range(next_free, next_free + k)))
             k *= 2
         if best is None:
             left.append((sample_id, n))
@@ -194,6 +202,7 @@ def _next_micro_batch(
         if best_gid is None:
             assert best_ranks is not None
             best_gid = open_group(best_ranks, best_k)
+            next_free += best_k
         place(best_gid, sample_id, n)
 
     while any(not r for r in lens):
