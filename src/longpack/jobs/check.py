@@ -101,12 +101,13 @@ class CheckConfig:
                 raise ConfigError(f"{name} must be a name (a string), got {value!r}", fields=name)
         self.versions()  # a version that does not parse is refused here, before any work
 
-    def versions(self) -> Any:
-        """The :class:`~longpack.rules.versions.UpstreamVersions` the rules run for (given, from the
-        environment, installed, or the newest known)."""
-        from longpack.rules.versions import UpstreamVersions
+    def versions(self, config_keys: Any = None) -> Any:
+        """The :class:`~longpack.rules.versions.UpstreamVersions` the rules run for: given, from the
+        environment, an installed megatron-bridge, the range the config's keys (``config_keys``) bound, or
+        the newest known."""
+        from longpack.rules.checks.upstream import versions_for
 
-        return UpstreamVersions.resolve(bridge=self.bridge_version, mcore=self.megatron_core_version)
+        return versions_for(config_keys or (), bridge=self.bridge_version, mcore=self.megatron_core_version)
 
     def run(self) -> CheckResult:
         """Load the setup, inspect ``packed`` (if given) and run every rule.
@@ -141,7 +142,7 @@ class CheckConfig:
                 pack_size_hint=None if pss is None else pss.packed_sequence_size,
                 allow_no_manifest=self.packed_no_manifest_ok,
             )
-        versions = self.versions()
+        versions = self.versions(setup.given_keys)
         findings = run_rules(setup, packed, versions=versions)
         return CheckResult(
             config=None if self.config is None else str(self.config),

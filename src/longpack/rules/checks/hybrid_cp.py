@@ -20,13 +20,11 @@ from collections.abc import Iterator
 from longpack.rules.checks.common import K_CGI, K_CP, K_GBS, K_PP, K_PSM, K_PTL, K_SEQ, E, V, W
 from longpack.rules.config import TrainingSetup
 from longpack.rules.registry import RuleFamily, Violation
+from longpack.rules.scheduling_keys import K_CAP, K_HCP, K_SCHED
 from longpack.topology import pad_seq_to_mult, ranks_needed
 
 FAMILY = RuleFamily("hybrid_cp", "Hybrid context parallelism and packing schedulers")
 
-K_HCP = "model.hybrid_context_parallel"
-K_CAP = "model.max_seqlen_per_dp_cp_rank"
-K_SCHED = "model.sequence_packing_scheduler"
 K_MBG = "model.microbatch_group_size_per_vp_stage"
 K_FSDP = "ddp.use_megatron_fsdp"
 K_DLT = "dataset.dataloader_type"

@@ -11,13 +11,14 @@ commits are in :mod:`longpack.rules.provenance` (rule ``LP-VER-001``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 from longpack.rules.checks.common import E, V
 from longpack.rules.config import TrainingSetup
 from longpack.rules.registry import RuleFamily, Violation
-from longpack.rules.versions import PRODUCTS, Product, VersionRange
+from longpack.rules.scheduling_keys import SCHEDULING_KEYS
+from longpack.rules.versions import PRODUCTS, Product, UpstreamVersions, VersionRange, key_evidence
 
 FAMILY = RuleFamily("upstream", "Settings of the Megatron version checked for")
 
@@ -32,17 +33,10 @@ class VersionedKey:
     why: str
 
 
+#: The keys of dynamic CP, the packing schedulers and global-batch packing come from
+#: :mod:`longpack.rules.scheduling_keys` (defined once there).
 KEYS_BY_VERSION: tuple[VersionedKey, ...] = (
-    VersionedKey("model.hybrid_context_parallel", "mcore", VersionRange(since="0.16.0"), "hybrid CP (#2282)"),
-    VersionedKey(
-        "model.max_seqlen_per_dp_cp_rank", "mcore", VersionRange(since="0.16.0"), "hybrid CP (#2282)"
-    ),
-    VersionedKey(
-        "model.sequence_packing_scheduler",
-        "mcore",
-        VersionRange(since="main"),
-        "DP-balanced scheduler (#6684)",
-    ),
+    *(VersionedKey(k.key, k.product, k.has, k.why) for k in SCHEDULING_KEYS),
     VersionedKey(
         "model.moe_hybridep_pad_uneven_dispatch_inputs",
         "mcore",
@@ -77,6 +71,21 @@ KEYS_BY_VERSION: tuple[VersionedKey, ...] = (
         "renamed offline_packing_specs (#4685)",
     ),
 )
+
+
+def versions_for(
+    config_keys: Collection[str] = (), *, bridge: str | None = None, mcore: str | None = None
+) -> UpstreamVersions:
+    """:meth:`UpstreamVersions.resolve` with the keys a config sets as evidence (what ``longpack check``
+    runs for).
+
+    >>> v = versions_for({"dataset.packed_sequence_specs.packed_sequence_size"}, mcore="0.18.2")
+    >>> v.bridge, v.bridge_origin
+    ('0.5.1', "inferred from the config's keys dataset.packed_sequence_specs (< 0.6.0): < 0.6.0, the newest known in that range")
+    """
+    return UpstreamVersions.resolve(
+        bridge=bridge, mcore=mcore, evidence=key_evidence(config_keys, KEYS_BY_VERSION)
+    )
 
 
 def _set(s: TrainingSetup, key: str) -> bool:
