@@ -447,8 +447,8 @@ def mode_check(pick: Any, req: Any, plan: Any, *, gpus: int) -> ModeCheck | None
     versions the plan ran with; ``None`` when static CP is recommended (nothing to add to the layout).
     ``command`` is the check command line that gives the same findings (versions pinned: the default
     follows the installed packages). Where the user's versions lack the mode's keys (``LP-VER-001`` on
-    them), the check is run again for the newest versions longpack knows and ``versions_note`` says what
-    the user's versions lack."""
+    them), the check is run again for the versions those keys call for (``check``'s key evidence,
+    ``longpack.rules.versions.key_evidence``) and ``versions_note`` says what the user's versions lack."""
     import shlex
 
     from longpack.jobs.check import CheckConfig
@@ -477,9 +477,16 @@ def mode_check(pick: Any, req: Any, plan: Any, *, gpus: int) -> ModeCheck | None
         note = (
             "the versions checked for lack this mode's keys ("
             + "; ".join(f.message for f in lacking)
-            + "): checked again for the newest Megatron-Bridge and Megatron-Core longpack knows"
+            + "): checked again for the versions the mode's keys call for"
         )
-        bridge, mcore = "main", "main"
+        from longpack.rules.checks.upstream import KEYS_BY_VERSION
+        from longpack.rules.versions import BRIDGE, MCORE, key_evidence
+
+        evidence = key_evidence(mode_keys, KEYS_BY_VERSION)
+        if evidence[BRIDGE].keys:
+            bridge = evidence[BRIDGE].pick()[0]
+        if evidence[MCORE].keys:
+            mcore = evidence[MCORE].pick()[0]
         result = CheckConfig(
             overrides=tuple(lines), gpus=gpus, bridge_version=bridge, megatron_core_version=mcore
         ).run()

@@ -180,11 +180,17 @@ def bridge_note(mode: str, cap: int | None) -> str | None:
         )
     if mode in ("dp_balanced", "dynamic_cp"):
         flags = " ".join(mode_overrides(mode, cap)["megatron_lm"])
+        bridge = (
+            "Megatron-Bridge runs it only with global-batch packing (dataset.enable_global_batch_packing, PR "
+            "#6127, open: not in Bridge main @067f987df0, which never wraps its data iterator with Megatron-Core's "
+            "wrap_data_iterator)"
+            if mode == "dynamic_cp"
+            else "Megatron-Bridge main (@067f987df0) never wraps its data iterator with Megatron-Core's "
+            "wrap_data_iterator, so a Bridge run trains on the packs as written"
+        )
         return (
-            "LP-HCP-009: Megatron-Bridge main (@067f987df0) never wraps its data iterator with Megatron-Core's "
-            "wrap_data_iterator, so a Bridge run trains on the packs as written even with the model.* keys above "
-            f"(they reach Megatron-Core's config): train with Megatron-LM dev's pretrain_gpt.py ({flags}) to get "
-            "this mode"
+            f"LP-HCP-009: {bridge}; until your Bridge does, train with Megatron-LM dev's pretrain_gpt.py "
+            f"({flags}) to get this mode"
         )
     return None
 
@@ -195,14 +201,14 @@ def _finite(x: float, digits: int) -> float | None:
 
 def mode_overrides(mode: str, cap: int | None, *, min_cp_size: int = 1) -> dict[str, list[str]]:
     """Settings that turn ``mode`` on, for Megatron-LM's command line and Megatron-Bridge's overrides
-    (Bridge's ``model.*`` keys are Megatron-Core's config fields; Bridge's own example for dynamic CP,
-    Megatron-Bridge @d1067cede ``examples/training_features/long_context``, sets the same five).
+    (Bridge's ``model.*`` keys are Megatron-Core's config fields; the key names and dynamic CP's set,
+    global-batch packing included, are :mod:`longpack.rules.scheduling_keys`'s, the ones ``check`` reads).
 
     >>> mode_overrides("hybrid", 4096)["megatron_lm"]
     ['--hybrid-context-parallel', '--max-seqlen-per-dp-cp-rank 4096', '--calculate-per-token-loss']
     """
     from longpack.rules.checks.common import K_PTL
-    from longpack.rules.checks.hybrid_cp import K_CAP, K_DCP, K_HCP, K_MIN_DCP, K_SCHED
+    from longpack.rules.scheduling_keys import K_CAP, K_HCP, K_SCHED, dynamic_cp_keys
 
     if mode == "hybrid":
         return {
@@ -223,6 +229,7 @@ def mode_overrides(mode: str, cap: int | None, *, min_cp_size: int = 1) -> dict[
             "bridge": [f"{K_SCHED}=dp_balanced", f"{K_CAP}={cap}", f"{K_PTL}=true"],
         }
     if mode == "dynamic_cp":
+        keys = dynamic_cp_keys(max_seqlen_per_dp_cp_rank=int(cap or 0), min_size=min_cp_size)
         return {
             "megatron_lm": [
                 "--dynamic-context-parallel",
@@ -231,13 +238,7 @@ def mode_overrides(mode: str, cap: int | None, *, min_cp_size: int = 1) -> dict[
                 f"--min-dynamic-context-parallel-size {min_cp_size}",
                 "--calculate-per-token-loss",
             ],
-            "bridge": [
-                f"{K_DCP}=true",
-                f"{K_SCHED}=default_dynamic_cp",
-                f"{K_CAP}={cap}",
-                f"{K_MIN_DCP}={min_cp_size}",
-                f"{K_PTL}=true",
-            ],
+            "bridge": [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in keys.items()],
         }
     return {"megatron_lm": [], "bridge": []}
 

@@ -21,6 +21,7 @@ from longpack.rules.checks.common import K_CGI, K_CP, K_GBS, K_PP, K_PSM, K_PTL,
 from longpack.rules.config import TrainingSetup
 from longpack.rules.registry import RuleFamily, Violation
 from longpack.rules.scheduling_keys import K_CAP, K_HCP, K_SCHED
+from longpack.rules.scheduling_keys import PACKING_SCHEDULERS as _SCHEDULERS_BY_VERSION
 from longpack.topology import pad_seq_to_mult, ranks_needed
 
 FAMILY = RuleFamily("hybrid_cp", "Hybrid context parallelism and packing schedulers")
@@ -28,14 +29,9 @@ FAMILY = RuleFamily("hybrid_cp", "Hybrid context parallelism and packing schedul
 K_MBG = "model.microbatch_group_size_per_vp_stage"
 K_FSDP = "ddp.use_megatron_fsdp"
 K_DLT = "dataset.dataloader_type"
-#: Megatron-Core dev's dynamic CP (``ModelParallelConfig``, Megatron-LM dev @d48bd6be0a; Bridge passes them
-#: through, Megatron-Bridge @d1067cede ``examples/training_features/long_context``).
-K_DCP = "model.dynamic_context_parallel"
-K_MIN_DCP = "model.min_dynamic_context_parallel_size"
-
 #: Megatron-Core's packing schedulers (``scheduler_map`` in ``megatron/core/datasets/data_schedule.py``:
-#: ``dp_balanced`` on main, ``default_dynamic_cp`` too on dev @d48bd6be0a).
-PACKING_SCHEDULERS = ("dp_balanced", "default_dynamic_cp")
+#: ``dp_balanced`` on main, ``default_dynamic_cp`` too on dev @d48bd6be0a), from the one list.
+PACKING_SCHEDULERS = tuple(name for name, _ in _SCHEDULERS_BY_VERSION)
 
 
 def _width(s: TrainingSetup) -> int | None:
