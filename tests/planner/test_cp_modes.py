@@ -62,3 +62,21 @@ def test_layout_errors_name_the_setting():
         plan_cp_modes(
             [[40000]], model="qwen3_8b", gpu="h100", gpus=16, tp=2, cp=4, gbs=2, pack_size=40000, caps=[1024]
         )
+
+
+def test_a_mode_without_process_groups_is_infeasible_and_never_recommended():
+    # DP x CP = 6: Megatron-Core has 2-rank groups and the whole group only, so a 4-rank sub-sample cannot run
+    packs = [[8192], *[[512] * 16] * 5] * 4
+    plan = plan_cp_modes(
+        packs, model="llama3_1_8b", gpu="h100", gpus=12, tp=2, cp=3, gbs=6, pack_size=8192, caps=[2048]
+    )
+    (c,) = plan.comparisons
+    for mode in ("hybrid", "dynamic_cp"):
+        assert c.times[mode] == float("inf")
+        assert (
+            "puts sub-sample 0 on 4 ranks (0-3) of 6, but Megatron-Core builds CP groups of 1, 2, 6 ranks only"
+            in c.infeasible[mode]
+        )
+    assert plan.recommended not in ("hybrid", "dynamic_cp")
+    d = plan.to_dict()["comparisons"][0]
+    assert d["speedup_over_static"]["hybrid"] is None and d["speedup_over_static"]["dynamic_cp"] is None

@@ -83,22 +83,26 @@ def even_ranks_reason(dp: int, cp: int, *, scheme: str = "hybrid") -> str | None
 
 
 def block_reason(ranks: Sequence[int], dp_cp_size: int, sizes: Sequence[int]) -> str | None:
-    """Why a sub-sample on ``ranks`` has no process group, or ``None`` when it has one."""
+    """Why a sub-sample on ``ranks`` has no process group (a clause to follow "on"), or ``None`` when it has one.
+
+    >>> block_reason([4, 5, 6, 7], 6, cp_group_sizes(6))
+    '4 ranks (4-7) of 6, but Megatron-Core builds CP groups of 1, 2, 6 ranks only'
+    """
     k = len(ranks)
     first = ranks[0]
     if list(ranks) != list(range(first, first + k)):
-        return f"ranks {list(ranks)} are not consecutive"
+        return f"ranks {list(ranks)} of {dp_cp_size}, which are not consecutive"
     if k not in sizes:
         return (
-            f"ranks {first}-{first + k - 1} ({k}) of {dp_cp_size}: Megatron-Core builds CP groups of "
+            f"{k} ranks ({first}-{first + k - 1}) of {dp_cp_size}, but Megatron-Core builds CP groups of "
             f"{', '.join(map(str, sizes))} ranks only"
         )
     if k == 1 or k == dp_cp_size:
         return None
     if first % k or first + k > dp_cp_size:
         return (
-            f"ranks {first}-{first + k - 1} of {dp_cp_size} are not one of Megatron-Core's {k}-rank CP groups "
-            f"(those start at multiples of {k})"
+            f"ranks {first}-{first + k - 1} of {dp_cp_size}, which are not one of Megatron-Core's {k}-rank CP "
+            f"groups (those start at multiples of {k})"
         )
     return None
 
@@ -112,7 +116,7 @@ def schedule_reason(
 
     >>> schedule_reason([[[0], [0], [1], [1]]], 4, cp_group_sizes(4))
     >>> schedule_reason([[[0], [1], [1], [2]]], 4, cp_group_sizes(4))
-    "sub-sample 1: ranks 1-2 of 4 are not one of Megatron-Core's 2-rank CP groups (those start at multiples of 2)"
+    "sub-sample 1 on ranks 1-2 of 4, which are not one of Megatron-Core's 2-rank CP groups (those start at multiples of 2)"
     """
     for ids_per_rank in micro_batches:
         where: dict[int, list[int]] = {}
@@ -122,5 +126,5 @@ def schedule_reason(
         for sid, ranks in where.items():
             reason = block_reason(ranks, dp_cp_size, sizes)
             if reason is not None:
-                return f"sub-sample {sid}: {reason}"
+                return f"sub-sample {sid} on {reason}"
     return None
