@@ -124,3 +124,14 @@ def test_every_sub_sample_runs_once_within_the_cap():
 def test_a_sub_sample_longer_than_all_ranks_can_hold_is_refused():
     with pytest.raises(InfeasibleCPSchedule, match=r"needs 4 ranks.*more than the 2 DP x CP ranks"):
         schedule_dynamic_cp([10_000], max_seqlen_per_rank=4096, dp_cp_size=2)
+
+
+def test_bad_lengths_and_settings_are_named():
+    from longpack.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"lengths\[1\] must be a non-negative integer, got -3"):
+        schedule_dynamic_cp([10, -3], max_seqlen_per_rank=64, dp_cp_size=2)
+    with pytest.raises(ConfigError, match="min_cp_size must be a positive integer"):
+        schedule_dynamic_cp([10], max_seqlen_per_rank=64, dp_cp_size=2, min_cp_size=0)
+    s = schedule_dynamic_cp([0, 10, 0, 20], max_seqlen_per_rank=64, dp_cp_size=2)
+    assert sorted(sid for mb in s.micro_batches for ids in mb.sample_ids for sid in ids) == [1, 3]

@@ -100,7 +100,10 @@ def schedule_dynamic_cp(
 
     ``lengths[i]``: sub-sample ``i`` in Megatron's gather order (see the module docstring). Raises
     :class:`InfeasibleCPSchedule` where Megatron's scheduler fails: a sub-sample needing more than ``N``
-    ranks, no sub-sample fitting the whole group, or a widening that pushes ranks past the last one.
+    ranks, no sub-sample fitting the whole group, or a widening that pushes ranks past the last one. Empty
+    sub-samples are left out (Megatron unpacks only non-empty segments); a negative length is a
+    ``ConfigError``. A schedule it returns may still put a sub-sample on ranks with no process group:
+    :meth:`DynamicCPSchedule.infeasible_reason`.
     """
     for name, value in (
         ("max_seqlen_per_rank", max_seqlen_per_rank),
@@ -109,7 +112,13 @@ def schedule_dynamic_cp(
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name} must be a positive integer, got {value!r}", fields=name)
-    pending = sorted(((i, int(n)) for i, n in enumerate(lengths)), key=lambda item: item[1], reverse=True)
+    items = []
+    for i, n in enumerate(lengths):
+        if isinstance(n, bool) or int(n) != n or n < 0:
+            raise ConfigError(f"lengths[{i}] must be a non-negative integer, got {n!r}", fields="lengths")
+        if n:  # Megatron unpacks only non-empty cu_seqlens segments
+            items.append((i, int(n)))
+    pending = sorted(items, key=lambda item: item[1], reverse=True)
     micro_batches = []
     while pending:
         ids, lens, pending = _next_micro_batch(pending, dp_cp_size, max_seqlen_per_rank, min_cp_size)
