@@ -121,3 +121,35 @@ def test_a_schedule_is_feasible_iff_every_sub_sample_has_a_group(lengths, cap, n
                 where.setdefault(sid, []).append(r)
         runnable &= all(tuple(r) in allowed for r in where.values())
     assert (s.infeasible_reason() is None) == runnable
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 6000), min_size=4, max_size=48),
+    n=st.integers(2, 32),
+    cap=st.sampled_from([256, 1024]),
+)
+def test_compare_cp_modes_never_crashes_and_refuses_exactly_what_megatron_core_cannot_run(lengths, n, cap):
+    """Every DP x CP from 2 to 32 (as DP = n, CP = 1 and, where even, DP = n / 2, CP = 2): hybrid and dynamic
+    CP are infeasible exactly on an odd count, a scheduler failure or a sub-sample without a process group."""
+    from longpack.balance.cp_modes import compare_cp_modes, gather_order
+
+    def cost(ls, ranks):
+        return sum(x + x * x / 1000 for x in ls) / ranks
+
+    for dp, cp in {(n, 1), *(((n // 2, 2),) if n % 2 == 0 else ())}:
+        packs = [lengths[i::dp] or [1] for i in range(dp)]
+        c = compare_cp_modes(packs, dp=dp, cp=cp, gbs=dp, max_seqlen_per_rank=cap, seconds=cost)
+        batch = [x for k in gather_order(dp, dp=dp, gbs=dp) for x in packs[k]]
+        for mode, schedule in (("hybrid", schedule_hybrid_cp), ("dynamic_cp", schedule_dynamic_cp)):
+            if n % 2:
+                expected = True
+            else:
+                try:
+                    s = schedule(batch, max_seqlen_per_rank=cap, dp_cp_size=n)
+                except InfeasibleCPSchedule:
+                    expected = True
+                else:
+                    expected = s.infeasible_reason() is not None
+            assert (mode in c.infeasible) == expected, (mode, c.infeasible.get(mode))
+            assert (c.times[mode] == float("inf")) == expected
