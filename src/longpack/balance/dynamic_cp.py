@@ -180,8 +180,15 @@ def _next_micro_batch(
     # the busiest other group; Megatron takes the max over all ranks, which is that number. New groups open
     # on the lowest free ranks (all at load 0, sorted stably), so the free ranks are a suffix.
     next_free = need
+    # The most tokens any group could still take (a necessary condition only, with slack for rounding): a
+    # sub-sample longer than that, with too few free ranks for its narrowest group, has no placement, and
+    # most sub-samples of a full micro-batch are turned away here without the exact test below.
+    room = (cap - tokens[0]) * width[0]
     left: list[tuple[int, int]] = []
     for sample_id, n in items[1:]:
+        if total - next_free < cp_min(n, cap, min_cp_size) and n > room * (1 + 1e-9) + 1e-6:
+            left.append((sample_id, n))
+            continue
         best: tuple[float, int, int | None, list[int] | None] | None = None
         top_gid, top, second = -1, 0.0, 0.0  # the two busiest groups' loads (0: a free rank)
         for gid, ranks in members.items():
@@ -213,6 +220,7 @@ def _next_micro_batch(
             best_gid = open_group(best_ranks, best_k)
             next_free += best_k
         place(best_gid, sample_id, n)
+        room = max((cap - tokens[g]) * w for g, w in width.items())
 
     while any(not r for r in lens):
         if not _widen_once(lens, ids, load, members, width, total):
