@@ -83,7 +83,6 @@ def test_every_guide_command_exists() -> None:
     topics = {
         "pretraining",
         "plan-data",
-        "rl",
     }  # guide pages about a use, not one command (their commands are checked by flag)
     commands = {p.stem.removesuffix("-ray") for p in guides} - topics
     runner = CliRunner()

@@ -299,6 +299,36 @@ BOUNDARIES = [
         ("main", "main"),
         ("0.6.0", "main"),
     ),
+    # relaxed: Bridge main verifies MTP with offline packing (GLM-5.2 packed SFT, e4cb868dc)
+    ("LP-MTP-001", "SFT", ["model.mtp_num_layers=1"], ("0.6.0", "0.19.0"), ("main", "main")),
+    # relaxed: global-batch packing (Bridge PR #6127, assumed 0.7.0) runs the schedulers
+    (
+        "LP-HCP-009",
+        "SFT",
+        ["model.dynamic_context_parallel=true", "model.max_seqlen_per_dp_cp_rank=4096"],
+        ("main", "dev"),
+        ("0.7.0", "dev"),
+    ),
+    # added: Megatron-Core dev registers default_dynamic_cp (dynamic CP)
+    (
+        "LP-SCHED-001",
+        "SFT",
+        ["model.sequence_packing_scheduler=default_dynamic_cp", "model.max_seqlen_per_dp_cp_rank=4096"],
+        ("main", "main"),
+        ("main", "dev"),
+    ),
+    # relaxed: Megatron-LM dev allows dynamic CP with pipeline parallelism
+    (
+        "LP-HCP-001",
+        "SFT",
+        [
+            "model.hybrid_context_parallel=true",
+            "model.max_seqlen_per_dp_cp_rank=4096",
+            "model.pipeline_model_parallel_size=2",
+        ],
+        ("main", "main"),
+        ("main", "dev"),
+    ),
     # added: Bridge 0.6.0 refuses locally captured scoped graphs (#4607)
     ("LP-CG-007", "SFT", ["model.cuda_graph_impl=local"], ("0.6.0", "main"), ("0.5.1", "main")),
 ]
@@ -314,7 +344,7 @@ def test_version_boundary(rule_id, base, overrides, inside, outside) -> None:
         f for f in findings_of(base, overrides, bridge=inside[0], mcore=inside[1]) if f.rule_id == rule_id
     ]
     assert fired, f"{rule_id} did not fire for Bridge {inside[0]} / MCore {inside[1]}"
-    assert f"Megatron-Bridge {inside[0]}, Megatron-Core {inside[1]}" in fired[0].applies_to
+    assert f"Megatron-Bridge {inside[0]} (given), Megatron-Core {inside[1]} (given)" in fired[0].applies_to
     assert rule_id not in ids(findings_of(base, overrides, bridge=outside[0], mcore=outside[1]))
 
 
@@ -325,7 +355,7 @@ def test_hybrid_cp_key_on_an_older_megatron_core_is_named() -> None:
         if f.rule_id == "LP-VER-001"
     ]
     assert [f.keys for f in found] == [("model.hybrid_context_parallel",)]
-    assert "Megatron-Core 0.15.3 has no such setting" in found[0].message
+    assert "Megatron-Core 0.15.3 (given) has no such setting" in found[0].message
 
 
 def test_bridge_packing_keys_follow_the_rename() -> None:
@@ -388,7 +418,10 @@ def test_check_result_and_json_name_the_versions() -> None:
     out = result.to_dict()
     assert out["versions"]["megatron_bridge"] == "0.5.1" and out["versions"]["megatron_core_from"] == "given"
     assert {"LP-EN-001", "LP-SCHED-001"} <= {r["id"] for r in out["rules_not_applied"]}
-    assert all("Megatron-Bridge 0.5.1, Megatron-Core 0.18.2" in f["applies_to"] for f in out["findings"])
+    assert all(
+        "Megatron-Bridge 0.5.1 (given), Megatron-Core 0.18.2 (given)" in f["applies_to"]
+        for f in out["findings"]
+    )
 
 
 def test_check_cli_verbose_lists_rules_not_applied() -> None:
@@ -443,3 +476,22 @@ def test_from_layout_carries_versions_into_run_rules() -> None:
     versions = UpstreamVersions.resolve(bridge="main", mcore="0.17.1")
     setup = TrainingSetup.from_layout(ParallelLayout(world_size=8, cp=2), seq_length=8192, versions=versions)
     assert all("Megatron-Core 0.17.1" in f.applies_to for f in run_rules(setup))
+
+
+def test_megatron_core_dev_is_an_exception_where_it_lacks_main_changes() -> None:
+    # dev (d48bd6be0a) has no moe_hybridep_pad_uneven_dispatch_inputs (main and 0.19.0 have it)
+    r = VersionRange(since="0.19.0", dev=False)
+    assert [r.contains(v, MCORE) for v in ("0.18.2", "0.19.0", "main", "dev")] == [False, True, True, False]
+    assert r.text == ">= 0.19.0 (not dev)"
+    found = findings_of("SFT", ["+model.moe_hybridep_pad_uneven_dispatch_inputs=true"], mcore="dev")
+    assert "Megatron-Core dev (given) has no such setting" in next(
+        f.message for f in found if f.rule_id == "LP-VER-001"
+    )
+    assert not [
+        f
+        for f in findings_of("SFT", ["+model.moe_hybridep_pad_uneven_dispatch_inputs=true"])
+        if f.rule_id == "LP-VER-001"
+    ]
+    # and the rules main relaxed with it still apply on dev
+    assert "LP-MOE-006" not in {r.id for r in rules_outside(UpstreamVersions(bridge="main", mcore="dev"))}
+    assert "LP-MOE-006" in {r.id for r in rules_outside(UpstreamVersions(bridge="main", mcore="main"))}

@@ -23,7 +23,15 @@ from longpack.jobs.options import bridge_version_option, gpus_option, megatron_c
 from longpack.option import option
 from longpack.validate import optional_positive_int
 
-__all__ = ["EXIT_ERRORS", "EXIT_OK", "CheckConfig", "CheckResult", "family_table", "rule_table"]
+__all__ = [
+    "EXIT_ERRORS",
+    "EXIT_OK",
+    "CheckConfig",
+    "CheckResult",
+    "explain_rule",
+    "family_table",
+    "rule_table",
+]
 
 EXIT_OK, EXIT_ERRORS = 0, 1
 
@@ -255,7 +263,7 @@ def rule_table() -> list[dict[str, Any]]:
 
     >>> row = next(r for r in rule_table() if r["id"] == "LP-HCP-001")
     >>> row["versions"], row["sources"][0]["commit"]
-    ('Megatron-Core >= 0.16.0', '98d8c56dbd')
+    ('Megatron-Core >= 0.16.0, < dev', '98d8c56dbd')
     """
     from longpack.rules import RULES
 
@@ -294,3 +302,11 @@ def family_table() -> list[dict[str, Any]]:
         }
         for f in FAMILIES
     ]
+
+
+def explain_rule(rule_id: str) -> dict[str, Any]:
+    """``longpack check --explain RULE``: :func:`longpack.rules.recipes.explain_rule` (the rule, its sources,
+    versions and the Bridge recipes that exercise it)."""
+    from longpack.rules.recipes import explain_rule as explain
+
+    return explain(rule_id)

@@ -184,8 +184,13 @@ class VersionRange:
 
     since: str | None = None
     until: str | None = None
+    #: Whether Megatron-Core ``dev`` is inside, where it differs from its place after ``main``: ``dev``
+    #: is a branch, and some ``main`` changes are not on it (``None``: by its order).
+    dev: bool | None = None
 
     def contains(self, version: str, product: Product = BRIDGE) -> bool:
+        if self.dev is not None and product == MCORE and version.strip().lower() == "dev":
+            return self.dev
         if self.since is None and self.until is None:
             return True
         key = version_key(version, product)
@@ -195,13 +200,17 @@ class VersionRange:
 
     @property
     def everywhere(self) -> bool:
-        return self.since is None and self.until is None
+        return self.since is None and self.until is None and self.dev is None
 
     @property
     def text(self) -> str:
-        """``>= 0.4.0, < 0.6.0``; ``all`` when both ends are open."""
+        """``>= 0.4.0, < 0.6.0``; ``all`` when both ends are open; ``(not dev)`` / ``(and dev)`` where
+        Megatron-Core dev is an exception to the order."""
         parts = ([f">= {self.since}"] if self.since else []) + ([f"< {self.until}"] if self.until else [])
-        return ", ".join(parts) or "all"
+        text = ", ".join(parts) or "all"
+        if self.dev is not None:
+            text += " (and dev)" if self.dev else " (not dev)"
+        return text
 
 
 @functools.cache
@@ -331,6 +340,7 @@ class UpstreamVersions:
         bridge: str | None = None,
         mcore: str | None = None,
         evidence: Mapping[Product, KeyEvidence] | None = None,
+        environment: bool = True,
     ) -> UpstreamVersions:
         """The versions from the evidence, strongest first.
 
@@ -347,12 +357,14 @@ class UpstreamVersions:
         Megatron-Bridge version (its ``3rdparty/Megatron-LM`` submodule), moved into the range the
         config's Megatron-Core keys bound where it falls outside, else ``main``.
 
-        A version that does not parse is a :class:`~longpack.errors.ConfigError`.
+        ``environment=False`` leaves the environment variables and the installed packages out (a config
+        judged by its own keys alone: the recipe checks). A version that does not parse is a
+        :class:`~longpack.errors.ConfigError`.
 
         >>> v = UpstreamVersions.resolve(bridge="0.5.1", mcore="0.18.2")
         >>> (v.bridge, v.bridge_origin), (v.mcore, v.mcore_origin)
         (('0.5.1', 'given'), ('0.18.2', 'given'))
-        >>> v = UpstreamVersions.resolve(bridge="0.6.0")
+        >>> v = UpstreamVersions.resolve(bridge="0.6.0", environment=False)
         >>> (v.mcore, v.mcore_origin)
         ('0.19.0', 'paired with Megatron-Bridge 0.6.0')
         """
@@ -367,11 +379,11 @@ class UpstreamVersions:
                 version_key(given, product)
                 found[product] = (given.strip(), "given")
                 continue
-            from_env = os.environ.get(ENV_VARS[product], "").strip()
+            from_env = os.environ.get(ENV_VARS[product], "").strip() if environment else ""
             if from_env:
                 version_key(from_env, product)
                 found[product] = (from_env, f"${ENV_VARS[product]}")
-        bridge_installed = installed_version(BRIDGE)
+        bridge_installed = installed_version(BRIDGE) if environment else None
         if BRIDGE not in found and bridge_installed is not None:
             found[BRIDGE] = (bridge_installed, "installed")
         if MCORE not in found and bridge_installed is not None:
@@ -400,6 +412,19 @@ class UpstreamVersions:
 
     def of(self, product: Product) -> str:
         return self.bridge if product == BRIDGE else self.mcore
+
+    def origin(self, product: Product) -> str:
+        """Where the version came from, short (``given``, ``installed``, ``inferred from the config's
+        keys``, ``paired with Megatron-Bridge 0.6.0``, ``newest known``); :meth:`describe` says it whole.
+
+        >>> UpstreamVersions(bridge="main", mcore="main", bridge_origin="inferred from the config's keys a (>= 0.6.0): >= 0.6.0, x").origin(BRIDGE)
+        "inferred from the config's keys (>= 0.6.0)"
+        """
+        text = self.bridge_origin if product == BRIDGE else self.mcore_origin
+        if text.startswith("inferred from the config's keys") and ": " in text:
+            bound = text.split(": ", 1)[1].split(", ")
+            return f"inferred from the config's keys ({', '.join(b for b in bound if b[:1] in '<>')})"
+        return text
 
     def describe(self, product: Product) -> str:
         """``Megatron-Bridge main (067f987df, 2026-08-22; newest known)``."""

@@ -40,7 +40,7 @@ KEYS_BY_VERSION: tuple[VersionedKey, ...] = (
     VersionedKey(
         "model.moe_hybridep_pad_uneven_dispatch_inputs",
         "mcore",
-        VersionRange(since="0.19.0"),
+        VersionRange(since="0.19.0", dev=False),
         "HybridEP THD dispatch (#5008)",
     ),
     VersionedKey(
@@ -74,17 +74,24 @@ KEYS_BY_VERSION: tuple[VersionedKey, ...] = (
 
 
 def versions_for(
-    config_keys: Collection[str] = (), *, bridge: str | None = None, mcore: str | None = None
+    config_keys: Collection[str] = (),
+    *,
+    bridge: str | None = None,
+    mcore: str | None = None,
+    environment: bool = True,
 ) -> UpstreamVersions:
     """:meth:`UpstreamVersions.resolve` with the keys a config sets as evidence (what ``longpack check``
     runs for).
 
-    >>> v = versions_for({"dataset.packed_sequence_specs.packed_sequence_size"}, mcore="0.18.2")
+    >>> v = versions_for({"dataset.packed_sequence_specs.packed_sequence_size"}, mcore="0.18.2", environment=False)
     >>> v.bridge, v.bridge_origin
     ('0.5.1', "inferred from the config's keys dataset.packed_sequence_specs (< 0.6.0): < 0.6.0, the newest known in that range")
     """
     return UpstreamVersions.resolve(
-        bridge=bridge, mcore=mcore, evidence=key_evidence(config_keys, KEYS_BY_VERSION)
+        bridge=bridge,
+        mcore=mcore,
+        evidence=key_evidence(config_keys, KEYS_BY_VERSION),
+        environment=environment,
     )
 
 
@@ -108,7 +115,85 @@ def keys_exist(s: TrainingSetup) -> Iterator[Violation]:
         if _set(s, vk.key) and not vk.has.contains(version, vk.product):
             name = PRODUCTS[vk.product].name
             yield V(
-                f"{vk.key} is set, but {name} {version} has no such setting ({vk.why}: {name} {vk.has.text})",
+                f"{vk.key} is set, but {name} {version} ({s.versions.origin(vk.product)}) has no such setting "
+                f"({vk.why}: {name} {vk.has.text})",
                 f"drop {vk.key}, or run {name} {vk.has.text} (then pass that version to longpack check)",
                 vk.key,
             )
+
+
+def _distance(a: str, b: str, limit: int) -> int:
+    """Levenshtein distance of ``a`` and ``b``, or ``limit + 1`` once it exceeds ``limit``."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        if min(cur) > limit:
+            return limit + 1
+        prev = cur
+    return prev[-1]
+
+
+def known_keys() -> frozenset[str]:
+    """Every key some version has, as far as longpack knows: the keys its rules read and
+    :data:`KEYS_BY_VERSION`'s."""
+    from longpack.rules.config import DECLARED
+
+    return DECLARED.keys | {vk.key for vk in KEYS_BY_VERSION}
+
+
+def nearest_known_key(key: str) -> str | None:
+    """The known key one or two edits away from ``key`` in the same section (a misspelling), else ``None``.
+
+    >>> nearest_known_key("model.dynamic_context_paralel"), nearest_known_key("model.hidden_size")
+    ('model.dynamic_context_parallel', None)
+    """
+    from longpack.rules.config import DECLARED
+
+    known = known_keys()
+    if key in known or any(key.startswith(k + ".") for k in DECLARED.leaves):
+        return None
+    section, _, leaf = key.rpartition(".")
+    if len(leaf) < 8:
+        return None
+    best: tuple[int, str] | None = None
+    for k in known:
+        ksec, _, kleaf = k.rpartition(".")
+        if ksec != section:
+            continue
+        d = _distance(leaf, kleaf, 2)
+        if 0 < d <= 2 and (best is None or (d, k) < best):
+            best = (d, k)
+    return None if best is None else best[1]
+
+
+@FAMILY.rule(
+    "LP-VER-002",
+    E,
+    "every key set is one that some Megatron-Bridge / Megatron-Core version has",
+    "Megatron-Bridge ConfigContainer and Megatron-Core dataclasses (unknown fields are refused)",
+    fix="use the spelling the nearest known key has",
+)
+def keys_known(s: TrainingSetup) -> Iterator[Violation]:
+    """A key one or two letters away from one longpack knows, and known itself to no version, is a
+    misspelling: Bridge refuses the unknown field at start-up (and a dropped ``+`` override would set
+    nothing)."""
+    versions = s.versions
+    for key in sorted(s.given_keys):
+        near = nearest_known_key(key)
+        if near is None:
+            continue
+        where = (
+            ""
+            if versions is None
+            else f" (checked for Megatron-Bridge {versions.bridge}, Megatron-Core {versions.mcore})"
+        )
+        yield V(
+            f"{key} is a key no known Megatron-Bridge / Megatron-Core version has{where}; the nearest known "
+            f"key is {near}",
+            f"rename {key} to {near}",
+            key,
+        )
