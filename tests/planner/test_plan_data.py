@@ -85,7 +85,7 @@ def test_plan_data_from_a_token_store_and_from_inputs_pack_the_same_samples(long
 
 
 #: What ``longpack check`` says of a recommended mode's overrides, as docs/guide/plan-data.md documents it:
-#: LP-HCP-009 always (Bridge does not schedule hybrid CP or the packing schedulers), LP-HCP-007 when the cap
+#: LP-HCP-009 for hybrid CP and DP-balanced packing (Bridge does not schedule them), LP-HCP-007 when the cap
 #: is at most half of seq_length / CP, LP-CFG-003 (info) since the overrides carry no model architecture;
 #: no error.
 DOCUMENTED = {"LP-HCP-009", "LP-HCP-007", "LP-CFG-003"}
@@ -115,7 +115,8 @@ def test_a_recommended_mode_is_checked_and_the_printed_command_agrees(mode):
         plan = replace(plan, recommended=mode, recommended_cap=plan.best(mode).max_seqlen_per_rank)
     check = mode_check(pick, config.request, plan, gpus=64)
     assert check is not None and not check.errors
-    assert {f["id"] for f in check.findings} <= DOCUMENTED
+    ids = {f["id"] for f in check.findings}
+    assert ids <= DOCUMENTED and ("LP-HCP-009" in ids) == (mode != "dynamic_cp")
     keys = [line.split("=", 1)[0] for line in check.overrides]
     assert (
         len(keys) == len(set(keys))
