@@ -215,15 +215,15 @@ class PlanConfig:
         None,
         help=(
             "Plan from the data: a packed folder, or inputs (file, folder or glob; with --tokenizer) packed at "
-            "--seq-length. Compares static CP, hybrid CP and the DP-balanced packing scheduler on its packs "
-            "for the best PP 1 layout."
+            "--seq-length. Compares static CP, hybrid CP, the DP-balanced packing scheduler and dynamic CP on "
+            "its packs for the best PP 1 layout."
         ),
         cli_type=str | None,
     )
     tokenizer: Any = tokenizer_option()
     max_seqlen_per_dp_cp_rank: int | None = option(
         None,
-        help="With --data: the hybrid-CP / DP-balanced cap to compare (default: pack / CP, half, quarter).",
+        help="With --data: the hybrid / DP-balanced / dynamic-CP cap to compare (default: pack / CP, half, quarter).",
     )
     #: Versions the rules check candidates for (as ``CheckConfig``'s; default: check's default).
     bridge_version: str | None = bridge_version_option()
@@ -430,6 +430,9 @@ class ModeCheck:
     overrides: tuple[str, ...]
     command: str
     findings: tuple[dict[str, Any], ...]
+    #: Set when the user's Megatron-Bridge / Megatron-Core lacks the mode's keys (``LP-VER-001``): what it
+    #: lacks; ``command`` and ``findings`` are then for the newest versions, which have them.
+    versions_note: str = ""
 
     @property
     def errors(self) -> list[dict[str, Any]]:
@@ -441,6 +444,7 @@ class ModeCheck:
             "command": self.command,
             "findings": list(self.findings),
             "ok": not self.errors,
+            **({"versions_note": self.versions_note} if self.versions_note else {}),
         }
 
 
@@ -449,7 +453,9 @@ def mode_check(pick: Any, req: Any, plan: Any, *, gpus: int) -> ModeCheck | None
     checked by ``longpack check`` (the ``LP-HCP`` / ``LP-SCHED`` rules with every other) for the rule
     versions the plan ran with; ``None`` when static CP is recommended (nothing to add to the layout).
     ``command`` is the check command line that gives the same findings (versions pinned: the default
-    follows the installed packages)."""
+    follows the installed packages). Where the user's versions lack the mode's keys (``LP-VER-001`` on
+    them), the check is run again for the versions those keys call for (``check``'s key evidence,
+    ``longpack.rules.versions.key_evidence``) and ``versions_note`` says what the user's versions lack."""
     import shlex
 
     from longpack.jobs.check import CheckConfig
@@ -469,6 +475,28 @@ def mode_check(pick: Any, req: Any, plan: Any, *, gpus: int) -> ModeCheck | None
     result = CheckConfig(
         overrides=tuple(lines), gpus=gpus, bridge_version=bridge, megatron_core_version=mcore
     ).run()
+    mode_keys = {
+        line.split("=", 1)[0] for line in mode_overrides(plan.recommended, plan.recommended_cap)["bridge"]
+    }
+    lacking = [f for f in result.findings if f.rule_id == "LP-VER-001" and set(f.keys) & mode_keys]
+    note = ""
+    if lacking:
+        note = (
+            "the versions checked for lack this mode's keys ("
+            + "; ".join(f.message for f in lacking)
+            + "): checked again for the versions the mode's keys call for"
+        )
+        from longpack.rules.checks.upstream import KEYS_BY_VERSION
+        from longpack.rules.versions import BRIDGE, MCORE, key_evidence
+
+        evidence = key_evidence(mode_keys, KEYS_BY_VERSION)
+        if evidence[BRIDGE].keys:
+            bridge = evidence[BRIDGE].pick()[0]
+        if evidence[MCORE].keys:
+            mcore = evidence[MCORE].pick()[0]
+        result = CheckConfig(
+            overrides=tuple(lines), gpus=gpus, bridge_version=bridge, megatron_core_version=mcore
+        ).run()
     pinned = "".join(
         f" {flag} {shlex.quote(v)}"
         for flag, v in (("--bridge-version", bridge), ("--megatron-core-version", mcore))
@@ -476,7 +504,10 @@ def mode_check(pick: Any, req: Any, plan: Any, *, gpus: int) -> ModeCheck | None
     )
     command = f"longpack check --gpus {gpus}{pinned} " + " ".join(shlex.quote(x) for x in lines)
     return ModeCheck(
-        overrides=tuple(lines), command=command, findings=tuple(f.to_dict() for f in result.findings)
+        overrides=tuple(lines),
+        command=command,
+        findings=tuple(f.to_dict() for f in result.findings),
+        versions_note=note,
     )
 
 
@@ -642,6 +673,8 @@ def cp_mode_lines(cp_modes: Any) -> list[str]:
     if check is not None:
         lines.append("  Megatron-Bridge overrides for the layout with this mode, checked by longpack check:")
         lines.append(f"    {' '.join(check['overrides'])}")
+        if check.get("versions_note"):
+            lines.append(f"    note: {check['versions_note']}")
         for f in check["findings"]:
             lines.append(f"    {f['id']} ({f['severity']}): {f['message']}; fix: {f['fix']}")
         lines.append(f"    rerun: {check['command']}")

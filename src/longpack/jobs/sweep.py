@@ -1052,7 +1052,7 @@ class SweepConfig:
         False,
         help=(
             "With --model/--gpu/--gpus: also compare the CP modes per pack size on the same global batches "
-            "(static CP, hybrid CP at its best max_seqlen_per_dp_cp_rank, the DP-balanced scheduler)."
+            "(static CP; hybrid CP, the DP-balanced scheduler and dynamic CP at their best max_seqlen_per_dp_cp_rank)."
         ),
     )
     #: A PNG of real tokens/s, memory and truncation vs pack size, written by :meth:`run` (needs matplotlib).
