@@ -204,6 +204,7 @@ def _tokenize_chunks(
             "rows_read",
             "worker",
             "columns",
+            "empty",
         )
     }
     out["rss"] = []
@@ -229,6 +230,11 @@ def _tokenize_chunks(
         out["lengths"].append(b"".join(p.lengths.astype(np.int64).tobytes() for p in parts))
         out["rows"].append(b"".join(p.rows.astype(np.int64).tobytes() for p in parts))
         out["malformed"].append(json.dumps([m for p in parts for m in p.malformed]))
+        empty, before = [], 0
+        for p in parts:  # (row, samples of the chunk before it)
+            empty += [(r, before + k) for r, k in p.empty]
+            before += len(p.lengths)
+        out["empty"].append(json.dumps(empty))
         out["rows_read"].append(sum(p.rows_read for p in parts))
         columns: dict[str, int] = {}
         for p in parts:
@@ -513,6 +519,9 @@ class RayExecutor:
         from longpack.text.tokenizers import as_tokenizer
 
         tok = as_tokenizer(tokenizer)
+        from longpack.text.documents import eod_id
+
+        eod = eod_id(tok, config.eod)  # a bad text.eod fails now, not on every worker
         listing = find_inputs(inputs)
         for f in listing.files:
             if f.kind == "hf" or f.compression or (f.kind == "jsonl" and is_json_array(f.path)):
@@ -533,6 +542,7 @@ class RayExecutor:
         rows_parts: list[np.ndarray] = []
         file_parts: list[np.ndarray] = []
         malformed: list[tuple[str, str]] = []
+        empty: list[tuple[str, int]] = []  # (file:line, samples before it)
         counts: list[int] = []
         dataset = None
         if specs:
@@ -554,7 +564,17 @@ class RayExecutor:
                 )
                 done = ds.materialize()
                 small = done.select_columns(
-                    ["chunk", "lengths", "rows", "malformed", "rows_read", "worker", "rss", "columns"]
+                    [
+                        "chunk",
+                        "lengths",
+                        "rows",
+                        "malformed",
+                        "rows_read",
+                        "worker",
+                        "rss",
+                        "columns",
+                        "empty",
+                    ]
                 )
                 return done, small.take_all()
 
@@ -567,6 +587,8 @@ class RayExecutor:
                 lengths_parts.append(lengths)
                 rows_parts.append(np.frombuffer(r["rows"], dtype=np.int64))
                 file_parts.append(np.full(len(lengths), spec.file_index, dtype=np.int32))
+                before = sum(counts)
+                empty += [(f"{spec.path}:{row}", before + k) for row, k in json.loads(r["empty"])]
                 counts.append(len(lengths))
                 rows_per_file[spec.file_index] += int(r["rows_read"])
                 chunk_malformed = json.loads(r["malformed"])
@@ -583,10 +605,9 @@ class RayExecutor:
             )
         lengths = np.concatenate(lengths_parts) if lengths_parts else np.zeros(0, np.int64)
         if len(lengths) == 0:
-            first = f" (first: {malformed[0][0]}: {malformed[0][1]})" if malformed else ""
-            raise InputError(
-                f"all {rows_read} rows were malformed and skipped{first}; check the format and keys"
-            )
+            from longpack.text.pipeline import no_samples_message
+
+            raise InputError(no_samples_message(rows_read, malformed, len(empty)))
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         total = int(offsets[-1])
@@ -636,6 +657,9 @@ class RayExecutor:
             inputs=input_info,
             skipped_inputs=listing.skipped,
             warnings=(*warnings, *_skipped_warning(listing)),
+            empty=tuple(e for e, _ in empty),
+            empty_before=tuple(k for _, k in empty),
+            eod_id=eod,
         )
         return result, TokenizedDataset(
             dataset=dataset, token_dtype=token_dtype, chunk_first_sample=first_sample

@@ -48,6 +48,11 @@ class InspectConfig:
         None, help="Indexed data: samples GPTDataset draws (train_iters * GBS; default one epoch)."
     )
     sample: int | None = option(None, help="Indexed data: show this sample's documents and cu_seqlens.")
+    eod_id: int | None = option(
+        None,
+        help="Indexed data: the EOD id where positions restart (default: the manifest's; a bare prefix: "
+        "every document end).",
+    )
 
     def __post_init__(self) -> None:
         from longpack.validate import plain_fields
@@ -69,6 +74,7 @@ class InspectConfig:
                     split=self.split,
                     num_samples=self.num_samples,
                     sample=self.sample,
+                    eod_id=self.eod_id,
                 )
             )
 

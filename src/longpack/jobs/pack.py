@@ -667,7 +667,10 @@ class PackConfig:
                 )
             check_ids_dtype(settings.ids_dtype, train.tokenizer.get("vocab_size"))
             if settings.output_format == "indexed":
-                return self._write_indexed(out, train, int(eos_id), demo_prefix, executor)
+                eod = int(eos_id) if train.eod_id is None else int(train.eod_id)
+                return self._write_indexed(
+                    out, train, eod, demo_prefix, executor, mixed=mix_report is not None
+                )
             splits = plan_splits(
                 train.samples, settings, eos_id=int(eos_id), validation=val.samples if val else None
             )
@@ -703,17 +706,24 @@ class PackConfig:
         )
 
     def _write_indexed(
-        self, out: Path, train: Any, eos_id: int, demo_prefix: str, executor: Any
+        self, out: Path, train: Any, eos_id: int, demo_prefix: str, executor: Any, *, mixed: bool = False
     ) -> PackResult:
         """Every document into Megatron indexed datasets (``longpack.packed.indexed``); manifest last."""
+        import numpy as np
+
         from longpack.outputs import output_write_errors
         from longpack.packed.indexed import write_indexed_output
         from longpack.packed.manifest import PackManifest
         from longpack.packed.pipeline import Provenance, prepare_out_dir
 
         provenance = self._provenance(train, None, demo_prefix, Provenance)
+        empty_per_file: dict[str, int] = {}
+        for source in train.empty:
+            name = source.rsplit(":", 1)[0]
+            empty_per_file[name] = empty_per_file.get(name, 0) + 1
         for info in provenance.inputs:  # every document of every file is written whole
-            info.update(packed=info["rows"] - info.get("malformed", 0), truncated=0, dropped=0)
+            empty = empty_per_file.get(info["path"], 0)
+            info.update(packed=info["rows"] - info.get("malformed", 0) - empty, truncated=0, dropped=0)
         with output_write_errors(out):
             prepare_out_dir(out, self.overwrite)
             manifest = write_indexed_output(
@@ -723,6 +733,8 @@ class PackConfig:
                 provenance,
                 vocab_size=int(train.tokenizer["vocab_size"]),
                 eos_id=eos_id,
+                # where preprocess_data.py's index holds the empty documents (not after a mix: resampled)
+                empty_before=None if mixed else np.asarray(train.empty_before, dtype=np.int64),
             )
         report = executor.report()
         return PackResult(
@@ -749,6 +761,12 @@ class PackConfig:
             "skipped_inputs": [{"path": p, "reason": r} for p, r in skipped],
             "warnings": list(warnings),
         }
+        empty = tuple(getattr(train, "empty", ())) + tuple(getattr(val, "empty", ()) if val else ())
+        if empty:  # text rows that tokenize to no token: no document, as in Megatron-LM's preprocess_data.py
+            from longpack.packed.pipeline import MAX_LISTED
+
+            relabelled = [e.replace(demo_prefix, DEMO_LABEL) if demo_prefix else e for e in empty]
+            extra["empty_documents"] = {"count": len(empty), "listed": relabelled[:MAX_LISTED]}
         return provenance_cls(
             extra=extra,
             inputs=inputs_info,

@@ -27,6 +27,8 @@ def _record(result: Any, text: TextConfig) -> dict[str, Any]:
         "skipped_inputs": [list(s) for s in result.skipped_inputs],
         "warnings": list(result.warnings),
         "text": {f.name: getattr(text, f.name) for f in fields(text)},
+        "empty": [[e, int(k)] for e, k in zip(result.empty, result.empty_before, strict=True)],
+        "eod_id": result.eod_id,
     }
 
 
@@ -130,6 +132,9 @@ def open_store(
         inputs=tuple(record["inputs"]),
         skipped_inputs=tuple(tuple(s) for s in record["skipped_inputs"]),  # type: ignore[misc]
         warnings=tuple(record["warnings"]),
+        empty=tuple(str(e) for e, _ in record.get("empty", ())),
+        empty_before=tuple(int(k) for _, k in record.get("empty", ())),
+        eod_id=record.get("eod_id"),
     )
     info = {
         "path": str(store.path.resolve()),

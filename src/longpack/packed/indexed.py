@@ -10,7 +10,9 @@ writes without ``--split-sentences``):
 - ``<prefix>.idx``: the 9-byte magic ``MMIDIDX\\x00\\x00``, version ``1`` (``<Q``), the dtype code (``<B``:
   ``uint16`` 8, ``int32`` 4), the sequence count and the document-index count (``<Q`` each), then the
   sequence lengths (``int32``), the byte offset of each sequence in ``.bin`` (``int64``) and the document
-  indices (``int64``: ``0, 1, ..., N``: document ``d`` is sequences ``[idx[d], idx[d+1])``).
+  indices (``int64``: ``0, 1, ..., N``: document ``d`` is sequences ``[idx[d], idx[d+1])``). A row whose text
+  tokenizes to nothing is a document without a sequence, as ``preprocess_data.py`` writes it (its builder's
+  ``add_document`` of no ids appends the document index again): ``..., k, k, ...``.
 
 A pack writes one prefix per shard (``training_text_document.part-00000-of-00002``: whole documents, about
 :data:`TOKENS_PER_SHARD` tokens each) and a ready ``--data-path`` (weights = each shard's share of the
@@ -122,9 +124,13 @@ def write_indexed(
     *,
     vocab_size: int,
     chunk_tokens: int = 1 << 24,
+    empty_before: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Write samples ``documents`` (indices, in this order) as one Megatron indexed dataset ``<prefix>.bin`` /
-    ``<prefix>.idx`` (each atomically, ``.idx`` last); return the shard's manifest record."""
+    ``<prefix>.idx`` (each atomically, ``.idx`` last); return the shard's manifest record.
+
+    ``empty_before``: for each empty document (no sequence) between them, how many of ``documents`` come
+    before it (ascending), so the document index is the one ``preprocess_data.py`` writes."""
     dtype = token_dtype(vocab_size)
     documents = np.asarray(documents, dtype=np.int64)
     lengths = samples.stored_lengths()[documents]
@@ -146,7 +152,7 @@ def write_indexed(
     pointers = np.zeros(len(lengths), dtype=np.int64)
     if len(lengths):
         np.cumsum(lengths[:-1] * dtype.itemsize, out=pointers[1:])
-    doc_index = np.arange(len(lengths) + 1, dtype=np.int64)
+    doc_index = document_index(len(lengths), empty_before)
     header = (
         INDEX_MAGIC
         + struct.pack("<Q", INDEX_VERSION)
@@ -156,7 +162,7 @@ def write_indexed(
     )
     _atomic_write(idx_path, [header, lengths.astype(np.int32), pointers, doc_index])
     tokens = int(lengths.sum())
-    return {
+    record = {
         "name": prefix.name,
         "rows": len(lengths),  # documents
         "stored_tokens": tokens,
@@ -164,6 +170,91 @@ def write_indexed(
         "sha256": sha256_file(bin_path),
         "idx_sha256": sha256_file(idx_path),
         "dtype": dtype.name,
+    }
+    if len(doc_index) != len(lengths) + 1:
+        record["empty_documents"] = len(doc_index) - len(lengths) - 1
+    return record
+
+
+def document_index(sequences: int, empty_before: np.ndarray | None = None) -> np.ndarray:
+    """The ``.idx`` document index of ``sequences`` one-sequence documents with empty documents (no
+    sequence) after ``empty_before[j]`` of them: what Megatron-Core's ``IndexedDatasetBuilder`` writes when
+    ``add_document`` is called for each in order (it appends the sequence count after every document).
+
+    >>> document_index(3).tolist(), document_index(3, np.array([0, 2, 2])).tolist()
+    ([0, 1, 2, 3], [0, 0, 1, 2, 2, 2, 3])
+    """
+    kept = np.arange(1, sequences + 1, dtype=np.int64)
+    if empty_before is not None and len(empty_before):
+        before = np.asarray(empty_before, dtype=np.int64)
+        kept = np.insert(kept, before, before)
+    return np.concatenate([np.zeros(1, np.int64), kept])
+
+
+def _ends_with(cuts: tuple[np.ndarray, np.ndarray], lengths: np.ndarray) -> np.ndarray:
+    """1 where a document's last restart is its end (it ends with EOD), else 0."""
+    pointers, rel = cuts
+    out = np.zeros(len(lengths), dtype=np.int64)
+    has = pointers[1:] > pointers[:-1]
+    out[has] = rel[pointers[1:][has] - 1] == np.asarray(lengths)[has]
+    return out
+
+
+def data_path_args(prefixes: Sequence[tuple[str, int]]) -> list[str]:
+    """:func:`data_path` as the separate arguments of ``--data-path`` (``nargs='*'``).
+
+    >>> data_path_args([("/d/a b", 300), ("/d/c", 100)])
+    ['0.75', '/d/a b', '0.25', '/d/c']
+    """
+    if len(prefixes) == 1:
+        return [prefixes[0][0]]
+    total = sum(t for _, t in prefixes) or 1
+    return [x for p, t in prefixes for x in (f"{round(t / total, 8):g}", p)]
+
+
+def megatron_args(
+    prefixes: Sequence[tuple[str, int]], *, split: str, seq_length: int, seed: int
+) -> list[str]:
+    """The Megatron-LM ``pretrain_gpt.py`` arguments that train on the samples ``longpack`` reports: the
+    prefixes with their weights, and the ``--split`` / ``--seq-length`` / ``--seed`` of the report (without
+    ``--split`` Megatron-LM falls back to its legacy ``969, 30, 1``; with ``--data-args-path`` it needs
+    ``--split`` too). Shell-quote them with :func:`shlex.join`.
+
+    >>> import shlex
+    >>> shlex.join(megatron_args([("/d/my corpus", 9)], split="1,0,0", seq_length=8192, seed=1234))
+    "--data-path '/d/my corpus' --split 1,0,0 --seq-length 8192 --seed 1234"
+    """
+    return [
+        "--data-path",
+        *data_path_args(prefixes),
+        "--split",
+        split,
+        "--seq-length",
+        str(seq_length),
+        "--seed",
+        str(seed),
+    ]
+
+
+def bridge_dataset(
+    prefixes: Sequence[tuple[str, int]], *, split: str, seq_length: int, seed: int
+) -> dict[str, Any]:
+    """The fields of Megatron-Bridge's ``GPTDatasetConfig`` (Megatron-Core's, with ``seq_length``) that
+    train on the samples ``longpack`` reports: ``blend`` = ``(prefixes, weights or None)``, ``split``,
+    ``seq_length``, ``random_seed``, and the document masking the reported ``cu_seqlens`` assume.
+
+    >>> bridge_dataset([("/d/a", 3), ("/d/b", 1)], split="1,0,0", seq_length=64, seed=1)["blend"]
+    [['/d/a', '/d/b'], [0.75, 0.25]]
+    """
+    total = sum(t for _, t in prefixes) or 1
+    weights = None if len(prefixes) == 1 else [round(t / total, 8) for _, t in prefixes]
+    return {
+        "blend": [[p for p, _ in prefixes], weights],
+        "split": split,
+        "seq_length": seq_length,
+        "random_seed": seed,
+        "reset_position_ids": True,
+        "reset_attention_mask": True,
     }
 
 
@@ -246,16 +337,21 @@ def write_indexed_output(
     *,
     vocab_size: int,
     eos_id: int,
+    empty_before: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Write every sample of ``samples`` as a document into sharded Megatron indexed datasets in the prepared
     folder ``out``, then ``data_path.txt`` and, last, ``manifest.json``; return the manifest.
+
+    ``eos_id``: the EOD id (where ``GPTDataset`` restarts positions); ``empty_before``: for each empty
+    document (a text row that tokenized to nothing), how many samples come before it (see
+    :func:`document_index`); each goes into the shard that holds the next document (the last one at the end).
 
     ``settings``: the job's ``PackSettings`` (``seq_length``, ``seed`` and ``rows_per_shard`` = documents per
     shard); ``provenance``: its ``Provenance``. The manifest has the layout of a packed folder's (counts,
     inputs, malformed rows, one record per shard) plus ``megatron`` (prefixes, ``data_path``, dtype, EOD id)
     and ``gpt_dataset``: what ``GPTDataset`` makes of the data at ``seq_length`` / ``seed``.
     """
-    from longpack.packed.gpt_samples import gpt_samples_report
+    from longpack.packed.gpt_samples import GPT_REPORT_SPLIT, eod_cuts, gpt_samples_report
     from longpack.packed.manifest import MANIFEST_FORMAT, MANIFEST_NAME, PackManifest
     from longpack.packed.pipeline import MAX_LISTED, versions
 
@@ -267,13 +363,20 @@ def write_indexed_output(
         if len(shards) == 1
         else [f"{stem}.part-{i:05d}-of-{len(shards):05d}" for i in range(len(shards))]
     )
-    files = [
-        write_indexed(out / name, samples, np.arange(lo, hi), vocab_size=vocab_size)
-        for name, (lo, hi) in zip(names, shards, strict=True)
-    ]
+    empties = np.zeros(0, np.int64) if empty_before is None else np.asarray(empty_before, np.int64)
+    files = []
+    for j, (name, (lo, hi)) in enumerate(zip(names, shards, strict=True)):
+        last = j == len(shards) - 1
+        mine = empties[(empties >= lo) & ((empties <= hi) if last else (empties < hi))] - lo
+        files.append(
+            write_indexed(out / name, samples, np.arange(lo, hi), vocab_size=vocab_size, empty_before=mine)
+        )
     prefixes = [(str((out / f["name"]).resolve()), f["stored_tokens"]) for f in files]
     atomic_write_bytes(out / DATA_PATH_NAME, (data_path(prefixes) + "\n").encode())
-    report = gpt_samples_report(lengths.astype(np.int32), seq_length=settings.seq_length, seed=settings.seed)
+    cuts = eod_cuts(samples.tokens, samples.offsets[:-1], lengths, int(eos_id))
+    report = gpt_samples_report(
+        lengths.astype(np.int32), seq_length=settings.seq_length, seed=settings.seed, cuts=cuts
+    )
     tokens = int(lengths.sum())
     manifest: dict[str, Any] = {
         "format": MANIFEST_FORMAT,
@@ -295,6 +398,7 @@ def write_indexed_output(
             "packed": len(samples),
             "truncated": 0,
             "dropped": 0,
+            "empty": len(empties),
             "rows": {"training": len(samples)},
         },
         "malformed": [{"source": s, "reason": r} for s, r in provenance.malformed[:MAX_LISTED]],
@@ -320,6 +424,10 @@ def write_indexed_output(
             "dtype": files[0]["dtype"],
             "eod_id": int(eos_id),
             "vocab_size": int(vocab_size),
+            # the split the gpt_dataset report (and the hand-off) assume: every document trains
+            "split": GPT_REPORT_SPLIT,
+            # documents holding the EOD token inside them (its literal text): GPTDataset restarts there too
+            "documents_with_inner_eod": int(np.count_nonzero(np.diff(cuts[0]) > _ends_with(cuts, lengths))),
         },
         "gpt_dataset": report.to_dict(),
         **provenance.extra,
@@ -329,10 +437,17 @@ def write_indexed_output(
 
 
 def indexed_summary(out: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """What ``longpack pack --json`` prints for an indexed output (``data_path`` with absolute prefixes)."""
+    """What ``longpack pack --json`` prints for an indexed output (``data_path`` with absolute prefixes),
+    with the hand-off: ``megatron_args`` (:func:`megatron_args`) and ``bridge_dataset``
+    (:func:`bridge_dataset`), at the split, sequence length and seed of ``gpt_dataset``."""
+    from longpack.packed.gpt_samples import GPT_REPORT_SPLIT
+
     mg = manifest["megatron"]
     prefixes = [str(out / p) for p in mg["prefixes"]]
     files = manifest["splits"]["training"]["files"]
+    weighted = list(zip(prefixes, [f["stored_tokens"] for f in files], strict=True))
+    g = manifest["gpt_dataset"]
+    at = {"split": mg.get("split", GPT_REPORT_SPLIT), "seq_length": g["seq_length"], "seed": g["seed"]}
     return {
         "out": str(out),
         "finished": True,
@@ -344,7 +459,11 @@ def indexed_summary(out: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
         "documents": manifest["splits"]["training"]["documents"],
         "tokens": manifest["splits"]["training"]["stored_tokens"],
         "prefixes": prefixes,
-        "data_path": data_path(list(zip(prefixes, [f["stored_tokens"] for f in files], strict=True))),
+        "data_path": data_path(weighted),
+        "megatron_args": megatron_args(weighted, **at),
+        "data_args_path": str(out / mg.get("data_path_file", DATA_PATH_NAME)),
+        "bridge_dataset": bridge_dataset(weighted, **at),
+        "eod_id": mg.get("eod_id"),
         "dtype": mg["dtype"],
         "gpt_dataset": manifest["gpt_dataset"],
         "malformed_listed": len(manifest["malformed"]),
@@ -376,15 +495,19 @@ def inspect_indexed(
     split: str = "1,0,0",
     num_samples: int | None = None,
     sample: int | None = None,
+    eod_id: int | None = None,
 ) -> dict[str, Any]:
     """``longpack inspect`` of a Megatron indexed dataset: ``path`` is a prefix (``<path>.idx`` exists) or an
     indexed pack folder (its prefixes; ``seq_length`` and ``seed`` default to the manifest's). Per prefix:
     documents, tokens, dtype and the :class:`GptSamplesReport`; with ``sample``, that sample (the
-    ``sample``-th GPTDataset returns, after shuffling): its documents and ``cu_seqlens``."""
+    ``sample``-th GPTDataset returns, after shuffling): its documents and ``cu_seqlens``. Segments restart
+    after every ``eod_id`` token, as ``GPTDataset``'s position ids (a folder: its manifest's EOD id by
+    default; a bare prefix without ``eod_id``: at every document end)."""
     import json
 
     from longpack.errors import ConfigError
     from longpack.packed.gpt_samples import (
+        eod_cuts,
         gpt_indices,
         gpt_samples_report,
         sample_cu_seqlens,
@@ -402,6 +525,7 @@ def inspect_indexed(
         prefixes = [path / p for p in manifest["megatron"]["prefixes"]]
         seq_length = seq_length or manifest["settings"]["seq_length"]
         seed = manifest["settings"]["seed"] if seed is None else seed
+        eod_id = manifest["megatron"].get("eod_id") if eod_id is None else eod_id
     else:
         raise PackedDataError(
             f"{path}: neither a .bin/.idx prefix nor an indexed pack folder", fields="folder"
@@ -421,8 +545,10 @@ def inspect_indexed(
     for prefix in prefixes:
         data = IndexedFile(prefix)
         sizes = np.asarray(data.sequence_lengths)
+        starts = np.asarray(data.sequence_pointers) // data.dtype.itemsize
+        cuts = None if eod_id is None else eod_cuts(data.tokens, starts, sizes, int(eod_id))
         report = gpt_samples_report(
-            sizes, seq_length=seq_length, seed=seed, split=split, num_samples=num_samples
+            sizes, seq_length=seq_length, seed=seed, split=split, num_samples=num_samples, cuts=cuts
         )
         entry: dict[str, Any] = {
             "documents": len(data),
@@ -444,7 +570,9 @@ def inspect_indexed(
                 "unshuffled_index": k,
                 "documents": [int(d) for d in doc[int(p0) : int(p1) + 1]],
                 "first_document_offset": int(o0),
-                "cu_seqlens": sample_cu_seqlens(sizes, doc, sidx, k, seq_length=seq_length).tolist(),
+                "cu_seqlens": sample_cu_seqlens(
+                    sizes, doc, sidx, k, seq_length=seq_length, cuts=cuts
+                ).tolist(),
             }
         out["prefixes"][str(prefix)] = entry
     return out
