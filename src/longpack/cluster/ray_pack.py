@@ -775,3 +775,45 @@ def _skipped_warning(listing: Any) -> tuple[str, ...]:
         + ", ".join(f"{n} {why}" for why, n in counts.items())
         + " (each listed under skipped_inputs)",
     )
+
+
+def run_ray_tasks(
+    fn: Callable[..., Any],
+    arguments: Sequence[tuple[Any, ...]],
+    *,
+    address: str | None = None,
+    workers: int | None = None,
+) -> list[Any]:
+    """``fn(*args)`` for every ``args`` of ``arguments`` as Ray tasks (one CPU each, at most ``workers`` in
+    flight, each retried up to :data:`MAX_TASK_RETRIES` times when its worker dies: ``fn`` must give the
+    same result when run again), on the cluster at ``address`` (or the one this process joined, or a new
+    local one); the results in completion order. A task's ``LongpackError`` is raised as itself."""
+    try:
+        import ray
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise RayBackendError("--backend ray needs Ray: pip install 'longpack[ray]'") from exc
+    started = False
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=MAX_TASK_RETRIES)(fn)
+        pending = list(arguments)[::-1]
+        limit = workers or len(pending) or 1
+        in_flight: list[Any] = []
+        out: list[Any] = []
+        while pending or in_flight:
+            while pending and len(in_flight) < limit:
+                in_flight.append(remote.remote(*pending.pop()))
+            ready, in_flight = ray.wait(in_flight, num_returns=1)
+            try:
+                out += ray.get(ready)
+            except Exception as exc:
+                inner = _unwrap(exc, storage=True)
+                if inner is not exc:
+                    raise inner from exc
+                raise RayBackendError(f"a Ray task failed after retries: {exc}") from exc
+        return out
+    finally:
+        if started:
+            ray.shutdown()

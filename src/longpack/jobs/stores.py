@@ -32,20 +32,31 @@ def _record(result: Any, text: TextConfig) -> dict[str, Any]:
     }
 
 
-def save_store(
-    path: str | os.PathLike[str], result: Any, text: TextConfig, *, overwrite: bool = False
-) -> dict[str, Any]:
-    """Write a ``TokenizeResult`` (of ``tokenize_inputs`` with ``text``) as a store; return its manifest.
-    Every input that is a file is recorded with its size, time and sha256, to be checked when it is used."""
-    from longpack.store import file_identity, write_store
+#: The tokenization report a store keeps (public: the sharded tokenize writes the same record).
+record_of = _record
+
+
+def store_identities(result: Any) -> list[dict[str, Any]]:
+    """:func:`longpack.store.file_identity` of every input of ``result`` that is a file."""
+    from longpack.store import file_identity
 
     identities = []
     for info in result.inputs:
         path_ = Path(info["path"])
         if path_.is_file():
             identities.append(file_identity(path_, sha256=info.get("sha256")))
+    return identities
+
+
+def save_store(
+    path: str | os.PathLike[str], result: Any, text: TextConfig, *, overwrite: bool = False
+) -> dict[str, Any]:
+    """Write a ``TokenizeResult`` (of ``tokenize_inputs`` with ``text``) as a store; return its manifest.
+    Every input that is a file is recorded with its size, time and sha256, to be checked when it is used."""
+    from longpack.store import write_store
+
     return write_store(
-        path, result.samples, _record(result, text), input_files=identities, overwrite=overwrite
+        path, result.samples, _record(result, text), input_files=store_identities(result), overwrite=overwrite
     )
 
 
