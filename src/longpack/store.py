@@ -315,6 +315,19 @@ def write_store(
     return manifest
 
 
+def _slice(part: TokenizedSamples, a: int, b: int) -> TokenizedSamples:
+    """Samples ``a .. b - 1`` of ``part``, re-based (views of its arrays)."""
+    lo, hi = int(part.offsets[a]), int(part.offsets[b])
+    return TokenizedSamples(
+        tokens=part.tokens[lo:hi],
+        loss_mask=part.loss_mask[lo:hi],
+        offsets=np.asarray(part.offsets[a : b + 1]) - lo,
+        source_file=part.source_file[a:b],
+        source_row=part.source_row[a:b],
+        files=part.files,
+    )
+
+
 def _open_arrays(
     folder: Path, manifest: Mapping[str, Any], files: tuple[str, ...], *, where: str
 ) -> TokenizedSamples:
@@ -354,15 +367,18 @@ class TokenStore:
     path: Path
     manifest: dict[str, Any]
     samples: TokenizedSamples
+    #: The store's array sets in order (one per shard; a one-array store: its samples), memory-mapped.
+    parts: tuple[TokenizedSamples, ...] = ()
 
     @property
     def record(self) -> dict[str, Any]:
         return self.manifest.get("record", {})  # type: ignore[no-any-return]
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> TokenStore:
+    def open(cls, path: str | os.PathLike[str], *, join: bool = True) -> TokenStore:
         """Open a finished store; a folder without ``store.json``, or with arrays that do not match it, is an
-        :class:`~longpack.errors.InputError` naming the store and what is wrong."""
+        :class:`~longpack.errors.InputError` naming the store and what is wrong. ``join=False``: a sharded
+        store's ``samples`` stay unjoined (``None``; read it by :attr:`parts` / :meth:`samples_range`)."""
         folder = Path(path)
         manifest_path = folder / STORE_MANIFEST
         if not folder.is_dir():
@@ -400,11 +416,34 @@ class TokenStore:
                         fields="store",
                     ) from exc
                 parts.append(_open_arrays(sub, shard_manifest, files, where=f"{folder} shard {sub.name}"))
+            if not join:
+                return cls(path=folder, manifest=manifest, samples=None, parts=tuple(parts))  # type: ignore[arg-type]
             samples = parts[0] if len(parts) == 1 else TokenizedSamples.concatenate(parts)
-            return cls(path=folder, manifest=manifest, samples=samples)
-        return cls(
-            path=folder, manifest=manifest, samples=_open_arrays(folder, manifest, files, where=str(folder))
-        )
+            return cls(path=folder, manifest=manifest, samples=samples, parts=tuple(parts))
+        samples = _open_arrays(folder, manifest, files, where=str(folder))
+        return cls(path=folder, manifest=manifest, samples=samples, parts=(samples,))
+
+    def lengths(self) -> np.ndarray:
+        """Every sample's stored length (int64), read from the shards' offsets (no tokens read)."""
+        parts = [p.stored_lengths() for p in self.parts]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def samples_range(self, lo: int, hi: int) -> TokenizedSamples:
+        """Samples ``lo .. hi - 1`` of the store (in store order) from the shards that hold them: memory maps
+        of one shard when they lie in one, else only their slices of each shard joined (a bounded copy)."""
+        pieces = []
+        start = 0
+        for part in self.parts:
+            n = len(part)
+            a, b = max(lo, start), min(hi, start + n)
+            if a < b:
+                pieces.append(_slice(part, a - start, b - start))
+            start += n
+        if len(pieces) == 1:
+            return pieces[0]
+        if not pieces:
+            return _slice(self.parts[0], 0, 0)
+        return TokenizedSamples.concatenate(pieces)
 
     def changes(self, *, hash_all: bool = False) -> list[str]:
         """What no longer matches what decided the tokens: input files changed, moved or deleted (size and

@@ -56,3 +56,44 @@ def _skip():
     from longpack.text import TextConfig
 
     return TextConfig(skip_malformed=True)
+
+
+@pytest.mark.parametrize("rows_per_shard", [None, 150])
+def test_ray_indexed_output_is_byte_identical_to_local(ray_cluster, tmp_path: Path, rows_per_shard) -> None:
+    from longpack.jobs import PackConfig
+    from packed_helpers import output_files
+
+    src = tmp_path / "docs.jsonl"
+    rng = np.random.default_rng(3)
+    src.write_text(
+        "".join(
+            json.dumps({"text": "" if i % 23 == 5 else "word<|im_end|> " * int(rng.integers(1, 30))}) + "\n"
+            for i in range(700)
+        )
+    )
+    common = {"inputs": [src], "tokenizer": "qwen3", "seq_length": 64, "output_format": "indexed"}
+    local = PackConfig(**common, out=tmp_path / "local", workers=1, rows_per_shard=rows_per_shard).run()
+    kept = tmp_path / "kept-store"
+    on_ray = PackConfig(
+        **common,
+        out=tmp_path / "ray",
+        backend="ray",
+        workers=2,
+        rows_per_shard=rows_per_shard,
+        keep_store=kept,
+    ).run()
+    names = output_files(local.out)
+    assert names == output_files(on_ray.out) and "data_path.txt" in names
+    for name in names:
+        a, b = (local.out / name).read_bytes(), (on_ray.out / name).read_bytes()
+        if name == "data_path.txt":
+            a, b = a.replace(str(local.out).encode(), b"<out>"), b.replace(str(on_ray.out).encode(), b"<out>")
+        assert a == b, name
+    assert on_ray.manifest.counts["empty"] == sum(i % 23 == 5 for i in range(700))
+    from_store = PackConfig(
+        store=kept, out=tmp_path / "from-store", seq_length=64, output_format="indexed", backend="ray",
+        rows_per_shard=rows_per_shard,
+    ).run()  # fmt: skip
+    for name in names:
+        if name.endswith((".bin", ".idx")):
+            assert (from_store.out / name).read_bytes() == (local.out / name).read_bytes(), name

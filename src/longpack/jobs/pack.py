@@ -429,11 +429,14 @@ class PackConfig:
                     "output_format npy is written by the local backend (one file per split); use backend local",
                     fields=("output_format", "backend"),
                 )
-        if (self.store is not None or self.keep_store is not None) and not (
-            self.backend == "local" or type(self.backend).__name__ == "LocalExecutor"
+        if (
+            (self.store is not None or self.keep_store is not None)
+            and not (self.backend == "local" or type(self.backend).__name__ == "LocalExecutor")
+            and not (self.backend == "ray" and self.output_format == "indexed")
         ):
             raise ConfigError(
-                "token stores are read and written by the local backend; use backend local",
+                "token stores are read and written by the local backend (and by ray for output_format "
+                "indexed); use backend local",
                 fields=("store" if self.store is not None else "keep_store", "backend"),
             )
         if self.max_drop_fraction is not None:
@@ -493,9 +496,15 @@ class PackConfig:
                 "drop ids_dtype",
                 fields=("ids_dtype", "output_format"),
             )
-        if not (self.backend == "local" or type(self.backend).__name__ == "LocalExecutor"):
+        if not (self.backend in ("local", "ray") or type(self.backend).__name__ == "LocalExecutor"):
             raise ConfigError(
-                "output_format indexed is written by the local backend", fields=("output_format", "backend")
+                "output_format indexed is written by backend 'local' or 'ray' (a name, not an executor object)",
+                fields=("output_format", "backend"),
+            )
+        if self.backend == "ray" and (self.mix is not None or self.demo):
+            raise ConfigError(
+                "output_format indexed on Ray reads inputs or a store; drop mix / demo (or use the local backend)",
+                fields=("backend", "mix", "demo"),
             )
 
     def _pack_settings(self, mult: int) -> PackSettings:
@@ -622,6 +631,10 @@ class PackConfig:
                         fields=("chat_template", "store"),
                     )
                 tokenizer = tokenizer.with_chat_template(self.chat_template)
+            if settings.output_format == "indexed" and self.backend == "ray":
+                from longpack.jobs.sharded_tokenize import pack_indexed_sharded
+
+                return pack_indexed_sharded(self, out, tokenizer, stack)
             executor = self.executor()
             stack.enter_context(executor)
             from longpack.jobs.executors import LocalExecutor
@@ -706,9 +719,18 @@ class PackConfig:
         )
 
     def _write_indexed(
-        self, out: Path, train: Any, eos_id: int, demo_prefix: str, executor: Any, *, mixed: bool = False
+        self,
+        out: Path,
+        train: Any,
+        eos_id: int,
+        demo_prefix: str,
+        executor: Any,
+        *,
+        mixed: bool = False,
+        write: Any = None,
     ) -> PackResult:
-        """Every document into Megatron indexed datasets (``longpack.packed.indexed``); manifest last."""
+        """Every document into Megatron indexed datasets (``longpack.packed.indexed``); manifest last.
+        ``write(out, provenance)``: another writer of the prefixes and manifest (Ray tasks from a store)."""
         import numpy as np
 
         from longpack.outputs import output_write_errors
@@ -726,17 +748,20 @@ class PackConfig:
             info.update(packed=info["rows"] - info.get("malformed", 0) - empty, truncated=0, dropped=0)
         with output_write_errors(out):
             prepare_out_dir(out, self.overwrite)
-            manifest = write_indexed_output(
-                out,
-                train.samples,
-                self.settings,
-                provenance,
-                vocab_size=int(train.tokenizer["vocab_size"]),
-                eos_id=eos_id,
-                # where preprocess_data.py's index holds the empty documents (not after a mix: resampled)
-                empty_before=None if mixed else np.asarray(train.empty_before, dtype=np.int64),
-            )
-        report = executor.report()
+            if write is not None:
+                manifest = write(out, provenance)
+            else:
+                manifest = write_indexed_output(
+                    out,
+                    train.samples,
+                    self.settings,
+                    provenance,
+                    vocab_size=int(train.tokenizer["vocab_size"]),
+                    eos_id=eos_id,
+                    # where preprocess_data.py's index holds the empty documents (not after a mix: resampled)
+                    empty_before=None if mixed else np.asarray(train.empty_before, dtype=np.int64),
+                )
+        report = None if executor is None else executor.report()
         return PackResult(
             out=out.resolve(),
             manifest=PackManifest.from_dict(manifest),

@@ -4,6 +4,11 @@
 (:func:`longpack.store.finish_store`). Memory: a worker holds one shard; the driver holds the plan and the
 shards' small reports. With ``resume`` a shard already written from the same chunks is kept, so a killed run
 redoes only the unfinished shards; the store is the same bytes either way.
+
+``pack --output-format indexed --backend ray`` goes through such a store (``--store``, ``--keep-store``, or
+a scratch one next to ``--out``): each Megatron prefix is written by one Ray task from the store's memory
+maps (:func:`write_indexed_from_store`), with the same prefix layout, bytes and manifest as the local
+backend; the driver holds only the documents' lengths and EOD positions.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 
 from longpack.text import TextConfig
 
-__all__ = ["tokenize_sharded"]
+__all__ = ["pack_indexed_sharded", "tokenize_sharded", "write_indexed_from_store"]
 
 
 def _write_one(
@@ -130,3 +135,89 @@ def tokenize_sharded(
     return finish_store(
         out, len(plan.shards), plan.files, record_of(result, config), input_files=store_identities(result)
     )
+
+
+def _write_prefix(
+    j: int, store: str, prefix: str, lo: int, hi: int, empty: Any, vocab_size: int, eod_id: int
+) -> tuple[int, dict[str, Any], Any]:
+    """One prefix (documents ``lo .. hi - 1`` of the store) written by one worker."""
+    from longpack.packed.indexed import write_indexed_part
+    from longpack.store import TokenStore
+
+    samples = TokenStore.open(store, join=False).samples_range(lo, hi)
+    record, cuts = write_indexed_part(
+        Path(prefix), samples, vocab_size=vocab_size, eod_id=eod_id, empty_before=empty
+    )
+    return j, record, cuts
+
+
+def write_indexed_from_store(
+    store: Path,
+    out: Path,
+    settings: Any,
+    provenance: Any,
+    *,
+    vocab_size: int,
+    eod_id: int,
+    backend: str = "local",
+    ray_address: str | None = None,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """The indexed output of every sample of the store at ``store`` into the prepared folder ``out``: one
+    writer per prefix (Ray tasks, or one after the other here: one prefix in memory at a time), then
+    ``data_path.txt`` and the manifest (``longpack.packed.indexed.finish_indexed_output``)."""
+    import numpy as np
+
+    from longpack.packed.indexed import finish_indexed_output, indexed_layout
+    from longpack.store import TokenStore
+
+    opened = TokenStore.open(store, join=False)
+    lengths = opened.lengths()
+    empty_before = np.asarray([int(k) for _, k in opened.record.get("empty", ())], dtype=np.int64)
+    layout = indexed_layout(lengths, settings.rows_per_shard, empty_before)
+    tasks = [
+        (j, str(store), str(out / name), lo, hi, empty, vocab_size, eod_id)
+        for j, (name, (lo, hi), empty) in enumerate(layout)
+    ]
+    if backend == "ray":
+        from longpack.cluster.ray_pack import run_ray_tasks
+
+        results = run_ray_tasks(_write_prefix, tasks, address=ray_address, workers=workers)
+    else:
+        results = [_write_prefix(*t) for t in tasks]
+    results.sort(key=lambda r: r[0])
+    written = [(record, cuts) for _, record, cuts in results]
+    return finish_indexed_output(
+        out, written, lengths, settings, provenance, vocab_size=vocab_size, eos_id=eod_id,
+        empty=len(empty_before),
+    )  # fmt: skip
+
+
+def pack_indexed_sharded(job: Any, out: Path, tokenizer: Any, stack: Any) -> Any:
+    """``PackConfig.run`` for ``output_format="indexed"`` on Ray: the inputs tokenized into a sharded store
+    on the cluster (``job.keep_store``, or a scratch folder next to ``out``), or ``job.store`` read; then
+    every prefix written by a Ray task (:func:`write_indexed_from_store`)."""
+    from longpack.jobs.out_of_core import spill_folder
+    from longpack.jobs.stores import open_store
+    from longpack.text.shards import SHARD_BYTES
+
+    if job.store is not None:
+        store = Path(job.store)
+    else:
+        store = Path(job.keep_store) if job.keep_store is not None else stack.enter_context(spill_folder(out))
+        tokenize_sharded(
+            list(job.inputs), store, tokenizer=tokenizer, config=job.text, shard_bytes=SHARD_BYTES,
+            workers=job.workers, backend="ray", ray_address=job.ray_address, overwrite=job.overwrite,
+        )  # fmt: skip
+    result, _, _ = open_store(
+        store, tokenizer=job.tokenizer if job.store else None, text=job.text, join=False
+    )
+    eod = int(result.eod_id if result.eod_id is not None else result.tokenizer["eos_id"])
+
+    def write(folder: Path, provenance: Any) -> dict[str, Any]:
+        return write_indexed_from_store(
+            store, folder, job.settings, provenance, vocab_size=int(result.tokenizer["vocab_size"]), eod_id=eod,
+            backend="ray", ray_address=job.ray_address, workers=job.workers,
+        )  # fmt: skip
+
+    return job._write_indexed(out, result, eod, "", None, write=write)

@@ -104,15 +104,20 @@ def check_store_text(store_text: dict[str, Any], text: TextConfig) -> TextConfig
 
 
 def open_store(
-    path: str | os.PathLike[str], *, tokenizer: Any = None, text: TextConfig | None = None
+    path: str | os.PathLike[str],
+    *,
+    tokenizer: Any = None,
+    text: TextConfig | None = None,
+    join: bool = True,
 ) -> tuple[Any, TextConfig, dict[str, Any]]:
     """``(TokenizeResult, text options, store record for the manifest)`` of a store, refused
     (:class:`InputError`) if what decided its tokens changed; ``tokenizer``, if given, must be the one
-    the store was tokenized with."""
+    the store was tokenized with. ``join=False``: the result's samples are not read (``None``; a writer
+    reads the store shard by shard)."""
     from longpack.store import TokenStore
     from longpack.text.pipeline import TokenizeResult
 
-    store = TokenStore.open(path)
+    store = TokenStore.open(path, join=join)
     changes = store.changes()
     if changes:
         raise InputError(

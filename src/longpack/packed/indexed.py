@@ -351,12 +351,44 @@ def write_indexed_output(
     inputs, malformed rows, one record per shard) plus ``megatron`` (prefixes, ``data_path``, dtype, EOD id)
     and ``gpt_dataset``: what ``GPTDataset`` makes of the data at ``seq_length`` / ``seed``.
     """
-    from longpack.packed.gpt_samples import GPT_REPORT_SPLIT, eod_cuts, gpt_samples_report
-    from longpack.packed.manifest import MANIFEST_FORMAT, MANIFEST_NAME, PackManifest
-    from longpack.packed.pipeline import MAX_LISTED, versions
-
     lengths = samples.stored_lengths()
-    shards = indexed_shards(lengths, docs_per_shard=settings.rows_per_shard)
+    layout = indexed_layout(lengths, settings.rows_per_shard, empty_before)
+    written = [
+        write_indexed_part(out / name, samples_of(samples, lo, hi), vocab_size=vocab_size, eod_id=eos_id,
+                           empty_before=empty)
+        for name, (lo, hi), empty in layout
+    ]  # fmt: skip
+    return finish_indexed_output(
+        out, written, lengths, settings, provenance, vocab_size=vocab_size, eos_id=eos_id,
+        empty=0 if empty_before is None else len(empty_before),
+    )  # fmt: skip
+
+
+def samples_of(samples: TokenizedSamples, lo: int, hi: int) -> TokenizedSamples:
+    """Samples ``lo .. hi - 1`` re-based (views; a memory map stays one)."""
+    a, b = int(samples.offsets[lo]), int(samples.offsets[hi])
+    return TokenizedSamples(
+        tokens=samples.tokens[a:b],
+        loss_mask=samples.loss_mask[a:b],
+        offsets=np.asarray(samples.offsets[lo : hi + 1]) - a,
+        source_file=samples.source_file[lo:hi],
+        source_row=samples.source_row[lo:hi],
+        files=samples.files,
+    )
+
+
+def indexed_layout(
+    lengths: np.ndarray, rows_per_shard: int | None, empty_before: np.ndarray | None = None
+) -> list[tuple[str, tuple[int, int], np.ndarray]]:
+    """``(prefix name, (first document, end document), empty documents of the shard)`` of every prefix of
+    an indexed output of documents of ``lengths``: what each writer (a process, a Ray task) writes with
+    :func:`write_indexed_part`. Empty documents (``empty_before``: samples before each) go to the shard
+    holding the next document (the last shard at the end), counted from its first document.
+
+    >>> [(n, s, e.tolist()) for n, s, e in indexed_layout(np.array([4, 4, 4]), 2, np.array([0, 2, 3]))]
+    [('training_text_document.part-00000-of-00002', (0, 2), [0]), ('training_text_document.part-00001-of-00002', (2, 3), [0, 1])]
+    """
+    shards = indexed_shards(lengths, docs_per_shard=rows_per_shard)
     stem = DOCUMENT_STEM.format(split="training")
     names = (
         [stem]
@@ -364,16 +396,55 @@ def write_indexed_output(
         else [f"{stem}.part-{i:05d}-of-{len(shards):05d}" for i in range(len(shards))]
     )
     empties = np.zeros(0, np.int64) if empty_before is None else np.asarray(empty_before, np.int64)
-    files = []
+    out = []
     for j, (name, (lo, hi)) in enumerate(zip(names, shards, strict=True)):
         last = j == len(shards) - 1
         mine = empties[(empties >= lo) & ((empties <= hi) if last else (empties < hi))] - lo
-        files.append(
-            write_indexed(out / name, samples, np.arange(lo, hi), vocab_size=vocab_size, empty_before=mine)
-        )
+        out.append((name, (lo, hi), mine))
+    return out
+
+
+def write_indexed_part(
+    prefix: Path, samples: TokenizedSamples, *, vocab_size: int, eod_id: int, empty_before: np.ndarray
+) -> tuple[dict[str, Any], tuple[np.ndarray, np.ndarray]]:
+    """Every sample of ``samples`` (one prefix's documents) into ``<prefix>.bin`` / ``.idx``: the prefix's
+    manifest record, and where its documents restart after EOD (``gpt_samples.eod_cuts``) for the report."""
+    from longpack.packed.gpt_samples import eod_cuts
+
+    record = write_indexed(
+        prefix, samples, np.arange(len(samples)), vocab_size=vocab_size, empty_before=empty_before
+    )
+    lengths = samples.stored_lengths()
+    return record, eod_cuts(samples.tokens, samples.offsets[:-1], lengths, int(eod_id))
+
+
+def finish_indexed_output(
+    out: Path,
+    written: list[tuple[dict[str, Any], tuple[np.ndarray, np.ndarray]]],
+    lengths: np.ndarray,
+    settings: Any,
+    provenance: Any,
+    *,
+    vocab_size: int,
+    eos_id: int,
+    empty: int = 0,
+) -> dict[str, Any]:
+    """``data_path.txt`` and, last, ``manifest.json`` of an indexed output whose prefixes are written
+    (``written``: :func:`write_indexed_part`'s results in prefix order; ``lengths``: every document's);
+    returns the manifest (see :func:`write_indexed_output`)."""
+    from longpack.packed.gpt_samples import GPT_REPORT_SPLIT, gpt_samples_report
+    from longpack.packed.manifest import MANIFEST_FORMAT, MANIFEST_NAME, PackManifest
+    from longpack.packed.pipeline import MAX_LISTED, versions
+
+    files = [record for record, _ in written]
+    pointers, rel = [np.zeros(1, np.int64)], []
+    for _, (ptr, r) in written:  # the prefixes' restarts joined into the whole output's
+        pointers.append(ptr[1:] + pointers[-1][-1])
+        rel.append(r)
+    cuts = (np.concatenate(pointers), np.concatenate(rel) if rel else np.zeros(0, np.int64))
     prefixes = [(str((out / f["name"]).resolve()), f["stored_tokens"]) for f in files]
     atomic_write_bytes(out / DATA_PATH_NAME, (data_path(prefixes) + "\n").encode())
-    cuts = eod_cuts(samples.tokens, samples.offsets[:-1], lengths, int(eos_id))
+    samples_count = len(lengths)
     report = gpt_samples_report(
         lengths.astype(np.int32), seq_length=settings.seq_length, seed=settings.seed, cuts=cuts
     )
@@ -394,12 +465,12 @@ def write_indexed_output(
         "counts": {
             "rows_read": provenance.rows_read,
             "malformed": len(provenance.malformed),
-            "samples_read": len(samples),
-            "packed": len(samples),
+            "samples_read": samples_count,
+            "packed": samples_count,
             "truncated": 0,
             "dropped": 0,
-            "empty": len(empties),
-            "rows": {"training": len(samples)},
+            "empty": int(empty),
+            "rows": {"training": samples_count},
         },
         "malformed": [{"source": s, "reason": r} for s, r in provenance.malformed[:MAX_LISTED]],
         "malformed_listed": min(len(provenance.malformed), MAX_LISTED),
@@ -407,10 +478,10 @@ def write_indexed_output(
         "splits": {
             "training": {
                 "files": files,
-                "samples_in": len(samples),
-                "samples_packed": len(samples),
-                "rows": len(samples),
-                "documents": len(samples),
+                "samples_in": samples_count,
+                "samples_packed": samples_count,
+                "rows": samples_count,
+                "documents": samples_count,
                 "runtime_tokens": tokens,
                 "stored_tokens": tokens,
                 "truncated_count": 0,
