@@ -428,9 +428,9 @@ class TokenStore:
         parts = [p.stored_lengths() for p in self.parts]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
-    def samples_range(self, lo: int, hi: int) -> TokenizedSamples:
-        """Samples ``lo .. hi - 1`` of the store (in store order) from the shards that hold them: memory maps
-        of one shard when they lie in one, else only their slices of each shard joined (a bounded copy)."""
+    def samples_pieces(self, lo: int, hi: int) -> list[TokenizedSamples]:
+        """Samples ``lo .. hi - 1`` of the store (in store order) as views of the shards that hold them, one
+        piece per shard: nothing is copied."""
         pieces = []
         start = 0
         for part in self.parts:
@@ -439,6 +439,12 @@ class TokenStore:
             if a < b:
                 pieces.append(_slice(part, a - start, b - start))
             start += n
+        return pieces
+
+    def samples_range(self, lo: int, hi: int) -> TokenizedSamples:
+        """Samples ``lo .. hi - 1`` as one set: memory maps of one shard when they lie in one, else their
+        slices of each shard joined (a copy of just those)."""
+        pieces = self.samples_pieces(lo, hi)
         if len(pieces) == 1:
             return pieces[0]
         if not pieces:

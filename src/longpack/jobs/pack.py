@@ -631,7 +631,9 @@ class PackConfig:
                         fields=("chat_template", "store"),
                     )
                 tokenizer = tokenizer.with_chat_template(self.chat_template)
-            if settings.output_format == "indexed" and self.backend == "ray":
+            if settings.output_format == "indexed" and (
+                self.backend == "ray" or (self.memory_budget is not None and self.backend == "local")
+            ):  # through a sharded store: one shard per worker, one prefix at a time
                 from longpack.jobs.sharded_tokenize import pack_indexed_sharded
 
                 return pack_indexed_sharded(self, out, tokenizer, stack)

@@ -144,7 +144,7 @@ def _write_prefix(
     from longpack.packed.indexed import write_indexed_part
     from longpack.store import TokenStore
 
-    samples = TokenStore.open(store, join=False).samples_range(lo, hi)
+    samples = TokenStore.open(store, join=False).samples_pieces(lo, hi)  # views: nothing joined
     record, cuts = write_indexed_part(
         Path(prefix), samples, vocab_size=vocab_size, eod_id=eod_id, empty_before=empty
     )
@@ -194,20 +194,29 @@ def write_indexed_from_store(
 
 
 def pack_indexed_sharded(job: Any, out: Path, tokenizer: Any, stack: Any) -> Any:
-    """``PackConfig.run`` for ``output_format="indexed"`` on Ray: the inputs tokenized into a sharded store
-    on the cluster (``job.keep_store``, or a scratch folder next to ``out``), or ``job.store`` read; then
-    every prefix written by a Ray task (:func:`write_indexed_from_store`)."""
+    """``PackConfig.run`` for ``output_format="indexed"`` on Ray, or locally within ``memory_budget``: the
+    inputs tokenized into a sharded store (``job.keep_store``, or a scratch folder next to ``out``; on the
+    cluster, or by local worker processes with shards of a quarter of the budget per worker), or
+    ``job.store`` read; then every prefix written by a Ray task, or one after the other here
+    (:func:`write_indexed_from_store`)."""
     from longpack.jobs.out_of_core import spill_folder
     from longpack.jobs.stores import open_store
     from longpack.text.shards import SHARD_BYTES
 
+    backend = "ray" if job.backend == "ray" else "local"
+    shard_bytes = SHARD_BYTES
+    if backend == "local":
+        from longpack.text.pipeline import default_workers
+
+        workers = job.workers or default_workers()
+        shard_bytes = max(1 << 20, min(SHARD_BYTES, int(job.memory_budget) // (4 * workers)))
     if job.store is not None:
         store = Path(job.store)
     else:
         store = Path(job.keep_store) if job.keep_store is not None else stack.enter_context(spill_folder(out))
         tokenize_sharded(
-            list(job.inputs), store, tokenizer=tokenizer, config=job.text, shard_bytes=SHARD_BYTES,
-            workers=job.workers, backend="ray", ray_address=job.ray_address, overwrite=job.overwrite,
+            list(job.inputs), store, tokenizer=tokenizer, config=job.text, shard_bytes=shard_bytes,
+            workers=job.workers, backend=backend, ray_address=job.ray_address, overwrite=job.overwrite,
         )  # fmt: skip
     result, _, _ = open_store(
         store, tokenizer=job.tokenizer if job.store else None, text=job.text, join=False
@@ -217,7 +226,7 @@ def pack_indexed_sharded(job: Any, out: Path, tokenizer: Any, stack: Any) -> Any
     def write(folder: Path, provenance: Any) -> dict[str, Any]:
         return write_indexed_from_store(
             store, folder, job.settings, provenance, vocab_size=int(result.tokenizer["vocab_size"]), eod_id=eod,
-            backend="ray", ray_address=job.ray_address, workers=job.workers,
+            backend=backend, ray_address=job.ray_address, workers=job.workers,
         )  # fmt: skip
 
     return job._write_indexed(out, result, eod, "", None, write=write)

@@ -34,7 +34,7 @@ data is cut into samples by Megatron's ``GPTDataset`` at training time, so nothi
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +106,7 @@ def indexed_shards(
     return shards
 
 
-def _atomic_write(path: Path, chunks: Sequence[bytes | np.ndarray]) -> None:
+def _atomic_write(path: Path, chunks: Iterable[bytes | np.ndarray]) -> None:
     def write(f: Any) -> None:
         for chunk in chunks:
             if isinstance(chunk, np.ndarray):
@@ -134,21 +134,31 @@ def write_indexed(
     dtype = token_dtype(vocab_size)
     documents = np.asarray(documents, dtype=np.int64)
     lengths = samples.stored_lengths()[documents]
+    starts = samples.offsets[:-1][documents]
+    contiguous = bool((np.diff(documents) == 1).all())  # one slice of the token buffer, copied in chunks
+
+    def chunks() -> Iterator[np.ndarray]:
+        if contiguous and len(documents):
+            lo, hi = int(starts[0]), int(starts[-1] + lengths[-1])
+            for a in range(lo, hi, chunk_tokens):
+                yield np.asarray(samples.tokens[a : min(hi, a + chunk_tokens)]).astype(dtype)
+        elif len(documents):
+            yield samples.take(documents).tokens.astype(dtype)
+
+    return _write_index_files(prefix, lengths, chunks(), dtype, empty_before)
+
+
+def _write_index_files(
+    prefix: Path, lengths: np.ndarray, chunks: Iterable[np.ndarray], dtype: np.dtype, empty_before: Any
+) -> dict[str, Any]:
+    """``<prefix>.bin`` from ``chunks`` (the documents' tokens in order, already in ``dtype``; written as
+    they come) and ``<prefix>.idx`` (last) for documents of ``lengths``; the prefix's manifest record."""
     if len(lengths) and int(lengths.max()) > np.iinfo(np.int32).max:
         raise PackedDataError(
             f"{prefix}: a document of {int(lengths.max())} tokens does not fit Megatron's int32 length"
         )
-    starts = samples.offsets[:-1][documents]
-    contiguous = bool((np.diff(documents) == 1).all())  # one slice of the token buffer, copied in chunks
     bin_path, idx_path = Path(f"{prefix}.bin"), Path(f"{prefix}.idx")
-    pieces: list[np.ndarray] = []
-    if contiguous and len(documents):
-        lo, hi = int(starts[0]), int(starts[-1] + lengths[-1])
-        for a in range(lo, hi, chunk_tokens):
-            pieces.append(np.asarray(samples.tokens[a : min(hi, a + chunk_tokens)]).astype(dtype))
-    elif len(documents):
-        pieces.append(samples.take(documents).tokens.astype(dtype))
-    _atomic_write(bin_path, pieces)
+    _atomic_write(bin_path, chunks)
     pointers = np.zeros(len(lengths), dtype=np.int64)
     if len(lengths):
         np.cumsum(lengths[:-1] * dtype.itemsize, out=pointers[1:])
@@ -405,17 +415,45 @@ def indexed_layout(
 
 
 def write_indexed_part(
-    prefix: Path, samples: TokenizedSamples, *, vocab_size: int, eod_id: int, empty_before: np.ndarray
+    prefix: Path,
+    samples: TokenizedSamples | Sequence[TokenizedSamples],
+    *,
+    vocab_size: int,
+    eod_id: int,
+    empty_before: np.ndarray,
+    chunk_tokens: int = 1 << 24,
 ) -> tuple[dict[str, Any], tuple[np.ndarray, np.ndarray]]:
-    """Every sample of ``samples`` (one prefix's documents) into ``<prefix>.bin`` / ``.idx``: the prefix's
-    manifest record, and where its documents restart after EOD (``gpt_samples.eod_cuts``) for the report."""
+    """Every sample of ``samples`` (one prefix's documents; or several pieces of them in order, e.g. views of
+    a store's shards, streamed without joining them) into ``<prefix>.bin`` / ``.idx``: the prefix's manifest
+    record, and where its documents restart after EOD (``gpt_samples.eod_cuts``) for the report. Memory:
+    ``chunk_tokens`` at a time and the index."""
     from longpack.packed.gpt_samples import eod_cuts
 
-    record = write_indexed(
-        prefix, samples, np.arange(len(samples)), vocab_size=vocab_size, empty_before=empty_before
-    )
-    lengths = samples.stored_lengths()
-    return record, eod_cuts(samples.tokens, samples.offsets[:-1], lengths, int(eod_id))
+    pieces = [samples] if isinstance(samples, TokenizedSamples) else list(samples)
+    if len(pieces) == 1:
+        one = pieces[0]
+        record = write_indexed(
+            prefix, one, np.arange(len(one)), vocab_size=vocab_size, empty_before=empty_before,
+            chunk_tokens=chunk_tokens,
+        )  # fmt: skip
+        return record, eod_cuts(one.tokens, one.offsets[:-1], one.stored_lengths(), int(eod_id))
+    # several pieces: their lengths joined (small), their tokens streamed piece by piece, chunk by chunk
+    lengths = np.concatenate([p.stored_lengths() for p in pieces]) if pieces else np.zeros(0, np.int64)
+    dtype = token_dtype(vocab_size)
+
+    def chunks() -> Iterator[np.ndarray]:
+        for p in pieces:
+            n = int(p.offsets[-1])
+            for a in range(0, n, chunk_tokens):
+                yield np.asarray(p.tokens[a : min(n, a + chunk_tokens)]).astype(dtype)
+
+    record = _write_index_files(prefix, lengths, chunks(), dtype, empty_before)
+    pointers, rel = [np.zeros(1, np.int64)], []
+    for p in pieces:
+        ptr, r = eod_cuts(p.tokens, p.offsets[:-1], p.stored_lengths(), int(eod_id))
+        pointers.append(ptr[1:] + pointers[-1][-1])
+        rel.append(r)
+    return record, (np.concatenate(pointers), np.concatenate(rel) if rel else np.zeros(0, np.int64))
 
 
 def finish_indexed_output(
