@@ -491,7 +491,7 @@ class TokenStore:
     def report(self, *, verify: bool = False) -> dict[str, Any]:
         """:meth:`summary` plus sample-length figures and what no longer matches (``changes``; ``verify``
         hashes every input whatever its time says); ``ok`` is whether the store can be packed."""
-        lengths = self.samples.stored_lengths()
+        lengths = self.lengths()  # from the shards' offsets: no shard is joined to report
         changes = self.changes(hash_all=verify)
         return {
             "kind": "token store",
@@ -501,7 +501,7 @@ class TokenStore:
                 "mean": round(float(lengths.mean()), 1) if lengths.size else 0.0,
                 "max": int(lengths.max()) if lengths.size else 0,
             },
-            "supervised_tokens": int(np.count_nonzero(self.samples.loss_mask)),
+            "supervised_tokens": sum(int(np.count_nonzero(p.loss_mask)) for p in self.parts),
             "text": self.record.get("text"),
             "changes": changes,
             "ok": not changes,

@@ -79,7 +79,7 @@ class InspectConfig:
             )
 
         if is_store(self.folder):  # a token store (longpack tokenize): what it holds, whether it is current
-            return InspectResult(report=TokenStore.open(self.folder).report(verify=self.verify))
+            return InspectResult(report=TokenStore.open(self.folder, join=False).report(verify=self.verify))
         if self.plot is not None:
             check_output_file(Path(self.plot), field="plot")  # before the (long) verification
         report = inspect_output(Path(self.folder), verify=self.verify, no_manifest_ok=self.no_manifest_ok)

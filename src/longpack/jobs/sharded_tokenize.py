@@ -109,7 +109,7 @@ def tokenize_sharded(
         from longpack.cluster.ray_pack import run_ray_tasks
 
         for k, n, meta in run_ray_tasks(
-            _write_one, [(str(out), plan, k, portable, config) for k in todo], address=ray_address,
+            _write_one, [(str(out), plan.only(k), k, portable, config) for k in todo], address=ray_address,
             workers=workers,
         ):  # fmt: skip
             results[k] = (n, meta)
@@ -123,7 +123,7 @@ def tokenize_sharded(
                 results[k] = (n, meta)
         else:
             with ProcessPoolExecutor(n_workers) as pool:
-                futures = [pool.submit(_write_one, str(out), plan, k, portable, config) for k in todo]
+                futures = [pool.submit(_write_one, str(out), plan.only(k), k, portable, config) for k in todo]
                 for f in futures:
                     k, n, meta = f.result()
                     results[k] = (n, meta)

@@ -65,6 +65,13 @@ class ShardPlan:
     skipped: tuple[tuple[str, str], ...] = ()
     skipped_warning: tuple[str, ...] = ()
 
+    def only(self, k: int) -> ShardPlan:
+        """This plan with only shard ``k``'s chunks (what a worker of shard ``k`` is sent: small, whatever
+        the number of shards)."""
+        from dataclasses import replace
+
+        return replace(self, shards=tuple(s if i == k else () for i, s in enumerate(self.shards)))
+
     def shard_key(self, k: int) -> str:
         """What shard ``k`` is made of (its chunks and their files' hashes): a resumed run keeps a written
         shard only when its key is the same."""
