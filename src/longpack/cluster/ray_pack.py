@@ -38,10 +38,11 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from longpack import choices
 from longpack.choices import DEFAULT_IDS_DTYPE
 from longpack.errors import BackendError
 from longpack.outputs import sha256_file
@@ -450,6 +451,15 @@ class RayExecutor:
     _started: bool = False
     _rss: dict[str, int] = field(default_factory=dict)
     name = "ray"
+    #: None of ``longpack.choices.EXECUTOR_CAPABILITIES``: the driver holds no tokens, and the workers write
+    #: Parquet shards of whole samples.
+    #: Indexed prefixes from a sharded store (``longpack.jobs.sharded_tokenize``): one Ray task per prefix.
+    capabilities: ClassVar[frozenset[str]] = frozenset({choices.SHARDED_INDEXED})
+
+    @classmethod
+    def supports(cls, capability: str) -> bool:
+        """``capability in capabilities``."""
+        return capability in cls.capabilities
 
     @property
     def _fail(self) -> tuple[str, int] | None:

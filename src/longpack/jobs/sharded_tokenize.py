@@ -199,34 +199,37 @@ def pack_indexed_sharded(job: Any, out: Path, tokenizer: Any, stack: Any) -> Any
     cluster, or by local worker processes with shards of a quarter of the budget per worker), or
     ``job.store`` read; then every prefix written by a Ray task, or one after the other here
     (:func:`write_indexed_from_store`)."""
+    from longpack import choices
     from longpack.jobs.out_of_core import spill_folder
     from longpack.jobs.stores import open_store
     from longpack.text.shards import SHARD_BYTES
 
-    backend = "ray" if job.backend == "ray" else "local"
+    backend = "local" if job._supports(choices.ONE_FILE_PER_SPLIT) else "ray"
+    ray_address = job.ray_address if isinstance(job.backend, str) else getattr(job.backend, "address", None)
+    ray_workers = job.workers if isinstance(job.backend, str) else getattr(job.backend, "workers", None)
     shard_bytes = SHARD_BYTES
     if backend == "local":
         from longpack.text.pipeline import default_workers
 
-        workers = job.workers or default_workers()
+        workers = ray_workers or default_workers()
         shard_bytes = max(1 << 20, min(SHARD_BYTES, int(job.memory_budget) // (4 * workers)))
     if job.store is not None:
         store = Path(job.store)
     else:
         store = Path(job.keep_store) if job.keep_store is not None else stack.enter_context(spill_folder(out))
         tokenize_sharded(
-            list(job.inputs), store, tokenizer=tokenizer, config=job.text, shard_bytes=shard_bytes,
-            workers=job.workers, backend=backend, ray_address=job.ray_address, overwrite=job.overwrite,
+            list(job.resolved.inputs), store, tokenizer=tokenizer, config=job.resolved.text, shard_bytes=shard_bytes,
+            workers=ray_workers, backend=backend, ray_address=ray_address, overwrite=job.overwrite,
         )  # fmt: skip
     result, _, _ = open_store(
-        store, tokenizer=job.tokenizer if job.store else None, text=job.text, join=False
+        store, tokenizer=job.resolved.tokenizer if job.store else None, text=job.resolved.text, join=False
     )
     eod = int(result.eod_id if result.eod_id is not None else result.tokenizer["eos_id"])
 
     def write(folder: Path, provenance: Any) -> dict[str, Any]:
         return write_indexed_from_store(
             store, folder, job.settings, provenance, vocab_size=int(result.tokenizer["vocab_size"]), eod_id=eod,
-            backend=backend, ray_address=job.ray_address, workers=job.workers,
+            backend=backend, ray_address=ray_address, workers=ray_workers,
         )  # fmt: skip
 
     return job._write_indexed(out, result, eod, "", None, write=write)

@@ -168,9 +168,10 @@ def tokenized_or_stored(
     ``job.store``. Returns ``(TokenizeResult, handle, store record or None)``; with ``job.keep_store`` the
     tokenized samples are also written as a store."""
     if job.store is not None:
-        result, _, info = open_store(job.store, tokenizer=job.tokenizer, text=job.text)
+        result, _, info = open_store(job.store, tokenizer=job.resolved.tokenizer, text=job.resolved.text)
         return result, result.samples, info
-    result, handle = executor.tokenize(inputs, tokenizer=tokenizer, config=job.text, progress=job.progress)
+    text = job.resolved.text
+    result, handle = executor.tokenize(inputs, tokenizer=tokenizer, config=text, progress=job.progress)
     if job.keep_store is not None:
-        save_store(job.keep_store, result, job.text, overwrite=job.overwrite)
+        save_store(job.keep_store, result, text, overwrite=job.overwrite)
     return result, handle, None

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from longpack import choices
 from longpack.errors import PackedDataError
 from longpack.outputs import atomic_write, atomic_write_bytes, sha256_file
 from longpack.samples import TokenizedSamples
@@ -491,7 +492,7 @@ def finish_indexed_output(
         "format": MANIFEST_FORMAT,
         "versions": versions(),
         "settings": {
-            "output_format": "indexed",
+            "output_format": choices.INDEXED,
             "seq_length": settings.seq_length,
             "seed": settings.seed,
             "rows_per_shard": settings.rows_per_shard,
@@ -560,7 +561,7 @@ def indexed_summary(out: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "out": str(out),
         "finished": True,
-        "output_format": "indexed",
+        "output_format": choices.INDEXED,
         "format": manifest["settings"]["text"].get("detected_format"),
         "tokenizer": manifest["tokenizer"],
         "seed": manifest["settings"]["seed"],
@@ -593,7 +594,7 @@ def is_indexed(path: Path) -> bool:
         settings = json.loads(manifest.read_text()).get("settings", {}) if manifest.is_file() else {}
     except (OSError, ValueError, AttributeError, RecursionError):
         return False  # not ours to judge: the packed-folder reader reports a damaged manifest
-    return isinstance(settings, dict) and settings.get("output_format") == "indexed"
+    return isinstance(settings, dict) and settings.get("output_format") == choices.INDEXED
 
 
 def inspect_indexed(
@@ -629,7 +630,7 @@ def inspect_indexed(
         prefixes = [path]
     elif (path / "manifest.json").is_file():
         manifest = json.loads((path / "manifest.json").read_text())
-        if manifest.get("settings", {}).get("output_format") != "indexed":
+        if manifest.get("settings", {}).get("output_format") != choices.INDEXED:
             raise PackedDataError(f"{path} is not an indexed pack folder", fields="folder")
         prefixes = [path / p for p in manifest["megatron"]["prefixes"]]
         seq_length = seq_length or manifest["settings"]["seq_length"]
@@ -643,7 +644,7 @@ def inspect_indexed(
         raise ConfigError(
             "seq_length is required to inspect a prefix (GPTDataset's sequence length)", fields="seq_length"
         )
-    seed = 1234 if seed is None else seed
+    seed = choices.BRIDGE_DEFAULT_SEED if seed is None else seed
     out: dict[str, Any] = {
         "folder": str(path),
         "ok": True,
