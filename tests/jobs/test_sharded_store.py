@@ -210,3 +210,29 @@ def test_prefix_streamed_from_shard_views(corpus, single, tmp_path: Path) -> Non
     for ext in (".bin", ".idx"):
         assert (tmp_path / f"a{ext}").read_bytes() == (tmp_path / f"b{ext}").read_bytes()
     assert all(np.array_equal(x, y) for x, y in zip(got[1], ref[1], strict=True))
+
+
+def test_resume_redoes_the_shards_of_a_changed_input(corpus, tmp_path: Path) -> None:
+    import shutil
+
+    src = tmp_path / "in"
+    shutil.copytree(corpus, src)
+    out = tmp_path / "store"
+    config = {"inputs": [src], "tokenizer": "bytes", "workers": 1, "shard_bytes": "4K"}
+    TokenizeConfig(**config, out=out).run()
+    a_shards = {
+        k for k, m in finished_shards(out).items() if m["meta"]["report"]["rows_read"].keys() == {"0"}
+    }
+    stamps = {k: (out / "shards" / f"{k:05d}" / "shard.json").stat().st_mtime_ns for k in a_shards}
+    with open(src / "b.jsonl", "a") as fh:  # b.jsonl changes: its shards (and only they) are redone
+        fh.write("\n".join(rows(200, 9)) + "\n")
+    TokenizeConfig(**config, out=out, resume=True).run()
+    assert stamps and all(
+        (out / "shards" / f"{k:05d}" / "shard.json").stat().st_mtime_ns == t for k, t in stamps.items()
+    )
+    fresh = tmp_path / "fresh"
+    TokenizeConfig(**config, out=fresh).run()
+    names = sorted(p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file())
+    assert names == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    for name in names:
+        assert (out / name).read_bytes() == (fresh / name).read_bytes(), name

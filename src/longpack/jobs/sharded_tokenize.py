@@ -132,6 +132,13 @@ def tokenize_sharded(
         plan, [results[k][1] for k in order], [results[k][0] for k in order], tokenizer=tok, config=config
     )
     result = TokenizeResult(samples=None, **fields_)  # type: ignore[arg-type]
+    import shutil
+
+    from longpack.store import shard_folder
+
+    for k in done:  # shards of an earlier plan (the inputs changed since): not this store's
+        if k >= len(plan.shards):
+            shutil.rmtree(shard_folder(out, k), ignore_errors=True)
     return finish_store(
         out, len(plan.shards), plan.files, record_of(result, config), input_files=store_identities(result)
     )
