@@ -315,6 +315,30 @@ def write_store(
     return manifest
 
 
+def _join_into(parts: Sequence[TokenizedSamples], folder: Path) -> TokenizedSamples:
+    """The shards' samples joined into memory-mapped ``.npy`` files in ``folder`` (one shard in memory at a
+    time); the same values as ``TokenizedSamples.concatenate``. Every shard indexes the same ``files``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lengths = np.concatenate([p.stored_lengths() for p in parts])
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    out: dict[str, np.ndarray] = {"offsets": offsets}
+    for name in ("tokens", "loss_mask", "source_file", "source_row"):
+        dtype = np.result_type(*[getattr(p, name).dtype for p in parts])
+        total = sum(len(getattr(p, name)) for p in parts)
+        path = folder / f"joined-{name}.npy"
+        target = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(total,))
+        at = 0
+        for p in parts:
+            values = getattr(p, name)
+            target[at : at + len(values)] = values
+            at += len(values)
+        target.flush()
+        del target
+        out[name] = np.load(path, mmap_mode="r")
+    return TokenizedSamples(**out, files=parts[0].files)
+
+
 def _slice(part: TokenizedSamples, a: int, b: int) -> TokenizedSamples:
     """Samples ``a .. b - 1`` of ``part``, re-based (views of its arrays)."""
     lo, hi = int(part.offsets[a]), int(part.offsets[b])
@@ -375,10 +399,14 @@ class TokenStore:
         return self.manifest.get("record", {})  # type: ignore[no-any-return]
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, join: bool = True) -> TokenStore:
+    def open(
+        cls, path: str | os.PathLike[str], *, join: bool = True, join_into: Path | None = None
+    ) -> TokenStore:
         """Open a finished store; a folder without ``store.json``, or with arrays that do not match it, is an
         :class:`~longpack.errors.InputError` naming the store and what is wrong. ``join=False``: a sharded
-        store's ``samples`` stay unjoined (``None``; read it by :attr:`parts` / :meth:`samples_range`)."""
+        store's ``samples`` stay unjoined (``None``; read it by :attr:`parts` / :meth:`samples_range`).
+        ``join_into``: a scratch folder where several shards are joined into memory-mapped files (copied
+        shard by shard) instead of into memory."""
         folder = Path(path)
         manifest_path = folder / STORE_MANIFEST
         if not folder.is_dir():
@@ -418,7 +446,12 @@ class TokenStore:
                 parts.append(_open_arrays(sub, shard_manifest, files, where=f"{folder} shard {sub.name}"))
             if not join:
                 return cls(path=folder, manifest=manifest, samples=None, parts=tuple(parts))  # type: ignore[arg-type]
-            samples = parts[0] if len(parts) == 1 else TokenizedSamples.concatenate(parts)
+            if len(parts) == 1:
+                samples = parts[0]
+            elif join_into is not None:
+                samples = _join_into(parts, Path(join_into))
+            else:
+                samples = TokenizedSamples.concatenate(parts)
             return cls(path=folder, manifest=manifest, samples=samples, parts=tuple(parts))
         samples = _open_arrays(folder, manifest, files, where=str(folder))
         return cls(path=folder, manifest=manifest, samples=samples, parts=(samples,))

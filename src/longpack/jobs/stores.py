@@ -109,15 +109,17 @@ def open_store(
     tokenizer: Any = None,
     text: TextConfig | None = None,
     join: bool = True,
+    join_into: Path | None = None,
 ) -> tuple[Any, TextConfig, dict[str, Any]]:
     """``(TokenizeResult, text options, store record for the manifest)`` of a store, refused
     (:class:`InputError`) if what decided its tokens changed; ``tokenizer``, if given, must be the one
     the store was tokenized with. ``join=False``: the result's samples are not read (``None``; a writer
-    reads the store shard by shard)."""
+    reads the store shard by shard); ``join_into``: a scratch folder where a sharded store's shards are
+    joined into memory maps instead of memory."""
     from longpack.store import TokenStore
     from longpack.text.pipeline import TokenizeResult
 
-    store = TokenStore.open(path, join=join)
+    store = TokenStore.open(path, join=join, join_into=join_into)
     changes = store.changes()
     if changes:
         raise InputError(
@@ -168,7 +170,13 @@ def tokenized_or_stored(
     ``job.store``. Returns ``(TokenizeResult, handle, store record or None)``; with ``job.keep_store`` the
     tokenized samples are also written as a store."""
     if job.store is not None:
-        result, _, info = open_store(job.store, tokenizer=job.resolved.tokenizer, text=job.resolved.text)
+        scratch = getattr(executor, "spill_dir", None)  # a sharded store joined there, not in memory
+        result, _, info = open_store(
+            job.store,
+            tokenizer=job.resolved.tokenizer,
+            text=job.resolved.text,
+            join_into=None if scratch is None else Path(scratch) / "store",
+        )
         return result, result.samples, info
     text = job.resolved.text
     result, handle = executor.tokenize(inputs, tokenizer=tokenizer, config=text, progress=job.progress)
