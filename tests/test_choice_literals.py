@@ -33,6 +33,7 @@ ENFORCED: dict[str, tuple[str, ...]] = {
     "BACKENDS": ("backend",),
     "EXECUTOR_CAPABILITIES": ("capability",),
     "ROLLOUT_DISTRIBUTIONS": ("distribution",),
+    "ROLLOUT_FILLS": ("fill",),
 }
 #: Single values beside the lists (defaults, the balanced packer's name), with the settings they belong to.
 ENFORCED_VALUES: dict[str, tuple[str, ...]] = {
@@ -40,6 +41,7 @@ ENFORCED_VALUES: dict[str, tuple[str, ...]] = {
     "MEGATRON_ALGORITHM": ENFORCED["ALGORITHMS"],
     "BALANCED_ALGORITHM": ENFORCED["ALGORITHMS"],
     "DEFAULT_ROLLOUT_DISTRIBUTION": ENFORCED["ROLLOUT_DISTRIBUTIONS"],
+    "DEFAULT_ROLLOUT_FILL": ENFORCED["ROLLOUT_FILLS"],
 }
 #: Lists whose literals are still spelled out elsewhere, and why they are not enforced yet.
 NOT_YET: dict[str, str] = {

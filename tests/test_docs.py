@@ -84,7 +84,6 @@ def test_every_guide_command_exists() -> None:
         "pretraining",
         "plan-data",
         "scale",
-        "rl",
     }  # guide pages about a use, not one command (their commands are checked by flag)
     commands = {p.stem.removesuffix("-ray") for p in guides} - topics
     runner = CliRunner()

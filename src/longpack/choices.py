@@ -29,6 +29,10 @@ BALANCED_ALGORITHM: Final = "balanced"
 #: (``distribute_packed_bins``: contiguous runs, or every DP-th bin) and longpack's cost-balanced one.
 ROLLOUT_DISTRIBUTIONS: tuple[str, ...] = ("fifo", "round-robin", "balanced")
 DEFAULT_ROLLOUT_DISTRIBUTION = "fifo"
+#: How the RL rollout packer fills bins: Megatron-LM's ``SequencePacker`` (longest first, the current bin or
+#: a new one), or best-fit decreasing (longest first, into the fullest bin it fits) under the same caps.
+ROLLOUT_FILLS: tuple[str, ...] = ("next_fit_decreasing", "best_fit_decreasing")
+DEFAULT_ROLLOUT_FILL = "next_fit_decreasing"
 
 #: VLM model families (``longpack.vlm.families.FAMILIES``, one module each); Qwen2-VL is the default.
 VLM_FAMILIES: tuple[str, ...] = (

@@ -55,6 +55,7 @@ rollout_sets = st.integers(1, 3).flatmap(
         st.integers(1, 4),
         st.integers(1, 5),
         st.sampled_from(["fifo", "round-robin", "balanced"]),
+        st.sampled_from(["next_fit_decreasing", "best_fit_decreasing"]),
     )
 )
 
@@ -65,7 +66,7 @@ rollout_sets = st.integers(1, 3).flatmap(
 @settings(max_examples=60, deadline=None)
 @given(drawn=rollout_sets, seed=st.integers(0, 2**16))
 def test_equals_megatron_lm_live(drawn, seed):
-    multiple, slots, lengths, dp, max_per_bin, distribution = drawn
+    multiple, slots, lengths, dp, max_per_bin, distribution, _ = drawn
     if distribution == "balanced":
         distribution = "fifo"
     bin_size = multiple * slots
@@ -91,7 +92,7 @@ def test_equals_megatron_lm_live(drawn, seed):
 @settings(max_examples=120, deadline=None)
 @given(drawn=rollout_sets, seed=st.integers(0, 2**16))
 def test_every_rollout_once_in_an_aligned_slot_with_its_values(drawn, seed):
-    multiple, slots, lengths, dp, max_per_bin, distribution = drawn
+    multiple, slots, lengths, dp, max_per_bin, distribution, fill = drawn
     bin_size = multiple * slots
     lengths = [n for n in lengths if -(-n // multiple) * multiple <= bin_size] or [1]
     rng = np.random.default_rng(seed)
@@ -107,6 +108,7 @@ def test_every_rollout_once_in_an_aligned_slot_with_its_values(drawn, seed):
         max_sequences_per_bin=max_per_bin,
         seq_length_multiple=multiple,
         distribution=distribution,
+        fill=fill,
     )
     seen = sorted(i for rank in p.ranks for b in rank.seq_indices for i in b)
     assert seen == list(range(len(lengths)))
@@ -144,7 +146,30 @@ def test_every_rollout_once_in_an_aligned_slot_with_its_values(drawn, seed):
         for i, values in unpacked.items():
             assert np.allclose(values, logprobs[i])
     bins = [[lengths[i] for i in b] for rank in p.ranks for b in rank.seq_indices if b]
-    assert np.isclose(sum(p.rank_costs), sum(p.cost_model.pack_cost(b) for b in bins))
+    empty = sum(1 for rank in p.ranks for b in rank.seq_indices if not b)
+    expected = sum(p.cost_model.pack_cost(b) for b in bins) + empty * p.cost_model.pack_cost([bin_size])
+    assert np.isclose(sum(p.rank_costs), expected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(drawn=rollout_sets)
+def test_balanced_is_never_busier_than_megatrons_orders(drawn):
+    multiple, slots, lengths, dp, max_per_bin, _, fill = drawn
+    bin_size = multiple * slots
+    lengths = [n for n in lengths if -(-n // multiple) * multiple <= bin_size] or [1]
+    rollouts = [np.ones(n, dtype=np.int64) for n in lengths]
+    common = {
+        "bin_size": bin_size,
+        "dp": dp,
+        "max_sequences_per_bin": max_per_bin,
+        "seq_length_multiple": multiple,
+    }
+    by = {
+        d: pack_rollouts(rollouts, distribution=d, fill=fill, **common)
+        for d in ("fifo", "round-robin", "balanced")
+    }
+    busiest = {d: max(p.rank_costs) for d, p in by.items()}
+    assert busiest["balanced"] <= min(busiest["fifo"], busiest["round-robin"]) * (1 + 1e-12)
 
 
 def test_balanced_evens_out_work_that_fifo_leaves_uneven():

@@ -8,15 +8,18 @@ lengths nobody knew when the data was prepared, so they are packed online, once 
    otherwise a new bin is started: Megatron-LM's RL ``SequencePacker.pack_sequences``
    (NVIDIA/Megatron-LM@3ad8c2a6b1:megatron/rl/sequence_packing_utils.py). Every rollout starts at a
    multiple of ``seq_length_multiple``; the gap to the next slot stays pad with loss mask 0.
+   ``fill="best_fit_decreasing"`` puts each rollout (longest first) into the open bin with the least room
+   that still takes it instead, under the same caps: fewer bins, so fewer micro-batches per step.
 2. **Ranks.** ``distribution="fifo"`` gives DP rank ``r`` a contiguous run of bins (the first
    ``n % dp`` ranks one more), ``"round-robin"`` bins ``r, r+dp, …``: Megatron-LM's
    ``distribute_packed_bins``. ``"balanced"`` deals bins heaviest first by their cost under a
    ``PackCostModel`` (causal attention makes a bin's work grow with Σ Lᵢ², not with its token count; use
    the planner's step-time model, ``longpack.planner.balance_costs.pack_cost_model``, for seconds) to the
    least loaded rank with a free slot, then swaps bins between the busiest and idlest rank while that
-   lowers the busiest. Every rank gets ``ceil(n / dp)`` bins; ranks short of that get empty bins (all pad,
+   lowers the busiest, and keeps that or one of Megatron-LM's two orders, whichever leaves the busiest rank
+   least to do. Every rank gets ``ceil(n / dp)`` bins; ranks short of that get empty bins (all pad,
    loss mask 0), as Megatron-LM's ``create_empty_bins``, so every rank runs the same number of
-   micro-batches.
+   micro-batches. An empty bin is costed as what it runs: one ghost sequence over the whole width.
 3. **Metadata.** Per bin, ``cu_seqlens`` (real lengths, cumulated, then the trailing pad as one ghost
    sequence) and ``cu_seqlens_padded`` (slot offsets, then the bin width), both padded to
    ``max_sequences_per_bin + 2`` entries by repeating the last one (zero-length ghosts keep one tensor
@@ -41,6 +44,7 @@ term), so pass ``seq_length_multiple=2 * cp`` to match it exactly under SP.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +53,12 @@ import numpy as np
 
 from longpack.balance.cost import PackCostModel
 from longpack.balance.packer import _balanced_groups
-from longpack.choices import DEFAULT_ROLLOUT_DISTRIBUTION, ROLLOUT_DISTRIBUTIONS
+from longpack.choices import (
+    DEFAULT_ROLLOUT_DISTRIBUTION,
+    DEFAULT_ROLLOUT_FILL,
+    ROLLOUT_DISTRIBUTIONS,
+    ROLLOUT_FILLS,
+)
 from longpack.errors import ConfigError
 from longpack.topology import pad_seq_to_mult, zigzag_source_indices
 
@@ -123,6 +132,7 @@ class RolloutPacking:
     seq_length_multiple: int
     max_sequences_per_bin: int
     distribution: str
+    fill: str
     cost_model: PackCostModel
     rank_costs: tuple[float, ...]
     bin_of_rollout: np.ndarray
@@ -203,7 +213,7 @@ def _per_token(name: str, values: Sequence[Any], lengths: np.ndarray) -> list[np
     return out
 
 
-def _fill(lengths: np.ndarray, slots: np.ndarray, bin_size: int, max_per_bin: int) -> list[list[int]]:
+def _next_fit(lengths: np.ndarray, slots: np.ndarray, bin_size: int, max_per_bin: int) -> list[list[int]]:
     """Megatron-LM's greedy fill: longest rollout first (ties in input order), next bin when full."""
     order = sorted(range(slots.size), key=lambda i: int(lengths[i]), reverse=True)
     bins: list[list[int]] = []
@@ -223,7 +233,34 @@ def _fill(lengths: np.ndarray, slots: np.ndarray, bin_size: int, max_per_bin: in
     return bins
 
 
-def _fifo(costs: np.ndarray, dp: int) -> list[list[int]]:
+def _best_fit(lengths: np.ndarray, slots: np.ndarray, bin_size: int, max_per_bin: int) -> list[list[int]]:
+    """Longest first, each into the open bin with the least room that still takes its slot (ties: the
+    older bin); bins holding ``max_per_bin`` rollouts close."""
+    order = sorted(range(slots.size), key=lambda i: int(lengths[i]), reverse=True)
+    bins: list[list[int]] = []
+    room: list[int] = []
+    open_bins: list[tuple[int, int]] = []  # (room left, bin id), sorted
+    for i in order:
+        slot = int(slots[i])
+        at = bisect.bisect_left(open_bins, (slot, -1))
+        if at == len(open_bins):
+            b = len(bins)
+            bins.append([i])
+            room.append(bin_size - slot)
+        else:
+            _, b = open_bins.pop(at)
+            bins[b].append(i)
+            room[b] -= slot
+        if len(bins[b]) < max_per_bin and room[b] > 0:
+            bisect.insort(open_bins, (room[b], b))
+    return bins
+
+
+# lengths, slots -> bins, in the order of ROLLOUT_FILLS
+_FILL = dict(zip(ROLLOUT_FILLS, (_next_fit, _best_fit), strict=True))
+
+
+def _fifo(costs: np.ndarray, dp: int, empty_cost: float) -> list[list[int]]:
     per, extra = divmod(costs.size, dp)
     out, start = [], 0
     for r in range(dp):
@@ -233,20 +270,26 @@ def _fifo(costs: np.ndarray, dp: int) -> list[list[int]]:
     return out
 
 
-def _round_robin(costs: np.ndarray, dp: int) -> list[list[int]]:
+def _round_robin(costs: np.ndarray, dp: int, empty_cost: float) -> list[list[int]]:
     return [list(range(r, costs.size, dp)) for r in range(dp)]
 
 
-def _cost_balanced(costs: np.ndarray, dp: int) -> list[list[int]]:
+def _busiest(costs: np.ndarray, ranks: list[list[int]], per_rank: int, empty_cost: float) -> float:
+    return max(float(costs[r].sum()) + empty_cost * (per_rank - len(r)) for r in ranks)
+
+
+def _cost_balanced(costs: np.ndarray, dp: int, empty_cost: float) -> list[list[int]]:
     n = costs.size
     per_rank = -(-n // dp)
-    padded = np.concatenate([costs, np.zeros(per_rank * dp - n)])
+    # a rank short of bins runs empty ones, which cost what a full-width ghost sequence costs
+    padded = np.concatenate([costs, np.full(per_rank * dp - n, empty_cost)])
     members = _balanced_groups(padded, dp, per_rank)
-    # each rank's bins in creation order (heaviest first); the zero-cost placeholders become empty bins
-    return [sorted(int(b) for b in row if b < n) for row in members]
+    greedy = [sorted(int(b) for b in row if b < n) for row in members]
+    # never worse than Megatron-LM's own orders on the same bins
+    candidates = [greedy, _round_robin(costs, dp, empty_cost), _fifo(costs, dp, empty_cost)]
+    return min(candidates, key=lambda ranks: _busiest(costs, ranks, per_rank, empty_cost))
 
 
-# bins -> the bins of each DP rank, in the order of ROLLOUT_DISTRIBUTIONS
 _DISTRIBUTE = dict(zip(ROLLOUT_DISTRIBUTIONS, (_fifo, _round_robin, _cost_balanced), strict=True))
 
 
@@ -263,6 +306,7 @@ def pack_rollouts(
     sp: bool = False,
     seq_length_multiple: int | None = None,
     distribution: str = DEFAULT_ROLLOUT_DISTRIBUTION,
+    fill: str = DEFAULT_ROLLOUT_FILL,
     cost_model: PackCostModel | None = None,
     pad_id: int = 0,
 ) -> RolloutPacking:
@@ -274,6 +318,8 @@ def pack_rollouts(
     - ``token_side``: further per-token arrays (old / reference / inference log-probs, per-token
       advantages), packed in the same places, 0 elsewhere.
     - ``seq_length_multiple``: slot alignment; default ``pad_seq_to_mult(tp=tp, cp=cp, sp=sp)``.
+    - ``fill``: ``"next_fit_decreasing"`` (Megatron-LM's, the default) or ``"best_fit_decreasing"``
+      (fewer bins, so fewer micro-batches, for the same rollouts).
     - ``cost_model``: the bin cost ``"balanced"`` evens out and ``rank_costs`` report; default one unit
       per token plus one per causal pair of a 4,096-token sequence.
 
@@ -292,6 +338,8 @@ def pack_rollouts(
         raise RolloutPackingError(
             f"distribution must be one of {', '.join(ROLLOUT_DISTRIBUTIONS)}, got {distribution!r}"
         )
+    if fill not in ROLLOUT_FILLS:
+        raise RolloutPackingError(f"fill must be one of {', '.join(ROLLOUT_FILLS)}, got {fill!r}")
     multiple = pad_seq_to_mult(tp=tp, cp=cp, sp=sp) if seq_length_multiple is None else seq_length_multiple
     if isinstance(multiple, bool) or not isinstance(multiple, int | np.integer) or multiple < 1:
         raise RolloutPackingError(f"seq_length_multiple must be a positive integer, got {multiple!r}")
@@ -315,9 +363,10 @@ def pack_rollouts(
     masks = None if loss_masks is None else _per_token("loss_masks", loss_masks, lengths)
     sides = {name: _per_token(f"token_side[{name!r}]", v, lengths) for name, v in (token_side or {}).items()}
 
-    bins = _fill(lengths, slots, bin_size, max_sequences_per_bin)
+    bins = _FILL[fill](lengths, slots, bin_size, max_sequences_per_bin)
     bin_costs = np.array([model.pack_cost(lengths[b]) for b in bins], dtype=np.float64)
-    assignment = _DISTRIBUTE[distribution](bin_costs, dp)
+    empty_cost = model.pack_cost([bin_size])
+    assignment = _DISTRIBUTE[distribution](bin_costs, dp, empty_cost)
     per_rank = -(-len(bins) // dp)
     width = max_sequences_per_bin + 2
     dtype = rollouts[0].dtype
@@ -380,7 +429,7 @@ def pack_rollouts(
                 seq_indices=tuple(indices),
                 seq_starts=tuple(starts_out),
                 token_side=side_out,
-                cost=float(bin_costs[own].sum()) + model.per_pack * (per_rank - len(own)),
+                cost=float(bin_costs[own].sum()) + empty_cost * (per_rank - len(own)),
             )
         )
     return RolloutPacking(
@@ -389,6 +438,7 @@ def pack_rollouts(
         seq_length_multiple=int(multiple),
         max_sequences_per_bin=max_sequences_per_bin,
         distribution=distribution,
+        fill=fill,
         cost_model=model,
         rank_costs=tuple(r.cost for r in ranks),
         bin_of_rollout=bin_of_rollout,
