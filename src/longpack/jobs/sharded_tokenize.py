@@ -18,6 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from longpack.choices import LOCAL_BACKEND, RAY_BACKEND
 from longpack.text import TextConfig
 
 __all__ = ["pack_indexed_sharded", "tokenize_sharded", "write_indexed_from_store"]
@@ -80,7 +81,7 @@ def tokenize_sharded(
     config: TextConfig,
     shard_bytes: int,
     workers: int | None = None,
-    backend: str = "local",
+    backend: str = LOCAL_BACKEND,
     ray_address: str | None = None,
     overwrite: bool = False,
     resume: bool = False,
@@ -105,7 +106,7 @@ def tokenize_sharded(
             results[k] = (int(m["samples"]), m["meta"]["report"])
     todo = [k for k in range(len(plan.shards)) if k not in results]
     portable = tok.portable()
-    if backend == "ray":
+    if backend == RAY_BACKEND:
         from longpack.cluster.ray_pack import run_ray_tasks
 
         for k, n, meta in run_ray_tasks(
@@ -166,7 +167,7 @@ def write_indexed_from_store(
     *,
     vocab_size: int,
     eod_id: int,
-    backend: str = "local",
+    backend: str = LOCAL_BACKEND,
     ray_address: str | None = None,
     workers: int | None = None,
 ) -> dict[str, Any]:
@@ -186,7 +187,7 @@ def write_indexed_from_store(
         (j, str(store), str(out / name), lo, hi, empty, vocab_size, eod_id)
         for j, (name, (lo, hi), empty) in enumerate(layout)
     ]
-    if backend == "ray":
+    if backend == RAY_BACKEND:
         from longpack.cluster.ray_pack import run_ray_tasks
 
         results = run_ray_tasks(_write_prefix, tasks, address=ray_address, workers=workers)
@@ -211,11 +212,11 @@ def pack_indexed_sharded(job: Any, out: Path, tokenizer: Any, stack: Any) -> Any
     from longpack.jobs.stores import open_store
     from longpack.text.shards import SHARD_BYTES
 
-    backend = "local" if job._supports(choices.ONE_FILE_PER_SPLIT) else "ray"
+    backend = LOCAL_BACKEND if job._supports(choices.ONE_FILE_PER_SPLIT) else RAY_BACKEND
     ray_address = job.ray_address if isinstance(job.backend, str) else getattr(job.backend, "address", None)
     ray_workers = job.workers if isinstance(job.backend, str) else getattr(job.backend, "workers", None)
     shard_bytes = SHARD_BYTES
-    if backend == "local":
+    if backend == LOCAL_BACKEND:
         from longpack.text.pipeline import default_workers
 
         workers = ray_workers or default_workers()

@@ -82,7 +82,7 @@ class TokenizeConfig:
         cli_type=str | None,
     )
     backend: str = option(
-        "local", help="local: this machine; ray: tokenize and write the shards on a Ray cluster.",
+        choices.LOCAL_BACKEND, help="local: this machine; ray: tokenize and write the shards on a Ray cluster.",
         choices=choices.BACKENDS,
     )  # fmt: skip
     ray_address: str | None = option(
@@ -122,7 +122,7 @@ class TokenizeConfig:
 
         check_choices(self)
         shard_bytes = parse_memory_budget(self.shard_bytes, "shard_bytes")
-        if shard_bytes is None and self.backend == "ray":
+        if shard_bytes is None and self.backend == choices.RAY_BACKEND:
             from longpack.text.shards import SHARD_BYTES
 
             shard_bytes = SHARD_BYTES
