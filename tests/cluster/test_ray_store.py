@@ -97,3 +97,21 @@ def test_ray_indexed_output_is_byte_identical_to_local(ray_cluster, tmp_path: Pa
     for name in names:
         if name.endswith((".bin", ".idx")):
             assert (from_store.out / name).read_bytes() == (local.out / name).read_bytes(), name
+
+
+def test_a_lost_ray_worker_is_retried_and_the_store_is_the_same(ray_cluster, tmp_path: Path) -> None:
+    from longpack.jobs.sharded_tokenize import tokenize_sharded
+    from longpack.text import TextConfig
+
+    src = tmp_path / "a.jsonl"
+    src.write_text("".join(json.dumps({"text": f"doc {i} " * (1 + i % 30)}) + "\n" for i in range(500)))
+    marker = tmp_path / "kill"
+    common = {"tokenizer": "bytes", "config": TextConfig(), "shard_bytes": 4096}
+    tokenize_sharded(
+        [str(src)], tmp_path / "ray", backend="ray", workers=2, fail_once=(str(marker), 1), **common
+    )
+    assert Path(f"{marker}.task.0").exists()  # the first shard's worker died once
+    tokenize_sharded([str(src)], tmp_path / "local", workers=1, **common)
+    names = sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*") if p.is_file())
+    for name in names:
+        assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name

@@ -787,17 +787,24 @@ def _skipped_warning(listing: Any) -> tuple[str, ...]:
     )
 
 
+def _task(fn: Callable[..., Any], fail: tuple[str, int] | None, first: bool, *args: Any) -> Any:
+    _maybe_fail_once(fail, "task", first)
+    return fn(*args)
+
+
 def run_ray_tasks(
     fn: Callable[..., Any],
     arguments: Sequence[tuple[Any, ...]],
     *,
     address: str | None = None,
     workers: int | None = None,
+    fail_once: tuple[str, int] | None = None,
 ) -> list[Any]:
     """``fn(*args)`` for every ``args`` of ``arguments`` as Ray tasks (one CPU each, at most ``workers`` in
     flight, each retried up to :data:`MAX_TASK_RETRIES` times when its worker dies: ``fn`` must give the
     same result when run again), on the cluster at ``address`` (or the one this process joined, or a new
-    local one); the results in completion order. A task's ``LongpackError`` is raised as itself."""
+    local one); the results in completion order. A task's ``LongpackError`` is raised as itself.
+    ``fail_once`` (tests): the first task's worker dies as a lost node would (see ``RayExecutor``)."""
     try:
         import ray
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -807,8 +814,8 @@ def run_ray_tasks(
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
         started = True
     try:
-        remote = ray.remote(num_cpus=1, max_retries=MAX_TASK_RETRIES)(fn)
-        pending = list(arguments)[::-1]
+        remote = ray.remote(num_cpus=1, max_retries=MAX_TASK_RETRIES)(_task)
+        pending = [(fn, fail_once, i == 0, *args) for i, args in enumerate(arguments)][::-1]
         limit = workers or len(pending) or 1
         in_flight: list[Any] = []
         out: list[Any] = []

@@ -85,8 +85,10 @@ def tokenize_sharded(
     ray_address: str | None = None,
     overwrite: bool = False,
     resume: bool = False,
+    fail_once: tuple[str, int] | None = None,
 ) -> dict[str, Any]:
-    """Tokenize ``inputs`` into the sharded store ``out``; return its manifest (``store.json``)."""
+    """Tokenize ``inputs`` into the sharded store ``out``; return its manifest (``store.json``).
+    ``fail_once`` (tests, Ray): the first shard's worker dies once, as a lost node would."""
     from longpack.jobs.stores import record_of, store_identities
     from longpack.store import STORE_MANIFEST, finish_store, finished_shards
     from longpack.text.documents import eod_id
@@ -111,7 +113,7 @@ def tokenize_sharded(
 
         for k, n, meta in run_ray_tasks(
             _write_one, [(str(out), plan.only(k), k, portable, config) for k in todo], address=ray_address,
-            workers=workers,
+            workers=workers, fail_once=fail_once,
         ):  # fmt: skip
             results[k] = (n, meta)
     else:
