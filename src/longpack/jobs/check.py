@@ -23,7 +23,15 @@ from longpack.jobs.options import bridge_version_option, gpus_option, megatron_c
 from longpack.option import option
 from longpack.validate import optional_positive_int
 
-__all__ = ["EXIT_ERRORS", "EXIT_OK", "CheckConfig", "CheckResult", "family_table", "rule_table"]
+__all__ = [
+    "EXIT_ERRORS",
+    "EXIT_OK",
+    "CheckConfig",
+    "CheckResult",
+    "explain_rule",
+    "family_table",
+    "rule_table",
+]
 
 EXIT_OK, EXIT_ERRORS = 0, 1
 
@@ -101,12 +109,13 @@ class CheckConfig:
                 raise ConfigError(f"{name} must be a name (a string), got {value!r}", fields=name)
         self.versions()  # a version that does not parse is refused here, before any work
 
-    def versions(self) -> Any:
-        """The :class:`~longpack.rules.versions.UpstreamVersions` the rules run for (given, from the
-        environment, installed, or the newest known)."""
-        from longpack.rules.versions import UpstreamVersions
+    def versions(self, config_keys: Any = None) -> Any:
+        """The :class:`~longpack.rules.versions.UpstreamVersions` the rules run for: given, from the
+        environment, an installed megatron-bridge, the range the config's keys (``config_keys``) bound, or
+        the newest known."""
+        from longpack.rules.checks.upstream import versions_for
 
-        return UpstreamVersions.resolve(bridge=self.bridge_version, mcore=self.megatron_core_version)
+        return versions_for(config_keys or (), bridge=self.bridge_version, mcore=self.megatron_core_version)
 
     def run(self) -> CheckResult:
         """Load the setup, inspect ``packed`` (if given) and run every rule.
@@ -141,7 +150,7 @@ class CheckConfig:
                 pack_size_hint=None if pss is None else pss.packed_sequence_size,
                 allow_no_manifest=self.packed_no_manifest_ok,
             )
-        versions = self.versions()
+        versions = self.versions(setup.given_keys)
         findings = run_rules(setup, packed, versions=versions)
         return CheckResult(
             config=None if self.config is None else str(self.config),
@@ -254,7 +263,7 @@ def rule_table() -> list[dict[str, Any]]:
 
     >>> row = next(r for r in rule_table() if r["id"] == "LP-HCP-001")
     >>> row["versions"], row["sources"][0]["commit"]
-    ('Megatron-Core >= 0.16.0', '98d8c56dbd')
+    ('Megatron-Core >= 0.16.0, < dev', '98d8c56dbd')
     """
     from longpack.rules import RULES
 
@@ -293,3 +302,11 @@ def family_table() -> list[dict[str, Any]]:
         }
         for f in FAMILIES
     ]
+
+
+def explain_rule(rule_id: str) -> dict[str, Any]:
+    """``longpack check --explain RULE``: :func:`longpack.rules.recipes.explain_rule` (the rule, its sources,
+    versions and the Bridge recipes that exercise it)."""
+    from longpack.rules.recipes import explain_rule as explain
+
+    return explain(rule_id)
