@@ -210,7 +210,7 @@ def pack_indexed_sharded(job: Any, out: Path, tokenizer: Any, stack: Any) -> Any
     ``job.store`` read; then every prefix written by a Ray task, or one after the other here
     (:func:`write_indexed_from_store`)."""
     from longpack import choices
-    from longpack.jobs.out_of_core import spill_folder
+    from longpack.jobs.out_of_core import parse_memory_budget, spill_folder
     from longpack.jobs.stores import open_store
     from longpack.text.shards import SHARD_BYTES
 
@@ -222,7 +222,10 @@ def pack_indexed_sharded(job: Any, out: Path, tokenizer: Any, stack: Any) -> Any
         from longpack.text.pipeline import default_workers
 
         workers = ray_workers or default_workers()
-        shard_bytes = max(1 << 20, min(SHARD_BYTES, int(job.memory_budget) // (4 * workers)))
+        shard_bytes = max(
+            1 << 20,
+            min(SHARD_BYTES, int(parse_memory_budget(job.memory_budget) or SHARD_BYTES) // (4 * workers)),
+        )
     if job.store is not None:
         store = Path(job.store)
     else:
