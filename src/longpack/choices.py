@@ -42,6 +42,7 @@ VLM_FAMILIES: tuple[str, ...] = (
     "nemotron_vl",
     "qwen2_5_vl",
     "qwen2_vl",
+    "qwen3_5_vl",
     "qwen3_vl",
 )
 DEFAULT_VLM_FAMILY: Final = "qwen2_vl"
