@@ -93,7 +93,15 @@ BACKENDS: tuple[str, ...] = (LOCAL_BACKEND, RAY_BACKEND)
 MIX: Final = "mix"
 TOKEN_STORE: Final = "token_store"
 ONE_FILE_PER_SPLIT: Final = "one_file_per_split"
-EXECUTOR_CAPABILITIES: tuple[str, ...] = (MIX, TOKEN_STORE, OVERLENGTH_FRAGMENT, ONE_FILE_PER_SPLIT)
+#: ... and write Megatron indexed prefixes from a sharded token store, one task per prefix (``indexed`` on Ray).
+SHARDED_INDEXED: Final = "sharded_indexed"
+EXECUTOR_CAPABILITIES: tuple[str, ...] = (
+    MIX,
+    TOKEN_STORE,
+    OVERLENGTH_FRAGMENT,
+    ONE_FILE_PER_SPLIT,
+    SHARDED_INDEXED,
+)
 #: What ``longpack verify`` runs its tiny model with (transformers on CPU, or Megatron-Core + TE on CUDA).
 VERIFY_BACKENDS: tuple[str, ...] = ("hf", "megatron")
 

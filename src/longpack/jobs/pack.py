@@ -500,9 +500,23 @@ class PackConfig:
     def _check_executor(self) -> int | None:
         """What the settings need of the executor (``PackExecutor.supports``); ``max_drop_fraction`` in
         [0, 1]; the memory budget in bytes (``memory_budget`` read), only with the named local backend."""
-        if (self.store is not None or self.keep_store is not None) and not self._supports(TOKEN_STORE):
+        fmt = self.format
+        # a format written from a sharded store (indexed) reads and writes stores on every executor that writes it
+        from_shards = fmt.sharded_store and self._supports(choices.SHARDED_INDEXED)
+        if self.demo and from_shards and not self._supports(choices.ONE_FILE_PER_SPLIT):
             raise ConfigError(
-                "token stores are read and written by the local backend; use backend local",
+                f"output_format {fmt.name} on backend {self.backend} reads inputs or a store; drop demo (or use "
+                "the local backend)",
+                fields=("demo", "backend"),
+            )
+        if (
+            (self.store is not None or self.keep_store is not None)
+            and not self._supports(TOKEN_STORE)
+            and not from_shards
+        ):
+            raise ConfigError(
+                "token stores are read and written by the local backend (and by ray for output_format "
+                "indexed); use backend local",
                 fields=("store" if self.store is not None else "keep_store", "backend"),
             )
         if self.max_drop_fraction is not None:
@@ -666,6 +680,12 @@ class PackConfig:
                         fields=("chat_template", "store"),
                     )
                 tokenizer = tokenizer.with_chat_template(self.chat_template)
+            if self.format.sharded_store and (
+                not self._supports(choices.ONE_FILE_PER_SPLIT) or self.memory_budget is not None
+            ):  # through a sharded store: one shard per worker, one prefix at a time
+                from longpack.jobs.sharded_tokenize import pack_indexed_sharded
+
+                return pack_indexed_sharded(self, out, tokenizer, stack)
             executor = self.executor()
             stack.enter_context(executor)
             from longpack.jobs.executors import LocalExecutor
@@ -707,7 +727,10 @@ class PackConfig:
                 )
             check_ids_dtype(settings.ids_dtype, train.tokenizer.get("vocab_size"))
             if not self.format.executor_writes:
-                return self._write_indexed(out, train, int(eos_id), demo_prefix, executor)
+                eod = int(eos_id) if train.eod_id is None else int(train.eod_id)
+                return self._write_indexed(
+                    out, train, eod, demo_prefix, executor, mixed=mix_report is not None
+                )
             splits = plan_splits(
                 train.samples, settings, eos_id=int(eos_id), validation=val.samples if val else None
             )
@@ -743,28 +766,49 @@ class PackConfig:
         )
 
     def _write_indexed(
-        self, out: Path, train: Any, eos_id: int, demo_prefix: str, executor: Any
+        self,
+        out: Path,
+        train: Any,
+        eos_id: int,
+        demo_prefix: str,
+        executor: Any,
+        *,
+        mixed: bool = False,
+        write: Any = None,
     ) -> PackResult:
-        """Every document into Megatron indexed datasets (``longpack.packed.indexed``); manifest last."""
+        """Every document into Megatron indexed datasets (``longpack.packed.indexed``); manifest last.
+        ``write(out, provenance)``: another writer of the prefixes and manifest (Ray tasks from a store)."""
+        import numpy as np
+
         from longpack.outputs import output_write_errors
         from longpack.packed.indexed import write_indexed_output
         from longpack.packed.manifest import PackManifest
         from longpack.packed.pipeline import Provenance, prepare_out_dir
 
         provenance = self._provenance(train, None, demo_prefix, Provenance)
+        empty_per_file: dict[str, int] = {}
+        for source in train.empty:
+            name = source.rsplit(":", 1)[0]
+            empty_per_file[name] = empty_per_file.get(name, 0) + 1
         for info in provenance.inputs:  # every document of every file is written whole
-            info.update(packed=info["rows"] - info.get("malformed", 0), truncated=0, dropped=0)
+            empty = empty_per_file.get(info["path"], 0)
+            info.update(packed=info["rows"] - info.get("malformed", 0) - empty, truncated=0, dropped=0)
         with output_write_errors(out):
             prepare_out_dir(out, self.overwrite)
-            manifest = write_indexed_output(
-                out,
-                train.samples,
-                self.settings,
-                provenance,
-                vocab_size=int(train.tokenizer["vocab_size"]),
-                eos_id=eos_id,
-            )
-        report = executor.report()
+            if write is not None:
+                manifest = write(out, provenance)
+            else:
+                manifest = write_indexed_output(
+                    out,
+                    train.samples,
+                    self.settings,
+                    provenance,
+                    vocab_size=int(train.tokenizer["vocab_size"]),
+                    eos_id=eos_id,
+                    # where preprocess_data.py's index holds the empty documents (not after a mix: resampled)
+                    empty_before=None if mixed else np.asarray(train.empty_before, dtype=np.int64),
+                )
+        report = None if executor is None else executor.report()
         return PackResult(
             out=out.resolve(),
             manifest=PackManifest.from_dict(manifest),
@@ -789,6 +833,12 @@ class PackConfig:
             "skipped_inputs": [{"path": p, "reason": r} for p, r in skipped],
             "warnings": list(warnings),
         }
+        empty = tuple(getattr(train, "empty", ())) + tuple(getattr(val, "empty", ()) if val else ())
+        if empty:  # text rows that tokenize to no token: no document, as in Megatron-LM's preprocess_data.py
+            from longpack.packed.pipeline import MAX_LISTED
+
+            relabelled = [e.replace(demo_prefix, DEMO_LABEL) if demo_prefix else e for e in empty]
+            extra["empty_documents"] = {"count": len(empty), "listed": relabelled[:MAX_LISTED]}
         return provenance_cls(
             extra=extra,
             inputs=inputs_info,
