@@ -42,6 +42,8 @@ SPEC_KEYS = {"packed_sequence_size", "pad_seq_to_mult", "pad_cu_seqlens", "max_s
 SECTIONS = {"model", "dataset", "train", "ddp", "dist", "validation", "comm_overlap", "mixed_precision"}
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
 _SKIP = object()
+#: A function's module-level constants (``SEQ_LENGTH = 4096``, and those it imports from other recipe files).
+_GLOBALS: dict[ast.FunctionDef, dict[str, Any]] = {}
 
 
 def _git(git_dir: str, *args: str) -> str:
@@ -75,7 +77,9 @@ class _Recipe:
         self.from_hf_model = False
 
     def run(self, fn: ast.FunctionDef, args: dict[str, Any]) -> None:
-        """Evaluate ``fn``'s body with its parameters bound (defaults, then ``args``)."""
+        """Evaluate ``fn``'s body with its module's constants and its parameters bound (defaults, then
+        ``args``)."""
+        self.local.update(_GLOBALS.get(fn, {}))
         params = fn.args.args[-len(fn.args.defaults) :] if fn.args.defaults else []
         for p, d in zip(params, fn.args.defaults, strict=True):
             v = self.value(d)
@@ -105,11 +109,18 @@ class _Recipe:
         if fn is None or self.depth > 8:
             return False
         inner = _Recipe(self.functions, self.depth + 1)
-        args = {kw.arg: self.value(kw.value) for kw in node.keywords if kw.arg}
-        inner.run(fn, {k: v for k, v in args.items() if v is not _SKIP})
+        inner.run(fn, self.arguments(fn, node))
         self.flat.update(inner.flat)
         self.from_hf_model |= inner.from_hf_model
         return True
+
+    def arguments(self, fn: ast.FunctionDef, node: ast.Call, skip: int | None = None) -> dict[str, Any]:
+        """The values a call passes to ``fn``'s parameters (positional ones by place; ``skip``: the place of
+        the config itself), those that can be evaluated."""
+        names = [a.arg for a in fn.args.args]
+        args = {names[i]: self.value(a) for i, a in enumerate(node.args) if i < len(names) and i != skip}
+        args |= {kw.arg: self.value(kw.value) for kw in node.keywords if kw.arg}
+        return {k: v for k, v in args.items() if v is not _SKIP}
 
     def value(self, node: ast.AST) -> Any:
         try:
@@ -173,7 +184,7 @@ class _Recipe:
         inner = _Recipe(self.functions, self.depth + 1)
         inner.flat = self.flat  # the same config, under the helper's parameter name
         inner.cfg_name = fn.args.args[at[0]].arg
-        inner.run(fn, {})
+        inner.run(fn, self.arguments(fn, node, skip=at[0]))
         self.from_hf_model |= inner.from_hf_model
 
     def statement(self, st: ast.stmt) -> None:
@@ -209,6 +220,17 @@ class _Recipe:
             self.flat[key] = v
 
 
+def _constants(tree: ast.Module) -> dict[str, Any]:
+    """A module's ``NAME = <literal>`` assignments (and arithmetic over earlier ones)."""
+    r = _Recipe({})
+    for st in tree.body:
+        if isinstance(st, ast.Assign | ast.AnnAssign) and isinstance(
+            st.targets[0] if isinstance(st, ast.Assign) else st.target, ast.Name
+        ):
+            r.statement(st)
+    return r.local
+
+
 def read_recipes(git_dir: str, rev: str) -> list[dict[str, Any]]:
     """Every ``*_config`` function under the recipes folder with the keys it sets."""
     files = [
@@ -225,10 +247,32 @@ def read_recipes(git_dir: str, rev: str) -> list[dict[str, Any]]:
     everywhere = {
         fn.name: fn for tree in trees.values() for fn in tree.body if isinstance(fn, ast.FunctionDef)
     }
+    modules = {path.removeprefix("src/").removesuffix(".py").replace("/", "."): path for path in trees}
+    constants = {path: _constants(tree) for path, tree in trees.items()}
+    imported: dict[str, dict[str, Any]] = {}  # path -> name it imports as -> function or constant
+    for path, tree in trees.items():
+        names: dict[str, Any] = {}
+        for st in tree.body:
+            if isinstance(st, ast.ImportFrom) and st.module in modules:
+                src = modules[st.module]
+                defs = {fn.name: fn for fn in trees[src].body if isinstance(fn, ast.FunctionDef)}
+                for alias in st.names:
+                    if alias.name in defs or alias.name in constants[src]:
+                        names[alias.asname or alias.name] = defs.get(
+                            alias.name, constants[src].get(alias.name)
+                        )
+        imported[path] = names
+    for path, tree in trees.items():
+        bound = {k: v for k, v in imported[path].items() if not isinstance(v, ast.FunctionDef)}
+        bound |= constants[path]
+        for fn in tree.body:
+            if isinstance(fn, ast.FunctionDef):
+                _GLOBALS[fn] = bound
     out: list[dict[str, Any]] = []
     for path, tree in trees.items():
         local = {fn.name: fn for fn in tree.body if isinstance(fn, ast.FunctionDef)}
-        functions = {**everywhere, **shared, **local}
+        aliases = {k: v for k, v in imported[path].items() if isinstance(v, ast.FunctionDef)}
+        functions = {**everywhere, **shared, **aliases, **local}
         for fn in tree.body:
             if (
                 not isinstance(fn, ast.FunctionDef)
