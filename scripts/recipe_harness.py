@@ -75,6 +75,8 @@ class _Recipe:
         self.depth = depth
         self.cfg_name = "cfg"
         self.from_hf_model = False
+        self.calls: dict[str, ast.Call] = {}  # locals bound to a call (a section built before the container)
+        self.attrs: dict[str, dict[str, Any]] = {}  # what is then set on them (model_cfg.seq_length = ...)
 
     def run(self, fn: ast.FunctionDef, args: dict[str, Any]) -> None:
         """Evaluate ``fn``'s body with its module's constants and its parameters bound (defaults, then
@@ -102,8 +104,16 @@ class _Recipe:
         fname = name[-1] if name else ""
         if fname == "ConfigContainer":
             for kw in node.keywords:
-                if kw.arg in SECTIONS and isinstance(kw.value, ast.Call):
-                    self.call(kw.arg, kw.value)
+                value = kw.value
+                if isinstance(
+                    value, ast.Name
+                ):  # dataset = WanDatasetConfig(...); ConfigContainer(dataset=dataset)
+                    value = self.calls.get(value.id, value)
+                if kw.arg in SECTIONS and isinstance(value, ast.Call):
+                    self.call(kw.arg, value)
+                    if isinstance(kw.value, ast.Name):  # model_cfg.context_parallel_size = 8 before it
+                        for k, v in self.attrs.get(kw.value.id, {}).items():
+                            self.flat[f"{kw.arg}.{k}"] = v
             return True
         fn = self.functions.get(fname)
         if fn is None or self.depth > 8:
@@ -151,11 +161,17 @@ class _Recipe:
             self.from_hf_model = True  # a provider: its architecture comes from the HF config, not the file
         kwargs = {kw.arg: self.value(kw.value) for kw in node.keywords if kw.arg}
         kwargs = {k: v for k, v in kwargs.items() if v is not _SKIP}
+        if section == "model" and fname.endswith("Provider"):  # WanModelProvider(seq_length=1024, ...)
+            for k, v in kwargs.items():
+                self.flat[f"model.{k}"] = v
+            return
         if section in ("train", "ddp", "validation", "dist") and fname.endswith("Config"):
             for k, v in kwargs.items():
                 self.flat[f"{section}.{k}"] = v
             return
         if section == "dataset":
+            if fname[:1].isupper() and fname.endswith("Config"):  # the dataset class decides its kind
+                self.flat["dataset._target_"] = fname
             helper = fname.startswith(
                 "default_"
             )  # Bridge's dataset helpers build the specs only when packing
@@ -200,11 +216,18 @@ class _Recipe:
         if isinstance(target, ast.Name):
             if isinstance(value, ast.Call) and target.id == self.cfg_name and self.container(value):
                 return
+            if isinstance(value, ast.Call):
+                self.calls[target.id] = value
             v = self.value(value)
             if v is not _SKIP:
                 self.local[target.id] = v
             return
         chain = _chain(target)
+        if chain and len(chain) == 2 and chain[0] in self.calls:
+            v = self.value(value)
+            if v is not _SKIP:
+                self.attrs.setdefault(chain[0], {})[chain[1]] = v
+            return
         if not chain or len(chain) < 2 or chain[0] != self.cfg_name or chain[1] not in SECTIONS:
             return
         key = ".".join(chain[1:])
