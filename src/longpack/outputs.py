@@ -59,6 +59,8 @@ __all__ = [
     "check_output_file",
     "commit_file",
     "fsync_dir",
+    "map_scratch",
+    "new_scratch_file",
     "output_write_errors",
     "resolved_path",
     "sha256_file",
@@ -452,3 +454,57 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     """
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def new_scratch_file(folder: Path, stem: str) -> tuple[Path, IO[bytes]]:
+    """A new, empty scratch file ``folder/STEM-*.bin`` opened for writing: created exclusively
+    (``O_EXCL``), so it never truncates a file that exists, whoever made it. A name made from the process
+    id and an object's ``id()`` did: ``id()`` is reused once an object is freed, and a second scratch file
+    truncated the first while its memory map was still being read (SIGBUS in the row fill, or its bytes
+    silently replaced).
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> (a, fa), (b, fb) = new_scratch_file(d, "tokens"), new_scratch_file(d, "tokens")
+    >>> a != b, a.name.startswith("tokens-"), a.suffix
+    (True, True, '.bin')
+    >>> fa.close(); fb.close()
+    """
+    import tempfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f"{stem}-", suffix=".bin", dir=folder)
+    return Path(name), os.fdopen(fd, "wb")
+
+
+def map_scratch(path: Path, dtype: Any, n: int) -> Any:
+    """A read-only memory map of the ``n`` values of ``dtype`` in the finished (closed) scratch file
+    ``path``, after checking that the file holds exactly that many bytes: a map past a file's end, or of a
+    file that shrinks, ends the process by SIGBUS when read; a short file is refused here instead.
+
+    >>> import tempfile, numpy as np
+    >>> d = Path(tempfile.mkdtemp()); p, fh = new_scratch_file(d, "t")
+    >>> np.arange(4, dtype=np.int32).tofile(fh); fh.close()
+    >>> map_scratch(p, np.int32, 4).tolist()
+    [0, 1, 2, 3]
+    >>> map_scratch(p, np.int32, 5)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    longpack.errors.OutputError: ... holds 16 bytes where 20 were written (another process changed the scratch file or the disk refused a write); free space there and run again
+    """
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    want = n * dtype.itemsize
+    try:
+        size = os.stat(path).st_size
+    except OSError as exc:
+        raise OutputError(f"{path}: the scratch file is gone ({exc.strerror}); run again") from exc
+    if size != want:
+        raise OutputError(
+            f"{path}: holds {size} bytes where {want} were written (another process changed the scratch "
+            "file or the disk refused a write); free space there and run again"
+        )
+    if n == 0:
+        return np.zeros(0, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", shape=(n,))

@@ -31,7 +31,7 @@ import numpy as np
 
 from longpack import _optional
 from longpack.errors import OutputError
-from longpack.outputs import sha256_file
+from longpack.outputs import map_scratch, new_scratch_file, sha256_file
 from longpack.progress import ProgressBar
 from longpack.samples import TokenizedSamples
 from longpack.text import inputs as _inputs
@@ -604,10 +604,13 @@ class _TokenStore:
 
     def _spill(self) -> None:
         assert self.spill_dir is not None
-        self.spill_dir.mkdir(parents=True, exist_ok=True)
-        tag = f"{os.getpid()}-{id(self):x}"
-        self.paths = (self.spill_dir / f"tokens-{tag}.bin", self.spill_dir / f"loss_mask-{tag}.bin")
-        self.files = (open(self.paths[0], "wb"), open(self.paths[1], "wb"))  # noqa: SIM115 - closed in finish
+        # New files, created exclusively: never one a live memory map still reads (longpack.outputs).
+        (tokens_path, tokens_file), (mask_path, mask_file) = (
+            new_scratch_file(self.spill_dir, "tokens"),
+            new_scratch_file(self.spill_dir, "loss_mask"),
+        )
+        self.paths = (tokens_path, mask_path)
+        self.files = (tokens_file, mask_file)
         self.tokens.finish().tofile(self.files[0])
         self.mask.finish().tofile(self.files[1])
         self.tokens = _Growable(self.dtype)  # the in-memory copy is released
@@ -617,14 +620,12 @@ class _TokenStore:
         if self.files is None:
             return self.tokens.finish(), self.mask.finish()
         assert self.paths is not None
-        for f in self.files:
-            f.close()
-        if self.n == 0:
-            return np.zeros(0, self.dtype), np.zeros(0, np.uint8)
-        return (
-            np.memmap(self.paths[0], dtype=self.dtype, mode="r", shape=(self.n,)),
-            np.memmap(self.paths[1], dtype=np.uint8, mode="r", shape=(self.n,)),
-        )
+        with self._scratch_errors():  # the last buffered bytes are written here: a full disk shows now
+            for f in self.files:
+                f.close()
+        # Mapped only once written whole and closed, and only at the size written (a short file would
+        # end the process by SIGBUS when the rows are filled).
+        return map_scratch(self.paths[0], self.dtype, self.n), map_scratch(self.paths[1], np.uint8, self.n)
 
     def close(self) -> None:
         if self.files is not None:
