@@ -7,10 +7,13 @@ while mapped (SIGBUS in the row fill), and a token store whose arrays were trust
 from __future__ import annotations
 
 import gc
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from hostile_helpers import assert_clean, invoke
 
 PACK = ["--tokenizer", "bytes", "--seq-length", "64"]
 
@@ -47,3 +50,110 @@ def test_a_short_scratch_file_is_refused_not_mapped(tmp_path: Path) -> None:
     with pytest.raises(OutputError, match="holds 40 bytes where 44 were written"):
         map_scratch(path, np.int32, 11)
     assert map_scratch(path, np.int32, 10).tolist() == list(range(10))
+
+
+# -- a token store is validated when opened, whatever command reads it ------------------------------------
+
+
+def _damage(store: Path, name: str, array: np.ndarray) -> None:
+    """Replace one array of ``store`` and make ``store.json`` agree with it (so only the values are wrong)."""
+    np.save(store / f"{name}.npy", array)
+    manifest = json.loads((store / "store.json").read_text())
+    manifest["arrays"][name] = {"dtype": str(array.dtype), "shape": list(array.shape)}
+    (store / "store.json").write_text(json.dumps(manifest))
+
+
+def _damaged_stores(root: Path, good: Path) -> dict[str, tuple[Path, str]]:
+    """Damaged copies of the store ``good``, by case: (store, what the message must name)."""
+    import shutil
+
+    arrays = {
+        n: np.load(good / f"{n}.npy") for n in ("tokens", "loss_mask", "offsets", "source_file", "source_row")
+    }
+    offsets, tokens = arrays["offsets"], arrays["tokens"]
+    swapped = offsets.copy()
+    swapped[1], swapped[2] = swapped[2], swapped[1]
+    cases: dict[str, tuple[str, np.ndarray | None, str]] = {
+        "offsets decrease": ("offsets", swapped, "offsets decrease at index 2"),
+        "negative id": (
+            "tokens",
+            np.where(np.arange(len(tokens)) == 5, -3, tokens).astype(tokens.dtype),
+            "index 5",
+        ),
+        "id past vocab": (
+            "tokens",
+            np.where(np.arange(len(tokens)) == 7, 259, tokens).astype(tokens.dtype),
+            "vocab_size 259",
+        ),
+        "mask 2": (
+            "loss_mask",
+            np.where(np.arange(len(tokens)) == 4, 2, arrays["loss_mask"]).astype(np.uint8),
+            "index 4",
+        ),
+        "source file": ("source_file", arrays["source_file"] + 3, "file index 3 of sample 0"),
+        "source row": ("source_row", arrays["source_row"] - 100, "is negative"),
+        "float tokens": ("tokens", tokens.astype(np.float32), "dtype float32"),
+        "matrix mask": ("loss_mask", arrays["loss_mask"].reshape(1, -1), "shape [1,"),
+        "no tokenizer": ("record", None, "record field 'tokenizer'"),
+    }
+    out = {}
+    for case, (name, array, says) in cases.items():
+        store = root / case.replace(" ", "_")
+        shutil.copytree(good, store)
+        if array is None:
+            manifest = json.loads((store / "store.json").read_text())
+            del manifest["record"]["tokenizer"]
+            (store / "store.json").write_text(json.dumps(manifest))
+        else:
+            _damage(store, name, array)
+        out[case] = (store, says)
+    return out
+
+
+def test_a_damaged_store_is_refused_by_every_command(tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text(
+        "".join(json.dumps({"prompt": f"q{i}", "completion": "a" * (i + 3)}) + "\n" for i in range(12))
+    )
+    good = tmp_path / "store"
+    assert_clean(invoke(["tokenize", data, "--tokenizer", "bytes", "--out", good]), frozenset({0}))
+    commands = {
+        "pack": lambda s: [
+            "pack",
+            "--store",
+            s,
+            "--seq-length",
+            "64",
+            "--out",
+            tmp_path / "out",
+            "--overwrite",
+        ],
+        "sweep": lambda s: ["sweep", "--store", s, "--pack-lengths", "64"],
+        "plan": lambda s: [
+            "plan",
+            "--data",
+            s,
+            "--model",
+            "qwen3_8b",
+            "--gpu",
+            "H100",
+            "--gpus",
+            "8",
+            "--seq-length",
+            "4096",
+        ],
+        "balance": lambda s: ["balance", s, "--dp", "2", "--gbs", "2", "--pack-size", "64"],
+        "inspect --verify": lambda s: ["inspect", s, "--verify"],
+    }
+    for name, argv in commands.items():  # the good store passes each command
+        assert_clean(invoke(argv(good)), frozenset({0})), name
+    # every damage against the fast readers; every reader against two damages (one check serves them all)
+    everyone = ("negative id", "offsets decrease")
+    for case, (store, says) in _damaged_stores(tmp_path / "bad", good).items():
+        for name, argv in commands.items():
+            if case not in everyone and name not in ("pack", "inspect --verify"):
+                continue
+            if case == "no tokenizer" and name in ("balance", "inspect --verify"):
+                continue  # they read no tokenization report; the arrays are fine
+            outcome = assert_clean(invoke(argv(store)), frozenset({2}))
+            assert says in outcome.output and "tokenize again" in outcome.output, (case, name, str(outcome))

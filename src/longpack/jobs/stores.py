@@ -96,7 +96,7 @@ def open_store(
     """``(TokenizeResult, text options, store record for the manifest)`` of a store, refused
     (:class:`InputError`) if what decided its tokens changed; ``tokenizer``, if given, must be the one
     the store was tokenized with."""
-    from longpack.store import TokenStore
+    from longpack.store import TokenStore, check_record
     from longpack.text.pipeline import TokenizeResult
 
     store = TokenStore.open(path)
@@ -109,6 +109,7 @@ def open_store(
             fields="store",
         )
     record = store.record
+    check_record(store.path, record)
     if tokenizer is not None:
         from longpack.text.tokenizers import as_tokenizer
 
