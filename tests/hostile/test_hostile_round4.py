@@ -12,10 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from hostile_helpers import assert_clean, invoke
+from hostile_helpers import assert_clean, examples, invoke
 
 PACK = ["--tokenizer", "bytes", "--seq-length", "64"]
+FIXTURE_OK = [HealthCheck.function_scoped_fixture]
 
 
 # -- out-of-core scratch files: never truncated while mapped, never mapped short ---------------------------
@@ -157,3 +160,90 @@ def test_a_damaged_store_is_refused_by_every_command(tmp_path: Path) -> None:
                 continue  # they read no tokenization report; the arrays are fine
             outcome = assert_clean(invoke(argv(store)), frozenset({2}))
             assert says in outcome.output and "tokenize again" in outcome.output, (case, name, str(outcome))
+
+
+# -- indexed output: no silent loss-mask loss, damaged files found, GPTDataset settings checked -------------
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_sft_rows_as_indexed_documents_are_refused_unless_every_token_trains(tmp_path: Path) -> None:
+    """Megatron's indexed datasets carry no loss mask: prompts and user turns would be trained on."""
+    pc = _write(tmp_path / "pc.jsonl", [{"prompt": f"q{i}", "completion": "answer"} for i in range(6)])
+    chat = _write(
+        tmp_path / "chat.jsonl",
+        [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}] * 4,
+    )
+    pre = _write(tmp_path / "pre.jsonl", [{"input_ids": [5, 6, 7], "loss_mask": [0, 1, 1]}] * 3)
+    out = tmp_path / "out"
+    indexed = [*PACK, "--output-format", "indexed", "--out", out, "--overwrite"]
+    for data in (pc, chat, pre):
+        outcome = assert_clean(invoke(["pack", data, *indexed]), frozenset({2}))
+        assert "outside the loss mask" in outcome.output and "--output-format parquet" in outcome.output
+        assert not out.exists(), "nothing is written"
+    # chats keep their template's special tokens out of the loss even with --chat-loss full
+    assert_clean(invoke(["pack", chat, *indexed, "--chat-loss", "full"]), frozenset({2}))
+    assert_clean(invoke(["pack", pc, *indexed, "--prompt-completion-loss", "full"]), frozenset({0}))
+
+
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=FIXTURE_OK)
+@given(
+    where=st.floats(0, 1, exclude_max=True), bit=st.integers(0, 7), suffix=st.sampled_from([".bin", ".idx"])
+)
+def test_inspect_verify_finds_a_flipped_bit_in_an_indexed_folder(
+    tmp_path_factory: pytest.TempPathFactory, where: float, bit: int, suffix: str
+) -> None:
+    root = tmp_path_factory.mktemp("flip")
+    docs = _write(root / "docs.jsonl", [{"text": f"document number {i} " * (i + 1)} for i in range(20)])
+    out = root / "out"
+    assert_clean(invoke(["pack", docs, *PACK, "--output-format", "indexed", "--out", out]), frozenset({0}))
+    assert_clean(invoke(["inspect", out, "--verify"]), frozenset({0}))
+    path = out / f"training_text_document{suffix}"
+    data = bytearray(path.read_bytes())
+    data[int(where * len(data))] ^= 1 << bit
+    path.write_bytes(bytes(data))
+    outcome = assert_clean(invoke(["inspect", out, "--verify"]), frozenset({1, 2}))
+    assert path.name in outcome.output, str(outcome)
+
+
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=FIXTURE_OK)
+@given(
+    split=st.one_of(
+        st.text(max_size=12), st.sampled_from(["0,0,0", "1,2,3,4", "1e3,1", "-1,2", "0,1,0", ",", "1/1"])
+    ),
+    seed=st.one_of(st.integers(-(2**40), 2**40), st.just(2**32), st.just(-1)),
+    num_samples=st.one_of(st.none(), st.integers(-5, 10**15)),
+)
+def test_gpt_dataset_settings_are_checked_not_crashed_or_hung(
+    indexed_folder: Path, split: str, seed: int, num_samples: int | None
+) -> None:
+    argv = ["inspect", indexed_folder, "--split", split, "--seed", str(seed)]
+    if num_samples is not None:
+        argv += ["--num-samples", str(num_samples)]
+    outcome = assert_clean(invoke(argv, seconds=20))
+    if not 0 <= seed < 2**32:
+        assert outcome.exit_code == 2 and "--seed" in outcome.output, str(outcome)
+
+
+@pytest.fixture(scope="module")
+def indexed_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("indexed")
+    docs = _write(root / "docs.jsonl", [{"text": "x" * (i + 1)} for i in range(12)])
+    out = root / "out"
+    assert_clean(invoke(["pack", docs, *PACK, "--output-format", "indexed", "--out", out]), frozenset({0}))
+    return out
+
+
+def test_an_empty_training_part_is_an_error_not_a_hang(indexed_folder: Path) -> None:
+    """Megatron's epoch count loops forever on a split without tokens; longpack says why instead."""
+    outcome = assert_clean(
+        invoke(["inspect", indexed_folder, "--split", "0,1,0", "--num-samples", "4"], seconds=20)
+    )
+    assert outcome.exit_code == 2 and "holds 0 tokens" in outcome.output, str(outcome)
+    outcome = assert_clean(
+        invoke(["inspect", indexed_folder, "--split", "0,1,0", "--sample", "0"], seconds=20)
+    )
+    assert outcome.exit_code == 2 and "draws no samples" in outcome.output, str(outcome)

@@ -69,6 +69,7 @@ class InspectConfig:
                     split=self.split,
                     num_samples=self.num_samples,
                     sample=self.sample,
+                    verify=self.verify,
                 )
             )
 

@@ -707,10 +707,11 @@ class PackConfig:
     ) -> PackResult:
         """Every document into Megatron indexed datasets (``longpack.packed.indexed``); manifest last."""
         from longpack.outputs import output_write_errors
-        from longpack.packed.indexed import write_indexed_output
+        from longpack.packed.indexed import check_trains_everywhere, write_indexed_output
         from longpack.packed.manifest import PackManifest
         from longpack.packed.pipeline import Provenance, prepare_out_dir
 
+        check_trains_everywhere(train.samples, train.format)  # before anything is written or replaced
         provenance = self._provenance(train, None, demo_prefix, Provenance)
         for info in provenance.inputs:  # every document of every file is written whole
             info.update(packed=info["rows"] - info.get("malformed", 0), truncated=0, dropped=0)
