@@ -247,3 +247,121 @@ def test_an_empty_training_part_is_an_error_not_a_hang(indexed_folder: Path) -> 
         invoke(["inspect", indexed_folder, "--split", "0,1,0", "--sample", "0"], seconds=20)
     )
     assert outcome.exit_code == 2 and "draws no samples" in outcome.output, str(outcome)
+
+
+# -- verify: odd model configs, certificate paths, the structural verifier first, unguarded scripts --------
+
+QWEN3_CONFIG = Path(__file__).resolve().parents[1] / "data" / "hf_configs" / "qwen3_8b.json"
+ODD_CONFIGS = {
+    "zero layers": ({"num_hidden_layers": 0}, "num_hidden_layers is 0"),
+    "NaN rms_norm_eps": ({"rms_norm_eps": float("nan")}, "rms_norm_eps is nan"),
+    "zero rope factor": (
+        {"model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 0.0}},
+        "rope_scaling.factor is 0.0",
+    ),
+    "unknown rope type": ({"rope_scaling": {"rope_type": "spiral", "factor": 2.0}}, "'spiral'"),
+    "string size": ({"hidden_size": "4096"}, "hidden_size is '4096'"),
+    "heads do not divide": ({"num_key_value_heads": 5}, "a divisor of num_attention_heads"),
+    "VLM without hidden_size": (
+        {"model_type": "qwen2_vl", "hidden_size": None, "text_config": {"vocab_size": 151936}},
+        "hidden_size is None",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ODD_CONFIGS))
+def test_odd_model_configs_are_clear_errors(world, tmp_path: Path, case: str) -> None:
+    edit, says = ODD_CONFIGS[case]
+    config = json.loads(QWEN3_CONFIG.read_text()) | edit
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))  # NaN as JSON's NaN, as Python writes it
+    outcome = assert_clean(
+        invoke(["verify", world.packed, "--model", path, "--max-rows", "1"]), frozenset({2})
+    )
+    assert says in outcome.output and "--model" in outcome.output, str(outcome)
+
+
+def test_a_certificate_path_that_cannot_be_written_is_refused_first(world, tmp_path: Path) -> None:
+    for certificate in (tmp_path / "no" / "such" / "folder" / "cert.json", tmp_path):
+        outcome = assert_clean(
+            invoke(["verify", world.packed, "--model", QWEN3_CONFIG, "--certificate", certificate]),
+            frozenset({2}),
+        )
+        assert "--certificate" in outcome.output, str(outcome)
+
+
+def test_verify_runs_the_structural_verifier_first(world, tmp_path: Path) -> None:
+    """A folder ``inspect --verify`` refuses (a shard's sha256 no longer the manifest's) fails verify too,
+    however few rows the model checks."""
+    from longpack.jobs import VerifyConfig
+
+    folder = world.copy_packed(tmp_path / "packed")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["splits"]["training"]["files"][0]["sha256"] = "0" * 64
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert assert_clean(invoke(["inspect", folder, "--verify"])).exit_code == 1
+    result = VerifyConfig(
+        packed=folder, model=str(QWEN3_CONFIG), max_rows=1, cp=(), pp=(), time_budget=None
+    ).run()
+    assert not result.ok and result.exit_code == 1
+    assert any(f["check"] == "structure" and "sha256" in f["detail"] for f in result.failures), (
+        result.failures
+    )
+    assert result.certificate["structure"]["problems"] and result.certificate["rows_not_checked"] > 0
+
+
+@pytest.mark.slow
+def test_rank_processes_work_from_an_unguarded_script(tmp_path: Path) -> None:
+    """forkserver/spawn re-ran a script without an ``if __name__ == "__main__":`` guard in every rank."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from longpack.runtime.cp_check import run_cp_check\n"
+        "print('script ran')\n"
+        "cases = run_cp_check(2, dtypes=('float64',))\n"
+        "print('cases', len(cases))\n"
+    )
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("script ran") == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+
+
+# -- fragment accounting with a validation split -----------------------------------------------------------
+
+
+@settings(max_examples=examples(6), deadline=None, suppress_health_check=FIXTURE_OK)
+@given(
+    lengths=st.lists(st.integers(1, 300), min_size=4, max_size=30),
+    val_fraction=st.sampled_from([0.2, 0.3, 0.5]),
+)
+def test_fragment_accounting_holds_with_a_validation_split(
+    tmp_path_factory: pytest.TempPathFactory, lengths: list[int], val_fraction: float
+) -> None:
+    root = tmp_path_factory.mktemp("frag")
+    data = _write(root / "docs.jsonl", [{"text": "w" * n} for n in lengths])
+    out = root / "out"
+    argv = ["pack", data, "--format", "text", *PACK, "--overlength", "fragment", "--out", out]
+    outcome = assert_clean(invoke([*argv, "--val-fraction", str(val_fraction)]), frozenset({0, 2}))
+    if outcome.exit_code == 2:  # fewer than 2 packable samples for the split: said, nothing written
+        assert "val_fraction" in outcome.output or "--val-fraction" in outcome.output, str(outcome)
+        return
+    manifest = json.loads((out / "manifest.json").read_text())
+    c = manifest["counts"]
+    assert c["packed"] + c["dropped"] + c["malformed"] == c["rows_read"] == len(lengths), c
+    fragmented = 0
+    for split in manifest["splits"].values():  # per split: sources = sequences - fragments + fragmented
+        sources = split["samples_packed"] - split["fragments"] + split["fragmented_count"]
+        assert sources == split["samples_in"] - split["dropped_count"], split
+        assert split["fragmented_count"] <= split["samples_in"], split
+        fragmented += split["fragmented_count"]
+    assert fragmented == c["fragmented"] == manifest["inputs"][0].get("fragmented", 0)
+    inspected = json.loads(invoke(["inspect", out, "--verify", "--json"]).output)
+    assert inspected["ok"], inspected["problems"]
+    for name, split in manifest["splits"].items():  # the shards hold exactly the sequences reported
+        assert inspected["splits"][name]["samples"] == split["samples_packed"], (
+            name,
+            inspected["splits"][name],
+        )

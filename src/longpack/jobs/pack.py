@@ -840,22 +840,25 @@ def _file_outcomes(inputs: Sequence[dict[str, Any]], train: Any, val: Any, split
     ``rows = malformed + packed + dropped`` (``packed`` includes the truncated samples)."""
     import numpy as np
 
-    sets = [(train, splits[0].aligned)]
+    # Each split reports its own fragmented samples: a validation split carved out of the training inputs
+    # (val_fraction) holds some of the training inputs' fragmented samples.
+    carved = [s.aligned.fragmented for s in splits[1:]] if val is None else []
+    sets = [(train, splits[0].aligned, np.concatenate([splits[0].aligned.fragmented, *carved]))]
     if val is not None:
-        sets.append((val, splits[1].aligned))
+        sets.append((val, splits[1].aligned, splits[1].aligned.fragmented))
     offset = 0
-    for result, aligned in sets:
+    for result, aligned, fragmented_samples in sets:
         n = len(result.inputs)
         of_file = result.samples.source_file
         samples = np.bincount(of_file, minlength=n)
         truncated = np.bincount(of_file[aligned.truncated], minlength=n)
         dropped = np.bincount(of_file[aligned.dropped], minlength=n)
-        fragmented = np.bincount(of_file[aligned.fragmented], minlength=n)
+        fragmented = np.bincount(of_file[fragmented_samples.astype(np.int64)], minlength=n)
         for k in range(n):
             inputs[offset + k].update(
                 packed=int(samples[k] - dropped[k]), truncated=int(truncated[k]), dropped=int(dropped[k])
             )
-            if len(aligned.fragmented):
+            if len(fragmented_samples):
                 inputs[offset + k]["fragmented"] = int(fragmented[k])
         offset += n
 
