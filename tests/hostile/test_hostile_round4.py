@@ -365,3 +365,65 @@ def test_fragment_accounting_holds_with_a_validation_split(
             name,
             inspected["splits"][name],
         )
+
+
+# -- check on things that are not configs; rules_drift.py on bad paths and dates ---------------------------
+
+
+def test_check_refuses_what_is_not_a_config(world, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing here\n")
+    row = tmp_path / "row.json"
+    row.write_text(json.dumps({"prompt": "q", "completion": "a"}))
+    for path, says in (
+        (empty, "empty"),
+        (Path("/dev/null"), "empty"),
+        (world.good, "a data file"),
+        (row, "none of its top-level keys"),
+    ):
+        outcome = assert_clean(invoke(["check", path]), frozenset({2}))
+        assert says in outcome.output and "OK" not in outcome.output, str(outcome)
+    config = tmp_path / "config.yaml"
+    config.write_text("model:\n  seq_length: 4096\n")
+    assert_clean(invoke(["check", config]), frozenset({0, 1}))
+
+
+def test_rules_drift_says_what_is_wrong_with_its_arguments(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "rules_drift.py"
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "README.md").write_text("x\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "bytes.txt").write_bytes(b"\xff\xfe\x00")
+    cases = {
+        "missing path": (
+            ["sites", "--repo", tmp_path / "none", "--from", "a", "--to", "b"],
+            "no such folder",
+        ),
+        "a folder": (
+            ["sites", "--repo", tmp_path / "plain", "--from", "a", "--to", "b"],
+            "not a git checkout",
+        ),
+        "a non-UTF-8 file": (
+            ["sites", "--repo", tmp_path / "bytes.txt", "--from", "a", "--to", "b"],
+            "a file",
+        ),
+        "impossible date": (["sites", "--repo", repo, "--from", "2026-02-30", "--to", "HEAD"], "not a date"),
+        "out is a folder": (
+            ["sites", "--repo", repo, "--from", "HEAD", "--to", "HEAD", "--out", tmp_path / "plain"],
+            "a folder",
+        ),
+        "ranges of a missing checkout": (["ranges", "--bridge", tmp_path / "none"], "no such folder"),
+    }
+    for case, (argv, says) in cases.items():
+        proc = subprocess.run(
+            [sys.executable, str(script), *map(str, argv)], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, (case, proc.stderr)
+        assert says in proc.stderr, (case, proc.stderr)
