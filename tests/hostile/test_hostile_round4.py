@@ -427,3 +427,54 @@ def test_rules_drift_says_what_is_wrong_with_its_arguments(tmp_path: Path) -> No
         )
         assert proc.returncode != 0 and "Traceback" not in proc.stderr, (case, proc.stderr)
         assert says in proc.stderr, (case, proc.stderr)
+
+
+# -- Python users get what the CLI says --------------------------------------------------------------------
+
+
+def test_python_callers_get_the_warnings_the_cli_prints(tmp_path: Path) -> None:
+    """A pack that drops most of its tokens: the CLI prints a warning; Python gets a LongpackWarning and
+    ``result.notes()`` lists it."""
+    import warnings
+
+    from longpack.errors import LongpackWarning
+    from longpack.jobs import PackConfig
+
+    data = _write(
+        tmp_path / "d.jsonl", [{"prompt": "q", "completion": "a" * n} for n in (5, 6, 7, 300, 400, 500)]
+    )
+    args = dict(inputs=[str(data)], tokenizer="bytes", seq_length=64, max_drop_fraction=1.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = PackConfig(out=tmp_path / "py", **args).run()
+    said = [str(w.message) for w in caught if issubclass(w.category, LongpackWarning)]
+    assert said and said == list(result.manifest.extra["warnings"]), said
+    assert [f"warning: {w}" for w in said] == result.notes()[: len(said)]
+    outcome = assert_clean(
+        invoke(["pack", data, *PACK, "--max-drop-fraction", "1", "--out", tmp_path / "cli"]), frozenset({0})
+    )
+    assert outcome.output.count(said[0][:40]) == 1, str(outcome)  # printed once, not also as a Python warning
+
+
+def test_a_nested_setting_given_at_the_top_names_its_config() -> None:
+    from longpack.errors import ConfigError
+    from longpack.jobs import PackConfig, SweepConfig, TokenizeConfig
+
+    for cls in (PackConfig, TokenizeConfig, SweepConfig):
+        with pytest.raises(
+            ConfigError,
+            match=r"belongs to TextConfig; give it as \w+\(text=TextConfig\(skip_malformed=True\)\)",
+        ):
+            cls(skip_malformed=True)
+    with pytest.raises(ConfigError, match="did you mean seq_length"):
+        PackConfig(seq_lenght=8)
+
+
+def test_results_name_things_as_the_json_does(world) -> None:
+    from longpack.jobs import CheckConfig, InspectConfig
+
+    check = CheckConfig(overrides=("model.context_parallel_size=2",), gpus=8).run()
+    finding = check.findings[0]
+    assert finding.id == finding.rule_id == finding.to_dict()["id"]
+    inspected = InspectConfig(folder=world.packed, verify=True).run()
+    assert inspected.ok is True and inspected.problems == [] and inspected.exit_code == 0

@@ -91,6 +91,16 @@ class InspectResult:
     report: dict[str, Any]
 
     @property
+    def ok(self) -> bool:
+        """Whether the folder (or store, or indexed dataset) is finished and every check passed."""
+        return bool(self.report.get("ok", False))
+
+    @property
+    def problems(self) -> list[str]:
+        """What failed (``report["problems"]``; a token store's: what no longer matches its inputs)."""
+        return list(self.report.get("problems", self.report.get("changes", [])))
+
+    @property
     def exit_code(self) -> int:
         """1 when the folder is unfinished or a check failed."""
         return 0 if self.report["ok"] else 1

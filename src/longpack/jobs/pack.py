@@ -41,7 +41,7 @@ from longpack.jobs.options import (
     tp_option,
     workers_option,
 )
-from longpack.option import check_choices, option
+from longpack.option import check_choices, option, refuse_unknown_settings
 from longpack.text.rows import TextConfig
 
 if TYPE_CHECKING:
@@ -590,8 +590,17 @@ class PackConfig:
         """Tokenize, plan and write; return the manifest (and a summary) of the finished folder.
 
         The output folder is checked before the (long) tokenization; the manifest is written last, so an
-        interrupted run leaves a folder that reads as unfinished.
+        interrupted run leaves a folder that reads as unfinished. What the CLI prints as a warning (a token
+        loss past a threshold, ...) is issued as a :class:`~longpack.errors.LongpackWarning` and listed by
+        :meth:`PackResult.notes`.
         """
+        from longpack.errors import warn_all
+
+        result = self._run()
+        warn_all(result.manifest.extra.get("warnings", ()))
+        return result
+
+    def _run(self) -> PackResult:
         from longpack.outputs import OutputLock, output_write_errors
         from longpack.packed.manifest import PackManifest
         from longpack.packed.pipeline import (
@@ -984,8 +993,9 @@ class PackResult:
         return self.out / self.manifest.bridge_config.get("name", BRIDGE_CONFIG_NAME)
 
     def notes(self) -> list[str]:
-        """What a user should know about how the data was read (not a problem): for prompt/completion data
-        with no separator, that the two texts are joined with nothing between them.
+        """What a user should know: the pack's warnings (``warning: ...``, as the CLI prints them), then how
+        the data was read (not a problem): for prompt/completion data with no separator, that the two texts
+        are joined with nothing between them.
 
         >>> from longpack.packed.manifest import PackManifest
         >>> m = PackManifest.from_dict({"settings": {"text": {"separator": "",
@@ -993,6 +1003,11 @@ class PackResult:
         >>> PackResult(out=Path("o"), manifest=m).notes()[0][:60]
         'prompt and completion are joined with nothing between them ('
         """
+        warned = [f"warning: {w}" for w in self.manifest.extra.get("warnings", ())]
+        return warned + self.read_notes()
+
+    def read_notes(self) -> list[str]:
+        """The notes of :meth:`notes` about how the data was read (the pack's warnings left out)."""
         record = self.manifest.to_dict()
         text = self.manifest.settings.get("text") or {}
         formats = {i.get("format") for i in record.get("inputs", []) if isinstance(i, dict)}
@@ -1043,7 +1058,7 @@ class PackResult:
             },
             "megatron_bridge": self.megatron_bridge,
             "warnings": list(self.manifest.extra.get("warnings", [])),
-            "notes": self.notes(),
+            "notes": self.read_notes(),  # the warnings are under "warnings"
             "skipped_inputs": len(self.manifest.extra.get("skipped_inputs", [])),
             "output_format": settings.get("output_format", "parquet"),
             "compat": settings.get("compat"),
@@ -1061,3 +1076,7 @@ class PackResult:
         if self.backend is not None:
             doc["backend"] = self.backend
         return doc
+
+
+# A setting of a nested config given at the top (PackConfig(skip_malformed=True)) names where it belongs.
+refuse_unknown_settings(PackConfig)
