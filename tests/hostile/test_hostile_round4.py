@@ -478,3 +478,114 @@ def test_results_name_things_as_the_json_does(world) -> None:
     assert finding.id == finding.rule_id == finding.to_dict()["id"]
     inspected = InspectConfig(folder=world.packed, verify=True).run()
     assert inspected.ok is True and inspected.problems == [] and inspected.exit_code == 0
+
+
+# -- VLM bad inputs ----------------------------------------------------------------------------------------
+
+
+def _png_header_only(path: Path, width: int, height: int) -> Path:
+    """A PNG whose header promises ``width`` x ``height`` pixels (a decompression bomb's header)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+        + chunk(b"IEND", b"")
+    )
+    return path
+
+
+def _vlm_row(**extra: object) -> dict:
+    return {
+        "messages": [{"role": "user", "content": "<image>hi"}, {"role": "assistant", "content": "yo"}],
+        **extra,
+    }
+
+
+def test_vlm_bad_media_are_refused_by_reason(tmp_path: Path) -> None:
+    """A decompression bomb's header, an empty image file, an empty video file: refused per sample with the
+    reason the docs name (never an internal error), the other samples counted."""
+    from PIL import Image
+
+    good = tmp_path / "good.png"
+    Image.new("RGB", (64, 48)).save(good)
+    _png_header_only(tmp_path / "bomb.png", 30000, 30000)
+    (tmp_path / "empty.png").write_bytes(b"")
+    (tmp_path / "empty.mp4").write_bytes(b"")
+    video_row = {
+        "messages": [{"role": "user", "content": "<video>hi"}, {"role": "assistant", "content": "yo"}]
+    }
+    rows = [
+        _vlm_row(images=["good.png"]),
+        _vlm_row(images=["bomb.png"]),
+        _vlm_row(images=["empty.png"]),
+        {**video_row, "videos": ["empty.mp4"]},
+    ]
+    data = _write(tmp_path / "vlm.jsonl", rows)
+    outcome = assert_clean(
+        invoke(["online-sim", "--vlm", data, "--vlm-family", "qwen3_vl", "--pack-size", "4096", "--json"]),
+        frozenset({0}),
+    )
+    rejected = json.loads(outcome.output)["samples"]["rejected"]
+    assert (rejected["undecodable"], rejected["empty_image"], rejected["empty_video"]) == (1, 1, 1), rejected
+
+
+def test_vlm_jsonl_gzip_and_bad_image_sizes(tmp_path: Path) -> None:
+    import gzip
+
+    rows = [_vlm_row(image_sizes=[[1920, 1080]])] + [
+        _vlm_row(image_sizes=[[bad, 480]]) for bad in (float("nan"), float("inf"), "640", None, 640.5, True)
+    ]
+    plain = _write(tmp_path / "v.jsonl", rows)
+    packed = tmp_path / "v.gz.jsonl"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    for data in (plain, packed):
+        outcome = assert_clean(
+            invoke(
+                ["online-sim", "--vlm", data, "--vlm-family", "qwen3_vl", "--pack-size", "4096", "--json"]
+            ),
+            frozenset({0}),
+        )
+        report = json.loads(outcome.output)
+        assert report["samples"]["rejected"]["malformed"] == 6, report["samples"]
+        # Qwen3-VL's own count for 1920x1080 (patch 16), not Qwen2-VL's patch 14 (1,222)
+        assert report["samples"]["visual_tokens_mean"] == 943.0, report["samples"]
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(
+    family=st.sampled_from(["qwen2_vl", "qwen3_vl", "gemma3", "nemotron_vl", "glm4v", "kimi_vl"]),
+    width=st.one_of(
+        st.integers(-5, 5000),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.booleans(),
+        st.none(),
+        st.text(max_size=3),
+    ),
+)
+def test_family_visual_tokens_refuse_sizes_that_are_not_pixels(family: str, width: object) -> None:
+    from longpack.errors import LongpackError
+    from longpack.vlm.families import vlm_family
+
+    fam = vlm_family(family)
+    whole = isinstance(width, int) and not isinstance(width, bool) and width >= 1
+    integral = (
+        isinstance(width, float)
+        and width == width
+        and abs(width) != float("inf")
+        and width.is_integer()
+        and width >= 1
+    )
+    try:
+        tokens = fam.visual_tokens(width, 480)  # type: ignore[arg-type]
+    except LongpackError as exc:
+        assert (not whole and not integral) or getattr(exc, "reason", "") == "aspect_ratio", exc
+        return
+    assert whole or integral, (family, width, tokens)
+    assert isinstance(tokens, int) and tokens >= 1

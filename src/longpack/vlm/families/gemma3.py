@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from longpack.vlm.chat import media_sources, normalize_conversation
-from longpack.vlm.errors import SampleError, SampleRejected, VLMError
+from longpack.vlm.errors import SampleError, SampleRejected, VLMError, sized
 from longpack.vlm.prepare import (
     IGNORE_INDEX,
     VLM_SKIPPED_TOKEN_TEXTS,
@@ -143,6 +143,7 @@ class Gemma3Family:
             return 0
         return n
 
+    @sized
     def visual_tokens(self, width: int, height: int) -> int:
         return (1 + self.crops(width, height)) * self.mm_tokens_per_image
 
