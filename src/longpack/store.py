@@ -46,7 +46,14 @@ import numpy as np
 
 from longpack._version import __version__
 from longpack.errors import InputError, OutputError, OutputExistsError
-from longpack.outputs import atomic_write, atomic_write_bytes, sha256_file
+from longpack.outputs import (
+    WRITE_ERRNOS,
+    ArrayWriter,
+    atomic_write,
+    atomic_write_bytes,
+    sha256_file,
+    write_error,
+)
 from longpack.samples import TokenizedSamples
 
 __all__ = [
@@ -98,7 +105,7 @@ def file_identity(path: str | os.PathLike[str], sha256: str | None = None) -> di
 
 
 def _save_npy(fh: IO[bytes], *, array: np.ndarray) -> None:
-    np.save(fh, array, allow_pickle=False)
+    np.save(ArrayWriter(fh), array, allow_pickle=False)  # fh.write: a full disk keeps its errno
 
 
 def _store_names() -> set[str]:
@@ -158,6 +165,8 @@ def write_store(
         text = json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n"
         atomic_write_bytes(folder / STORE_MANIFEST, text.encode())
     except OSError as exc:
+        if exc.errno in WRITE_ERRNOS:  # a full disk, a quota, a file-size limit: as pack says it
+            raise write_error(exc, folder, manifest=STORE_MANIFEST, again="run") from exc
         raise OutputError(f"cannot write the token store {folder}: {exc}", fields="out") from exc
     return manifest
 

@@ -589,3 +589,52 @@ def test_family_visual_tokens_refuse_sizes_that_are_not_pixels(family: str, widt
         return
     assert whole or integral, (family, width, tokens)
     assert isinstance(tokens, int) and tokens >= 1
+
+
+# -- full disks: tokenize, the store and indexed writes say it as pack to Parquet does ---------------------
+
+
+@pytest.mark.slow  # four real processes under a file-size limit
+def test_a_file_size_limit_is_the_same_clear_error_for_every_writer(tmp_path: Path) -> None:
+    import random
+    import resource
+    import signal
+
+    from hostile_helpers import run_subprocess
+
+    rng = random.Random(0)
+    ids = _write(
+        tmp_path / "ids.jsonl", [{"input_ids": [rng.randrange(259) for _ in range(60)]} for _ in range(4000)]
+    )
+    docs = _write(
+        tmp_path / "docs.jsonl",
+        [{"text": "".join(chr(97 + rng.randrange(26)) for _ in range(60))} for _ in range(4000)],
+    )
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() then fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+
+    commands = {
+        "tokenize": ["tokenize", ids, "--tokenizer", "bytes", "--out", tmp_path / "store"],
+        "keep-store": ["pack", ids, *PACK, "--keep-store", tmp_path / "kept", "--out", tmp_path / "p1"],
+        "indexed": [
+            "pack",
+            docs,
+            "--format",
+            "text",
+            *PACK,
+            "--output-format",
+            "indexed",
+            "--out",
+            tmp_path / "ix",
+        ],
+        "parquet": ["pack", ids, *PACK, "--out", tmp_path / "p2"],
+    }
+    for name, argv in commands.items():
+        outcome = run_subprocess(argv, preexec=small_files)
+        assert_clean(outcome, frozenset({2}))
+        assert "File too large" in outcome.output and "reads as unfinished" in outcome.output, (
+            name,
+            str(outcome),
+        )

@@ -219,7 +219,7 @@ def take(samples: Any, indices: np.ndarray, folder: Path | None, *, chunk: int =
 
     if folder is None or _mapping(samples.tokens) is None:
         return samples.take(indices)
-    from longpack.outputs import map_scratch, new_scratch_file
+    from longpack.outputs import map_scratch, new_scratch_file, write_array
 
     indices = np.asarray(indices, dtype=np.int64)
     # New files, created exclusively: never one that a live memory map still reads.
@@ -230,8 +230,8 @@ def take(samples: Any, indices: np.ndarray, folder: Path | None, *, chunk: int =
     with ft, fm:
         for lo in range(0, len(indices), chunk):
             part = samples.take(indices[lo : lo + chunk])
-            part.tokens.tofile(ft)
-            part.loss_mask.tofile(fm)
+            write_array(ft, part.tokens)  # fh.write: a full disk keeps its errno
+            write_array(fm, part.loss_mask)
             del part
     lengths = samples.stored_lengths()[indices]
     offsets = np.zeros(len(indices) + 1, dtype=np.int64)

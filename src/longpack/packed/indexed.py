@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from longpack.errors import PackedDataError
-from longpack.outputs import atomic_write, atomic_write_bytes, sha256_file
+from longpack.outputs import atomic_write, atomic_write_bytes, sha256_file, write_array
 from longpack.samples import TokenizedSamples
 
 __all__ = [
@@ -110,7 +110,7 @@ def _atomic_write(path: Path, chunks: Sequence[bytes | np.ndarray]) -> None:
     def write(f: Any) -> None:
         for chunk in chunks:
             if isinstance(chunk, np.ndarray):
-                chunk.tofile(f)
+                write_array(f, chunk)  # fh.write: a full disk keeps its errno
             else:
                 f.write(chunk)
 

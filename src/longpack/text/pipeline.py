@@ -31,7 +31,7 @@ import numpy as np
 
 from longpack import _optional
 from longpack.errors import OutputError
-from longpack.outputs import map_scratch, new_scratch_file, sha256_file
+from longpack.outputs import map_scratch, new_scratch_file, sha256_file, write_array
 from longpack.progress import ProgressBar
 from longpack.samples import TokenizedSamples
 from longpack.text import inputs as _inputs
@@ -583,8 +583,8 @@ class _TokenStore:
                 self._spill()
         if self.files is not None:
             with self._scratch_errors():
-                np.ascontiguousarray(tokens, dtype=self.dtype).tofile(self.files[0])
-                np.ascontiguousarray(mask, dtype=np.uint8).tofile(self.files[1])
+                write_array(self.files[0], np.ascontiguousarray(tokens, dtype=self.dtype))
+                write_array(self.files[1], np.ascontiguousarray(mask, dtype=np.uint8))
         else:
             self.tokens.extend(tokens)
             self.mask.extend(mask)
@@ -611,8 +611,8 @@ class _TokenStore:
         )
         self.paths = (tokens_path, mask_path)
         self.files = (tokens_file, mask_file)
-        self.tokens.finish().tofile(self.files[0])
-        self.mask.finish().tofile(self.files[1])
+        write_array(self.files[0], self.tokens.finish())  # fh.write: a full disk keeps its errno
+        write_array(self.files[1], self.mask.finish())
         self.tokens = _Growable(self.dtype)  # the in-memory copy is released
         self.mask = _Growable(np.uint8)
 

@@ -270,6 +270,7 @@ def decode_image(source: ImageSource, *, key: str = "?") -> Any:
 
     if is_empty_media(source):
         raise SampleRejected(key, "empty_image", f"image {_describe(source)} is empty (0 bytes)")
+    refused: tuple[type[BaseException], ...] = (*_decoder_errors(), TypeError)
     try:
         if isinstance(source, Image.Image):
             image = source
@@ -292,7 +293,7 @@ def decode_image(source: ImageSource, *, key: str = "?") -> Any:
         return image.convert("RGB") if image.mode != "RGB" else image
     except SampleRejected:
         raise
-    except _decoder_errors() + (TypeError,) as exc:
+    except refused as exc:
         raise SampleRejected(
             key, "undecodable", f"image {_describe(source)} cannot be decoded ({_reason(exc)})"
         ) from None
