@@ -119,30 +119,33 @@ def write_store(
     *,
     input_files: Sequence[Mapping[str, Any]] = (),
     overwrite: bool = False,
+    field: str = "out",
 ) -> dict[str, Any]:
     """Write ``samples`` as a store at ``path``: each array atomically, ``store.json`` last; return the
     manifest. ``record``: the tokenization report to keep (JSON values: format, tokenizer, text options,
     inputs, ...); ``input_files``: :func:`file_identity` of every input file, checked when the store is used.
 
     An existing store is replaced only with ``overwrite`` (its manifest goes first, so a store being
-    replaced never reads as finished); a folder holding other files is refused.
+    replaced never reads as finished); a folder holding other files is refused. ``field``: the setting
+    that named the folder (``out``, or ``keep_store`` for a pack that keeps its tokens), named in errors.
     """
     folder = Path(path)
     if folder.exists():
         if not folder.is_dir():
-            raise OutputExistsError(f"store {folder} exists and is not a folder", fields="out")
+            raise OutputExistsError(f"{field} {folder} exists and is not a folder", fields=field)
         present = {p.name for p in folder.iterdir()}
         if present and not overwrite:
             raise OutputExistsError(
-                f"store folder {folder} already exists; set overwrite=True (--overwrite) to replace it or "
-                "choose a new out",
-                fields=("out", "overwrite"),
+                f"{field} {folder}: a store folder already exists there; set overwrite=True to replace it or "
+                f"choose a new {field}",
+                fields=(field, "overwrite"),
             )
         foreign = sorted(n for n in present if n not in _store_names() and not n.startswith("."))
         if foreign:
             raise OutputExistsError(
-                f"overwrite refused: {folder} holds files that are not a token store's ({', '.join(foreign[:5])})",
-                fields=("out", "overwrite"),
+                f"overwrite refused: {field} {folder} holds files that are not a token store's "
+                f"({', '.join(foreign[:5])}); choose a new {field}",
+                fields=(field, "overwrite"),
             )
         (folder / STORE_MANIFEST).unlink(missing_ok=True)
     try:
@@ -166,8 +169,8 @@ def write_store(
         atomic_write_bytes(folder / STORE_MANIFEST, text.encode())
     except OSError as exc:
         if exc.errno in WRITE_ERRNOS:  # a full disk, a quota, a file-size limit: as pack says it
-            raise write_error(exc, folder, manifest=STORE_MANIFEST, again="run") from exc
-        raise OutputError(f"cannot write the token store {folder}: {exc}", fields="out") from exc
+            raise write_error(exc, folder, field=field, manifest=STORE_MANIFEST, again="run") from exc
+        raise OutputError(f"{field} {folder}: cannot write the token store: {exc}", fields=field) from exc
     return manifest
 
 

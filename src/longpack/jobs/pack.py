@@ -145,7 +145,8 @@ def settle_data_source(
 
         if store_clash is not None:
             raise error(store_clash, fields=("store", "inputs"))
-        set_(config, "text", store_text(config.store, config.text))  # the store's options, checked
+        implied = config.text_implied() if hasattr(config, "text_implied") else None
+        set_(config, "text", store_text(config.store, config.text, implied))  # the store's options, checked
     elif not config.inputs:
         raise error(
             "no inputs: give at least one input file, folder or glob in inputs, or set demo=True",
@@ -466,6 +467,25 @@ class PackConfig:
         set_(self, "_mult_source", source)
         set_(self, "_settings", self._pack_settings(mult))
 
+    def text_implied(self) -> dict[str, tuple[str, str]]:
+        """Text options this job sets itself, by the setting that sets them: ``{field: (why, setting)}``, so
+        that a store tokenized otherwise is refused naming that setting, not the text option."""
+        if self.output_format == "indexed":
+            return {
+                "min_tokens": (
+                    "output_format indexed keeps one-token documents, as Megatron does",
+                    "output_format",
+                )
+            }
+        if self.compat is not None:
+            return {
+                "min_tokens": (
+                    f"compat {self.compat} keeps one-token samples, as Bridge's prepare step does",
+                    "compat",
+                )
+            }
+        return {}
+
     def _check_indexed(self) -> None:
         """Settings that mean nothing for Megatron indexed datasets (whole documents, cut into samples by
         Megatron's GPTDataset at training time) are refused, each with the reason."""
@@ -683,10 +703,19 @@ class PackConfig:
             provenance = self._provenance(train, val, demo_prefix, Provenance)
             if store_info is not None:
                 provenance.extra["store"] = store_info
-            from longpack.packed.drops import check_drop_limit, drop_report
+            from longpack.packed.drops import DropLimitError, check_drop_limit, drop_report
 
             drops = drop_report(splits)  # never quiet: a warning past 5 %, an error past max_drop_fraction
-            check_drop_limit(drops, self.max_drop_fraction)
+            try:
+                check_drop_limit(drops, self.max_drop_fraction)
+            except DropLimitError as exc:
+                if self.keep_store is None:
+                    raise
+                raise DropLimitError(  # the store was written before: say so, and how to use it
+                    f"{exc}; the token store keep_store {self.keep_store} was written: pack it again without "
+                    "tokenizing (store, another seq_length or overlength)",
+                    fields=(*exc.fields, "keep_store", "store"),
+                ) from None
             if drops.warning() is not None:
                 provenance.extra["warnings"].insert(0, drops.warning())
             provenance.extra["drops"] = drops.to_dict()

@@ -31,7 +31,12 @@ def _record(result: Any, text: TextConfig) -> dict[str, Any]:
 
 
 def save_store(
-    path: str | os.PathLike[str], result: Any, text: TextConfig, *, overwrite: bool = False
+    path: str | os.PathLike[str],
+    result: Any,
+    text: TextConfig,
+    *,
+    overwrite: bool = False,
+    field: str = "out",
 ) -> dict[str, Any]:
     """Write a ``TokenizeResult`` (of ``tokenize_inputs`` with ``text``) as a store; return its manifest.
     Every input that is a file is recorded with its size, time and sha256, to be checked when it is used."""
@@ -43,11 +48,13 @@ def save_store(
         if path_.is_file():
             identities.append(file_identity(path_, sha256=info.get("sha256")))
     return write_store(
-        path, result.samples, _record(result, text), input_files=identities, overwrite=overwrite
+        path, result.samples, _record(result, text), input_files=identities, overwrite=overwrite, field=field
     )
 
 
-def store_text(path: str | os.PathLike[str], text: TextConfig) -> TextConfig:
+def store_text(
+    path: str | os.PathLike[str], text: TextConfig, implied: dict[str, tuple[str, str]] | None = None
+) -> TextConfig:
     """The text options of the store at ``path`` (see :func:`check_store_text`); reads ``store.json`` only."""
     import json
 
@@ -62,10 +69,12 @@ def store_text(path: str | os.PathLike[str], text: TextConfig) -> TextConfig:
             "wrote",
             fields="store",
         ) from exc
-    return check_store_text(recorded, text)
+    return check_store_text(recorded, text, implied)
 
 
-def check_store_text(store_text: dict[str, Any], text: TextConfig) -> TextConfig:
+def check_store_text(
+    store_text: dict[str, Any], text: TextConfig, implied: dict[str, tuple[str, str]] | None = None
+) -> TextConfig:
     """The text options a pack from a store uses: the store's. ``text`` may be the default (nothing given)
     or the same options; anything else is a :class:`ConfigError` naming the options that differ.
 
@@ -81,6 +90,16 @@ def check_store_text(store_text: dict[str, Any], text: TextConfig) -> TextConfig
     if text == TextConfig() or text == stored:
         return stored
     differ = [f.name for f in fields(TextConfig) if getattr(text, f.name) != getattr(stored, f.name)]
+    implied = implied or {}
+    if differ and all(n in implied for n in differ):  # set by another setting, not by the user
+        name = differ[0]
+        reason, setting = implied[name]
+        raise ConfigError(
+            f"{reason} ({name}={getattr(text, name)!r}), but the store was tokenized with {name}="
+            f"{getattr(stored, name)!r}: tokenize again with {name} {getattr(text, name)!r} (longpack tokenize), "
+            "or pack the inputs instead of the store",
+            fields=(setting, "store"),
+        )
     was = ", ".join(f"{n}={getattr(stored, n)!r}" for n in differ)
     now = ", ".join(f"{n}={getattr(text, n)!r}" for n in differ)
     raise ConfigError(
@@ -91,7 +110,11 @@ def check_store_text(store_text: dict[str, Any], text: TextConfig) -> TextConfig
 
 
 def open_store(
-    path: str | os.PathLike[str], *, tokenizer: Any = None, text: TextConfig | None = None
+    path: str | os.PathLike[str],
+    *,
+    tokenizer: Any = None,
+    text: TextConfig | None = None,
+    implied: dict[str, tuple[str, str]] | None = None,
 ) -> tuple[Any, TextConfig, dict[str, Any]]:
     """``(TokenizeResult, text options, store record for the manifest)`` of a store, refused
     (:class:`InputError`) if what decided its tokens changed; ``tokenizer``, if given, must be the one
@@ -121,7 +144,7 @@ def open_store(
                 "drop tokenizer to use the store's, or tokenize again",
                 fields=("tokenizer", "store"),
             )
-    used_text = check_store_text(record.get("text", {}), text or TextConfig())
+    used_text = check_store_text(record.get("text", {}), text or TextConfig(), implied)
     result = TokenizeResult(
         samples=store.samples,
         format=record["format"],
@@ -148,9 +171,10 @@ def tokenized_or_stored(
     ``job.store``. Returns ``(TokenizeResult, handle, store record or None)``; with ``job.keep_store`` the
     tokenized samples are also written as a store."""
     if job.store is not None:
-        result, _, info = open_store(job.store, tokenizer=job.tokenizer, text=job.text)
+        implied = job.text_implied() if hasattr(job, "text_implied") else None
+        result, _, info = open_store(job.store, tokenizer=job.tokenizer, text=job.text, implied=implied)
         return result, result.samples, info
     result, handle = executor.tokenize(inputs, tokenizer=tokenizer, config=job.text, progress=job.progress)
     if job.keep_store is not None:
-        save_store(job.keep_store, result, job.text, overwrite=job.overwrite)
+        save_store(job.keep_store, result, job.text, overwrite=job.overwrite, field="keep_store")
     return result, handle, None

@@ -223,7 +223,7 @@ class _Rows:
             _malformed(job, row_no, f"not UTF-8 ({e.reason} at byte {e.start})", malformed)
             return False
         except json.JSONDecodeError as e:
-            _malformed(job, row_no, f"invalid JSON ({e.msg} at column {e.colno})", malformed)
+            _malformed(job, row_no, f"invalid JSON ({json_error_text(e)})", malformed)
             return False
         except RecursionError:
             _malformed(job, row_no, f"JSON nested deeper than {MAX_JSON_DEPTH} levels", malformed)
@@ -550,6 +550,19 @@ class _Growable:
 
     def finish(self) -> np.ndarray:
         return self._arr[: self._n]
+
+
+def json_error_text(exc: json.JSONDecodeError) -> str:
+    """``msg at column N`` of a JSON error (``json``'s own messages may end in "at": "Unterminated string
+    starting at" gives "... starting at column 5", not "at at").
+
+    >>> import json
+    >>> try: json.loads('{"a": "x')
+    ... except json.JSONDecodeError as e: json_error_text(e)
+    'Unterminated string starting at column 7'
+    """
+    msg = exc.msg[: -len(" at")] if exc.msg.endswith(" at") else exc.msg
+    return f"{msg} at column {exc.colno}"
 
 
 class _TokenStore:
@@ -1388,7 +1401,7 @@ def read_rows(source: InputFile, fmt: str | None) -> Iterator[tuple[int, Any, st
                 except UnicodeDecodeError as e:
                     yield first + k, None, f"not UTF-8 ({e.reason} at byte {e.start})"
                 except json.JSONDecodeError as e:
-                    yield first + k, None, f"invalid JSON ({e.msg} at column {e.colno})"
+                    yield first + k, None, f"invalid JSON ({json_error_text(e)})"
                 except RecursionError:
                     yield first + k, None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
         return
