@@ -638,3 +638,20 @@ def test_a_file_size_limit_is_the_same_clear_error_for_every_writer(tmp_path: Pa
             name,
             str(outcome),
         )
+
+
+# -- output that can be pasted as printed ------------------------------------------------------------------
+
+
+def test_sweep_override_line_is_one_line(tmp_path: Path) -> None:
+    """Pasting a hard-wrapped override line runs its second half (``train.micro_batch_size=1``) as a command."""
+    data = _write(
+        tmp_path / "d.jsonl",
+        [{"prompt": "q" * (i % 20 + 1), "completion": "a" * (i % 40 + 1)} for i in range(400)],
+    )
+    argv = ["sweep", data, "--tokenizer", "bytes", "--pack-lengths", "64,128", "--token-slots", "512"]
+    outcome = assert_clean(
+        invoke([*argv, "--model", "qwen3_8b", "--gpu", "H100", "--gpus", "8"]), frozenset({0})
+    )
+    line = next(x for x in outcome.output.splitlines() if "Megatron-Bridge:" in x)
+    assert len(line) > 150 and "train.micro_batch_size=" in line, str(outcome)  # longer than the console
