@@ -655,3 +655,14 @@ def test_sweep_override_line_is_one_line(tmp_path: Path) -> None:
     )
     line = next(x for x in outcome.output.splitlines() if "Megatron-Bridge:" in x)
     assert len(line) > 150 and "train.micro_batch_size=" in line, str(outcome)  # longer than the console
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(hi=st.sampled_from([64, 4096, 16384, 131072, 1 << 20]), n=st.integers(1, 300))
+def test_inspect_histograms_stay_aligned_and_plain(hi: int, n: int) -> None:
+    from longpack.packed.inspect import text_histogram
+
+    lines = text_histogram(np.linspace(0, hi, n), lo=0, hi=hi)
+    assert not any("e+" in line for line in lines), lines
+    counts_end = {len(line.split("#")[0].rstrip()) for line in lines}
+    assert len(counts_end) == 1, lines  # the counts end in one column
