@@ -666,3 +666,20 @@ def test_inspect_histograms_stay_aligned_and_plain(hi: int, n: int) -> None:
     assert not any("e+" in line for line in lines), lines
     counts_end = {len(line.split("#")[0].rstrip()) for line in lines}
     assert len(counts_end) == 1, lines  # the counts end in one column
+
+
+# -- plain-text pretraining: what a folder of .txt files does, which token ends a document -----------------
+
+
+def test_text_folder_hint_and_the_end_of_document_token(tmp_path: Path) -> None:
+    folder = tmp_path / "txts"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"{i}.txt").write_text(f"document {i}\n")
+    base = ["--format", "text", *PACK, "--out", tmp_path / "out", "--overwrite"]
+    outcome = assert_clean(invoke(["pack", folder, *base]), frozenset({2}))
+    assert "matched by a glob" in outcome.output and "*.txt" in outcome.output, str(outcome)
+    outcome = assert_clean(invoke(["pack", str(folder / "*.txt"), *base]), frozenset({0}))
+    assert "documents end with <|im_end|> (id 258)" in outcome.output, str(outcome)
+    outcome = assert_clean(invoke(["pack", str(folder / "*.txt"), *base, "--no-append-eod"]), frozenset({0}))
+    assert "documents end with no EOD token" in outcome.output, str(outcome)
