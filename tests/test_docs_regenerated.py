@@ -1,6 +1,6 @@
-"""The example outputs of ``longpack sweep`` and ``longpack plan`` in the docs are what the commands print.
+"""The example outputs of ``longpack sweep``, ``plan`` and ``rollouts`` in the docs are what the commands print.
 
-Every ``console`` block of the pages below whose command is ``longpack sweep`` or ``longpack plan`` is run
+Every ``console`` block of the pages below whose command is ``longpack sweep``, ``plan`` or ``rollouts`` (with ``--model``) is run
 and its output compared with the block, line for line (from the block's first output line on; a
 ``| head -n N`` after the command keeps the first N lines). ``LONGPACK_REGEN_DOCS=1`` rewrites the
 blocks with what the commands print now, so a figure in the docs is a figure the command printed.
@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from longpack.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "docs" / "guide" / "sweep.md", ROOT / "docs" / "guide" / "plan.md"]
+PAGES = [ROOT / "docs" / "guide" / page for page in ("sweep.md", "plan.md", "rollouts.md")]
 REGEN = os.environ.get("LONGPACK_REGEN_DOCS") == "1"
 BLOCK = re.compile(r"^```console\n(.*?)^```", flags=re.S | re.M)
 
@@ -40,7 +40,7 @@ def _examples(pages: list[Path] = PAGES) -> list[tuple[Path, int, str, list[str]
             if not command.startswith("$ longpack "):
                 continue
             argv = shlex.split(command[2:].split("|")[0])
-            if argv[1] not in ("sweep", "plan") or "--json" in argv or "--model" not in argv:
+            if argv[1] not in ("sweep", "plan", "rollouts") or "--json" in argv or "--model" not in argv:
                 continue
             out.append((page, m.start(1) + len("\n".join(lines[:i])) + 1, command, lines[i:]))
     return out
@@ -53,6 +53,8 @@ def _run(command: str, folder: Path) -> list[str]:
     head = re.search(r"\|\s*head -n (\d+)\s*$", command)
     argv = shlex.split(command[2:].split("|")[0])[1:]
     cwd = os.getcwd()
+    if not (folder / "examples").exists():  # the pages' example inputs, as from the repository root
+        (folder / "examples").symlink_to(ROOT / "examples")
     os.chdir(folder)
     try:
         result = CliRunner().invoke(app, argv, env={"COLUMNS": "150"})

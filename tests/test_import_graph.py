@@ -44,9 +44,11 @@ ALLOWED: dict[str, set[str]] = {
     "binpack": {"errors", "_optional", "choices"},  # lengths only: numpy + numba
     # cost models come from the planner, not back; topology (pure) for the one ranks_needed of hybrid CP
     "balance": {"binpack", "topology", "errors", "_optional", "choices"},
-    "packed": {"binpack", "balance", "samples", *UTILITIES},  # numpy + pyarrow, no torch
+    # numpy + pyarrow, no torch; topology (pure) for the one align_up
+    "packed": {"binpack", "balance", "samples", "topology", *UTILITIES},
     "text": {"samples", *UTILITIES},  # rows -> tokens; knows nothing of packing
-    "vlm": {"samples", "text", *UTILITIES},  # like text, and renders chats with text's tokenizers
+    # like text, and renders chats with text's tokenizers; topology (pure) for the one align_up
+    "vlm": {"samples", "text", "topology", *UTILITIES},
     "topology": {"errors", "validate"},  # pure
     "catalog": {"errors", "_optional"},  # one model/GPU catalog (YAML), pure
     # pure rules; the packed-data family checks a folder through packed's one reader

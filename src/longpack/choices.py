@@ -1,5 +1,4 @@
-"""Every choice list of longpack's settings, in one module (pure constants, no imports), so each list is
-written once and every layer, the job configs and the CLI read the same tuple; the defaults sit next to
+"""Every choice list of longpack's settings, in one module (pure constants), so each list is written once and every layer, the job configs and the CLI read the same tuple; the defaults sit next to
 their lists. The layer that acts on a choice re-exports its list (``longpack.binpack.ALGORITHMS`` is
 :data:`ALGORITHMS`).
 
@@ -9,19 +8,31 @@ their lists. The layer that acts on a choice re-exports its list (``longpack.bin
 
 from __future__ import annotations
 
+from typing import Final
+
 #: Bin packing (``longpack.binpack.pack_lengths``). The three ``first_fit*`` reproduce Megatron-Bridge's
 #: bins exactly; ``best_fit_decreasing`` packs tightest and is the default.
-ALGORITHMS: tuple[str, ...] = (
-    "best_fit_decreasing",
-    "first_fit",
-    "first_fit_decreasing",
-    "first_fit_shuffle",
-)
-DEFAULT_ALGORITHM = "best_fit_decreasing"
+BEST_FIT_DECREASING: Final = "best_fit_decreasing"
+FIRST_FIT: Final = "first_fit"
+FIRST_FIT_DECREASING: Final = "first_fit_decreasing"
+FIRST_FIT_SHUFFLE: Final = "first_fit_shuffle"
+ALGORITHMS: tuple[str, ...] = (BEST_FIT_DECREASING, FIRST_FIT, FIRST_FIT_DECREASING, FIRST_FIT_SHUFFLE)
+DEFAULT_ALGORITHM = BEST_FIT_DECREASING
+#: Megatron-Bridge's packing algorithms (``create_packing_strategy``'s names, ``longpack.binpack.megatron``).
+MEGATRON_ALGORITHMS: tuple[str, ...] = (FIRST_FIT, FIRST_FIT_DECREASING, FIRST_FIT_SHUFFLE)
 #: Megatron-Bridge's prepare step packs with this one (``--compat megatron-bridge``).
-MEGATRON_ALGORITHM = "first_fit_shuffle"
+MEGATRON_ALGORITHM = FIRST_FIT_SHUFFLE
 #: Workload-balanced rows for a training topology: chosen by a balance target, never named alone.
-BALANCED_ALGORITHM = "balanced"
+BALANCED_ALGORITHM: Final = "balanced"
+
+#: How the RL rollout packer gives bins to DP ranks (``longpack.balance.rollouts``): Megatron-LM's two orders
+#: (``distribute_packed_bins``: contiguous runs, or every DP-th bin) and longpack's cost-balanced one.
+ROLLOUT_DISTRIBUTIONS: tuple[str, ...] = ("fifo", "round-robin", "balanced")
+DEFAULT_ROLLOUT_DISTRIBUTION = "fifo"
+#: How the RL rollout packer fills bins: Megatron-LM's ``SequencePacker`` (longest first, the current bin or
+#: a new one), or best-fit decreasing (longest first, into the fullest bin it fits) under the same caps.
+ROLLOUT_FILLS: tuple[str, ...] = ("next_fit_decreasing", "best_fit_decreasing")
+DEFAULT_ROLLOUT_FILL = "next_fit_decreasing"
 
 #: VLM model families (``longpack.vlm.families.FAMILIES``, one module each); Qwen2-VL is the default.
 VLM_FAMILIES: tuple[str, ...] = (
@@ -33,24 +44,57 @@ VLM_FAMILIES: tuple[str, ...] = (
     "qwen2_vl",
     "qwen3_vl",
 )
-DEFAULT_VLM_FAMILY = "qwen2_vl"
+DEFAULT_VLM_FAMILY: Final = "qwen2_vl"
 
 #: What happens to a sample longer than ``seq_length`` (``longpack.packed.align``; ``fragment``: pack-sized
 #: pieces packed like samples).
-OVERLENGTH_POLICIES: tuple[str, ...] = ("drop", "truncate", "fragment", "error")
-DEFAULT_OVERLENGTH = "drop"
+OVERLENGTH_DROP: Final = "drop"
+OVERLENGTH_TRUNCATE: Final = "truncate"
+OVERLENGTH_FRAGMENT: Final = "fragment"
+OVERLENGTH_ERROR: Final = "error"
+OVERLENGTH_POLICIES: tuple[str, ...] = (
+    OVERLENGTH_DROP,
+    OVERLENGTH_TRUNCATE,
+    OVERLENGTH_FRAGMENT,
+    OVERLENGTH_ERROR,
+)
+DEFAULT_OVERLENGTH = OVERLENGTH_DROP
+#: The online packer's (``longpack.online.OnlinePacker``, Energon's encoder): no ``fragment`` (a sample is
+#: one buffer entry); ``truncate`` first, its default.
+ONLINE_OVERLENGTH_POLICIES: tuple[str, ...] = (OVERLENGTH_TRUNCATE, OVERLENGTH_DROP, OVERLENGTH_ERROR)
 
 #: Packed output on disk: ``parquet`` (Megatron-Bridge v0.4.0+ and main), ``npy`` (Bridge <= 0.3.x, NeMo 2) or
 #: ``indexed`` (Megatron's ``.bin`` / ``.idx`` document datasets for pretraining, ``longpack.packed.indexed``).
-OUTPUT_FORMATS: tuple[str, ...] = ("parquet", "npy", "indexed")
-DEFAULT_OUTPUT_FORMAT = "parquet"
+#: (``longpack.packed.formats.OUTPUT_FORMAT`` holds what each format is and can do.)
+PARQUET: Final = "parquet"
+NPY: Final = "npy"
+INDEXED: Final = "indexed"
+OUTPUT_FORMATS: tuple[str, ...] = (PARQUET, NPY, INDEXED)
+DEFAULT_OUTPUT_FORMAT = PARQUET
 #: Parquet type of ``input_ids`` (``int64``: what Megatron-Bridge's own packer writes).
-IDS_DTYPES: tuple[str, ...] = ("int64", "int32")
-DEFAULT_IDS_DTYPE = "int64"
+INT64_IDS: Final = "int64"
+INT32_IDS: Final = "int32"
+IDS_DTYPES: tuple[str, ...] = (INT64_IDS, INT32_IDS)
+DEFAULT_IDS_DTYPE = INT64_IDS
+#: Megatron-Bridge's ``dataset.seed`` default (``GPTSFTDatasetConfig``), the seed of its prepare step; also
+#: Megatron-LM's ``--seed`` default.
+BRIDGE_DEFAULT_SEED: Final = 1234
 #: ``compat`` presets: settings under which the output is byte-identical to the named tool's prepare step.
-COMPAT_MODES: tuple[str, ...] = ("megatron-bridge",)
+MEGATRON_BRIDGE_COMPAT: Final = "megatron-bridge"
+COMPAT_MODES: tuple[str, ...] = (MEGATRON_BRIDGE_COMPAT,)
 #: Where the pack job runs (or an executor object, from Python).
-BACKENDS: tuple[str, ...] = ("local", "ray")
+LOCAL_BACKEND: Final = "local"
+RAY_BACKEND: Final = "ray"
+BACKENDS: tuple[str, ...] = (LOCAL_BACKEND, RAY_BACKEND)
+#: What an executor of the pack job can do beyond tokenizing and writing Parquet shards
+#: (``PackExecutor.supports``): resample a ``mix`` in memory, read and write token stores, cut over-long
+#: samples into fragments, write a split as one file in the driver's process (``npy``, ``indexed``).
+MIX: Final = "mix"
+TOKEN_STORE: Final = "token_store"
+ONE_FILE_PER_SPLIT: Final = "one_file_per_split"
+EXECUTOR_CAPABILITIES: tuple[str, ...] = (MIX, TOKEN_STORE, OVERLENGTH_FRAGMENT, ONE_FILE_PER_SPLIT)
+#: What ``longpack verify`` runs its tiny model with (transformers on CPU, or Megatron-Core + TE on CUDA).
+VERIFY_BACKENDS: tuple[str, ...] = ("hf", "megatron")
 
 #: How rows are read (``longpack.text``).
 TEXT_FORMATS: tuple[str, ...] = ("auto", "prompt_completion", "chat", "sharegpt", "pretokenized", "text")
@@ -59,6 +103,8 @@ CHAT_LOSSES: tuple[str, ...] = ("assistant", "last_turn", "full")
 
 #: Planner training options (``longpack.planner.options``).
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "mxfp8", "nvfp4")
+#: Those the balance cost model (``longpack.planner.balance_costs``) has GEMM rates for.
+BALANCE_PRECISIONS: tuple[str, ...] = PRECISIONS[:3]
 DISPATCHERS: tuple[str, ...] = ("alltoall", "allgather", "deepep", "hybridep")
 #: Context-parallel communication (``auto``: the fastest the layout allows).
 CP_COMM_TYPES: tuple[str, ...] = ("p2p", "a2a", "a2a+p2p", "allgather", "auto")

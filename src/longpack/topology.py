@@ -14,9 +14,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, overload
 
 from longpack.errors import ConfigError
 from longpack.validate import optional_positive_int, positive_int
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 
 class TopologyError(ConfigError):
@@ -57,6 +62,20 @@ def pad_seq_to_mult(*, tp: int = 1, cp: int = 1, sp: bool = False) -> int:
     return math.lcm(*_pad_terms(_size(tp, "tp"), _size(cp, "cp"), sp))
 
 
+@overload
+def align_up(length: int, multiple: int) -> int: ...
+@overload
+def align_up(length: npt.NDArray[np.int64], multiple: int) -> npt.NDArray[np.int64]: ...
+def align_up(length: int | npt.NDArray[np.int64], multiple: int) -> int | npt.NDArray[np.int64]:
+    """``length`` rounded up to a multiple of ``multiple``: the length of a sequence padded to
+    ``pad_seq_to_mult`` (the one place it is computed; an integer or an integer numpy array).
+
+    >>> align_up(13, 4), align_up(16, 4), align_up(5, 1), align_up(0, 8)
+    (16, 16, 5, 0)
+    """
+    return -(-length // multiple) * multiple
+
+
 def pad_seq_to_mult_terms(*, tp: int = 1, cp: int = 1, sp: bool = False) -> str:
     """:func:`pad_seq_to_mult`'s two terms with their values, for messages (sizes are not checked here).
 
@@ -80,6 +99,43 @@ def ranks_needed(length: int, max_seqlen_per_rank: int) -> int:
     """
     shards = -(-length // max_seqlen_per_rank)
     return 1 << max(0, shards - 1).bit_length()
+
+
+def zigzag_source_indices(cu_seqlens_padded: Any, cp_size: int, cp_rank: int) -> Any:
+    """Token indices CP rank ``cp_rank`` keeps of a packed THD row, as a numpy ``int64`` array.
+
+    Every physical segment ``[s, e)`` of ``cu_seqlens_padded`` is cut into ``2*cp_size`` equal chunks and
+    the rank keeps chunks ``cp_rank`` and ``2*cp_size-1-cp_rank`` (TransformerEngine's
+    ``thd_get_partitioned_indices``); segments are concatenated in order. The caller checks the offsets
+    (start at 0, non-decreasing, each segment a multiple of ``2*cp_size``): this is the one computation
+    that the torch runtime (``longpack.runtime.context_parallel``) and the torch-free rollout packer share.
+
+    >>> zigzag_source_indices([0, 8, 12], 2, 0).tolist()
+    [0, 1, 6, 7, 8, 11]
+    >>> zigzag_source_indices([0, 4], 1, 0).tolist()
+    [0, 1, 2, 3]
+    """
+    import numpy as np  # numpy is a base dependency; imported here so `check` loads no more than it uses
+
+    cu = np.asarray(cu_seqlens_padded, dtype=np.int64)
+    if cp_size == 1:
+        return np.arange(int(cu[-1]), dtype=np.int64)
+    multiple = 2 * cp_size
+    lengths = np.diff(cu)
+    starts = cu[:-1]
+    chunk = lengths // multiple
+    local = lengths // cp_size
+    seg_of_local = np.repeat(np.arange(lengths.size), local)
+    local_starts = np.concatenate([[0], np.cumsum(local)])[:-1]
+    offset = np.arange(int(local.sum()), dtype=np.int64) - local_starts[seg_of_local]
+    seg_chunk = chunk[seg_of_local]
+    first_half = offset < seg_chunk
+    source = np.where(
+        first_half,
+        starts[seg_of_local] + cp_rank * seg_chunk + offset,
+        starts[seg_of_local] + (multiple - 1 - cp_rank) * seg_chunk + (offset - seg_chunk),
+    )
+    return source.astype(np.int64)
 
 
 @dataclass(frozen=True, kw_only=True)

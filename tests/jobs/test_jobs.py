@@ -133,7 +133,9 @@ def test_pack_config_is_frozen_and_normalized() -> None:
     with pytest.raises(AttributeError):
         config.seq_length = 1  # type: ignore[misc]
     demo = PackConfig(demo=True, out="o")
-    assert (demo.tokenizer, demo.seq_length) == ("qwen3", 4096)
+    # the demo's defaults follow from demo=True: they are resolved, not written over the fields (issue 41)
+    assert (demo.tokenizer, demo.seq_length) == (None, None)
+    assert (demo.resolved.tokenizer, demo.resolved.seq_length) == ("qwen3", 4096)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,8 @@ under data and pipeline parallelism the slowest micro-batch and the slowest rank
 - ``simulate_schedule``: step times for DP × PP (1F1B / interleaved) and the perfectly balanced ideal.
 - ``BalanceTarget``: the topology (DP, PP, VPP, GBS, MBS, sampler, schedule) and the cost model.
 - ``balanced_pack``: best-fit-level fill with even pack costs; **bin ids are the training order**.
+- ``pack_rollouts``: RL rollouts packed at run time into THD bins per DP rank (Megatron-LM's RL packer's
+  layout, or balanced by cost), with ``cu_seqlens`` and the CP split.
 
 Imports ``longpack.binpack`` only. Cost models from the planner's catalogs and the ``--balance`` text are
 built by ``longpack.planner.balance_costs`` (``pack_cost_model``, ``parse_balance_spec``), which imports
@@ -31,6 +33,7 @@ from longpack.balance.packer import (
     order_packs,
     step_length_correlation,
 )
+from longpack.balance.rollouts import RankBins, RolloutPacking, RolloutPackingError, pack_rollouts
 from longpack.balance.schedule import (
     SAMPLERS,
     SCHEDULES,
@@ -50,6 +53,9 @@ __all__ = [
     "BalanceTarget",
     "PackCostModel",
     "PackSlots",
+    "RankBins",
+    "RolloutPacking",
+    "RolloutPackingError",
     "ScheduleResult",
     "TransformerFlops",
     "balanced_pack",
@@ -57,6 +63,7 @@ __all__ = [
     "megatron_dense_flops",
     "micro_batches_per_rank",
     "order_packs",
+    "pack_rollouts",
     "pack_slots",
     "pipeline_makespan",
     "positions_for_slots",

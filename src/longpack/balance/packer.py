@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from longpack import choices
 from longpack.balance.cost import PackCostModel
 from longpack.balance.schedule import (
     SAMPLERS,
@@ -92,7 +93,7 @@ def cost_balanced_bins(
     if arr.size == 0:
         return np.empty(0, dtype=np.int64)
     if target_bins is None:
-        target_bins = int(pack_lengths(arr, cap, algorithm="best_fit_decreasing").max()) + 1
+        target_bins = int(pack_lengths(arr, cap, algorithm=choices.BEST_FIT_DECREASING).max()) + 1
     item_cost = cost_model.sequence_cost(arr)
     order = np.lexsort((np.arange(arr.size), -arr)).astype(np.int64)  # longest first, ties by index
     bins, nbins = kernels().lowest_cost_fit(order, arr, item_cost, cap, int(target_bins))
@@ -364,7 +365,7 @@ def balanced_pack(
         schedule=target.schedule,
         vpp=target.vpp,
     )
-    reference = pack_lengths(arr, cap, algorithm="best_fit_decreasing", seed=0)
+    reference = pack_lengths(arr, cap, algorithm=choices.BEST_FIT_DECREASING, seed=0)
     candidates = []
     if fill in ("auto", "best_fit"):
         candidates.append(reference)

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from longpack import choices
 from longpack.balance.cost import PackCostModel
 from longpack.balance.packer import balanced_pack, step_length_correlation
 from longpack.balance.schedule import simulate_schedule
@@ -71,8 +72,10 @@ def compare_packings(
     )
     target = BalanceTarget(cost_model=cost_model, sampler=sampler, **layout)
     packings = {
-        "first_fit_shuffle": pack_lengths(arr, capacity, algorithm="first_fit_shuffle", seed=seed),
-        "best_fit": pack_lengths(arr, capacity, algorithm="best_fit_decreasing", seed=seed),
+        choices.FIRST_FIT_SHUFFLE: pack_lengths(
+            arr, capacity, algorithm=choices.FIRST_FIT_SHUFFLE, seed=seed
+        ),
+        "best_fit": pack_lengths(arr, capacity, algorithm=choices.BEST_FIT_DECREASING, seed=seed),
         "balanced": balanced_pack(arr, capacity, target, seed=seed),
     }
     out = []

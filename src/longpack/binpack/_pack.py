@@ -23,7 +23,7 @@ def _compiled() -> Any:
 
 #: Names accepted by ``pack_lengths(..., algorithm=...)`` (the list lives in ``longpack.choices``).
 ALGORITHMS = _choices.ALGORITHMS
-MEGATRON_ALGORITHMS: tuple[str, ...] = ("first_fit", "first_fit_decreasing", "first_fit_shuffle")
+MEGATRON_ALGORITHMS = _choices.MEGATRON_ALGORITHMS
 
 
 def check_capacity(capacity: Any, name: str = "capacity") -> int:
@@ -147,7 +147,7 @@ def pack_lengths(
     arr, cap, seed = _checked(lengths, capacity, algorithm, seed)
     if arr.size == 0:
         return np.empty(0, dtype=np.int64)
-    if algorithm == "first_fit_shuffle":
+    if algorithm == _choices.FIRST_FIT_SHUFFLE:
         return _megatron_fill(arr, cap, seed).bin_of_item()
     if algorithm in MEGATRON_ALGORITHMS:
         from longpack.binpack import megatron
@@ -220,7 +220,7 @@ def pack_bins(
     arr, cap, seed = _checked(lengths, capacity, algorithm, seed)
     if arr.size == 0:
         return BinContents(items=np.zeros(0, np.int64), offsets=np.zeros(1, np.int64))
-    if algorithm == "first_fit_shuffle":
+    if algorithm == _choices.FIRST_FIT_SHUFFLE:
         return _megatron_fill(arr, cap, seed)
     return BinContents.from_bin_of_item(pack_lengths(arr, cap, algorithm=algorithm, seed=seed))
 

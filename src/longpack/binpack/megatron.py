@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from longpack import choices
 from longpack.binpack._dispatch import kernels
 
 __all__ = [
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 #: Algorithms ``create_packing_strategy`` accepts (Megatron looks them up by name in its module).
-PACKING_ALGORITHMS: tuple[str, ...] = ("first_fit", "first_fit_decreasing", "first_fit_shuffle")
+PACKING_ALGORITHMS = choices.MEGATRON_ALGORITHMS
 
 T = TypeVar("T")
 
@@ -234,9 +235,9 @@ def _strategy_flat(
             f"unknown packing_algorithm {packing_algorithm!r}; choose one of {', '.join(PACKING_ALGORITHMS)}"
         )
     lengths = _expand_histogram(histogram)
-    if packing_algorithm == "first_fit_decreasing":
+    if packing_algorithm == choices.FIRST_FIT_DECREASING:
         lengths = lengths[::-1].copy()  # ascending expansion reversed == stable descending sort
-    elif packing_algorithm == "first_fit_shuffle":
+    elif packing_algorithm == choices.FIRST_FIT_SHUFFLE:
         _resolve_rng(rng).shuffle(lengths)
     flat, offsets, _ = _first_fit_arrays(lengths, pack_size)
     return flat, offsets
@@ -245,7 +246,7 @@ def _strategy_flat(
 def create_packing_strategy(
     histogram: Any,
     pack_size: int,
-    packing_algorithm: str = "first_fit_shuffle",
+    packing_algorithm: str = choices.FIRST_FIT_SHUFFLE,
     *,
     rng: np.random.RandomState | None = None,
 ) -> tuple[list[list[int]], dict[str, Any]]:
@@ -316,5 +317,5 @@ def first_fit_shuffle_rows(lengths: Any, pack_size: int, *, seed: int) -> tuple[
         raise ValueError(f"lengths must be <= pack_size {size}; got {int(arr.max())}")
     rng = np.random.RandomState(seed)
     histogram = np.bincount(arr, minlength=size + 1)
-    flat, offsets = _strategy_flat(histogram, size, "first_fit_shuffle", rng)
+    flat, offsets = _strategy_flat(histogram, size, choices.FIRST_FIT_SHUFFLE, rng)
     return fill_order(arr, flat, rng), offsets.astype(np.int64)

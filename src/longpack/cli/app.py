@@ -136,6 +136,7 @@ _COMMAND_MODULES = (
     "plan_cmd",
     "balance_cmd",
     "online_cmd",
+    "rollouts_cmd",
     "thd_batch_cmd",
     "cp_check_cmd",
     "verify_cmd",

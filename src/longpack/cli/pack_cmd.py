@@ -10,6 +10,7 @@ import typer
 from longpack.cli import options as opt
 from longpack.cli.generate import add_command
 from longpack.jobs import PackConfig
+from longpack.jobs.pack import INDEXED
 
 SHOWN = 10
 
@@ -93,7 +94,7 @@ def end_of_document(summary: dict[str, Any], manifest: dict[str, Any]) -> str | 
 
 def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     """The human-readable account of a finished pack (``summary``: ``PackResult.to_dict()``)."""
-    if summary.get("output_format") == "indexed":
+    if summary.get("output_format") == INDEXED:
         print_indexed_summary(summary)
         return
     c = summary["counts"]

@@ -38,7 +38,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -444,6 +444,14 @@ class RayExecutor:
     _started: bool = False
     _rss: dict[str, int] = field(default_factory=dict)
     name = "ray"
+    #: None of ``longpack.choices.EXECUTOR_CAPABILITIES``: the driver holds no tokens, and the workers write
+    #: Parquet shards of whole samples.
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def supports(cls, capability: str) -> bool:
+        """``capability in capabilities``."""
+        return capability in cls.capabilities
 
     @property
     def _fail(self) -> tuple[str, int] | None:

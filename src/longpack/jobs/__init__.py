@@ -33,6 +33,8 @@ _LAZY = {
     "PlanConfig": "longpack.jobs.plan",
     "PreviewConfig": "longpack.jobs.preview",
     "PreviewResult": "longpack.jobs.preview",
+    "RolloutsConfig": "longpack.jobs.rollouts",
+    "RolloutsResult": "longpack.jobs.rollouts",
     "PlanResult": "longpack.jobs.plan",
     "SweepConfig": "longpack.jobs.sweep",
     "SweepResult": "longpack.jobs.sweep",
@@ -85,6 +87,8 @@ __all__ = [
     "PlanResult",
     "PreviewConfig",
     "PreviewResult",
+    "RolloutsConfig",
+    "RolloutsResult",
     "SweepConfig",
     "SweepResult",
     "ThdBatchConfig",
@@ -108,6 +112,7 @@ if TYPE_CHECKING:
     from longpack.jobs.pack import PackConfig, PackResult
     from longpack.jobs.plan import EstimateConfig, EstimateResult, PlanConfig, PlanResult
     from longpack.jobs.preview import PreviewConfig, PreviewResult
+    from longpack.jobs.rollouts import RolloutsConfig, RolloutsResult
     from longpack.jobs.sweep import SweepConfig, SweepResult
     from longpack.jobs.thd_batch import ThdBatchConfig, ThdBatchResult
     from longpack.jobs.tokenize import TokenizeConfig, TokenizeStoreResult

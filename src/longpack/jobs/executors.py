@@ -20,8 +20,9 @@ import contextlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+from longpack import choices
 from longpack.errors import InputError, LongpackError
 from longpack.progress import ProgressBar
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from longpack.text.rows import TextConfig
     from longpack.text.tokenizers import Tokenizer
 
-__all__ = ["LocalExecutor", "PackExecutor", "input_read_errors"]
+__all__ = ["LocalExecutor", "PackExecutor", "executor_class", "input_read_errors"]
 
 
 @contextlib.contextmanager
@@ -64,6 +65,13 @@ class PackExecutor(Protocol):
 
     #: Short name (``"local"``, ``"ray"``), shown in results.
     name: str
+
+    def supports(self, capability: str) -> bool:
+        """Whether it can do ``capability`` (one of ``longpack.choices.EXECUTOR_CAPABILITIES``: resample a
+        mix, read and write token stores, fragment over-long samples, write a split as one file); the pack
+        job refuses the settings that need what its executor cannot do. An executor object without this
+        method is taken to support none of them."""
+        ...
 
     def __enter__(self) -> PackExecutor: ...
 
@@ -109,6 +117,13 @@ class LocalExecutor:
     """
 
     name = "local"
+    #: Everything: the tokens are in this process (or its scratch folder).
+    capabilities: ClassVar[frozenset[str]] = frozenset(choices.EXECUTOR_CAPABILITIES)
+
+    @classmethod
+    def supports(cls, capability: str) -> bool:
+        """``capability in capabilities`` (a class method: the job asks before it makes one)."""
+        return capability in cls.capabilities
 
     def __init__(
         self,
@@ -192,3 +207,19 @@ class LocalExecutor:
         if not self._spilled:
             return None
         return {"out_of_core": {"spilled_tokens": self._spilled, "memory_budget": self.memory_budget}}
+
+
+def executor_class(name: str) -> type | None:
+    """The executor class a ``backend`` name stands for (``None``: no such name); its ``supports`` says
+    what it can do before one is made.
+
+    >>> executor_class("local").supports("mix"), executor_class("ray").supports("mix"), executor_class("x")
+    (True, False, None)
+    """
+    if name == choices.LOCAL_BACKEND:
+        return LocalExecutor
+    if name == choices.RAY_BACKEND:
+        from longpack.cluster.ray_pack import RayExecutor
+
+        return RayExecutor
+    return None

@@ -312,7 +312,7 @@ class OnlineSimConfig:
                 f"vlm {self.vlm} is a folder; give a JSONL file of VLM samples (messages + images or image_sizes)",
                 fields="vlm",
             )
-        algorithm = self.algorithm or "first_fit_decreasing"  # Megatron-Bridge's online packer
+        algorithm = self.algorithm or choices.FIRST_FIT_DECREASING  # Megatron-Bridge's online packer
         report = vlm_report(
             str(self.vlm),
             self.pack_size,

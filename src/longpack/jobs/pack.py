@@ -17,6 +17,7 @@ longpack.errors.ConfigError: give either val_inputs or val_fraction, not both
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 from collections.abc import Sequence
@@ -25,8 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from longpack import choices
-from longpack.choices import DEFAULT_ALGORITHM, DEFAULT_OVERLENGTH, MEGATRON_ALGORITHM
+from longpack.choices import BRIDGE_DEFAULT_SEED as BRIDGE_DEFAULT_SEED
+from longpack.choices import DEFAULT_ALGORITHM, DEFAULT_OVERLENGTH, MEGATRON_ALGORITHM, MIX, TOKEN_STORE
+from longpack.choices import INDEXED as INDEXED
 from longpack.choices import OUTPUT_FORMATS as OUTPUT_FORMATS
+from longpack.choices import OVERLENGTH_FRAGMENT as FRAGMENT
 from longpack.choices import OVERLENGTH_POLICIES as OVERLENGTH_POLICIES
 from longpack.errors import ConfigError, InputError
 from longpack.jobs.options import DEMO_TOKENIZER as DEMO_TOKENIZER
@@ -46,6 +50,7 @@ from longpack.text.rows import TextConfig
 
 if TYPE_CHECKING:
     from longpack.jobs.executors import PackExecutor
+    from longpack.packed.formats import OutputFormat
     from longpack.packed.pipeline import PackSettings
 from longpack.validate import finite_float, flag, optional_positive_int, positive_int
 from longpack.validate import seed as seed_value
@@ -61,8 +66,6 @@ __all__ = [
 
 DEMO_SEQ_LENGTH = 4096
 DEMO_LABEL = "<longpack-demo>"
-#: Megatron-Bridge's ``dataset.seed`` default (``GPTSFTDatasetConfig``), the seed of its prepare step.
-BRIDGE_DEFAULT_SEED = 1234
 
 
 def resolve_pad_seq_to_mult(
@@ -118,46 +121,75 @@ def _paths(value: Any, name: str) -> tuple[str, ...]:
 
 
 def settle_data_source(
-    config: Any, *, verb: str, store_clash: str | None = None, error: type[ConfigError] = ConfigError
-) -> None:
+    config: Any,
+    text: TextConfig,
+    *,
+    verb: str,
+    inputs: Sequence[str] | None = None,
+    store_clash: str | None = None,
+    error: type[ConfigError] = ConfigError,
+) -> tuple[Any, TextConfig]:
     """Where a job's samples come from, checked once for ``pack`` and ``sweep``: ``demo`` (the built-in
     data; the tokenizer defaults to :data:`DEMO_TOKENIZER`), a token ``store`` (its text options checked
-    against ``config.text``, which this sets) or ``inputs``, with a tokenizer unless a store is read.
-    ``store_clash``: the caller's message when ``store`` comes with something it replaces (``None``: it
-    does not). ``verb`` says what the job does with the demo data (``"packs"``).
+    against ``text``) or ``inputs`` (``config.inputs`` unless given), with a tokenizer unless a store is read. Returns the tokenizer and the
+    text options the job runs with (``config`` is not written). ``store_clash``: the caller's message when
+    ``store`` comes with something it replaces (``None``: it does not). ``verb`` says what the job does with
+    the demo data (``"packs"``).
 
     >>> from types import SimpleNamespace as NS
-    >>> settle_data_source(NS(demo=False, inputs=(), store=None, tokenizer="bytes"), verb="packs")
+    >>> settle_data_source(NS(demo=False, inputs=(), store=None, tokenizer="bytes"), TextConfig(), verb="packs")
     Traceback (most recent call last):
     ...
     longpack.errors.ConfigError: no inputs: give at least one input file, folder or glob in inputs, or set demo=True
     """
-    set_ = object.__setattr__  # frozen configs: normalized values are set once, on construction
+    tokenizer = config.tokenizer
+    inputs = config.inputs if inputs is None else inputs
     if config.demo:
-        if config.inputs or config.store is not None:
+        if inputs or config.store is not None:
             raise error(
                 f"demo=True {verb} the built-in data set; give no inputs with it", fields=("demo", "inputs")
             )
-        if config.tokenizer is None:
-            set_(config, "tokenizer", DEMO_TOKENIZER)
+        if tokenizer is None:
+            tokenizer = DEMO_TOKENIZER
     elif config.store is not None:
         from longpack.jobs.stores import store_text
 
         if store_clash is not None:
             raise error(store_clash, fields=("store", "inputs"))
         implied = config.text_implied() if hasattr(config, "text_implied") else None
-        set_(config, "text", store_text(config.store, config.text, implied))  # the store's options, checked
-    elif not config.inputs:
+        text = store_text(config.store, text, implied)  # the store's options, checked
+    elif not inputs:
         raise error(
             "no inputs: give at least one input file, folder or glob in inputs, or set demo=True",
             fields=("inputs", "demo"),
         )
-    if config.tokenizer is None and config.store is None:
+    if tokenizer is None and config.store is None:
         raise error(
             "tokenizer is required (a tokenizer.json, an HF model folder, 'qwen3', 'bytes' or a loaded "
             "tokenizer)",
             fields="tokenizer",
         )
+    return tokenizer, text
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedPack:
+    """What a :class:`PackConfig` runs with (:meth:`PackConfig.resolve`): the values that follow from its
+    fields, beside them rather than over them.
+
+    - ``inputs``: the files read (a mix's sources with ``mix``); ``tokenizer``: the one given, or the demo's;
+    - ``text``: the text options, with the ``min_tokens`` a format or ``compat`` imposes and a store's own;
+    - ``seq_length``: the one given, or the demo's; ``pad_to_max_length``: also on with ``pad_cu_seqlens``;
+    - ``settings``: the packed layer's settings; ``pad_seq_to_mult_source``: where its multiple came from.
+    """
+
+    inputs: tuple[str, ...]
+    tokenizer: Any
+    text: TextConfig
+    seq_length: int
+    pad_to_max_length: bool
+    settings: PackSettings
+    pad_seq_to_mult_source: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -267,7 +299,7 @@ class PackConfig:
         help="Write pad_cu_seqlens: true (and pad_to_max_length) into bridge_config.yaml (CUDA graphs).",
     )
     backend: Any = option(
-        "local",
+        choices.LOCAL_BACKEND,
         help="local: this machine; ray: tokenize and write on a Ray cluster.",
         choices=choices.BACKENDS,
         or_object=True,
@@ -332,16 +364,18 @@ class PackConfig:
         from longpack.validate import plain_fields
 
         plain_fields(self)
-        set_ = object.__setattr__  # frozen: normalized values are set once, here
+        # frozen: a given value is only put in its canonical type here (a list of paths as a tuple, "8G" as
+        # bytes: the same value, so ``dataclasses.replace`` round-trips); what follows from the settings is
+        # :meth:`resolve`'s, never written over a field.
+        set_ = object.__setattr__
         if self.mix is not None:
             from longpack.text.mix import parse_mix
 
             set_(self, "mix", parse_mix(self.mix))
             if self.inputs or self.demo:
                 raise ConfigError("give either mix or inputs (or demo), not both", fields=("mix", "inputs"))
-            if not (self.backend == "local" or type(self.backend).__name__ == "LocalExecutor"):
+            if not self._supports(MIX):
                 raise ConfigError("mix runs on the local backend only", fields=("mix", "backend"))
-            set_(self, "inputs", self.mix.inputs)
         set_(self, "inputs", _paths(self.inputs, "inputs"))
         set_(self, "val_inputs", _paths(self.val_inputs, "val_inputs"))
         if not isinstance(self.out, str | os.PathLike) or not str(self.out):
@@ -368,12 +402,38 @@ class PackConfig:
             "val_fraction",
             finite_float(self.val_fraction, "val_fraction", lo=0.0, hi=1.0, hi_open=True),
         )
-        if self.compat is not None and self.text.min_tokens != 1:
+        if self.max_drop_fraction is not None:
+            set_(
+                self,
+                "max_drop_fraction",
+                finite_float(self.max_drop_fraction, "max_drop_fraction", lo=0.0, hi=1.0),
+            )
+        if self.memory_budget is not None:
+            from longpack.jobs.out_of_core import parse_memory_budget
+
+            set_(self, "memory_budget", parse_memory_budget(self.memory_budget))
+        self.resolved  # noqa: B018 - every check runs now, on construction
+
+    @functools.cached_property
+    def resolved(self) -> ResolvedPack:
+        """:meth:`resolve`'s result, computed once (on construction)."""
+        return self.resolve()
+
+    def resolve(self) -> ResolvedPack:
+        """What this job runs with, derived from the fields (a new object; no field is written): the
+        tokenizer and text options the data source implies, the demo's ``seq_length``, the ``text`` a format
+        or ``compat`` imposes, ``pad_to_max_length`` with ``pad_cu_seqlens``, and the packed layer's settings.
+        Every check of the settings together runs here."""
+        text = self.text
+        if self.compat is not None and text.min_tokens != 1:
             # Bridge's prepare step keeps one-token samples (runtime length 0); the text layer must too.
-            set_(self, "text", replace(self.text, min_tokens=1))
-        settle_data_source(
+            text = replace(text, min_tokens=1)
+        inputs = cast(tuple[str, ...], self.inputs) if self.mix is None else self.mix.inputs
+        tokenizer, text = settle_data_source(
             self,
+            text,
             verb="packs",
+            inputs=inputs,
             store_clash=(
                 "store replaces inputs (mix, val_inputs: use val_fraction); give one of them, and keep_store "
                 "only with inputs"
@@ -381,9 +441,8 @@ class PackConfig:
                 else None
             ),
         )
-        if self.demo and self.seq_length is None:
-            set_(self, "seq_length", DEMO_SEQ_LENGTH)
-        if self.seq_length is None:
+        seq_length = DEMO_SEQ_LENGTH if self.demo and self.seq_length is None else self.seq_length
+        if seq_length is None:
             raise ConfigError(
                 "seq_length is required (the longest runtime length of one sample, e.g. 4096)",
                 fields="seq_length",
@@ -404,76 +463,64 @@ class PackConfig:
                     "workers and ray_address go to the executor object given as backend, not next to it",
                     fields=("workers", "ray_address"),
                 )
-        elif self.ray_address is not None and self.backend != "ray":
+        elif self.ray_address is not None and self.backend != choices.RAY_BACKEND:
             raise ConfigError("ray_address needs backend ray", fields=("ray_address", "backend"))
-        if self.pad_cu_seqlens and not self.pad_to_max_length:
-            set_(self, "pad_to_max_length", True)  # Bridge asserts pad_to_max_length with pad_cu_seqlens
-        if self.output_format == "npy":
-            if self.rows_per_shard is not None:
-                raise ConfigError(
-                    "output_format npy writes one file per split (Bridge <= 0.3 reads one .npy path); drop "
-                    "rows_per_shard",
-                    fields=("output_format", "rows_per_shard"),
-                )
-            if self.row_group_size is not None:
-                raise ConfigError(
-                    "row_group_size is a Parquet setting; drop it with output_format npy",
-                    fields=("output_format", "row_group_size"),
-                )
-            if self.ids_dtype != choices.DEFAULT_IDS_DTYPE:
-                raise ConfigError(
-                    "ids_dtype is a Parquet setting (npy rows hold Python ints); drop it with output_format npy",
-                    fields=("output_format", "ids_dtype"),
-                )
-            if self.backend == "ray" or getattr(self.backend, "name", None) == "ray":
-                raise ConfigError(
-                    "output_format npy is written by the local backend (one file per split); use backend local",
-                    fields=("output_format", "backend"),
-                )
-        if (self.store is not None or self.keep_store is not None) and not (
-            self.backend == "local" or type(self.backend).__name__ == "LocalExecutor"
-        ):
+        # Bridge asserts pad_to_max_length with pad_cu_seqlens
+        pad_to_max_length = self.pad_to_max_length or self.pad_cu_seqlens
+        fmt = self.format
+        given = {
+            **{f.name: getattr(self, f.name) for f in fields(self)},
+            "pad_to_max_length": pad_to_max_length,
+        }
+        defaults = {f.name: f.default for f in fields(self)}
+        for refusal in fmt.refused:
+            value = given[refusal.setting]
+            if value not in (None, (), False, 0.0) and value != defaults[refusal.setting]:
+                raise ConfigError(refusal.message, fields=refusal.fields)
+        for capability, refusal in fmt.needs.items():
+            if not self._supports(capability):
+                raise ConfigError(refusal.message, fields=refusal.fields)
+        if (self.store is not None or self.keep_store is not None) and not self._supports(TOKEN_STORE):
             raise ConfigError(
                 "token stores are read and written by the local backend; use backend local",
                 fields=("store" if self.store is not None else "keep_store", "backend"),
             )
-        if self.max_drop_fraction is not None:
-            set_(
-                self,
-                "max_drop_fraction",
-                finite_float(self.max_drop_fraction, "max_drop_fraction", lo=0.0, hi=1.0),
-            )
-        if self.overlength == "fragment" and not (
-            self.backend == "local" or type(self.backend).__name__ == "LocalExecutor"
-        ):
+        if self.overlength == choices.OVERLENGTH_FRAGMENT and not self._supports(FRAGMENT):
             raise ConfigError(
                 "overlength fragment runs on the local backend (the Ray writer routes whole samples)",
                 fields=("overlength", "backend"),
             )
-        if self.output_format == "indexed":
-            self._check_indexed()
-            if self.text.min_tokens != 1:  # Megatron keeps one-token documents
-                set_(self, "text", replace(self.text, min_tokens=1))
-        if self.memory_budget is not None:
-            from longpack.jobs.out_of_core import parse_memory_budget
-
-            set_(self, "memory_budget", parse_memory_budget(self.memory_budget))
-            if self.backend != "local":
-                raise ConfigError(
-                    "memory_budget applies to the local backend (give the executor object its own settings)",
-                    fields=("memory_budget", "backend"),
-                )
+        if fmt.fixed_min_tokens is not None and text.min_tokens != fmt.fixed_min_tokens:
+            text = replace(text, min_tokens=fmt.fixed_min_tokens)  # Megatron keeps one-token documents
+        if self.memory_budget is not None and self.backend != choices.LOCAL_BACKEND:
+            raise ConfigError(
+                "memory_budget applies to the local backend (give the executor object its own settings)",
+                fields=("memory_budget", "backend"),
+            )
         mult, source = resolve_pad_seq_to_mult(self.pad_seq_to_mult, self.tp, self.cp, self.sp)
-        set_(self, "_mult_source", source)
-        set_(self, "_settings", self._pack_settings(mult))
+        return ResolvedPack(
+            inputs=inputs,
+            tokenizer=tokenizer,
+            text=text,
+            seq_length=seq_length,
+            pad_to_max_length=pad_to_max_length,
+            settings=self._pack_settings(mult, seq_length),
+            pad_seq_to_mult_source=source,
+        )
 
     def text_implied(self) -> dict[str, tuple[str, str]]:
         """Text options this job sets itself, by the setting that sets them: ``{field: (why, setting)}``, so
         that a store tokenized otherwise is refused naming that setting, not the text option."""
-        if self.output_format == "indexed":
+        from longpack.errors import LongpackError
+
+        try:
+            fixed = self.format.fixed_min_tokens
+        except LongpackError:  # an unknown output_format: refused with its own message later
+            fixed = None
+        if fixed is not None:
             return {
                 "min_tokens": (
-                    "output_format indexed keeps one-token documents, as Megatron does",
+                    f"output_format {self.output_format} keeps one-token documents, as Megatron does",
                     "output_format",
                 )
             }
@@ -486,39 +533,25 @@ class PackConfig:
             }
         return {}
 
-    def _check_indexed(self) -> None:
-        """Settings that mean nothing for Megatron indexed datasets (whole documents, cut into samples by
-        Megatron's GPTDataset at training time) are refused, each with the reason."""
-        why = {
-            "val_fraction": "Megatron's --split carves validation documents out of the same prefixes",
-            "val_inputs": "pack the validation documents into their own folder and give Megatron both",
-            "overlength": "documents are written whole; GPTDataset cuts them into seq_length samples",
-            "compat": "compat is Megatron-Bridge's packed SFT format",
-            "balance": "indexed data is not packed into rows",
-            "row_group_size": "a Parquet setting",
-            "pad_seq_to_mult": "indexed data has no per-sample alignment",
-            "pad_to_max_length": "a Megatron-Bridge packed-SFT setting",
-            "pad_cu_seqlens": "a Megatron-Bridge packed-SFT setting",
-            "pack_size": "indexed samples are seq_length tokens (GPTDataset)",
-        }
-        for name, reason in why.items():
-            value = getattr(self, name)
-            if value not in (None, (), False, 0.0):
-                raise ConfigError(
-                    f"output_format indexed: drop {name} ({reason})", fields=(name, "output_format")
-                )
-        if self.ids_dtype != choices.DEFAULT_IDS_DTYPE:
-            raise ConfigError(
-                "output_format indexed picks the token dtype from the vocabulary (uint16 or int32, as Megatron); "
-                "drop ids_dtype",
-                fields=("ids_dtype", "output_format"),
-            )
-        if not (self.backend == "local" or type(self.backend).__name__ == "LocalExecutor"):
-            raise ConfigError(
-                "output_format indexed is written by the local backend", fields=("output_format", "backend")
-            )
+    @property
+    def format(self) -> OutputFormat:
+        """The record of ``output_format`` (what the format is and can do)."""
+        from longpack.packed.formats import output_format
 
-    def _pack_settings(self, mult: int) -> PackSettings:
+        return output_format(self.output_format)
+
+    def _supports(self, capability: str) -> bool:
+        """Whether the executor ``backend`` names, or is, has ``capability`` (``PackExecutor.supports``); an
+        executor object without ``supports`` has none."""
+        backend: Any = self.backend
+        if isinstance(backend, str):
+            from longpack.jobs.executors import executor_class
+
+            backend = executor_class(backend)
+        supports = getattr(backend, "supports", None)
+        return bool(supports(capability)) if callable(supports) else False
+
+    def _pack_settings(self, mult: int, seq_length: int) -> PackSettings:
         """The packed layer's settings; the algorithm and the balance spec are settled here, once."""
         from longpack.choices import BALANCED_ALGORITHM as BALANCED
         from longpack.packed.pipeline import PackSettings
@@ -537,7 +570,7 @@ class PackConfig:
             seed = BRIDGE_DEFAULT_SEED if seed is None else seed
             # Bridge: the histogram step skips over-long samples at pad_seq_to_mult 1; above it the pre-pad
             # step truncates them first.
-            bridge_overlength = "drop" if mult == 1 else "truncate"
+            bridge_overlength = choices.OVERLENGTH_DROP if mult == 1 else choices.OVERLENGTH_TRUNCATE
             if overlength not in (None, bridge_overlength):
                 raise ConfigError(
                     f"compat {self.compat} with pad_seq_to_mult {mult} {bridge_overlength}s over-long samples, "
@@ -557,13 +590,12 @@ class PackConfig:
                 "algorithm 'balanced' needs balance (dp=..,gbs=..,model=..,gpu=..)",
                 fields=("algorithm", "balance"),
             )
-        if self.output_format == "indexed" and seed is None:
-            seed = BRIDGE_DEFAULT_SEED  # Megatron-LM's --seed default, the GPTDataset shuffle seed
+        if seed is None:
+            seed = self.format.seed_default
         # a bad spec fails now, before any tokenization; the planner's cost model is for rows of seq_length
-        balance = balance_target(self.balance, seq_length=self.seq_length)
-        assert self.seq_length is not None
+        balance = balance_target(self.balance, seq_length=seq_length)
         resolved = {
-            "seq_length": self.seq_length,
+            "seq_length": seq_length,
             "pad_seq_to_mult": mult,
             "algorithm": algorithm,
             "seed": 0 if seed is None else seed,
@@ -578,8 +610,7 @@ class PackConfig:
     @property
     def settings(self) -> PackSettings:
         """The ``longpack.packed.PackSettings`` this job writes with."""
-        settings: PackSettings = self._settings  # type: ignore[attr-defined]
-        return settings
+        return self.resolved.settings
 
     @property
     def handoff_options(self) -> dict[str, Any]:
@@ -587,18 +618,19 @@ class PackConfig:
         (``longpack.packed.bridge_config.HANDOFF_OPTIONS``, each a field of this config)."""
         from longpack.packed.bridge_config import HANDOFF_OPTIONS
 
-        return {name: getattr(self, name) for name in HANDOFF_OPTIONS}
+        resolved = {"pad_to_max_length": self.resolved.pad_to_max_length}
+        return {name: resolved.get(name, getattr(self, name)) for name in HANDOFF_OPTIONS}
 
     @property
     def pad_seq_to_mult_source(self) -> str:
         """Where ``pad_seq_to_mult`` came from (given, derived from TP/CP/SP, or the default)."""
-        return self._mult_source  # type: ignore[attr-defined]
+        return self.resolved.pad_seq_to_mult_source
 
     def executor(self) -> PackExecutor:
         """The executor ``backend`` names (a new one per call), or the executor object given."""
         if not isinstance(self.backend, str):
             return self.backend
-        if self.backend == "ray":
+        if self.backend == choices.RAY_BACKEND:
             from longpack.cluster.ray_pack import RayExecutor
 
             return RayExecutor(address=self.ray_address, workers=self.workers)
@@ -634,15 +666,16 @@ class PackConfig:
         from longpack.text.tokenizers import as_tokenizer
 
         out = Path(self.out)
-        settings = self.settings
-        given = cast(tuple[str, ...], self.inputs) + cast(tuple[str, ...], self.val_inputs)
+        resolved = self.resolved
+        settings = resolved.settings
+        given = resolved.inputs + cast(tuple[str, ...], self.val_inputs)
         check_out_dir(out, self.overwrite, inputs=given)
         with contextlib.ExitStack() as stack:
             # Held to the end: a second writer of `out` fails now, not after tokenizing, and overwrite's
             # removal of the old files happens under it. The folder is checked again under the lock.
             stack.enter_context(OutputLock(out))
             check_out_dir(out, self.overwrite)
-            tokenizer = as_tokenizer(self.tokenizer) if self.tokenizer is not None else None
+            tokenizer = as_tokenizer(resolved.tokenizer) if resolved.tokenizer is not None else None
             if self.chat_template is not None:
                 if tokenizer is None:
                     raise ConfigError(
@@ -655,15 +688,11 @@ class PackConfig:
             stack.enter_context(executor)
             from longpack.jobs.executors import LocalExecutor
 
-            if (
-                isinstance(self.backend, str)
-                and isinstance(executor, LocalExecutor)
-                and settings.output_format == "parquet"
-            ):
+            if isinstance(self.backend, str) and isinstance(executor, LocalExecutor) and self.format.spills:
                 from longpack.jobs.out_of_core import spill_folder
 
                 executor.spill_dir = stack.enter_context(spill_folder(out))  # used past the memory budget
-            inputs = list(cast(tuple[str, ...], self.inputs))  # normalized in __post_init__
+            inputs = list(resolved.inputs)
             demo_prefix = ""
             if self.demo:
                 demo = _demo_folder(stack)
@@ -678,7 +707,7 @@ class PackConfig:
                 val, val_handle = executor.tokenize(
                     list(cast(tuple[str, ...], self.val_inputs)),
                     tokenizer=tokenizer,
-                    config=self.text,
+                    config=resolved.text,
                     progress=self.progress,
                 )
             if demo_prefix:
@@ -695,7 +724,7 @@ class PackConfig:
                     fields="tokenizer",
                 )
             check_ids_dtype(settings.ids_dtype, train.tokenizer.get("vocab_size"))
-            if settings.output_format == "indexed":
+            if not self.format.executor_writes:
                 return self._write_indexed(out, train, int(eos_id), demo_prefix, executor)
             splits = plan_splits(
                 train.samples, settings, eos_id=int(eos_id), validation=val.samples if val else None
@@ -793,7 +822,7 @@ class PackConfig:
             inputs=inputs_info,
             tokenizer=train.tokenizer,
             text_settings={
-                **{f.name: getattr(self.text, f.name) for f in fields(self.text)},
+                **{f.name: getattr(self.resolved.text, f.name) for f in fields(self.resolved.text)},
                 "detected_format": train.format,
                 "validation_detected_format": val.format if val else None,
                 "demo": self.demo,
@@ -1053,11 +1082,12 @@ class PackResult:
 
     def to_dict(self) -> dict[str, Any]:
         """What ``longpack pack --json`` prints."""
-        settings = self.settings
-        if settings.get("output_format") == "indexed":
-            from longpack.packed.indexed import indexed_summary
+        from longpack.packed.formats import load, output_format
 
-            return indexed_summary(self.out, self.manifest.to_dict())
+        settings = self.settings
+        summary = output_format(settings.get("output_format")).summary
+        if summary is not None:
+            return dict(load(summary)(self.out, self.manifest.to_dict()))
         doc: dict[str, Any] = {
             "out": str(self.out),
             "finished": True,
@@ -1089,7 +1119,7 @@ class PackResult:
             "warnings": list(self.manifest.extra.get("warnings", [])),
             "notes": self.read_notes(),  # the warnings are under "warnings"
             "skipped_inputs": len(self.manifest.extra.get("skipped_inputs", [])),
-            "output_format": settings.get("output_format", "parquet"),
+            "output_format": settings.get("output_format", choices.DEFAULT_OUTPUT_FORMAT),
             "compat": settings.get("compat"),
             "alignment": self.manifest.alignment,
             "bridge_config": {

@@ -172,9 +172,12 @@ def tokenized_or_stored(
     tokenized samples are also written as a store."""
     if job.store is not None:
         implied = job.text_implied() if hasattr(job, "text_implied") else None
-        result, _, info = open_store(job.store, tokenizer=job.tokenizer, text=job.text, implied=implied)
+        result, _, info = open_store(
+            job.store, tokenizer=job.resolved.tokenizer, text=job.resolved.text, implied=implied
+        )
         return result, result.samples, info
-    result, handle = executor.tokenize(inputs, tokenizer=tokenizer, config=job.text, progress=job.progress)
+    text = job.resolved.text
+    result, handle = executor.tokenize(inputs, tokenizer=tokenizer, config=text, progress=job.progress)
     if job.keep_store is not None:
-        save_store(job.keep_store, result, job.text, overwrite=job.overwrite, field="keep_store")
+        save_store(job.keep_store, result, text, overwrite=job.overwrite, field="keep_store")
     return result, handle, None

@@ -31,6 +31,7 @@ used, from samples tokenized once:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -140,7 +141,7 @@ class SweepSettings:
     pad_seq_to_mult: int = 1
     algorithm: str = DEFAULT_ALGORITHM
     seed: int = 0
-    overlength: str = "drop"
+    overlength: str = choices.OVERLENGTH_DROP
 
     def __post_init__(self) -> None:
         if not self.pack_lengths:
@@ -973,6 +974,21 @@ def nice_int(x: float) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ResolvedSweep:
+    """What a :class:`SweepConfig` runs with (:meth:`SweepConfig.resolve`), beside its fields: the tokenizer
+    (the demo's by default) and text options (a store's own), the candidates' settings, the planner's setup
+    (``None`` without ``model``), the layout (``None`` without ``gpus``) and where ``pad_seq_to_mult`` came
+    from."""
+
+    tokenizer: Any
+    text: TextConfig
+    settings: SweepSettings
+    planner: PlannerSetup | None
+    cluster: ParallelLayout | None
+    pad_seq_to_mult_source: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class SweepConfig:
     """Everything ``longpack sweep`` takes; validated on construction, run with :meth:`run`.
 
@@ -1059,7 +1075,7 @@ class SweepConfig:
         from longpack.validate import plain_fields
 
         plain_fields(self)
-        from longpack.jobs.pack import _paths, resolve_pad_seq_to_mult, settle_data_source
+        from longpack.jobs.pack import _paths
 
         set_ = object.__setattr__
         set_(self, "inputs", _paths(self.inputs, "inputs"))
@@ -1069,8 +1085,23 @@ class SweepConfig:
             from longpack.outputs import check_output_file
 
             check_output_file(self.plot, field="plot")
-        settle_data_source(
+        resolved = self.resolved  # every other check runs now, on construction
+        set_(self, "pack_lengths", resolved.settings.pack_lengths)  # canonical: a sorted tuple
+
+    @functools.cached_property
+    def resolved(self) -> ResolvedSweep:
+        """:meth:`resolve`'s result, computed once (on construction)."""
+        return self.resolve()
+
+    def resolve(self) -> ResolvedSweep:
+        """What this job runs with, derived from the fields (a new object; no field is written): the
+        tokenizer and text options of the data source, the candidates' settings, the planner's setup and
+        the layout."""
+        from longpack.jobs.pack import resolve_pad_seq_to_mult, settle_data_source
+
+        tokenizer, text = settle_data_source(
             self,
+            self.text,
             verb="sweeps",
             store_clash="store replaces inputs; give one of them" if self.inputs else None,
             error=SweepError,
@@ -1113,8 +1144,6 @@ class SweepConfig:
                 "working memory grows with the pack length); drop it from pack_lengths",
                 fields="pack_lengths",
             )
-        set_(self, "pack_lengths", lengths)
-
         pins: dict[str, int] = {}
         cluster: ParallelLayout | None = None
         if self.layout is not None:
@@ -1187,10 +1216,14 @@ class SweepConfig:
                 precision=self.precision.lower(),
                 headroom=self.headroom,
             )
-        set_(self, "_settings", settings)
-        set_(self, "_planner", planner)
-        set_(self, "_cluster", cluster)
-        set_(self, "_mult_source", source)
+        return ResolvedSweep(
+            tokenizer=tokenizer,
+            text=text,
+            settings=settings,
+            planner=planner,
+            cluster=cluster,
+            pad_seq_to_mult_source=source,
+        )
 
     def _check_values(self) -> None:
         """Sizes are positive integers (0 is an error, never "unset"), switches booleans, headroom finite."""
@@ -1211,12 +1244,12 @@ class SweepConfig:
     @property
     def settings(self) -> SweepSettings:
         """The candidates and the packing settings every candidate shares."""
-        return self._settings  # type: ignore[attr-defined,no-any-return]
+        return self.resolved.settings
 
     @property
     def planner(self) -> PlannerSetup | None:
         """Model, GPU and pins for the planner (``None`` without ``model``)."""
-        return self._planner  # type: ignore[attr-defined,no-any-return]
+        return self.resolved.planner
 
     def run(self) -> SweepResult:
         """Tokenize the inputs once, then pack (and estimate) every candidate."""
@@ -1226,7 +1259,8 @@ class SweepConfig:
         from longpack.text import tokenize_inputs
         from longpack.text.tokenizers import as_tokenizer
 
-        tokenizer = as_tokenizer(self.tokenizer) if self.tokenizer is not None else None
+        resolved = self.resolved
+        tokenizer = as_tokenizer(resolved.tokenizer) if resolved.tokenizer is not None else None
         with contextlib.ExitStack() as stack:
             inputs = list(cast(tuple[str, ...], self.inputs))  # normalized in __post_init__
             if self.demo:
@@ -1236,12 +1270,12 @@ class SweepConfig:
 
             with input_read_errors():
                 tokenized = (
-                    open_store(self.store, tokenizer=self.tokenizer, text=self.text)[0]
+                    open_store(self.store, tokenizer=resolved.tokenizer, text=resolved.text)[0]
                     if self.store is not None
                     else tokenize_inputs(
                         inputs,
                         tokenizer=tokenizer,
-                        config=self.text,
+                        config=resolved.text,
                         workers=self.workers,
                         progress=self.progress,
                     )
@@ -1253,7 +1287,7 @@ class SweepConfig:
                 fields="tokenizer",
             )
         planner = self.planner
-        cluster: ParallelLayout | None = self._cluster  # type: ignore[attr-defined]
+        cluster = resolved.cluster
         # with the planner, a layout fixes DP only when ``layout`` pins it (else the planner picks PP)
         fixed = cluster if planner is None or self.layout is not None else None
         versions = UpstreamVersions.resolve(bridge=self.bridge_version, mcore=self.megatron_core_version)
@@ -1275,7 +1309,7 @@ class SweepConfig:
                 "rows_read": tokenized.rows_read,
                 "malformed": len(tokenized.malformed),
             },
-            pad_seq_to_mult_source=self._mult_source,  # type: ignore[attr-defined]
+            pad_seq_to_mult_source=resolved.pad_seq_to_mult_source,
             gpus=self.gpus,
             model=None if planner is None else planner.model.name,
             gpu=None if planner is None else planner.gpu.name,

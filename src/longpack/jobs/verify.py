@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from longpack.choices import VERIFY_BACKENDS
 from longpack.errors import ConfigError, MissingDependencyError
 from longpack.jobs.options import seed_option
 from longpack.option import check_choices, option
@@ -35,7 +36,6 @@ from longpack.validate import finite_float, flag, non_negative_int, positive_int
 from longpack.validate import seed as seed_value
 
 __all__ = [
-    "BACKENDS",
     "EXIT_FAILED",
     "EXIT_OK",
     "VerifyConfig",
@@ -46,7 +46,6 @@ __all__ = [
 
 EXIT_OK, EXIT_FAILED = 0, 1
 #: ``hf``: transformers on the CPU (float64). ``megatron``: Megatron-Core GPTModel + TransformerEngine (CUDA).
-BACKENDS = ("hf", "megatron")
 #: The fault names (one definition: ``longpack.runtime.verify.FAULTS``; listed here without importing torch).
 FAULT_NAMES = (
     "cp-positions-shifted",
@@ -205,7 +204,9 @@ class VerifyConfig:
         None, help="One split (default: every split).", choices=("training", "validation")
     )
     backend: str = option(
-        "hf", help="hf: transformers, CPU, float64; megatron: Megatron-Core + TE (CUDA).", choices=BACKENDS
+        "hf",
+        help="hf: transformers, CPU, float64; megatron: Megatron-Core + TE (CUDA).",
+        choices=VERIFY_BACKENDS,
     )
     time_budget: float | None = option(
         60.0, help="Wall-clock seconds for the whole run; 0 = every row.", cli_type=float
@@ -766,9 +767,9 @@ def _run_vlm_checks(config: VerifyConfig) -> VerifyResult:
 
     from longpack.binpack.megatron import first_fit
     from longpack.runtime.verify_vlm import VISUAL_FAULTS, build_visual_model, verify_visual_row
+    from longpack.topology import align_up
     from longpack.vlm.errors import REJECT_REASONS, SampleRejected
     from longpack.vlm.metadata import vlm_samples
-    from longpack.vlm.prepare import aligned
 
     began = time.perf_counter()
     assert config.vlm is not None and config.pack_size is not None
@@ -789,7 +790,7 @@ def _run_vlm_checks(config: VerifyConfig) -> VerifyResult:
     for key, record in vlm_samples(config.vlm):
         try:
             prepared = preparer.prepare(record, key=key)
-            if aligned(prepared.sequence_length, multiple) > config.pack_size:
+            if align_up(prepared.sequence_length, multiple) > config.pack_size:
                 raise SampleRejected(
                     key,
                     "too_long",
@@ -801,7 +802,7 @@ def _run_vlm_checks(config: VerifyConfig) -> VerifyResult:
             continue
         keys.append(key)
         sequences.append(prepared)
-    lengths = [aligned(s.sequence_length, multiple) for s in sequences]
+    lengths = [align_up(s.sequence_length, multiple) for s in sequences]
     rows = first_fit(list(range(len(sequences))), config.pack_size, item_lengths=lengths) if sequences else []
     name = Path(config.vlm).name
     reports: list[Any] = []

@@ -5,20 +5,20 @@
 only when asked for (they need ``megatron-energon``, ``pip install 'longpack[energon]'``; VLM also ``[vlm]``).
 """
 
+from longpack.choices import ONLINE_OVERLENGTH_POLICIES
 from longpack.online.packer import (
-    OVERLENGTH_POLICIES,
     OnlinePack,
     OnlinePacker,
     OnlineStateError,
     OnlineStats,
-    aligned_length,
     fill_ratio,
     select_packs,
     selection_seed,
 )
+from longpack.topology import align_up as aligned_length
 
 __all__ = [
-    "OVERLENGTH_POLICIES",
+    "ONLINE_OVERLENGTH_POLICIES",
     "OnlinePack",
     "OnlinePacker",
     "OnlineStateError",

@@ -60,9 +60,11 @@ from megatron.energon.task_encoder.base import get_stateless
 from megatron.energon.worker import WorkerConfig
 
 from longpack import binpack, choices
+from longpack.choices import ONLINE_OVERLENGTH_POLICIES
 from longpack.errors import ConfigError, OnlineError
-from longpack.online.packer import OVERLENGTH_POLICIES, aligned_length, select_packs
+from longpack.online.packer import select_packs
 from longpack.outputs import atomic_write_bytes
+from longpack.topology import align_up
 
 LOADER_STATE_FORMAT = "longpack.online.energon.loader_state/1"
 
@@ -107,7 +109,7 @@ class LongpackPackingMixin:
         pad_to_multiple_of: int = 1,
         algorithm: str = choices.DEFAULT_ALGORITHM,
         seed: int = 0,
-        overlength: str = "truncate",
+        overlength: str = choices.OVERLENGTH_TRUNCATE,
         pad_id: int = 0,
         **kwargs: Any,
     ) -> None:
@@ -122,8 +124,8 @@ class LongpackPackingMixin:
             raise ConfigError(
                 f"algorithm={algorithm!r} is not one of longpack.binpack.ALGORITHMS {binpack.ALGORITHMS}"
             )
-        if overlength not in OVERLENGTH_POLICIES:
-            raise ConfigError(f"overlength={overlength!r} is not one of {OVERLENGTH_POLICIES}")
+        if overlength not in ONLINE_OVERLENGTH_POLICIES:
+            raise ConfigError(f"overlength={overlength!r} is not one of {ONLINE_OVERLENGTH_POLICIES}")
         if not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
         encode = getattr(self, "encode_sample", None)
@@ -180,7 +182,7 @@ class LongpackPackingMixin:
                 f"sample {source.__key__}: {len(ids)} stored token(s); a sample needs at least 2"
             )
         runtime = len(ids) - 1
-        if aligned_length(runtime, self.packing_pad_to_multiple_of) > self.packing_capacity:
+        if align_up(runtime, self.packing_pad_to_multiple_of) > self.packing_capacity:
             if self.packing_overlength == "drop":
                 raise SkipSample()
             if self.packing_overlength == "error":
@@ -202,7 +204,7 @@ class LongpackPackingMixin:
                     f"select_samples_to_pack got a {type(s).__name__}, not a TokenSample: encode_sample must return "
                     "LongpackPackingMixin.token_sample(sample, input_ids, loss_mask)"
                 )
-        lengths = np.array([aligned_length(len(s.input_ids) - 1, m) for s in samples], dtype=np.int64)
+        lengths = np.array([align_up(len(s.input_ids) - 1, m) for s in samples], dtype=np.int64)
         too_long = np.flatnonzero(lengths > self.packing_capacity)
         if len(too_long):
             s = samples[int(too_long[0])]
@@ -233,7 +235,7 @@ class LongpackPackingMixin:
         offset = 0
         for s in samples:
             runtime = len(s.input_ids) - 1
-            gap = aligned_length(runtime, m) - runtime
+            gap = align_up(runtime, m) - runtime
             ids = np.concatenate([s.input_ids, np.full(gap, pad_id, dtype=np.int64)])
             mask = np.zeros(len(ids), dtype=np.int8)
             mask[:runtime] = s.loss_mask[1:]  # label-aligned: position j trains iff token j+1 is a target

@@ -42,11 +42,12 @@ from typing import Any, Literal
 import numpy as np
 
 from longpack import binpack, choices
+from longpack.choices import ONLINE_OVERLENGTH_POLICIES
 from longpack.errors import OnlineError
 from longpack.outputs import atomic_write_bytes
+from longpack.topology import align_up
 
 Overlength = Literal["truncate", "drop", "error"]
-OVERLENGTH_POLICIES: tuple[str, ...] = ("truncate", "drop", "error")
 STATE_FORMAT = "longpack.online.OnlinePacker/1"
 # The settings a saved state is only valid for (a different value changes which samples form a pack).
 STATE_CONFIG_FIELDS: tuple[str, ...] = (
@@ -137,15 +138,6 @@ def selection_seed(seed: int, selection_index: int) -> int:
     (True, True)
     """
     return int(np.random.SeedSequence([seed, selection_index]).generate_state(1, dtype=np.uint32)[0])
-
-
-def aligned_length(runtime_length: int, multiple: int) -> int:
-    """``ceil(runtime_length / multiple) * multiple``.
-
-    >>> aligned_length(5, 4), aligned_length(8, 4), aligned_length(5, 1)
-    (8, 8, 5)
-    """
-    return -(-runtime_length // multiple) * multiple
 
 
 def select_packs(
@@ -289,7 +281,7 @@ class OnlinePacker:
         pad_to_multiple_of: int = 1,
         algorithm: str = choices.DEFAULT_ALGORITHM,
         seed: int = 0,
-        overlength: Overlength = "truncate",
+        overlength: Overlength = choices.OVERLENGTH_TRUNCATE,
         pad_id: int = 0,
     ) -> None:
         for name, value, low in (
@@ -314,9 +306,9 @@ class OnlinePacker:
                 f"algorithm={algorithm!r} is not one of longpack.binpack.ALGORITHMS {binpack.ALGORITHMS}",
                 fields="algorithm",
             )
-        if overlength not in OVERLENGTH_POLICIES:
+        if overlength not in ONLINE_OVERLENGTH_POLICIES:
             raise OnlineError(
-                f"overlength={overlength!r} is not one of {OVERLENGTH_POLICIES}", fields="overlength"
+                f"overlength={overlength!r} is not one of {ONLINE_OVERLENGTH_POLICIES}", fields="overlength"
             )
         self.capacity = int(capacity)
         self.buffer_size = int(buffer_size)
@@ -465,14 +457,14 @@ class OnlinePacker:
         stats = self.stats
         if count:
             stats.samples_read += 1
-        if aligned_length(runtime, self.pad_to_multiple_of) > self.capacity:
-            if self.overlength == "error":
+        if align_up(runtime, self.pad_to_multiple_of) > self.capacity:
+            if self.overlength == choices.OVERLENGTH_ERROR:
                 raise OnlineError(
                     f"sample {position}: runtime length {runtime} (aligned to {self.pad_to_multiple_of}: "
-                    f"{aligned_length(runtime, self.pad_to_multiple_of)}) exceeds capacity {self.capacity}; "
+                    f"{align_up(runtime, self.pad_to_multiple_of)}) exceeds capacity {self.capacity}; "
                     "use overlength='truncate' or 'drop', or a larger capacity"
                 )
-            if self.overlength == "drop":
+            if self.overlength == choices.OVERLENGTH_DROP:
                 if count:
                     stats.dropped += 1
                 return None
@@ -482,7 +474,7 @@ class OnlinePacker:
             runtime = self.max_runtime_length
             if ids is not None and mask is not None:
                 ids, mask = ids[: runtime + 1], mask[: runtime + 1]
-        aligned = aligned_length(runtime, self.pad_to_multiple_of)
+        aligned = align_up(runtime, self.pad_to_multiple_of)
         if ids is not None and mask is not None and aligned > runtime:
             gap = aligned - runtime
             ids = np.concatenate([ids, np.full(gap, self.pad_id, dtype=np.int64)])

@@ -24,7 +24,8 @@ import numpy as np
 
 from longpack import binpack, choices
 from longpack.errors import ConfigError
-from longpack.online.packer import OnlinePacker, aligned_length
+from longpack.online.packer import OnlinePacker
+from longpack.topology import align_up
 
 WORKLOADS = choices.WORKLOADS
 
@@ -58,7 +59,7 @@ def offline_fill(
     """
     m = pad_to_multiple_of
     limit = capacity // m * m
-    aligned = np.array([aligned_length(min(int(x), limit), m) for x in lengths], dtype=np.int64)
+    aligned = np.array([align_up(min(int(x), limit), m) for x in lengths], dtype=np.int64)
     if len(aligned) == 0:
         return 0.0, 0
     bins = binpack.pack_lengths(aligned, capacity, algorithm=algorithm, seed=seed)
@@ -156,7 +157,7 @@ def buffer_memory(
     buffer_size: int,
     *,
     pad_to_multiple_of: int = 1,
-    algorithm: str = "first_fit_decreasing",
+    algorithm: str = choices.FIRST_FIT_DECREASING,
     seed: int = 0,
 ) -> dict[str, Any]:
     """Pack one worker's stream and track the host bytes its buffer holds: every read sample's prepared
@@ -196,7 +197,7 @@ def simulate_vlm(
     *,
     workers: int = 1,
     pad_to_multiple_of: int = 1,
-    algorithm: str = "first_fit_decreasing",
+    algorithm: str = choices.FIRST_FIT_DECREASING,
     offline_algorithm: str = choices.DEFAULT_ALGORITHM,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
@@ -269,7 +270,7 @@ def vlm_report(
     max_visual_tokens: int | None = 16384,
     workers: int = 1,
     pad_to_multiple_of: int = 1,
-    algorithm: str = "first_fit_decreasing",
+    algorithm: str = choices.FIRST_FIT_DECREASING,
     seed: int = 0,
 ) -> dict[str, Any]:
     """``online-sim`` for a VLM JSONL file (``longpack.vlm.metadata``): the samples' token and memory

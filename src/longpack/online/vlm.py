@@ -83,14 +83,15 @@ from megatron.energon import Cooker, DefaultTaskEncoder, Sample, basic_sample_ke
 from megatron.energon.errors import FatalSampleError
 from megatron.energon.worker import WorkerConfig
 
-from longpack import binpack
+from longpack import binpack, choices
 from longpack.binpack.megatron import first_fit_decreasing
 from longpack.errors import OnlineError
 from longpack.online.packer import select_packs
 from longpack.runtime.in_batch import build_visual_thd_batch
+from longpack.topology import align_up
 from longpack.vlm.errors import SampleRejected, VLMError
 from longpack.vlm.families import Gemma3Preparer
-from longpack.vlm.prepare import PreparedSequence, QwenVLPreparer, aligned
+from longpack.vlm.prepare import PreparedSequence, QwenVLPreparer
 
 _IMAGE_FIELD = re.compile(r"^img(\d+)\.\w+$")
 _VIDEO_FIELD = re.compile(r"^vid(\d+)\.\w+$")
@@ -206,7 +207,7 @@ class _VLMPackingEncoder(DefaultTaskEncoder):
         pad_to_multiple_of: int = 1,
         pad_to_max_length: bool = False,
         emit_padding_mask: bool | None = None,
-        algorithm: str = "first_fit_decreasing",
+        algorithm: str = choices.FIRST_FIT_DECREASING,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -263,13 +264,13 @@ class _VLMPackingEncoder(DefaultTaskEncoder):
         members join the first group (they hold no tokens)."""
         accepted = [s for s in samples if s.rejected is None]
         refused = [s for s in samples if s.rejected is not None]
-        lengths = [aligned(s.length, self.pad_to_multiple_of) for s in accepted]
+        lengths = [align_up(s.length, self.pad_to_multiple_of) for s in accepted]
         if any(n > self.seq_length for n in lengths):
             raise OnlineError(
                 f"a buffered sample is longer than seq_length={self.seq_length} (aligned {max(lengths)})"
             )
         groups: list[list[VLMTaskSample]] = []
-        if accepted and self.algorithm == "first_fit_decreasing":
+        if accepted and self.algorithm == choices.FIRST_FIT_DECREASING:
             groups = first_fit_decreasing(accepted, self.seq_length, item_lengths=lengths)
         elif accepted:
             picks = select_packs(
@@ -328,7 +329,7 @@ class _VLMPackingEncoder(DefaultTaskEncoder):
             out["sample_keys"] = []
             out["skipped"] = skipped
             return out
-        total = sum(aligned(p.sequence_length, self.pad_to_multiple_of) for p in members)
+        total = sum(align_up(p.sequence_length, self.pad_to_multiple_of) for p in members)
         if total > self.seq_length:
             raise OnlineError(f"packed group length {total} exceeds seq_length={self.seq_length}")
         out = build_visual_thd_batch(

@@ -31,6 +31,7 @@ import numpy as np
 from longpack import choices
 from longpack.errors import ConfigError, InputError
 from longpack.samples import TokenizedSamples
+from longpack.topology import align_up
 from longpack.validate import one_of
 
 OVERLENGTH_POLICIES = choices.OVERLENGTH_POLICIES
@@ -187,7 +188,7 @@ def align_samples(
     runtime = np.maximum(stored_in - 1, 0)
     empty = stored_in == 0 if keep_single_token else runtime == 0
     over = runtime > cap
-    if overlength == "error" and over.any():
+    if overlength == choices.OVERLENGTH_ERROR and over.any():
         bad = np.flatnonzero(over)
         shown = ", ".join(f"{samples.provenance(int(i))} ({int(runtime[i])} tokens)" for i in bad[:5]) + (
             " ..." if len(bad) > 5 else ""
@@ -197,7 +198,7 @@ def align_samples(
             f"pad_seq_to_mult={m}): {shown}; use overlength truncate or drop, or raise seq_length",
             fields=("overlength", "seq_length"),
         )
-    if overlength == "fragment":
+    if overlength == choices.OVERLENGTH_FRAGMENT:
         if cap < 2:
             raise ConfigError(
                 f"overlength fragment needs a runtime cap of at least 2 tokens, got {cap} (max_seq_length="
@@ -215,7 +216,7 @@ def align_samples(
             eos_id=eos_id,
             max_seq_length=max_seq_length,
         )
-    if overlength == "truncate":
+    if overlength == choices.OVERLENGTH_TRUNCATE:
         keep = ~empty
         truncated = np.flatnonzero(over & keep)
         drop_over = np.zeros(len(runtime), dtype=bool)
@@ -225,7 +226,7 @@ def align_samples(
         drop_over = over & ~empty
     index = np.flatnonzero(keep)
     r = np.minimum(runtime[index], cap)
-    target = -(-r // m) * m if m > 1 else r
+    target = align_up(r, m) if m > 1 else r
     stored = target + 1
     kept = np.minimum(stored_in[index], stored)
     dropped = np.flatnonzero(empty | drop_over)
@@ -294,7 +295,7 @@ def _with_fragments(
     order = np.lexsort((start, index))
     index, start, kept_in = index[order], start[order], kept_in[order]
     r = np.maximum(kept_in - 1, 0)
-    target = -(-r // m) * m if m > 1 else r
+    target = align_up(r, m) if m > 1 else r
     stored = target + 1
     dropped = np.flatnonzero(empty)
     return AlignedSamples(

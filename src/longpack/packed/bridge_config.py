@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from longpack.errors import ConfigError
+from longpack.packed.formats import output_format
 from longpack.validate import one_of
 
 __all__ = [
@@ -326,7 +327,6 @@ def handoff_from_manifest(
     """
     settings, mb = manifest["settings"], manifest["megatron_bridge"]
     balanced_for = balance_topology(settings.get("balance"))
-    output_format = settings.get("output_format", "parquet")
     return BridgeHandoff(
         out=out,
         pack_size=int(settings["pack_size"]),
@@ -336,7 +336,7 @@ def handoff_from_manifest(
         train_path=mb["packed_train_data_path"],
         val_path=mb.get("packed_val_data_path"),
         metadata_path=mb["packed_metadata_path"],
-        api="legacy" if output_format == "npy" else "main",
+        api=output_format(settings.get("output_format")).bridge_api or "main",
         tp=tp,
         cp=cp,
         sp=sp,

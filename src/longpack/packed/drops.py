@@ -32,6 +32,7 @@ import numpy as np
 
 from longpack.errors import InputError
 from longpack.samples import TokenizedSamples
+from longpack.topology import align_up
 
 __all__ = ["WARN_FRACTION", "DropLimitError", "DropReport", "check_drop_limit", "drop_report"]
 
@@ -139,7 +140,7 @@ def drop_report(splits: Sequence[Any]) -> DropReport:
         else np.zeros(0, np.int64)
     )
     keep = _percentile(lengths, KEEP_FRACTION)
-    keep = -(-max(keep, 1) // mult) * mult
+    keep = align_up(max(keep, 1), mult)
     return DropReport(
         samples=len(lengths),
         tokens=int(lengths.sum()),

@@ -39,6 +39,7 @@ from longpack.outputs import atomic_write_bytes as atomic_write_bytes
 from longpack.outputs import commit_file as commit_file
 from longpack.outputs import sha256_file as sha256_file
 from longpack.outputs import temp_path as temp_path
+from longpack.packed.formats import OUTPUT_FORMAT
 from longpack.validate import one_of
 
 #: Rows per Parquet row group Megatron-Bridge's own writer uses (``write_packed_parquet``).
@@ -79,8 +80,9 @@ def default_rows_per_shard(pack_size: int) -> int:
     return max(ROW_GROUP_SIZE, (2**27 // pack_size) // ROW_GROUP_SIZE * ROW_GROUP_SIZE)
 
 
-#: File suffix of each output format (Bridge's default names: ``training_<N>.idx.parquet``, ``training_<N>.npy``).
-FORMAT_SUFFIXES = {"parquet": ".idx.parquet", "npy": ".npy"}
+#: File suffix of each output format written as shard files (Bridge's default names: ``training_<N>.idx.parquet``,
+#: ``training_<N>.npy``), from the format records (``longpack.packed.formats``).
+FORMAT_SUFFIXES = {name: f.suffix for name, f in OUTPUT_FORMAT.items() if f.suffix is not None}
 
 
 def shard_names(

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from longpack import choices
 from longpack.errors import PackedDataError
 from longpack.outputs import atomic_write, atomic_write_bytes, sha256_file, write_array
 from longpack.samples import TokenizedSamples
@@ -345,7 +346,7 @@ def write_indexed_output(
         "format": MANIFEST_FORMAT,
         "versions": versions(),
         "settings": {
-            "output_format": "indexed",
+            "output_format": choices.INDEXED,
             "seq_length": settings.seq_length,
             "seed": settings.seed,
             "rows_per_shard": settings.rows_per_shard,
@@ -402,7 +403,7 @@ def indexed_summary(out: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "out": str(out),
         "finished": True,
-        "output_format": "indexed",
+        "output_format": choices.INDEXED,
         "format": manifest["settings"]["text"].get("detected_format"),
         "tokenizer": manifest["tokenizer"],
         "seed": manifest["settings"]["seed"],
@@ -431,7 +432,7 @@ def is_indexed(path: Path) -> bool:
         settings = json.loads(manifest.read_text()).get("settings", {}) if manifest.is_file() else {}
     except (OSError, ValueError, AttributeError, RecursionError):
         return False  # not ours to judge: the packed-folder reader reports a damaged manifest
-    return isinstance(settings, dict) and settings.get("output_format") == "indexed"
+    return isinstance(settings, dict) and settings.get("output_format") == choices.INDEXED
 
 
 def inspect_indexed(
@@ -467,7 +468,7 @@ def inspect_indexed(
         prefixes = [path]
     elif (path / "manifest.json").is_file():
         manifest = json.loads((path / "manifest.json").read_text())
-        if manifest.get("settings", {}).get("output_format") != "indexed":
+        if manifest.get("settings", {}).get("output_format") != choices.INDEXED:
             raise PackedDataError(f"{path} is not an indexed pack folder", fields="folder")
         prefixes = [path / p for p in manifest["megatron"]["prefixes"]]
         seq_length = manifest["settings"]["seq_length"] if seq_length is None else seq_length
@@ -480,7 +481,7 @@ def inspect_indexed(
         raise ConfigError(
             "seq_length is required to inspect a prefix (GPTDataset's sequence length)", fields="seq_length"
         )
-    seed = 1234 if seed is None else seed
+    seed = choices.BRIDGE_DEFAULT_SEED if seed is None else seed
     check_gpt_settings(seq_length=seq_length, seed=seed, split=split, num_samples=num_samples)
     if sample is not None and (isinstance(sample, bool) or not isinstance(sample, int) or sample < 0):
         raise ConfigError(f"sample {sample!r} must be a sample number >= 0", fields="sample")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from longpack import choices
 from longpack.errors import PackedDataError
 
 __all__ = ["MANIFEST_FORMAT", "MANIFEST_NAME", "FileRecord", "PackManifest", "SplitRecord"]
@@ -231,7 +232,7 @@ class PackManifest:
     @property
     def output_format(self) -> str:
         """``parquet`` or ``npy`` (older manifests: ``parquet``)."""
-        return str(self.settings.get("output_format", "parquet"))
+        return str(self.settings.get("output_format", choices.DEFAULT_OUTPUT_FORMAT))
 
     @property
     def split_names(self) -> tuple[str, ...]:

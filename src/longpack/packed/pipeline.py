@@ -45,6 +45,7 @@ from longpack.packed.files import (
     split_relpath,
     split_spec,
 )
+from longpack.packed.formats import output_format
 from longpack.packed.manifest import MANIFEST_FORMAT, MANIFEST_NAME, PackManifest
 from longpack.packed.plan import (
     BALANCED_ALGORITHM,
@@ -186,8 +187,13 @@ class PackSettings:
     @property
     def resolved_rows_per_shard(self) -> int | None:
         """Rows per shard; ``None`` = one file per split (the npy format and the compat mode)."""
-        if self.output_format in ("npy", "indexed") or self.compat is not None:
-            return None if self.output_format != "indexed" else self.rows_per_shard
+        fmt = output_format(self.output_format)
+        if not fmt.sharded:
+            return None
+        if not fmt.default_shards:
+            return self.rows_per_shard
+        if self.compat is not None:
+            return None
         return self.rows_per_shard or default_rows_per_shard(self.resolved_pack_size)
 
     @property
@@ -230,7 +236,7 @@ def check_ids_dtype(ids_dtype: str, vocab_size: int | None) -> None:
     ...
     longpack.errors.ConfigError: ids_dtype int32 cannot hold this tokenizer's ids (vocab_size 2147483649 > 2147483648); use ids_dtype int64
     """
-    if ids_dtype == "int32" and vocab_size is not None and vocab_size > 2**31:
+    if ids_dtype == choices.INT32_IDS and vocab_size is not None and vocab_size > 2**31:
         raise ConfigError(
             f"ids_dtype int32 cannot hold this tokenizer's ids (vocab_size {vocab_size} > {2**31}); "
             "use ids_dtype int64",
@@ -646,7 +652,7 @@ def write_split_files(
     """
     layout = shard_layout(split.name, split.plan.num_rows, settings)
     num_shards = len(layout)
-    if settings.output_format == "npy":
+    if not output_format(settings.output_format).sharded:  # npy: one file per split
         name = layout[0][0]
         return [write_npy_file(out_dir / name, split.aligned, split.plan, progress, name=name)]
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from longpack import choices
 from longpack.choices import DEFAULT_IDS_DTYPE
 from longpack.packed.align import AlignedSamples
 from longpack.packed.plan import PackPlan
@@ -32,7 +33,7 @@ def arrow_schema(ids_dtype: str = DEFAULT_IDS_DTYPE) -> pa.Schema:
     >>> str(arrow_schema("int32").field("input_ids").type)
     'list<item: int32>'
     """
-    if ids_dtype == "int64":
+    if ids_dtype == choices.INT64_IDS:
         return ARROW_SCHEMA
     return ARROW_SCHEMA.set(0, pa.field("input_ids", pa.list_(pa.from_numpy_dtype(np.dtype(ids_dtype)))))
 

@@ -22,14 +22,15 @@ from typing import Any
 
 from longpack.balance.cost import PackCostModel
 from longpack.balance.target import BalanceTarget
+from longpack.choices import BALANCE_PRECISIONS
 from longpack.errors import ConfigError
+from longpack.topology import align_up
 
 __all__ = ["DEFAULT_COST_SEQ_LENGTH", "microbatch_seconds", "pack_cost_model", "parse_balance_spec"]
 
 _INT_KEYS = ("dp", "pp", "vpp", "gbs", "mbs", "tp", "cp", "seq_length")
 _FLOAT_KEYS = ("linear", "quadratic", "per_sequence", "per_pack")
 _STR_KEYS = ("model", "gpu", "precision", "schedule", "sampler")
-PRECISIONS = ("bf16", "fp8", "mxfp8")
 
 
 #: Row width (pack length) the cost model assumes when the balance spec gives none.
@@ -65,8 +66,10 @@ def pack_cost_model(
     from longpack.planner.timing import RowWork, estimate_time
     from longpack.topology import ParallelLayout, TopologyError
 
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision {precision!r} is unknown; choose one of {', '.join(PRECISIONS)}")
+    if precision not in BALANCE_PRECISIONS:
+        raise ConfigError(
+            f"precision {precision!r} is unknown; choose one of {', '.join(BALANCE_PRECISIONS)}"
+        )
     spec, device = load_model(model), load_gpu(gpu)
     width = int(seq_length)
     try:
@@ -111,8 +114,10 @@ def microbatch_seconds(
     from longpack.planner.timing import RowWork, estimate_time
     from longpack.topology import ParallelLayout
 
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision {precision!r} is unknown; choose one of {', '.join(PRECISIONS)}")
+    if precision not in BALANCE_PRECISIONS:
+        raise ConfigError(
+            f"precision {precision!r} is unknown; choose one of {', '.join(BALANCE_PRECISIONS)}"
+        )
     # a catalog name / config.json path, or the spec already loaded (sweep's planner holds specs)
     spec = load_model(model) if isinstance(model, str) else model
     device = load_gpu(gpu) if isinstance(gpu, str) else gpu
@@ -123,7 +128,7 @@ def microbatch_seconds(
         layout = ParallelLayout(world_size=tp * ranks, tp=tp, cp=ranks, sp=tp > 1)
         # THD under CP (and SP) pads every sequence to pad_seq_to_mult: the GEMMs run on the padded row
         mult = layout.pad_seq_to_mult
-        width = int(sum(-(-n // mult) * mult * c for n, c in sequences))
+        width = int(sum(align_up(n, mult) * c for n, c in sequences))
         rows = RowWork(row_length=width, sequences=sequences)
         plan = PlanLayout(layout=layout, mbs=1)
         return estimate_time(

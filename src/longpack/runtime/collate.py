@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from longpack.errors import BatchError
+from longpack.topology import align_up
 
 __all__ = [
     "CollateError",
@@ -142,7 +143,7 @@ class _ShiftedRow:
 def _next_multiple(n: int, multiple: int, power_of_2: bool) -> int:
     if power_of_2:
         return 1 if n <= 1 else 2 ** math.ceil(math.log2(n))
-    return ((n + multiple - 1) // multiple) * multiple
+    return align_up(n, multiple)
 
 
 def collate_packed(

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from longpack.errors import BatchError
+from longpack.topology import zigzag_source_indices
 
 __all__ = [
     "CONTEXT_PARALLEL_SKIP_KEYS",
@@ -157,24 +158,7 @@ def thd_partition_indices(
                 f"sequence {bad} has padded length {int(lengths[bad])}, not a multiple of 2*cp_size={multiple}; "
                 f"pack with pad_seq_to_mult a multiple of {multiple} (e.g. longpack.topology.pad_seq_to_mult)"
             )
-    if cp_size == 1:
-        return torch.arange(int(total_tokens), dtype=torch.int64)
-    # Vectorised over segments: chunk c = L / (2cp); rank keeps [s + r*c, s + (r+1)*c) and
-    # [s + (2cp-1-r)*c, s + (2cp-r)*c).
-    starts = cu[:-1]
-    chunk = lengths // multiple
-    local = lengths // cp_size
-    seg_of_local = np.repeat(np.arange(lengths.size), local)
-    local_starts = np.concatenate([[0], np.cumsum(local)])[:-1]
-    offset = np.arange(int(local.sum()), dtype=np.int64) - local_starts[seg_of_local]
-    seg_chunk = chunk[seg_of_local]
-    first_half = offset < seg_chunk
-    source = np.where(
-        first_half,
-        starts[seg_of_local] + cp_rank * seg_chunk + offset,
-        starts[seg_of_local] + (multiple - 1 - cp_rank) * seg_chunk + (offset - seg_chunk),
-    )
-    return torch.from_numpy(source.astype(np.int64))
+    return torch.from_numpy(zigzag_source_indices(cu, cp_size, cp_rank))
 
 
 def thd_local_positions(

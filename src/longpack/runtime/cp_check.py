@@ -31,6 +31,7 @@ import torch
 
 from longpack.errors import ConfigError, OutputError
 from longpack.outputs import WRITE_ERRNOS, atomic_write_bytes
+from longpack.topology import align_up
 
 __all__ = ["CPCheckCase", "run_cp_check"]
 
@@ -80,7 +81,7 @@ def _offline_rows(
     starts: list[int] = []
     for length in runtime_lengths:
         starts.append(len(ids))
-        aligned = -(-length // multiple) * multiple
+        aligned = align_up(length, multiple)
         content = rng.integers(EOS + 1, VOCAB, size=length).tolist()
         stored = [*content, EOS] + [EOS] * (aligned - length)
         ids += stored
@@ -111,7 +112,7 @@ def build_cases(cp_size: int, seed: int) -> list[tuple[str, dict[str, Any]]]:
     cases: list[tuple[str, dict[str, Any]]] = []
     offline_lengths = [1, 5 * m + 3, 2, 3 * m - 1, 7]
     rows = _offline_rows(rng, offline_lengths, m)
-    used = sum(-(-n // m) * m for n in offline_lengths)
+    used = sum(align_up(n, m) for n in offline_lengths)
     width = used + 2 * m  # a trailing pure-padding pseudo-segment, itself a multiple of 2*CP
     offline = collate_packed(
         rows, max_seq_length=width, eos_id=EOS, pad_seq_to_mult=m, pad_to_max_length=True
@@ -121,7 +122,7 @@ def build_cases(cp_size: int, seed: int) -> list[tuple[str, dict[str, Any]]]:
     inb = build_thd_row(_in_batch_rows(rng, lengths), pad_to_multiple_of=m)
     cases.append(("in-batch", _as_2d(inb)))
     fixed_lengths = [m + 1, 2]
-    fixed_width = sum(-(-n // m) * m for n in fixed_lengths) + 3 * m
+    fixed_width = sum(align_up(n, m) for n in fixed_lengths) + 3 * m
     fixed = build_thd_row(
         _in_batch_rows(rng, fixed_lengths),
         pad_to_multiple_of=m,

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from longpack.errors import BatchError
+from longpack.topology import align_up
 
 __all__ = [
     "VISUAL_KEYS",
@@ -138,7 +139,7 @@ def build_thd_row(
                     )
 
     m = pad_to_multiple_of
-    padded = [((n + m - 1) // m) * m for n in lengths]
+    padded = [align_up(n, m) for n in lengths]
     total = sum(padded)
     if pad_to_max_length:
         assert sequence_length is not None

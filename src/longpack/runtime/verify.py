@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from longpack.runtime.attention import TokenLayout, token_layout
 from longpack.runtime.collate import row_boundaries
 from longpack.runtime.verify_model import HEAD_CLASSES, THD_ATTENTION, AttentionPlan, attention_plan
+from longpack.topology import align_up
 
 __all__ = [
     "CHECKS",
@@ -433,7 +434,7 @@ class RowVerifier:
             packed["cu_seqlens_q"], total, cu_seqlens_padded=packed.get("cu_seqlens_q_padded")
         )
         multiple = self.in_batch_multiple
-        spans = np.concatenate([[0], np.cumsum([-(-s[0].numel() // multiple) * multiple for s in samples])])
+        spans = np.concatenate([[0], np.cumsum([align_up(s[0].numel(), multiple) for s in samples])])
         with torch.no_grad():
             embeds = self.embed(packed["tokens"])
             hidden = run_thd(self.model, embeds, packed["position_ids"][0], attention_plan(layout))

@@ -44,6 +44,7 @@ from longpack.runtime.verify import (
     token_losses,
 )
 from longpack.runtime.verify_model import HEAD_CLASSES, register_thd_attention, run_in_float64
+from longpack.topology import align_up
 
 __all__ = [
     "VISUAL_FAULTS",
@@ -179,7 +180,7 @@ def verify_visual_row(
     tokens = batch["input_ids"][0]
     width = tokens.numel()
     lengths = [int(s.row["input_ids"].numel()) for s in sequences]
-    aligned = [-(-n // pad_to_multiple_of) * pad_to_multiple_of for n in lengths]
+    aligned = [align_up(n, pad_to_multiple_of) for n in lengths]
     spans = np.concatenate([[0], np.cumsum(aligned)]).astype(np.int64)
     positions = batch["mrope_position_ids"][:, 0]  # [3, T]
     if fault is not None and fault not in VISUAL_FAULTS:

@@ -29,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from longpack.topology import align_up
 from longpack.vlm.errors import REJECT_REASONS, SampleError, SampleRejected, VLMError, check_image_size
-from longpack.vlm.prepare import QwenVLPreparer, aligned
+from longpack.vlm.prepare import QwenVLPreparer
 
 
 @dataclass
@@ -180,7 +181,7 @@ def read_vlm_metadata(
                     "visual_tokens",
                     f"{length.visual_tokens} visual tokens > max_visual_tokens={config.max_visual_tokens}",
                 )
-            if max_length is not None and aligned(length.tokens, pad_to_multiple_of) > max_length:
+            if max_length is not None and align_up(length.tokens, pad_to_multiple_of) > max_length:
                 raise SampleRejected(
                     key,
                     "too_long",

@@ -40,6 +40,7 @@ import numpy as np
 from longpack._optional import require
 from longpack.errors import ConfigError
 from longpack.text.tokenizers import Tokenizer, as_tokenizer
+from longpack.topology import align_up
 from longpack.vlm.chat import CHAT_TEMPLATES, media_sources, normalize_conversation, render_ids
 from longpack.vlm.errors import REJECT_REASONS, SampleError, SampleRejected, VLMError
 from longpack.vlm.rope import mrope_position_ids
@@ -237,15 +238,6 @@ def prepared_nbytes(
     patches = sum(int(t) * int(h) * int(w) for t, h, w in (*image_grids, *video_grids))
     seconds = 4 * len(video_grids) if timed_videos else 0
     return row + rope + patches * patch_values * 4 + 3 * 8 * (len(image_grids) + len(video_grids)) + seconds
-
-
-def aligned(length: int, multiple: int) -> int:
-    """``ceil(length / multiple) * multiple``.
-
-    >>> aligned(13, 4)
-    16
-    """
-    return -(-length // multiple) * multiple
 
 
 class QwenVLPreparer:
@@ -458,12 +450,15 @@ class QwenVLPreparer:
                     "visual_tokens",
                     f"{length.visual_tokens} visual tokens > max_visual_tokens={cfg.max_visual_tokens}",
                 )
-            if cfg.max_length is not None and aligned(length.tokens, cfg.pad_to_multiple_of) > cfg.max_length:
+            if (
+                cfg.max_length is not None
+                and align_up(length.tokens, cfg.pad_to_multiple_of) > cfg.max_length
+            ):
                 raise SampleRejected(
                     key,
                     "too_long",
                     f"{length.tokens} tokens after expanding {length.visual_tokens} visual tokens (aligned to "
-                    f"{cfg.pad_to_multiple_of}: {aligned(length.tokens, cfg.pad_to_multiple_of)}) > "
+                    f"{cfg.pad_to_multiple_of}: {align_up(length.tokens, cfg.pad_to_multiple_of)}) > "
                     f"max_length={cfg.max_length}",
                 )
         except SampleError as exc:
@@ -602,11 +597,11 @@ class QwenVLPreparer:
         if len(self.skipped_ids):
             mask[np.isin(expanded, self.skipped_ids)] = 0.0
         length = len(expanded)
-        if cfg.max_length is not None and aligned(length, cfg.pad_to_multiple_of) > cfg.max_length:
+        if cfg.max_length is not None and align_up(length, cfg.pad_to_multiple_of) > cfg.max_length:
             raise SampleRejected(
                 key,
                 "too_long",
-                f"{length} tokens after expanding {visual} visual tokens (aligned to {cfg.pad_to_multiple_of}: {aligned(length, cfg.pad_to_multiple_of)}) "
+                f"{length} tokens after expanding {visual} visual tokens (aligned to {cfg.pad_to_multiple_of}: {align_up(length, cfg.pad_to_multiple_of)}) "
                 f"> max_length={cfg.max_length}",
             )
         if length < 2:

@@ -24,6 +24,7 @@ from longpack.rules.checks.common import (
 )
 from longpack.rules.config import TrainingSetup
 from longpack.rules.registry import RuleFamily, Violation
+from longpack.topology import align_up
 
 FAMILY = RuleFamily("cp", "Context parallelism and sequence lengths")
 
@@ -46,7 +47,7 @@ def cp_seq_length(s: TrainingSetup) -> Iterator[Violation]:
     ``2*CP`` chunks and gives each CP rank one from the front and one from the back."""
     seq = s.model_seq_length
     if seq and not cp_divides_seq_length(seq, cp=s.cp):
-        up = -(-seq // (2 * s.cp)) * 2 * s.cp
+        up = align_up(seq, 2 * s.cp)
         yield V(
             f"seq_length={seq} is not divisible by 2*CP = {2 * s.cp} (Bridge: 'Sequence length must be "
             "divisible by 2 * context parallel size')",

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from longpack.topology import align_up
 from longpack.vlm.chat import media_sources, normalize_conversation
 from longpack.vlm.errors import SampleError, SampleRejected, VLMError, sized
 from longpack.vlm.prepare import (
@@ -52,7 +53,6 @@ from longpack.vlm.prepare import (
     VLMConfig,
     VLMStats,
     _key,
-    aligned,
 )
 
 # Megatron-Bridge's token texts never trained on (``data/token_utils.py`` PAD_TOKENS, one set for every model:
@@ -295,12 +295,12 @@ class Gemma3Preparer:
             )
         if tokens is None or cfg.max_length is None:
             return
-        if aligned(tokens, cfg.pad_to_multiple_of) > cfg.max_length:
+        if align_up(tokens, cfg.pad_to_multiple_of) > cfg.max_length:
             raise SampleRejected(
                 key,
                 "too_long",
                 f"{tokens} tokens after expanding {visual} visual tokens (aligned to {cfg.pad_to_multiple_of}: "
-                f"{aligned(tokens, cfg.pad_to_multiple_of)}) > max_length={cfg.max_length}",
+                f"{align_up(tokens, cfg.pad_to_multiple_of)}) > max_length={cfg.max_length}",
             )
 
     def expanded_text(self, text: str, crops: Sequence[int]) -> str:

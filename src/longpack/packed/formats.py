@@ -1,0 +1,185 @@
+"""What each output format of the pack job is and can do, as data: one :class:`OutputFormat` record per
+format, so that callers read a record instead of comparing format names. A new format is a new record here
+(and its writer).
+
+Light on purpose (no numpy, no pyarrow): the job config checks settings against these records before any
+heavy module is loaded.
+
+>>> OUTPUT_FORMAT["npy"].bridge_api, OUTPUT_FORMAT["parquet"].suffix, OUTPUT_FORMAT["indexed"].seed_default
+('legacy', '.idx.parquet', 1234)
+>>> tuple(OUTPUT_FORMAT) == choices.OUTPUT_FORMATS
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from longpack import choices
+
+__all__ = [
+    "OUTPUT_FORMAT",
+    "OutputFormat",
+    "Refusal",
+    "load",
+    "output_format",
+]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A pack setting that means nothing for a format: given (not its default), the job refuses it with
+    ``message``, naming ``fields``."""
+
+    setting: str
+    message: str
+    fields: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """One output format of the pack job.
+
+    - ``suffix``: the packed files' suffix (``None``: the writer names its files, as ``.bin`` / ``.idx``).
+    - ``writer``: the function that writes it (``module:function``; imported when used).
+    - ``refused``: the settings it takes no value for, each with the reason (:class:`Refusal`), in order.
+    - ``bridge_api``: the Megatron-Bridge API its ``bridge_config.yaml`` is written for (``"main"``: v0.4.0+;
+      ``"legacy"``: <= 0.3.x and NeMo 2; ``None``: not a Megatron-Bridge packed-SFT hand-off).
+    - ``seed_default``: the seed when none is given (``None``: 0, or Bridge's with ``compat``).
+    - ``spills``: its rows may be filled from tokens spilled to a scratch folder (out-of-core packing).
+    - ``sharded``: a split may be cut into several files (``rows_per_shard``); ``default_shards``: it is, by
+      default, into shards of about 2**27 tokens (one file with ``compat``).
+    - ``executor_writes``: the executor writes its files (``PackExecutor.write``); else the job writes
+      every document with ``writer``. ``summary``: the function that turns its manifest into what
+      ``longpack pack --json`` prints (``None``: the pack result's own).
+    - ``needs``: the executor capabilities it needs (``PackExecutor.supports``), with the refusal when the
+      executor lacks one.
+    - ``fixed_min_tokens``: a ``text.min_tokens`` the format imposes (Megatron keeps one-token documents).
+    """
+
+    name: str
+    suffix: str | None
+    writer: str
+    bridge_api: str | None
+    refused: tuple[Refusal, ...] = ()
+    seed_default: int | None = None
+    spills: bool = False
+    sharded: bool = False
+    default_shards: bool = False
+    executor_writes: bool = True
+    summary: str | None = None
+    needs: Mapping[str, Refusal] = field(default_factory=dict)
+    fixed_min_tokens: int | None = None
+
+
+def _indexed_refusals() -> tuple[Refusal, ...]:
+    why = {
+        "val_fraction": "Megatron's --split carves validation documents out of the same prefixes",
+        "val_inputs": "pack the validation documents into their own folder and give Megatron both",
+        "overlength": "documents are written whole; GPTDataset cuts them into seq_length samples",
+        "compat": "compat is Megatron-Bridge's packed SFT format",
+        "balance": "indexed data is not packed into rows",
+        "row_group_size": "a Parquet setting",
+        "pad_seq_to_mult": "indexed data has no per-sample alignment",
+        "pad_to_max_length": "a Megatron-Bridge packed-SFT setting",
+        "pad_cu_seqlens": "a Megatron-Bridge packed-SFT setting",
+        "pack_size": "indexed samples are seq_length tokens (GPTDataset)",
+    }
+    return (
+        *(
+            Refusal(name, f"output_format indexed: drop {name} ({reason})", (name, "output_format"))
+            for name, reason in why.items()
+        ),
+        Refusal(
+            "ids_dtype",
+            "output_format indexed picks the token dtype from the vocabulary (uint16 or int32, as Megatron); "
+            "drop ids_dtype",
+            ("ids_dtype", "output_format"),
+        ),
+    )
+
+
+OUTPUT_FORMAT: dict[str, OutputFormat] = {
+    choices.PARQUET: OutputFormat(
+        name=choices.PARQUET,
+        suffix=".idx.parquet",
+        writer="longpack.packed.pipeline:write_shard_file",
+        bridge_api="main",
+        spills=True,
+        sharded=True,
+        default_shards=True,
+    ),
+    choices.NPY: OutputFormat(
+        name=choices.NPY,
+        suffix=".npy",
+        writer="longpack.packed.pipeline:write_npy_file",
+        bridge_api="legacy",
+        refused=(
+            Refusal(
+                "rows_per_shard",
+                "output_format npy writes one file per split (Bridge <= 0.3 reads one .npy path); drop "
+                "rows_per_shard",
+                ("output_format", "rows_per_shard"),
+            ),
+            Refusal(
+                "row_group_size",
+                "row_group_size is a Parquet setting; drop it with output_format npy",
+                ("output_format", "row_group_size"),
+            ),
+            Refusal(
+                "ids_dtype",
+                "ids_dtype is a Parquet setting (npy rows hold Python ints); drop it with output_format npy",
+                ("output_format", "ids_dtype"),
+            ),
+        ),
+        needs={
+            choices.ONE_FILE_PER_SPLIT: Refusal(
+                "backend",
+                "output_format npy is written by the local backend (one file per split); use backend local",
+                ("output_format", "backend"),
+            )
+        },
+    ),
+    choices.INDEXED: OutputFormat(
+        name=choices.INDEXED,
+        suffix=None,
+        writer="longpack.packed.indexed:write_indexed_output",
+        bridge_api=None,
+        refused=_indexed_refusals(),
+        seed_default=choices.BRIDGE_DEFAULT_SEED,  # Megatron-LM's --seed default too (GPTDataset's shuffle)
+        sharded=True,  # rows_per_shard: documents per prefix
+        executor_writes=False,
+        summary="longpack.packed.indexed:indexed_summary",
+        needs={
+            choices.ONE_FILE_PER_SPLIT: Refusal(
+                "backend",
+                "output_format indexed is written by the local backend",
+                ("output_format", "backend"),
+            )
+        },
+        fixed_min_tokens=1,
+    ),
+}
+
+
+def load(target: str) -> Any:
+    """The function a record names (``module:function``).
+
+    >>> load(OUTPUT_FORMAT["npy"].writer).__name__
+    'write_npy_file'
+    """
+    import importlib
+
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def output_format(name: str | None) -> OutputFormat:
+    """The record of a format name (``None``: the default format, as a manifest without the key means).
+
+    >>> output_format(None).name
+    'parquet'
+    """
+    return OUTPUT_FORMAT[choices.DEFAULT_OUTPUT_FORMAT if name is None else name]

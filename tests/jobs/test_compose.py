@@ -1,0 +1,136 @@
+"""Job configs keep what they are given (issue 41): what follows from the fields comes from ``resolve()``, so
+``dataclasses.replace`` works and a derived value never leaks into a later copy; executors say what they can
+do (``supports``) and output formats are records (``longpack.packed.formats``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from longpack import choices
+from longpack.cluster.ray_pack import RayExecutor
+from longpack.errors import ConfigError
+from longpack.jobs import LocalExecutor, PackConfig, SweepConfig
+from longpack.jobs.pack import DEMO_SEQ_LENGTH, DEMO_TOKENIZER
+from longpack.packed import files
+from longpack.packed.formats import OUTPUT_FORMAT, load
+
+
+@pytest.fixture
+def two_files(tmp_path: Path) -> tuple[Path, Path]:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for p in (a, b):
+        p.write_text(json.dumps({"prompt": "q", "completion": "a"}) + "\n")
+    return a, b
+
+
+def test_replace_of_a_mix_config_keeps_the_mix(two_files: tuple[Path, Path]) -> None:
+    """The defect of the issue: ``replace`` passed the mix's inputs back as ``inputs`` ("give either mix or
+    inputs")."""
+    a, b = two_files
+    config = PackConfig(mix=[f"{a}=0.7", f"{b}=0.3"], out="o", tokenizer="bytes", seq_length=64)
+    again = dataclasses.replace(config, seed=1)
+    assert again.seed == 1 and again.inputs == () and again.mix == config.mix
+    assert again.resolved.inputs == (str(a), str(b)) == config.resolved.inputs
+    assert again.settings == dataclasses.replace(config.settings, seed=1)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"demo": True},
+        {"demo": True, "compat": "megatron-bridge"},
+        {"demo": True, "pad_cu_seqlens": True},
+        {"demo": True, "output_format": "indexed"},
+        {"demo": True, "tp": 2, "cp": 2, "sp": True, "memory_budget": "8G"},
+    ],
+)
+def test_replace_round_trips(kwargs: dict[str, object]) -> None:
+    config = PackConfig(out="o", **kwargs)  # type: ignore[arg-type]
+    assert dataclasses.replace(config) == config
+    assert dataclasses.replace(config).resolve() == config.resolve()
+
+
+def test_derived_values_do_not_leak_into_a_copy() -> None:
+    """Each derived value sits in ``resolved``, not over the field it follows from, so a copy with the cause
+    removed loses it too."""
+    demo = PackConfig(demo=True, out="o")
+    assert demo.tokenizer is None and demo.seq_length is None  # as given
+    assert (demo.resolved.tokenizer, demo.resolved.seq_length) == (DEMO_TOKENIZER, DEMO_SEQ_LENGTH)
+
+    compat = PackConfig(
+        demo=True, out="o", compat="megatron-bridge", text=dataclasses.replace(demo.text, min_tokens=2)
+    )
+    assert compat.text.min_tokens == 2 and compat.resolved.text.min_tokens == 1
+    assert dataclasses.replace(compat, compat=None).resolved.text.min_tokens == 2
+
+    cuda_graphs = PackConfig(demo=True, out="o", pad_cu_seqlens=True)
+    assert cuda_graphs.pad_to_max_length is False and cuda_graphs.handoff_options["pad_to_max_length"] is True
+    assert (
+        dataclasses.replace(cuda_graphs, pad_cu_seqlens=False).handoff_options["pad_to_max_length"] is False
+    )
+
+
+def test_sweep_replace_round_trips() -> None:
+    config = SweepConfig(demo=True, pack_lengths="512,256")
+    assert config.pack_lengths == (256, 512) and config.tokenizer is None
+    again = dataclasses.replace(config, seed=3)
+    assert again.resolved.settings == dataclasses.replace(config.resolved.settings, seed=3)
+    assert again.resolved.tokenizer == DEMO_TOKENIZER
+
+
+class MyLocal(LocalExecutor):
+    pass
+
+
+class NoSupports:
+    """An executor object of the protocol before ``supports``: it is taken to support nothing."""
+
+    name = "mine"
+
+
+SETTINGS_NEEDING = {
+    choices.MIX: {"mix": ["{a}=0.5", "{b}=0.5"]},
+    choices.ONE_FILE_PER_SPLIT: {"output_format": "npy"},
+    "indexed": {"output_format": "indexed"},
+    choices.OVERLENGTH_FRAGMENT: {"overlength": "fragment"},
+    choices.TOKEN_STORE: {"keep_store": "kept"},
+}
+
+
+def _config(two_files: tuple[Path, Path], backend: object, extra: dict[str, object]) -> PackConfig:
+    a, b = two_files
+    extra = {k: [v.format(a=a, b=b) for v in val] if k == "mix" else val for k, val in extra.items()}
+    inputs = {} if "mix" in extra else {"inputs": [str(a)]}
+    return PackConfig(out="o", tokenizer="bytes", seq_length=64, backend=backend, **inputs, **extra)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("need", list(SETTINGS_NEEDING))
+def test_executor_capabilities_are_asked_alike(two_files: tuple[Path, Path], need: str) -> None:
+    """The six capability checks are one question (``supports``): a LocalExecutor subclass is accepted for
+    every setting (before, mix, stores, fragment and indexed refused it and npy took it), Ray and an object
+    without ``supports`` are refused, with the setting's own message."""
+    extra = SETTINGS_NEEDING[need]
+    for backend in ("local", LocalExecutor(), MyLocal()):
+        _config(two_files, backend, extra)
+    messages = set()
+    for backend in ("ray", RayExecutor(), NoSupports()):
+        with pytest.raises(ConfigError, match="local backend") as caught:
+            _config(two_files, backend, extra)
+        messages.add(str(caught.value))
+    assert len(messages) == 1
+
+
+def test_every_output_format_has_a_record() -> None:
+    assert tuple(OUTPUT_FORMAT) == choices.OUTPUT_FORMATS
+    for name, fmt in OUTPUT_FORMAT.items():
+        assert fmt.name == name and callable(load(fmt.writer))
+        assert fmt.summary is None or callable(load(fmt.summary))
+        assert fmt.suffix is None or files.shard_names("training", 8, 1, output_format=name)[0].endswith(
+            fmt.suffix
+        )
+        for refusal in fmt.refused:  # each names a real setting of the pack job
+            assert refusal.setting in {f.name for f in dataclasses.fields(PackConfig)}
