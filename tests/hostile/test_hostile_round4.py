@@ -32,7 +32,7 @@ def test_a_second_spill_never_truncates_a_mapped_one(tmp_path: Path) -> None:
     from longpack.text.pipeline import _TokenStore
 
     maps = []
-    for value in range(40):
+    for value in range(20):
         store = _TokenStore(np.int32, None, budget=1, spill_dir=tmp_path)
         store.extend(np.full(100 + value, value, np.int32), np.ones(100 + value, np.uint8))
         maps.append(store.finish())
