@@ -56,11 +56,14 @@ def cli_message(message: str, fields: tuple[str, ...]) -> str:
 
         def swap(m: re.Match[str], flag: str = flag) -> str:
             before = m.string[max(0, m.start() - 12) : m.start()].lower()
-            return m.group(0) if _NOUN_BEFORE.search(before) else flag
+            noun = field in _NOUN_FIELDS and _NOUN_BEFORE.search(before)
+            return m.group(0) if noun else flag
 
         message = re.sub(pattern, swap, message)
     return message
 
 
-#: Words after which a field name is a noun (the thing), not the setting: "the store", "token store".
+#: Fields that are also plain nouns in messages ("the store", "token store"); others are always flags.
+_NOUN_FIELDS = frozenset({"store"})
+#: Words after which such a field name is a noun (the thing), not the setting: "the store", "token store".
 _NOUN_BEFORE = re.compile(r"(?:^|\W)(?:the|a|an|this|that|each|every|token|its|their|one)\s+$")
