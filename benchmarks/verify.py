@@ -13,6 +13,12 @@ pp=())`` (every single-process check of R rows; CP/PP are timed separately, one 
 ``--compare-rows`` rows (default 10).
 Baseline in the same process: one packed forward + backward of the same rows (what one training step of the
 tiny model costs, one thread), so the ratio says what the checks cost on top of it. Medians of ``--repeats``.
+
+``--families R``: instead, CPU seconds per 8K row of every single-process check for each family of
+:data:`FAMILIES` side by side on the same first R rows (attention-only Qwen3 beside the MoE Qwen3-30B-A3B and
+the hybrid Qwen3-Next: Gated DeltaNet + gated attention, MoE router statistics, MTP):
+
+    PYTHONPATH=src python benchmarks/verify.py --families 3 --repeats 3
 """
 
 from __future__ import annotations
@@ -27,6 +33,49 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "tests" / "data" / "hf_configs" / "qwen3_8b.json"
+
+
+#: Families of ``--families``: label -> ``--model``.
+FAMILIES = {
+    "qwen3 (attention only)": str(CONFIG),
+    "qwen3_moe (qwen3_30b_a3b: + router statistics)": "qwen3_30b_a3b",
+    "qwen3_next (qwen3_next_80b_a3b: GDN + attention, MoE, MTP)": "qwen3_next_80b_a3b",
+    "nemotron_h (Nemotron-H-shaped test config: Mamba-2 + attention, MoE)": str(
+        ROOT / "tests" / "data" / "hf_configs" / "nemotron_h_shaped.json"
+    ),
+}
+
+
+def families(folder: Path, rows: int, repeats: int) -> None:
+    """Print CPU seconds per row of each family of :data:`FAMILIES` on the same rows (medians of ``repeats``)."""
+    from longpack.jobs.verify import VerifyConfig
+
+    cpu: dict[str, list[float]] = {name: [] for name in FAMILIES}
+    checked: dict[str, tuple[int, int]] = {}
+    for _ in range(repeats):
+        for name, model in FAMILIES.items():
+            began = time.process_time()
+            result = VerifyConfig(
+                packed=folder,
+                model=model,
+                split="training",
+                max_rows=rows,
+                time_budget=None,
+                cp=(),
+                pp=(),
+                in_batch_rows=rows,
+            ).run()
+            cpu[name].append(time.process_time() - began)
+            assert result.ok, result.verdict
+            checked[name] = (len(result.rows), sum(r.tokens for r in result.rows))
+    first = statistics.median(cpu[next(iter(FAMILIES))]) / checked[next(iter(FAMILIES))][0]
+    width = max(len(name) for name in FAMILIES) + 2
+    print(f"{'family':<{width}}{'rows':>5}{'tokens':>8}{'CPU s/row':>11}{'x qwen3':>9}   runs (CPU s)")
+    for name in FAMILIES:
+        count, tokens = checked[name]
+        per_row = statistics.median(cpu[name]) / count
+        runs = [round(t, 1) for t in cpu[name]]
+        print(f"{name:<{width}}{count:>5}{tokens:>8}{per_row:>11.2f}{per_row / first:>9.1f}   {runs}")
 
 
 def baseline(folder: Path, rows: int) -> float:
@@ -66,6 +115,9 @@ def main() -> None:
         default=10,
         help="rows of the run on torch's default thread count (slow on a busy machine)",
     )
+    parser.add_argument(
+        "--families", type=int, default=0, help="only the per-family table, on this many rows (see above)"
+    )
     args = parser.parse_args()
     from longpack.jobs import PackConfig
     from longpack.jobs.verify import VerifyConfig
@@ -73,6 +125,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="longpack-verify-bench-") as tmp:
         out = Path(tmp) / "demo8k"
         PackConfig(demo=True, out=out, pack_size=8192, seq_length=4096).run()
+        if args.families:
+            families(out, args.families, args.repeats)
+            return
         import longpack.runtime.verify as verify_module
 
         default_threads = torch.get_num_threads()

@@ -375,11 +375,12 @@ def observed_range(gitdir: Path, product: str, literal: str, pathspec: str) -> t
     known holds it already)."""
     from longpack.rules.versions import PRODUCTS
 
-    releases = PRODUCTS[product].releases  # type: ignore[index]
+    info = PRODUCTS[product]  # type: ignore[index]
+    releases = info.releases + ((info.dev,) if info.dev is not None else ())  # Megatron-Core dev after main
     tags = {"bridge": "v{}", "mcore": "core_v{}"}[product]
     present = []
     for r in releases:
-        commit = r.commit if r.version == "main" else tags.format(r.version)
+        commit = r.commit if r.version in ("main", "dev") else tags.format(r.version)
         present.append(probe_present(gitdir, commit, literal, pathspec))
     if not any(present):
         return ("absent", "absent")
@@ -414,6 +415,8 @@ def ranges(bridge: Path | None, mcore: Path | None) -> str:
             recorded = getattr(r.provenance, product)
             # a source that relaxed the rule appears where the rule's range ends
             want = (recorded.until, None) if src.relaxes else (recorded.since, recorded.until)
+            if recorded.dev is not None and product == "mcore":  # dev recorded as an exception to the order
+                want = (want[0], "dev") if recorded.dev is src.relaxes else want
             ok = (since, until) == want
             mismatches += not ok
             lines.append(

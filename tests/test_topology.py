@@ -122,3 +122,36 @@ def test_bridge_llama3_70b_perf_layout() -> None:
     split = pipeline_split(num_layers=80, pp=8, vpp=5, layout="Et*2|(t*2|)*34,t*3|(t*2|)*3,tL")
     assert split.vpp == 5 and sum(map(sum, split.decoder)) == 80
     assert split.max_layers_per_stage == 3
+
+
+@given(
+    tp=st.sampled_from([1, 2, 4, 8]),
+    cp=st.sampled_from([1, 2, 4, 16, 32]),
+    sp=st.booleans(),
+    recipe=st.sampled_from([None, "mxfp8", "delayed", "tensorwise"]),
+    hybridep=st.booleans(),
+)
+def test_kernel_pad_multiple_holds_every_requirement_and_no_more(tp, cp, sp, recipe, hybridep) -> None:
+    import math
+
+    from longpack.topology import HYBRIDEP_CHUNK, MXFP8_BLOCK, kernel_pad_multiple, pad_seq_to_mult
+
+    m = kernel_pad_multiple(tp=tp, cp=cp, sp=sp, fp8_recipe=recipe, hybridep=hybridep)
+    needs = [pad_seq_to_mult(tp=tp, cp=cp, sp=sp)]
+    if recipe:
+        per_rank = cp * (tp if sp else 1)
+        needs.append((MXFP8_BLOCK if recipe == "mxfp8" else 16) * per_rank)
+        # every rank's share of a row of m tokens is a whole number of FP8 blocks
+        assert (m // per_rank) % (MXFP8_BLOCK if recipe == "mxfp8" else 16) == 0
+    if hybridep:
+        needs.append(HYBRIDEP_CHUNK)
+    assert all(m % n == 0 for n in needs) and m == math.lcm(*needs)
+
+
+def test_topology_prints_the_kernel_multiple_only_when_asked() -> None:
+    from longpack.jobs import TopologyConfig
+
+    plain = TopologyConfig(gpus=16, tp=2, cp=2, sp=True).run().to_dict()
+    assert "kernel_pad_multiple" not in plain
+    mx = TopologyConfig(gpus=16, tp=2, cp=2, sp=True, fp8_recipe="mxfp8", hybridep=True).run().to_dict()
+    assert mx["pad_seq_to_mult"] == 4 and mx["kernel_pad_multiple"] == 128

@@ -42,6 +42,7 @@ VLM_FAMILIES: tuple[str, ...] = (
     "nemotron_vl",
     "qwen2_5_vl",
     "qwen2_vl",
+    "qwen3_5_vl",
     "qwen3_vl",
 )
 DEFAULT_VLM_FAMILY: Final = "qwen2_vl"
@@ -111,14 +112,20 @@ CP_COMM_TYPES: tuple[str, ...] = ("p2p", "a2a", "a2a+p2p", "allgather", "auto")
 OPTIMIZERS: tuple[str, ...] = ("adam", "adam_bf16_states", "muon")
 
 #: Synthetic sample-length workloads of the online-packing simulation (``longpack.online.simulate``).
-WORKLOADS: tuple[str, ...] = ("lognormal", "bimodal")
+LOGNORMAL_WORKLOAD: Final = "lognormal"
+BIMODAL_WORKLOAD: Final = "bimodal"
+WORKLOADS: tuple[str, ...] = (LOGNORMAL_WORKLOAD, BIMODAL_WORKLOAD)
 
 #: Megatron-Bridge dataset configs the rules tell apart (``longpack.rules.config.DatasetKind``'s values).
 DATASET_KINDS: tuple[str, ...] = ("sft", "direct_hf", "energon", "mock_vlm", "pretraining")
 
 #: Pipeline schedules and samplers of the balance simulation (``longpack.balance.schedule``).
-SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")
-SAMPLERS: tuple[str, ...] = ("batch", "single")
+SCHEDULE_1F1B: Final = "1f1b"
+SCHEDULE_INTERLEAVED: Final = "interleaved"
+SCHEDULES: tuple[str, ...] = (SCHEDULE_1F1B, SCHEDULE_INTERLEAVED)
+BATCH_SAMPLER: Final = "batch"
+SINGLE_SAMPLER: Final = "single"
+SAMPLERS: tuple[str, ...] = (BATCH_SAMPLER, SINGLE_SAMPLER)
 
 #: Energon task encoders (``dataset.task_encoder._target_``) whose packing buffer holds encoded media and token
 #: counts, pixels decoded only for the pack being emitted (deferred decoding, ``longpack.online.vlm``); every

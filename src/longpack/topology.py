@@ -62,6 +62,36 @@ def pad_seq_to_mult(*, tp: int = 1, cp: int = 1, sp: bool = False) -> int:
     return math.lcm(*_pad_terms(_size(tp, "tp"), _size(cp, "cp"), sp))
 
 
+#: Tokens per MXFP8 scaling block: a GEMM over MXFP8 needs the tokens each rank holds to be a multiple
+#: (Megatron-LM main fp8_utils.get_fp8_align_size @ 92d68dae89: 32 for mxfp8, 16 for the other recipes).
+MXFP8_BLOCK = 32
+FP8_ALIGN = 16
+#: HybridEP's combine chunk: a packed row's width must be a multiple (Megatron-Bridge docs, HybridEP).
+HYBRIDEP_CHUNK = 128
+
+
+def kernel_pad_multiple(
+    *, tp: int = 1, cp: int = 1, sp: bool = False, fp8_recipe: str | None = None, hybridep: bool = False
+) -> int:
+    """:func:`pad_seq_to_mult` and the kernels' multiples together: every rank's tokens a multiple of the
+    FP8 block (``FP8_ALIGN``, or ``MXFP8_BLOCK`` for ``mxfp8``: times CP, and TP under SP, since the row
+    is split over those ranks), and HybridEP's 128-token chunk of the row.
+
+    >>> kernel_pad_multiple(tp=2, cp=2, sp=True), kernel_pad_multiple(tp=2, cp=2, sp=True, fp8_recipe="mxfp8")
+    (4, 128)
+    >>> kernel_pad_multiple(cp=2, hybridep=True), kernel_pad_multiple(tp=4, sp=True, fp8_recipe="delayed")
+    (128, 64)
+    """
+    base = pad_seq_to_mult(tp=tp, cp=cp, sp=sp)
+    parts = [base]
+    if fp8_recipe:
+        block = MXFP8_BLOCK if fp8_recipe.lower() == "mxfp8" else FP8_ALIGN
+        parts.append(block * cp * (tp if sp else 1))
+    if hybridep:
+        parts.append(HYBRIDEP_CHUNK)
+    return math.lcm(*parts)
+
+
 @overload
 def align_up(length: int, multiple: int) -> int: ...
 @overload

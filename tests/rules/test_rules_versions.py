@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from longpack.errors import ConfigError
 from longpack.jobs.check import CheckConfig
 from longpack.rules import RULES, run_rules, setup_from_mapping
+from longpack.rules.checks.upstream import versions_for
 from longpack.rules.config import TrainingSetup
 from longpack.rules.runner import rules_outside
 from longpack.rules.versions import (
@@ -51,7 +52,18 @@ def test_mcore_versions_order_including_dev_builds() -> None:
     assert (
         version_key("0.19.0", MCORE) < version_key("0.20.0.dev0+abc123", MCORE) == version_key("main", MCORE)
     )
-    assert version_key("core_v0.16.1", MCORE) == version_key("0.16.1", MCORE)
+    # Megatron-Core's development branch orders after main (it merges main)
+    assert version_key("main", MCORE) < version_key("dev", MCORE) < version_key("0.20.0", MCORE)
+
+
+@pytest.mark.parametrize(("tag", "version"), [("core_v0.19.0", "0.19.0"), ("core_r0.16.0", "0.16.0")])
+def test_a_git_tag_is_refused_with_the_version_to_give(tag: str, version: str) -> None:
+    with pytest.raises(ConfigError, match=f"is a git tag, not a version: give {version}"):
+        CheckConfig(megatron_core_version=tag)
+    from longpack.cli.app import app
+
+    result = CliRunner().invoke(app, ["check", "model.seq_length=4096", "--megatron-core-version", tag])
+    assert result.exit_code == 2 and "give " + version in result.output and "Traceback" not in result.output
 
 
 @pytest.mark.parametrize("bad", ["26.04", "latest-ish", "", "1.2.3.4.5x"])
@@ -73,43 +85,102 @@ def test_ranges() -> None:
     assert VersionRange().text == "all" and r.text == ">= 0.16.0, < 0.19.0"
 
 
-def test_default_versions_given_then_environment_then_installed_then_newest(monkeypatch) -> None:
+def _installed(monkeypatch, bridge: str | None, mcore: str | None) -> None:
     from longpack.rules import versions as v
 
-    monkeypatch.setenv(ENV_VARS[BRIDGE], "0.5.1")
+    monkeypatch.delenv(ENV_VARS[BRIDGE], raising=False)
     monkeypatch.delenv(ENV_VARS[MCORE], raising=False)
-    monkeypatch.setattr(v, "installed_version", lambda product: "0.18.2" if product == MCORE else None)
+    monkeypatch.setattr(v, "installed_version", lambda product: bridge if product == BRIDGE else mcore)
+
+
+def test_versions_given_beat_the_environment_variables_and_what_is_installed(monkeypatch) -> None:
+    _installed(monkeypatch, "0.4.2", "0.17.1")
+    monkeypatch.setenv(ENV_VARS[BRIDGE], "0.5.1")
+    got = versions_for({"dataset.enable_offline_packing"})
+    assert (got.bridge, got.bridge_origin) == ("0.5.1", "$LONGPACK_BRIDGE_VERSION")
+    # megatron-bridge is installed, so the megatron-core beside it is the Core it runs on
+    assert (got.mcore, got.mcore_origin) == ("0.17.1", "installed, beside megatron-bridge")
+    got = UpstreamVersions.resolve(bridge="0.6.0", mcore="main")
+    assert (got.bridge_origin, got.mcore_origin) == ("given", "given")
+
+
+def test_an_installed_megatron_bridge_beats_the_config_keys(monkeypatch) -> None:
+    _installed(monkeypatch, "0.5.1", "0.18.2")
+    got = versions_for({"dataset.enable_offline_packing"})
+    assert (got.bridge, got.bridge_origin, got.mcore) == ("0.5.1", "installed", "0.18.2")
+
+
+def test_megatron_core_alone_never_decides_the_bridge_version(monkeypatch) -> None:
+    # longpack's own [all] extras install megatron-core 0.16.1; Bridge 0.3.1 was paired with it, but the
+    # checking environment is not the training container
+    _installed(monkeypatch, None, "0.16.1")
     got = UpstreamVersions.resolve()
-    assert (got.bridge, got.bridge_origin, got.mcore, got.mcore_origin) == (
-        "0.5.1",
-        "$LONGPACK_BRIDGE_VERSION",
-        "0.18.2",
-        "installed",
-    )
-    monkeypatch.delenv(ENV_VARS[BRIDGE])
-    # Bridge not installed: the release built on the installed (or given) Megatron-Core
-    got = UpstreamVersions.resolve()
-    assert (got.bridge, got.bridge_origin) == ("0.5.1", "paired with Megatron-Core 0.18.2")
+    assert (got.bridge, got.bridge_origin) == ("main", "newest known")
+    assert (got.mcore, got.mcore_origin) == ("main", "paired with Megatron-Bridge main")
     got = UpstreamVersions.resolve(mcore="0.17.1")
-    assert (got.bridge, got.bridge_origin, got.mcore) == (
-        "0.4.2",
-        "paired with Megatron-Core 0.17.1",
-        "0.17.1",
-    )
-    assert "c81012934" in got.describe(BRIDGE)
-    # nothing known at all: the newest of both
-    monkeypatch.setattr(v, "installed_version", lambda product: None)
-    got = UpstreamVersions.resolve()
-    assert (got.bridge, got.bridge_origin, got.mcore, got.mcore_origin) == (
-        "main",
-        "newest known",
-        "main",
-        "newest known",
-    )
+    assert (got.bridge, got.bridge_origin, got.mcore) == ("main", "newest known", "0.17.1")
     assert "067f987df" in got.describe(BRIDGE)
-    # a Megatron-Core older than every pairing: newest known; a given Bridge brings its own Core
-    assert UpstreamVersions.resolve(mcore="0.15.3").bridge_origin == "newest known"
-    assert UpstreamVersions.resolve(bridge="0.6.0").mcore == "0.19.0"
+    # a given Bridge brings its own Core (its 3rdparty/Megatron-LM submodule), not the installed one
+    got = UpstreamVersions.resolve(bridge="0.6.0")
+    assert (got.mcore, got.mcore_origin) == ("0.19.0", "paired with Megatron-Bridge 0.6.0")
+    assert "c81012934" in UpstreamVersions.resolve(bridge="0.4.2").describe(BRIDGE)
+
+
+def test_config_with_only_0_6_keys_and_megatron_core_0_16_1_installed_is_checked_for_0_6(monkeypatch) -> None:
+    _installed(monkeypatch, None, "0.16.1")
+    keys = {"dataset.enable_offline_packing", "dataset.offline_packing_specs.packed_sequence_size"}
+    got = versions_for(keys)
+    # newest known release in the range the keys leave (>= 0.6.0): main, and the Core it is built on
+    assert got.bridge == "main" and got.mcore == "main"
+    assert "inferred from the config's keys dataset.enable_offline_packing (>= 0.6.0)" in got.bridge_origin
+    setup = setup_from_mapping(
+        {
+            "dataset": {
+                "enable_offline_packing": True,
+                "offline_packing_specs": {"packed_sequence_size": 4096, "pad_seq_to_mult": 1},
+            },
+            "model": {"seq_length": 4096},
+        }
+    ).setup
+    found = run_rules(setup)
+    assert not [f for f in found if f.rule_id == "LP-VER-001"]
+    assert (
+        CheckConfig(overrides=tuple(f"{k}=1" for k in ("model.seq_length",))).run().versions.bridge == "main"
+    )
+
+
+def test_a_removed_key_bounds_the_version_from_above(monkeypatch) -> None:
+    _installed(monkeypatch, None, None)
+    got = versions_for({"dataset.packed_sequence_specs.packed_sequence_size"})
+    assert (got.bridge, got.mcore) == ("0.5.1", "0.18.2")
+    assert (
+        "dataset.packed_sequence_specs (< 0.6.0): < 0.6.0, the newest known in that range"
+        in got.bridge_origin
+    )
+    assert got.mcore_origin == "paired with Megatron-Bridge 0.5.1"
+
+
+def test_megatron_core_keys_move_the_paired_core_into_their_range(monkeypatch) -> None:
+    _installed(monkeypatch, None, "0.16.1")
+    got = versions_for({"model.dynamic_context_parallel", "dataset.enable_offline_packing"})
+    assert (got.bridge, got.mcore) == ("main", "dev")
+    assert "model.dynamic_context_parallel (>= dev)" in got.mcore_origin
+    assert "d48bd6be0a" in got.describe(MCORE)
+
+
+def test_keys_of_no_single_version_fall_back_to_the_newest_and_say_so(monkeypatch) -> None:
+    _installed(monkeypatch, None, None)
+    got = versions_for(
+        {"dataset.packed_sequence_specs.packed_sequence_size", "dataset.enable_offline_packing"}
+    )
+    assert got.bridge == "main" and "fit no single version" in got.bridge_origin
+
+
+def test_check_names_the_inferred_version_and_its_evidence(monkeypatch) -> None:
+    _installed(monkeypatch, None, "0.16.1")
+    r = CheckConfig(overrides=("dataset.enable_offline_packing=true", "model.seq_length=4096")).run()
+    assert r.versions.bridge == "main"
+    assert "inferred from the config's keys" in r.versions.describe(BRIDGE)
 
 
 def test_installed_version_is_read_from_package_metadata() -> None:
@@ -228,6 +299,36 @@ BOUNDARIES = [
         ("main", "main"),
         ("0.6.0", "main"),
     ),
+    # relaxed: Bridge main verifies MTP with offline packing (GLM-5.2 packed SFT, e4cb868dc)
+    ("LP-MTP-001", "SFT", ["model.mtp_num_layers=1"], ("0.6.0", "0.19.0"), ("main", "main")),
+    # relaxed: global-batch packing (Bridge PR #6127, assumed 0.7.0) runs the schedulers
+    (
+        "LP-HCP-009",
+        "SFT",
+        ["model.dynamic_context_parallel=true", "model.max_seqlen_per_dp_cp_rank=4096"],
+        ("main", "dev"),
+        ("0.7.0", "dev"),
+    ),
+    # added: Megatron-Core dev registers default_dynamic_cp (dynamic CP)
+    (
+        "LP-SCHED-001",
+        "SFT",
+        ["model.sequence_packing_scheduler=default_dynamic_cp", "model.max_seqlen_per_dp_cp_rank=4096"],
+        ("main", "main"),
+        ("main", "dev"),
+    ),
+    # relaxed: Megatron-LM dev allows dynamic CP with pipeline parallelism
+    (
+        "LP-HCP-001",
+        "SFT",
+        [
+            "model.hybrid_context_parallel=true",
+            "model.max_seqlen_per_dp_cp_rank=4096",
+            "model.pipeline_model_parallel_size=2",
+        ],
+        ("main", "main"),
+        ("main", "dev"),
+    ),
     # added: Bridge 0.6.0 refuses locally captured scoped graphs (#4607)
     ("LP-CG-007", "SFT", ["model.cuda_graph_impl=local"], ("0.6.0", "main"), ("0.5.1", "main")),
 ]
@@ -243,7 +344,7 @@ def test_version_boundary(rule_id, base, overrides, inside, outside) -> None:
         f for f in findings_of(base, overrides, bridge=inside[0], mcore=inside[1]) if f.rule_id == rule_id
     ]
     assert fired, f"{rule_id} did not fire for Bridge {inside[0]} / MCore {inside[1]}"
-    assert f"Megatron-Bridge {inside[0]}, Megatron-Core {inside[1]}" in fired[0].applies_to
+    assert f"Megatron-Bridge {inside[0]} (given), Megatron-Core {inside[1]} (given)" in fired[0].applies_to
     assert rule_id not in ids(findings_of(base, overrides, bridge=outside[0], mcore=outside[1]))
 
 
@@ -254,7 +355,7 @@ def test_hybrid_cp_key_on_an_older_megatron_core_is_named() -> None:
         if f.rule_id == "LP-VER-001"
     ]
     assert [f.keys for f in found] == [("model.hybrid_context_parallel",)]
-    assert "Megatron-Core 0.15.3 has no such setting" in found[0].message
+    assert "Megatron-Core 0.15.3 (given) has no such setting" in found[0].message
 
 
 def test_bridge_packing_keys_follow_the_rename() -> None:
@@ -317,7 +418,10 @@ def test_check_result_and_json_name_the_versions() -> None:
     out = result.to_dict()
     assert out["versions"]["megatron_bridge"] == "0.5.1" and out["versions"]["megatron_core_from"] == "given"
     assert {"LP-EN-001", "LP-SCHED-001"} <= {r["id"] for r in out["rules_not_applied"]}
-    assert all("Megatron-Bridge 0.5.1, Megatron-Core 0.18.2" in f["applies_to"] for f in out["findings"])
+    assert all(
+        "Megatron-Bridge 0.5.1 (given), Megatron-Core 0.18.2 (given)" in f["applies_to"]
+        for f in out["findings"]
+    )
 
 
 def test_check_cli_verbose_lists_rules_not_applied() -> None:
@@ -372,3 +476,22 @@ def test_from_layout_carries_versions_into_run_rules() -> None:
     versions = UpstreamVersions.resolve(bridge="main", mcore="0.17.1")
     setup = TrainingSetup.from_layout(ParallelLayout(world_size=8, cp=2), seq_length=8192, versions=versions)
     assert all("Megatron-Core 0.17.1" in f.applies_to for f in run_rules(setup))
+
+
+def test_megatron_core_dev_is_an_exception_where_it_lacks_main_changes() -> None:
+    # dev (d48bd6be0a) has no moe_hybridep_pad_uneven_dispatch_inputs (main and 0.19.0 have it)
+    r = VersionRange(since="0.19.0", dev=False)
+    assert [r.contains(v, MCORE) for v in ("0.18.2", "0.19.0", "main", "dev")] == [False, True, True, False]
+    assert r.text == ">= 0.19.0 (not dev)"
+    found = findings_of("SFT", ["+model.moe_hybridep_pad_uneven_dispatch_inputs=true"], mcore="dev")
+    assert "Megatron-Core dev (given) has no such setting" in next(
+        f.message for f in found if f.rule_id == "LP-VER-001"
+    )
+    assert not [
+        f
+        for f in findings_of("SFT", ["+model.moe_hybridep_pad_uneven_dispatch_inputs=true"])
+        if f.rule_id == "LP-VER-001"
+    ]
+    # and the rules main relaxed with it still apply on dev
+    assert "LP-MOE-006" not in {r.id for r in rules_outside(UpstreamVersions(bridge="main", mcore="dev"))}
+    assert "LP-MOE-006" in {r.id for r in rules_outside(UpstreamVersions(bridge="main", mcore="main"))}

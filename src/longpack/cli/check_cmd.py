@@ -40,9 +40,19 @@ class CheckView:
     markdown: bool = option(False, help="With --list-rules: a Markdown table.")
     show_ignored: bool = option(False, help="List every config key no rule reads.")
     verbose: bool = option(False, help="Also list the rules not applied to these versions (and why).")
+    explain: str | None = option(
+        None,
+        help="Explain one rule (LP-MTP-001): its sources, the versions it applies to, the Bridge recipes "
+        "that exercise it.",
+        cli_type=str | None,
+        metavar="RULE",
+    )
 
 
 def _listing(view: CheckView, as_json: bool) -> bool:
+    if view.explain is not None:
+        _explain(view.explain, as_json)
+        return True
     if view.list_rules:
         _list_rules(as_json, view.markdown)
         return True
@@ -107,6 +117,33 @@ def _list_rules(as_json: bool, markdown: bool = False) -> None:
         title = r["title"] + (" [--packed]" if r["scope"] == "packed" else "")
         table.add_row(r["id"], r["severity"], title, r["versions"], r["source"])
     Console().print(table)
+
+
+def _explain(rule_id: str, as_json: bool) -> None:
+    from longpack.jobs.check import explain_rule
+
+    try:
+        e = explain_rule(rule_id)
+    except LongpackError as exc:
+        _input_error_as_json(exc, as_json)
+        raise
+    if as_json:
+        typer.echo(json.dumps(e, indent=2))
+        return
+    typer.echo(f"{e['id']} ({e['severity']}): {e['title']}")
+    typer.echo(f"  {e['description']}")
+    typer.echo(f"  fix: {e['fix']}")
+    typer.echo(f"  source: {e['source']}")
+    for src in e["sources"]:
+        typer.echo(f"    {src}")
+    typer.echo("  applies to:")
+    for name, v in e["versions"].items():
+        known = ", ".join(v["known"]) or "none of the versions known"
+        typer.echo(f"    {name} {v['range']} (known versions inside: {known})")
+    recipes = e["recipes"]
+    shown = ", ".join(recipes[:8]) + (f" and {len(recipes) - 8} more" if len(recipes) > 8 else "")
+    typer.echo(f"  recipes that exercise it ({len(recipes)}): {shown or 'none'}")
+    typer.echo(f"    ({e['recipes_from']})")
 
 
 def _list_families(as_json: bool) -> None:

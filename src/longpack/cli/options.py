@@ -54,7 +54,7 @@ def cli_message(message: str, fields: tuple[str, ...]) -> str:
         # ``field=True`` is the bare flag; ``field=2`` speaks of a recorded value, not of the flag: kept
         pattern = rf"(?<![\w./\\-]){re.escape(field)}(?:=True)?(?![\w/\\=-]|\.\w)"
 
-        def swap(m: re.Match[str], flag: str = flag) -> str:
+        def swap(m: re.Match[str], flag: str = flag, field: str = field) -> str:
             before = m.string[max(0, m.start() - 12) : m.start()].lower()
             noun = field in _NOUN_FIELDS and _NOUN_BEFORE.search(before)
             return m.group(0) if noun else flag

@@ -156,10 +156,12 @@ class BalanceConfig:
     pp: int = option(1, help="Pipeline-parallel size.")
     gbs: int = option(help="Global batch size in packs.", cli_type=int)
     mbs: int = option(1, help="Micro-batch size in packs.")
-    schedule: str = option("1f1b", help="Pipeline schedule.", choices=choices.SCHEDULES)
+    schedule: str = option(choices.SCHEDULE_1F1B, help="Pipeline schedule.", choices=choices.SCHEDULES)
     vpp: int = option(1, help="Virtual pipeline stages (interleaved schedule).")
     sampler: str = option(
-        "batch", help="batch (Megatron-Bridge SFT) or single (Megatron-LM).", choices=choices.SAMPLERS
+        choices.BATCH_SAMPLER,
+        help="batch (Megatron-Bridge SFT) or single (Megatron-LM).",
+        choices=choices.SAMPLERS,
     )
     model_shape: str = option(
         "hidden=4096,layers=32,heads=32,kv_heads=8,ffn=14336,vocab=128256",

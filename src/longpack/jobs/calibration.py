@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longpack.errors import ConfigError, LongpackError
 from longpack.option import option
@@ -14,6 +14,9 @@ from longpack.validate import non_negative_int, positive_int
 __all__ = ["EvaluateConfig", "EvaluateResult", "FitConfig", "FitResult"]
 
 CALIBRATION_HELP = "Calibration YAML (default: the packaged file)."
+
+if TYPE_CHECKING:
+    from longpack.planner.calibration import EvaluationSummary
 
 
 def _load_points(calibration: str | Path | None) -> Any:
@@ -62,7 +65,7 @@ class EvaluateConfig:
 class EvaluateResult:
     """``longpack.planner.calibration``'s summary: per point, per band, in-sample and LOMO errors."""
 
-    summary: Any
+    summary: EvaluationSummary
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = self.summary.as_dict()
@@ -102,7 +105,7 @@ class FitResult:
 
     out: str
     loss: float
-    summary: Any
+    summary: EvaluationSummary
 
     def to_dict(self) -> dict[str, Any]:
         return {"out": self.out, "loss": self.loss, "evaluation": self.summary.as_dict()}

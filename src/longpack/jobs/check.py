@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longpack import choices
 from longpack.errors import ConfigError
@@ -23,9 +23,23 @@ from longpack.jobs.options import bridge_version_option, gpus_option, megatron_c
 from longpack.option import option
 from longpack.validate import optional_positive_int
 
-__all__ = ["EXIT_ERRORS", "EXIT_OK", "CheckConfig", "CheckResult", "family_table", "rule_table"]
+__all__ = [
+    "EXIT_ERRORS",
+    "EXIT_OK",
+    "CheckConfig",
+    "CheckResult",
+    "explain_rule",
+    "family_table",
+    "rule_table",
+]
 
 EXIT_OK, EXIT_ERRORS = 0, 1
+
+if TYPE_CHECKING:
+    from longpack.rules.config import LoadedSetup
+    from longpack.rules.packed_data import PackedDataSummary
+    from longpack.rules.registry import Finding, Rule
+    from longpack.rules.versions import UpstreamVersions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,12 +115,13 @@ class CheckConfig:
                 raise ConfigError(f"{name} must be a name (a string), got {value!r}", fields=name)
         self.versions()  # a version that does not parse is refused here, before any work
 
-    def versions(self) -> Any:
-        """The :class:`~longpack.rules.versions.UpstreamVersions` the rules run for (given, from the
-        environment, installed, or the newest known)."""
-        from longpack.rules.versions import UpstreamVersions
+    def versions(self, config_keys: Any = None) -> Any:
+        """The :class:`~longpack.rules.versions.UpstreamVersions` the rules run for: given, from the
+        environment, an installed megatron-bridge, the range the config's keys (``config_keys``) bound, or
+        the newest known."""
+        from longpack.rules.checks.upstream import versions_for
 
-        return UpstreamVersions.resolve(bridge=self.bridge_version, mcore=self.megatron_core_version)
+        return versions_for(config_keys or (), bridge=self.bridge_version, mcore=self.megatron_core_version)
 
     def run(self) -> CheckResult:
         """Load the setup, inspect ``packed`` (if given) and run every rule.
@@ -141,7 +156,7 @@ class CheckConfig:
                 pack_size_hint=None if pss is None else pss.packed_sequence_size,
                 allow_no_manifest=self.packed_no_manifest_ok,
             )
-        versions = self.versions()
+        versions = self.versions(setup.given_keys)
         findings = run_rules(setup, packed, versions=versions)
         return CheckResult(
             config=None if self.config is None else str(self.config),
@@ -161,12 +176,12 @@ class CheckResult:
 
     config: str | None
     overrides: tuple[str, ...]
-    loaded: Any  # longpack.rules.LoadedSetup
-    findings: tuple[Any, ...] = ()
-    packed: Any = None  # longpack.rules.PackedDataSummary | None
-    versions: Any = None  # longpack.rules.versions.UpstreamVersions
+    loaded: LoadedSetup
+    findings: tuple[Finding, ...] = ()
+    packed: PackedDataSummary | None = None
+    versions: UpstreamVersions | None = None
     #: Rules whose version ranges leave the checked versions out (not applied).
-    not_applied: tuple[Any, ...] = ()
+    not_applied: tuple[Rule, ...] = ()
 
     @property
     def setup(self) -> Any:
@@ -254,7 +269,7 @@ def rule_table() -> list[dict[str, Any]]:
 
     >>> row = next(r for r in rule_table() if r["id"] == "LP-HCP-001")
     >>> row["versions"], row["sources"][0]["commit"]
-    ('Megatron-Core >= 0.16.0', '98d8c56dbd')
+    ('Megatron-Core >= 0.16.0, < dev', '98d8c56dbd')
     """
     from longpack.rules import RULES
 
@@ -293,3 +308,11 @@ def family_table() -> list[dict[str, Any]]:
         }
         for f in FAMILIES
     ]
+
+
+def explain_rule(rule_id: str) -> dict[str, Any]:
+    """``longpack check --explain RULE``: :func:`longpack.rules.recipes.explain_rule` (the rule, its sources,
+    versions and the Bridge recipes that exercise it)."""
+    from longpack.rules.recipes import explain_rule as explain
+
+    return explain(rule_id)

@@ -51,7 +51,8 @@ from longpack.text.rows import TextConfig
 if TYPE_CHECKING:
     from longpack.jobs.executors import PackExecutor
     from longpack.packed.formats import OutputFormat
-    from longpack.packed.pipeline import PackSettings
+    from longpack.packed.manifest import PackManifest
+    from longpack.packed.settings import PackSettings
 from longpack.validate import finite_float, flag, optional_positive_int, positive_int
 from longpack.validate import seed as seed_value
 
@@ -180,6 +181,7 @@ class ResolvedPack:
     - ``inputs``: the files read (a mix's sources with ``mix``); ``tokenizer``: the one given, or the demo's;
     - ``text``: the text options, with the ``min_tokens`` a format or ``compat`` imposes and a store's own;
     - ``seq_length``: the one given, or the demo's; ``pad_to_max_length``: also on with ``pad_cu_seqlens``;
+    - ``memory_budget``: the local backend's budget in bytes (``"8G"`` read), or ``None``;
     - ``settings``: the packed layer's settings; ``pad_seq_to_mult_source``: where its multiple came from.
     """
 
@@ -188,6 +190,7 @@ class ResolvedPack:
     text: TextConfig
     seq_length: int
     pad_to_max_length: bool
+    memory_budget: int | None
     settings: PackSettings
     pad_seq_to_mult_source: str
 
@@ -364,8 +367,8 @@ class PackConfig:
         from longpack.validate import plain_fields
 
         plain_fields(self)
-        # frozen: a given value is only put in its canonical type here (a list of paths as a tuple, "8G" as
-        # bytes: the same value, so ``dataclasses.replace`` round-trips); what follows from the settings is
+        # frozen: a given value is only put in its canonical type here (a list of paths as a tuple, a path
+        # as a Path: the same value, so ``dataclasses.replace`` round-trips); what follows from the settings is
         # :meth:`resolve`'s, never written over a field.
         set_ = object.__setattr__
         if self.mix is not None:
@@ -402,16 +405,6 @@ class PackConfig:
             "val_fraction",
             finite_float(self.val_fraction, "val_fraction", lo=0.0, hi=1.0, hi_open=True),
         )
-        if self.max_drop_fraction is not None:
-            set_(
-                self,
-                "max_drop_fraction",
-                finite_float(self.max_drop_fraction, "max_drop_fraction", lo=0.0, hi=1.0),
-            )
-        if self.memory_budget is not None:
-            from longpack.jobs.out_of_core import parse_memory_budget
-
-            set_(self, "memory_budget", parse_memory_budget(self.memory_budget))
         self.resolved  # noqa: B018 - every check runs now, on construction
 
     @functools.cached_property
@@ -447,6 +440,28 @@ class PackConfig:
                 "seq_length is required (the longest runtime length of one sample, e.g. 4096)",
                 fields="seq_length",
             )
+        self._check_settings()
+        # Bridge asserts pad_to_max_length with pad_cu_seqlens
+        pad_to_max_length = self.pad_to_max_length or self.pad_cu_seqlens
+        self._check_format(pad_to_max_length)
+        memory_budget = self._check_executor()
+        fmt = self.format
+        if fmt.fixed_min_tokens is not None and text.min_tokens != fmt.fixed_min_tokens:
+            text = replace(text, min_tokens=fmt.fixed_min_tokens)  # Megatron keeps one-token documents
+        mult, source = resolve_pad_seq_to_mult(self.pad_seq_to_mult, self.tp, self.cp, self.sp)
+        return ResolvedPack(
+            inputs=inputs,
+            tokenizer=tokenizer,
+            text=text,
+            seq_length=seq_length,
+            pad_to_max_length=pad_to_max_length,
+            memory_budget=memory_budget,
+            settings=self._pack_settings(mult, seq_length),
+            pad_seq_to_mult_source=source,
+        )
+
+    def _check_settings(self) -> None:
+        """Settings that exclude each other, the text options' type, every choice, the backend's options."""
         if self.val_inputs and self.val_fraction:
             raise ConfigError(
                 "give either val_inputs or val_fraction, not both", fields=("val_inputs", "val_fraction")
@@ -465,8 +480,10 @@ class PackConfig:
                 )
         elif self.ray_address is not None and self.backend != choices.RAY_BACKEND:
             raise ConfigError("ray_address needs backend ray", fields=("ray_address", "backend"))
-        # Bridge asserts pad_to_max_length with pad_cu_seqlens
-        pad_to_max_length = self.pad_to_max_length or self.pad_cu_seqlens
+
+    def _check_format(self, pad_to_max_length: bool) -> None:
+        """The settings the output format refuses (:class:`~longpack.packed.formats.OutputFormat`), and
+        what it needs of the executor."""
         fmt = self.format
         given = {
             **{f.name: getattr(self, f.name) for f in fields(self)},
@@ -480,33 +497,33 @@ class PackConfig:
         for capability, refusal in fmt.needs.items():
             if not self._supports(capability):
                 raise ConfigError(refusal.message, fields=refusal.fields)
+
+    def _check_executor(self) -> int | None:
+        """What the settings need of the executor (``PackExecutor.supports``); ``max_drop_fraction`` in
+        [0, 1]; the memory budget in bytes (``memory_budget`` read), only with the named local backend."""
         if (self.store is not None or self.keep_store is not None) and not self._supports(TOKEN_STORE):
             raise ConfigError(
                 "token stores are read and written by the local backend; use backend local",
                 fields=("store" if self.store is not None else "keep_store", "backend"),
             )
+        if self.max_drop_fraction is not None:
+            finite_float(self.max_drop_fraction, "max_drop_fraction", lo=0.0, hi=1.0)
         if self.overlength == choices.OVERLENGTH_FRAGMENT and not self._supports(FRAGMENT):
             raise ConfigError(
                 "overlength fragment runs on the local backend (the Ray writer routes whole samples)",
                 fields=("overlength", "backend"),
             )
-        if fmt.fixed_min_tokens is not None and text.min_tokens != fmt.fixed_min_tokens:
-            text = replace(text, min_tokens=fmt.fixed_min_tokens)  # Megatron keeps one-token documents
-        if self.memory_budget is not None and self.backend != choices.LOCAL_BACKEND:
+        if self.memory_budget is None:
+            return None
+        from longpack.jobs.out_of_core import parse_memory_budget
+
+        budget = parse_memory_budget(self.memory_budget)
+        if self.backend != choices.LOCAL_BACKEND:
             raise ConfigError(
                 "memory_budget applies to the local backend (give the executor object its own settings)",
                 fields=("memory_budget", "backend"),
             )
-        mult, source = resolve_pad_seq_to_mult(self.pad_seq_to_mult, self.tp, self.cp, self.sp)
-        return ResolvedPack(
-            inputs=inputs,
-            tokenizer=tokenizer,
-            text=text,
-            seq_length=seq_length,
-            pad_to_max_length=pad_to_max_length,
-            settings=self._pack_settings(mult, seq_length),
-            pad_seq_to_mult_source=source,
-        )
+        return budget
 
     def text_implied(self) -> dict[str, tuple[str, str]]:
         """Text options this job sets itself, by the setting that sets them: ``{field: (why, setting)}``, so
@@ -554,7 +571,7 @@ class PackConfig:
     def _pack_settings(self, mult: int, seq_length: int) -> PackSettings:
         """The packed layer's settings; the algorithm and the balance spec are settled here, once."""
         from longpack.choices import BALANCED_ALGORITHM as BALANCED
-        from longpack.packed.pipeline import PackSettings
+        from longpack.packed.settings import PackSettings
 
         algorithm = self.algorithm
         seed = self.seed
@@ -636,7 +653,7 @@ class PackConfig:
             return RayExecutor(address=self.ray_address, workers=self.workers)
         from longpack.jobs.executors import LocalExecutor
 
-        return LocalExecutor(workers=self.workers, memory_budget=cast(int | None, self.memory_budget))
+        return LocalExecutor(workers=self.workers, memory_budget=self.resolved.memory_budget)
 
     def run(self) -> PackResult:
         """Tokenize, plan and write; return the manifest (and a summary) of the finished folder.
@@ -999,7 +1016,7 @@ class PackResult:
     """
 
     out: Path
-    manifest: Any  # PackManifest
+    manifest: PackManifest
     pad_seq_to_mult_source: str = ""
     #: The executor's report (``{"name": "ray", "driver_peak_rss_bytes": ..., ...}``), or ``None`` (local).
     backend: dict[str, Any] | None = None

@@ -11,11 +11,12 @@ Megatron-Bridge overrides).
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longpack import choices
 from longpack.errors import ConfigError, InputError
@@ -36,6 +37,11 @@ __all__ = [
     "parse_layout",
     "rejection_lines",
 ]
+
+if TYPE_CHECKING:
+    from longpack.planner.reference import Comparison, Reference
+    from longpack.planner.search import Candidate as PlannerCandidate
+    from longpack.planner.search import SearchRequest, SearchResult
 
 
 def parse_layout(text: str, *, world_size: int) -> tuple[Any, dict[str, int]]:
@@ -274,7 +280,7 @@ class PlanConfig:
             if not isinstance(value, str) and (value is not None or name in ("model", "gpu", "precision")):
                 raise ConfigError(f"{name} must be a name (a string), got {value!r}", fields=name)
         flag(self.offload, "offload")
-        object.__setattr__(self, "_request", self._build_request())
+        self.request  # noqa: B018 - the request is built (and checked) now, on construction
 
     def request_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of the planner's ``SearchRequest`` (catalog entries loaded)."""
@@ -307,7 +313,8 @@ class PlanConfig:
             ),
         }
 
-    def _build_request(self) -> Any:
+    def resolve(self) -> SearchRequest:
+        """The planner's ``SearchRequest`` for these fields (a new object; no field is written)."""
         from longpack.planner.options import TrainingOptions
         from longpack.planner.search import SearchRequest
 
@@ -318,10 +325,10 @@ class PlanConfig:
         )
         return req
 
-    @property
-    def request(self) -> Any:
-        """The planner's ``SearchRequest``."""
-        return self._request  # type: ignore[attr-defined]
+    @functools.cached_property
+    def request(self) -> SearchRequest:
+        """The planner's ``SearchRequest`` (:meth:`resolve`'s, built once, on construction)."""
+        return self.resolve()
 
     def run(self) -> PlanResult:
         from longpack.planner.reference import compare, reference_for
@@ -508,14 +515,14 @@ class PlanResult:
     """The planner's answer: ``request`` (``SearchRequest``) and ``search`` (``SearchResult``: ranked
     ``candidates``, ``layouts_considered``, ``layouts_feasible``, ``rejected`` counts by reason)."""
 
-    request: Any
-    search: Any
-    reference: Any = None
-    comparison: Any = None
+    request: SearchRequest
+    search: SearchResult
+    reference: Reference | None = None
+    comparison: Comparison | None = None
     #: ``{"path", "points"}`` when ``PlanConfig.plot`` wrote a figure (best layout per sequence length).
     plot: dict[str, Any] | None = None
     #: ``plan --data``: static CP, hybrid CP and the DP-balanced scheduler on the data (``CPModesOfData``).
-    cp_modes: Any = None
+    cp_modes: CPModesOfData | None = None
 
     @property
     def candidates(self) -> list[Any]:
@@ -859,8 +866,8 @@ class EstimateResult:
     """The planner's ``SearchRequest``, the evaluated ``Candidate`` and its account (``to_dict()``: memory
     and time terms, ``fits``, the Megatron-Bridge overrides)."""
 
-    request: Any
-    candidate: Any
+    request: SearchRequest
+    candidate: PlannerCandidate
     doc: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:

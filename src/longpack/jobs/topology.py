@@ -3,6 +3,8 @@
 >>> r = TopologyConfig(gpus=16, tp=2, cp=2, sp=True).run()
 >>> r.to_dict()["dp"], r.to_dict()["pad_seq_to_mult"]
 (4, 4)
+>>> TopologyConfig(gpus=16, tp=2, cp=2, sp=True, fp8_recipe="mxfp8").run().to_dict()["kernel_pad_multiple"]
+128
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ class TopologyConfig:
     ep: int = option(1, help="Expert parallel size.")
     etp: int | None = option(None, help="Expert tensor parallel size (default: --tp).")
     sp: bool = option(False, help="Sequence parallelism.", negative="--no-sp")
+    fp8_recipe: str | None = option(
+        None,
+        help="FP8 recipe (mxfp8, delayed, ...): adds the kernels' multiple (MXFP8 32 / FP8 16 tokens per rank).",
+        cli_type=str | None,
+    )
+    hybridep: bool = option(False, help="HybridEP dispatch: adds its 128-token chunk to the multiple.")
 
     def __post_init__(self) -> None:
         from longpack.validate import plain_fields
@@ -37,7 +45,7 @@ class TopologyConfig:
         plain_fields(self)
 
     def run(self) -> TopologyResult:
-        from longpack.topology import ParallelLayout
+        from longpack.topology import ParallelLayout, kernel_pad_multiple
 
         layout = ParallelLayout(
             world_size=self.gpus,
@@ -49,7 +57,7 @@ class TopologyConfig:
             etp=self.etp,
             sp=self.sp,
         )
-        return TopologyResult(
+        result = TopologyResult(
             values={
                 "world_size": layout.world_size,
                 "tp": layout.tp,
@@ -64,6 +72,12 @@ class TopologyConfig:
                 "pad_seq_to_mult": layout.pad_seq_to_mult,
             }
         )
+        if self.fp8_recipe is not None or self.hybridep:
+            # the row multiple the kernels need as well: pad_seq_to_mult to this (and the pack size)
+            result.values["kernel_pad_multiple"] = kernel_pad_multiple(
+                tp=layout.tp, cp=layout.cp, sp=layout.sp, fp8_recipe=self.fp8_recipe, hybridep=self.hybridep
+            )
+        return result
 
 
 @dataclass(frozen=True, kw_only=True)

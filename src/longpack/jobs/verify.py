@@ -1,8 +1,8 @@
 """The verify job: prove that a model sees what was packed (``longpack verify``).
 
 :class:`VerifyConfig` names a packed folder and a model (a Hugging Face ``config.json`` or its folder, a
-cached hub id, or a dense catalog model); :meth:`~VerifyConfig.run` builds a tiny float64 model of that
-family, checks rows of every split (as many as ``time_budget`` allows: the first and last row of every
+cached hub id, or a catalog model: dense, MoE or the hybrid Qwen3-Next); :meth:`~VerifyConfig.run` builds a
+tiny float64 model of that family, checks rows of every split (as many as ``time_budget`` allows: the first and last row of every
 file, the longest rows, then the rest in a seeded order), runs the CP and PP checks in real gloo processes
 where the layout allows them, and returns a :class:`VerifyResult` whose ``certificate`` is the JSON record
 (versions, model, layout, rows checked, worst figures, failures). What each check proves:
@@ -15,7 +15,7 @@ it needs CUDA, megatron-core and transformer-engine, and says which are missing 
 >>> VerifyConfig(packed="p", model="qwen3_8b", fault="nope")
 Traceback (most recent call last):
 ...
-longpack.errors.ConfigError: fault must be one of cp-positions-shifted, drop-cu-seqlens, loss-on-padding, positions-not-restarted, token-across-boundary, got 'nope'
+longpack.errors.ConfigError: fault must be one of conv-state-leak, cp-positions-shifted, drop-cu-seqlens, linear-cp-local, linear-state-leak, loss-on-padding, mtp-global-roll, positions-not-restarted, route-padding, token-across-boundary, got 'nope'
 """
 
 from __future__ import annotations
@@ -48,21 +48,35 @@ EXIT_OK, EXIT_FAILED = 0, 1
 #: ``hf``: transformers on the CPU (float64). ``megatron``: Megatron-Core GPTModel + TransformerEngine (CUDA).
 #: The fault names (one definition: ``longpack.runtime.verify.FAULTS``; listed here without importing torch).
 FAULT_NAMES = (
+    "conv-state-leak",
     "cp-positions-shifted",
     "drop-cu-seqlens",
+    "linear-cp-local",
+    "linear-state-leak",
     "loss-on-padding",
+    "mtp-global-roll",
     "positions-not-restarted",
+    "route-padding",
     "token-across-boundary",
 )
 
 
 #: Catalog families (``longpack.catalog``) verify can build from the catalog alone, by model type.
-_CATALOG_MODEL_TYPES = {"qwen3_8b": "qwen3", "llama3_1_8b": "llama", "llama3_1_70b": "llama"}
+_CATALOG_MODEL_TYPES = {
+    "qwen3_8b": "qwen3",
+    "llama3_1_8b": "llama",
+    "llama3_1_70b": "llama",
+    "qwen3_30b_a3b": "qwen3_moe",
+    "qwen3_235b_a22b": "qwen3_moe",
+    "qwen3_next_80b_a3b": "qwen3_next",
+}
 
 
 def load_hf_config(name_or_path: str) -> dict[str, Any]:
     """A Hugging Face config as a dict: a ``config.json`` file or a folder holding one, a hub id found in the
-    local Hugging Face cache (never downloaded), or a dense catalog model (``qwen3_8b``, ``llama3_1_8b``).
+    local Hugging Face cache (never downloaded), a catalog model (``qwen3_8b``, ``qwen3_30b_a3b``,
+    ``qwen3_next_80b_a3b``, ...), or a VLM whose config ships with longpack (``qwen2_5_vl_7b``:
+    :mod:`longpack.vlm.model_configs`).
 
     >>> load_hf_config("qwen3_8b")["model_type"], load_hf_config("qwen3_8b")["vocab_size"]
     ('qwen3', 151936)
@@ -86,15 +100,23 @@ def load_hf_config(name_or_path: str) -> dict[str, Any]:
     catalog = _from_catalog(name_or_path)
     if catalog is not None:
         return catalog
+    from longpack.vlm.model_configs import vlm_model_config
+
+    shipped = vlm_model_config(name_or_path)  # a released VLM's config that ships with longpack
+    if shipped is not None:
+        return shipped
     try:
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(name_or_path, local_files_only=True)
         data = dict(config.to_dict())
     except Exception as exc:  # not cached, or not a hub id: say what is accepted
+        from longpack.vlm.model_configs import VLM_MODEL_CONFIGS
+
         raise ConfigError(
             f"--model {name_or_path!r}: not a config.json file or folder, not a model of the catalog that "
-            f"verify can build ({', '.join(sorted(_CATALOG_MODEL_TYPES))}), and not found in the local Hugging "
+            f"verify can build ({', '.join(sorted(_CATALOG_MODEL_TYPES))}; with --vlm "
+            f"{', '.join(VLM_MODEL_CONFIGS)}), and not found in the local Hugging "
             "Face cache (nothing is downloaded); pass the folder holding the model's config.json",
             fields="model",
         ) from exc
@@ -134,6 +156,7 @@ def _from_catalog(name: str) -> dict[str, Any] | None:
         "rope_theta": rope.get("theta", 10000),
         "max_position_embeddings": entry.get("max_position_embeddings", 131072),
     }
+    config.update(_catalog_moe_and_hybrid(entry))
     if rope.get("scaling") == "llama3":
         config["rope_scaling"] = {
             "rope_type": "llama3",
@@ -143,6 +166,43 @@ def _from_catalog(name: str) -> dict[str, Any] | None:
             "original_max_position_embeddings": 8192,
         }
     return config
+
+
+def _catalog_moe_and_hybrid(entry: dict[str, Any]) -> dict[str, Any]:
+    """The Hugging Face config keys of a catalog entry's experts, Gated DeltaNet layers, partial RoPE and MTP.
+
+    >>> from longpack.catalog import catalog_entry
+    >>> extra = _catalog_moe_and_hybrid(catalog_entry("qwen3_next_80b_a3b"))
+    >>> extra["linear_num_value_heads"], extra["num_experts"], extra["mtp_num_hidden_layers"]
+    (32, 512, 1)
+    """
+    out: dict[str, Any] = {}
+    moe = entry.get("moe") or {}
+    if moe:
+        out |= {
+            "num_experts": moe["num_experts"],
+            "num_experts_per_tok": moe["top_k"],
+            "moe_intermediate_size": moe["moe_ffn_hidden_size"],
+            "norm_topk_prob": bool(moe.get("norm_topk_prob", True)),
+        }
+        if moe.get("shared_expert_ffn_hidden_size"):
+            out["shared_expert_intermediate_size"] = moe["shared_expert_ffn_hidden_size"]
+    gdn = entry.get("gated_deltanet") or {}
+    if gdn:
+        out |= {
+            "linear_num_key_heads": gdn["num_key_heads"],
+            "linear_key_head_dim": gdn["key_head_dim"],
+            "linear_num_value_heads": gdn["num_value_heads"],
+            "linear_value_head_dim": gdn["value_head_dim"],
+            "linear_conv_kernel_dim": gdn["conv_kernel_dim"],
+            "full_attention_interval": entry["layer_pattern"]["full_attention_interval"],
+        }
+    factor = entry["attention"].get("partial_rotary_factor")
+    if factor is not None:
+        out["partial_rotary_factor"] = factor
+    if entry.get("mtp_layers"):
+        out["mtp_num_hidden_layers"] = int(entry["mtp_layers"])
+    return out
 
 
 def megatron_backend_missing() -> list[str]:
@@ -519,7 +579,7 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
     from longpack.progress import ProgressBar
     from longpack.runtime.collate import PackedCollator
     from longpack.runtime.dataset import PackedDataset
-    from longpack.runtime.verify import CHECKS, RowVerifier
+    from longpack.runtime.verify import CHECKS, RowVerifier, coverage
     from longpack.runtime.verify_model import (
         HEAD_CLASSES,
         THD_ATTENTION,
@@ -606,6 +666,8 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
                 f"(time budget {config.time_budget} s of wall time, max_rows {config.max_rows}; every file's "
                 "first and last row and the longest rows first; --time-budget 0 checks every row)"
             )
+    if config.fault == "route-padding" and not any(r.router_padding_tokens for r in reports):
+        notes.append("route-padding: no checked row has padding tokens, so the fault had nothing to route")
     failures = [asdict(f) for r in reports for f in r.failures]
     failures += [dict(f) for d in distributed for f in d.failures]
     failures += structural
@@ -614,6 +676,12 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
     seconds = time.perf_counter() - began
     if ok:
         dist_text = ", ".join(f"{d.kind.upper()} {d.size}" for d in distributed) or "no CP/PP"
+        parts = coverage(model.config)["parts"]
+        dist_text = (
+            ("MoE router statistics; " if parts["moe_router"]["covered"] else "")
+            + ("MTP; " if parts["mtp"]["covered"] else "")
+            + dist_text
+        )
         verdict = (
             f"PASS: {checked} of {total_rows} rows, packed = unpacked (loss, gradients, isolation, padding, "
             f"positions; {dist_text}) with a tiny {source.get('model_type')} in float64 ({seconds:.1f} s); "
@@ -689,6 +757,11 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
             "micro_batch_size": 1,
         },
         "checks": CHECKS,
+        "coverage": coverage(
+            model.config,
+            cp=[d.size for d in distributed if d.kind == "cp"],
+            pp=[d.size for d in distributed if d.kind == "pp"],
+        ),
         "rows_checked": chosen,
         "rows_total": total_rows,
         "worst": {
@@ -697,6 +770,9 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
             "embedding_grad_rel_diff": max((r.embedding_grad_max_rel_diff for r in reports), default=0.0),
             "cross_sample_gradient": max((r.leak_max_abs for r in reports), default=0.0),
             "in_batch_rel_diff": max((r.in_batch_max_rel_diff for r in reports), default=0.0),
+            "router_rel_diff": max((r.router_max_rel_diff for r in reports), default=0.0),
+            "mtp_loss_rel_diff": max((r.mtp_loss_max_rel_diff for r in reports), default=0.0),
+            "mtp_cross_sample_gradient": max((r.mtp_leak_max_abs for r in reports), default=0.0),
             "distributed": [asdict(d) | {"failures": len(d.failures)} for d in distributed],
         },
         "structure": {

@@ -333,6 +333,17 @@ class ModelSettings:
     hybrid_context_parallel: Bool = False
     max_seqlen_per_dp_cp_rank: OptInt = None
     sequence_packing_scheduler: OptStr = None
+    #: Megatron-Core dev's name for hybrid CP (``hybrid_context_parallel`` is its deprecated alias), the
+    #: smallest dynamic CP group, and the THD padding after packing (``max`` or a multiple): see
+    #: :mod:`longpack.rules.scheduling_keys`.
+    dynamic_context_parallel: Bool = False
+    min_dynamic_context_parallel_size: OptInt = None
+    pad_packed_seq_alignment: OptStr = None
+    #: Megatron-Core dev: how packed rows are split over CP ranks (``zigzag`` default, ``contiguous``).
+    cp_partition_mode: OptStr = None
+    #: Megatron-Core TransformerConfig FP8 (``e4m3`` / ``hybrid``) and its recipe (``mxfp8``, ``delayed``...).
+    fp8: OptStr = None
+    fp8_recipe: OptStr = None
     microbatch_group_size_per_vp_stage: OptInt = None
     #: Megatron-LM's spelling of a local (per-layer) CUDA graph.
     enable_cuda_graph: Bool = False
@@ -388,6 +399,10 @@ class DatasetSettings:
     pad_to_max_length: OptBool = None
     enable_in_batch_packing: Bool = False
     defer_in_batch_packing_to_step: Bool = False
+    #: Megatron-Bridge PR #6127: pack each global batch across DP x CP with Megatron-Core's scheduler.
+    enable_global_batch_packing: Bool = False
+    #: Megatron-Core GPTDatasetConfig (>= 0.19.0): per-document attention masks in pretraining.
+    inter_document_masking: Bool = False
     in_batch_packing_pad_to_multiple_of: Int = 1
     pad_to_multiple_of: Int = 128
     packing_buffer_size: OptInt = None

@@ -12,14 +12,17 @@ Bridge began to refuse later carry the commit alone: the problem they guard agai
 The rules' own ``source`` strings say the same in words; this table is what ``longpack check`` uses.
 
 >>> PROVENANCE["LP-HCP-001"].mcore.text, PROVENANCE["LP-HCP-001"].sources[0].commit
-('>= 0.16.0', '98d8c56dbd')
+('>= 0.16.0, < dev', '98d8c56dbd')
 >>> PROVENANCE["LP-MOE-005"].ranges_text()
-'Megatron-Bridge < 0.6.0; Megatron-Core >= 0.19.0'
+'Megatron-Bridge < 0.6.0; Megatron-Core >= 0.19.0 (not dev)'
 """
 
 from __future__ import annotations
 
+# Megatron-Core dev (d48bd6be0a) lacks main's HybridEP uneven-dispatch padding, the THD-graph
+# pad_between_seqs fix and quantile routing (rules_drift ranges): dev=True / dev=False below say so.
 from longpack.rules.registry import Provenance, Source
+from longpack.rules.scheduling_keys import GLOBAL_BATCH_PACKING_SINCE
 from longpack.rules.versions import PRODUCTS, VersionRange
 
 BRIDGE_REPO = PRODUCTS["bridge"].repo
@@ -425,8 +428,18 @@ PROVENANCE: dict[str, Provenance] = {
     "LP-PACK-015": Provenance(
         sources=(Source(BRIDGE_REPO, "src/megatron/bridge/data/builders/gpt_sft.py", commit="e577829e1"),)
     ),
+    # Bridge main verifies MTP with offline packing (GLM-5.2 packed SFT, e4cb868dc): no longer a hazard there
     "LP-MTP-001": Provenance(
-        sources=(Source(BRIDGE_REPO, "docs/training/multi-token-prediction.md", commit="1e033749b"),)
+        bridge=VersionRange(until="main"),
+        sources=(
+            Source(BRIDGE_REPO, "docs/training/multi-token-prediction.md", commit="1e033749b"),
+            Source(
+                BRIDGE_REPO,
+                "examples/model_verification_cards/glm5-2/card.yaml",
+                commit="e4cb868dc",
+                relaxes=True,
+            ),
+        ),
     ),
     "LP-CG-001": Provenance(
         bridge=VersionRange(since="0.6.0"),
@@ -466,7 +479,7 @@ PROVENANCE: dict[str, Provenance] = {
     ),
     "LP-CG-005": Provenance(sources=(LONGPACK,)),
     "LP-CG-006": Provenance(
-        mcore=VersionRange(until="0.19.0"),
+        mcore=VersionRange(until="0.19.0", dev=True),
         sources=(
             Source(
                 MLM_REPO,
@@ -714,7 +727,7 @@ PROVENANCE: dict[str, Provenance] = {
     ),
     "LP-MOE-005": Provenance(
         bridge=VersionRange(until="0.6.0"),
-        mcore=VersionRange(since="0.19.0"),
+        mcore=VersionRange(since="0.19.0", dev=False),
         sources=(
             Source(
                 MLM_REPO,
@@ -733,7 +746,7 @@ PROVENANCE: dict[str, Provenance] = {
         ),
     ),
     "LP-MOE-006": Provenance(
-        mcore=VersionRange(until="0.19.0"),
+        mcore=VersionRange(until="0.19.0", dev=True),
         sources=(
             Source(
                 MLM_REPO,
@@ -746,7 +759,7 @@ PROVENANCE: dict[str, Provenance] = {
     ),
     "LP-MOE-007": Provenance(
         bridge=VersionRange(since="0.6.0"),
-        mcore=VersionRange(since="0.19.0"),
+        mcore=VersionRange(since="0.19.0", dev=False),
         sources=(
             Source(
                 MLM_REPO,
@@ -784,7 +797,7 @@ PROVENANCE: dict[str, Provenance] = {
     ),
     "LP-MOE-009": Provenance(
         bridge=VersionRange(since="main"),
-        mcore=VersionRange(since="0.19.0"),
+        mcore=VersionRange(since="0.19.0", dev=False),
         sources=(
             Source(
                 MLM_REPO,
@@ -858,8 +871,9 @@ PROVENANCE: dict[str, Provenance] = {
     ),
     # a --balance pack's order is only balanced for the topology it was made for (longpack's manifest)
     "LP-DATA-014": Provenance(sources=(LONGPACK,)),
+    # Megatron-LM dev (d48bd6be0a) dropped the PP check for dynamic CP and allows THD CUDA graphs
     "LP-HCP-001": Provenance(
-        mcore=VersionRange(since="0.16.0"),
+        mcore=VersionRange(since="0.16.0", until="dev"),
         sources=(
             Source(
                 MLM_REPO,
@@ -870,7 +884,7 @@ PROVENANCE: dict[str, Provenance] = {
         ),
     ),
     "LP-HCP-002": Provenance(
-        mcore=VersionRange(since="0.16.0"),
+        mcore=VersionRange(since="0.16.0", until="dev"),
         sources=(
             Source(
                 MLM_REPO,
@@ -964,6 +978,7 @@ PROVENANCE: dict[str, Provenance] = {
         ),
     ),
     "LP-HCP-009": Provenance(
+        bridge=VersionRange(until=GLOBAL_BATCH_PACKING_SINCE),
         sources=(
             Source(BRIDGE_REPO, "src/megatron/bridge/training/gpt_step.py", commit="92deeef43"),
             Source(BRIDGE_REPO, "src/megatron/bridge/training/initialize.py", commit="bf8effe43"),
@@ -999,6 +1014,126 @@ PROVENANCE: dict[str, Provenance] = {
                 "megatron/core/datasets/data_schedule.py",
                 commit="a9381be598",
                 probe="Not enough samples to move",
+            ),
+        ),
+    ),
+    "LP-VER-002": Provenance(
+        sources=(
+            Source(BRIDGE_REPO, "src/megatron/bridge/training/config.py", commit="067f987df"),
+            Source(MLM_REPO, "megatron/core/model_parallel_config.py", commit="d98e8a64dd"),
+        )
+    ),
+    "LP-CP-010": Provenance(
+        mcore=VersionRange(since="dev"),
+        sources=(
+            Source(
+                MLM_REPO,
+                "megatron/core/transformer/transformer_config.py",
+                commit="cae55c1f09",
+                probe="cp_partition_mode='contiguous' with context parallelism requires THD",
+            ),
+        ),
+    ),
+    "LP-CP-011": Provenance(
+        mcore=VersionRange(since="0.19.0"),
+        sources=(
+            Source(
+                MLM_REPO,
+                "megatron/core/datasets/gpt_dataset.py",
+                commit="f88b85f8c6",
+                probe="inter_document_masking: bool = False",
+            ),
+            Source(BRIDGE_REPO, "src/megatron/bridge/training/gpt_step.py", commit="067f987df"),
+        ),
+    ),
+    "LP-PACK-018": Provenance(
+        sources=(
+            Source(
+                MLM_REPO,
+                "megatron/core/fp8_utils.py",
+                commit="92d68dae89",
+                probe="def get_fp8_align_size(fp8_recipe: Fp8Recipe) -> int:",
+            ),
+        ),
+    ),
+    # global-batch packing: Megatron-Bridge PR #6127 (open on 2026-09-16, its branch at 7bdc5ef4ba; not in
+    # main 067f987df)
+    "LP-GBP-001": Provenance(
+        bridge=VersionRange(since=GLOBAL_BATCH_PACKING_SINCE),
+        sources=(
+            Source(BRIDGE_REPO, "src/megatron/bridge/data/packing/global_batch.py", commit="7bdc5ef4ba"),
+        ),
+    ),
+    # dynamic CP: Megatron-LM dev (read at d48bd6be0a)
+    "LP-DCP-001": Provenance(
+        mcore=VersionRange(since="dev"),
+        sources=(
+            Source(
+                MLM_REPO,
+                "megatron/core/model_parallel_config.py",
+                commit="cde56a4692",
+                probe="Cannot set both hybrid_context_parallel and dynamic_context_parallel",
+            ),
+        ),
+    ),
+    "LP-DCP-002": Provenance(
+        mcore=VersionRange(since="dev"),
+        sources=(
+            Source(
+                MLM_REPO,
+                "megatron/core/model_parallel_config.py",
+                commit="2d6e946bab",
+                probe="sequence_packing_scheduler=default_dynamic_cp",
+            ),
+        ),
+    ),
+    "LP-DCP-003": Provenance(
+        mcore=VersionRange(since="dev"),
+        sources=(
+            Source(
+                MLM_REPO,
+                "megatron/core/model_parallel_config.py",
+                commit="2d6e946bab",
+                probe="min_dynamic_context_parallel_size must be >= 1",
+            ),
+            Source(
+                MLM_REPO,
+                "megatron/training/arguments.py",
+                commit="2d6e946bab",
+                probe="must be <= dp_size * cp_size",
+            ),
+        ),
+    ),
+    "LP-DCP-004": Provenance(
+        mcore=VersionRange(since="dev"),
+        sources=(
+            Source(
+                MLM_REPO,
+                "megatron/core/model_parallel_config.py",
+                commit="7f9175207d",
+                probe="pad_packed_seq_alignment must be 'max' or a positive integer",
+            ),
+        ),
+    ),
+    "LP-DCP-005": Provenance(
+        mcore=VersionRange(since="dev"),
+        sources=(
+            Source(
+                MLM_REPO,
+                "megatron/training/arguments.py",
+                commit="7f9175207d",
+                probe="THD CUDA Graph requires --pad-packed-seq-alignment",
+            ),
+        ),
+    ),
+    "LP-DCP-006": Provenance(
+        mcore=VersionRange(since="dev"),
+        sources=(
+            Source(
+                MLM_REPO,
+                "megatron/core/model_parallel_config.py",
+                commit="cde56a4692",
+                probe="hybrid_context_parallel is deprecated",
             ),
         ),
     ),

@@ -139,7 +139,8 @@ class Provenance:
     def applies_to(self, versions: UpstreamVersions) -> str:
         """What a finding says about versions: the versions checked for and the rule's ranges."""
         return (
-            f"Megatron-Bridge {versions.bridge}, Megatron-Core {versions.mcore} (rule: {self.ranges_text()})"
+            f"Megatron-Bridge {versions.bridge} ({versions.origin('bridge')}), Megatron-Core {versions.mcore} "
+            f"({versions.origin('mcore')}) (rule: {self.ranges_text()})"
         )
 
 

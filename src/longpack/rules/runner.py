@@ -89,13 +89,13 @@ def run_rules(
     """Run every rule (or those in ``select``) whose version ranges hold ``versions`` and return
     findings, errors first.
 
-    ``versions`` (default: ``setup.versions``, else :meth:`UpstreamVersions.resolve`: the installed
-    packages' versions, else the newest the catalog knows) decides which rules apply; each finding names
+    ``versions`` (default: ``setup.versions``, else :func:`~longpack.rules.checks.upstream.versions_for`:
+    the given, environment or installed versions, else the ones the config's keys bound) decides which rules apply; each finding names
     them. ``packed`` (a summary of the packed folder the run reads) enables the packed-data rules; it may
     also come in as ``setup.packed``. When a size is not positive (``LP-CFG-001``), only the ``LP-CFG``
     rules run: the others would divide by it.
     """
-    versions = versions or setup.versions or UpstreamVersions.resolve()
+    versions = versions or setup.versions or upstream.versions_for(setup.given_keys)
     if setup.versions != versions:
         # a shallow copy, not dataclasses.replace: re-validating the whole setup costs more than the rules
         setup = copy.copy(setup)

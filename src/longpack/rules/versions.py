@@ -25,8 +25,9 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from longpack.errors import ConfigError
 
@@ -35,11 +36,13 @@ __all__ = [
     "ENV_VARS",
     "MCORE",
     "PRODUCTS",
+    "KeyEvidence",
     "Product",
     "Release",
     "UpstreamVersions",
     "VersionRange",
     "installed_version",
+    "key_evidence",
     "version_key",
 ]
 
@@ -68,6 +71,9 @@ class _ProductInfo:
     #: The version ``main`` carries in its package_info.py (unreleased).
     main_version: str
     releases: tuple[Release, ...]
+    #: A development branch beside ``main`` that the catalog read (Megatron-Core ``dev``, which Bridge's
+    #: ``scripts/switch_mcore.sh dev`` selects); it orders after ``main``, whose changes it merges.
+    dev: Release | None = None
 
 
 PRODUCTS: dict[Product, _ProductInfo] = {
@@ -109,6 +115,7 @@ PRODUCTS: dict[Product, _ProductInfo] = {
             Release("0.19.0", "5be9626709", "2026-08-19"),
             Release("main", "d98e8a64dd", "2026-08-22"),
         ),
+        dev=Release("dev", "d48bd6be0a", "2026-08-21"),
     ),
 }
 
@@ -116,21 +123,29 @@ PRODUCTS: dict[Product, _ProductInfo] = {
 ENV_VARS: dict[Product, str] = {BRIDGE: "LONGPACK_BRIDGE_VERSION", MCORE: "LONGPACK_MEGATRON_CORE_VERSION"}
 
 _VERSION = re.compile(
-    r"^(?:core_)?v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?(dev|a|b|rc|alpha|beta)\.?(\d*))?(?:\.post\d+)?(?:\+[\w.]+)?$"
+    r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?(dev|a|b|rc|alpha|beta)\.?(\d*))?(?:\.post\d+)?(?:\+[\w.]+)?$"
 )
 _STAGE = {"dev": 0, "a": 1, "alpha": 1, "b": 2, "beta": 2, "rc": 3}
 #: The config field (``CheckConfig``, ``PlanConfig``, ``SweepConfig``) that names each product's version.
 _FIELDS: dict[Product, str] = {BRIDGE: "bridge_version", MCORE: "megatron_core_version"}
-_MAIN_NAMES = ("main", "dev", "head", "latest")
+_MAIN_NAMES = ("main", "head", "latest")
+#: A git tag prefix where a version belongs (Megatron-LM tags its releases ``core_v0.19.0``).
+_TAG_PREFIX = re.compile(r"^(core_r?|r)v?(?=\d)")
 
 
 @functools.lru_cache(maxsize=1024)
 def version_key(text: str, product: Product) -> tuple[int, int, int, int, int]:
-    """A sortable key for a version string: ``0.6.0``, ``v0.6.0``, ``core_v0.16.1``, ``0.6.0rc1``,
-    ``0.20.0.dev0+abc``, or ``main`` (the unreleased version ``main`` carries, before its final release).
+    """A sortable key for a version string: ``0.6.0``, ``v0.6.0``, ``0.6.0rc1``, ``0.20.0.dev0+abc``,
+    ``main`` (the unreleased version ``main`` carries, before its final release) or, for Megatron-Core,
+    ``dev`` (its development branch: after ``main``). A git tag such as ``core_v0.19.0`` is refused with
+    the version to give instead.
 
-    >>> version_key("0.16.1", MCORE) < version_key("main", MCORE) < version_key("0.20.0", MCORE)
+    >>> version_key("0.16.1", MCORE) < version_key("main", MCORE) < version_key("dev", MCORE) < version_key("0.20.0", MCORE)
     True
+    >>> version_key("core_v0.19.0", MCORE)
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: Megatron-Core version 'core_v0.19.0' is a git tag, not a version: give 0.19.0
     >>> version_key("26.04", BRIDGE)
     Traceback (most recent call last):
     ...
@@ -138,9 +153,18 @@ def version_key(text: str, product: Product) -> tuple[int, int, int, int, int]:
     """
     info = PRODUCTS[product]
     raw = text.strip().lower()
-    if raw in _MAIN_NAMES:
+    if raw in _MAIN_NAMES or (raw == "dev" and info.dev is None):
         major, minor, patch = (int(p) for p in info.main_version.split("."))
         return (major, minor, patch, _STAGE["dev"], 0)
+    if raw == "dev":
+        major, minor, patch = (int(p) for p in info.main_version.split("."))
+        return (major, minor, patch, _STAGE["dev"], 1)
+    tag = _TAG_PREFIX.match(raw)
+    if tag is not None:
+        raise ConfigError(
+            f"{info.name} version {text!r} is a git tag, not a version: give {raw[tag.end() :]}",
+            fields=_FIELDS[product],
+        )
     m = _VERSION.match(raw)
     if m is None or int(m.group(1)) > 1:  # container tags such as 26.04 are not package versions
         known = [r.version for r in info.releases]
@@ -160,8 +184,13 @@ class VersionRange:
 
     since: str | None = None
     until: str | None = None
+    #: Whether Megatron-Core ``dev`` is inside, where it differs from its place after ``main``: ``dev``
+    #: is a branch, and some ``main`` changes are not on it (``None``: by its order).
+    dev: bool | None = None
 
     def contains(self, version: str, product: Product = BRIDGE) -> bool:
+        if self.dev is not None and product == MCORE and version.strip().lower() == "dev":
+            return self.dev
         if self.since is None and self.until is None:
             return True
         key = version_key(version, product)
@@ -171,13 +200,17 @@ class VersionRange:
 
     @property
     def everywhere(self) -> bool:
-        return self.since is None and self.until is None
+        return self.since is None and self.until is None and self.dev is None
 
     @property
     def text(self) -> str:
-        """``>= 0.4.0, < 0.6.0``; ``all`` when both ends are open."""
+        """``>= 0.4.0, < 0.6.0``; ``all`` when both ends are open; ``(not dev)`` / ``(and dev)`` where
+        Megatron-Core dev is an exception to the order."""
         parts = ([f">= {self.since}"] if self.since else []) + ([f"< {self.until}"] if self.until else [])
-        return ", ".join(parts) or "all"
+        text = ", ".join(parts) or "all"
+        if self.dev is not None:
+            text += " (and dev)" if self.dev else " (not dev)"
+        return text
 
 
 @functools.cache
@@ -212,6 +245,84 @@ def installed_version(product: Product) -> str | None:
         return None
 
 
+def known_versions(product: Product) -> tuple[str, ...]:
+    """Every version the catalog knows for ``product``, oldest first (releases, ``main``, ``dev``)."""
+    info = PRODUCTS[product]
+    return tuple(r.version for r in info.releases) + (("dev",) if info.dev else ())
+
+
+@dataclass(frozen=True)
+class KeyEvidence:
+    """What the config's own keys say about one product's version: the keys that only some versions have
+    (``(key, range, why)``) and the range they leave (``since`` the latest start, ``until`` the earliest
+    end; ``conflict`` when no version has them all)."""
+
+    product: Product
+    keys: tuple[tuple[str, VersionRange, str], ...] = ()
+
+    @property
+    def range(self) -> VersionRange:
+        sinces = [r.since for _, r, _ in self.keys if r.since is not None]
+        untils = [r.until for _, r, _ in self.keys if r.until is not None]
+        since = max(sinces, key=lambda v: version_key(v, self.product)) if sinces else None
+        until = min(untils, key=lambda v: version_key(v, self.product)) if untils else None
+        return VersionRange(since=since, until=until)
+
+    @property
+    def conflict(self) -> bool:
+        r = self.range
+        return (
+            r.since is not None
+            and r.until is not None
+            and version_key(r.since, self.product) >= version_key(r.until, self.product)
+        )
+
+    def pick(self) -> tuple[str, str]:
+        """``(version, origin)``: the newest known version in the range (or the range's start when it
+        begins after every version known), and a sentence that says which keys bound it."""
+        named = ", ".join(f"{k} ({r.text})" for k, r, _ in self.keys[:3])
+        more = f" and {len(self.keys) - 3} more" if len(self.keys) > 3 else ""
+        if self.conflict:
+            return ("main", f"newest known; the config's keys {named}{more} fit no single version")
+        r = self.range
+        inside = [v for v in known_versions(self.product) if r.contains(v, self.product)]
+        if inside:
+            version = inside[-1]
+            how = "the newest known in that range"
+        else:
+            version = r.since or "main"
+            how = "newer than every version known, its first"
+        return (version, f"inferred from the config's keys {named}{more}: {r.text}, {how}")
+
+
+class _VersionedKey(Protocol):
+    @property
+    def key(self) -> str: ...
+    @property
+    def product(self) -> Product: ...
+    @property
+    def has(self) -> VersionRange: ...
+    @property
+    def why(self) -> str: ...
+
+
+def key_evidence(config_keys: Collection[str], table: Iterable[_VersionedKey]) -> dict[Product, KeyEvidence]:
+    """The version bounds of the keys in ``config_keys`` that only some versions have, by ``table``
+    (:data:`longpack.rules.checks.upstream.KEYS_BY_VERSION`, whose ``versions_for`` calls this).
+
+    >>> from longpack.rules.checks.upstream import KEYS_BY_VERSION
+    >>> ev = key_evidence({"dataset.enable_offline_packing", "model.seq_length"}, KEYS_BY_VERSION)
+    >>> ev[BRIDGE].range.text, ev[MCORE].keys
+    ('>= 0.6.0', ())
+    """
+    given = set(config_keys)
+    hits: dict[Product, list[tuple[str, VersionRange, str]]] = {BRIDGE: [], MCORE: []}
+    for vk in table:
+        if vk.key in given or any(k.startswith(vk.key + ".") for k in given):
+            hits[vk.product].append((vk.key, vk.has, vk.why))
+    return {p: KeyEvidence(p, tuple(h)) for p, h in hits.items()}
+
+
 @dataclass(frozen=True, kw_only=True)
 class UpstreamVersions:
     """The Megatron-Bridge and Megatron-Core versions a check is for, and where each came from
@@ -223,16 +334,39 @@ class UpstreamVersions:
     mcore_origin: str = "given"
 
     @classmethod
-    def resolve(cls, *, bridge: str | None = None, mcore: str | None = None) -> UpstreamVersions:
-        """The versions given, else ``$LONGPACK_BRIDGE_VERSION`` / ``$LONGPACK_MEGATRON_CORE_VERSION``,
-        else the installed packages', else the one paired with the other product's (a Megatron-Bridge
-        release and the Megatron-Core of its submodule), else the newest the catalog knows (``main``).
+    def resolve(
+        cls,
+        *,
+        bridge: str | None = None,
+        mcore: str | None = None,
+        evidence: Mapping[Product, KeyEvidence] | None = None,
+        environment: bool = True,
+    ) -> UpstreamVersions:
+        """The versions from the evidence, strongest first.
 
-        A version that does not parse is a :class:`~longpack.errors.ConfigError`.
+        Megatron-Bridge: the version given, else ``$LONGPACK_BRIDGE_VERSION``, else an installed
+        megatron-bridge, else the range the config's own keys bound (``evidence``, from :func:`key_evidence`:
+        a key that exists only from version X on, or was removed in Y; the newest known release in the
+        range), else the
+        newest the catalog knows (``main``). It is never inferred from Megatron-Core alone: the checking
+        environment (a laptop, a login node, longpack's own venv with ``megatron-core`` from its extras)
+        is rarely the training container.
+
+        Megatron-Core: given, else ``$LONGPACK_MEGATRON_CORE_VERSION``, else an installed megatron-core
+        when megatron-bridge is installed beside it (a Bridge environment), else the one paired with the
+        Megatron-Bridge version (its ``3rdparty/Megatron-LM`` submodule), moved into the range the
+        config's Megatron-Core keys bound where it falls outside, else ``main``.
+
+        ``environment=False`` leaves the environment variables and the installed packages out (a config
+        judged by its own keys alone: the recipe checks). A version that does not parse is a
+        :class:`~longpack.errors.ConfigError`.
 
         >>> v = UpstreamVersions.resolve(bridge="0.5.1", mcore="0.18.2")
         >>> (v.bridge, v.bridge_origin), (v.mcore, v.mcore_origin)
         (('0.5.1', 'given'), ('0.18.2', 'given'))
+        >>> v = UpstreamVersions.resolve(bridge="0.6.0", environment=False)
+        >>> (v.mcore, v.mcore_origin)
+        ('0.19.0', 'paired with Megatron-Bridge 0.6.0')
         """
         found: dict[Product, tuple[str, str]] = {}
         for product, given in ((BRIDGE, bridge), (MCORE, mcore)):
@@ -245,23 +379,30 @@ class UpstreamVersions:
                 version_key(given, product)
                 found[product] = (given.strip(), "given")
                 continue
-            from_env = os.environ.get(ENV_VARS[product], "").strip()
+            from_env = os.environ.get(ENV_VARS[product], "").strip() if environment else ""
             if from_env:
                 version_key(from_env, product)
                 found[product] = (from_env, f"${ENV_VARS[product]}")
-                continue
-            installed = installed_version(product)
-            if installed is not None:
-                found[product] = (installed, "installed")
-        known = dict(found)  # pair only with a version the user or the environment gave
-        for product, other in ((BRIDGE, MCORE), (MCORE, BRIDGE)):
-            if product in found:
-                continue
-            paired = paired_version(known[other][0], other) if other in known else None
-            if paired is not None:
-                found[product] = (paired, f"paired with {PRODUCTS[other].name} {found[other][0]}")
+        bridge_installed = installed_version(BRIDGE) if environment else None
+        if BRIDGE not in found and bridge_installed is not None:
+            found[BRIDGE] = (bridge_installed, "installed")
+        if MCORE not in found and bridge_installed is not None:
+            # megatron-core beside megatron-bridge is the Core that Bridge runs on; alone it proves nothing
+            mcore_installed = installed_version(MCORE)
+            if mcore_installed is not None:
+                found[MCORE] = (mcore_installed, "installed, beside megatron-bridge")
+        evidence = evidence or {BRIDGE: KeyEvidence(BRIDGE), MCORE: KeyEvidence(MCORE)}
+        if BRIDGE not in found:
+            found[BRIDGE] = evidence[BRIDGE].pick() if evidence[BRIDGE].keys else ("main", "newest known")
+        if MCORE not in found:
+            paired = paired_version(found[BRIDGE][0], BRIDGE)
+            ev = evidence[MCORE]
+            if paired is not None and (not ev.keys or ev.range.contains(paired, MCORE)):
+                found[MCORE] = (paired, f"paired with {PRODUCTS[BRIDGE].name} {found[BRIDGE][0]}")
+            elif ev.keys:
+                found[MCORE] = ev.pick()
             else:
-                found[product] = ("main", "newest known")
+                found[MCORE] = ("main", "newest known")
         return cls(
             bridge=found[BRIDGE][0],
             mcore=found[MCORE][0],
@@ -272,13 +413,26 @@ class UpstreamVersions:
     def of(self, product: Product) -> str:
         return self.bridge if product == BRIDGE else self.mcore
 
+    def origin(self, product: Product) -> str:
+        """Where the version came from, short (``given``, ``installed``, ``inferred from the config's
+        keys``, ``paired with Megatron-Bridge 0.6.0``, ``newest known``); :meth:`describe` says it whole.
+
+        >>> UpstreamVersions(bridge="main", mcore="main", bridge_origin="inferred from the config's keys a (>= 0.6.0): >= 0.6.0, x").origin(BRIDGE)
+        "inferred from the config's keys (>= 0.6.0)"
+        """
+        text = self.bridge_origin if product == BRIDGE else self.mcore_origin
+        if text.startswith("inferred from the config's keys") and ": " in text:
+            bound = text.split(": ", 1)[1].split(", ")
+            return f"inferred from the config's keys ({', '.join(b for b in bound if b[:1] in '<>')})"
+        return text
+
     def describe(self, product: Product) -> str:
         """``Megatron-Bridge main (067f987df, 2026-08-22; newest known)``."""
         info = PRODUCTS[product]
         version = self.of(product)
         origin = self.bridge_origin if product == BRIDGE else self.mcore_origin
         detail = [origin]
-        for r in info.releases:
+        for r in (*info.releases, *((info.dev,) if info.dev else ())):
             if r.version == version.strip().lower().removeprefix("v"):
                 detail.insert(0, f"{r.commit}, {r.date}")
         return f"{info.name} {version} ({'; '.join(detail)})"

@@ -24,7 +24,7 @@ Context parallelism and pipeline stages run in real processes: :mod:`longpack.ru
 Faults (:data:`FAULTS`) change the batch as a broken training stack would; each must fail the verdict.
 
 >>> sorted(FAULTS)[:2]
-['cp-positions-shifted', 'drop-cu-seqlens']
+['conv-state-leak', 'cp-positions-shifted']
 """
 
 from __future__ import annotations
@@ -40,7 +40,17 @@ import torch.nn.functional as F
 
 from longpack.runtime.attention import TokenLayout, token_layout
 from longpack.runtime.collate import row_boundaries
+from longpack.runtime.verify_linear import LINEAR_CP_FAULTS, LINEAR_FAULTS, has_linear_layers
 from longpack.runtime.verify_model import HEAD_CLASSES, THD_ATTENTION, AttentionPlan, attention_plan
+from longpack.runtime.verify_moe import MOE_FAULTS, RouterStats, router_stats, routes
+from longpack.runtime.verify_mtp import (
+    MTP_FAULTS,
+    MTPHead,
+    mtp_depth,
+    roll_alone,
+    roll_global,
+    roll_per_sequence,
+)
 from longpack.topology import align_up
 
 __all__ = [
@@ -73,6 +83,12 @@ CHECKS = {
     "gradients": "parameter and input-embedding gradients packed = unpacked",
     "isolation": "gradient of one sample's loss w.r.t. another sample's embeddings is exactly zero",
     "in-batch": "in-batch THD packing of the row's samples (MBS > 1) = unpacked",
+    "moe": "MoE routers (softmax top-k families): every sample's tokens per expert, routing probabilities and "
+    "z-loss sums in the packed row = the sample's alone; the packed row's tokens per expert, load-balancing "
+    "loss and z-loss (padding left out) = those of the sum over its samples alone",
+    "mtp": "multi-token prediction (depth 1, Megatron-Core's MTP layer): the packed row's MTP inputs, labels "
+    "and loss mask rolled per sequence = each sample's own roll; per-sample MTP loss packed = alone; the "
+    "gradient of one sample's MTP loss w.r.t. another sample's MTP inputs is exactly zero",
     "cp": "context-parallel zigzag shards (gloo ranks, all-gathered K/V) = the whole row; positions per rank",
     "pp": "every pipeline stage receives cu_seqlens and positions for every micro-batch; last-stage loss; "
     "every stage's parameter gradients (and the first stage's input-embedding gradients) after the backward "
@@ -86,6 +102,10 @@ FAULTS = {
     "cp-positions-shifted": "a CP rank's position ids are shifted (Megatron-LM #5243; needs CP)",
     "loss-on-padding": "loss_mask 1 on a padding token",
     "token-across-boundary": "a sample's last token counted in the next sample (boundary moved by one)",
+    **LINEAR_FAULTS,
+    **LINEAR_CP_FAULTS,
+    **MOE_FAULTS,
+    **MTP_FAULTS,
 }
 
 
@@ -123,6 +143,10 @@ class RowReport:
     padding_loss_tokens: int
     in_batch_max_rel_diff: float
     failures: tuple[Failure, ...] = field(default=())
+    router_max_rel_diff: float = 0.0
+    router_padding_tokens: int = 0
+    mtp_loss_max_rel_diff: float = 0.0
+    mtp_leak_max_abs: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -209,7 +233,11 @@ def metadata_failures(
 def apply_fault(batch: dict[str, Any], fault: str | None, spans: np.ndarray) -> dict[str, Any]:
     """The batch as a broken stack would hand it to the model (``fault`` one of :data:`FAULTS`; the CP and PP
     faults act in :mod:`longpack.runtime.verify_dist` and leave the single-process batch alone)."""
-    if fault is None or fault == "cp-positions-shifted":
+    if (
+        fault is None
+        or fault == "cp-positions-shifted"
+        or fault in {**LINEAR_FAULTS, **LINEAR_CP_FAULTS, **MOE_FAULTS, **MTP_FAULTS}
+    ):
         return batch
     out = dict(batch)
     if fault == "drop-cu-seqlens":
@@ -239,6 +267,87 @@ def apply_fault(batch: dict[str, Any], fault: str | None, spans: np.ndarray) -> 
     return out
 
 
+#: How each layer type runs packed (the certificate's ``coverage``).
+LAYER_TYPE_RUNS = {
+    "full_attention": f"softmax attention: {THD_ATTENTION} (causal SDPA per cu_seqlens sequence)",
+    "sliding_attention": f"sliding-window attention: {THD_ATTENTION} with the window per sequence",
+    "chunked_attention": f"chunked attention: {THD_ATTENTION}",
+    "linear_attention": "Gated DeltaNet: transformers' own causal_conv1d_fn and torch_chunk_gated_delta_rule "
+    "run per cu_seqlens sequence (zero convolution history and zero recurrent state at every sequence start, "
+    "chunks from the sequence's first token, as FLA and Megatron-Core with cu_seqlens)",
+    "moe": "MoE feed-forward (per token)",
+    "mlp": "MLP (per token)",
+}
+#: Family-specific entries of :data:`LAYER_TYPE_RUNS` (Nemotron-H calls its Mamba-2 layers linear_attention).
+FAMILY_LAYER_TYPE_RUNS = {
+    "nemotron_h": {
+        "linear_attention": "Mamba-2: transformers' own causal_conv1d_fn and mamba2_chunk_scan run per "
+        "cu_seqlens sequence (zero convolution history and zero SSM state at every sequence start, chunks "
+        "from the sequence's first token, as mamba-ssm with seq_idx and Megatron-Core with cu_seqlens)",
+    },
+}
+#: What verify does not prove (the certificate's ``coverage.not_covered``); entries that depend on the model
+#: are added by :func:`coverage`.
+NOT_COVERED = (
+    "SSM families other than Nemotron-H (Falcon-H1, Jamba, Bamba, Zamba, plain Mamba): no packed path yet; "
+    "verify refuses them",
+    "the fused GPU kernels themselves (FLA, causal-conv1d, TransformerEngine): the CPU runs transformers' torch "
+    "fallbacks; benchmarks/gpu_verify.py (prepared, not yet run on a GPU) runs Megatron-Core's GDN and Mamba",
+    "expert parallelism and token dispatch (one process: every expert local)",
+    "MoE router statistics and MTP under CP and PP (single process only)",
+)
+
+
+def coverage(config: Any, *, cp: Sequence[int] = (), pp: Sequence[int] = ()) -> dict[str, Any]:
+    """What this run covered and what it could not, for the tiny model's ``config``.
+
+    >>> from types import SimpleNamespace
+    >>> c = coverage(SimpleNamespace(model_type="qwen3", layer_types=None), cp=(2,))
+    >>> c["layer_types"], c["parts"]["cp"], c["parts"]["moe_router"]["covered"]
+    (['full_attention'], [2], False)
+    """
+    types = sorted(set(getattr(config, "layer_types", None) or ["full_attention"]))
+    linear = has_linear_layers(config)
+    depth = mtp_depth(config)
+    routed = routes(config)
+    experts = getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None) or 0
+    not_covered = list(NOT_COVERED)
+    if experts and not routed:
+        not_covered.append(
+            f"the router statistics of {config.model_type} (router not softmax top-k: not recomputed here)"
+        )
+    if depth > 1:
+        not_covered.append(f"MTP depths 2..{depth} (the tiny model has one MTP layer)")
+    return {
+        "family": getattr(config, "model_type", None),
+        "layer_types": types,
+        "layer_type_runs": {
+            t: FAMILY_LAYER_TYPE_RUNS.get(getattr(config, "model_type", ""), {}).get(
+                t, LAYER_TYPE_RUNS.get(t, "?")
+            )
+            for t in types
+        },
+        "parts": {
+            "cp": list(cp),
+            "pp": list(pp),
+            "linear_attention_cp": (
+                None
+                if not (linear and cp)
+                else "Mamba-2: every rank runs the whole gathered sequences (all heads) and keeps its tokens"
+                if getattr(config, "model_type", None) == "nemotron_h"
+                else "head split (each rank runs whole sequences for its heads / conv channels, all-gathered back)"
+            ),
+            "moe_router": {
+                "covered": routed,
+                "experts": int(experts),
+                "top_k": getattr(config, "num_experts_per_tok", None),
+            },
+            "mtp": {"covered": depth > 0, "depth_declared": depth, "depth_checked": 1 if depth else 0},
+        },
+        "not_covered": not_covered,
+    }
+
+
 def layer_masks(model: Any) -> dict[str, None]:
     """``attention_mask`` for every layer type: ``None`` (masking is the THD plan's)."""
     kinds = set(getattr(model.config, "layer_types", None) or ())
@@ -252,21 +361,44 @@ def run_thd(
     plan: AttentionPlan,
     *,
     gather: Any = None,
+    linear_plan: AttentionPlan | None = None,
+    conv_plan: AttentionPlan | None = None,
+    **extra: Any,
 ) -> torch.Tensor:
     """The model's last hidden states ``[T, hidden]`` for one THD row ``embeds [1, T, hidden]``; ``positions``
-    ``[T]``, or ``[3, 1, T]`` (mRoPE)."""
+    ``[T]``, or ``[3, 1, T]`` (mRoPE). ``linear_plan`` / ``conv_plan``: the sequences the Gated DeltaNet's
+    delta rule / causal conv1d see (default: ``plan``'s; the linear faults hand them other ones)."""
+    return run_thd_outputs(
+        model, embeds, positions, plan, gather=gather, linear_plan=linear_plan, conv_plan=conv_plan, **extra
+    ).last_hidden_state[0]
+
+
+def run_thd_outputs(
+    model: Any,
+    embeds: torch.Tensor,
+    positions: torch.Tensor,
+    plan: AttentionPlan,
+    *,
+    gather: Any = None,
+    linear_plan: AttentionPlan | None = None,
+    conv_plan: AttentionPlan | None = None,
+    **extra: Any,
+) -> Any:
+    """:func:`run_thd`, returning the model's whole output (``extra``: e.g. ``output_router_logits``)."""
     model.config._attn_implementation = THD_ATTENTION
     try:
-        out = model(
+        return model(
             inputs_embeds=embeds,
             position_ids=positions.view(1, -1) if positions.dim() == 1 else positions,
             attention_mask=layer_masks(model),
             thd_plan=plan,
             thd_gather=gather,
+            thd_linear_plan=linear_plan,
+            thd_conv_plan=conv_plan,
+            **extra,
         )
     finally:
         model.config._attn_implementation = "sdpa"
-    return out.last_hidden_state[0]
 
 
 def token_losses(
@@ -292,6 +424,8 @@ class Reference:
     losses: torch.Tensor
     param_grads: list[torch.Tensor]
     embed_grads: list[torch.Tensor]
+    router: list[RouterStats] | None = None
+    hidden: list[torch.Tensor] | None = None
 
 
 class RowVerifier:
@@ -318,6 +452,32 @@ class RowVerifier:
         self.in_batch_multiple = in_batch_multiple
         self.reference_tokens = reference_tokens
         self.thorough = thorough
+        self.routes = routes(model.config)
+        if fault in MOE_FAULTS and not self.routes:
+            from longpack.errors import ConfigError
+
+            raise ConfigError(
+                f"fault {fault!r} acts on MoE routers and model_type {model.config.model_type!r} has none that "
+                "verify checks; inject it with a MoE model (qwen3_30b_a3b, qwen3_next_80b_a3b)",
+                fields="fault",
+            )
+        if (fault in LINEAR_FAULTS or fault in LINEAR_CP_FAULTS) and not has_linear_layers(model.config):
+            from longpack.errors import ConfigError
+
+            raise ConfigError(
+                f"fault {fault!r} acts on Gated DeltaNet / Mamba-2 layers and model_type "
+                f"{model.config.model_type!r} has none; inject it with a hybrid model (qwen3_next, nemotron_h)",
+                fields="fault",
+            )
+        self.mtp = MTPHead(model, seed=seed) if mtp_depth(model.config) else None
+        if fault in MTP_FAULTS and self.mtp is None:
+            from longpack.errors import ConfigError
+
+            raise ConfigError(
+                f"fault {fault!r} acts on MTP layers and model_type {model.config.model_type!r} declares none "
+                "(mtp_num_hidden_layers / num_nextn_predict_layers); inject it with qwen3_next_80b_a3b",
+                fields="fault",
+            )
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.embed = model.get_input_embeddings()
         gen = torch.Generator().manual_seed(seed + 1)
@@ -345,6 +505,10 @@ class RowVerifier:
         samples: Sequence[tuple[torch.Tensor, ...]],
         weights: torch.Tensor,
         with_grad: Sequence[bool] | None = None,
+        *,
+        router: bool = False,
+        real_lengths: Sequence[int] | None = None,
+        keep_hidden: bool = False,
     ) -> Reference:
         """Run the samples unpacked (transformers' ``sdpa``, no THD metadata); gradients (of the weighted
         losses) only through the samples ``with_grad`` marks (default: all).
@@ -353,6 +517,9 @@ class RowVerifier:
         transformers hands SDPA ``is_causal`` and no mask: its flash kernel); shorter ones as right-padded
         batches with transformers' own padding mask (its masked kernel, cheap at these lengths)."""
         losses = torch.zeros(len(samples), dtype=torch.float64)
+        stats: list[Any] = [None] * len(samples)
+        kept_hidden: list[torch.Tensor] = [torch.zeros(0)] * len(samples)
+        top_k = int(getattr(self.model.config, "num_experts_per_tok", 1) or 1)
         param_grads = [torch.zeros_like(p) for p in self.params]
         embed_grads: list[torch.Tensor] = [torch.zeros(0)] * len(samples)
         marks = [True] * len(samples) if with_grad is None else list(with_grad)
@@ -388,9 +555,21 @@ class RowVerifier:
             embeds = self.embed(tokens).detach().requires_grad_(grad)
             padded = bool((attend == 0).any())
             with torch.set_grad_enabled(grad):
-                hidden = self.model(
-                    inputs_embeds=embeds, attention_mask=attend if padded else None
-                ).last_hidden_state
+                extra = {"output_router_logits": True} if router else {}
+                output = self.model(inputs_embeds=embeds, attention_mask=attend if padded else None, **extra)
+                hidden = output.last_hidden_state
+                if keep_hidden:
+                    for j, i in enumerate(group):
+                        kept_hidden[i] = hidden[j, : samples[i][0].numel()].detach()
+                if router:
+                    per_layer = [x.reshape(len(group), width, -1) for x in output.router_logits]
+                    for j, i in enumerate(group):
+                        keep = attend[j] != 0
+                        if (
+                            real_lengths is not None
+                        ):  # the sample's own tokens, its alignment padding left out
+                            keep = keep & (torch.arange(width) < int(real_lengths[i]))
+                        stats[i] = router_stats(tuple(x[j] for x in per_layer), keep, top_k=top_k)
                 per_token = token_losses(
                     hidden.reshape(-1, hidden.size(-1)), labels.flatten(), mask.flatten(), self.head
                 ).view(len(group), width)
@@ -406,7 +585,13 @@ class RowVerifier:
             for acc, g in zip(param_grads, grads[1:], strict=True):
                 if g is not None:
                     acc += g
-        return Reference(losses=losses, param_grads=param_grads, embed_grads=embed_grads)
+        return Reference(
+            losses=losses,
+            param_grads=param_grads,
+            embed_grads=embed_grads,
+            router=stats if router else None,
+            hidden=kept_hidden if keep_hidden else None,
+        )
 
     def in_batch(self, samples: Sequence[tuple[torch.Tensor, ...]]) -> torch.Tensor:
         """Per-sample losses of the samples packed in-batch (MBS = number of samples)."""
@@ -472,7 +657,19 @@ class RowVerifier:
         weights = self.weights(len(samples), index)
         layout = batch_layout(batch, width)
         embeds = self.embed(tokens.view(1, -1)).detach().requires_grad_(True)
-        hidden = run_thd(self.model, embeds, positions, attention_plan(layout))
+        plan = attention_plan(layout)
+        # The linear faults: the Gated DeltaNet (or only its convolution) sees the whole row as one sequence.
+        leaked = attention_plan(token_layout([0, width], width)) if self.fault in LINEAR_FAULTS else None
+        output = run_thd_outputs(
+            self.model,
+            embeds,
+            positions,
+            plan,
+            linear_plan=leaked if self.fault == "linear-state-leak" else None,
+            conv_plan=leaked,
+            **({"output_router_logits": True} if self.routes else {}),
+        )
+        hidden = output.last_hidden_state[0]
         per_token = token_losses(hidden, labels, loss_mask, self.head)
         packed_losses = torch.stack([per_token[int(a) : int(b)].sum() for a, b in itertools.pairwise(spans)])
         parity = torch.arange(len(samples)) % 2
@@ -490,7 +687,28 @@ class RowVerifier:
                 objective, [embeds, *self.params], retain_graph=p != wanted[-1], allow_unused=True
             )
             grads_by_parity[p] = grads
-        ref = self.reference(samples, weights, with_grad=[int(q) in wanted for q in parity.tolist()])
+        real_lengths = [int((layout.real & (owner == i)).sum()) for i in range(len(samples))]
+        ref = self.reference(
+            samples,
+            weights,
+            with_grad=[int(q) in wanted for q in parity.tolist()],
+            router=self.routes,
+            real_lengths=real_lengths,
+            keep_hidden=self.mtp is not None,
+        )
+        router_diff, router_padding = 0.0, 0
+        if self.routes:
+            assert ref.router is not None
+            router_diff, router_padding, found = self.router_failures(
+                output.router_logits, layout.real & ~padding.to(torch.bool), owner, ref.router, where
+            )
+            failures += found
+        mtp_diff, mtp_leak = 0.0, 0.0
+        if self.mtp is not None:
+            mtp_diff, mtp_leak, found = self.mtp_failures(
+                hidden.detach(), batch, layout, plan, samples, real_lengths, ref, owner, index, where
+            )
+            failures += found
 
         loss_diffs = [
             abs(float(a) - float(b)) / max(1.0, abs(float(b)))
@@ -558,7 +776,7 @@ class RowVerifier:
                     check="isolation",
                     sample=leak_sample,
                     detail=f"another sample's loss has a gradient of up to {leak:.2e} w.r.t. this sample's "
-                    "input embeddings (attention crosses a sample boundary)",
+                    "input embeddings (attention or a linear-attention state crosses a sample boundary)",
                     **where,
                 )
             )
@@ -594,4 +812,157 @@ class RowVerifier:
             padding_loss_tokens=int(supervised_pad.numel()),
             in_batch_max_rel_diff=in_batch_diff,
             failures=tuple(kept),
+            router_max_rel_diff=router_diff,
+            router_padding_tokens=router_padding,
+            mtp_loss_max_rel_diff=mtp_diff,
+            mtp_leak_max_abs=mtp_leak,
         )
+
+    def mtp_failures(
+        self,
+        hidden: torch.Tensor,
+        batch: Mapping[str, Any],
+        layout: TokenLayout,
+        plan: AttentionPlan,
+        samples: Sequence[tuple[torch.Tensor, ...]],
+        real_lengths: Sequence[int],
+        ref: Reference,
+        owner: torch.Tensor,
+        index: int,
+        where: dict[str, Any],
+    ) -> tuple[float, float, list[Failure]]:
+        """The ``mtp`` check (see :data:`CHECKS`): the rolled inputs, per-sample MTP losses and isolation."""
+        assert self.mtp is not None and ref.hidden is not None
+        out: list[Failure] = []
+        tokens, labels = batch["tokens"][0], batch["labels"][0]
+        loss_mask, positions = batch["loss_mask"][0], batch["position_ids"][0]
+        seq = torch.where(layout.real, layout.seq_id, torch.full_like(layout.seq_id, -1))
+        roll = roll_global if self.fault == "mtp-global-roll" else (lambda v: roll_per_sequence(v, seq))
+        rolled = {"input token": roll(tokens), "label": roll(labels), "loss mask": roll(loss_mask)}
+        for i, (t, lab, m) in enumerate(samples):
+            n = int(real_lengths[i])
+            mine = ((owner == i) & layout.real).nonzero().flatten()
+            alone = {
+                "input token": roll_alone(t[:n]),
+                "label": roll_alone(lab[:n]),
+                "loss mask": roll_alone(m[:n]),
+            }
+            for name, values in rolled.items():
+                got = values[mine]
+                if not torch.equal(got, alone[name].to(got.dtype)):
+                    k = int((got != alone[name].to(got.dtype)).nonzero()[0])
+                    out.append(
+                        Failure(
+                            check="mtp",
+                            sample=i,
+                            detail=f"MTP {name} at token {k} of the sample is {int(got[k])}, the sample's own "
+                            f"roll gives {int(alone[name][k])} (rolled across a sample boundary?)",
+                            **where,
+                        )
+                    )
+                    break
+        h = hidden.detach().unsqueeze(0).requires_grad_(True)
+        nxt = self.embed(rolled["input token"].view(1, -1)).detach().requires_grad_(True)
+        mtp_hidden = run_thd(self.mtp.layer, self.mtp.combine(h, nxt), positions, plan)
+        per_token = token_losses(mtp_hidden, rolled["label"], rolled["loss mask"], self.head)
+        packed = torch.zeros(len(samples), dtype=torch.float64)
+        packed = packed.index_add(0, owner.clamp(min=0), per_token * (owner >= 0))
+        want = torch.zeros(len(samples), dtype=torch.float64)
+        with torch.no_grad():
+            for i, (t, lab, m) in enumerate(samples):
+                n = int(real_lengths[i])
+                if n == 0:
+                    continue
+                x = self.mtp.combine(
+                    ref.hidden[i][:n].unsqueeze(0), self.embed(roll_alone(t[:n]).view(1, -1))
+                )
+                alone_hidden = self.mtp.layer(inputs_embeds=x).last_hidden_state[0]
+                want[i] = token_losses(alone_hidden, roll_alone(lab[:n]), roll_alone(m[:n]), self.head).sum()
+        diffs = (packed.detach() - want).abs() / want.abs().clamp(min=1.0)
+        worst = float(diffs.max()) if diffs.numel() else 0.0
+        if worst > TOLERANCE:
+            out.append(
+                Failure(
+                    check="mtp",
+                    sample=int(diffs.argmax()),
+                    detail=f"packed MTP loss {float(packed.detach()[int(diffs.argmax())]):.12g} != alone "
+                    f"{float(want[int(diffs.argmax())]):.12g} (relative {worst:.2e})",
+                    **where,
+                )
+            )
+        parity = torch.arange(len(samples)) % 2
+        p = index % 2 if len(samples) > 1 else 0
+        objective = (packed * self.weights(len(samples), index) * (parity == p)).sum()
+        leak = 0.0
+        if objective.requires_grad:
+            g_h, g_n = torch.autograd.grad(objective, [h, nxt])
+            foreign = (owner < 0) | (parity[owner.clamp(min=0)] != p)
+            if bool(foreign.any()):
+                size = torch.maximum(g_h[0].abs().amax(dim=1), g_n[0].abs().amax(dim=1))[foreign]
+                leak = float(size.max())
+                if leak > 0.0:
+                    hit = int(foreign.nonzero().flatten()[int(size.argmax())])
+                    out.append(
+                        Failure(
+                            check="mtp",
+                            sample=int(owner[hit]) if int(owner[hit]) >= 0 else None,
+                            detail=f"another sample's MTP loss has a gradient of up to {leak:.2e} w.r.t. this "
+                            "sample's MTP inputs",
+                            **where,
+                        )
+                    )
+        return worst, leak, out
+
+    def router_failures(
+        self,
+        logits: tuple[torch.Tensor, ...],
+        real: torch.Tensor,
+        owner: torch.Tensor,
+        alone: Sequence[RouterStats],
+        where: dict[str, Any],
+    ) -> tuple[float, int, list[Failure]]:
+        """The ``moe`` check: per-sample and whole-row router statistics, packed vs alone (see :data:`CHECKS`);
+        ``real``: the row's tokens inside ``cu_seqlens`` and not marked by ``padding_mask`` (a trailing
+        padding segment of the collate is in ``cu_seqlens`` but is padding). Returns the worst relative
+        difference, the padding tokens of the row and the failures."""
+        top_k = int(getattr(self.model.config, "num_experts_per_tok", 1) or 1)
+        out: list[Failure] = []
+        worst = 0.0
+        real = real.to(torch.bool)
+        for i, want in enumerate(alone):
+            got = router_stats(logits, real & (owner == i), top_k=top_k)
+            diff = max(_rel(got.probs, want.probs), _rel(got.z, want.z))
+            worst = max(worst, diff)
+            if not torch.equal(got.counts, want.counts) or diff > TOLERANCE:
+                out.append(
+                    Failure(
+                        check="moe",
+                        sample=i,
+                        detail=f"router statistics of the sample in the packed row differ from the sample alone "
+                        f"(tokens per expert {got.counts.tolist()} vs {want.counts.tolist()}; probabilities / "
+                        f"z-loss relative {diff:.2e})",
+                        **where,
+                    )
+                )
+        # What the stack counts for the row's aux losses: its real tokens (the fault: every token).
+        counted = torch.ones_like(real) if self.fault == "route-padding" else real
+        row = router_stats(logits, counted, top_k=top_k)
+        total = alone[0]
+        for stats in alone[1:]:
+            total = total + stats
+        lb = _rel(row.load_balancing_loss(top_k), total.load_balancing_loss(top_k))
+        z = _rel(row.z_loss(), total.z_loss())
+        worst = max(worst, lb, z)
+        if not torch.equal(row.counts, total.counts) or max(lb, z) > TOLERANCE:
+            out.append(
+                Failure(
+                    check="moe",
+                    sample=None,
+                    detail=f"the packed row's router statistics differ from the sum over its samples alone: "
+                    f"{row.tokens} tokens counted vs {total.tokens}, tokens per expert (first MoE layer) "
+                    f"{row.counts[0].tolist()} vs {total.counts[0].tolist()}, load-balancing loss relative "
+                    f"{lb:.2e}, z-loss relative {z:.2e} (padding tokens routed into the statistics?)",
+                    **where,
+                )
+            )
+        return worst, int((~real).sum()), out

@@ -199,7 +199,20 @@ def _cp_worker(rank: int, size: int, init_file: str, out_dir: str, payload: dict
             k_layout = TokenLayout(gathered[0], gathered[1], gathered[2].bool())
             plan = attention_plan(local, k_layout)
             embeds = verifier.embed(shard["tokens"]).detach().requires_grad_(True)
-            hidden = run_thd(model, embeds, positions, plan, gather=_gather)
+            if payload.get("fault") == "linear-cp-local":  # linear layers on the rank's shard alone
+                own = attention_plan(local)
+                hidden = run_thd(
+                    model,
+                    embeds,
+                    positions,
+                    plan,
+                    gather=_gather,
+                    linear_plan=own,
+                    conv_plan=own,
+                    thd_linear_local=True,
+                )
+            else:
+                hidden = run_thd(model, embeds, positions, plan, gather=_gather)
             per_token = token_losses(hidden, shard["labels"][0], shard["loss_mask"][0], verifier.head)
             token_diff = (per_token.detach() - whole_tokens[index_t]).abs() / whole_tokens[
                 index_t
@@ -278,8 +291,8 @@ def _pp_worker(rank: int, size: int, init_file: str, out_dir: str, payload: dict
     try:
         model, verifier = _setup(payload)
         layers = list(model.layers)
-        per_stage = len(layers) // size
-        mine = layers[rank * per_stage : (rank + 1) * per_stage]
+        # Stage r holds layers [r * n // size, (r + 1) * n // size): every layer on some stage.
+        mine = layers[rank * len(layers) // size : (rank + 1) * len(layers) // size]
         failures: list[dict[str, Any]] = []
         worst = {"loss": 0.0, "token": 0.0, "grad": 0.0}
         label = f"pp stage {rank} of {size}"
@@ -311,7 +324,8 @@ def _pp_worker(rank: int, size: int, init_file: str, out_dir: str, payload: dict
                 dist.recv(received, src=rank - 1)
                 received.requires_grad_(True)
             hidden = received
-            rotary = model.rotary_emb(hidden, positions.view(1, -1))
+            # RoPE tables (a family without RoPE, Nemotron-H, has no rotary_emb)
+            rotary = model.rotary_emb(hidden, positions.view(1, -1)) if hasattr(model, "rotary_emb") else None
             model.config._attn_implementation = THD_ATTENTION
             try:
                 for layer in mine:
@@ -333,8 +347,9 @@ def _pp_worker(rank: int, size: int, init_file: str, out_dir: str, payload: dict
                 grads = torch.autograd.grad(hidden, [received, *params], incoming, allow_unused=True)
                 losses = None
             else:
-                params += [p for p in model.norm.parameters() if p.requires_grad]
-                out = model.norm(hidden)[0]
+                final_norm = model.norm if hasattr(model, "norm") else model.norm_f  # Nemotron-H: norm_f
+                params += [p for p in final_norm.parameters() if p.requires_grad]
+                out = final_norm(hidden)[0]
                 per_token = token_losses(out, view["labels"][0], view["loss_mask"][0], verifier.head)
                 losses = torch.stack([per_token[int(a) : int(b)].sum() for a, b in itertools.pairwise(spans)])
                 grads = torch.autograd.grad((losses * weights).sum(), [received, *params], allow_unused=True)

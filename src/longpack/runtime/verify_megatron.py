@@ -13,7 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TOLERANCE", "build_megatron_model", "sample_losses"]
+__all__ = [
+    "HYBRID_PATTERNS",
+    "TOLERANCE",
+    "build_megatron_hybrid_model",
+    "build_megatron_model",
+    "sample_losses",
+]
+
+#: Megatron-Core ``HybridModel`` layer patterns the GPU script checks (``hybrid_layer_allocation.Symbols``:
+#: ``G`` Gated DeltaNet, ``M`` Mamba-2, ``*`` attention, ``-`` MLP), by name.
+HYBRID_PATTERNS = {"gdn": "G-*-", "mamba": "M-*-"}
 
 #: Relative tolerance of a sample's mean loss, packed vs alone, in bf16 with TE kernels.
 TOLERANCE = 2e-2
@@ -54,6 +64,46 @@ def build_megatron_model(vocab_size: int, seq_length: int, seed: int) -> Any:
         transformer_layer_spec=get_gpt_layer_with_transformer_engine_spec(),
         vocab_size=vocab_size,
         max_sequence_length=seq_length,
+        position_embedding_type="rope",
+    ).cuda()
+
+
+def build_megatron_hybrid_model(vocab_size: int, seq_length: int, seed: int, pattern: str) -> Any:
+    """A bf16 Megatron-Core ``HybridModel`` (``hybrid_stack_spec``: TE layers) with the layer ``pattern``
+    (:data:`HYBRID_PATTERNS`) and RoPE on the current CUDA device; packed THD batches reach its GDN layers
+    (FLA's chunked delta rule and causal conv1d with ``cu_seqlens``) and Mamba layers (``seq_idx``) through
+    ``packed_seq_params``."""
+    import torch
+    from megatron.core.models.hybrid.hybrid_layer_specs import hybrid_stack_spec
+    from megatron.core.models.hybrid.hybrid_model import HybridModel
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    build_megatron_model(vocab_size, seq_length, seed)  # process group, model parallel state and seeds
+    config = TransformerConfig(
+        num_layers=len(pattern),
+        hidden_size=128,
+        num_attention_heads=4,
+        num_query_groups=2,
+        ffn_hidden_size=256,
+        bf16=True,
+        params_dtype=torch.bfloat16,
+        init_method_std=0.2,
+        use_cpu_initialization=False,
+        linear_conv_kernel_dim=4,
+        linear_key_head_dim=32,
+        linear_value_head_dim=32,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        mamba_state_dim=16,
+        mamba_head_dim=32,
+        mamba_num_groups=2,
+    )
+    return HybridModel(
+        config=config,
+        hybrid_stack_spec=hybrid_stack_spec,
+        vocab_size=vocab_size,
+        max_sequence_length=seq_length,
+        hybrid_layer_pattern=pattern,
         position_embedding_type="rope",
     ).cuda()
 

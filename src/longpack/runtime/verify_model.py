@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from longpack.errors import ConfigError, MissingDependencyError
+from longpack.runtime.verify_linear import LINEAR_FAMILIES, LINEAR_LAYER_TYPES, register_linear_kernels
 
 __all__ = [
     "HEAD_CLASSES",
@@ -51,6 +52,31 @@ THD_ATTENTION = "longpack_thd"
 HEAD_CLASSES = 256
 #: Width of the shrunk model (hidden size, heads x head dim, MLP width).
 TINY = {"hidden_size": 16, "num_attention_heads": 2, "head_dim": 8, "intermediate_size": 32}
+#: Gated DeltaNet width of the shrunk model: 4 key heads, 8 value heads (Qwen3-Next's 1:2 grouping) of 8
+#: dimensions (heads divisible by CP 2 and 4, for the head split); the convolution keeps the family's kernel.
+TINY_LINEAR = {
+    "linear_num_key_heads": 4,
+    "linear_num_value_heads": 8,
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8,
+}
+#: Mamba-2 width of the shrunk Nemotron-H: 4 heads of 8 (8 state dimensions, 2 groups); the convolution kernel
+#: and the scan's chunk size are the family's.
+TINY_MAMBA = {"mamba_num_heads": 4, "mamba_head_dim": 8, "ssm_state_size": 8, "n_groups": 2}
+#: Nemotron-H's ``hybrid_override_pattern`` symbols -> layer types.
+NEMOTRON_H_SYMBOLS = {"M": "linear_attention", "*": "full_attention", "E": "moe", "-": "mlp"}
+#: Families with Mamba / SSM layers verify refuses (no packed path yet).
+SSM_MODEL_TYPES = (
+    "bamba",
+    "falcon_h1",
+    "falcon_mamba",
+    "granitemoehybrid",
+    "jamba",
+    "mamba",
+    "mamba2",
+    "zamba",
+    "zamba2",
+)
 #: Layer types whose token mixer is not softmax attention (state across packed sequences needs the
 #: family's own varlen kernels, which transformers does not run on the CPU).
 _UNSUPPORTED_LAYER_TYPES = ("linear_attention", "mamba", "conv", "recurrent")
@@ -71,11 +97,38 @@ def tiny_config(source: Mapping[str, Any], *, layers: int = 1) -> dict[str, Any]
             "decoders only (mRoPE rows are not verified yet): pass the text model's config.json",
             fields="model",
         )
+    if config.get("model_type") in SSM_MODEL_TYPES:
+        raise ConfigError(
+            f"model_type {config.get('model_type')!r} has Mamba (SSM) layers; verify has no packed path for them "
+            "yet (their state across packed sequences needs seq_idx / cu_seqlens kernels transformers does not "
+            f"run on the CPU); it runs softmax attention, Qwen3-Next's Gated DeltaNet and Nemotron-H's Mamba-2",
+            fields="model",
+        )
+    if config.get("model_type") == "nemotron_h":  # its layer types live in layers_block_type or a pattern
+        pattern = config.pop("hybrid_override_pattern", None)
+        blocks = config.pop("layers_block_type", None) or config.pop("layer_types", None)
+        if not blocks and pattern:
+            blocks = [NEMOTRON_H_SYMBOLS[c] for c in str(pattern) if c in NEMOTRON_H_SYMBOLS]
+        config["layer_types"] = list(blocks or ["linear_attention", "moe", "full_attention", "mlp"])
+        config.update(TINY_MAMBA)
+        config["n_group"] = config["topk_group"] = 1
+        if config.get("moe_shared_expert_intermediate_size"):
+            config["moe_shared_expert_intermediate_size"] = 32
     types = config.get("layer_types")
-    if isinstance(types, list) and any(t in _UNSUPPORTED_LAYER_TYPES for t in types):
+    if config.get("model_type") == "qwen3_next" and not isinstance(types, list):
+        interval = int(config.get("full_attention_interval") or 4)
+        count = int(config.get("num_hidden_layers") or interval)
+        types = config["layer_types"] = [
+            "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(count)
+        ]
+    unsupported = set(_UNSUPPORTED_LAYER_TYPES)
+    if config.get("model_type") in LINEAR_FAMILIES:
+        unsupported -= set(LINEAR_LAYER_TYPES)
+    if isinstance(types, list) and any(t in unsupported for t in types):
         raise ConfigError(
             f"model_type {config.get('model_type')!r} has {sorted(set(types))} layers; verify runs softmax "
-            "attention only (linear-attention state across packed sequences needs the family's own kernels)",
+            f"attention, Qwen3-Next's Gated DeltaNet and Nemotron-H's Mamba-2 (other linear-attention "
+            "or SSM families need their own varlen kernels)",
             fields="model",
         )
     heads, kv = int(config.get("num_attention_heads") or 4), int(config.get("num_key_value_heads") or 0)
@@ -90,6 +143,11 @@ def tiny_config(source: Mapping[str, Any], *, layers: int = 1) -> dict[str, Any]
         config["num_hidden_layers"] = layers
     if "max_window_layers" in config:
         config["max_window_layers"] = min(int(config["max_window_layers"] or 0), config["num_hidden_layers"])
+    if config.get("model_type") == "qwen3_next":
+        config.update(TINY_LINEAR)
+        config["mlp_only_layers"] = []
+    if config.get("model_type") == "nemotron_h":  # the config takes the layer list as layers_block_type
+        config["layers_block_type"] = config.pop("layer_types")
     for key, value in (
         ("moe_intermediate_size", 32),
         ("shared_expert_intermediate_size", 32),
@@ -102,6 +160,7 @@ def tiny_config(source: Mapping[str, Any], *, layers: int = 1) -> dict[str, Any]
             config[key] = value
     config["initializer_range"] = 0.2  # sharper attention than 0.02: a wrong position shows in the loss
     config["tie_word_embeddings"] = False
+    config["use_cache"] = False  # training: no KV cache, no recurrent / convolution state kept
     config.pop("architectures", None)
     config.pop("torch_dtype", None)
     config.pop("dtype", None)
@@ -121,6 +180,7 @@ def build_model(source: Mapping[str, Any], *, seed: int = 0, layers: int = 1) ->
     register_thd_attention()
     shrunk = tiny_config(source, layers=layers)
     model_type = shrunk.pop("model_type")
+    register_linear_kernels(model_type)
     try:
         config = AutoConfig.for_model(model_type, **shrunk)
     except (ValueError, KeyError, TypeError) as exc:
@@ -128,9 +188,12 @@ def build_model(source: Mapping[str, Any], *, seed: int = 0, layers: int = 1) ->
             f"transformers {__import__('transformers').__version__} cannot build model_type {model_type!r}: {exc}",
             fields="model",
         ) from exc
+    if hasattr(config, "_experts_implementation"):
+        config._experts_implementation = "eager"  # the family's own expert loop (grouped_mm has no float64)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModel.from_config(config, dtype=torch.float64)
+    model = model.to(torch.float64)  # parameters a family creates in float32 (Nemotron-H's router) too
     model.eval()  # no dropout; gradients still flow
     model.config._attn_implementation = "sdpa"
     run_in_float64(model)

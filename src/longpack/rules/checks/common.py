@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from longpack.rules.config import TrainingSetup
 from longpack.rules.registry import Severity, Violation
+from longpack.topology import HYBRIDEP_CHUNK as HYBRIDEP_CHUNK  # one definition, in topology
 from longpack.topology import pad_seq_to_mult_terms
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -33,9 +34,6 @@ K_CGS = "model.cuda_graph_scope"
 K_MTP = "model.mtp_num_layers"
 K_BUF = "dataset.packing_buffer_size"
 K_LAYOUT = "model.pipeline_model_parallel_layout"
-
-#: Megatron-Bridge docs: "HybridEP with a 128-token combine chunk needs a width divisible by 128".
-HYBRIDEP_CHUNK = 128
 
 
 def V(message: str, fix: str, *keys: str) -> Violation:

@@ -258,3 +258,78 @@ def cp_thd_needs_mcore(s: TrainingSetup) -> Iterator[Violation]:
             "upgrade Megatron-Core to >= 0.18.0, or set model.context_parallel_size=1",
             K_CP,
         )
+
+
+CP_PARTITION_MODES = ("zigzag", "contiguous")
+
+
+@FAMILY.rule(
+    "LP-CP-010",
+    E,
+    "cp_partition_mode is zigzag or contiguous; contiguous CP needs a packing scheduler's THD inputs",
+    "Megatron-Core dev TransformerConfig.__post_init__ (cp_partition_mode, #5087)",
+    fix="set model.cp_partition_mode=zigzag, or run the packing scheduler (model.sequence_packing_scheduler)",
+)
+def cp_partition_mode(s: TrainingSetup) -> Iterator[Violation]:
+    """How a packed row is split over the CP ranks: ``zigzag`` (two chunks per rank, the load-balanced
+    default every earlier path uses) or ``contiguous`` (one chunk per rank; DeepSeek-V4's hybrid attention
+    and gated delta nets need it). Megatron-Core refuses other names, and ``contiguous`` under CP unless a
+    sequence-packing scheduler builds the THD batches (the legacy CP slicing, Bridge's included, is
+    zigzag only); MTP with TP > 1 and SP is refused with it too (a known padding-mask bug)."""
+    mode = s.model.cp_partition_mode
+    if mode is None:
+        return
+    key = "model.cp_partition_mode"
+    if mode not in CP_PARTITION_MODES:
+        yield V(
+            f"cp_partition_mode={mode!r} is not one of {', '.join(CP_PARTITION_MODES)}",
+            f"set {key}=zigzag",
+            key,
+        )
+        return
+    distributed = s.cp > 1 or s.model.dynamic_context_parallel or s.model.hybrid_context_parallel
+    if mode != "contiguous" or not distributed:
+        return
+    if not s.model.sequence_packing_scheduler and not (
+        s.model.dynamic_context_parallel or s.model.hybrid_context_parallel
+    ):
+        yield V(
+            f"cp_partition_mode='contiguous' with CP={s.cp} but no sequence_packing_scheduler: the CP batch "
+            "slicing without a scheduler (Bridge's packed THD split included) only does zigzag",
+            f"set {key}=zigzag, or pack with the scheduler (dataset.enable_global_batch_packing=true)",
+            key,
+            K_CP,
+        )
+    if (s.model.mtp_num_layers or 0) > 0 and s.tp > 1 and s.sp:
+        yield V(
+            f"cp_partition_mode='contiguous' with MTP, TP={s.tp} and sequence parallelism: Megatron-Core refuses "
+            "the combination (a known token-side padding-mask bug)",
+            f"set {key}=zigzag, or model.tensor_model_parallel_size=1 / model.sequence_parallel=false",
+            key,
+            "model.mtp_num_layers",
+        )
+
+
+@FAMILY.rule(
+    "LP-CP-011",
+    E,
+    "inter-document masking with CP > 1: Bridge splits every document into 2*CP chunks",
+    "Megatron-Core GPTDatasetConfig.inter_document_masking (f88b85f8c6); Bridge gpt_step packed CP split",
+    fix="set dataset.inter_document_masking=false with CP > 1 in Megatron-Bridge (or train without CP)",
+)
+def idm_cp(s: TrainingSetup) -> Iterator[Violation]:
+    """With ``inter_document_masking`` the pretraining dataset returns ``cu_seqlens`` at document
+    boundaries. Megatron-LM's ``pretrain_gpt.py`` then splits the sample per sequence
+    (``use_per_sequence_balancing``), because raw documents are not multiples of ``2*CP``; Bridge's
+    ``gpt_step`` (067f987df) sees the ``cu_seqlens`` and takes its packed THD split, which cuts every
+    document into ``2*CP`` equal chunks and fails on the first document that is not a multiple."""
+    if not s.dataset.inter_document_masking or s.cp <= 1:
+        return
+    yield V(
+        f"dataset.inter_document_masking with CP={s.cp}: documents are not padded to multiples of 2*CP = "
+        f"{2 * s.cp}, and Bridge's packed CP split needs every one to be",
+        "set dataset.inter_document_masking=false (attention then crosses documents, as without it), or "
+        "train this with Megatron-LM's pretrain_gpt.py (it splits per sequence)",
+        "dataset.inter_document_masking",
+        K_CP,
+    )

@@ -20,19 +20,26 @@ from collections.abc import Iterator
 from longpack.rules.checks.common import K_CGI, K_CP, K_GBS, K_PP, K_PSM, K_PTL, K_SEQ, E, V, W
 from longpack.rules.config import TrainingSetup
 from longpack.rules.registry import RuleFamily, Violation
+from longpack.rules.scheduling_keys import (
+    GLOBAL_BATCH_PACKING_SINCE,
+    K_CAP,
+    K_DCP,
+    K_GBP,
+    K_HCP,
+    K_MIN_DCP,
+    K_PAD_ALIGN,
+    K_SCHED,
+    PACKING_SCHEDULERS,
+    scheduler_range,
+)
+from longpack.rules.versions import MCORE
 from longpack.topology import pad_seq_to_mult, ranks_needed
 
 FAMILY = RuleFamily("hybrid_cp", "Hybrid context parallelism and packing schedulers")
 
-K_HCP = "model.hybrid_context_parallel"
-K_CAP = "model.max_seqlen_per_dp_cp_rank"
-K_SCHED = "model.sequence_packing_scheduler"
 K_MBG = "model.microbatch_group_size_per_vp_stage"
 K_FSDP = "ddp.use_megatron_fsdp"
 K_DLT = "dataset.dataloader_type"
-
-#: Megatron-Core ``PackingSchedulerEnum`` values (``megatron/core/datasets/data_schedule.py``).
-PACKING_SCHEDULERS = ("dp_balanced",)
 
 
 def _width(s: TrainingSetup) -> int | None:
@@ -41,7 +48,13 @@ def _width(s: TrainingSetup) -> int | None:
 
 
 def _hybrid(s: TrainingSetup) -> bool:
-    return s.model.hybrid_context_parallel
+    """Hybrid CP, or dynamic CP (Megatron-Core dev's name for it; the old key is its alias)."""
+    return s.model.hybrid_context_parallel or s.model.dynamic_context_parallel
+
+
+def _hkey(s: TrainingSetup) -> str:
+    """The key the config spells hybrid / dynamic CP with."""
+    return K_DCP if s.model.dynamic_context_parallel else K_HCP
 
 
 def _cap(s: TrainingSetup) -> int | None:
@@ -63,7 +76,7 @@ def hcp_no_pp(s: TrainingSetup) -> Iterator[Violation]:
             f"hybrid_context_parallel with pipeline_model_parallel_size={s.pp}: Megatron-LM refuses hybrid CP "
             "with pipeline parallelism",
             "set model.pipeline_model_parallel_size=1 (fold the ranks into DP/CP), or turn hybrid CP off",
-            K_HCP,
+            _hkey(s),
             K_PP,
         )
 
@@ -82,7 +95,7 @@ def hcp_no_graphs(s: TrainingSetup) -> Iterator[Violation]:
             f"hybrid_context_parallel with CUDA graphs (cuda_graph_impl={s.model.cuda_graph_impl}"
             f"{', enable_cuda_graph' if s.model.enable_cuda_graph else ''}): Megatron-LM refuses the pair",
             "set model.cuda_graph_impl=none (and enable_cuda_graph=false), or turn hybrid CP off",
-            K_HCP,
+            _hkey(s),
             K_CGI,
         )
 
@@ -100,7 +113,7 @@ def hcp_per_token_loss(s: TrainingSetup) -> Iterator[Violation]:
         yield V(
             "hybrid_context_parallel without calculate_per_token_loss: ranks carry unequal token counts",
             "set model.calculate_per_token_loss=true",
-            K_HCP,
+            _hkey(s),
             K_PTL,
         )
 
@@ -120,7 +133,7 @@ def hcp_fsdp_loader(s: TrainingSetup) -> Iterator[Violation]:
         yield V(
             "hybrid_context_parallel with Megatron FSDP: Megatron-LM refuses the pair",
             "set ddp.use_megatron_fsdp=false (use the distributed optimizer), or turn hybrid CP off",
-            K_HCP,
+            _hkey(s),
             K_FSDP,
         )
     loader = s.dataset.dataloader_type
@@ -128,7 +141,7 @@ def hcp_fsdp_loader(s: TrainingSetup) -> Iterator[Violation]:
         yield V(
             f"hybrid_context_parallel with dataloader_type={loader!r}: only the 'single' data loader is supported",
             "set dataset.dataloader_type=single",
-            K_HCP,
+            _hkey(s),
             K_DLT,
         )
 
@@ -142,7 +155,7 @@ def hcp_fsdp_loader(s: TrainingSetup) -> Iterator[Violation]:
 )
 def hcp_cap_set(s: TrainingSetup) -> Iterator[Violation]:
     """Both schedulers size their work by the per-rank cap; without it they divide by ``None``."""
-    users = [k for k, on in ((K_HCP, _hybrid(s)), (K_SCHED, s.model.sequence_packing_scheduler)) if on]
+    users = [k for k, on in ((_hkey(s), _hybrid(s)), (K_SCHED, s.model.sequence_packing_scheduler)) if on]
     if users and _cap(s) is None:
         width = _width(s)
         start = f"{math.ceil(width / s.cp)} (= {width} / CP {s.cp})" if width else "seq_length / CP"
@@ -269,19 +282,35 @@ def hcp_alignment(s: TrainingSetup) -> Iterator[Violation]:
 @FAMILY.rule(
     "LP-SCHED-001",
     E,
-    "sequence_packing_scheduler is a known scheduler",
-    "Megatron-Core wrap_data_iterator (PackingSchedulerEnum)",
-    fix="set model.sequence_packing_scheduler=dp_balanced",
+    "sequence_packing_scheduler is a scheduler the Megatron-Core version has",
+    "Megatron-Core wrap_data_iterator (PackingSchedulerEnum; dev: scheduler_map)",
+    fix="set model.sequence_packing_scheduler to one the version registers (dp_balanced; default_dynamic_cp from Megatron-Core dev)",
 )
 def sched_known(s: TrainingSetup) -> Iterator[Violation]:
-    """Megatron-Core looks the name up in ``PackingSchedulerEnum`` (upper-cased)."""
+    """Megatron-Core looks the name up among the schedulers it registers: ``dp_balanced`` on ``main``,
+    and ``default_dynamic_cp`` too on ``dev`` (dynamic CP). A name another version registers is refused
+    by this one."""
     name = s.model.sequence_packing_scheduler
-    if name and name.lower() not in PACKING_SCHEDULERS:
-        yield V(
-            f"sequence_packing_scheduler={name!r} is not one of {', '.join(PACKING_SCHEDULERS)}",
-            f"set {K_SCHED}=dp_balanced",
-            K_SCHED,
-        )
+    if not name:
+        return
+    mcore = s.versions.mcore if s.versions is not None else "main"
+    origin = s.versions.origin(MCORE) if s.versions is not None else "newest known"
+    here = [n for n, r in PACKING_SCHEDULERS if r.contains(mcore, MCORE)]
+    if name.lower() in here:
+        return
+    has = scheduler_range(name)
+    why = (
+        f"Megatron-Core {mcore} ({origin}) registers {', '.join(here) or 'no scheduler'}; "
+        f"{name!r} is in Megatron-Core {has.text}"
+        if has is not None
+        else f"{name!r} is not one of {', '.join(n for n, _ in PACKING_SCHEDULERS)} (Megatron-Core {mcore}, {origin})"
+    )
+    fix = (
+        f"run Megatron-Core {has.text} (pass --megatron-core-version), or set {K_SCHED}={here[0]}"
+        if has is not None and here
+        else f"set {K_SCHED}={here[0] if here else 'dp_balanced'}"
+    )
+    yield V(f"sequence_packing_scheduler={name!r}: {why}", fix, K_SCHED)
 
 
 @FAMILY.rule(
@@ -342,11 +371,15 @@ def sched_enough_samples(s: TrainingSetup) -> Iterator[Violation]:
     fix="train with Megatron-LM's pretrain_gpt.py for hybrid CP / the DP-balanced scheduler, or drop the keys",
 )
 def hcp_not_in_bridge(s: TrainingSetup) -> Iterator[Violation]:
-    """Megatron-Bridge passes ``hybrid_context_parallel`` to the process-group set-up only: its training
-    steps split every batch with ``is_hybrid_cp=False`` and nothing wraps the data iterator with
-    Megatron-Core's ``HybridCPDataLoaderWrapper`` or ``wrap_data_iterator``, so the schedulers never run
-    (batches are split as static CP)."""
-    keys = [k for k, on in ((K_HCP, _hybrid(s)), (K_SCHED, s.model.sequence_packing_scheduler)) if on]
+    """Up to ``main`` (067f987df), Megatron-Bridge passes ``hybrid_context_parallel`` /
+    ``dynamic_context_parallel`` to the process-group set-up only: its training steps split every batch
+    with ``is_hybrid_cp=False`` and nothing wraps the data iterator with Megatron-Core's
+    ``wrap_data_iterator``, so the schedulers never run (batches are split as static CP). Bridge's own
+    dynamic-CP example (``examples/training_features/long_context/dynamic_context_parallel.py``, d1067cede)
+    is a local demo of the scheduler that says so: it builds no model and trains nothing. Global-batch
+    packing (``dataset.enable_global_batch_packing``, PR #6127) wires the scheduler into the training loop;
+    from that version on ``LP-GBP-001`` takes over."""
+    keys = [k for k, on in ((_hkey(s), _hybrid(s)), (K_SCHED, s.model.sequence_packing_scheduler)) if on]
     if keys:
         yield V(
             f"{' and '.join(keys)} set in a Megatron-Bridge config: Bridge builds the groups but never schedules "
@@ -354,4 +387,191 @@ def hcp_not_in_bridge(s: TrainingSetup) -> Iterator[Violation]:
             "run the hybrid-CP / DP-balanced schedule with Megatron-LM's pretrain_gpt.py, or drop "
             f"{' and '.join(keys)} from the Bridge config",
             *keys,
+        )
+
+
+def _scheduled(s: TrainingSetup) -> list[str]:
+    keys = [K_SCHED] if s.model.sequence_packing_scheduler else []
+    return ([_hkey(s)] if _hybrid(s) else []) + keys
+
+
+@FAMILY.rule(
+    "LP-GBP-001",
+    E,
+    "the packing scheduler and dynamic CP need dataset.enable_global_batch_packing",
+    "Megatron-Bridge ConfigContainer.validate (global-batch packing, PR #6127)",
+    fix="set dataset.enable_global_batch_packing=true (it selects the scheduler), or drop the model keys",
+)
+def gbp_switch(s: TrainingSetup) -> Iterator[Violation]:
+    """With global-batch packing, ``dataset.enable_global_batch_packing`` drives
+    ``model.sequence_packing_scheduler`` (``default_dynamic_cp`` with dynamic CP, else ``dp_balanced``) and
+    Bridge refuses the model field without the dataset switch."""
+    keys = _scheduled(s)
+    if keys and not s.dataset.enable_global_batch_packing:
+        yield V(
+            f"{' and '.join(keys)} set without {K_GBP}: Megatron-Bridge >= {GLOBAL_BATCH_PACKING_SINCE} "
+            "(global-batch packing) refuses the scheduler's model field without the dataset switch",
+            f"set {K_GBP}=true (it selects the scheduler), or drop {' and '.join(keys)}",
+            *keys,
+        )
+
+
+@FAMILY.rule(
+    "LP-DCP-001",
+    E,
+    "hybrid_context_parallel and dynamic_context_parallel are not both set",
+    "Megatron-Core dev ModelParallelConfig.__post_init__",
+    fix="keep model.dynamic_context_parallel only (model.hybrid_context_parallel is its deprecated alias)",
+)
+def dcp_both(s: TrainingSetup) -> Iterator[Violation]:
+    """``hybrid_context_parallel`` sets ``dynamic_context_parallel``; both at once is a ``ValueError``."""
+    if s.model.hybrid_context_parallel and s.model.dynamic_context_parallel:
+        yield V(
+            "hybrid_context_parallel and dynamic_context_parallel are both set: Megatron-Core refuses the pair "
+            "('Cannot set both ...')",
+            f"drop {K_HCP} and keep {K_DCP}=true",
+            K_HCP,
+            K_DCP,
+        )
+
+
+@FAMILY.rule(
+    "LP-DCP-002",
+    E,
+    "dynamic CP runs the default_dynamic_cp scheduler",
+    "Megatron-Core dev ModelParallelConfig.__post_init__; Megatron-LM dev arguments",
+    fix="set model.sequence_packing_scheduler=default_dynamic_cp (or leave it unset: dynamic CP selects it)",
+)
+def dcp_scheduler(s: TrainingSetup) -> Iterator[Violation]:
+    """Dynamic CP sets the scheduler to ``default_dynamic_cp`` when it is unset and refuses any other."""
+    name = s.model.sequence_packing_scheduler
+    if _hybrid(s) and name and name.lower() != "default_dynamic_cp":
+        yield V(
+            f"{_hkey(s)} with sequence_packing_scheduler={name!r}: dynamic context parallelism requires "
+            "sequence_packing_scheduler=default_dynamic_cp",
+            f"set {K_SCHED}=default_dynamic_cp (or leave it unset)",
+            _hkey(s),
+            K_SCHED,
+        )
+
+
+@FAMILY.rule(
+    "LP-DCP-003",
+    E,
+    "min_dynamic_context_parallel_size between 1 and DP x CP",
+    "Megatron-Core dev ModelParallelConfig.__post_init__; Megatron-LM dev arguments",
+    fix="set model.min_dynamic_context_parallel_size between 1 and DP * CP",
+)
+def dcp_min_size(s: TrainingSetup) -> Iterator[Violation]:
+    """The smallest dynamic CP group: at least 1 (the config refuses less) and at most the DP x CP ranks
+    the groups are formed from (Megatron-LM asserts it)."""
+    low = s.model.min_dynamic_context_parallel_size
+    if low is None or not _hybrid(s):
+        return
+    dp = s.dp
+    if low < 1 or (dp is not None and low > dp * s.cp):
+        top = "DP * CP" if dp is None else f"DP*CP = {dp}*{s.cp} = {dp * s.cp}"
+        yield V(
+            f"min_dynamic_context_parallel_size={low}: must be >= 1 and <= {top}",
+            f"set {K_MIN_DCP}=1 (groups then range from 1 to {top})",
+            K_MIN_DCP,
+        )
+
+
+def _alignment(s: TrainingSetup) -> int | str | None:
+    raw = s.model.pad_packed_seq_alignment
+    if raw is None:
+        return None
+    text = str(raw).strip().lower()
+    if text == "max":
+        return "max"
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+@FAMILY.rule(
+    "LP-DCP-004",
+    E,
+    "pad_packed_seq_alignment is 'max' or a positive multiple up to max_seqlen_per_dp_cp_rank",
+    "Megatron-Core dev ModelParallelConfig.__post_init__ (pad_packed_seq_alignment)",
+    fix="set model.pad_packed_seq_alignment=max (or a multiple <= model.max_seqlen_per_dp_cp_rank) and set the cap",
+)
+def dcp_pad_alignment(s: TrainingSetup) -> Iterator[Violation]:
+    """The scheduler pads packed THD tensors to the cap (``max``) or to a multiple of N; it needs the cap,
+    and N must be positive and at most the cap."""
+    align = _alignment(s)
+    if align is None:
+        return
+    cap = _cap(s)
+    if isinstance(align, str) and align != "max":
+        yield V(
+            f"pad_packed_seq_alignment={s.model.pad_packed_seq_alignment!r} is neither 'max' nor an integer",
+            f"set {K_PAD_ALIGN}=max or a positive integer",
+            K_PAD_ALIGN,
+        )
+    elif cap is None:
+        yield V(
+            "pad_packed_seq_alignment is set without max_seqlen_per_dp_cp_rank: Megatron-Core refuses it",
+            f"set {K_CAP} (start from seq_length / CP)",
+            K_PAD_ALIGN,
+            K_CAP,
+        )
+    elif isinstance(align, int) and not 0 < align <= cap:
+        yield V(
+            f"pad_packed_seq_alignment={align}: must be a positive integer at most max_seqlen_per_dp_cp_rank={cap}",
+            f"set {K_PAD_ALIGN} between 1 and {cap}, or max",
+            K_PAD_ALIGN,
+            K_CAP,
+        )
+
+
+@FAMILY.rule(
+    "LP-DCP-005",
+    E,
+    "THD CUDA graphs with a packing scheduler pad to max_seqlen_per_dp_cp_rank",
+    "Megatron-LM dev arguments (THD CUDA graph)",
+    fix="set model.pad_packed_seq_alignment=max with CUDA graphs and a packing scheduler",
+)
+def dcp_graph_alignment(s: TrainingSetup) -> Iterator[Violation]:
+    """A graph replays fixed shapes: with a scheduler (or dynamic CP) and ``cuda_graph_impl`` set, the
+    packed tensors must be padded to the cap (``max``, or an alignment equal to the cap); dynamic CP with
+    the local ``enable_cuda_graph`` is refused outright."""
+    if not (s.model.sequence_packing_scheduler or _hybrid(s)):
+        return
+    if _hybrid(s) and s.model.enable_cuda_graph:
+        yield V(
+            f"{_hkey(s)} with enable_cuda_graph: dynamic context parallelism is not supported with CUDA Graph",
+            "set model.enable_cuda_graph=false",
+            _hkey(s),
+        )
+    if s.model.cuda_graph_impl == "none":
+        return
+    align, cap = _alignment(s), _cap(s)
+    if align is None or (align != "max" and align != cap):
+        yield V(
+            f"cuda_graph_impl={s.model.cuda_graph_impl} with a packing scheduler and pad_packed_seq_alignment="
+            f"{s.model.pad_packed_seq_alignment!r}: THD CUDA graphs need 'max' or the cap ({cap})",
+            f"set {K_PAD_ALIGN}=max",
+            K_PAD_ALIGN,
+            K_CGI,
+        )
+
+
+@FAMILY.rule(
+    "LP-DCP-006",
+    W,
+    "hybrid_context_parallel is the deprecated spelling of dynamic_context_parallel",
+    "Megatron-Core dev ModelParallelConfig (DeprecationWarning)",
+    fix="rename model.hybrid_context_parallel to model.dynamic_context_parallel",
+)
+def dcp_alias(s: TrainingSetup) -> Iterator[Violation]:
+    """Megatron-Core dev still reads the old key (it sets ``dynamic_context_parallel``) but warns that it
+    will be removed."""
+    if s.model.hybrid_context_parallel and not s.model.dynamic_context_parallel:
+        yield V(
+            "hybrid_context_parallel is deprecated in this Megatron-Core (renamed dynamic_context_parallel, #3405)",
+            f"rename {K_HCP} to {K_DCP}",
+            K_HCP,
         )

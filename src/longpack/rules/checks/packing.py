@@ -25,6 +25,7 @@ from longpack.rules.checks.common import (
     E,
     V,
     W,
+    fixed_effective,
     fixed_width,
     multiple_text,
     packed_size,
@@ -32,6 +33,7 @@ from longpack.rules.checks.common import (
 )
 from longpack.rules.config import DatasetKind, TrainingSetup, equivalent_offline_config
 from longpack.rules.registry import RuleFamily, Violation
+from longpack.topology import kernel_pad_multiple
 
 FAMILY = RuleFamily("packing", "Offline and in-batch packing")
 
@@ -48,7 +50,9 @@ def pack_exclusive(s: TrainingSetup) -> Iterator[Violation]:
     if s.dataset.enable_offline_packing and s.dataset.enable_in_batch_packing:
         yield V(
             "enable_offline_packing=True and enable_in_batch_packing=True (Bridge: 'mutually exclusive')",
-            "keep one: offline packing for text SFT, in-batch packing for direct-HF/VLM collates",
+            "keep one: offline packing (packed Parquet written ahead of time), or runtime in-batch packing "
+            "(direct-HF and VLM collates; GPT-SFT datasets too from Bridge PR #5493, after main 067f987df, "
+            "with train.micro_batch_size > 1)",
             K_OFF,
             K_IBP,
         )
@@ -417,20 +421,64 @@ def inbatch_dataloader(s: TrainingSetup) -> Iterator[Violation]:
 
 @FAMILY.rule(
     "LP-MTP-001",
-    E,
-    "no MTP with packed SFT",
-    "Bridge docs (MTP, not enforced by code)",
-    fix="set model.mtp_num_layers=null for packed SFT, or turn offline packing off",
+    W,
+    "MTP with packed SFT: unsupported per the docs before Bridge main",
+    "Bridge docs (MTP, not enforced by code); relaxed by Bridge main's verified GLM-5.2 packed SFT",
+    fix="set model.mtp_num_layers=null for packed SFT, or run Megatron-Bridge main (its GLM-5.2 recipe packs with MTP)",
 )
 def mtp_packed(s: TrainingSetup) -> Iterator[Violation]:
     """The Megatron-Bridge docs list sequence packing for fine-tuning as not supported with multi-token
-    prediction; no code checks it."""
+    prediction, and no code checks it. Bridge ``main`` verifies exactly that combination (GLM-5.2 128K
+    packed SFT, e4cb868dc: offline packing with ``mtp_num_layers=1``), so the rule stops at ``main``; in
+    the releases before, it stays a warning (nothing refuses the config)."""
     mtp = s.model.mtp_num_layers or 0
     if s.dataset.offline_packing and mtp > 0:
+        version = "" if s.versions is None else f" (Megatron-Bridge {s.versions.bridge})"
         yield V(
-            f"offline packing with mtp_num_layers={mtp}: the docs list sequence packing for fine-tuning as "
-            "not supported with MTP (Bridge does not check it)",
-            f"set {K_MTP}=null (or 0) for packed SFT, or disable packing (~{K_SPECS} {K_OFF}=false)",
+            f"offline packing with mtp_num_layers={mtp}: the docs of this Bridge{version} list sequence packing "
+            "for fine-tuning as not supported with MTP (Bridge does not check it; main verifies it)",
+            f"set {K_MTP}=null (or 0) for packed SFT, disable packing (~{K_SPECS} {K_OFF}=false), or run "
+            "Megatron-Bridge main",
             K_MTP,
             K_OFF,
+        )
+
+
+@FAMILY.rule(
+    "LP-PACK-018",
+    E,
+    "MXFP8 with packing: each rank's tokens a multiple of the 32-token MXFP8 block",
+    "Megatron-LM fp8_utils.get_fp8_align_size (mxfp8: 32); TransformerEngine MXFP8 quantizer",
+    fix="set pad_seq_to_mult (and the pack size) to a multiple of 32 * CP (* TP with SP) and re-pack",
+)
+def mxfp8_alignment(s: TrainingSetup) -> Iterator[Violation]:
+    """An MXFP8 GEMM scales blocks of 32 tokens; TransformerEngine asserts that the tokens a rank holds
+    (the row / CP, / TP under sequence parallelism) are a multiple of 32. Fixed-width rows need the pack
+    size to be such a multiple; variable-width rows get there when every sequence is padded to it."""
+    recipe = (s.model.fp8_recipe or "").lower()
+    specs = s.dataset.offline_packing_specs
+    if recipe != "mxfp8" or not s.model.fp8 or not s.dataset.offline_packing or specs is None:
+        return
+    need = kernel_pad_multiple(tp=s.tp, cp=s.cp, sp=s.sp, fp8_recipe=recipe)
+    how = f"32 * CP={s.cp}{f' * TP={s.tp} (SP)' if s.sp and s.tp > 1 else ''}"
+    if fixed_effective(s):
+        size = specs.packed_sequence_size
+        if size % need:
+            yield V(
+                f"MXFP8 with fixed-width packed rows of {size} tokens: each rank's share must be a multiple "
+                f"of 32, so the width a multiple of {need} (= lcm with {how})",
+                f"set {K_PSS}={math.ceil(size / need) * need} (or {math.floor(size / need) * need}) and re-pack",
+                K_PSS,
+                "model.fp8_recipe",
+            )
+        return
+    mult = specs.pad_seq_to_mult or 1
+    if mult % need:
+        yield V(
+            f"MXFP8 with variable-width packed rows and pad_seq_to_mult={mult}: a row's tokens per rank are a "
+            f"multiple of 32 only when every sequence is padded to {need} (= lcm with {how})",
+            f"set {K_PSM}={math.lcm(mult, need)} and re-pack, or fixed-width rows ({K_PTML}=true) of a "
+            f"multiple of {need}",
+            K_PSM,
+            "model.fp8_recipe",
         )

@@ -11,13 +11,14 @@ commits are in :mod:`longpack.rules.provenance` (rule ``LP-VER-001``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 from longpack.rules.checks.common import E, V
 from longpack.rules.config import TrainingSetup
 from longpack.rules.registry import RuleFamily, Violation
-from longpack.rules.versions import PRODUCTS, Product, VersionRange
+from longpack.rules.scheduling_keys import SCHEDULING_KEYS
+from longpack.rules.versions import PRODUCTS, Product, UpstreamVersions, VersionRange, key_evidence
 
 FAMILY = RuleFamily("upstream", "Settings of the Megatron version checked for")
 
@@ -32,21 +33,14 @@ class VersionedKey:
     why: str
 
 
+#: The keys of dynamic CP, the packing schedulers and global-batch packing come from
+#: :mod:`longpack.rules.scheduling_keys` (defined once there).
 KEYS_BY_VERSION: tuple[VersionedKey, ...] = (
-    VersionedKey("model.hybrid_context_parallel", "mcore", VersionRange(since="0.16.0"), "hybrid CP (#2282)"),
-    VersionedKey(
-        "model.max_seqlen_per_dp_cp_rank", "mcore", VersionRange(since="0.16.0"), "hybrid CP (#2282)"
-    ),
-    VersionedKey(
-        "model.sequence_packing_scheduler",
-        "mcore",
-        VersionRange(since="main"),
-        "DP-balanced scheduler (#6684)",
-    ),
+    *(VersionedKey(k.key, k.product, k.has, k.why) for k in SCHEDULING_KEYS),
     VersionedKey(
         "model.moe_hybridep_pad_uneven_dispatch_inputs",
         "mcore",
-        VersionRange(since="0.19.0"),
+        VersionRange(since="0.19.0", dev=False),
         "HybridEP THD dispatch (#5008)",
     ),
     VersionedKey(
@@ -79,6 +73,28 @@ KEYS_BY_VERSION: tuple[VersionedKey, ...] = (
 )
 
 
+def versions_for(
+    config_keys: Collection[str] = (),
+    *,
+    bridge: str | None = None,
+    mcore: str | None = None,
+    environment: bool = True,
+) -> UpstreamVersions:
+    """:meth:`UpstreamVersions.resolve` with the keys a config sets as evidence (what ``longpack check``
+    runs for).
+
+    >>> v = versions_for({"dataset.packed_sequence_specs.packed_sequence_size"}, mcore="0.18.2", environment=False)
+    >>> v.bridge, v.bridge_origin
+    ('0.5.1', "inferred from the config's keys dataset.packed_sequence_specs (< 0.6.0): < 0.6.0, the newest known in that range")
+    """
+    return UpstreamVersions.resolve(
+        bridge=bridge,
+        mcore=mcore,
+        evidence=key_evidence(config_keys, KEYS_BY_VERSION),
+        environment=environment,
+    )
+
+
 def _set(s: TrainingSetup, key: str) -> bool:
     return any(k == key or k.startswith(key + ".") for k in s.given_keys)
 
@@ -99,7 +115,85 @@ def keys_exist(s: TrainingSetup) -> Iterator[Violation]:
         if _set(s, vk.key) and not vk.has.contains(version, vk.product):
             name = PRODUCTS[vk.product].name
             yield V(
-                f"{vk.key} is set, but {name} {version} has no such setting ({vk.why}: {name} {vk.has.text})",
+                f"{vk.key} is set, but {name} {version} ({s.versions.origin(vk.product)}) has no such setting "
+                f"({vk.why}: {name} {vk.has.text})",
                 f"drop {vk.key}, or run {name} {vk.has.text} (then pass that version to longpack check)",
                 vk.key,
             )
+
+
+def _distance(a: str, b: str, limit: int) -> int:
+    """Levenshtein distance of ``a`` and ``b``, or ``limit + 1`` once it exceeds ``limit``."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        if min(cur) > limit:
+            return limit + 1
+        prev = cur
+    return prev[-1]
+
+
+def known_keys() -> frozenset[str]:
+    """Every key some version has, as far as longpack knows: the keys its rules read and
+    :data:`KEYS_BY_VERSION`'s."""
+    from longpack.rules.config import DECLARED
+
+    return DECLARED.keys | {vk.key for vk in KEYS_BY_VERSION}
+
+
+def nearest_known_key(key: str) -> str | None:
+    """The known key one or two edits away from ``key`` in the same section (a misspelling), else ``None``.
+
+    >>> nearest_known_key("model.dynamic_context_paralel"), nearest_known_key("model.hidden_size")
+    ('model.dynamic_context_parallel', None)
+    """
+    from longpack.rules.config import DECLARED
+
+    known = known_keys()
+    if key in known or any(key.startswith(k + ".") for k in DECLARED.leaves):
+        return None
+    section, _, leaf = key.rpartition(".")
+    if len(leaf) < 8:
+        return None
+    best: tuple[int, str] | None = None
+    for k in known:
+        ksec, _, kleaf = k.rpartition(".")
+        if ksec != section:
+            continue
+        d = _distance(leaf, kleaf, 2)
+        if 0 < d <= 2 and (best is None or (d, k) < best):
+            best = (d, k)
+    return None if best is None else best[1]
+
+
+@FAMILY.rule(
+    "LP-VER-002",
+    E,
+    "every key set is one that some Megatron-Bridge / Megatron-Core version has",
+    "Megatron-Bridge ConfigContainer and Megatron-Core dataclasses (unknown fields are refused)",
+    fix="use the spelling the nearest known key has",
+)
+def keys_known(s: TrainingSetup) -> Iterator[Violation]:
+    """A key one or two letters away from one longpack knows, and known itself to no version, is a
+    misspelling: Bridge refuses the unknown field at start-up (and a dropped ``+`` override would set
+    nothing)."""
+    versions = s.versions
+    for key in sorted(s.given_keys):
+        near = nearest_known_key(key)
+        if near is None:
+            continue
+        where = (
+            ""
+            if versions is None
+            else f" (checked for Megatron-Bridge {versions.bridge}, Megatron-Core {versions.mcore})"
+        )
+        yield V(
+            f"{key} is a key no known Megatron-Bridge / Megatron-Core version has{where}; the nearest known "
+            f"key is {near}",
+            f"rename {key} to {near}",
+            key,
+        )

@@ -1,0 +1,156 @@
+"""Megatron-Bridge's own recipes as longpack checks them: the values of every packed-sequence,
+long-context and VLM recipe of a Bridge checkout (``longpack/data/bridge_recipes.json``, read from the
+recipe files by ``scripts/recipe_harness.py``), checked the way ``longpack check`` checks a config.
+
+A rule change that gives one of them a new error or warning fails ``tests/rules/test_bridge_recipes.py``;
+``longpack check --explain RULE`` names the recipes that exercise a rule.
+
+>>> r = next(r for r in bridge_recipes() if r["recipe"] == "glm52_sft_192gpu_gb200_bf16_128k_config")
+>>> r["keys"]["model.mtp_num_layers"], r["keys"]["dataset.enable_offline_packing"]
+(1, True)
+>>> [f.rule_id for f in check_recipe(r) if f.severity.value == "error"]
+[]
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from importlib import resources
+from typing import Any
+
+from longpack.rules.checks.upstream import versions_for
+from longpack.rules.registry import Finding
+
+__all__ = ["NEEDS_ARCHITECTURE", "bridge_recipes", "check_recipe", "nested", "recipes_exercising"]
+
+#: Rules that read the model's architecture (the expert count), which a recipe whose model is built from a
+#: Hugging Face config does not write: not run for those recipes (the config the recipe builds has it).
+NEEDS_ARCHITECTURE = frozenset({"LP-TOPO-002", "LP-TOPO-003", "LP-MOE-001"})
+
+
+@functools.cache
+def _data() -> dict[str, Any]:
+    text = resources.files("longpack").joinpath("data/bridge_recipes.json").read_text(encoding="utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def bridge_recipes() -> list[dict[str, Any]]:
+    """Every recipe record: ``recipe``, ``file``, ``why`` (packed / long-context / vlm), ``gpus``,
+    ``model_from_hf``, ``keys`` (dotted key -> value), and the ``errors`` / ``warnings`` it gets."""
+    return list(_data()["recipes"])
+
+
+def recipes_source() -> str:
+    """``NVIDIA-NeMo/Megatron-Bridge@<commit>:src/megatron/bridge/recipes (...)``."""
+    return str(_data()["source"])
+
+
+def nested(flat: dict[str, Any]) -> dict[str, Any]:
+    """``{"model.seq_length": 8}`` -> ``{"model": {"seq_length": 8}}``.
+
+    >>> nested({"model.seq_length": 8, "model.cp": 2})
+    {'model': {'cp': 2, 'seq_length': 8}}
+    """
+    out: dict[str, Any] = {}
+    for key, value in sorted(flat.items()):
+        node = out
+        *path, leaf = key.split(".")
+        for part in path:
+            nxt = node.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                break
+            node = nxt
+        else:
+            node[leaf] = value
+    return out
+
+
+def check_recipe(recipe: dict[str, Any]) -> list[Finding]:
+    """``longpack check``'s findings for a recipe record, for the versions its keys imply (whatever this
+    environment has installed or sets)."""
+    from longpack.rules.config import setup_from_mapping
+    from longpack.rules.runner import RULES, run_rules
+
+    setup = setup_from_mapping(nested(recipe["keys"]), world_size=recipe["gpus"]).setup
+    hf = recipe.get("model_from_hf") and "model.num_moe_experts" not in recipe["keys"]
+    select = {r.id for r in RULES} - (NEEDS_ARCHITECTURE if hf else set())
+    return run_rules(setup, select=select, versions=versions_for(setup.given_keys, environment=False))
+
+
+_KEY = re.compile(r"(?<![\w/])(?:model|train|dataset|ddp|dist)(?:\.[A-Za-z_]+)+")
+
+
+def recipes_exercising(rule_id: str) -> list[str]:
+    """The recipes a rule fires on, then those that set a key the rule's fix names (what exercises it).
+
+    >>> "example:dynamic_context_parallel" in recipes_exercising("LP-HCP-009")
+    True
+    """
+    from longpack.rules.runner import RULES
+
+    rule = RULES[rule_id]
+    keys = set(_KEY.findall(rule.fix))
+    fired = [r["recipe"] for r in bridge_recipes() if rule_id in (*r["errors"], *r["warnings"])]
+    setting = [
+        r["recipe"]
+        for r in bridge_recipes()
+        if r["recipe"] not in fired and any(k in r["keys"] for k in keys)
+    ]
+    return fired + setting
+
+
+def explain_rule(rule_id: str) -> dict[str, Any]:
+    """What ``longpack check --explain RULE`` prints: the rule, its sources (``repo@commit:path``), the
+    version ranges it applies to and the known versions inside them, and the Bridge recipes that exercise
+    it. An unknown id is a :class:`~longpack.errors.ConfigError` naming the nearest ids.
+
+    >>> e = explain_rule("lp-mtp-001")
+    >>> e["id"], e["sources"][0]
+    ('LP-MTP-001', 'NVIDIA-NeMo/Megatron-Bridge@1e033749b:docs/training/multi-token-prediction.md')
+    >>> e["versions"]["Megatron-Bridge"]["range"], e["versions"]["Megatron-Bridge"]["known"][-1]
+    ('< main', '0.6.0')
+    """
+    import difflib
+
+    from longpack.errors import ConfigError
+    from longpack.rules.runner import RULES
+    from longpack.rules.versions import PRODUCTS, known_versions
+
+    wanted = rule_id.strip().upper()
+    if wanted not in RULES.ids():
+        near = difflib.get_close_matches(wanted, RULES.ids(), n=3, cutoff=0.6)
+        raise ConfigError(
+            f"--explain {rule_id!r}: no such rule"
+            + (f"; nearest: {', '.join(near)}" if near else "")
+            + " (longpack check --list-rules lists them)",
+            fields="explain",
+        )
+    rule = RULES[wanted]
+    p = rule.provenance
+    versions = {}
+    for product, r in (("bridge", p.bridge), ("mcore", p.mcore)):
+        versions[PRODUCTS[product].name] = {  # type: ignore[index]
+            "range": r.text,
+            "known": [v for v in known_versions(product) if r.contains(v, product)],  # type: ignore[arg-type]
+        }
+    sources = [
+        "longpack"
+        if s.repo == "longpack"
+        else f"{s.repo}@{s.commit}:{s.path}" + (" (relaxed it)" if s.relaxes else "")
+        for s in p.sources
+    ]
+    return {
+        "id": rule.id,
+        "severity": rule.severity.value,
+        "title": rule.title,
+        "description": rule.description,
+        "fix": rule.fix,
+        "source": rule.source,
+        "sources": sources,
+        "versions": versions,
+        "recipes": recipes_exercising(rule.id),
+        "recipes_from": recipes_source(),
+    }
