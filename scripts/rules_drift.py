@@ -59,7 +59,8 @@ WATCHED: dict[str, tuple[str, ...]] = {
 def _git(gitdir: Path, *args: str) -> str:
     """Run git on a checkout (work tree or bare dir) and return stdout."""
     base = ["git", f"--git-dir={gitdir / '.git'}" if (gitdir / ".git").exists() else f"--git-dir={gitdir}"]
-    out = subprocess.run([*base, *args], capture_output=True, text=True, check=False)
+    # errors="replace": a watched file that is not UTF-8 is still parsed (its odd bytes never match a probe)
+    out = subprocess.run([*base, *args], capture_output=True, text=True, errors="replace", check=False)
     if out.returncode != 0:
         raise SystemExit(f"git {' '.join(args)}: {out.stderr.strip()}")
     return out.stdout
@@ -68,11 +69,53 @@ def _git(gitdir: Path, *args: str) -> str:
 def resolve(gitdir: Path, ref: str, branch: str = "HEAD") -> str:
     """A commit for ``ref``: a commit-ish, or a date ``YYYY-MM-DD`` (the last commit of ``branch`` before it)."""
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", ref):
+        import datetime
+
+        try:
+            datetime.date.fromisoformat(ref)
+        except ValueError as exc:
+            raise SystemExit(f"error: {ref} is not a date ({exc}); give YYYY-MM-DD or a commit") from None
         commit = _git(gitdir, "rev-list", "-1", f"--before={ref}T23:59:59Z", branch).strip()
         if not commit:
             raise SystemExit(f"no commit of {branch} before {ref}")
         return commit
     return _git(gitdir, "rev-parse", f"{ref}^{{commit}}").strip()
+
+
+def checkout(path: Path | None, option: str) -> Path | None:
+    """``path`` if it is a git checkout (a work tree or a bare git dir), else ``SystemExit`` naming the
+    option and what ``path`` is instead (missing, a file, a folder that is not a repository)."""
+    if path is None:
+        return None
+    if not path.exists():
+        raise SystemExit(f"error: {option} {path}: no such folder; give a git checkout of the repository")
+    if not path.is_dir():
+        raise SystemExit(
+            f"error: {option} {path}: a file, not a folder; give a git checkout of the repository"
+        )
+    if not ((path / ".git").exists() or ((path / "HEAD").is_file() and (path / "objects").is_dir())):
+        raise SystemExit(
+            f"error: {option} {path}: not a git checkout (no .git, not a bare git dir); clone the repository "
+            "and give its folder"
+        )
+    return path
+
+
+def check_out(path: Path) -> None:
+    """Say before any work why ``--out`` cannot be written (a folder, a missing folder)."""
+    if path.is_dir():
+        raise SystemExit(f"error: --out {path}: a folder; give a file name (e.g. {path / 'drift.md'})")
+    if not path.parent.is_dir():
+        raise SystemExit(f"error: --out {path}: the folder {path.parent} does not exist; create it first")
+
+
+def write_out(path: Path, text: str) -> None:
+    """Write the report to ``--out`` or say why it cannot be (a folder, a missing folder, no permission)."""
+    check_out(path)
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise SystemExit(f"error: --out {path}: cannot write ({exc.strerror or exc})") from None
 
 
 def repo_name(gitdir: Path) -> str:
@@ -398,11 +441,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_ranges.add_argument("--mcore", type=Path)
     args = parser.parse_args(argv)
     if args.cmd == "sites":
+        checkout(args.repo, "--repo")
+        if args.out:
+            check_out(args.out)
         text = report(args.repo, args.old, args.new, args.paths)
         if args.out:
-            args.out.write_text(text)
+            write_out(args.out, text)
     else:
-        text = ranges(args.bridge, args.mcore)
+        if args.bridge is None and args.mcore is None:
+            raise SystemExit("error: ranges needs --bridge and/or --mcore (git checkouts)")
+        text = ranges(checkout(args.bridge, "--bridge"), checkout(args.mcore, "--mcore"))
     sys.stdout.write(text)
     return 0
 

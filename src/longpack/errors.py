@@ -27,12 +27,14 @@ __all__ = [
     "ConfigError",
     "InputError",
     "LongpackError",
+    "LongpackWarning",
     "MissingDependencyError",
     "OnlineError",
     "OutputError",
     "OutputExistsError",
     "PackedDataError",
     "PlanError",
+    "warn_all",
 ]
 
 
@@ -112,3 +114,16 @@ class BackendError(LongpackError, RuntimeError):
 class MissingDependencyError(LongpackError, ImportError):
     """An optional package is not installed; the message names the extra that installs it
     (``pip install 'longpack[pack]'``)."""
+
+
+class LongpackWarning(UserWarning):
+    """What a job's CLI prints as ``warning: ...``, issued to Python callers as a warning (the CLI, which
+    prints them itself, filters them out)."""
+
+
+def warn_all(messages: Any, *, stacklevel: int = 3) -> None:
+    """Issue each message as a :class:`LongpackWarning` (``stacklevel`` 3: the caller of the job's ``run``)."""
+    import warnings
+
+    for message in messages or ():
+        warnings.warn(str(message), LongpackWarning, stacklevel=stacklevel)

@@ -124,3 +124,69 @@ def unescape(text: str) -> str:
     ('Q: {prompt}\nA:', 'a\\nb', '\\d+')
     """
     return re.sub(r"\\([ntr\\])", lambda m: _ESCAPES[m.group(1)], text)
+
+
+def refuse_unknown_settings(cls: type) -> type:
+    """Make ``cls(...)`` (a keyword-only config dataclass) refuse an unknown keyword with a
+    :class:`~longpack.errors.ConfigError` instead of the bare ``TypeError`` of a dataclass: one that
+    belongs to a nested config (``PackConfig(skip_malformed=True)``: a ``TextConfig`` setting) names it and
+    how to pass it, any other names the nearest settings. Returns ``cls`` (usable as a decorator).
+
+    >>> from dataclasses import dataclass, field
+    >>> @dataclass(frozen=True, kw_only=True)
+    ... class Inner:
+    ...     depth: int = 1
+    >>> @refuse_unknown_settings
+    ... @dataclass(frozen=True, kw_only=True)
+    ... class Outer:
+    ...     inner: Inner = field(default_factory=Inner)
+    ...     width: int = 2
+    >>> Outer(depth=3)
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: Outer has no setting 'depth': it belongs to Inner; give it as Outer(inner=Inner(depth=3))
+    >>> Outer(widht=3)
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: Outer has no setting 'widht' (did you mean width?); its settings: inner, width
+    """
+    import difflib
+    import functools
+
+    init: Any = cls.__init__  # type: ignore[misc]
+    own = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
+
+    def nested() -> dict[str, tuple[str, str]]:
+        """Setting name -> (field, nested class name) of the nested config dataclasses (found from each
+        field's default: a ``default_factory`` class or the default's class)."""
+        out: dict[str, tuple[str, str]] = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            factory = f.default_factory
+            kind = factory if isinstance(factory, type) else type(f.default)
+            if f.init and dataclasses.is_dataclass(kind):
+                for inner in dataclasses.fields(kind):
+                    out.setdefault(inner.name, (f.name, kind.__name__))
+        return out
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        unknown = [k for k in kwargs if k not in own]
+        if unknown:
+            key = unknown[0]
+            inner = nested().get(key)
+            if inner is not None:
+                field_name, kind = inner
+                raise ConfigError(
+                    f"{cls.__name__} has no setting {key!r}: it belongs to {kind}; give it as "
+                    f"{cls.__name__}({field_name}={kind}({key}={kwargs[key]!r}))",
+                    fields=key,
+                )
+            near = difflib.get_close_matches(key, own, n=3)
+            hint = f" (did you mean {', '.join(near)}?)" if near else ""
+            raise ConfigError(
+                f"{cls.__name__} has no setting {key!r}{hint}; its settings: {', '.join(own)}", fields=key
+            )
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls

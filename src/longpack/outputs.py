@@ -52,6 +52,7 @@ from longpack.errors import ConfigError, LongpackError, OutputError, OutputExist
 __all__ = [
     "LOCK_SUFFIX",
     "WRITE_ERRNOS",
+    "ArrayWriter",
     "OutputLock",
     "atomic_write",
     "atomic_write_bytes",
@@ -59,10 +60,14 @@ __all__ = [
     "check_output_file",
     "commit_file",
     "fsync_dir",
+    "map_scratch",
+    "new_scratch_file",
     "output_write_errors",
     "resolved_path",
     "sha256_file",
     "temp_path",
+    "write_array",
+    "write_error",
 ]
 
 LOCK_SUFFIX = ".longpack-lock"
@@ -351,6 +356,36 @@ class OutputLock:
         )
 
 
+def write_array(fh: IO[bytes], array: Any) -> None:
+    """Write ``array``'s bytes (C order) to the open binary file ``fh`` through ``fh.write``, in chunks.
+    ``numpy.ndarray.tofile`` (and ``numpy.save`` onto a real file, which calls it) reports a full disk or a
+    file-size limit as a bare ``OSError("N requested and M written")`` without its errno, which no caller
+    can tell from a bug; ``fh.write`` raises the kernel's ``ENOSPC`` / ``EFBIG`` / ``EDQUOT``.
+
+    >>> import io, numpy as np
+    >>> buf = io.BytesIO(); write_array(buf, np.arange(3, dtype=np.int32))
+    >>> np.frombuffer(buf.getvalue(), np.int32).tolist()
+    [0, 1, 2]
+    """
+    import numpy as np
+
+    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    step = 1 << 24
+    for lo in range(0, len(flat), step):
+        fh.write(flat[lo : lo + step].data)
+
+
+class ArrayWriter:
+    """A file object that :func:`numpy.save` writes through ``write`` only (not ``tofile``), so that a full
+    disk keeps its errno (:func:`write_array`)."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self.fh = fh
+
+    def write(self, data: Any) -> int:
+        return self.fh.write(data)
+
+
 @contextlib.contextmanager
 def output_write_errors(out: str | Path, *, field: str = "out") -> Iterator[None]:
     """Report a storage failure while writing ``out`` as an :class:`OutputError` (the folder stays
@@ -369,13 +404,27 @@ def output_write_errors(out: str | Path, *, field: str = "out") -> Iterator[None
     except OSError as exc:
         if exc.errno not in WRITE_ERRNOS:
             raise
-        what = f" {exc.filename}" if exc.filename else ""
-        hint, fix = _WRITE_ERROR_HINTS.get(exc.errno, ("", "fix the storage"))
-        raise OutputError(
-            f"{field} {out}: cannot write{what}: {os.strerror(exc.errno)}{hint}; the folder has no "
-            f"manifest.json and reads as unfinished: {fix}, then pack again with overwrite=True",
-            fields=(field, "overwrite"),
-        ) from exc
+        raise write_error(exc, out, field=field) from exc
+
+
+def write_error(
+    exc: OSError, out: str | Path, *, field: str = "out", manifest: str = "manifest.json", again: str = "pack"
+) -> OutputError:
+    """The :class:`OutputError` of a refused write (``exc.errno`` in :data:`WRITE_ERRNOS`) into the folder
+    ``out`` whose ``manifest`` is written last: what failed, why, and the fix (``again``: the command to run
+    again, e.g. ``pack`` or ``tokenize``).
+
+    >>> str(write_error(OSError(errno.ENOSPC, "x", "/s/tokens.npy"), "/s", manifest="store.json", again="tokenize"))
+    'out /s: cannot write /s/tokens.npy: No space left on device (the disk is full); the folder has no store.json and reads as unfinished: free space, then tokenize again with overwrite=True'
+    """
+    assert exc.errno is not None
+    what = f" {exc.filename}" if exc.filename else ""
+    hint, fix = _WRITE_ERROR_HINTS.get(exc.errno, ("", "fix the storage"))
+    return OutputError(
+        f"{field} {out}: cannot write{what}: {os.strerror(exc.errno)}{hint}; the folder has no "
+        f"{manifest} and reads as unfinished: {fix}, then {again} again with overwrite=True",
+        fields=(field, "overwrite"),
+    )
 
 
 def fsync_dir(path: Path) -> None:
@@ -452,3 +501,57 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     """
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def new_scratch_file(folder: Path, stem: str) -> tuple[Path, IO[bytes]]:
+    """A new, empty scratch file ``folder/STEM-*.bin`` opened for writing: created exclusively
+    (``O_EXCL``), so it never truncates a file that exists, whoever made it. A name made from the process
+    id and an object's ``id()`` did: ``id()`` is reused once an object is freed, and a second scratch file
+    truncated the first while its memory map was still being read (SIGBUS in the row fill, or its bytes
+    silently replaced).
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> (a, fa), (b, fb) = new_scratch_file(d, "tokens"), new_scratch_file(d, "tokens")
+    >>> a != b, a.name.startswith("tokens-"), a.suffix
+    (True, True, '.bin')
+    >>> fa.close(); fb.close()
+    """
+    import tempfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f"{stem}-", suffix=".bin", dir=folder)
+    return Path(name), os.fdopen(fd, "wb")
+
+
+def map_scratch(path: Path, dtype: Any, n: int) -> Any:
+    """A read-only memory map of the ``n`` values of ``dtype`` in the finished (closed) scratch file
+    ``path``, after checking that the file holds exactly that many bytes: a map past a file's end, or of a
+    file that shrinks, ends the process by SIGBUS when read; a short file is refused here instead.
+
+    >>> import tempfile, numpy as np
+    >>> d = Path(tempfile.mkdtemp()); p, fh = new_scratch_file(d, "t")
+    >>> np.arange(4, dtype=np.int32).tofile(fh); fh.close()
+    >>> map_scratch(p, np.int32, 4).tolist()
+    [0, 1, 2, 3]
+    >>> map_scratch(p, np.int32, 5)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    longpack.errors.OutputError: ... holds 16 bytes where 20 were written (another process changed the scratch file or the disk refused a write); free space there and run again
+    """
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    want = n * dtype.itemsize
+    try:
+        size = os.stat(path).st_size
+    except OSError as exc:
+        raise OutputError(f"{path}: the scratch file is gone ({exc.strerror}); run again") from exc
+    if size != want:
+        raise OutputError(
+            f"{path}: holds {size} bytes where {want} were written (another process changed the scratch "
+            "file or the disk refused a write); free space there and run again"
+        )
+    if n == 0:
+        return np.zeros(0, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", shape=(n,))

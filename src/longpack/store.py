@@ -59,7 +59,14 @@ import numpy as np
 
 from longpack._version import __version__
 from longpack.errors import InputError, OutputError, OutputExistsError
-from longpack.outputs import atomic_write, atomic_write_bytes, sha256_file
+from longpack.outputs import (
+    WRITE_ERRNOS,
+    ArrayWriter,
+    atomic_write,
+    atomic_write_bytes,
+    sha256_file,
+    write_error,
+)
 from longpack.samples import TokenizedSamples
 
 __all__ = [
@@ -68,6 +75,8 @@ __all__ = [
     "STORE_FORMAT",
     "STORE_MANIFEST",
     "TokenStore",
+    "check_record",
+    "check_store",
     "file_identity",
     "finish_store",
     "finished_shards",
@@ -121,7 +130,7 @@ def file_identity(path: str | os.PathLike[str], sha256: str | None = None) -> di
 
 
 def _save_npy(fh: IO[bytes], *, array: np.ndarray) -> None:
-    np.save(fh, array, allow_pickle=False)
+    np.save(ArrayWriter(fh), array, allow_pickle=False)  # fh.write: a full disk keeps its errno
 
 
 def _store_names() -> set[str]:
@@ -268,30 +277,33 @@ def write_store(
     *,
     input_files: Sequence[Mapping[str, Any]] = (),
     overwrite: bool = False,
+    field: str = "out",
 ) -> dict[str, Any]:
     """Write ``samples`` as a store at ``path``: each array atomically, ``store.json`` last; return the
     manifest. ``record``: the tokenization report to keep (JSON values: format, tokenizer, text options,
     inputs, ...); ``input_files``: :func:`file_identity` of every input file, checked when the store is used.
 
     An existing store is replaced only with ``overwrite`` (its manifest goes first, so a store being
-    replaced never reads as finished); a folder holding other files is refused.
+    replaced never reads as finished); a folder holding other files is refused. ``field``: the setting
+    that named the folder (``out``, or ``keep_store`` for a pack that keeps its tokens), named in errors.
     """
     folder = Path(path)
     if folder.exists():
         if not folder.is_dir():
-            raise OutputExistsError(f"store {folder} exists and is not a folder", fields="out")
+            raise OutputExistsError(f"{field} {folder} exists and is not a folder", fields=field)
         present = {p.name for p in folder.iterdir()}
         if present and not overwrite:
             raise OutputExistsError(
-                f"store folder {folder} already exists; set overwrite=True (--overwrite) to replace it or "
-                "choose a new out",
-                fields=("out", "overwrite"),
+                f"{field} {folder}: a store folder already exists there; set overwrite=True to replace it or "
+                f"choose a new {field}",
+                fields=(field, "overwrite"),
             )
         foreign = sorted(n for n in present if n not in _store_names() and not n.startswith("."))
         if foreign:
             raise OutputExistsError(
-                f"overwrite refused: {folder} holds files that are not a token store's ({', '.join(foreign[:5])})",
-                fields=("out", "overwrite"),
+                f"overwrite refused: {field} {folder} holds files that are not a token store's "
+                f"({', '.join(foreign[:5])}); choose a new {field}",
+                fields=(field, "overwrite"),
             )
         (folder / STORE_MANIFEST).unlink(missing_ok=True)
     try:
@@ -311,7 +323,9 @@ def write_store(
         text = json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n"
         atomic_write_bytes(folder / STORE_MANIFEST, text.encode())
     except OSError as exc:
-        raise OutputError(f"cannot write the token store {folder}: {exc}", fields="out") from exc
+        if exc.errno in WRITE_ERRNOS:  # a full disk, a quota, a file-size limit: as pack says it
+            raise write_error(exc, folder, field=field, manifest=STORE_MANIFEST, again="run") from exc
+        raise OutputError(f"{field} {folder}: cannot write the token store: {exc}", fields=field) from exc
     return manifest
 
 
@@ -443,7 +457,9 @@ class TokenStore:
                         "is damaged, tokenize again",
                         fields="store",
                     ) from exc
-                parts.append(_open_arrays(sub, shard_manifest, files, where=f"{folder} shard {sub.name}"))
+                part = _open_arrays(sub, shard_manifest, files, where=f"{folder} shard {sub.name}")
+                _check_part(folder, manifest, part)
+                parts.append(part)
             if not join:
                 return cls(path=folder, manifest=manifest, samples=None, parts=tuple(parts))  # type: ignore[arg-type]
             if len(parts) == 1:
@@ -454,6 +470,7 @@ class TokenStore:
                 samples = TokenizedSamples.concatenate(parts)
             return cls(path=folder, manifest=manifest, samples=samples, parts=tuple(parts))
         samples = _open_arrays(folder, manifest, files, where=str(folder))
+        check_store(folder, manifest, _arrays_of(samples))
         return cls(path=folder, manifest=manifest, samples=samples, parts=(samples,))
 
     def lengths(self) -> np.ndarray:
@@ -560,6 +577,169 @@ def store_lengths(path: str | os.PathLike[str]) -> np.ndarray:
     ``longpack balance`` and ``longpack online-sim`` take from a store instead of a lengths file."""
     lengths = TokenStore.open(path).samples.runtime_lengths()
     return np.asarray(lengths[lengths > 0], dtype=np.int64)
+
+
+#: What ``check_store`` accepts of each array: its dtypes (as ``write_store`` writes them).
+_DTYPES = {
+    "tokens": ("int32", "int64"),
+    "loss_mask": ("uint8",),
+    "offsets": ("int64",),
+    "source_file": ("int32",),
+    "source_row": ("int64",),
+}
+#: The record keys a pack from the store reads, and their JSON types.
+_RECORD_KEYS: dict[str, type | tuple[type, ...]] = {
+    "format": str,
+    "rows_read": int,
+    "malformed": list,
+    "tokenizer": dict,
+    "inputs": list,
+    "skipped_inputs": list,
+    "warnings": list,
+    "text": dict,
+}
+_CHUNK = 1 << 24  # values per pass when looking for the first bad one (bounded temporaries)
+
+
+def _first(mask_of: Any, array: np.ndarray) -> int:
+    """Index of the first value of ``array`` where ``mask_of(chunk)`` holds (chunked), else -1."""
+    for lo in range(0, len(array), _CHUNK):
+        hits = np.flatnonzero(mask_of(np.asarray(array[lo : lo + _CHUNK])))
+        if hits.size:
+            return lo + int(hits[0])
+    return -1
+
+
+def check_store(folder: Path, manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+    """Refuse a token store whose arrays or manifest cannot be what ``write_store`` wrote: every array's
+    dtype and shape, ``offsets`` (start at 0, never decrease, end at the token count), token ids (in
+    ``[0, vocab_size)`` of the recorded tokenizer), the loss mask (0 or 1), the source indices (a file
+    the manifest lists, a row >= 0) and the manifest keys a pack reads. One :class:`InputError` naming the
+    file, the field, the first bad index and value, and the fix; nothing is packed, swept, planned or
+    balanced from such a store. :meth:`TokenStore.open` calls it, so every command that reads a store
+    (``pack --store``, ``sweep``, ``plan --data``, ``balance``, ``online-sim``, ``inspect --verify``) does.
+
+    >>> from longpack.samples import TokenizedSamples
+    >>> import tempfile
+    >>> s = TokenizedSamples(tokens=np.array([5, 6, 2, 7, 2], np.int32), loss_mask=np.ones(5, np.uint8),
+    ...     offsets=np.array([0, 3, 5]), source_file=np.zeros(2, np.int32), source_row=np.array([1, 2]),
+    ...     files=("a.jsonl",))
+    >>> folder = Path(tempfile.mkdtemp()) / "store"
+    >>> m = write_store(folder, s, {"tokenizer": {"vocab_size": 7}})  # id 7 is past this vocabulary
+    >>> check_store(folder, m, {n: getattr(s, n) for n in ARRAYS})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    longpack.errors.InputError: token store ...: tokens.npy: token id 7 at index 3 is not below the tokenizer's vocab_size 7; ...
+    """
+
+    def bad(where: str, what: str) -> InputError:
+        return InputError(
+            f"token store {folder}: {where}: {what}; the store is damaged or was not written by longpack: "
+            "tokenize again (longpack tokenize ... --overwrite)",
+            fields="store",
+        )
+
+    for key in ("samples", "tokens"):
+        value = manifest.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise bad(STORE_MANIFEST, f"{key!r} is {value!r}, not a count")
+    files = manifest.get("files")
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise bad(STORE_MANIFEST, f"'files' is {files!r}, not a list of paths")
+    inputs = manifest.get("input_files", [])
+    keys = ("path", "size_bytes", "mtime_ns", "sha256")
+    if not isinstance(inputs, list) or not all(
+        isinstance(i, dict) and all(k in i for k in keys) for i in inputs
+    ):
+        raise bad(STORE_MANIFEST, f"'input_files' must list {{{', '.join(keys)}}} of each input")
+    record = manifest.get("record")
+    if not isinstance(record, dict):
+        raise bad(STORE_MANIFEST, f"'record' is {type(record).__name__}, not the tokenization report")
+    n, n_tokens = manifest["samples"], manifest["tokens"]
+    want = {"tokens": n_tokens, "loss_mask": n_tokens, "offsets": n + 1, "source_file": n, "source_row": n}
+    for name in ARRAYS:
+        array = arrays[name]
+        if str(array.dtype) not in _DTYPES[name]:
+            raise bad(f"{name}.npy", f"dtype {array.dtype}, expected {' or '.join(_DTYPES[name])}")
+        if array.shape != (want[name],):
+            raise bad(
+                f"{name}.npy", f"shape {list(array.shape)}, expected [{want[name]}] (from {STORE_MANIFEST})"
+            )
+    offsets = np.asarray(arrays["offsets"])
+    if int(offsets[0]) != 0:
+        raise bad("offsets.npy", f"offsets[0] is {int(offsets[0])}, not 0")
+    if int(offsets[-1]) != n_tokens:
+        raise bad("offsets.npy", f"offsets[{n}] is {int(offsets[-1])}, not the token count {n_tokens}")
+    steps = np.diff(offsets)
+    if steps.size and int(steps.min()) < 0:
+        i = int(np.flatnonzero(steps < 0)[0])
+        raise bad(
+            "offsets.npy",
+            f"offsets decrease at index {i + 1} ({int(offsets[i])} then {int(offsets[i + 1])}): "
+            "sample offsets must never decrease",
+        )
+    tokens = arrays["tokens"]
+    vocab = (
+        (record.get("tokenizer") or {}).get("vocab_size")
+        if isinstance(record.get("tokenizer"), dict)
+        else None
+    )
+    if tokens.size:
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0:
+            i = _first(lambda c: c < 0, tokens)
+            raise bad("tokens.npy", f"token id {int(tokens[i])} at index {i} is negative")
+        if isinstance(vocab, int) and high >= vocab:
+            i = _first(lambda c: c >= vocab, tokens)
+            raise bad(
+                "tokens.npy",
+                f"token id {int(tokens[i])} at index {i} is not below the tokenizer's vocab_size {vocab}",
+            )
+    mask = arrays["loss_mask"]
+    if mask.size and int(mask.max()) > 1:
+        i = _first(lambda c: c > 1, mask)
+        raise bad("loss_mask.npy", f"value {int(mask[i])} at index {i}; a loss mask holds 0 or 1")
+    source_file, source_row = arrays["source_file"], arrays["source_row"]
+    if source_file.size and (int(source_file.min()) < 0 or int(source_file.max()) >= len(files)):
+        i = _first(lambda c: (c < 0) | (c >= len(files)), source_file)
+        raise bad(
+            "source_file.npy",
+            f"file index {int(source_file[i])} of sample {i} is not one of the {len(files)} files listed",
+        )
+    if source_row.size and int(source_row.min()) < 0:
+        i = _first(lambda c: c < 0, source_row)
+        raise bad("source_row.npy", f"row {int(source_row[i])} of sample {i} is negative")
+
+
+def _arrays_of(samples: TokenizedSamples) -> dict[str, np.ndarray]:
+    return {name: getattr(samples, name) for name in ARRAYS}
+
+
+def _check_part(folder: Path, manifest: Mapping[str, Any], part: TokenizedSamples) -> None:
+    """:func:`check_store` on one shard: the store's manifest with the shard's own counts."""
+    offsets = np.asarray(part.offsets)
+    counts = {"samples": int(offsets.size - 1), "tokens": int(offsets[-1]) if offsets.size else 0}
+    check_store(folder, {**manifest, **counts}, _arrays_of(part))
+
+
+def check_record(folder: Path, record: Mapping[str, Any]) -> None:
+    """Refuse a store whose tokenization report lacks what a pack from it reads (format, rows read,
+    malformed rows, tokenizer, inputs, warnings, text options): an :class:`InputError` naming the field.
+
+    >>> check_record(Path("st"), {"format": "pretokenized"})
+    Traceback (most recent call last):
+    ...
+    longpack.errors.InputError: token store st: store.json: record field 'rows_read' is None, not a int; the store is damaged or was not written by longpack: tokenize again (longpack tokenize ... --overwrite)
+    """
+    for key, kind in _RECORD_KEYS.items():
+        value = record.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise InputError(
+                f"token store {folder}: {STORE_MANIFEST}: record field {key!r} is {value!r}, not a "
+                f"{getattr(kind, '__name__', kind)}; the store is damaged or was not written by longpack: "
+                "tokenize again (longpack tokenize ... --overwrite)",
+                fields="store",
+            )
 
 
 def remove_store(path: str | os.PathLike[str]) -> None:

@@ -28,13 +28,14 @@ import inspect
 import json
 import sys
 import typing
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal
 
 import typer
 
 from longpack.cli.options import FIELD_FLAGS
-from longpack.errors import LongpackError
+from longpack.errors import LongpackError, LongpackWarning
 from longpack.jobs.options import Option, option_of
 
 __all__ = [
@@ -269,7 +270,9 @@ def _command(
             kwargs["progress"] = not as_json and sys.stderr.isatty()
         try:
             config = config_cls(**_build_nested(config_cls, kwargs))
-            result = config.run()
+            with warnings.catch_warnings():  # the command prints the job's warnings itself
+                warnings.simplefilter("ignore", LongpackWarning)
+                result = config.run()
         except LongpackError as exc:
             if on_error is not None:
                 on_error(exc, as_json)

@@ -108,4 +108,12 @@ def _indexed_text(report: dict[str, Any]) -> str:
                 f"    sample {sm['index']} (index {sm['unshuffled_index']} before shuffling): documents "
                 f"{sm['documents']} from offset {sm['first_document_offset']}, cu_seqlens {sm['cu_seqlens']}"
             )
+    problems = report.get("problems", [])
+    if problems:
+        lines.append(f"  verify: {len(problems)} problem(s)")
+        lines.extend(f"  problem: {p}" for p in problems)
+    elif report.get("verified"):
+        lines.append(
+            "  verify: all checks passed (every file's sha256 and size, the index against the tokens)"
+        )
     return "\n".join(lines)

@@ -42,10 +42,28 @@ def cli_message(message: str, fields: tuple[str, ...]) -> str:
     '--seq-length (4096) must not exceed --pack-size (2048); lower --seq-length'
     >>> cli_message("folder /tmp/out exists; set overwrite=True or choose a new out", ("out", "overwrite"))
     'folder /tmp/out exists; set --overwrite or choose a new --out'
+
+    A field name after an article or a noun that makes it a thing ("the store", "token store", "a
+    split") is the thing, not the setting: left alone.
+
+    >>> cli_message("token store /s no longer matches; the store was tokenized otherwise: rebuild store", ("store",))
+    'token store /s no longer matches; the store was tokenized otherwise: rebuild --store'
     """
     for field in sorted(fields, key=len, reverse=True):
         flag = flag_for(field)
         # ``field=True`` is the bare flag; ``field=2`` speaks of a recorded value, not of the flag: kept
         pattern = rf"(?<![\w./\\-]){re.escape(field)}(?:=True)?(?![\w/\\=-]|\.\w)"
-        message = re.sub(pattern, flag, message)
+
+        def swap(m: re.Match[str], flag: str = flag, field: str = field) -> str:
+            before = m.string[max(0, m.start() - 12) : m.start()].lower()
+            noun = field in _NOUN_FIELDS and _NOUN_BEFORE.search(before)
+            return m.group(0) if noun else flag
+
+        message = re.sub(pattern, swap, message)
     return message
+
+
+#: Fields that are also plain nouns in messages ("the store", "token store"); others are always flags.
+_NOUN_FIELDS = frozenset({"store"})
+#: Words after which such a field name is a noun (the thing), not the setting: "the store", "token store".
+_NOUN_BEFORE = re.compile(r"(?:^|\W)(?:the|a|an|this|that|each|every|token|its|their|one)\s+$")

@@ -88,6 +88,22 @@ def print_indexed_summary(summary: dict[str, Any]) -> None:
     echo(f"  inspect it: longpack inspect {shlex.quote(summary['out'])}")
 
 
+def end_of_document(summary: dict[str, Any], manifest: dict[str, Any]) -> str | None:
+    """For documents (``--format text``): the token each one ends with, by name and id (the tokenizer's EOS:
+    Qwen3's is ``<|im_end|>``, where a Qwen base model's pretraining ends documents with
+    ``<|endoftext|>``), or that none is appended (``--no-append-eod``); ``None`` for SFT data."""
+    text = (manifest.get("settings") or {}).get("text") or {}
+    if "text" not in str(summary.get("format") or "").split(","):
+        return None
+    if not text.get("append_eod", True):
+        return "documents end with no EOD token (--no-append-eod)"
+    tok: dict[str, Any] = summary["tokenizer"] if isinstance(summary.get("tokenizer"), dict) else {}
+    eos = tok.get("eos_id")
+    names = [name for name, i in (tok.get("special_tokens") or {}).items() if i == eos]
+    named = f"{names[0]} (id {eos})" if names else f"id {eos}"
+    return f"documents end with {named}, the tokenizer's EOS (--append-eod); --no-append-eod leaves it out"
+
+
 def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     """The human-readable account of a finished pack (``summary``: ``PackResult.to_dict()``)."""
     if summary.get("output_format") == INDEXED:
@@ -99,6 +115,9 @@ def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     echo(
         f"  format: {summary['format']}   tokenizer: {summary['tokenizer'].get('name', summary['tokenizer'])}"
     )
+    eod = end_of_document(summary, manifest)
+    if eod:
+        echo(f"  {eod}")
     echo(
         f"  pad_seq_to_mult: {summary['pad_seq_to_mult']}  ({opt.cli_message(summary['pad_seq_to_mult_source'], opt.MULT_FIELDS)})"
     )

@@ -118,7 +118,13 @@ def _print_human(result: Any, doc: dict[str, Any]) -> None:
     if rec is not None:
         console.print(f"Recommendation: pack length {rec.pack_length}, GBS {rec.gbs}", markup=False)
         console.print(f"  {rec.reason}", markup=False, highlight=False)
-        console.print(f"  Megatron-Bridge: {' '.join(rec.bridge_overrides())}", markup=False, highlight=False)
+        # one line whatever the console width: pasted, a wrapped line would run its second half as a command
+        console.print(
+            f"  Megatron-Bridge: {' '.join(rec.bridge_overrides())}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         for line in rec.mode_advice():
             console.print(f"  {line}", markup=False, highlight=False)
     elif planner:

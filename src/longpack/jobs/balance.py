@@ -20,7 +20,7 @@ from longpack.balance.report import COLUMNS
 from longpack.errors import ConfigError
 from longpack.jobs.options import seed_option
 from longpack.option import check_choices, option
-from longpack.outputs import atomic_write
+from longpack.outputs import ArrayWriter, atomic_write
 from longpack.validate import finite_float, positive_int
 from longpack.validate import seed as seed_value
 
@@ -133,7 +133,7 @@ def parse_model_shape(spec: str) -> dict[str, Any]:
 
 def write_npy_atomic(path: Path, array: np.ndarray) -> None:
     """Write ``array`` to ``path`` (its folder must exist) atomically, as a ``.npy``."""
-    atomic_write(path, lambda fh: np.save(fh, array, allow_pickle=False))
+    atomic_write(path, lambda fh: np.save(ArrayWriter(fh), array, allow_pickle=False))
 
 
 @dataclass(frozen=True, kw_only=True)

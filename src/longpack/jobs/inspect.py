@@ -75,6 +75,7 @@ class InspectConfig:
                     num_samples=self.num_samples,
                     sample=self.sample,
                     eod_id=self.eod_id,
+                    verify=self.verify,
                 )
             )
 
@@ -94,6 +95,16 @@ class InspectResult:
     """``longpack.packed.inspect_output``'s report (``ok``, ``finished``, ``splits``, ``problems``, ...)."""
 
     report: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        """Whether the folder (or store, or indexed dataset) is finished and every check passed."""
+        return bool(self.report.get("ok", False))
+
+    @property
+    def problems(self) -> list[str]:
+        """What failed (``report["problems"]``; a token store's: what no longer matches its inputs)."""
+        return list(self.report.get("problems", self.report.get("changes", [])))
 
     @property
     def exit_code(self) -> int:

@@ -36,6 +36,19 @@ MAX_SAMPLES = 1_000_000
 QWEN_ONLY = ("patch_size", "merge_size", "min_pixels", "max_pixels", "video_fps", "video_max_num_frames")
 
 
+def _family_patch(name: str) -> int:
+    """The vision patch of a family's processor (Qwen2/2.5-VL 14, Qwen3-VL 16): ``patch_size``'s default,
+    so that online-sim counts the visual tokens the family counts.
+
+    >>> _family_patch("qwen3_vl"), _family_patch("qwen2_5_vl")
+    (16, 14)
+    """
+    from longpack.vlm.families import vlm_family
+
+    vision = getattr(vlm_family(name), "vision", None)
+    return int(vision.patch_size) if vision is not None else 14
+
+
 def read_length_lines(path: Path) -> list[int]:
     """One runtime length per line (``#`` comments, blank lines skipped); an ``InputError`` names file:line.
     A token store (``longpack tokenize``) gives its samples' runtime lengths."""
@@ -120,7 +133,9 @@ class OnlineSimConfig:
     )
     tokenizer: str = option("qwen3", help="With --vlm: tokenizer spec or folder.")
     loader_workers: int = option(1, help="With --vlm: Energon loader workers per rank (one buffer each).")
-    patch_size: int = option(14, help="With --vlm: vision patch (Qwen3-VL: 16).")
+    patch_size: int | None = option(
+        None, help="With --vlm: vision patch (default: the family's; 14, Qwen3-VL 16).", cli_type=int | None
+    )
     merge_size: int = option(2, help="With --vlm: spatial merge size.")
     min_pixels: int = option(200704, help="With --vlm: processor min_pixels.")
     max_pixels: int = option(1003520, help="With --vlm: processor max_pixels.")
@@ -303,7 +318,7 @@ class OnlineSimConfig:
             self.pack_size,
             list(self.sizes),
             vision=VisionConfig(
-                patch_size=self.patch_size,
+                patch_size=self.patch_size if self.patch_size is not None else _family_patch(self.vlm_family),
                 merge_size=self.merge_size,
                 min_pixels=self.min_pixels,
                 max_pixels=self.max_pixels,

@@ -219,24 +219,26 @@ def take(samples: Any, indices: np.ndarray, folder: Path | None, *, chunk: int =
 
     if folder is None or _mapping(samples.tokens) is None:
         return samples.take(indices)
+    from longpack.outputs import map_scratch, new_scratch_file, write_array
+
     indices = np.asarray(indices, dtype=np.int64)
-    folder.mkdir(parents=True, exist_ok=True)
-    tag = f"{os.getpid()}-{id(indices):x}"
-    paths = (folder / f"mixed-tokens-{tag}.bin", folder / f"mixed-loss_mask-{tag}.bin")
-    with open(paths[0], "wb") as ft, open(paths[1], "wb") as fm:
+    # New files, created exclusively: never one that a live memory map still reads.
+    (tokens_path, ft), (mask_path, fm) = (
+        new_scratch_file(folder, "mixed-tokens"),
+        new_scratch_file(folder, "mixed-loss_mask"),
+    )
+    with ft, fm:
         for lo in range(0, len(indices), chunk):
             part = samples.take(indices[lo : lo + chunk])
-            part.tokens.tofile(ft)
-            part.loss_mask.tofile(fm)
+            write_array(ft, part.tokens)  # fh.write: a full disk keeps its errno
+            write_array(fm, part.loss_mask)
             del part
     lengths = samples.stored_lengths()[indices]
     offsets = np.zeros(len(indices) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     n = int(offsets[-1])
-    tokens = (
-        np.memmap(paths[0], dtype=samples.tokens.dtype, mode="r", shape=(n,)) if n else samples.tokens[:0]
-    )
-    mask = np.memmap(paths[1], dtype=np.uint8, mode="r", shape=(n,)) if n else samples.loss_mask[:0]
+    tokens = map_scratch(tokens_path, samples.tokens.dtype, n) if n else samples.tokens[:0]
+    mask = map_scratch(mask_path, np.uint8, n) if n else samples.loss_mask[:0]
     return TokenizedSamples(
         tokens=tokens,
         loss_mask=mask,

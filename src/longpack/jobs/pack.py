@@ -45,7 +45,7 @@ from longpack.jobs.options import (
     tp_option,
     workers_option,
 )
-from longpack.option import check_choices, option
+from longpack.option import check_choices, option, refuse_unknown_settings
 from longpack.text.rows import TextConfig
 
 if TYPE_CHECKING:
@@ -157,7 +157,8 @@ def settle_data_source(
 
         if store_clash is not None:
             raise error(store_clash, fields=("store", "inputs"))
-        text = store_text(config.store, text)  # the store's options, checked
+        implied = config.text_implied() if hasattr(config, "text_implied") else None
+        text = store_text(config.store, text, implied)  # the store's options, checked
     elif not inputs:
         raise error(
             "no inputs: give at least one input file, folder or glob in inputs, or set demo=True",
@@ -538,6 +539,31 @@ class PackConfig:
             )
         return budget
 
+    def text_implied(self) -> dict[str, tuple[str, str]]:
+        """Text options this job sets itself, by the setting that sets them: ``{field: (why, setting)}``, so
+        that a store tokenized otherwise is refused naming that setting, not the text option."""
+        from longpack.errors import LongpackError
+
+        try:
+            fixed = self.format.fixed_min_tokens
+        except LongpackError:  # an unknown output_format: refused with its own message later
+            fixed = None
+        if fixed is not None:
+            return {
+                "min_tokens": (
+                    f"output_format {self.output_format} keeps one-token documents, as Megatron does",
+                    "output_format",
+                )
+            }
+        if self.compat is not None:
+            return {
+                "min_tokens": (
+                    f"compat {self.compat} keeps one-token samples, as Bridge's prepare step does",
+                    "compat",
+                )
+            }
+        return {}
+
     @property
     def format(self) -> OutputFormat:
         """The record of ``output_format`` (what the format is and can do)."""
@@ -647,8 +673,17 @@ class PackConfig:
         """Tokenize, plan and write; return the manifest (and a summary) of the finished folder.
 
         The output folder is checked before the (long) tokenization; the manifest is written last, so an
-        interrupted run leaves a folder that reads as unfinished.
+        interrupted run leaves a folder that reads as unfinished. What the CLI prints as a warning (a token
+        loss past a threshold, ...) is issued as a :class:`~longpack.errors.LongpackWarning` and listed by
+        :meth:`PackResult.notes`.
         """
+        from longpack.errors import warn_all
+
+        result = self._run()
+        warn_all(result.manifest.extra.get("warnings", ()))
+        return result
+
+    def _run(self) -> PackResult:
         from longpack.outputs import OutputLock, output_write_errors
         from longpack.packed.manifest import PackManifest
         from longpack.packed.pipeline import (
@@ -737,10 +772,19 @@ class PackConfig:
             provenance = self._provenance(train, val, demo_prefix, Provenance)
             if store_info is not None:
                 provenance.extra["store"] = store_info
-            from longpack.packed.drops import check_drop_limit, drop_report
+            from longpack.packed.drops import DropLimitError, check_drop_limit, drop_report
 
             drops = drop_report(splits)  # never quiet: a warning past 5 %, an error past max_drop_fraction
-            check_drop_limit(drops, self.max_drop_fraction)
+            try:
+                check_drop_limit(drops, self.max_drop_fraction)
+            except DropLimitError as exc:
+                if self.keep_store is None:
+                    raise
+                raise DropLimitError(  # the store was written before: say so, and how to use it
+                    f"{exc}; the token store keep_store {self.keep_store} was written: pack it again without "
+                    "tokenizing (store, another seq_length or overlength)",
+                    fields=(*exc.fields, "keep_store", "store"),
+                ) from None
             if drops.warning() is not None:
                 provenance.extra["warnings"].insert(0, drops.warning())
             provenance.extra["drops"] = drops.to_dict()
@@ -781,10 +825,11 @@ class PackConfig:
         import numpy as np
 
         from longpack.outputs import output_write_errors
-        from longpack.packed.indexed import write_indexed_output
+        from longpack.packed.indexed import check_trains_everywhere, write_indexed_output
         from longpack.packed.manifest import PackManifest
         from longpack.packed.pipeline import Provenance, prepare_out_dir
 
+        check_trains_everywhere(train.samples, train.format)  # before anything is written or replaced
         provenance = self._provenance(train, None, demo_prefix, Provenance)
         empty_per_file: dict[str, int] = {}
         for source in train.empty:
@@ -929,22 +974,25 @@ def _file_outcomes(inputs: Sequence[dict[str, Any]], train: Any, val: Any, split
     ``rows = malformed + packed + dropped`` (``packed`` includes the truncated samples)."""
     import numpy as np
 
-    sets = [(train, splits[0].aligned)]
+    # Each split reports its own fragmented samples: a validation split carved out of the training inputs
+    # (val_fraction) holds some of the training inputs' fragmented samples.
+    carved = [s.aligned.fragmented for s in splits[1:]] if val is None else []
+    sets = [(train, splits[0].aligned, np.concatenate([splits[0].aligned.fragmented, *carved]))]
     if val is not None:
-        sets.append((val, splits[1].aligned))
+        sets.append((val, splits[1].aligned, splits[1].aligned.fragmented))
     offset = 0
-    for result, aligned in sets:
+    for result, aligned, fragmented_samples in sets:
         n = len(result.inputs)
         of_file = result.samples.source_file
         samples = np.bincount(of_file, minlength=n)
         truncated = np.bincount(of_file[aligned.truncated], minlength=n)
         dropped = np.bincount(of_file[aligned.dropped], minlength=n)
-        fragmented = np.bincount(of_file[aligned.fragmented], minlength=n)
+        fragmented = np.bincount(of_file[fragmented_samples.astype(np.int64)], minlength=n)
         for k in range(n):
             inputs[offset + k].update(
                 packed=int(samples[k] - dropped[k]), truncated=int(truncated[k]), dropped=int(dropped[k])
             )
-            if len(aligned.fragmented):
+            if len(fragmented_samples):
                 inputs[offset + k]["fragmented"] = int(fragmented[k])
         offset += n
 
@@ -1070,8 +1118,9 @@ class PackResult:
         return self.out / self.manifest.bridge_config.get("name", BRIDGE_CONFIG_NAME)
 
     def notes(self) -> list[str]:
-        """What a user should know about how the data was read (not a problem): for prompt/completion data
-        with no separator, that the two texts are joined with nothing between them.
+        """What a user should know: the pack's warnings (``warning: ...``, as the CLI prints them), then how
+        the data was read (not a problem): for prompt/completion data with no separator, that the two texts
+        are joined with nothing between them.
 
         >>> from longpack.packed.manifest import PackManifest
         >>> m = PackManifest.from_dict({"settings": {"text": {"separator": "",
@@ -1079,6 +1128,11 @@ class PackResult:
         >>> PackResult(out=Path("o"), manifest=m).notes()[0][:60]
         'prompt and completion are joined with nothing between them ('
         """
+        warned = [f"warning: {w}" for w in self.manifest.extra.get("warnings", ())]
+        return warned + self.read_notes()
+
+    def read_notes(self) -> list[str]:
+        """The notes of :meth:`notes` about how the data was read (the pack's warnings left out)."""
         record = self.manifest.to_dict()
         text = self.manifest.settings.get("text") or {}
         formats = {i.get("format") for i in record.get("inputs", []) if isinstance(i, dict)}
@@ -1130,7 +1184,7 @@ class PackResult:
             },
             "megatron_bridge": self.megatron_bridge,
             "warnings": list(self.manifest.extra.get("warnings", [])),
-            "notes": self.notes(),
+            "notes": self.read_notes(),  # the warnings are under "warnings"
             "skipped_inputs": len(self.manifest.extra.get("skipped_inputs", [])),
             "output_format": settings.get("output_format", choices.DEFAULT_OUTPUT_FORMAT),
             "compat": settings.get("compat"),
@@ -1148,3 +1202,7 @@ class PackResult:
         if self.backend is not None:
             doc["backend"] = self.backend
         return doc
+
+
+# A setting of a nested config given at the top (PackConfig(skip_malformed=True)) names where it belongs.
+refuse_unknown_settings(PackConfig)

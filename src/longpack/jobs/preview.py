@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from longpack.errors import ConfigError
 from longpack.jobs.options import inputs_option, seed_option, tokenizer_option
-from longpack.option import option
+from longpack.option import option, refuse_unknown_settings
 from longpack.text.rows import TextConfig
 
 __all__ = ["PreviewConfig", "PreviewResult"]
@@ -212,3 +212,7 @@ class PreviewResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"tokenizer": self.tokenizer, "samples": [s.to_dict() for s in self.samples]}
+
+
+# A setting of a nested config given at the top (PackConfig(skip_malformed=True)) names where it belongs.
+refuse_unknown_settings(PreviewConfig)

@@ -49,18 +49,30 @@ def store_identities(result: Any) -> list[dict[str, Any]]:
 
 
 def save_store(
-    path: str | os.PathLike[str], result: Any, text: TextConfig, *, overwrite: bool = False
+    path: str | os.PathLike[str],
+    result: Any,
+    text: TextConfig,
+    *,
+    overwrite: bool = False,
+    field: str = "out",
 ) -> dict[str, Any]:
     """Write a ``TokenizeResult`` (of ``tokenize_inputs`` with ``text``) as a store; return its manifest.
     Every input that is a file is recorded with its size, time and sha256, to be checked when it is used."""
     from longpack.store import write_store
 
     return write_store(
-        path, result.samples, _record(result, text), input_files=store_identities(result), overwrite=overwrite
+        path,
+        result.samples,
+        _record(result, text),
+        input_files=store_identities(result),
+        overwrite=overwrite,
+        field=field,
     )
 
 
-def store_text(path: str | os.PathLike[str], text: TextConfig) -> TextConfig:
+def store_text(
+    path: str | os.PathLike[str], text: TextConfig, implied: dict[str, tuple[str, str]] | None = None
+) -> TextConfig:
     """The text options of the store at ``path`` (see :func:`check_store_text`); reads ``store.json`` only."""
     import json
 
@@ -75,10 +87,12 @@ def store_text(path: str | os.PathLike[str], text: TextConfig) -> TextConfig:
             "wrote",
             fields="store",
         ) from exc
-    return check_store_text(recorded, text)
+    return check_store_text(recorded, text, implied)
 
 
-def check_store_text(store_text: dict[str, Any], text: TextConfig) -> TextConfig:
+def check_store_text(
+    store_text: dict[str, Any], text: TextConfig, implied: dict[str, tuple[str, str]] | None = None
+) -> TextConfig:
     """The text options a pack from a store uses: the store's. ``text`` may be the default (nothing given)
     or the same options; anything else is a :class:`ConfigError` naming the options that differ.
 
@@ -94,6 +108,16 @@ def check_store_text(store_text: dict[str, Any], text: TextConfig) -> TextConfig
     if text == TextConfig() or text == stored:
         return stored
     differ = [f.name for f in fields(TextConfig) if getattr(text, f.name) != getattr(stored, f.name)]
+    implied = implied or {}
+    if differ and all(n in implied for n in differ):  # set by another setting, not by the user
+        name = differ[0]
+        reason, setting = implied[name]
+        raise ConfigError(
+            f"{reason} ({name}={getattr(text, name)!r}), but the store was tokenized with {name}="
+            f"{getattr(stored, name)!r}: tokenize again with {name} {getattr(text, name)!r} (longpack tokenize), "
+            "or pack the inputs instead of the store",
+            fields=(setting, "store"),
+        )
     was = ", ".join(f"{n}={getattr(stored, n)!r}" for n in differ)
     now = ", ".join(f"{n}={getattr(text, n)!r}" for n in differ)
     raise ConfigError(
@@ -110,13 +134,14 @@ def open_store(
     text: TextConfig | None = None,
     join: bool = True,
     join_into: Path | None = None,
+    implied: dict[str, tuple[str, str]] | None = None,
 ) -> tuple[Any, TextConfig, dict[str, Any]]:
     """``(TokenizeResult, text options, store record for the manifest)`` of a store, refused
     (:class:`InputError`) if what decided its tokens changed; ``tokenizer``, if given, must be the one
     the store was tokenized with. ``join=False``: the result's samples are not read (``None``; a writer
     reads the store shard by shard); ``join_into``: a scratch folder where a sharded store's shards are
     joined into memory maps instead of memory."""
-    from longpack.store import TokenStore
+    from longpack.store import TokenStore, check_record
     from longpack.text.pipeline import TokenizeResult
 
     store = TokenStore.open(path, join=join, join_into=join_into)
@@ -129,6 +154,7 @@ def open_store(
             fields="store",
         )
     record = store.record
+    check_record(store.path, record)
     if tokenizer is not None:
         from longpack.text.tokenizers import as_tokenizer
 
@@ -140,7 +166,7 @@ def open_store(
                 "drop tokenizer to use the store's, or tokenize again",
                 fields=("tokenizer", "store"),
             )
-    used_text = check_store_text(record.get("text", {}), text or TextConfig())
+    used_text = check_store_text(record.get("text", {}), text or TextConfig(), implied)
     result = TokenizeResult(
         samples=store.samples,
         format=record["format"],
@@ -171,15 +197,17 @@ def tokenized_or_stored(
     tokenized samples are also written as a store."""
     if job.store is not None:
         scratch = getattr(executor, "spill_dir", None)  # a sharded store joined there, not in memory
+        implied = job.text_implied() if hasattr(job, "text_implied") else None
         result, _, info = open_store(
             job.store,
             tokenizer=job.resolved.tokenizer,
             text=job.resolved.text,
             join_into=None if scratch is None else Path(scratch) / "store",
+            implied=implied,
         )
         return result, result.samples, info
     text = job.resolved.text
     result, handle = executor.tokenize(inputs, tokenizer=tokenizer, config=text, progress=job.progress)
     if job.keep_store is not None:
-        save_store(job.keep_store, result, text, overwrite=job.overwrite)
+        save_store(job.keep_store, result, text, overwrite=job.overwrite, field="keep_store")
     return result, handle, None

@@ -62,7 +62,7 @@ from longpack.jobs.options import (
     tp_option,
     workers_option,
 )
-from longpack.option import check_choices, option
+from longpack.option import check_choices, option, refuse_unknown_settings
 from longpack.planner.catalog import GPUSpec, ModelSpec
 from longpack.planner.options import PlanError, PlanLayout
 from longpack.rules import TrainingSetup, run_rules
@@ -1340,3 +1340,7 @@ class SweepConfig:
             sweep_png(result, Path(self.plot))
             result = replace(result, plot=str(self.plot))
         return result
+
+
+# A setting of a nested config given at the top (PackConfig(skip_malformed=True)) names where it belongs.
+refuse_unknown_settings(SweepConfig)

@@ -27,7 +27,7 @@ from typing import Any, cast
 from longpack import choices
 from longpack.errors import ConfigError
 from longpack.jobs.options import inputs_option, tokenizer_option, workers_option
-from longpack.option import option
+from longpack.option import option, refuse_unknown_settings
 from longpack.text import TextConfig
 from longpack.validate import flag, optional_positive_int
 
@@ -162,3 +162,7 @@ class TokenizeConfig:
             )
             manifest = save_store(out, result, self.text, overwrite=self.overwrite)
         return TokenizeStoreResult(out=out.resolve(), manifest=manifest)
+
+
+# A setting of a nested config given at the top (PackConfig(skip_malformed=True)) names where it belongs.
+refuse_unknown_settings(TokenizeConfig)

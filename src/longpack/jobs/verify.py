@@ -35,7 +35,14 @@ from longpack.outputs import atomic_write_bytes
 from longpack.validate import finite_float, flag, non_negative_int, positive_int
 from longpack.validate import seed as seed_value
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "VerifyConfig", "VerifyResult", "megatron_backend_missing"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "VerifyConfig",
+    "VerifyResult",
+    "megatron_backend_missing",
+    "structural_failures",
+]
 
 EXIT_OK, EXIT_FAILED = 0, 1
 #: ``hf``: transformers on the CPU (float64). ``megatron``: Megatron-Core GPTModel + TransformerEngine (CUDA).
@@ -86,6 +93,9 @@ def load_hf_config(name_or_path: str) -> dict[str, Any]:
             raise ConfigError(
                 f"{path}: no 'model_type' key; is it a Hugging Face config.json?", fields="model"
             )
+        from longpack.runtime.model_config import check_model_config
+
+        check_model_config(data, str(path))
         return data
     catalog = _from_catalog(name_or_path)
     if catalog is not None:
@@ -99,7 +109,7 @@ def load_hf_config(name_or_path: str) -> dict[str, Any]:
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(name_or_path, local_files_only=True)
-        return dict(config.to_dict())
+        data = dict(config.to_dict())
     except Exception as exc:  # not cached, or not a hub id: say what is accepted
         from longpack.vlm.model_configs import VLM_MODEL_CONFIGS
 
@@ -110,6 +120,10 @@ def load_hf_config(name_or_path: str) -> dict[str, Any]:
             "Face cache (nothing is downloaded); pass the folder holding the model's config.json",
             fields="model",
         ) from exc
+    from longpack.runtime.model_config import check_model_config
+
+    check_model_config(data, name_or_path)
+    return data
 
 
 def _from_catalog(name: str) -> dict[str, Any] | None:
@@ -255,7 +269,7 @@ class VerifyConfig:
         choices=VERIFY_BACKENDS,
     )
     time_budget: float | None = option(
-        60.0, help="Seconds for the row checks; 0 = every row.", cli_type=float
+        60.0, help="Wall-clock seconds for the whole run; 0 = every row.", cli_type=float
     )
     max_rows: int | None = option(None, help="At most this many rows per split.")
     cp: tuple[int, ...] = option(
@@ -281,6 +295,8 @@ class VerifyConfig:
         flag="--no-manifest-ok",
     )
     thorough: bool = option(False, help="Isolation check both ways on every row.")
+    #: A progress bar of the row checks on stderr (the CLI sets it on a terminal).
+    progress: bool = False
 
     def __post_init__(self) -> None:
         from longpack.validate import plain_fields
@@ -322,6 +338,11 @@ class VerifyConfig:
         non_negative_int(self.in_batch_rows, "in_batch_rows")
         seed_value(self.seed)
         flag(self.thorough, "thorough")
+        flag(self.progress, "progress")
+        if self.certificate is not None:
+            from longpack.outputs import check_output_file
+
+            check_output_file(Path(self.certificate), field="certificate")  # before minutes of checks
 
     def run(self) -> VerifyResult:
         """Run every check; a folder or model that cannot be read raises a ``LongpackError``."""
@@ -470,6 +491,74 @@ def _cp_unaligned(
     return None
 
 
+def structural_failures(config: VerifyConfig) -> list[dict[str, Any]]:
+    """What the structural verifier (``longpack inspect --verify``: every row's labels, alignment, pack
+    size, the manifest's hashes and counts) finds wrong with ``config.packed``, as verify failures. A model
+    check proves nothing about a folder whose files no longer match what was packed, so it runs first."""
+    from longpack.packed import inspect_output
+
+    assert config.packed is not None
+    report = inspect_output(Path(config.packed), verify=True, no_manifest_ok=config.allow_no_manifest)
+    if report["ok"]:
+        return []
+    return [
+        {
+            "check": "structure",
+            "split": None,
+            "file": str(config.packed),
+            "row": None,
+            "sample": None,
+            "rank": "longpack inspect --verify",
+            "detail": str(problem),
+        }
+        for problem in report["problems"]
+    ]
+
+
+def _distributed(
+    config: VerifyConfig,
+    dist_rows: list[tuple[dict[str, Any], dict[str, Any], int]],
+    collators: dict[str, Any],
+    source: dict[str, Any],
+    multiple: int,
+    began: float,
+    notes: list[str],
+) -> list[Any]:
+    """The CP and PP checks on ``dist_rows``, each started only while the time budget (wall time since
+    ``began``) has room for it (as long as the longest one so far); those not run are said in ``notes``."""
+    from longpack.runtime.verify_dist import run_cp_verify, run_pp_verify
+
+    distributed: list[Any] = []
+    if not dist_rows:
+        return distributed
+    collate = collators[dist_rows[0][1]["split"]]
+    longest = 0.0
+    for kind, size in [("cp", s) for s in config.cp] + [("pp", s) for s in config.pp]:
+        if kind == "cp":
+            unaligned = _cp_unaligned(dist_rows, collate, size)
+            if unaligned is not None:
+                notes.append(
+                    f"CP {size}: skipped: {unaligned}; the data is aligned to pad_seq_to_mult={multiple} and "
+                    f"CP {size} needs every packed sequence a multiple of 2*CP={2 * size} (pack with --cp {size})"
+                )
+                continue
+        if config.time_budget is not None and distributed:
+            left = config.time_budget - (time.perf_counter() - began)
+            if left < longest:
+                notes.append(
+                    f"{kind.upper()} {size}: not run: {max(left, 0.0):.0f} s of the {config.time_budget:g} s time "
+                    f"budget left, a distributed check took {longest:.0f} s; raise --time-budget (0: no limit)"
+                )
+                continue
+        run = run_cp_verify if kind == "cp" else run_pp_verify
+        t = time.perf_counter()
+        distributed.append(
+            run(size, dist_rows, model=source, collate=collate, seed=config.seed, fault=config.fault)
+        )
+        longest = max(longest, time.perf_counter() - t)
+    return distributed
+
+
 def _run_hf(config: VerifyConfig, *, vlm: bool = False) -> VerifyResult:
     import torch
 
@@ -487,10 +576,10 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
     import torch
 
     from longpack.packed.folder import PackedFolder
+    from longpack.progress import ProgressBar
     from longpack.runtime.collate import PackedCollator
     from longpack.runtime.dataset import PackedDataset
     from longpack.runtime.verify import CHECKS, RowVerifier, coverage
-    from longpack.runtime.verify_dist import run_cp_verify, run_pp_verify
     from longpack.runtime.verify_model import (
         HEAD_CLASSES,
         THD_ATTENTION,
@@ -501,6 +590,7 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
     began = time.perf_counter()
     assert config.packed is not None
     source = load_hf_config(config.model)
+    structural = structural_failures(config)  # first: the model checks below add to what it finds
     folder = PackedFolder.open(config.packed, allow_no_manifest=config.allow_no_manifest)
     splits = [config.split] if config.split is not None else list(folder.split_names)
     options = dict((folder.manifest.bridge_config or {}).get("options", {})) if folder.manifest else {}
@@ -515,17 +605,31 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
     collators: dict[str, Any] = {}
     total_rows = 0
     row_seconds: list[float] = []
-    for position, split in enumerate(splits):
-        # Each split gets an equal share of what is left of the budget.
-        share = None if config.time_budget is None else (config.time_budget - (time.perf_counter() - began))
-        deadline = None if share is None else time.perf_counter() + share / (len(splits) - position)
-        scan = folder.scan(split)
-        total_rows += scan.rows
-        dataset = PackedDataset(folder, split=split, prefetch=0)
-        collate = PackedCollator.for_data(
+    scans = {split: folder.scan(split) for split in splits}
+    for split in splits:
+        collators[split] = PackedCollator.for_data(
             folder, split=split, pad_to_max_length=pad_to_max, pad_cu_seqlens=pad_cu
         )
-        collators[split] = collate
+    # The CP and PP checks first (a few rows, but seconds of process start-up each), so that the time budget
+    # is the whole run's wall time: the row checks get what is left of it.
+    if config.dist_rows and splits:
+        leading = PackedDataset(folder, split=splits[0], prefetch=0)
+        for index in _order_rows(scans[splits[0]], config.seed)[: config.dist_rows]:
+            file, row_in_file = _locate(scans[splits[0]], index)
+            dist_rows.append((leading[index], {"split": splits[0], "file": file, "row": row_in_file}, index))
+        leading.close()
+    distributed = _distributed(
+        config, dist_rows, collators, source, folder.pad_seq_to_mult or 1, began, notes
+    )
+    unchecked = 0
+    for position, split in enumerate(splits):
+        # Each split gets an equal share of what is left of the budget (at least its first row is checked).
+        share = None if config.time_budget is None else (config.time_budget - (time.perf_counter() - began))
+        deadline = None if share is None else time.perf_counter() + share / (len(splits) - position)
+        scan = scans[split]
+        total_rows += scan.rows
+        dataset = PackedDataset(folder, split=split, prefetch=0)
+        collate = collators[split]
         verifier = RowVerifier(
             model,
             collate=collate,
@@ -535,57 +639,38 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
             thorough=config.thorough,
         )
         chosen[split] = []
-        for n, index in enumerate(_order_rows(scan, config.seed)):
-            if config.max_rows is not None and len(chosen[split]) >= config.max_rows:
-                break
-            if deadline is not None and row_seconds and chosen[split]:
-                estimate = max(row_seconds[-3:])
-                if time.perf_counter() + estimate > deadline:
+        order = _order_rows(scan, config.seed)
+        want = len(order) if config.max_rows is None else min(len(order), config.max_rows)
+        with ProgressBar(f"verify {split} rows", want, enabled=config.progress) as advance:
+            for n, index in enumerate(order):
+                if len(chosen[split]) >= want:
                     break
-            file, row_in_file = _locate(scan, index)
-            where = {"split": split, "file": file, "row": row_in_file}
-            row = dataset[index]
-            t = time.perf_counter()
-            reports.append(verifier.verify(row, where, index, in_batch=n < config.in_batch_rows))
-            row_seconds.append(time.perf_counter() - t)
-            chosen[split].append(index)
-            if len(dist_rows) < config.dist_rows and n < 2 * config.dist_rows:
-                dist_rows.append((row, where, index))
+                if deadline is not None and row_seconds and chosen[split]:
+                    estimate = max(row_seconds[-3:])
+                    if time.perf_counter() + estimate > deadline:
+                        break
+                file, row_in_file = _locate(scan, index)
+                where = {"split": split, "file": file, "row": row_in_file}
+                row = dataset[index]
+                t = time.perf_counter()
+                reports.append(verifier.verify(row, where, index, in_batch=n < config.in_batch_rows))
+                row_seconds.append(time.perf_counter() - t)
+                chosen[split].append(index)
+                if advance is not None:
+                    advance(1)
         dataset.close()
         if len(chosen[split]) < scan.rows:
+            unchecked += scan.rows - len(chosen[split])
             notes.append(
-                f"{split}: {len(chosen[split])} of {scan.rows} rows checked (time budget {config.time_budget} s, "
-                f"max_rows {config.max_rows}; every file's first and last row and the longest rows first)"
-            )
-    distributed: list[Any] = []
-    multiple = folder.pad_seq_to_mult or 1
-    if dist_rows:
-        split0 = dist_rows[0][1]["split"]
-        rows_for_split = [r for r in dist_rows if r[1]["split"] == split0]
-        collate = collators[split0]
-        for size in config.cp:
-            unaligned = _cp_unaligned(rows_for_split, collate, size)
-            if unaligned is not None:
-                notes.append(
-                    f"CP {size}: skipped: {unaligned}; the data is aligned to pad_seq_to_mult={multiple} and "
-                    f"CP {size} needs every packed sequence a multiple of 2*CP={2 * size} (pack with --cp {size})"
-                )
-                continue
-            distributed.append(
-                run_cp_verify(
-                    size, rows_for_split, model=source, collate=collate, seed=config.seed, fault=config.fault
-                )
-            )
-        for size in config.pp:
-            distributed.append(
-                run_pp_verify(
-                    size, rows_for_split, model=source, collate=collate, seed=config.seed, fault=config.fault
-                )
+                f"{split}: {len(chosen[split])} of {scan.rows} rows checked, {scan.rows - len(chosen[split])} not "
+                f"(time budget {config.time_budget} s of wall time, max_rows {config.max_rows}; every file's "
+                "first and last row and the longest rows first; --time-budget 0 checks every row)"
             )
     if config.fault == "route-padding" and not any(r.router_padding_tokens for r in reports):
         notes.append("route-padding: no checked row has padding tokens, so the fault had nothing to route")
     failures = [asdict(f) for r in reports for f in r.failures]
     failures += [dict(f) for d in distributed for f in d.failures]
+    failures += structural
     ok = not failures
     checked = sum(len(v) for v in chosen.values())
     seconds = time.perf_counter() - began
@@ -599,7 +684,9 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
         )
         verdict = (
             f"PASS: {checked} of {total_rows} rows, packed = unpacked (loss, gradients, isolation, padding, "
-            f"positions; {dist_text}) with a tiny {source.get('model_type')} in float64 ({seconds:.1f} s)"
+            f"positions; {dist_text}) with a tiny {source.get('model_type')} in float64 ({seconds:.1f} s); "
+            f"structure of every row checked (inspect --verify)"
+            + (f"; {unchecked} row(s) not run through the model" if unchecked else "")
         )
     else:
         first = failures[0]
@@ -608,6 +695,11 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
             f"FAIL: {len(failures)} difference(s); first: {first['check']} in {first['split']} {first['file']} "
             f"row {first['row']}{sample} ({first['rank']}): {first['detail']}"
         )
+        if structural:
+            verdict += (
+                f"; the structural verifier (longpack inspect --verify) found {len(structural)} problem(s), "
+                f"first: {structural[0]['detail']}"
+            )
     tiny = tiny_config(source)
     certificate = {
         "verdict": "pass" if ok else "fail",
@@ -683,6 +775,11 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
             "mtp_cross_sample_gradient": max((r.mtp_leak_max_abs for r in reports), default=0.0),
             "distributed": [asdict(d) | {"failures": len(d.failures)} for d in distributed],
         },
+        "structure": {
+            "checked": "every row (longpack inspect --verify)",
+            "problems": [f["detail"] for f in structural],
+        },
+        "rows_not_checked": unchecked,
         "fault_injected": config.fault,
         "notes": notes,
     }
@@ -904,6 +1001,7 @@ def _run_megatron(config: VerifyConfig) -> VerifyResult:
     began = time.perf_counter()
     assert config.packed is not None
     source = load_hf_config(config.model)
+    structural = structural_failures(config)
     folder = PackedFolder.open(config.packed, allow_no_manifest=config.allow_no_manifest)
     split = config.split or folder.split_names[0]
     collate = PackedCollator.for_data(folder, split=split)
@@ -937,6 +1035,7 @@ def _run_megatron(config: VerifyConfig) -> VerifyResult:
                     }
                 )
         checked.append(index)
+    failures += structural
     ok = not failures
     seconds = time.perf_counter() - began
     if ok:
@@ -947,8 +1046,8 @@ def _run_megatron(config: VerifyConfig) -> VerifyResult:
     else:
         first = failures[0]
         verdict = (
-            f"FAIL: {len(failures)} difference(s); first: loss in {split} {first['file']} row {first['row']} "
-            f"sample {first['sample']} ({first['rank']}): {first['detail']}"
+            f"FAIL: {len(failures)} difference(s); first: {first['check']} in {split} {first['file']} row "
+            f"{first['row']} sample {first['sample']} ({first['rank']}): {first['detail']}"
         )
     certificate = {
         "verdict": "pass" if ok else "fail",

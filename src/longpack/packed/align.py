@@ -100,21 +100,25 @@ class AlignedSamples:
         return self.stored - 1
 
     def subset(self, positions: np.ndarray) -> AlignedSamples:
-        """The kept samples at ``positions`` (used to split off a validation set); reports stay global."""
+        """The kept samples at ``positions`` (used to split off a validation set). Truncations and drops stay
+        global (reported once, with the training split); the fragmented samples are the subset's own: their
+        fragments are packed in this split's rows, and a split's counts (sources packed = sequences -
+        fragments + fragmented samples) hold only if both come from the same samples."""
+        index = self.index[positions]
         return AlignedSamples(
             samples=self.samples,
             eos_id=self.eos_id,
             max_seq_length=self.max_seq_length,
             pad_seq_to_mult=self.pad_seq_to_mult,
             cap=self.cap,
-            index=self.index[positions],
+            index=index,
             kept=self.kept[positions],
             stored=self.stored[positions],
             truncated=self.truncated,
             dropped=self.dropped,
             dropped_reason=self.dropped_reason,
             start=None if self.start is None else self.start[positions],
-            fragmented=self.fragmented,
+            fragmented=self.fragmented[np.isin(self.fragmented, index)],
         )
 
     def starts(self) -> np.ndarray:

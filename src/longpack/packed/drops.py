@@ -167,11 +167,11 @@ def check_drop_limit(report: DropReport, max_drop_fraction: float | None) -> Non
     >>> check_drop_limit(r, 0.2)
     Traceback (most recent call last):
     ...
-    longpack.packed.drops.DropLimitError: max_drop_fraction 0.2 exceeded, nothing written: 1 of 10 samples (10.0 %) and 30 of 100 runtime tokens (30.0 %) were dropped or truncated (1 dropped, 0 truncated): sample lengths in runtime tokens p50 8, p90 20, p99 30, max 30; the smallest pack size that keeps 99 % of the samples is 30 (seq_length 30), or keep every token with overlength fragment
+    longpack.packed.drops.DropLimitError: max_drop_fraction 0.2 exceeded, no packed rows written: 1 of 10 samples (10.0 %) and 30 of 100 runtime tokens (30.0 %) were dropped or truncated (1 dropped, 0 truncated): sample lengths in runtime tokens p50 8, p90 20, p99 30, max 30; the smallest pack size that keeps 99 % of the samples is 30 (seq_length 30), or keep every token with overlength fragment
     """
     if max_drop_fraction is None or report.fraction <= max_drop_fraction:
         return
     raise DropLimitError(
-        f"max_drop_fraction {max_drop_fraction:g} exceeded, nothing written: {report.warning(0.0)}",
+        f"max_drop_fraction {max_drop_fraction:g} exceeded, no packed rows written: {report.warning(0.0)}",
         fields=("max_drop_fraction", "seq_length", "overlength"),
     )

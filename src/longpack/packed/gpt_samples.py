@@ -40,9 +40,11 @@ import numpy as np
 
 __all__ = [
     "GptSamplesReport",
+    "check_gpt_settings",
     "eod_cuts",
     "gpt_indices",
     "gpt_samples_report",
+    "parse_split",
     "sample_cu_seqlens",
     "split_documents",
 ]
@@ -54,16 +56,72 @@ GPT_REPORT_SPLIT = "1,0,0"
 SEPARATE_FINAL_EPOCH_BELOW = 0.80
 
 
+#: Megatron's ``--split``: up to three non-negative weights, separated by commas (or slashes).
+_SPLIT = re.compile(r"\s*\d+(?:\.\d*)?(?:\s*[,/]\s*\d+(?:\.\d*)?){0,2}\s*")
+#: ``numpy.random.RandomState`` seeds: 0 .. 2**32 - 1.
+SEED_MAX = 2**32 - 1
+
+
+def parse_split(split: Any) -> list[float]:
+    """The three weights of Megatron's ``--split`` string (missing ones 0). Megatron-Core reads every run of
+    digits and dots (``re.findall(r"[.0-9]+", split)``), so ``"1e3,1"`` would train on ``1,3,1``: longpack
+    takes only the plain form, and refuses the rest with a :class:`ConfigError`.
+
+    >>> parse_split("969,30,1"), parse_split("1")
+    ([969.0, 30.0, 1.0], [1.0, 0.0, 0.0])
+    >>> parse_split("1e3,1")
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: split '1e3,1' is not Megatron's --split: up to three non-negative weights separated by commas, not all 0 (e.g. '969,30,1')
+    """
+    from longpack.errors import ConfigError
+
+    text = split if isinstance(split, str) else ""
+    weights = [float(x) for x in re.findall(r"[.0-9]+", text)] if _SPLIT.fullmatch(text) else []
+    if not weights or sum(weights) <= 0:
+        raise ConfigError(
+            f"split {split!r} is not Megatron's --split: up to three non-negative weights separated by commas, "
+            "not all 0 (e.g. '969,30,1')",
+            fields="split",
+        )
+    return weights + [0.0] * (3 - len(weights))
+
+
+def check_gpt_settings(*, seq_length: Any, seed: Any, split: Any = "1,0,0", num_samples: Any = None) -> None:
+    """Refuse settings ``GPTDataset`` cannot take (a :class:`ConfigError` naming the setting): a
+    ``seq_length`` below 1, a seed outside ``numpy.random.RandomState``'s ``0 .. 2**32 - 1``, a bad
+    ``split``, ``num_samples`` below 1.
+
+    >>> check_gpt_settings(seq_length=8, seed=2**32)
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: seed 4294967296 is outside 0..4294967295 (numpy.random.RandomState, as Megatron's GPTDataset seeds it)
+    """
+    from longpack.errors import ConfigError
+
+    def whole(value: Any) -> bool:
+        return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+    if not whole(seq_length) or seq_length < 1:
+        raise ConfigError(f"seq_length {seq_length!r} must be a whole number >= 1", fields="seq_length")
+    if not whole(seed) or not 0 <= seed <= SEED_MAX:
+        raise ConfigError(
+            f"seed {seed!r} is outside 0..{SEED_MAX} (numpy.random.RandomState, as Megatron's GPTDataset "
+            "seeds it)",
+            fields="seed",
+        )
+    if num_samples is not None and (not whole(num_samples) or num_samples < 1):
+        raise ConfigError(f"num_samples {num_samples!r} must be a whole number >= 1", fields="num_samples")
+    parse_split(split)
+
+
 def split_documents(split: str, num_documents: int, which: int = 0) -> np.ndarray:
     """The document ids of split ``which`` (0 train, 1 valid, 2 test) for Megatron's ``--split`` string.
 
     >>> split_documents("969,30,1", 1000).shape, split_documents("969,30,1", 1000, 1)[:2].tolist()
     ((969,), [969, 970])
     """
-    weights = [float(x) for x in re.findall(r"[.0-9]+", split)]
-    weights += [0.0] * (3 - len(weights))
-    if len(weights) != 3 or any(w < 0 for w in weights) or sum(weights) <= 0:
-        raise ValueError(f"split {split!r} must be up to three non-negative weights, e.g. '969,30,1'")
+    weights = parse_split(split)
     w = (np.array(weights, dtype=np.float64) / np.sum(weights)).tolist()
     bounds = [0.0]
     for x in w:
@@ -76,14 +134,42 @@ def split_documents(split: str, num_documents: int, which: int = 0) -> np.ndarra
     return np.arange(beg, end, dtype=np.int32)
 
 
-def _num_epochs(tokens_per_epoch: int, num_samples: int | None, seq_length: int, extra: int) -> int:
+#: The most document-index entries (documents x epochs) longpack builds: what a ``num_samples`` far past
+#: the data would need is refused instead of filling memory.
+MAX_DOCUMENT_INDEX = 2**31
+
+
+def _num_epochs(
+    tokens_per_epoch: int, num_samples: int | None, seq_length: int, extra: int, documents: int = 1
+) -> int:
+    """Megatron's ``_get_num_epochs`` (epochs until ``num_samples`` samples fit), in closed form: its loop
+    never ends on a split without tokens, which is refused here with what to change.
+
+    >>> _num_epochs(100, 3, 64, 1), _num_epochs(100, None, 64, 1)
+    (2, 1)
+    >>> _num_epochs(0, 3, 64, 1)
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: GPTDataset cannot draw 3 samples when the training part holds 0 tokens: give a split whose first weight is above 0, or data with documents in it
+    """
+    from longpack.errors import ConfigError
+
     if num_samples is None:
         return 1
     wanted = num_samples * seq_length + extra
-    epochs, tokens = 1, tokens_per_epoch
-    while tokens < wanted:
-        epochs += 1
-        tokens += tokens_per_epoch
+    if tokens_per_epoch <= 0:
+        raise ConfigError(
+            f"GPTDataset cannot draw {num_samples} samples when the training part holds 0 tokens: give a split "
+            "whose first weight is above 0, or data with documents in it",
+            fields=("num_samples", "split"),
+        )
+    epochs = max(1, -(-wanted // tokens_per_epoch))
+    if epochs * max(documents, 1) > MAX_DOCUMENT_INDEX:
+        raise ConfigError(
+            f"num_samples {num_samples} needs {epochs:,} epochs of {tokens_per_epoch:,} tokens ({documents:,} "
+            f"documents); longpack builds at most {MAX_DOCUMENT_INDEX:,} document-index entries: lower num_samples",
+            fields="num_samples",
+        )
     return epochs
 
 
@@ -104,6 +190,8 @@ def _sample_index(
 ) -> np.ndarray:
     """``helpers.build_sample_idx``: the ``(document index position, offset)`` of every sample boundary."""
     num_samples = (total - extra) // seq_length if drop_last else int(np.ceil((total - extra) / seq_length))
+    if not len(document_index) or num_samples < 0:  # no documents (an empty split): no samples
+        return np.zeros((1, 2), dtype=np.int32)
     ends = np.cumsum(sizes[document_index].astype(np.int64))
     starts = ends - sizes[document_index]
     p = np.arange(num_samples + 1, dtype=np.int64) * seq_length
@@ -140,7 +228,7 @@ def gpt_indices(
     extra = int(add_extra_token)
     sizes = np.asarray(sizes)
     tokens_per_epoch = int(sizes[documents].astype(np.int64).sum())
-    epochs = _num_epochs(tokens_per_epoch, num_samples, seq_length, extra)
+    epochs = _num_epochs(tokens_per_epoch, num_samples, seq_length, extra, len(documents))
     separate = False
     if epochs > 1:
         assert num_samples is not None

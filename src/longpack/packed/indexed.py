@@ -42,18 +42,20 @@ import numpy as np
 
 from longpack import choices
 from longpack.errors import PackedDataError
-from longpack.outputs import atomic_write, atomic_write_bytes, sha256_file
+from longpack.outputs import atomic_write, atomic_write_bytes, sha256_file, write_array
 from longpack.samples import TokenizedSamples
 
 __all__ = [
     "INDEX_MAGIC",
     "TOKENS_PER_SHARD",
     "IndexedFile",
+    "check_trains_everywhere",
     "data_path",
     "indexed_shards",
     "inspect_indexed",
     "is_indexed",
     "token_dtype",
+    "verify_indexed",
     "write_indexed",
 ]
 
@@ -111,7 +113,7 @@ def _atomic_write(path: Path, chunks: Iterable[bytes | np.ndarray]) -> None:
     def write(f: Any) -> None:
         for chunk in chunks:
             if isinstance(chunk, np.ndarray):
-                chunk.tofile(f)
+                write_array(f, chunk)  # fh.write: a full disk keeps its errno
             else:
                 f.write(chunk)
 
@@ -267,6 +269,70 @@ def bridge_dataset(
         "reset_position_ids": True,
         "reset_attention_mask": True,
     }
+
+
+def check_trains_everywhere(samples: TokenizedSamples, format_name: str) -> None:
+    """Refuse samples whose loss mask leaves tokens out (SFT prompts, user turns, a pre-tokenized
+    ``loss_mask``): a Megatron indexed dataset has no loss mask, ``GPTDataset`` trains on every token, so
+    writing them would train on what the mask excluded, without a word.
+
+    >>> s = TokenizedSamples(tokens=np.array([5, 6, 2, 7, 2], np.int32),
+    ...     loss_mask=np.array([0, 1, 1, 1, 1], np.uint8), offsets=np.array([0, 3, 5]),
+    ...     source_file=np.zeros(2, np.int32), source_row=np.array([1, 2]), files=("a.jsonl",))
+    >>> check_trains_everywhere(s, "prompt_completion")
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: output_format indexed: 1 of 5 tokens of these prompt_completion rows are outside the loss mask (prompts, user turns), but Megatron's indexed datasets have no loss mask and GPTDataset trains on every token; pack SFT data as packed rows (output_format parquet), or train on every token (format text, or prompt_completion_loss full; chats keep their template's special tokens out of the loss)
+    """
+    from longpack.errors import ConfigError
+
+    total = len(samples.loss_mask)
+    masked = total - int(np.count_nonzero(samples.loss_mask))
+    if masked:
+        raise ConfigError(
+            f"output_format indexed: {masked:,} of {total:,} tokens of these {format_name} rows are outside "
+            "the loss mask (prompts, user turns), but Megatron's indexed datasets have no loss mask and "
+            "GPTDataset trains on every token; pack SFT data as packed rows (output_format parquet), or train "
+            "on every token (format text, or prompt_completion_loss full; chats keep their template's "
+            "special tokens out of the loss)",
+            fields=("output_format", "format", "prompt_completion_loss"),
+        )
+
+
+def verify_indexed(folder: Path, manifest: Mapping[str, Any]) -> list[str]:
+    """What ``inspect --verify`` finds wrong with an indexed pack folder: every shard's ``.bin`` / ``.idx``
+    against the sha256s and sizes of the manifest, and the ``.idx`` against its ``.bin`` (lengths, pointers,
+    token ids below the vocabulary). Empty: all hold."""
+    problems: list[str] = []
+    vocab = (manifest.get("megatron") or {}).get("vocab_size")
+    for record in manifest["splits"]["training"]["files"]:
+        prefix = folder / record["name"]
+        for suffix, key in ((".bin", "sha256"), (".idx", "idx_sha256")):
+            path = Path(f"{prefix}{suffix}")
+            try:
+                digest = sha256_file(path)
+            except OSError as exc:
+                problems.append(f"{path.name}: cannot be read ({exc.strerror or exc})")
+                continue
+            if key in record and digest != record[key]:
+                problems.append(
+                    f"{path.name}: sha256 {digest[:12]}... differs from the manifest's {str(record[key])[:12]}... "
+                    "(the file changed after it was written): pack again"
+                )
+        try:
+            data = IndexedFile(prefix)
+        except (PackedDataError, OSError, ValueError) as exc:
+            problems.append(f"{prefix.name}: {exc}")
+            continue
+        if len(data) != record.get("rows"):
+            problems.append(f"{prefix.name}: {len(data)} documents, the manifest says {record.get('rows')}")
+        tokens = data.tokens
+        if isinstance(vocab, int) and tokens.size and int(tokens.max()) >= vocab:
+            i = int(np.flatnonzero(np.asarray(tokens) >= vocab)[0])
+            problems.append(
+                f"{prefix.name}.bin: token id {int(tokens[i])} at index {i} is not below vocab_size {vocab}"
+            )
+    return problems
 
 
 def data_path(prefixes: Sequence[tuple[str, int]]) -> str:
@@ -606,17 +672,21 @@ def inspect_indexed(
     num_samples: int | None = None,
     sample: int | None = None,
     eod_id: int | None = None,
+    verify: bool = False,
 ) -> dict[str, Any]:
     """``longpack inspect`` of a Megatron indexed dataset: ``path`` is a prefix (``<path>.idx`` exists) or an
     indexed pack folder (its prefixes; ``seq_length`` and ``seed`` default to the manifest's). Per prefix:
     documents, tokens, dtype and the :class:`GptSamplesReport`; with ``sample``, that sample (the
     ``sample``-th GPTDataset returns, after shuffling): its documents and ``cu_seqlens``. Segments restart
     after every ``eod_id`` token, as ``GPTDataset``'s position ids (a folder: its manifest's EOD id by
-    default; a bare prefix without ``eod_id``: at every document end)."""
+    default; a bare prefix without ``eod_id``: at every document end). ``verify``: the folder's files
+    against the manifest's hashes and the index (:func:`verify_indexed`); ``ok`` is false and ``problems``
+    lists what does not hold."""
     import json
 
     from longpack.errors import ConfigError
     from longpack.packed.gpt_samples import (
+        check_gpt_settings,
         eod_cuts,
         gpt_indices,
         gpt_samples_report,
@@ -633,7 +703,7 @@ def inspect_indexed(
         if manifest.get("settings", {}).get("output_format") != choices.INDEXED:
             raise PackedDataError(f"{path} is not an indexed pack folder", fields="folder")
         prefixes = [path / p for p in manifest["megatron"]["prefixes"]]
-        seq_length = seq_length or manifest["settings"]["seq_length"]
+        seq_length = manifest["settings"]["seq_length"] if seq_length is None else seq_length
         seed = manifest["settings"]["seed"] if seed is None else seed
         eod_id = manifest["megatron"].get("eod_id") if eod_id is None else eod_id
     else:
@@ -645,13 +715,21 @@ def inspect_indexed(
             "seq_length is required to inspect a prefix (GPTDataset's sequence length)", fields="seq_length"
         )
     seed = choices.BRIDGE_DEFAULT_SEED if seed is None else seed
+    check_gpt_settings(seq_length=seq_length, seed=seed, split=split, num_samples=num_samples)
+    if sample is not None and (isinstance(sample, bool) or not isinstance(sample, int) or sample < 0):
+        raise ConfigError(f"sample {sample!r} must be a sample number >= 0", fields="sample")
+    problems = verify_indexed(path, manifest) if verify and manifest else []
     out: dict[str, Any] = {
         "folder": str(path),
-        "ok": True,
+        "ok": not problems,
         "finished": True,
         "format": "indexed",
         "prefixes": {},
+        "problems": problems,
+        "verified": bool(verify and manifest),
     }
+    if problems:
+        return out
     for prefix in prefixes:
         data = IndexedFile(prefix)
         sizes = np.asarray(data.sequence_lengths)
@@ -671,6 +749,12 @@ def inspect_indexed(
             doc, sidx, shuffle = gpt_indices(
                 sizes, docs, seq_length=seq_length, seed=seed, num_samples=num_samples
             )
+            if not len(shuffle):
+                raise ConfigError(
+                    f"sample {sample}: GPTDataset draws no samples from {prefix.name} at seq_length {seq_length} "
+                    f"(split {split})",
+                    fields="sample",
+                )
             if not 0 <= sample < len(shuffle):
                 raise ConfigError(f"sample {sample} is outside 0..{len(shuffle) - 1}", fields="sample")
             k = int(shuffle[sample])

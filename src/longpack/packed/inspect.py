@@ -39,13 +39,26 @@ def text_histogram(
         hi = lo + 1
     counts, edges = np.histogram(values, bins=bins, range=(lo, hi))
     top = max(int(counts.max()), 1)
+    labels = [
+        f"[{_edge(edges[i])}, {_edge(edges[i + 1])}{']' if i == bins - 1 else ')'}"
+        for i in range(len(counts))
+    ]
+    pad = max(18, *(len(label) for label in labels))  # every bar starts in one column, however long the edges
     lines = []
-    for i, c in enumerate(counts.tolist()):
-        right = "]" if i == bins - 1 else ")"
-        label = f"[{edges[i]:.4g}, {edges[i + 1]:.4g}{right}"
+    for label, c in zip(labels, counts.tolist(), strict=True):
         bar = "#" * max(1 if c else 0, round(c / top * width))
-        lines.append(f"{label:<18} {c:>7} {bar}")
+        lines.append(f"{label:<{pad}} {c:>7} {bar}")
     return lines
+
+
+def _edge(x: float) -> str:
+    """A bin edge as read: 4 significant digits, but a number of 1,000 or more as a whole number (never
+    ``1.147e+04``).
+
+    >>> _edge(2.5), _edge(0.125), _edge(11468.8), _edge(131072.0)
+    ('2.5', '0.125', '11469', '131072')
+    """
+    return f"{x:.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
 
 def inspect_output(

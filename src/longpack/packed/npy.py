@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from longpack.errors import PackedDataError
+from longpack.outputs import ArrayWriter
 
 __all__ = ["load_rows", "save_rows"]
 
@@ -52,7 +53,7 @@ def save_rows(path: str | Path, rows: Sequence[dict[str, list[int]]]) -> None:
     array = np.empty(len(rows), dtype=object)
     array[:] = list(rows)
     with open(path, "wb") as fh:
-        np.save(fh, array, allow_pickle=True)
+        np.save(ArrayWriter(fh), array, allow_pickle=True)  # fh.write: a full disk keeps its errno
 
 
 def load_rows(path: str | Path) -> list[dict[str, Any]]:

@@ -229,13 +229,13 @@ def plan_splits(
         "training", train, settings, eos_id=eos_id, aligned=aligned.subset(np.flatnonzero(~chosen))
     )
     val_aligned = aligned.subset(np.flatnonzero(chosen))
-    # Truncations and drops are reported once, with the training split.
+    # Truncations and drops are reported once, with the training split; each split reports its own
+    # fragmented samples (AlignedSamples.subset).
     val_aligned = replace(
         val_aligned,
         truncated=np.zeros(0, np.int64),
         dropped=np.zeros(0, np.int64),
         dropped_reason=(),
-        fragmented=np.zeros(0, np.int64),
     )
     val_plan = plan_split("validation", train, settings, eos_id=eos_id, aligned=val_aligned)
     return [

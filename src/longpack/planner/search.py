@@ -133,7 +133,7 @@ class SearchRequest:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise PlanError(f"{name} must be an integer, got {value!r}", fields=name)
         if self.num_gpus < 1:
-            raise PlanError(f"num_gpus must be positive, got {self.num_gpus}", fields="gpus")
+            raise PlanError(f"gpus must be positive, got {self.num_gpus}", fields="gpus")
         if self.num_gpus > MAX_GPUS:
             raise PlanError(
                 f"num_gpus={self.num_gpus:,} is more than the planner searches ({MAX_GPUS:,} GPUs, "

@@ -192,12 +192,75 @@ def _node_lines(node: yaml.Node, prefix: str, out: dict[str, int]) -> None:
             _node_lines(value_node, path, out)
 
 
+#: The sections of Megatron-Bridge's ``ConfigContainer`` (NVIDIA-NeMo/Megatron-Bridge@067f987df,
+#: ``src/megatron/bridge/training/config.py``): a config has at least one of them at its top level.
+CONFIG_SECTIONS = (
+    "rng",
+    "rerun_state_machine",
+    "train",
+    "model",
+    "optimizer",
+    "ddp",
+    "validation",
+    "scheduler",
+    "dataset",
+    "logger",
+    "tokenizer",
+    "checkpoint",
+    "dist",
+    "ft",
+    "straggler",
+    "nvrx_straggler",
+    "profiling",
+    "peft",
+    "comm_overlap",
+    "mixed_precision",
+    "tensor_inspect",
+    "inprocess_restart",
+    "env_vars",
+)
+#: Suffixes of data files (what ``longpack pack`` reads or writes), never configs.
+DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".arrow", ".npy", ".bin", ".idx")
+
+
+def check_is_config(p: Path, data: Any) -> None:
+    """Refuse what is not a training config, so that ``check`` never says "OK: 0 errors" about it: an
+    empty file (the null device), a data file (JSON Lines, Parquet, ...), or a mapping none of whose
+    top-level keys is a ``ConfigContainer`` section (a JSON Lines row's ``prompt`` / ``completion``).
+
+    >>> check_is_config(Path("d.yaml"), {"prompt": "q", "completion": "a"})
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: d.yaml: not a Megatron-Bridge config: none of its top-level keys (completion, prompt) is a config section (model, train, dataset, ...); give the training config (or only KEY=VALUE overrides)
+    """
+    name = p.name.lower()
+    if any(name.endswith(suffix) for suffix in DATA_SUFFIXES):
+        raise ConfigError(
+            f"{p}: a data file ({p.suffix}), not a training config; give the Megatron-Bridge config (YAML or "
+            "JSON), and the packed data with --packed"
+        )
+    if data is None or data == {}:
+        raise ConfigError(
+            f"{p}: empty, no config in it; give the training config, or only KEY=VALUE overrides to check "
+            "them without a file"
+        )
+    if isinstance(data, dict) and not any(str(k) in CONFIG_SECTIONS for k in data):
+        keys = ", ".join(sorted(map(str, data))[:6])
+        raise ConfigError(
+            f"{p}: not a Megatron-Bridge config: none of its top-level keys ({keys}) is a config section "
+            "(model, train, dataset, ...); give the training config (or only KEY=VALUE overrides)"
+        )
+
+
 def read_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, str]]:
     """Read a YAML or JSON config: ``(mapping, {dotted key: "file:line"})``.
 
-    Raises :class:`ConfigError` naming the file (and line, for YAML syntax errors and alias bombs).
+    Raises :class:`ConfigError` naming the file (and line, for YAML syntax errors and alias bombs); a file
+    that is not a config (empty, data, no config section) too (:func:`check_is_config`).
     """
     p = Path(path)
+    if any(p.name.lower().endswith(suffix) for suffix in DATA_SUFFIXES):
+        check_is_config(p, None)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
@@ -221,12 +284,12 @@ def read_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, str]]:
         data, node = _compose(text, str(p))
         if node is not None:
             _node_lines(node, "", lines)
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
+    if data is not None and not isinstance(data, dict):
         raise ConfigError(
             f"{p}: the top level must be a mapping of sections (model:, train:, ...), got {type(data).__name__}"
         )
+    check_is_config(p, data)
+    assert isinstance(data, dict)
     return data, {k: f"{p.name}:{n}" for k, n in lines.items()}
 
 
@@ -379,9 +442,11 @@ def flatten(
 
 
 __all__ = [
+    "CONFIG_SECTIONS",
     "MAX_EXPANDED_NODES",
     "ConfigError",
     "apply_overrides",
+    "check_is_config",
     "flatten",
     "load_yaml_text",
     "read_config_file",

@@ -69,8 +69,17 @@ class Finding:
     #: The versions the finding is for and the rule's range there: ``Megatron-Bridge 0.6.0 (rule: >= 0.4.0)``.
     applies_to: str = ""
 
+    @property
+    def id(self) -> str:
+        """The rule's id, as ``Rule.id`` and the JSON ``id`` name it (``rule_id`` is the same).
+
+        >>> Finding(rule_id="LP-CP-002", severity=Severity.ERROR, title="t", message="m", fix="f").id
+        'LP-CP-002'
+        """
+        return self.rule_id
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (stable keys, used by ``longpack check --json``)."""
+        """JSON-ready form (stable keys, used by ``longpack check --json``; ``id`` is :attr:`rule_id`)."""
         return {
             "id": self.rule_id,
             "severity": self.severity.value,

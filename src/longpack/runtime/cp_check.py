@@ -290,6 +290,8 @@ def run_cp_check(
 
     import torch.multiprocessing as mp
 
+    from longpack.runtime._processes import start_ranks
+
     if start_method not in ("forkserver", "spawn"):
         raise ConfigError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
     if start_method == "forkserver":
@@ -303,11 +305,8 @@ def run_cp_check(
         with tempfile.TemporaryDirectory(prefix="longpack-cp-") as folder:
             init_file = os.path.join(folder, "init")
             result_file = os.path.join(folder, "result.json")
-            mp.start_processes(
-                _worker,
-                args=(cp_size, init_file, result_file, seed, tuple(dtypes)),
-                nprocs=cp_size,
-                start_method=start_method,
+            start_ranks(
+                _worker, (cp_size, init_file, result_file, seed, tuple(dtypes)), cp_size, start_method
             )
             with open(result_file) as handle:
                 return [CPCheckCase(**entry) for entry in json.load(handle)]

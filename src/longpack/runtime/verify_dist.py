@@ -416,15 +416,13 @@ def _run(
 ) -> DistReport:
     import multiprocessing
 
-    import torch.multiprocessing as mp
+    from longpack.runtime._processes import start_ranks
 
     multiprocessing.get_context("forkserver").set_forkserver_preload(["torch", "transformers", __name__])
     payload = {**payload, "rows": [(dict(r), dict(w), i) for r, w, i in rows]}
     with tempfile.TemporaryDirectory(prefix=f"longpack-verify-{kind}-") as folder:
         init_file = os.path.join(folder, "init")
-        mp.start_processes(
-            worker, args=(size, init_file, folder, payload), nprocs=size, start_method="forkserver"
-        )
+        start_ranks(worker, (size, init_file, folder, payload), size, "forkserver")  # unguarded scripts too
         results = []
         for rank in range(size):
             with open(os.path.join(folder, f"rank{rank}.json")) as handle:

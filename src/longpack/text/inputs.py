@@ -386,9 +386,17 @@ def find_inputs(inputs: Sequence[str]) -> InputListing:
             else:
                 matched = _folder_files(path, walker)
                 if not matched:
+                    txt = any(why == "not a data file (.txt)" for _, why in walker.skipped)
                     raise InputError(
                         f"no input files: folder {spec!r} holds no {_SUPPORTED} files"
                         + _skip_note(walker.skipped)
+                        + (
+                            f"; plain-text documents (.txt, one document per file) are read when named or "
+                            f"matched by a glob, e.g. '{Path(spec) / '*.txt'}' (a folder skips them: a README "
+                            "next to the data is no document)"
+                            if txt
+                            else ""
+                        )
                     )
         elif glob.has_magic(spec):
             for hit, what in sorted(_glob(spec, walker)):

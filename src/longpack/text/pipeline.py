@@ -31,7 +31,7 @@ import numpy as np
 
 from longpack import _optional
 from longpack.errors import OutputError
-from longpack.outputs import sha256_file
+from longpack.outputs import map_scratch, new_scratch_file, sha256_file, write_array
 from longpack.progress import ProgressBar
 from longpack.samples import TokenizedSamples
 from longpack.text import inputs as _inputs
@@ -235,7 +235,7 @@ class _Rows:
             _malformed(job, row_no, f"not UTF-8 ({e.reason} at byte {e.start})", malformed)
             return False
         except json.JSONDecodeError as e:
-            _malformed(job, row_no, f"invalid JSON ({e.msg} at column {e.colno})", malformed)
+            _malformed(job, row_no, f"invalid JSON ({json_error_text(e)})", malformed)
             return False
         except RecursionError:
             _malformed(job, row_no, f"JSON nested deeper than {MAX_JSON_DEPTH} levels", malformed)
@@ -568,6 +568,19 @@ class _Growable:
         return self._arr[: self._n]
 
 
+def json_error_text(exc: json.JSONDecodeError) -> str:
+    """``msg at column N`` of a JSON error (``json``'s own messages may end in "at": "Unterminated string
+    starting at" gives "... starting at column 5", not "at at").
+
+    >>> import json
+    >>> try: json.loads('{"a": "x')
+    ... except json.JSONDecodeError as e: json_error_text(e)
+    'Unterminated string starting at column 7'
+    """
+    msg = exc.msg[: -len(" at")] if exc.msg.endswith(" at") else exc.msg
+    return f"{msg} at column {exc.colno}"
+
+
 class _TokenStore:
     """Tokens and loss mask of the samples read so far, in order: in memory, or, once they would take more
     than ``budget`` bytes, appended to two files in ``spill_dir`` (what was in memory is moved there first).
@@ -599,8 +612,8 @@ class _TokenStore:
                 self._spill()
         if self.files is not None:
             with self._scratch_errors():
-                np.ascontiguousarray(tokens, dtype=self.dtype).tofile(self.files[0])
-                np.ascontiguousarray(mask, dtype=np.uint8).tofile(self.files[1])
+                write_array(self.files[0], np.ascontiguousarray(tokens, dtype=self.dtype))
+                write_array(self.files[1], np.ascontiguousarray(mask, dtype=np.uint8))
         else:
             self.tokens.extend(tokens)
             self.mask.extend(mask)
@@ -620,12 +633,15 @@ class _TokenStore:
 
     def _spill(self) -> None:
         assert self.spill_dir is not None
-        self.spill_dir.mkdir(parents=True, exist_ok=True)
-        tag = f"{os.getpid()}-{id(self):x}"
-        self.paths = (self.spill_dir / f"tokens-{tag}.bin", self.spill_dir / f"loss_mask-{tag}.bin")
-        self.files = (open(self.paths[0], "wb"), open(self.paths[1], "wb"))  # noqa: SIM115 - closed in finish
-        self.tokens.finish().tofile(self.files[0])
-        self.mask.finish().tofile(self.files[1])
+        # New files, created exclusively: never one a live memory map still reads (longpack.outputs).
+        (tokens_path, tokens_file), (mask_path, mask_file) = (
+            new_scratch_file(self.spill_dir, "tokens"),
+            new_scratch_file(self.spill_dir, "loss_mask"),
+        )
+        self.paths = (tokens_path, mask_path)
+        self.files = (tokens_file, mask_file)
+        write_array(self.files[0], self.tokens.finish())  # fh.write: a full disk keeps its errno
+        write_array(self.files[1], self.mask.finish())
         self.tokens = _Growable(self.dtype)  # the in-memory copy is released
         self.mask = _Growable(np.uint8)
 
@@ -633,14 +649,12 @@ class _TokenStore:
         if self.files is None:
             return self.tokens.finish(), self.mask.finish()
         assert self.paths is not None
-        for f in self.files:
-            f.close()
-        if self.n == 0:
-            return np.zeros(0, self.dtype), np.zeros(0, np.uint8)
-        return (
-            np.memmap(self.paths[0], dtype=self.dtype, mode="r", shape=(self.n,)),
-            np.memmap(self.paths[1], dtype=np.uint8, mode="r", shape=(self.n,)),
-        )
+        with self._scratch_errors():  # the last buffered bytes are written here: a full disk shows now
+            for f in self.files:
+                f.close()
+        # Mapped only once written whole and closed, and only at the size written (a short file would
+        # end the process by SIGBUS when the rows are filled).
+        return map_scratch(self.paths[0], self.dtype, self.n), map_scratch(self.paths[1], np.uint8, self.n)
 
     def close(self) -> None:
         if self.files is not None:
@@ -1428,7 +1442,7 @@ def read_rows(source: InputFile, fmt: str | None) -> Iterator[tuple[int, Any, st
                 except UnicodeDecodeError as e:
                     yield first + k, None, f"not UTF-8 ({e.reason} at byte {e.start})"
                 except json.JSONDecodeError as e:
-                    yield first + k, None, f"invalid JSON ({e.msg} at column {e.colno})"
+                    yield first + k, None, f"invalid JSON ({json_error_text(e)})"
                 except RecursionError:
                     yield first + k, None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
         return

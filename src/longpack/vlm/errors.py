@@ -18,6 +18,8 @@ without video input is a refusal of that sample (``unsupported_video``), not a s
 
 from __future__ import annotations
 
+from typing import Any
+
 from longpack.errors import InputError
 
 # Why a sample is skipped, as counted by ``VLMStats`` and the packers' ``skipped`` records (one key per cause):
@@ -77,3 +79,58 @@ class SampleRejected(SampleError):
 
     def __reduce__(self) -> tuple[type, tuple[str, ...]]:
         return (type(self), (self.key, self.reason, self.detail))
+
+
+def check_image_size(width: Any, height: Any) -> tuple[int, int]:
+    """``(width, height)`` as ints, for an image size given as data (a JSONL's ``image_sizes``, a caller of
+    a family's ``visual_tokens``): whole numbers of pixels (an integral float such as ``640.0`` is one), at
+    least 1. Anything else is a :class:`SampleError`: ``empty_image`` for a side of 0, ``malformed`` for
+    NaN, infinity, a fraction, a negative size, a boolean, a string or ``None``.
+
+    >>> check_image_size(640, 480.0)
+    (640, 480)
+    >>> check_image_size(float("nan"), 480)
+    Traceback (most recent call last):
+    ...
+    longpack.vlm.errors.SampleError: image size nan x 480: width and height must be whole numbers of pixels (>= 1)
+    >>> check_image_size(0, 480).reason
+    Traceback (most recent call last):
+    ...
+    longpack.vlm.errors.SampleError: image size 0 x 480: both sides must be at least 1 pixel
+    """
+    import math
+    import numbers
+
+    sides = []
+    for value in (width, height):
+        whole = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        integral_float = (
+            isinstance(value, numbers.Real)
+            and not isinstance(value, bool | numbers.Integral)
+            and math.isfinite(float(value))
+            and float(value).is_integer()
+        )
+        if not (whole or integral_float) or int(value) < 0:
+            raise SampleError(
+                "malformed",
+                f"image size {width!r} x {height!r}: width and height must be whole numbers of pixels (>= 1)",
+            )
+        sides.append(int(value))
+    if min(sides) == 0:
+        raise SampleError(
+            "empty_image", f"image size {width!r} x {height!r}: both sides must be at least 1 pixel"
+        )
+    return sides[0], sides[1]
+
+
+def sized(visual_tokens: Any) -> Any:
+    """Decorate a family's ``visual_tokens(self, width, height)``: the size is checked first
+    (:func:`check_image_size`), so every family refuses NaN, infinity, booleans and fractions alike."""
+    import functools
+
+    @functools.wraps(visual_tokens)
+    def checked(self: Any, width: Any, height: Any) -> int:
+        w, h = check_image_size(width, height)
+        return int(visual_tokens(self, w, h))
+
+    return checked

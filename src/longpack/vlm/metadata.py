@@ -32,7 +32,7 @@ import numpy as np
 
 from longpack.topology import align_up
 from longpack.vlm.chat import media_sources, normalize_conversation
-from longpack.vlm.errors import REJECT_REASONS, SampleError, SampleRejected, VLMError
+from longpack.vlm.errors import REJECT_REASONS, SampleError, SampleRejected, VLMError, check_image_size
 from longpack.vlm.prepare import QwenVLPreparer
 
 
@@ -73,18 +73,38 @@ class VLMMetadata:
 
 
 def _rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path.name}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise VLMError(f"{path}:{lineno}: not valid JSON ({exc.msg}); fix the line") from None
-            if not isinstance(row, dict):
-                raise VLMError(f"{path}:{lineno}: a sample must be a JSON object, got {type(row).__name__}")
-            yield where, row
+    """The JSON objects of a VLM JSONL file (plain, or gzip-compressed: read by its magic bytes, whatever
+    its name), with their ``NAME:LINE`` keys; a line that is not UTF-8 or not JSON is a :class:`VLMError`."""
+    import gzip
+
+    with open(path, "rb") as probe:
+        compressed = probe.read(2) == b"\x1f\x8b"
+    opened = gzip.open(path, "rt", encoding="utf-8") if compressed else open(path, encoding="utf-8")  # noqa: SIM115
+    lineno = 0
+    try:
+        with opened as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                where = f"{path.name}:{lineno}"
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise VLMError(f"{path}:{lineno}: not valid JSON ({exc.msg}); fix the line") from None
+                except RecursionError:
+                    raise VLMError(f"{path}:{lineno}: JSON nested too deeply to read; fix the line") from None
+                if not isinstance(row, dict):
+                    raise VLMError(
+                        f"{path}:{lineno}: a sample must be a JSON object, got {type(row).__name__}"
+                    )
+                yield where, row
+    except UnicodeDecodeError as exc:
+        raise VLMError(
+            f"{path}:{lineno + 1}: not UTF-8 text (byte {exc.start} of the line); a VLM JSONL file is UTF-8 "
+            "JSON Lines, plain or gzip-compressed"
+        ) from None
+    except (OSError, EOFError) as exc:  # a damaged gzip stream
+        raise VLMError(f"{path}:{lineno + 1}: cannot be read ({exc}); is the file complete?") from None
 
 
 def _resolved(value: Any, base: Path) -> Any:
@@ -180,6 +200,7 @@ def read_vlm_metadata(
                     raise VLMError(
                         f"{path}: {key}: image_sizes must be [[width, height], ...], got {sizes!r:.60}"
                     )
+                sizes = [check_image_size(w, h) for w, h in sizes]  # whole pixels, or the sample is refused
                 sample["images"] = [f"<image {i}>" for i in range(len(sizes))]
             try:  # the images the conversation places (parts with their own source and the list's)
                 n_images = len(media_sources(normalize_conversation(sample))[0])
@@ -206,7 +227,8 @@ def read_vlm_metadata(
                     "too_long",
                     f"{length.tokens} tokens (aligned to {pad_to_multiple_of}) > {max_length}",
                 )
-        except SampleRejected as exc:
+        except SampleError as exc:  # SampleRejected, or a problem of this sample found without its key
+            exc = exc.named(key)
             out.rejected[exc.reason] += 1
             out.skipped.append({"key": exc.key, "reason": exc.reason})
             if len(out.examples) < 20:

@@ -292,8 +292,10 @@ def _open(source: Any) -> Any:
 def video_info(source: Any, *, key: str = "?") -> VideoInfo:
     """Frame count, rate and size from the container header (no frame decoded); frames are counted by
     demuxing when the header has no count. A file PyAV cannot open is ``undecodable``, 0 bytes ``empty_video``."""
-    if isinstance(source, bytes | bytearray | memoryview) and len(source) == 0:
-        raise SampleRejected(key, "empty_video", "video <0 encoded bytes> is empty")
+    from longpack.vlm.vision import is_empty_media
+
+    if is_empty_media(source):
+        raise SampleRejected(key, "empty_video", "video is empty (0 bytes)")
     try:
         with _open(source) as container:
             stream = container.streams.video[0]

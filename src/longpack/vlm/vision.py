@@ -199,6 +199,31 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: " + re.sub(r" <_io\.BytesIO object at 0x[0-9a-fA-F]+>", "", str(exc))
 
 
+def is_empty_media(source: Any) -> bool:
+    """Whether an image or video source holds no bytes at all: empty encoded bytes, or a file of 0 bytes
+    (refused as ``empty_image`` / ``empty_video``, as the docs say, not as ``undecodable``).
+
+    >>> is_empty_media(b""), is_empty_media(b"x"), is_empty_media("/no/such/file")
+    (True, False, False)
+    """
+    if isinstance(source, bytes | bytearray | memoryview):
+        return len(source) == 0
+    if isinstance(source, str | os.PathLike):
+        try:
+            return Path(source).is_file() and Path(source).stat().st_size == 0
+        except OSError:
+            return False
+    return False
+
+
+def _decoder_errors() -> tuple[type[BaseException], ...]:
+    """What PIL raises for a file that is not an image, or one too large to decode safely (a
+    decompression bomb: more pixels than ``PIL.Image.MAX_IMAGE_PIXELS`` allows)."""
+    from PIL import Image, UnidentifiedImageError
+
+    return (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError)
+
+
 def image_size(source: ImageSource, *, key: str = "?") -> tuple[int, int]:
     """``(width, height)`` of an image, read from its header when it is a file or encoded bytes (no pixels
     are decoded). A file that is not an image raises :class:`SampleRejected` (reason ``undecodable``).
@@ -215,10 +240,10 @@ def image_size(source: ImageSource, *, key: str = "?") -> tuple[int, int]:
         if len(shape) not in (2, 3):
             raise SampleRejected(key, "undecodable", f"image array of shape {shape} is not (H, W[, C])")
         return int(shape[1]), int(shape[0])
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
-    if isinstance(source, bytes | bytearray | memoryview) and len(source) == 0:
-        raise SampleRejected(key, "empty_image", "image <0 encoded bytes> is empty")
+    if is_empty_media(source):
+        raise SampleRejected(key, "empty_image", f"image {_describe(source)} is empty (0 bytes)")
     try:
         if isinstance(source, bytes | bytearray | memoryview):
             with Image.open(io.BytesIO(bytes(source))) as im:
@@ -226,7 +251,7 @@ def image_size(source: ImageSource, *, key: str = "?") -> tuple[int, int]:
         if isinstance(source, str | os.PathLike):
             with Image.open(Path(source)) as im:
                 return int(im.size[0]), int(im.size[1])
-    except (OSError, UnidentifiedImageError, ValueError) as exc:
+    except _decoder_errors() as exc:
         raise SampleRejected(
             key, "undecodable", f"image {_describe(source)} cannot be read ({_reason(exc)})"
         ) from None
@@ -241,8 +266,11 @@ def decode_image(source: ImageSource, *, key: str = "?") -> Any:
     >>> decode_image(np.zeros((4, 6, 3), dtype=np.uint8)).size
     (6, 4)
     """
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
+    if is_empty_media(source):
+        raise SampleRejected(key, "empty_image", f"image {_describe(source)} is empty (0 bytes)")
+    refused: tuple[type[BaseException], ...] = (*_decoder_errors(), TypeError)
     try:
         if isinstance(source, Image.Image):
             image = source
@@ -265,7 +293,7 @@ def decode_image(source: ImageSource, *, key: str = "?") -> Any:
         return image.convert("RGB") if image.mode != "RGB" else image
     except SampleRejected:
         raise
-    except (OSError, UnidentifiedImageError, ValueError, TypeError) as exc:
+    except refused as exc:
         raise SampleRejected(
             key, "undecodable", f"image {_describe(source)} cannot be decoded ({_reason(exc)})"
         ) from None

@@ -44,7 +44,7 @@ import numpy as np
 
 from longpack.topology import align_up
 from longpack.vlm.chat import media_sources, normalize_conversation
-from longpack.vlm.errors import SampleError, SampleRejected, VLMError
+from longpack.vlm.errors import SampleError, SampleRejected, VLMError, sized
 from longpack.vlm.hf_versions import checked_version
 from longpack.vlm.prepare import (
     IGNORE_INDEX,
@@ -144,6 +144,7 @@ class Gemma3Family:
             return 0
         return n
 
+    @sized
     def visual_tokens(self, width: int, height: int) -> int:
         return (1 + self.crops(width, height)) * self.mm_tokens_per_image
 

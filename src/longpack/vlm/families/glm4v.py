@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from longpack.vlm.errors import SampleError, VLMError
+from longpack.vlm.errors import SampleError, VLMError, sized
 
 # ``Glm4vConfig`` defaults (transformers 5.24 ``configuration_glm4v.py``): ``<|image|>``, ``<|video|>``,
 # ``<|begin_of_video|>``, ``<|end_of_video|>``.
@@ -109,6 +109,7 @@ class Glm4vFamily:
         h, w = self.resized(width, height)
         return 1, h // self.patch_size, w // self.patch_size
 
+    @sized
     def visual_tokens(self, width: int, height: int) -> int:
         t, h, w = self.grid(width, height)
         return t * h * w // self.merge_size**2

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from longpack.vlm.errors import SampleError, VLMError
+from longpack.vlm.errors import SampleError, VLMError, sized
 
 MEDIA_TOKEN_ID = 163605  # Bridge's Kimi K2.5 default ``media_token_id``
 BATCH_KEYS: tuple[str, ...] = ("pixel_values", "image_grid_thw")
@@ -69,6 +69,7 @@ class KimiVLFamily:
         h, w = self.padded(width, height)
         return 1, h // self.patch_size, w // self.patch_size
 
+    @sized
     def visual_tokens(self, width: int, height: int) -> int:
         t, h, w = self.grid(width, height)
         return t * (h // self.merge_size) * (w // self.merge_size)

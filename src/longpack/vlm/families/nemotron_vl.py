@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from longpack.vlm.errors import SampleError, VLMError
+from longpack.vlm.errors import SampleError, VLMError, sized
 
 # Bridge's collate constants (``models/nemotron_vl/data/collate_fn.py``, provider ``image_token_index``).
 IMAGE_TOKEN_ID, IMG_START_TOKEN_ID, IMG_END_TOKEN_ID = 131072, 131073, 131074
@@ -105,6 +105,7 @@ class NemotronVLFamily:
         n = cols * rows
         return n + 1 if self.use_thumbnail and n != 1 else n
 
+    @sized
     def visual_tokens(self, width: int, height: int) -> int:
         return self.tiles(width, height) * self.tokens_per_tile
 

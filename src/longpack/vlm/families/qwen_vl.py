@@ -15,6 +15,7 @@ import dataclasses
 from typing import Any
 
 from longpack.errors import ConfigError
+from longpack.vlm.errors import sized
 from longpack.vlm.prepare import VISUAL_KEYS, QwenVLPreparer, VLMConfig
 from longpack.vlm.rope import mrope_position_ids
 from longpack.vlm.vision import ROPE_VARIANTS, VisionConfig, visual_token_count
@@ -35,6 +36,7 @@ class QwenVLFamily:
         self.name = name
         self.vision = vision or VisionConfig(patch_size=_PATCH_SIZE[name], rope_variant=name)
 
+    @sized
     def visual_tokens(self, width: int, height: int) -> int:
         return visual_token_count(width, height, self.vision)
 
