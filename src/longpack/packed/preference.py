@@ -21,6 +21,7 @@ reported by index in :attr:`PreferencePacking.dropped`, never silently.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,7 +174,7 @@ def collate_packed_dpo(
         bounds = [int(x) for x in row["seq_boundaries"]]
         toks = np.asarray(row["input_ids"], dtype=np.int64)
         labs = np.asarray(row["labels"], dtype=np.int64)
-        spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+        spans = list(itertools.pairwise(bounds))
         ids.append(np.concatenate([toks[a : b - 1] for a, b in spans]))
         labels.append(np.concatenate([labs[a + 1 : b] for a, b in spans]))
         positions.append(np.concatenate([np.arange(b - a - 1, dtype=np.int64) for a, b in spans]))
