@@ -55,10 +55,15 @@ def qwen3_hf_folder(folder: Path) -> Path:
 
 
 def documents(path: Path, demo: Path, repeat: int) -> int:
+    """The demo's documents ``repeat`` times, each copy with an empty row and a row holding the EOD token's
+    text (``<|im_end|>``): both tools must treat them alike (no document; the special id) for the files to
+    be byte-identical."""
     lines = []
     for line in (demo / "prompt_completion.jsonl").read_text().splitlines():
         row = json.loads(line)
         lines.append(json.dumps({"text": row["prompt"] + "\n" + row["completion"]}))
+    lines.insert(len(lines) // 2, json.dumps({"text": ""}))
+    lines.append(json.dumps({"text": "a chat kept as text<|im_end|>and what follows"}))
     path.write_text(("\n".join(lines) + "\n") * repeat)
     return len(lines) * repeat
 

@@ -1,12 +1,11 @@
 """Record what the CLI prints, so a refactor can prove it changed nothing: ``--help`` of every command and
 sub-command, the ``--json`` output of representative commands and the bytes of the files they write.
 
-    python scripts/cli_snapshot.py OUT.json            # record
-    diff <(python scripts/cli_snapshot.py -) before.json
+    PYTHONPATH=src python scripts/cli_snapshot.py OUT.json     # record (the longpack on PYTHONPATH)
+    diff <(PYTHONPATH=src python scripts/cli_snapshot.py -) before.json
 
 Temp paths are replaced by ``<TMP>`` and the values of timing keys (``seconds``, ``*_s``) by ``<t>``, so two
-runs of the same code give the same file. ``tests/cli/test_cli_snapshot.py`` runs the ``--help`` part against
-the recorded file.
+runs of the same code give the same file.
 """
 
 from __future__ import annotations
@@ -286,7 +285,6 @@ def json_runs() -> dict[str, Any]:
 
 
 def main() -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     which = sys.argv[2] if len(sys.argv) > 2 else "all"
     snap: dict[str, Any] = {}
     if which in ("all", "help"):

@@ -42,6 +42,8 @@ SPEC_KEYS = {"packed_sequence_size", "pad_seq_to_mult", "pad_cu_seqlens", "max_s
 SECTIONS = {"model", "dataset", "train", "ddp", "dist", "validation", "comm_overlap", "mixed_precision"}
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
 _SKIP = object()
+#: A function's module-level constants (``SEQ_LENGTH = 4096``, and those it imports from other recipe files).
+_GLOBALS: dict[ast.FunctionDef, dict[str, Any]] = {}
 
 
 def _git(git_dir: str, *args: str) -> str:
@@ -73,9 +75,13 @@ class _Recipe:
         self.depth = depth
         self.cfg_name = "cfg"
         self.from_hf_model = False
+        self.calls: dict[str, ast.Call] = {}  # locals bound to a call (a section built before the container)
+        self.attrs: dict[str, dict[str, Any]] = {}  # what is then set on them (model_cfg.seq_length = ...)
 
     def run(self, fn: ast.FunctionDef, args: dict[str, Any]) -> None:
-        """Evaluate ``fn``'s body with its parameters bound (defaults, then ``args``)."""
+        """Evaluate ``fn``'s body with its module's constants and its parameters bound (defaults, then
+        ``args``)."""
+        self.local.update(_GLOBALS.get(fn, {}))
         params = fn.args.args[-len(fn.args.defaults) :] if fn.args.defaults else []
         for p, d in zip(params, fn.args.defaults, strict=True):
             v = self.value(d)
@@ -98,18 +104,33 @@ class _Recipe:
         fname = name[-1] if name else ""
         if fname == "ConfigContainer":
             for kw in node.keywords:
-                if kw.arg in SECTIONS and isinstance(kw.value, ast.Call):
-                    self.call(kw.arg, kw.value)
+                value = kw.value
+                if isinstance(
+                    value, ast.Name
+                ):  # dataset = WanDatasetConfig(...); ConfigContainer(dataset=dataset)
+                    value = self.calls.get(value.id, value)
+                if kw.arg in SECTIONS and isinstance(value, ast.Call):
+                    self.call(kw.arg, value)
+                    if isinstance(kw.value, ast.Name):  # model_cfg.context_parallel_size = 8 before it
+                        for k, v in self.attrs.get(kw.value.id, {}).items():
+                            self.flat[f"{kw.arg}.{k}"] = v
             return True
         fn = self.functions.get(fname)
         if fn is None or self.depth > 8:
             return False
         inner = _Recipe(self.functions, self.depth + 1)
-        args = {kw.arg: self.value(kw.value) for kw in node.keywords if kw.arg}
-        inner.run(fn, {k: v for k, v in args.items() if v is not _SKIP})
+        inner.run(fn, self.arguments(fn, node))
         self.flat.update(inner.flat)
         self.from_hf_model |= inner.from_hf_model
         return True
+
+    def arguments(self, fn: ast.FunctionDef, node: ast.Call, skip: int | None = None) -> dict[str, Any]:
+        """The values a call passes to ``fn``'s parameters (positional ones by place; ``skip``: the place of
+        the config itself), those that can be evaluated."""
+        names = [a.arg for a in fn.args.args]
+        args = {names[i]: self.value(a) for i, a in enumerate(node.args) if i < len(names) and i != skip}
+        args |= {kw.arg: self.value(kw.value) for kw in node.keywords if kw.arg}
+        return {k: v for k, v in args.items() if v is not _SKIP}
 
     def value(self, node: ast.AST) -> Any:
         try:
@@ -140,11 +161,17 @@ class _Recipe:
             self.from_hf_model = True  # a provider: its architecture comes from the HF config, not the file
         kwargs = {kw.arg: self.value(kw.value) for kw in node.keywords if kw.arg}
         kwargs = {k: v for k, v in kwargs.items() if v is not _SKIP}
+        if section == "model" and fname.endswith("Provider"):  # WanModelProvider(seq_length=1024, ...)
+            for k, v in kwargs.items():
+                self.flat[f"model.{k}"] = v
+            return
         if section in ("train", "ddp", "validation", "dist") and fname.endswith("Config"):
             for k, v in kwargs.items():
                 self.flat[f"{section}.{k}"] = v
             return
         if section == "dataset":
+            if fname[:1].isupper() and fname.endswith("Config"):  # the dataset class decides its kind
+                self.flat["dataset._target_"] = fname
             helper = fname.startswith(
                 "default_"
             )  # Bridge's dataset helpers build the specs only when packing
@@ -173,7 +200,7 @@ class _Recipe:
         inner = _Recipe(self.functions, self.depth + 1)
         inner.flat = self.flat  # the same config, under the helper's parameter name
         inner.cfg_name = fn.args.args[at[0]].arg
-        inner.run(fn, {})
+        inner.run(fn, self.arguments(fn, node, skip=at[0]))
         self.from_hf_model |= inner.from_hf_model
 
     def statement(self, st: ast.stmt) -> None:
@@ -189,11 +216,18 @@ class _Recipe:
         if isinstance(target, ast.Name):
             if isinstance(value, ast.Call) and target.id == self.cfg_name and self.container(value):
                 return
+            if isinstance(value, ast.Call):
+                self.calls[target.id] = value
             v = self.value(value)
             if v is not _SKIP:
                 self.local[target.id] = v
             return
         chain = _chain(target)
+        if chain and len(chain) == 2 and chain[0] in self.calls:
+            v = self.value(value)
+            if v is not _SKIP:
+                self.attrs.setdefault(chain[0], {})[chain[1]] = v
+            return
         if not chain or len(chain) < 2 or chain[0] != self.cfg_name or chain[1] not in SECTIONS:
             return
         key = ".".join(chain[1:])
@@ -207,6 +241,17 @@ class _Recipe:
         v = self.value(value)
         if v is not _SKIP and len(chain) >= 3:
             self.flat[key] = v
+
+
+def _constants(tree: ast.Module) -> dict[str, Any]:
+    """A module's ``NAME = <literal>`` assignments (and arithmetic over earlier ones)."""
+    r = _Recipe({})
+    for st in tree.body:
+        if isinstance(st, ast.Assign | ast.AnnAssign) and isinstance(
+            st.targets[0] if isinstance(st, ast.Assign) else st.target, ast.Name
+        ):
+            r.statement(st)
+    return r.local
 
 
 def read_recipes(git_dir: str, rev: str) -> list[dict[str, Any]]:
@@ -225,10 +270,32 @@ def read_recipes(git_dir: str, rev: str) -> list[dict[str, Any]]:
     everywhere = {
         fn.name: fn for tree in trees.values() for fn in tree.body if isinstance(fn, ast.FunctionDef)
     }
+    modules = {path.removeprefix("src/").removesuffix(".py").replace("/", "."): path for path in trees}
+    constants = {path: _constants(tree) for path, tree in trees.items()}
+    imported: dict[str, dict[str, Any]] = {}  # path -> name it imports as -> function or constant
+    for path, tree in trees.items():
+        names: dict[str, Any] = {}
+        for st in tree.body:
+            if isinstance(st, ast.ImportFrom) and st.module in modules:
+                src = modules[st.module]
+                defs = {fn.name: fn for fn in trees[src].body if isinstance(fn, ast.FunctionDef)}
+                for alias in st.names:
+                    if alias.name in defs or alias.name in constants[src]:
+                        names[alias.asname or alias.name] = defs.get(
+                            alias.name, constants[src].get(alias.name)
+                        )
+        imported[path] = names
+    for path, tree in trees.items():
+        bound = {k: v for k, v in imported[path].items() if not isinstance(v, ast.FunctionDef)}
+        bound |= constants[path]
+        for fn in tree.body:
+            if isinstance(fn, ast.FunctionDef):
+                _GLOBALS[fn] = bound
     out: list[dict[str, Any]] = []
     for path, tree in trees.items():
         local = {fn.name: fn for fn in tree.body if isinstance(fn, ast.FunctionDef)}
-        functions = {**everywhere, **shared, **local}
+        aliases = {k: v for k, v in imported[path].items() if isinstance(v, ast.FunctionDef)}
+        functions = {**everywhere, **shared, **aliases, **local}
         for fn in tree.body:
             if (
                 not isinstance(fn, ast.FunctionDef)

@@ -13,7 +13,7 @@ Families and Bridge functions:
 
 - ``gemma3``: ``models/gemma_vl/data/collate_fn.py`` ``gemma3_vl_collate_fn(enable_in_batch_packing=True)``
   on the raw examples (Bridge runs the processor itself) vs longpack's ``Gemma3Preparer`` +
-  ``build_visual_thd_batch``;
+  ``build_visual_thd_batch``, with the released tokenizer's pad id 0 and with a pad id of 3;
 - ``qwen2_vl``, ``qwen3_vl``: ``models/qwen_vl/data/collate_fn.py`` ``build_qwen_vl_packed_batch`` (what
   ``qwen2_5_collate_fn`` in-batch and the Qwen3-VL native Energon encoder's ``batch`` call) on longpack's
   prepared sequences vs ``build_visual_thd_batch``;
@@ -24,6 +24,9 @@ Families and Bridge functions:
 - ``glm4v``: the in-batch branch of ``models/glm_vl/data/collate_fn.py`` ``glm4v_collate_fn`` after its
   processor call (``data/packing/in_batch.py`` ``build_mcore_thd_sequence_batch_from_rows`` with
   ``mm_token_type_ids``, ``GenericVisualInputs``) vs ``build_glm4v_thd_batch`` on GLM rows;
+- ``kimi_vl``: ``models/kimi_vl/data/collate_fn.py`` ``kimi_k25_vl_collate_fn(enable_in_batch_packing=True)``
+  itself from its processor call on (a stand-in processor returns precomputed outputs; the chat-template loss
+  mask helpers are replaced by the precomputed mask) vs ``build_kimi_thd_batch``;
 - ``nemotron_vl``: ``models/nemotron_vl/nemotron_vl_utils.py`` ``adjust_image_tokens`` (imported) vs
   ``collapse_image_tokens`` per row, and ``training/llava_step.py``
   ``_expand_packed_metadata_for_visual_embeddings`` vs ``expand_packed_boundaries`` on random packed rows.
@@ -88,6 +91,7 @@ def load_bridge(root: Path) -> dict[str, Any]:
     return {
         "gemma": importlib.import_module("megatron.bridge.models.gemma_vl.data.collate_fn"),
         "qwen": importlib.import_module("megatron.bridge.models.qwen_vl.data.collate_fn"),
+        "kimi": importlib.import_module("megatron.bridge.models.kimi_vl.data.collate_fn"),
         "nemotron": importlib.import_module("megatron.bridge.models.nemotron_vl.nemotron_vl_utils"),
         "algorithms": importlib.import_module("megatron.bridge.data.packing.algorithms"),
         "in_batch": importlib.import_module("megatron.bridge.data.packing.in_batch"),
@@ -252,6 +256,64 @@ def run_glm4v(mods: dict[str, Any]) -> dict[str, dict[str, str]]:
     return results
 
 
+class _KimiProcessorOutputs:
+    """A stand-in for Kimi K2.5's processor (the checkpoint's remote code): ``apply_chat_template`` returns
+    the example's index, the call returns that example's precomputed processor output (batch of one)."""
+
+    media_placeholder_token_id = 163605
+
+    def __init__(self, outputs: list[dict[str, Any]], pad_token_id: int) -> None:
+        self.outputs = outputs
+        self.tokenizer = types.SimpleNamespace(pad_token_id=pad_token_id)
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> str:
+        return str(conversation[0]["index"])
+
+    def __call__(self, text: str, medias: Any, return_tensors: str) -> dict[str, Any]:
+        out = self.outputs[int(text)]
+        batch = {k: out[k][None] for k in ("input_ids", "attention_mask")}
+        batch.update({k: out[k] for k in ("grid_thws", "pixel_values") if k in out})
+        return batch
+
+
+def run_kimi(mods: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Kimi K2.5: Bridge's own ``kimi_k25_vl_collate_fn(enable_in_batch_packing=True)`` from the processor call
+    on (``_expand_image_tokens_and_aligned_mask``, the rows, ``build_mcore_thd_sequence_batch_from_rows``,
+    ``GenericVisualInputs``) vs ``build_kimi_thd_batch``, on tests/vlm/test_vlm_kimi_vl.py's processor outputs.
+    The processor is the checkpoint's remote code, so a stand-in returns each example's output, and the
+    chat-template loss mask is the example's (Bridge's ``build_assistant_loss_mask`` and its chat-template
+    helpers are replaced in the module's namespace by functions returning it)."""
+    from longpack.runtime.in_batch import build_kimi_thd_batch
+
+    sys.path.insert(0, str(ROOT / "tests" / "vlm"))
+    from test_vlm_kimi_vl import kimi_sample
+
+    kimi = mods["kimi"]
+    outputs = [kimi_sample(seed) for seed in range(10)]
+    kimi.build_assistant_loss_mask = lambda example, *a, **k: outputs[example["index"]]["loss_mask"]
+    kimi._kimi_assistant_mask_boundary_config = lambda processor: None
+    kimi.chat_template_kwargs_from_example = lambda example: {}
+    kimi.resolve_chat_template_kwargs = lambda processor, kwargs: kwargs
+    examples = [
+        {"index": i, "conversation": [{"index": i, "role": "user", "content": "x"}]} for i in range(10)
+    ]
+    results = {}
+    for multiple, length, pad_id in ((1, None, 0), (8, 4096, 163838)):
+        processor = _KimiProcessorOutputs(outputs, pad_id)
+        theirs = kimi.kimi_k25_vl_collate_fn(
+            examples,
+            processor,
+            sequence_length=length,
+            enable_in_batch_packing=True,
+            in_batch_packing_pad_to_multiple_of=multiple,
+        )
+        ours = build_kimi_thd_batch(
+            outputs, sequence_length=length, pad_token_id=pad_id, pad_to_multiple_of=multiple
+        )
+        results[f"kimi_vl m={multiple} pad={pad_id}"] = compare(theirs, ours)
+    return results
+
+
 def compare(bridge_batch: dict[str, Any], ours: dict[str, Any]) -> dict[str, str]:
     """``{key: "pass" | "FAIL: why"}`` for every key of Bridge's batch (visual inputs per field)."""
     import torch
@@ -335,6 +397,20 @@ def run(checkout: Path) -> dict[str, Any]:
             )
             ours = build_visual_thd_batch(seqs, sequence_length=length, pad_to_multiple_of=multiple)
             results[f"gemma3 m={multiple}"] = compare(theirs, ours)
+        # a tokenizer whose pad id is 3, not 0: Bridge pads the gaps with it
+        padded = gemma3_processor(pad_last=True)
+        pprep = Gemma3Family().preparer(processor=padded, max_images=None, max_visual_tokens=None)
+        theirs = mods["gemma"].gemma3_vl_collate_fn(
+            examples,
+            padded,
+            sequence_length=4096,
+            enable_in_batch_packing=True,
+            in_batch_packing_pad_to_multiple_of=8,
+        )
+        ours = build_visual_thd_batch(
+            [pprep.prepare(s) for s in samples], sequence_length=4096, pad_to_multiple_of=8
+        )
+        results["gemma3 m=8 pad=3"] = compare(theirs, ours)
         # Qwen-VL: Bridge packs prepared sequences (longpack's carry Bridge's row and visual_values).
         for name in ("qwen2_vl", "qwen3_vl"):
             import transformers
@@ -358,6 +434,7 @@ def run(checkout: Path) -> dict[str, Any]:
         results.update(run_grouping(mods, [s.sequence_length for s in qseqs]))
         results.update(run_nemotron(mods))
         results.update(run_glm4v(mods))
+        results.update(run_kimi(mods))
     return results
 
 

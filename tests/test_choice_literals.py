@@ -32,6 +32,10 @@ ENFORCED: dict[str, tuple[str, ...]] = {
     "COMPAT_MODES": ("compat",),
     "BACKENDS": ("backend",),
     "EXECUTOR_CAPABILITIES": ("capability",),
+    "WORKLOADS": ("workload",),
+    "SCHEDULES": ("schedule",),
+    "SAMPLERS": ("sampler",),
+    "DEFERRED_VLM_ENCODERS": ("task_encoder", "target"),
     "ROLLOUT_DISTRIBUTIONS": ("distribution",),
     "ROLLOUT_FILLS": ("fill",),
 }
@@ -57,12 +61,8 @@ NOT_YET: dict[str, str] = {
         "DISPATCHERS",
         "CP_COMM_TYPES",
         "OPTIMIZERS",
-        "WORKLOADS",
         "DATASET_KINDS",
-        "SCHEDULES",
-        "SAMPLERS",
         "VERIFY_BACKENDS",
-        "DEFERRED_VLM_ENCODERS",
     )
 }
 

@@ -242,7 +242,7 @@ def every_option(command: Any) -> set[str]:
 #: Lines that show another tool's flags.
 OTHER_TOOLS = re.compile(
     r"\b(ruff|mkdocs|ray start|pytest|pip|huggingface-cli|energon prepare|run_recipe\.py|benchmarks/|scripts/|"
-    r"Megatron-LM)"
+    r"Megatron-LM|SBATCH|srun)"
 )
 
 

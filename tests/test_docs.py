@@ -83,6 +83,7 @@ def test_every_guide_command_exists() -> None:
     topics = {
         "pretraining",
         "plan-data",
+        "scale",
     }  # guide pages about a use, not one command (their commands are checked by flag)
     commands = {p.stem.removesuffix("-ray") for p in guides} - topics
     runner = CliRunner()

@@ -106,20 +106,24 @@ GEMMA3_SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", 
 
 
 @cache
-def gemma3_tokenizer() -> Any:
-    """A transformers fast tokenizer with Gemma 3's special tokens and chat template, built offline."""
+def gemma3_tokenizer(*, pad_last: bool = False) -> Any:
+    """A transformers fast tokenizer with Gemma 3's special tokens and chat template, built offline
+    (``pad_last``: ``<pad>`` and ``<unk>`` swapped, so the pad id is 3, not the released tokenizer's 0)."""
     from pathlib import Path
 
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    vocab = {t: i for i, t in enumerate(GEMMA3_SPECIAL_TOKENS)}
+    specials = list(GEMMA3_SPECIAL_TOKENS)
+    if pad_last:
+        specials[0], specials[3] = specials[3], specials[0]
+    vocab = {t: i for i, t in enumerate(specials)}
     for c in sorted(pre_tokenizers.ByteLevel.alphabet()):
         vocab[c] = len(vocab)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(list(GEMMA3_SPECIAL_TOKENS))
+    tok.add_special_tokens(specials)
     template = Path(__file__).parent / "data" / "chat_templates" / "gemma3.jinja"
     return transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -136,12 +140,12 @@ def gemma3_tokenizer() -> Any:
     )
 
 
-def gemma3_processor(*, do_pan_and_scan: bool = False, side: int = 28) -> Any:
+def gemma3_processor(*, do_pan_and_scan: bool = False, side: int = 28, pad_last: bool = False) -> Any:
     """transformers' ``Gemma3Processor`` over :func:`gemma3_tokenizer` and a ``Gemma3ImageProcessor``
     (``side`` px squares: the pixel count does not change a token count; 256 tokens per image)."""
     import transformers
 
-    tok = gemma3_tokenizer()
+    tok = gemma3_tokenizer(pad_last=pad_last)
     image_processor = transformers.Gemma3ImageProcessor(
         size={"height": side, "width": side}, do_pan_and_scan=do_pan_and_scan,
         pan_and_scan_min_crop_size=256, pan_and_scan_max_num_crops=4, pan_and_scan_min_ratio_to_activate=1.2,

@@ -42,6 +42,7 @@ VLM_FAMILIES: tuple[str, ...] = (
     "nemotron_vl",
     "qwen2_5_vl",
     "qwen2_vl",
+    "qwen3_5_vl",
     "qwen3_vl",
 )
 DEFAULT_VLM_FAMILY: Final = "qwen2_vl"
@@ -92,7 +93,15 @@ BACKENDS: tuple[str, ...] = (LOCAL_BACKEND, RAY_BACKEND)
 MIX: Final = "mix"
 TOKEN_STORE: Final = "token_store"
 ONE_FILE_PER_SPLIT: Final = "one_file_per_split"
-EXECUTOR_CAPABILITIES: tuple[str, ...] = (MIX, TOKEN_STORE, OVERLENGTH_FRAGMENT, ONE_FILE_PER_SPLIT)
+#: ... and write Megatron indexed prefixes from a sharded token store, one task per prefix (``indexed`` on Ray).
+SHARDED_INDEXED: Final = "sharded_indexed"
+EXECUTOR_CAPABILITIES: tuple[str, ...] = (
+    MIX,
+    TOKEN_STORE,
+    OVERLENGTH_FRAGMENT,
+    ONE_FILE_PER_SPLIT,
+    SHARDED_INDEXED,
+)
 #: What ``longpack verify`` runs its tiny model with (transformers on CPU, or Megatron-Core + TE on CUDA).
 VERIFY_BACKENDS: tuple[str, ...] = ("hf", "megatron")
 
@@ -111,14 +120,20 @@ CP_COMM_TYPES: tuple[str, ...] = ("p2p", "a2a", "a2a+p2p", "allgather", "auto")
 OPTIMIZERS: tuple[str, ...] = ("adam", "adam_bf16_states", "muon")
 
 #: Synthetic sample-length workloads of the online-packing simulation (``longpack.online.simulate``).
-WORKLOADS: tuple[str, ...] = ("lognormal", "bimodal")
+LOGNORMAL_WORKLOAD: Final = "lognormal"
+BIMODAL_WORKLOAD: Final = "bimodal"
+WORKLOADS: tuple[str, ...] = (LOGNORMAL_WORKLOAD, BIMODAL_WORKLOAD)
 
 #: Megatron-Bridge dataset configs the rules tell apart (``longpack.rules.config.DatasetKind``'s values).
 DATASET_KINDS: tuple[str, ...] = ("sft", "direct_hf", "energon", "mock_vlm", "pretraining")
 
 #: Pipeline schedules and samplers of the balance simulation (``longpack.balance.schedule``).
-SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")
-SAMPLERS: tuple[str, ...] = ("batch", "single")
+SCHEDULE_1F1B: Final = "1f1b"
+SCHEDULE_INTERLEAVED: Final = "interleaved"
+SCHEDULES: tuple[str, ...] = (SCHEDULE_1F1B, SCHEDULE_INTERLEAVED)
+BATCH_SAMPLER: Final = "batch"
+SINGLE_SAMPLER: Final = "single"
+SAMPLERS: tuple[str, ...] = (BATCH_SAMPLER, SINGLE_SAMPLER)
 
 #: Energon task encoders (``dataset.task_encoder._target_``) whose packing buffer holds encoded media and token
 #: counts, pixels decoded only for the pack being emitted (deferred decoding, ``longpack.online.vlm``); every

@@ -11,6 +11,19 @@ A store is a folder (written by ``longpack tokenize`` / ``longpack.jobs.Tokenize
     source_row.npy    int64 [N]: the sample's line (JSONL, 1-based) or row (Parquet, 0-based)
     store.json        written last: what decided the tokens and how to check them
 
+A *sharded* store (``longpack.store/2``, written by ``longpack tokenize --shard-bytes`` / ``--backend ray``)
+holds the same arrays per shard, each shard written by whichever writer (process, Ray task, machine) took
+it, with its own ``shard.json`` written last::
+
+    shards/00000/tokens.npy ... source_row.npy, shard.json     (shard 0: its samples, in input order)
+    shards/00001/...
+    store.json        written last, by one process, once every shard is there (:func:`finish_store`)
+
+A shard's ``source_file`` indexes the store's ``files`` (the whole input list, the same in every shard), so
+readers see one store: :meth:`TokenStore.open` gives the samples of every shard in shard order (one shard:
+its memory maps; several: joined once into memory), the same samples whatever the number of shards or
+writers. A single-array store (``longpack.store/1``) still reads.
+
 ``store.json`` records the input files (path, size, modification time, sha256), the tokenizer's identity
 (its files' sha256s, EOS id, vocabulary size), the text options, the longpack version and the rest of the
 tokenization report (rows read, malformed rows, columns used), so that a pack from the store writes the
@@ -50,19 +63,31 @@ from longpack.outputs import atomic_write, atomic_write_bytes, sha256_file
 from longpack.samples import TokenizedSamples
 
 __all__ = [
+    "SHARDED_FORMAT",
+    "SHARD_MANIFEST",
     "STORE_FORMAT",
     "STORE_MANIFEST",
     "TokenStore",
     "file_identity",
+    "finish_store",
+    "finished_shards",
     "is_store",
+    "shard_folder",
     "store_lengths",
+    "write_shard",
     "write_store",
 ]
 
 #: ``format`` of ``store.json``.
 STORE_FORMAT = "longpack.store/1"
+#: ``format`` of a sharded store's ``store.json``.
+SHARDED_FORMAT = "longpack.store/2"
 #: The store's manifest, written last (its absence marks an unfinished store).
 STORE_MANIFEST = "store.json"
+#: A shard's manifest, written last by the shard's writer (its absence marks an unfinished shard).
+SHARD_MANIFEST = "shard.json"
+#: The folder of a sharded store's shards.
+SHARDS_DIR = "shards"
 #: The arrays of a store, in :class:`~longpack.samples.TokenizedSamples` field order.
 ARRAYS = ("tokens", "loss_mask", "offsets", "source_file", "source_row")
 
@@ -100,7 +125,140 @@ def _save_npy(fh: IO[bytes], *, array: np.ndarray) -> None:
 
 
 def _store_names() -> set[str]:
-    return {f"{name}.npy" for name in ARRAYS} | {STORE_MANIFEST}
+    return {f"{name}.npy" for name in ARRAYS} | {STORE_MANIFEST, SHARDS_DIR}
+
+
+def _write_arrays(folder: Path, samples: TokenizedSamples) -> dict[str, Any]:
+    """Every array of ``samples`` into ``folder`` (each atomically); their dtypes and shapes."""
+    arrays: dict[str, Any] = {}
+    for name in ARRAYS:
+        array = np.ascontiguousarray(getattr(samples, name))
+        atomic_write(folder / f"{name}.npy", functools.partial(_save_npy, array=array))
+        arrays[name] = {"dtype": str(array.dtype), "shape": list(array.shape)}
+    return arrays
+
+
+def _files_key(files: Sequence[str]) -> str:
+    """A short digest of the input list (every shard of a store must index the same one)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(list(files)).encode()).hexdigest()[:16]
+
+
+def shard_folder(store: str | os.PathLike[str], index: int) -> Path:
+    """The folder of shard ``index`` of the (sharded) store at ``store``.
+
+    >>> shard_folder("s", 3).as_posix()
+    's/shards/00003'
+    """
+    return Path(store) / SHARDS_DIR / f"{index:05d}"
+
+
+def write_shard(
+    store: str | os.PathLike[str],
+    index: int,
+    samples: TokenizedSamples,
+    meta: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write shard ``index`` of a sharded store (any writer, any process or machine that sees the folder):
+    its arrays, then its ``shard.json`` (``meta``: JSON values the writer keeps with it, e.g. its share of
+    the tokenization report). A shard written again is replaced whole (its manifest goes first). Returns
+    the shard manifest. ``samples.files`` must be the store's whole input list."""
+    folder = shard_folder(store, index)
+    try:
+        (folder / SHARD_MANIFEST).unlink(missing_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        arrays = _write_arrays(folder, samples)
+        manifest = {
+            "format": SHARDED_FORMAT,
+            "index": int(index),
+            "samples": len(samples),
+            "tokens": int(samples.offsets[-1]),
+            "files_key": _files_key(samples.files),
+            "arrays": arrays,
+            "meta": dict(meta or {}),
+        }
+        text = json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n"
+        atomic_write_bytes(folder / SHARD_MANIFEST, text.encode())
+    except OSError as exc:
+        raise OutputError(
+            f"cannot write shard {index} of the token store {store}: {exc}", fields="out"
+        ) from exc
+    return manifest
+
+
+def finished_shards(store: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
+    """Shard index -> shard manifest of every shard of ``store`` whose ``shard.json`` is there and reads
+    (what a resumed run keeps; an unreadable one counts as unfinished)."""
+    root = Path(store) / SHARDS_DIR
+    out: dict[int, dict[str, Any]] = {}
+    if not root.is_dir():
+        return out
+    for folder in sorted(root.iterdir()):
+        try:
+            manifest = json.loads((folder / SHARD_MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(manifest, dict) and manifest.get("format") == SHARDED_FORMAT:
+            out[int(manifest["index"])] = manifest
+    return out
+
+
+def finish_store(
+    store: str | os.PathLike[str],
+    shards: int,
+    files: Sequence[str],
+    record: Mapping[str, Any],
+    *,
+    input_files: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """Publish a sharded store: check that shards ``0 .. shards - 1`` are all there and index ``files``,
+    then write ``store.json`` (last). Returns the manifest. A missing shard is an :class:`OutputError`
+    naming it (the run is unfinished: run it again with resume)."""
+    folder = Path(store)
+    done = finished_shards(folder)
+    missing = [i for i in range(shards) if i not in done]
+    if missing:
+        raise OutputError(
+            f"token store {folder}: shard(s) {missing[:10]} of {shards} are not finished; run the tokenize "
+            "again with resume (--resume) to write them",
+            fields="out",
+        )
+    key = _files_key(files)
+    listed = []
+    dtype = None
+    for i in range(shards):
+        m = done[i]
+        if m["files_key"] != key:
+            raise OutputError(
+                f"token store {folder}: shard {i} indexes another input list than this store's; its "
+                "writers did not tokenize the same inputs",
+                fields="out",
+            )
+        token_dtype = m["arrays"]["tokens"]["dtype"]
+        if dtype not in (None, token_dtype):
+            raise OutputError(
+                f"token store {folder}: shard {i} holds {token_dtype} tokens, shard 0 {dtype}", fields="out"
+            )
+        dtype = token_dtype
+        listed.append({"name": f"{SHARDS_DIR}/{i:05d}", "samples": m["samples"], "tokens": m["tokens"]})
+    manifest = {
+        "format": SHARDED_FORMAT,
+        "longpack_version": __version__,
+        "samples": sum(s["samples"] for s in listed),
+        "tokens": sum(s["tokens"] for s in listed),
+        "files": list(files),
+        "shards": listed,
+        "token_dtype": dtype,
+        "input_files": [dict(f) for f in input_files],
+        "record": dict(record),
+    }
+    text = json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n"
+    try:
+        atomic_write_bytes(folder / STORE_MANIFEST, text.encode())
+    except OSError as exc:
+        raise OutputError(f"cannot write the token store {folder}: {exc}", fields="out") from exc
+    return manifest
 
 
 def write_store(
@@ -138,11 +296,8 @@ def write_store(
         (folder / STORE_MANIFEST).unlink(missing_ok=True)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        arrays: dict[str, Any] = {}
-        for name in ARRAYS:
-            array = np.ascontiguousarray(getattr(samples, name))
-            atomic_write(folder / f"{name}.npy", functools.partial(_save_npy, array=array))
-            arrays[name] = {"dtype": str(array.dtype), "shape": list(array.shape)}
+        shutil.rmtree(folder / SHARDS_DIR, ignore_errors=True)  # a sharded store replaced by one set
+        arrays = _write_arrays(folder, samples)
         manifest = {
             "format": STORE_FORMAT,
             "longpack_version": __version__,
@@ -160,6 +315,74 @@ def write_store(
     return manifest
 
 
+def _join_into(parts: Sequence[TokenizedSamples], folder: Path) -> TokenizedSamples:
+    """The shards' samples joined into memory-mapped ``.npy`` files in ``folder`` (one shard in memory at a
+    time); the same values as ``TokenizedSamples.concatenate``. Every shard indexes the same ``files``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lengths = np.concatenate([p.stored_lengths() for p in parts])
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    out: dict[str, np.ndarray] = {"offsets": offsets}
+    for name in ("tokens", "loss_mask", "source_file", "source_row"):
+        dtype = np.result_type(*[getattr(p, name).dtype for p in parts])
+        total = sum(len(getattr(p, name)) for p in parts)
+        path = folder / f"joined-{name}.npy"
+        target = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(total,))
+        at = 0
+        for p in parts:
+            values = getattr(p, name)
+            target[at : at + len(values)] = values
+            at += len(values)
+        target.flush()
+        del target
+        out[name] = np.load(path, mmap_mode="r")
+    return TokenizedSamples(**out, files=parts[0].files)
+
+
+def _slice(part: TokenizedSamples, a: int, b: int) -> TokenizedSamples:
+    """Samples ``a .. b - 1`` of ``part``, re-based (views of its arrays)."""
+    lo, hi = int(part.offsets[a]), int(part.offsets[b])
+    return TokenizedSamples(
+        tokens=part.tokens[lo:hi],
+        loss_mask=part.loss_mask[lo:hi],
+        offsets=np.asarray(part.offsets[a : b + 1]) - lo,
+        source_file=part.source_file[a:b],
+        source_row=part.source_row[a:b],
+        files=part.files,
+    )
+
+
+def _open_arrays(
+    folder: Path, manifest: Mapping[str, Any], files: tuple[str, ...], *, where: str
+) -> TokenizedSamples:
+    """The memory-mapped arrays of one array set (a store, or one shard of it), checked against its
+    manifest's dtypes and shapes. (Checks of the values belong here too: every reader comes through it.)"""
+    arrays = {}
+    for name in ARRAYS:
+        try:
+            array = np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise InputError(
+                f"token store {where}: {name}.npy cannot be read ({exc}); the store is damaged, tokenize again",
+                fields="store",
+            ) from exc
+        expected = manifest.get("arrays", {}).get(name, {})
+        if str(array.dtype) != expected.get("dtype") or list(array.shape) != expected.get("shape"):
+            raise InputError(
+                f"token store {where}: {name}.npy is {array.dtype}{list(array.shape)}, the manifest says "
+                f"{expected.get('dtype')}{expected.get('shape')}; the store is damaged, tokenize again",
+                fields="store",
+            )
+        arrays[name] = array
+    try:
+        samples = TokenizedSamples(**arrays, files=files)
+    except ValueError as exc:
+        raise InputError(
+            f"token store {where}: {exc}; the store is damaged, tokenize again", fields="store"
+        ) from exc
+    return samples
+
+
 @dataclass(frozen=True)
 class TokenStore:
     """An opened store: ``samples`` (read-only memory maps of its arrays), ``manifest`` (``store.json``) and
@@ -168,15 +391,22 @@ class TokenStore:
     path: Path
     manifest: dict[str, Any]
     samples: TokenizedSamples
+    #: The store's array sets in order (one per shard; a one-array store: its samples), memory-mapped.
+    parts: tuple[TokenizedSamples, ...] = ()
 
     @property
     def record(self) -> dict[str, Any]:
         return self.manifest.get("record", {})  # type: ignore[no-any-return]
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> TokenStore:
+    def open(
+        cls, path: str | os.PathLike[str], *, join: bool = True, join_into: Path | None = None
+    ) -> TokenStore:
         """Open a finished store; a folder without ``store.json``, or with arrays that do not match it, is an
-        :class:`~longpack.errors.InputError` naming the store and what is wrong."""
+        :class:`~longpack.errors.InputError` naming the store and what is wrong. ``join=False``: a sharded
+        store's ``samples`` stay unjoined (``None``; read it by :attr:`parts` / :meth:`samples_range`).
+        ``join_into``: a scratch folder where several shards are joined into memory-mapped files (copied
+        shard by shard) instead of into memory."""
         folder = Path(path)
         manifest_path = folder / STORE_MANIFEST
         if not folder.is_dir():
@@ -195,34 +425,64 @@ class TokenStore:
             raise InputError(
                 f"token store {folder}: {STORE_MANIFEST} cannot be read ({exc})", fields="store"
             ) from exc
-        if not isinstance(manifest, dict) or manifest.get("format") != STORE_FORMAT:
+        if not isinstance(manifest, dict) or manifest.get("format") not in (STORE_FORMAT, SHARDED_FORMAT):
             raise InputError(
-                f"token store {folder}: {STORE_MANIFEST} is not a {STORE_FORMAT} manifest", fields="store"
+                f"token store {folder}: {STORE_MANIFEST} is not a {STORE_FORMAT} or {SHARDED_FORMAT} manifest",
+                fields="store",
             )
-        arrays = {}
-        for name in ARRAYS:
-            try:
-                array = np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)
-            except (OSError, ValueError) as exc:
-                raise InputError(
-                    f"token store {folder}: {name}.npy cannot be read ({exc}); the store is damaged, tokenize again",
-                    fields="store",
-                ) from exc
-            expected = manifest.get("arrays", {}).get(name, {})
-            if str(array.dtype) != expected.get("dtype") or list(array.shape) != expected.get("shape"):
-                raise InputError(
-                    f"token store {folder}: {name}.npy is {array.dtype}{list(array.shape)}, the manifest says "
-                    f"{expected.get('dtype')}{expected.get('shape')}; the store is damaged, tokenize again",
-                    fields="store",
-                )
-            arrays[name] = array
-        try:
-            samples = TokenizedSamples(**arrays, files=tuple(manifest.get("files", ())))
-        except ValueError as exc:
-            raise InputError(
-                f"token store {folder}: {exc}; the store is damaged, tokenize again", fields="store"
-            ) from exc
-        return cls(path=folder, manifest=manifest, samples=samples)
+        files = tuple(manifest.get("files", ()))
+        if manifest["format"] == SHARDED_FORMAT:
+            parts = []
+            for shard in manifest.get("shards", ()):
+                sub = folder / str(shard.get("name"))
+                try:
+                    shard_manifest = json.loads((sub / SHARD_MANIFEST).read_text(encoding="utf-8"))
+                except (OSError, ValueError) as exc:
+                    raise InputError(
+                        f"token store {folder}: {sub.name}/{SHARD_MANIFEST} cannot be read ({exc}); the store "
+                        "is damaged, tokenize again",
+                        fields="store",
+                    ) from exc
+                parts.append(_open_arrays(sub, shard_manifest, files, where=f"{folder} shard {sub.name}"))
+            if not join:
+                return cls(path=folder, manifest=manifest, samples=None, parts=tuple(parts))  # type: ignore[arg-type]
+            if len(parts) == 1:
+                samples = parts[0]
+            elif join_into is not None:
+                samples = _join_into(parts, Path(join_into))
+            else:
+                samples = TokenizedSamples.concatenate(parts)
+            return cls(path=folder, manifest=manifest, samples=samples, parts=tuple(parts))
+        samples = _open_arrays(folder, manifest, files, where=str(folder))
+        return cls(path=folder, manifest=manifest, samples=samples, parts=(samples,))
+
+    def lengths(self) -> np.ndarray:
+        """Every sample's stored length (int64), read from the shards' offsets (no tokens read)."""
+        parts = [p.stored_lengths() for p in self.parts]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def samples_pieces(self, lo: int, hi: int) -> list[TokenizedSamples]:
+        """Samples ``lo .. hi - 1`` of the store (in store order) as views of the shards that hold them, one
+        piece per shard: nothing is copied."""
+        pieces = []
+        start = 0
+        for part in self.parts:
+            n = len(part)
+            a, b = max(lo, start), min(hi, start + n)
+            if a < b:
+                pieces.append(_slice(part, a - start, b - start))
+            start += n
+        return pieces
+
+    def samples_range(self, lo: int, hi: int) -> TokenizedSamples:
+        """Samples ``lo .. hi - 1`` as one set: memory maps of one shard when they lie in one, else their
+        slices of each shard joined (a copy of just those)."""
+        pieces = self.samples_pieces(lo, hi)
+        if len(pieces) == 1:
+            return pieces[0]
+        if not pieces:
+            return _slice(self.parts[0], 0, 0)
+        return TokenizedSamples.concatenate(pieces)
 
     def changes(self, *, hash_all: bool = False) -> list[str]:
         """What no longer matches what decided the tokens: input files changed, moved or deleted (size and
@@ -264,7 +524,7 @@ class TokenStore:
     def report(self, *, verify: bool = False) -> dict[str, Any]:
         """:meth:`summary` plus sample-length figures and what no longer matches (``changes``; ``verify``
         hashes every input whatever its time says); ``ok`` is whether the store can be packed."""
-        lengths = self.samples.stored_lengths()
+        lengths = self.lengths()  # from the shards' offsets: no shard is joined to report
         changes = self.changes(hash_all=verify)
         return {
             "kind": "token store",
@@ -274,7 +534,7 @@ class TokenStore:
                 "mean": round(float(lengths.mean()), 1) if lengths.size else 0.0,
                 "max": int(lengths.max()) if lengths.size else 0,
             },
-            "supervised_tokens": int(np.count_nonzero(self.samples.loss_mask)),
+            "supervised_tokens": sum(int(np.count_nonzero(p.loss_mask)) for p in self.parts),
             "text": self.record.get("text"),
             "changes": changes,
             "ok": not changes,
@@ -291,6 +551,7 @@ class TokenStore:
             "tokenizer": (record.get("tokenizer") or {}).get("name"),
             "format": record.get("format"),
             "longpack_version": self.manifest.get("longpack_version"),
+            **({"shards": len(self.manifest["shards"])} if "shards" in self.manifest else {}),
         }
 
 

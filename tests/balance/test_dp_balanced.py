@@ -1,13 +1,21 @@
-"""longpack's DP-balanced packing schedule: Megatron-LM's invariants, and equality with its class when the
-installed megatron-core has it (it arrived after 0.16; the lead's harness ran it against Megatron-LM main)."""
+"""longpack's DP-balanced packing schedule: Megatron-LM's invariants, and equality with its class: the
+installed megatron-core's where it has it (it arrived after 0.16), Megatron-LM main's lifted from a checkout
+(``LONGPACK_MEGATRON_LM``, see ``megatron_lm_source``), and always that code's golden outputs
+(``data/dp_balanced_golden.json``) on global batches gathered in Megatron's order."""
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
+import megatron_lm_source as upstream
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from longpack.balance.cp_modes import compare_cp_modes
+from longpack.balance.cp_modes import compare_cp_modes, gather_order
 from longpack.balance.dp_balanced import dp_balanced_packs
 from longpack.errors import ConfigError
 
@@ -77,3 +85,126 @@ def test_hybrid_cp_wins_on_a_long_tailed_batch_and_ties_on_uniform_full_packs():
     u = compare_cp_modes(uniform, dp=2, cp=4, gbs=8, max_seqlen_per_rank=4096, seconds=cost)
     assert u.times["hybrid"] == pytest.approx(u.times["static"])
     assert u.times["dp_balanced"] == pytest.approx(u.times["static"])
+
+
+# --- Megatron-LM main's DpBalancedScheduler, lifted from a checkout, driven in Megatron's gather order ---
+
+GOLDEN = Path(__file__).parent / "data" / "dp_balanced_golden.json"
+
+
+def _megatron_packs(lengths, cap, cp, dp, vpp):
+    ns = upstream.dp_balanced_main()
+    try:
+        groups = ns["DpBalancedScheduler"](cap, cp, dp, vpp).get_groups_and_subsamples(
+            list(enumerate(lengths))
+        )
+    except AssertionError:
+        return {"error": True}
+    # micro-batch i, DP rank d (its first CP rank d * cp): pack i * dp + d
+    return {"packs": [list(groups[i][d * cp]) for i in range(len(groups)) for d in range(dp)]}
+
+
+def _longpack_packs(lengths, cap, cp, dp, vpp):
+    try:
+        return {
+            "packs": dp_balanced_packs(
+                lengths, max_seqlen_per_rank=cap, cp=cp, dp=dp, microbatch_group_size_per_vp_stage=vpp
+            )
+        }
+    except ConfigError:
+        return {"error": True}
+
+
+def _gathered_cases(seed, count):
+    """Global batches of packs (reading order) gathered as Megatron does, with the layout."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        dp, cp = int(rng.choice([1, 2, 4, 8])), int(rng.choice([1, 2, 4]))
+        cap = int(rng.choice([512, 1024, 4096]))
+        gbs = dp * int(rng.integers(1, 5))
+        packs = []
+        for _ in range(gbs):
+            lens, room = [], cap * cp
+            while room > 0 and rng.random() < 0.9:
+                n = int(min(room, max(1, rng.lognormal(np.log(cap * cp / 6), 1.0))))
+                lens.append(n)
+                room -= n
+            packs.append(lens or [1])
+        gathered = [n for k in gather_order(len(packs), dp=dp, gbs=gbs) for n in packs[k]]
+        out.append({"packs": packs, "gathered": gathered, "cap": cap, "cp": cp, "dp": dp, "gbs": gbs})
+    return out
+
+
+def test_gather_order_is_each_dp_ranks_own_packs_rank_0_first():
+    # the sampler gives DP rank d packs d, d + DP, ...; get_batch_and_global_seqlens concatenates rank 0's first
+    assert gather_order(6, dp=3, gbs=6) == [0, 3, 1, 4, 2, 5]
+    assert gather_order(4, dp=1, gbs=4) == [0, 1, 2, 3]
+
+
+def test_equals_the_golden_outputs_of_megatron_lm_main_in_gather_order():
+    data = json.loads(GOLDEN.read_text())
+    assert data["commit"] == upstream.MAIN_COMMIT and len(data["cases"]) >= 300
+    assert any("error" in c["expected"] for c in data["cases"])
+    for case in data["cases"]:
+        got = _longpack_packs(case["gathered"], case["cap"], case["cp"], case["dp"], None)
+        assert ("error" in got) if "error" in case["expected"] else got == case["expected"], case
+
+
+@pytest.mark.skipif(upstream.git_dir() is None, reason="no Megatron-LM checkout (LONGPACK_MEGATRON_LM)")
+def test_golden_outputs_are_megatron_lm_mains():
+    data = {
+        "commit": upstream.MAIN_COMMIT,
+        "source": "megatron/core/datasets/data_schedule.py:DpBalancedScheduler.get_groups_and_subsamples",
+        "cases": [
+            {**c, "expected": _megatron_packs(c["gathered"], c["cap"], c["cp"], c["dp"], None)}
+            for c in _gathered_cases(20261207, 300)
+        ],
+    }
+    if os.environ.get("LONGPACK_REGEN_GOLDEN") == "1":
+        GOLDEN.write_text(json.dumps(data, separators=(",", ":")) + "\n")
+    assert json.loads(GOLDEN.read_text()) == data
+
+
+@pytest.mark.skipif(upstream.git_dir() is None, reason="no Megatron-LM checkout (LONGPACK_MEGATRON_LM)")
+@settings(max_examples=200, deadline=None)
+@given(lengths=st.lists(st.integers(1, 2048), min_size=1, max_size=120), layout=layouts)
+def test_equals_megatron_lm_main_live(lengths, layout):
+    dp, cp, vpp = layout
+    if max(lengths) > 512 * cp:  # Megatron builds an empty and an over-long pack; longpack refuses
+        assert _longpack_packs(lengths, 512, cp, dp, vpp) == {"error": True}
+        return
+    assert _megatron_packs(lengths, 512, cp, dp, vpp) == _longpack_packs(lengths, 512, cp, dp, vpp)
+
+
+def test_the_speed_up_is_the_one_of_megatrons_packs_in_gather_order():
+    """compare_cp_modes's DP-balanced time is the time of the packs Megatron builds from the gathered
+    lengths (golden outputs), not of packs rebuilt in reading order."""
+    data = json.loads(GOLDEN.read_text())
+
+    def cost(lengths, ranks):
+        return sum(n + n * n / 2048 for n in lengths) / ranks + 5.0
+
+    checked = differs = 0
+    for case in data["cases"]:
+        if "error" in case["expected"]:
+            continue
+        dp, cp, gbs, g = case["dp"], case["cp"], case["gbs"], case["gathered"]
+        c = compare_cp_modes(
+            case["packs"], dp=dp, cp=cp, gbs=gbs, max_seqlen_per_rank=case["cap"], seconds=cost
+        )
+        packs = case["expected"]["packs"]
+        per_rank = [
+            sum(cost([g[i] for i in packs[k]], cp) for k in range(d, len(packs), dp)) for d in range(dp)
+        ]
+        assert c.times["dp_balanced"] == pytest.approx(max(per_rank)), case
+        reading = (
+            dp_balanced_packs(
+                [n for p in case["packs"] for n in p], max_seqlen_per_rank=case["cap"], cp=cp, dp=dp
+            )
+            if dp > 1
+            else None
+        )
+        differs += reading is not None and reading != packs
+        checked += 1
+    assert checked > 200 and differs > 20

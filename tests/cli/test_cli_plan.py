@@ -81,9 +81,9 @@ def test_plan_table_prints_the_best_layout_and_shell_ready_overrides() -> None:
     res = runner.invoke(app, [*BASE, "--top", "2"])
     assert res.exit_code == 0, res.output
     doc = json.loads(runner.invoke(app, [*BASE, "--top", "2", "--json"]).output)
-    best = doc["candidates"][0]
+    best = doc["recommended"]  # the layout to run: printed with its reasons and overrides
     lines = res.output.splitlines()
-    assert f"Best: {best['layout']['label']}" in lines
+    assert f"Recommended: {best['layout']['label']}" in lines
     start = lines.index("Megatron-Bridge overrides (shell-quoted; paste after run_recipe.py ...):") + 1
     end = lines.index("As YAML (longpack check FILE / --config-file):")
     words = _shell_words(" ".join(line.rstrip("\\").strip() for line in lines[start:end]))

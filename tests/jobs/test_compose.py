@@ -95,7 +95,6 @@ class NoSupports:
 SETTINGS_NEEDING = {
     choices.MIX: {"mix": ["{a}=0.5", "{b}=0.5"]},
     choices.ONE_FILE_PER_SPLIT: {"output_format": "npy"},
-    "indexed": {"output_format": "indexed"},
     choices.OVERLENGTH_FRAGMENT: {"overlength": "fragment"},
     choices.TOKEN_STORE: {"keep_store": "kept"},
 }
@@ -122,6 +121,15 @@ def test_executor_capabilities_are_asked_alike(two_files: tuple[Path, Path], nee
             _config(two_files, backend, extra)
         messages.add(str(caught.value))
     assert len(messages) == 1
+
+
+def test_indexed_needs_sharded_indexed(two_files: tuple[Path, Path]) -> None:
+    """Indexed output is written locally, or from a sharded store on Ray (``sharded_indexed``); an executor
+    object without that capability is refused."""
+    for backend in ("local", LocalExecutor(), MyLocal(), "ray", RayExecutor()):
+        _config(two_files, backend, {"output_format": "indexed"})
+    with pytest.raises(ConfigError, match="written by backend local or ray"):
+        _config(two_files, NoSupports(), {"output_format": "indexed"})
 
 
 def test_every_output_format_has_a_record() -> None:

@@ -128,9 +128,10 @@ def test_pipeline_layouts_get_the_static_cell_only() -> None:
     )
     (cand,) = result.candidates
     assert cand.cp_modes is not None and cand.cp_modes.recommended == "static"
-    static, hybrid, balanced = cand.cp_modes.cells
+    static, hybrid, balanced, dynamic = cand.cp_modes.cells
     assert static.step_time_s == cand.estimate.step_time_s  # type: ignore[union-attr]
     assert hybrid.step_time_s is None and "PP 2" in hybrid.note and balanced.step_time_s is None
+    assert dynamic.step_time_s is None and "PP 2" in dynamic.note
     assert result.recommendation is not None and result.recommendation.cp_mode == "static"
 
 
@@ -206,14 +207,14 @@ def test_cli_table_and_json(data: Path) -> None:
     res = runner.invoke(app, args, env={"COLUMNS": "150"})
     assert res.exit_code == 0, res.output
     assert "CP modes: llama3_1_8b on 8xH100_SXM" in res.output
-    for name in ("static CP", "hybrid CP", "DP-balanced packing"):
+    for name in ("static CP", "hybrid CP", "DP-balanced packing", "dynamic CP"):
         assert name in res.output
     res = runner.invoke(app, [*args, "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     for cand in doc["candidates"]:
         modes = cand["cp_modes"]
-        assert [m["mode"] for m in modes["modes"]] == ["static", "hybrid", "dp_balanced"]
+        assert [m["mode"] for m in modes["modes"]] == ["static", "hybrid", "dp_balanced", "dynamic_cp"]
         assert modes["modes"][0]["step_time_s"] == cand["estimate"]["step_time_s"]
         assert modes["recommended"]["error_band"] == cand["estimate"]["step_time_error_band"]
-    assert doc["recommendation"]["cp_mode"] in ("static", "hybrid", "dp_balanced")
+    assert doc["recommendation"]["cp_mode"] in ("static", "hybrid", "dp_balanced", "dynamic_cp")

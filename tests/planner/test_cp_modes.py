@@ -29,19 +29,20 @@ def test_full_length_packs_make_every_mode_equal():
     assert "no mode is predicted faster" in plan.reason or "a tie" in plan.reason
 
 
-def test_long_documents_among_short_chats_favour_hybrid_cp_at_high_cp():
+def test_long_documents_among_short_chats_favour_hybrid_and_dynamic_cp_at_high_cp():
     packs = [[131072], *[[1024] * 128] * 3] * 2
     plan = plan_cp_modes(
         packs, model="llama3_1_8b", gpu="h100", gpus=64, tp=1, cp=16, gbs=4, pack_size=131072
     )
-    assert plan.recommended == "hybrid"
+    assert plan.best("hybrid").speedup("hybrid") - 1 > plan.error_band
+    assert plan.recommended == "dynamic_cp"  # a CP group per micro-batch packs the chats 16 to a rank
     assert plan.gain - 1 > plan.error_band
     d = plan.to_dict()
     assert (
-        d["recommended"]["overrides"]["bridge"][1]
-        == f"model.max_seqlen_per_dp_cp_rank={plan.recommended_cap}"
+        f"model.max_seqlen_per_dp_cp_rank={plan.recommended_cap}" in d["recommended"]["overrides"]["bridge"]
     )
-    assert "no pipeline parallelism (PP 1)" in d["recommended"]["constraints"]
+    assert "model.dynamic_context_parallel=true" in d["recommended"]["overrides"]["bridge"]
+    assert "per-token loss (calculate_per_token_loss)" in d["recommended"]["constraints"]
 
 
 def test_a_gain_inside_the_band_is_a_tie_that_goes_to_static_cp():
@@ -61,3 +62,21 @@ def test_layout_errors_name_the_setting():
         plan_cp_modes(
             [[40000]], model="qwen3_8b", gpu="h100", gpus=16, tp=2, cp=4, gbs=2, pack_size=40000, caps=[1024]
         )
+
+
+def test_a_mode_without_process_groups_is_infeasible_and_never_recommended():
+    # DP x CP = 6: Megatron-Core has 2-rank groups and the whole group only, so a 4-rank sub-sample cannot run
+    packs = [[8192], *[[512] * 16] * 5] * 4
+    plan = plan_cp_modes(
+        packs, model="llama3_1_8b", gpu="h100", gpus=12, tp=2, cp=3, gbs=6, pack_size=8192, caps=[2048]
+    )
+    (c,) = plan.comparisons
+    for mode in ("hybrid", "dynamic_cp"):
+        assert c.times[mode] == float("inf")
+        assert (
+            "puts sub-sample 0 on 4 ranks (0-3) of 6, but Megatron-Core builds CP groups of 1, 2, 6 ranks only"
+            in c.infeasible[mode]
+        )
+    assert plan.recommended not in ("hybrid", "dynamic_cp")
+    d = plan.to_dict()["comparisons"][0]
+    assert d["speedup_over_static"]["hybrid"] is None and d["speedup_over_static"]["dynamic_cp"] is None

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from longpack.balance.cp_modes import CP_MODE_NAMES
 from longpack.binpack import pack_lengths
 from longpack.planner.cp_modes import plan_cp_modes
 
@@ -78,24 +79,45 @@ def _cases() -> list[tuple[str, list[list[int]], dict]]:
 
 
 def table() -> str:
+    """The table, then every cell a mode is infeasible in (at some cap, or all), with Megatron's reason."""
     lines = [
-        "| data | layout (Llama-3.1-8B, H100, BF16) | best hybrid CP (cap) | best DP-balanced (cap) | band | recommended "
-        "| published, on the paper's own long-tailed data |",
-        "|---|---|---|---|---|---|---|",
+        "| data | layout (Llama-3.1-8B, H100, BF16) | best hybrid CP (cap) | best DP-balanced (cap) "
+        "| best dynamic CP (cap) | band | recommended | published, on the paper's own long-tailed data |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    notes: list[str] = []
     for name, packs, lay in _cases():
         dp = lay["gpus"] // (lay["tp"] * lay["cp"])
         plan = plan_cp_modes(packs, model="llama3_1_8b", gpu="h100", gbs=dp * 8, **lay)
 
-        def best(mode: str, plan=plan) -> str:
+        def best(mode: str, plan=plan, name=name) -> str:
             c = plan.best(mode)
             s = c.speedup(mode)
-            return "infeasible" if not np.isfinite(c.times[mode]) else f"{s:.2f}x ({c.max_seqlen_per_rank})"
+            refused = [x.max_seqlen_per_rank for x in plan.comparisons if mode in x.infeasible]
+            mark = f" [{len(notes) + 1}]" if refused else ""
+            if refused:
+                why: dict[str, list[int]] = {}
+                for x in plan.comparisons:
+                    if mode in x.infeasible:
+                        why.setdefault(x.infeasible[mode], []).append(x.max_seqlen_per_rank)
+                notes.append(
+                    f"{len(notes) + 1}. {name}, {CP_MODE_NAMES[mode]}: "
+                    + "; ".join(
+                        f"at cap {', '.join(map(str, caps))}: {reason}" for reason, caps in why.items()
+                    )
+                )
+            if not np.isfinite(c.times[mode]):
+                return f"infeasible{mark}"
+            return f"{s:.2f}x ({c.max_seqlen_per_rank}){mark}"
 
+        cells = " | ".join(best(m) for m in ("hybrid", "dp_balanced", "dynamic_cp"))
         lines.append(
-            f"| {name} | TP{lay['tp']} CP{lay['cp']} DP{dp}, {lay['pack_size'] // 1024}K packs | {best('hybrid')} | "
-            f"{best('dp_balanced')} | ± {100 * plan.error_band:.0f} % | {plan.recommended} | {PUBLISHED.get(name, '-')} |"
+            f"| {name} | TP{lay['tp']} CP{lay['cp']} DP{dp}, {lay['pack_size'] // 1024}K packs | {cells} | "
+            f"± {100 * plan.error_band:.0f} % | {plan.recommended} | {PUBLISHED.get(name, '-')} |"
         )
+    if notes:
+        lines += ["", "Where a mode is refused (at the caps named; a refused cap is never recommended):", ""]
+        lines += notes
     return "\n".join(lines)
 
 

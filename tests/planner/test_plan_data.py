@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import longpack
+from longpack.balance.cp_modes import CP_MODES
 from longpack.errors import ConfigError
 
 
@@ -28,7 +29,7 @@ def long_tailed_pack(tmp_path_factory):
     return result.out
 
 
-def test_plan_data_from_python_compares_the_three_modes(long_tailed_pack):
+def test_plan_data_from_python_compares_the_four_modes(long_tailed_pack):
     result = longpack.PlanConfig(
         model="llama3_1_8b", gpu="h100", gpus=32, seq_length=16384, data=long_tailed_pack, top=3
     ).run()
@@ -37,10 +38,10 @@ def test_plan_data_from_python_compares_the_three_modes(long_tailed_pack):
     assert doc["sizes"]["gpus"] == 32 and "PP1" in doc["layout"]
     assert {c["max_seqlen_per_dp_cp_rank"] for c in doc["comparisons"]}
     for c in doc["comparisons"]:
-        assert set(c["step_time_s"]) == {"static", "hybrid", "dp_balanced"}
+        assert set(c["step_time_s"]) == set(CP_MODES) == {"static", "hybrid", "dp_balanced", "dynamic_cp"}
         assert c["step_time_s"]["static"] > 0
     rec = doc["recommended"]
-    assert rec["mode"] in ("static", "hybrid", "dp_balanced") and 0 < rec["error_band"] < 1
+    assert rec["mode"] in CP_MODES and 0 < rec["error_band"] < 1
     if rec["mode"] == "static":
         assert rec["gain_over_static"] - 1 <= rec["error_band"] or "no mode" in rec["reason"]
 
@@ -53,7 +54,7 @@ def test_plan_data_cli_text_and_json(long_tailed_pack):
     assert "CP modes on the data" in text.stdout and "Recommended:" in text.stdout
     js = subprocess.run([*args, "--json"], capture_output=True, text=True, timeout=300)
     assert js.returncode == 0, js.stderr
-    assert json.loads(js.stdout)["cp_modes"]["recommended"]["mode"] in ("static", "hybrid", "dp_balanced")
+    assert json.loads(js.stdout)["cp_modes"]["recommended"]["mode"] in CP_MODES
 
 
 def test_plan_data_refuses_a_folder_packed_for_another_length(long_tailed_pack):
@@ -83,13 +84,15 @@ def test_plan_data_from_a_token_store_and_from_inputs_pack_the_same_samples(long
         corpus_packs([source], seq_length=16384, pad_seq_to_mult=4)
 
 
-#: What ``longpack check`` says of a recommended hybrid-CP mode's overrides, as docs/guide/plan-data.md
-#: documents it: LP-HCP-009 always (Bridge does not schedule hybrid CP), LP-HCP-007 when the cap is at most
-#: half of seq_length / CP, LP-CFG-003 (info) since the overrides carry no model architecture; no error.
+#: What ``longpack check`` says of a recommended mode's overrides, as docs/guide/plan-data.md documents it:
+#: LP-HCP-009 for hybrid CP and DP-balanced packing (Bridge does not schedule them), LP-HCP-007 when the cap
+#: is at most half of seq_length / CP, LP-CFG-003 (info) since the overrides carry no model architecture;
+#: no error.
 DOCUMENTED = {"LP-HCP-009", "LP-HCP-007", "LP-CFG-003"}
 
 
-def test_a_recommended_hybrid_mode_is_checked_and_the_printed_command_agrees():
+@pytest.mark.parametrize("mode", CP_MODES[1:])
+def test_a_recommended_mode_is_checked_and_the_printed_command_agrees(mode):
     from typer.testing import CliRunner
 
     from longpack.cli.app import app
@@ -105,12 +108,15 @@ def test_a_recommended_hybrid_mode_is_checked_and_the_printed_command_agrees():
     plan = plan_cp_modes(
         packs, model="llama3_1_8b", gpu="h100", gpus=64, tp=1, cp=16, gbs=4, pack_size=131072
     )
-    assert plan.recommended == "hybrid"
+    assert plan.recommended == "dynamic_cp"
+    if mode != plan.recommended:  # the pasted keys of every mode pass check; pick it at its fastest cap
+        from dataclasses import replace
+
+        plan = replace(plan, recommended=mode, recommended_cap=plan.best(mode).max_seqlen_per_rank)
     check = mode_check(pick, config.request, plan, gpus=64)
     assert check is not None and not check.errors
-    assert {f["id"] for f in check.findings} <= DOCUMENTED and "LP-HCP-009" in {
-        f["id"] for f in check.findings
-    }
+    ids = {f["id"] for f in check.findings}
+    assert ids <= DOCUMENTED and ("LP-HCP-009" in ids) == (mode != "dynamic_cp")
     keys = [line.split("=", 1)[0] for line in check.overrides]
     assert (
         len(keys) == len(set(keys))

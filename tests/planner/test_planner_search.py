@@ -70,7 +70,8 @@ def test_search_returns_only_valid_fitting_layouts(model, gpu, n, s) -> None:
         explained = f"CP {lay.cp}: {req.seq_length // lay.cp} tokens per CP rank" in reasons
         assert explained == (lay.cp > 1 or rule_of_thumb_cp(req.seq_length) > 1)
         assert ("pipeline bubble" in reasons) == (lay.pp > 1)
-        assert f"memory {cand.memory.total_gib:.1f} of {req.memory_budget_gib:.1f} GiB" in reasons
+        assert f"memory {cand.memory.total_gib:.1f} GiB (rank {cand.memory.rank})" in reasons
+        assert cand.memory.total_gib * (1 + req.memory_margin) <= req.memory_budget_gib + 1e-9
 
 
 def test_every_enumerated_layout_is_valid() -> None:

@@ -75,3 +75,47 @@ def test_check_explain_prints_sources_versions_and_recipes() -> None:
     assert as_json["sources"] == ["NVIDIA/Megatron-LM@2d6e946bab:megatron/core/model_parallel_config.py"]
     bad = CliRunner().invoke(app, ["check", "--explain", "LP-MTP-01"])
     assert bad.exit_code == 2 and "nearest: LP-MTP-001" in bad.output and "Traceback" not in bad.output
+
+
+def test_every_error_is_one_bridge_or_megatron_core_refuses() -> None:
+    from longpack.rules.recipes import EXPECTED_ERRORS
+
+    errors = {(r["recipe"], e) for r in bridge_recipes() for e in r["errors"]}
+    assert errors == set(EXPECTED_ERRORS), (errors - set(EXPECTED_ERRORS), set(EXPECTED_ERRORS) - errors)
+    assert all("@" in why and ".py:" in why for why in EXPECTED_ERRORS.values())
+
+
+def test_the_harness_reads_what_the_recipe_files_leave_to_constants_helpers_and_locals() -> None:
+    by = _by_name()
+    # NEMOTRON_3_ULTRA_OPENMATHINSTRUCT2_SEQ_LENGTH = 4096 at module level -> the packing specs
+    ultra = by["nemotron_3_ultra_sft_192gpu_h100_bf16_openmathinstruct2_packed_config"]["keys"]
+    assert ultra["dataset.offline_packing_specs.packed_sequence_size"] == 4096
+    # deepseek_v4_flash_sft_32gpu_h100_bf16_config imported as deepseek_v4_flash_sft_config
+    ds = by["deepseek_v4_flash_sft_openmath_thinking_packed_config"]["keys"]
+    assert ds["dataset.offline_packing_specs.packed_sequence_size"] == ds["model.seq_length"] == 4096
+    # _apply_k_exaone_2_0_topology(cfg, pipeline_model_parallel_size=16, ...)
+    assert (
+        by["exaone_moe_2_0_750b_a37_sft_512gpu_h100_bf16_config"]["keys"][
+            "model.pipeline_model_parallel_size"
+        ]
+        == 16
+    )
+    # model_cfg = WanModelProvider(...); model_cfg.context_parallel_size = 8; dataset = WanDatasetConfig(...)
+    wan = by["wan_1_3b_pretrain_8gpu_h100_bf16_config"]["keys"]
+    assert wan["model.context_parallel_size"] == 8 and wan["dataset._target_"] == "WanDatasetConfig"
+
+
+def test_cp_loss_rules_skip_datasets_bridge_does_not_assert_on() -> None:
+    r = _by_name()["wan_1_3b_text2video_pretrain_4gpu_h100_bf16_config"]
+    assert r["keys"]["model.context_parallel_size"] == 4 and r["keys"]["ddp.average_in_collective"]
+    assert {"LP-CP-002", "LP-CP-003"}.isdisjoint(f.rule_id for f in check_recipe(r))
+    sft = dict(r, keys={k: v for k, v in r["keys"].items() if k != "dataset._target_"})
+    assert {"LP-CP-002", "LP-CP-003"} <= {f.rule_id for f in check_recipe(sft)}
+
+
+def test_dynamic_width_rounding_that_divides_the_pad_multiple_adds_no_segment() -> None:
+    r = _by_name()["glm52_sft_416gpu_h100_bf16_config"]  # CP=16: rows of 32-multiples, rounded to 16
+    assert r["keys"]["dataset.offline_packing_specs.pad_seq_to_mult"] == 32
+    assert "LP-PACK-013" not in {f.rule_id for f in check_recipe(r)}
+    coarse = dict(r, keys=dict(r["keys"], **{"dataset.dataset_kwargs.pad_seq_length_to_mult": 48}))
+    assert "LP-PACK-013" in {f.rule_id for f in check_recipe(coarse)}  # 32 -> 48 adds 16 tokens

@@ -40,7 +40,9 @@ BRIDGE_VISUAL_KEYS = (
 )
 
 
-def bridge_packed_batch(sequences, *, sequence_length, pad_to_multiple_of, pad_to_max_length=False) -> dict:
+def bridge_packed_batch(
+    sequences, *, sequence_length, pad_to_multiple_of, pad_to_max_length=False, pad_token_id=0
+) -> dict:
     rows = [s.row for s in sequences]
     lengths = [int(r["input_ids"].numel()) for r in rows]
     m = pad_to_multiple_of
@@ -51,7 +53,7 @@ def bridge_packed_batch(sequences, *, sequence_length, pad_to_multiple_of, pad_t
         physical[-1] += sequence_length - sum(physical)
     total = sum(physical)
     out = {
-        "input_ids": torch.zeros((1, total), dtype=rows[0]["input_ids"].dtype),
+        "input_ids": torch.full((1, total), pad_token_id, dtype=rows[0]["input_ids"].dtype),
         "position_ids": torch.zeros((1, total), dtype=rows[0]["position_ids"].dtype),
         "attention_mask": None,
         "labels": torch.full((1, total), -100, dtype=rows[0]["labels"].dtype),

@@ -28,6 +28,7 @@ def test_registry_names_every_family_and_refuses_others() -> None:
         "nemotron_vl",
         "glm4v",
         "kimi_vl",
+        "qwen3_5_vl",
     }
     assert all(FAMILIES[name].name == name for name in FAMILIES)
     with pytest.raises(ConfigError, match="unknown VLM family 'llava'"):

@@ -111,8 +111,13 @@ def bridge_gemma3_rows(examples: list[dict], processor) -> list:
     return out
 
 
-def test_packed_batch_equals_bridge_in_batch_packing() -> None:
-    processor = gemma3_processor()
+@pytest.mark.parametrize("pad_last", [False, True], ids=["pad-0", "pad-3"])
+def test_packed_batch_equals_bridge_in_batch_packing(pad_last: bool) -> None:
+    """Gaps get the tokenizer's pad id, as ``gemma3_vl_collate_fn`` passes it (0 only for the released
+    tokenizer's order; ``pad-3`` swaps ``<pad>`` and ``<unk>``)."""
+    processor = gemma3_processor(pad_last=pad_last)
+    pad_id = int(processor.tokenizer.pad_token_id)
+    assert pad_id == (3 if pad_last else 0)
     prep = vlm_family("gemma3").preparer(processor=processor, max_images=None, max_visual_tokens=None)
     samples = random_samples(6, seed=9, max_images=2, max_side=300)
     examples = []
@@ -124,7 +129,17 @@ def test_packed_batch_equals_bridge_in_batch_packing() -> None:
     assert sum(int(s.row["loss_mask"].sum()) for s in ours) > 0
     for multiple, length in ((1, None), (8, 4096)):
         kwargs = {"sequence_length": length, "pad_to_multiple_of": multiple}
-        assert_same_batch(build_visual_thd_batch(ours, **kwargs), bridge_packed_batch(theirs, **kwargs))
+        expected = bridge_packed_batch(theirs, pad_token_id=pad_id, **kwargs)
+        assert_same_batch(build_visual_thd_batch(ours, **kwargs), expected)
+        collated = VisualInBatchCollator(prep.prepare, **kwargs)(samples)
+        assert torch.equal(collated["input_ids"], expected["input_ids"])
+    if pad_last:  # the gaps hold the pad id
+        gapped = build_visual_thd_batch(ours, sequence_length=4096, pad_to_multiple_of=8)
+        cu, padded = gapped["cu_seqlens_q"].tolist(), gapped["cu_seqlens_q_padded"].tolist()
+        gaps = [
+            gapped["input_ids"][0, padded[i] + (cu[i + 1] - cu[i]) : padded[i + 1]] for i in range(len(ours))
+        ]
+        assert sum(g.numel() for g in gaps) > 0 and all(bool((g == 3).all()) for g in gaps)
     batch = build_visual_thd_batch(ours, sequence_length=None)
     # 1-D positions restart at every sequence; one image's soft tokens stay one run inside its sequence.
     starts = batch["cu_seqlens_q"].tolist()

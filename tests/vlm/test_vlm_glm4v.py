@@ -26,13 +26,19 @@ from longpack import choices
 from longpack.runtime.in_batch import build_glm4v_thd_batch
 from longpack.vlm import SampleError, VLMError
 from longpack.vlm.families import FAMILIES, Glm4vFamily, vlm_family
-from longpack.vlm.families.glm4v import IMAGE_TOKEN_ID, VIDEO_TOKEN_ID, mm_token_type_ids
+from longpack.vlm.families.glm4v import (
+    IMAGE_TOKEN_ID,
+    VIDEO_END_ID,
+    VIDEO_START_ID,
+    mm_token_type_ids,
+)
 from longpack.vlm.vision import image_size
 from vlm_helpers import png_bytes
 
 transformers = pytest.importorskip("transformers")
 glm4v = pytest.importorskip("transformers.models.glm4v")
 
+IMAGE_START_ID, IMAGE_END_ID = 151339, 151340  # Glm4vConfig's <|begin_of_image|> / <|end_of_image|>
 SIZES = [(1, 1), (27, 27), (28, 28), (33, 20), (100, 1000), (1000, 100), (224, 224), (300, 250), (640, 480),
          (480, 640), (20, 3000), (57, 113)]  # fmt: skip
 LARGE = [(1280, 720), (1920, 1080), (3000, 2500), (4000, 3000)]  # the last two: over max_pixels, scaled down
@@ -117,19 +123,37 @@ def sequences(draw):
         elif kind == "video":
             t = draw(st.integers(1, 3))
             videos.append([t, h, w])
-            for _ in range(t):  # GLM's processor puts a timestamp text between frames
-                ids += [VIDEO_TOKEN_ID] * (h * w // 4) + [7]
+            # the chat template's video brackets around Glm4vProcessor.replace_video_token's frames: each
+            # <|begin_of_image|> image tokens <|end_of_image|> and the frame's second
+            ids.append(VIDEO_START_ID)
+            for second in range(t):
+                ids += [IMAGE_START_ID, *[IMAGE_TOKEN_ID] * (h * w // 4), IMAGE_END_ID, 15 + second]
+            ids.append(VIDEO_END_ID)
     return ids, images, videos
+
+
+def processor_token_types(ids: list[int]) -> list[int]:
+    """``Glm4vProcessor.create_mm_token_type_ids`` itself on a bare processor (it reads three ids)."""
+    processor = object.__new__(glm4v.processing_glm4v.Glm4vProcessor)
+    processor.__dict__.update(
+        image_token_id=IMAGE_TOKEN_ID, video_start_id=VIDEO_START_ID, video_end_id=VIDEO_END_ID
+    )
+    return processor.create_mm_token_type_ids([ids])[0]
 
 
 @settings(max_examples=60, deadline=None)
 @given(sequences())
 def test_positions_equal_get_rope_index(case) -> None:
+    """Without ``mm_token_type_ids`` too: the types are the processor's, from the video brackets."""
     ids, images, videos = case
-    types_ = mm_token_type_ids(ids)
+    types_ = processor_token_types(ids)
+    assert mm_token_type_ids(ids).tolist() == types_
     expected = transformers_rope_index(torch.tensor(ids), torch.tensor(types_), images, videos)
-    ours = vlm_family("glm4v").position_ids(ids, {"image_grid_thw": images, "video_grid_thw": videos})
+    grids = {"image_grid_thw": images, "video_grid_thw": videos}
+    ours = vlm_family("glm4v").position_ids(ids, grids)
     assert ours.tolist() == expected.tolist()
+    given_types = vlm_family("glm4v").position_ids(ids, {**grids, "mm_token_type_ids": types_})
+    assert given_types.tolist() == expected.tolist()
 
 
 def test_position_errors_are_sample_errors() -> None:

@@ -196,7 +196,9 @@ def test_truncated_image_fails_to_decode_with_its_file(tmp_path) -> None:
 def test_structural_errors_are_named() -> None:
     prep = preparer()
     chat = [{"role": "user", "content": "<image>Q"}, {"role": "assistant", "content": "A"}]
-    with pytest.raises(VLMError, match="more image parts/placeholders than the 0 images given"):
+    with pytest.raises(
+        VLMError, match="more image placeholders / image parts without a source than the 0 images"
+    ):
         prep.prepare({"messages": chat})
     with pytest.raises(VLMError, match="2 images given but the conversation places 1"):
         prep.prepare({"messages": chat, "images": [make_image(30, 30)] * 2})

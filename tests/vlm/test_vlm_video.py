@@ -171,21 +171,31 @@ def test_prepared_video_tokens_equal_the_processor_rule_and_the_image_processor_
     )
 
 
+def normalized(frames: np.ndarray, height: int, width: int) -> torch.Tensor:
+    """Frames resized and normalized as the video processor does (``[n, 3, height, width]`` float32); the
+    whole of it is checked against the real processors in ``test_vlm_video_pixels.py``."""
+    from longpack.vlm.video import RESCALE_FACTOR, processor_resize
+
+    mean = torch.tensor(VideoConfig().image_mean) * (1.0 / RESCALE_FACTOR)
+    std = torch.tensor(VideoConfig().image_std) * (1.0 / RESCALE_FACTOR)
+    resized = processor_resize(frames, (height, width)).to(torch.float32)
+    return (resized - mean.view(-1, 1, 1)) / std.view(-1, 1, 1)
+
+
 def test_video_pixels_are_the_video_processors_patches_of_the_sampled_frames() -> None:
-    """Each frame resized and normalized by the image processor, stacked, and cut by the video processor's
-    own ``patchify``: the preparer's ``pixel_values_videos`` (frames differ, so a swapped pair shows)."""
-    transformers_video_functions()
+    """Each frame resized and normalized as the video processor does, stacked, and cut by the video
+    processor's own ``patchify``: the preparer's ``pixel_values_videos`` (frames differ, so a swapped pair
+    shows)."""
+    _, smart_resize, _ = transformers_video_functions()
     patchify = transformers_video_functions.patchify
     prep = preparer(max_visual_tokens=None)
     data = video_bytes(20, 10, 64, 48)
     prepared = prep.prepare({"messages": CHAT, "videos": [data]}, key="v")
     frames = read_video(data, VideoConfig(), key="v")
-    size = {"shortest_edge": VideoConfig().min_pixels, "longest_edge": VideoConfig().max_pixels}
-    out = prep.image_processor(images=list(frames), return_tensors="pt", size=size)
-    _, gh, gw = (int(x) for x in out["image_grid_thw"][0])
-    # undo the image processor's patch layout (gh/2, gw/2, 2, 2, C, T, 14, 14) -> one [C, H, W] frame each
-    rows = out["pixel_values"].reshape(len(frames), gh // 2, gw // 2, 2, 2, 3, 2, 14, 14)[:, :, :, :, :, :, 0]
-    images = rows.permute(0, 5, 1, 3, 6, 2, 4, 7).reshape(len(frames), 3, gh * 14, gw * 14)
+    rh, rw = smart_resize(
+        48, 64, factor=28, min_pixels=VideoConfig().min_pixels, max_pixels=VideoConfig().max_pixels
+    )
+    images = normalized(frames, rh, rw)
     expected, t, h, w = patchify(None, images[None], patch_size=14, merge_size=2, temporal_patch_size=2)
     assert (t, h, w) == tuple(prepared.visual_values["video_grid_thw"][0].tolist())
     torch.testing.assert_close(prepared.visual_values["pixel_values_videos"], expected[0], rtol=0, atol=0)
@@ -233,12 +243,8 @@ def test_frame_lists_are_kept_as_bridge_gives_them_to_the_video_processor() -> N
     length = prep.length(sample, key="f")
     assert (length.tokens, length.prepared_nbytes) == (prepared.sequence_length, prepared.nbytes)
     # pixels: the video processor's patchify of the 5 frames and the last one again
-    size = {"shortest_edge": VideoConfig().min_pixels, "longest_edge": VideoConfig().max_pixels}
-    decoded = [np.asarray(decode_image(f)) for f in frames]
-    out = prep.image_processor(images=[*decoded, decoded[-1]], return_tensors="pt", size=size)
-    gh, gw = rh // 14, rw // 14
-    rows = out["pixel_values"].reshape(6, gh // 2, gw // 2, 2, 2, 3, 2, 14, 14)[:, :, :, :, :, :, 0]
-    images = rows.permute(0, 5, 1, 3, 6, 2, 4, 7).reshape(6, 3, rh, rw)
+    decoded = np.stack([np.asarray(decode_image(f)) for f in frames])
+    images = normalized(decoded, rh, rw)  # patchify repeats the last frame up to a pair
     expected = patchify(None, images[None], patch_size=14, merge_size=2, temporal_patch_size=2)[0]
     torch.testing.assert_close(prepared.visual_values["pixel_values_videos"], expected[0], rtol=0, atol=0)
     # 70 frames: the first 60 are kept

@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from longpack.balance.cp_groups import InfeasibleCPSchedule, cp_group_sizes, schedule_reason
 from longpack.errors import ConfigError
 from longpack.topology import ranks_needed
 
@@ -88,6 +89,19 @@ class HybridCPSchedule:
         """Sum over groups of the mean rank work: the step's length if every group were balanced."""
         return sum(sum(w) / len(w) for w in (group.rank_work() for group in self.groups))
 
+    def infeasible_reason(self) -> str | None:
+        """Why Megatron-Core cannot run this schedule (a sub-sample on ranks with no hybrid-CP process group,
+        :mod:`longpack.balance.cp_groups`), or ``None``. The scheduler itself does not check this: on 8 ranks it
+        can place a 4-rank sub-sample on ranks 2-5, where the 4-rank groups are 0-3 and 4-7.
+
+        >>> s = schedule_hybrid_cp([161, 108, 144, 178, 67, 254, 214, 146, 209], max_seqlen_per_rank=100,
+        ...                        dp_cp_size=8)
+        >>> s.infeasible_reason().split(",")[0]
+        'sub-sample 8 on ranks 2-5 of 8'
+        """
+        sizes = cp_group_sizes(self.dp_cp_size, scheme="hybrid")
+        return schedule_reason((g.sample_ids for g in self.groups), self.dp_cp_size, sizes)
+
 
 def schedule_hybrid_cp(
     lengths: Sequence[int], *, max_seqlen_per_rank: int, dp_cp_size: int
@@ -96,8 +110,16 @@ def schedule_hybrid_cp(
 
     ``lengths[i]`` is sub-sample ``i``'s length (the non-empty ``cu_seqlens`` segments of every packed row of
     the global batch, DP rank 0's rows first, as ``HybridCPDataLoaderWrapper`` numbers them);
-    ``dp_cp_size`` is the DP x CP group size. Raises ``ConfigError`` where Megatron would fail (a sub-sample
-    needing more ranks than the group has).
+    ``dp_cp_size`` is the DP x CP group size. Raises :class:`~longpack.balance.cp_groups.InfeasibleCPSchedule`
+    (a ``ConfigError``) where Megatron's scheduler fails: a sub-sample needing more ranks than the group has,
+    or idle ranks it cannot fill (``fill_empty_gpus`` widens a group past the last rank: an ``IndexError`` in
+    Megatron). A schedule it returns may still put a sub-sample on ranks with no process group: see
+    :meth:`HybridCPSchedule.infeasible_reason`.
+
+    >>> schedule_hybrid_cp([400, 400], max_seqlen_per_rank=100, dp_cp_size=10)
+    Traceback (most recent call last):
+    ...
+    longpack.balance.cp_groups.InfeasibleCPSchedule: hybrid CP on 10 DP x CP ranks: to fill idle ranks 8-9, Megatron-Core's scheduler (fill_empty_gpus) widens the 4-rank group on ranks 0-3 to 8 ranks and pushes the ranks after it past rank 9 (an IndexError in Megatron); this cap cannot run hybrid CP on 10 ranks: choose another max_seqlen_per_dp_cp_rank or a power-of-two DP x CP
 
     >>> s = schedule_hybrid_cp([100, 90, 80, 70], max_seqlen_per_rank=128, dp_cp_size=2)
     >>> [g.sample_ids for g in s.groups]
@@ -109,12 +131,13 @@ def schedule_hybrid_cp(
     items = [(i, int(n)) for i, n in enumerate(lengths) if int(n) > 0]
     for sample_id, n in items:
         if ranks_needed(n, max_seqlen_per_rank) > dp_cp_size:
-            raise ConfigError(
+            raise InfeasibleCPSchedule(
                 f"sub-sample {sample_id} of {n} tokens needs {ranks_needed(n, max_seqlen_per_rank)} ranks at "
                 f"max_seqlen_per_dp_cp_rank={max_seqlen_per_rank}, more than the DP x CP group's {dp_cp_size}; "
                 "Megatron-Core's scheduler fails on it. Raise max_seqlen_per_dp_cp_rank to at least "
                 f"{-(-n // dp_cp_size)} or pack shorter rows",
                 fields="max_seqlen_per_dp_cp_rank",
+                mode="hybrid",
             )
     # Longest first; equal lengths keep their order (a stable sort, as Megatron's sorted()).
     pending = sorted(items, key=lambda item: item[1], reverse=True)
@@ -278,10 +301,21 @@ def _widen_into_idle_ranks(
         first, last = members[gid][0], members[gid][-1]
         idle = next(r for r in range(total) if not lens[r])
         if all(lens[idle : idle + gain]):
-            raise ConfigError(
+            raise InfeasibleCPSchedule(
                 "hybrid CP: idle ranks were found but too few to widen a group; Megatron-Core's scheduler "
                 "fails here too. Raise max_seqlen_per_dp_cp_rank",
                 fields="max_seqlen_per_dp_cp_rank",
+                mode="hybrid",
+            )
+        if idle + gain > total:  # Megatron writes rank idle - 1 + gain: past the last rank
+            raise InfeasibleCPSchedule(
+                f"hybrid CP on {total} DP x CP ranks: to fill idle ranks {idle}-{total - 1}, Megatron-Core's "
+                f"scheduler (fill_empty_gpus) widens the {narrowest}-rank group on ranks {first}-{last} to "
+                f"{wider} ranks and pushes the ranks after it past rank {total - 1} (an IndexError in Megatron); "
+                f"this cap cannot run hybrid CP on {total} ranks: choose another max_seqlen_per_dp_cp_rank or a "
+                "power-of-two DP x CP",
+                fields="max_seqlen_per_dp_cp_rank",
+                mode="hybrid",
             )
         shifted_lens, shifted_ids = lens[last + 1 : idle], ids[last + 1 : idle]
         new_lens: list[list[int]] = [[] for _ in range(total)]

@@ -51,9 +51,9 @@ def compare_packings(
     pp: int,
     gbs: int,
     micro_batch_size: int = 1,
-    schedule: str = "1f1b",
+    schedule: str = choices.SCHEDULE_1F1B,
     vpp: int = 1,
-    sampler: str = "batch",
+    sampler: str = choices.BATCH_SAMPLER,
     seed: int = 0,
 ) -> list[PackingReport]:
     """Pack with Megatron-Bridge's ``first_fit_shuffle``, ``best_fit_decreasing`` and ``balanced_pack``.

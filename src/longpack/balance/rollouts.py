@@ -60,7 +60,7 @@ from longpack.choices import (
     ROLLOUT_FILLS,
 )
 from longpack.errors import ConfigError
-from longpack.topology import pad_seq_to_mult, zigzag_source_indices
+from longpack.topology import align_up, pad_seq_to_mult, zigzag_source_indices
 
 __all__ = ["ROLLOUT_DISTRIBUTIONS", "RankBins", "RolloutPacking", "RolloutPackingError", "pack_rollouts"]
 
@@ -346,12 +346,12 @@ def pack_rollouts(
     if bin_size % multiple:
         raise RolloutPackingError(
             f"bin_size {bin_size} is not a multiple of seq_length_multiple {multiple}; use a bin size such "
-            f"as {-(-bin_size // multiple) * multiple}"
+            f"as {align_up(bin_size, multiple)}"
         )
     model = _DEFAULT_COST if cost_model is None else cost_model
     rollouts = _as_rollouts(token_ids)
     lengths = np.array([r.size for r in rollouts], dtype=np.int64)
-    slots = -(-lengths // multiple) * multiple
+    slots = align_up(lengths, multiple)
     too_long = np.flatnonzero(slots > bin_size)
     if too_long.size:
         i = int(too_long[0])

@@ -74,11 +74,11 @@ def _slot_table(*, dp: int, gbs: int, micro_batch_size: int, sampler: str) -> tu
     m = micro_batches_per_rank(dp=dp, gbs=gbs, micro_batch_size=micro_batch_size)
     del m
     p = np.arange(gbs, dtype=np.int64)
-    if sampler == "batch":
+    if sampler == choices.BATCH_SAMPLER:
         # Megatron-Bridge MegatronPretrainingBatchSampler: rank r reads rows r, r+DP, r+2·DP, ... of the
         # global batch; the training loop then cuts that list into micro-batches of MBS rows in order.
         return p % dp, (p // dp) // micro_batch_size
-    if sampler == "single":
+    if sampler == choices.SINGLE_SAMPLER:
         # Megatron-LM MegatronPretrainingSampler: every MBS·DP consecutive rows form one micro-batch
         # round; rank r reads rows [r·MBS, (r+1)·MBS) of the round.
         return (p % (micro_batch_size * dp)) // micro_batch_size, p // (micro_batch_size * dp)
@@ -86,7 +86,7 @@ def _slot_table(*, dp: int, gbs: int, micro_batch_size: int, sampler: str) -> tu
 
 
 def pack_slots(
-    num_packs: int, *, dp: int, gbs: int, micro_batch_size: int = 1, sampler: str = "batch"
+    num_packs: int, *, dp: int, gbs: int, micro_batch_size: int = 1, sampler: str = choices.BATCH_SAMPLER
 ) -> PackSlots:
     """Global batch (step), DP rank and micro-batch of each pack, for packs read in file order.
 
@@ -110,7 +110,7 @@ def pack_slots(
 
 
 def positions_for_slots(
-    *, dp: int, gbs: int, micro_batch_size: int = 1, sampler: str = "batch"
+    *, dp: int, gbs: int, micro_batch_size: int = 1, sampler: str = choices.BATCH_SAMPLER
 ) -> np.ndarray:
     """``pos[rank, micro_batch, j]``: position inside a global batch of the ``j``-th pack of that micro-batch.
 
@@ -145,7 +145,7 @@ class _Program:
 def _stage_orders(pp: int, vpp: int, m: int, schedule: str) -> list[list[tuple[bool, int, int]]]:
     """Per stage, the ordered ops ``(is_forward, chunk, micro_batch)`` of Megatron's schedule."""
     orders: list[list[tuple[bool, int, int]]] = []
-    if schedule == "1f1b":
+    if schedule == choices.SCHEDULE_1F1B:
         for stage in range(pp):
             warm = min(pp - stage - 1, m)
             ops = [(True, 0, j) for j in range(warm)]
@@ -235,7 +235,7 @@ def pipeline_makespan(
     micro_batch_costs: Any,
     *,
     pp: int,
-    schedule: str = "1f1b",
+    schedule: str = choices.SCHEDULE_1F1B,
     vpp: int = 1,
     forward_fraction: float = 1.0 / 3.0,
 ) -> np.ndarray:
@@ -255,9 +255,9 @@ def pipeline_makespan(
     m = costs.shape[-1]
     if m < 1:
         raise ConfigError("need at least one micro-batch per rank")
-    if schedule == "1f1b" and vpp != 1:
+    if schedule == choices.SCHEDULE_1F1B and vpp != 1:
         raise ConfigError(f"vpp={vpp} needs schedule='interleaved'; 1F1B runs one model chunk per stage")
-    if schedule == "interleaved" and m % pp:
+    if schedule == choices.SCHEDULE_INTERLEAVED and m % pp:
         raise ConfigError(
             f"the interleaved schedule needs micro-batches per rank (m={m}) to be a multiple of pp={pp} "
             "(Megatron-Core's requirement); raise the global batch or use schedule='1f1b'"
@@ -326,9 +326,9 @@ def simulate_schedule(
     pp: int,
     gbs: int,
     micro_batch_size: int = 1,
-    schedule: str = "1f1b",
+    schedule: str = choices.SCHEDULE_1F1B,
     vpp: int = 1,
-    sampler: str = "batch",
+    sampler: str = choices.BATCH_SAMPLER,
     forward_fraction: float = 1.0 / 3.0,
 ) -> ScheduleResult:
     """Simulate training steps over packs consumed in order (see the module docstring for the model).

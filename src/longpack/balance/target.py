@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from longpack import choices
 from longpack.balance.cost import PackCostModel
 from longpack.balance.schedule import SAMPLERS, SCHEDULES
 from longpack.errors import ConfigError
@@ -40,8 +41,8 @@ class BalanceTarget:
     pp: int = 1
     vpp: int = 1
     micro_batch_size: int = 1
-    schedule: str = "1f1b"
-    sampler: str = "batch"
+    schedule: str = choices.SCHEDULE_1F1B
+    sampler: str = choices.BATCH_SAMPLER
     spec: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:

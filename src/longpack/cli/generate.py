@@ -37,7 +37,14 @@ from longpack.cli.options import FIELD_FLAGS
 from longpack.errors import LongpackError
 from longpack.jobs.options import Option, option_of
 
-__all__ = ["CliField", "add_command", "add_group", "cli_fields"]
+__all__ = [
+    "CliField",
+    "FlagCollisionError",
+    "add_command",
+    "add_group",
+    "check_flag_collisions",
+    "cli_fields",
+]
 
 JSON_FLAG = "--json"
 
@@ -90,6 +97,33 @@ def cli_fields(config_cls: type) -> Iterator[CliField]:
                 inner_spec.cli_type or inner_hints[inner.name],
                 _default(inner),
             )
+
+
+class FlagCollisionError(TypeError):
+    """Two fields of one command (a nested group's flattened fields included) would be set by one flag."""
+
+
+def check_flag_collisions(items: list[CliField], command: str) -> None:
+    """Refuse a command whose fields share a flag (main flag, alias or off switch), once nested groups are
+    flattened: typer would silently give the flag to one of them (``tests/cli/test_flag_collisions.py``).
+    """
+    owner: dict[str, str] = {}
+    for item in items:
+        if item.spec.positional:
+            continue
+        spellings = [*item.flags, *([item.spec.negative] if item.spec.negative else [])]
+        for flag in spellings:
+            field = ".".join(item.path)
+            other = owner.setdefault(flag, field)
+            if other != field:
+                raise FlagCollisionError(
+                    f"{command}: {flag} sets both {other} and {field}; give one of them its own flag "
+                    "(option(flag=...)) or leave it out of the group (nested_except)"
+                )
+    if JSON_FLAG in owner:
+        raise FlagCollisionError(
+            f"{command}: {JSON_FLAG} is every command's own flag; {owner[JSON_FLAG]} takes it"
+        )
 
 
 def _shown_default(item: CliField) -> str | None:
@@ -212,6 +246,7 @@ def _command(
     items = list(cli_fields(config_cls))
     view_items = list(cli_fields(view)) if view is not None else []
     assert not {i.param for i in items} & {i.param for i in view_items}, "a view option shadows a field"
+    check_flag_collisions([*items, *view_items], f"longpack {name}")
     field_names = {f.name for f in dataclasses.fields(config_cls)}
     for item in items:  # error messages name a field by the flag that sets it
         if not item.spec.positional and item.flags[0] != "--" + item.path[-1].replace("_", "-"):

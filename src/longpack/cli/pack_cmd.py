@@ -64,6 +64,7 @@ def print_indexed_summary(summary: dict[str, Any]) -> None:
     echo(
         f"  rows read {c['rows_read']}, malformed {c['malformed']}, documents {summary['documents']}, "
         f"tokens {summary['tokens']}, in {len(summary['prefixes'])} prefix(es)"
+        + (f"; {c['empty']} empty row(s): no document, as preprocess_data.py" if c.get("empty") else "")
     )
     echo(
         f"  GPTDataset at seq_length {g['seq_length']}, seed {g['seed']}: {g['samples']} samples, "
@@ -72,8 +73,19 @@ def print_indexed_summary(summary: dict[str, Any]) -> None:
     )
     for warning in summary["warnings"]:
         echo(f"  warning: {warning}")
-    echo("Megatron-LM: --data-path " + summary["data_path"])
-    echo(f"  inspect it: longpack inspect {summary['prefixes'][0]} --seq-length {g['seq_length']}")
+    import shlex
+
+    args = summary["megatron_args"]
+    echo("Megatron-LM: " + shlex.join(args))
+    rest = args[args.index("--split") :]
+    if not any(ch.isspace() for p in summary["prefixes"] for ch in p):  # the file is split at whitespace
+        echo(f"  or: {shlex.join(['--data-args-path', summary['data_args_path'], *rest])}")
+    b = summary["bridge_dataset"]
+    echo(
+        "Megatron-Bridge GPTDatasetConfig: "
+        + ", ".join(f"{k}={tuple(v) if k == 'blend' else v!r}" for k, v in b.items())
+    )
+    echo(f"  inspect it: longpack inspect {shlex.quote(summary['out'])}")
 
 
 def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:

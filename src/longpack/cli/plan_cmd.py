@@ -29,7 +29,17 @@ PLAN_HELP = "Plan a long-context MoE layout: memory and throughput estimates cal
 
 
 def present_plan(config: Any, result: Any) -> None:
-    _print_candidates(result.search, result.request, reference=reference_lines(result))
+    ref_row = None
+    if result.reference is not None and result.comparison is not None:
+        rank = result.comparison.reference_rank
+        ref_row = (f"ref {rank}" if rank else "ref", result.reference.candidate)
+    _print_candidates(
+        result.search,
+        result.request,
+        reference=reference_lines(result),
+        recommended=result.recommended,
+        ref_row=ref_row,
+    )
     if result.cp_modes is not None:
         for line in cp_mode_lines(result.cp_modes):
             typer.echo(line)
@@ -38,7 +48,13 @@ def present_plan(config: Any, result: Any) -> None:
 
 
 def _print_candidates(
-    result: Any, req: Any, *, show_best: bool = True, reference: list[str] | None = None
+    result: Any,
+    req: Any,
+    *,
+    show_best: bool = True,
+    reference: list[str] | None = None,
+    recommended: Any = None,
+    ref_row: tuple[str, Any] | None = None,
 ) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -53,7 +69,7 @@ def _print_candidates(
         title=(
             f"{req.model.name} on {req.num_gpus}x{req.gpu.name}, seq {req.seq_length}, GBS {req.global_batch}"
             f"{gbs_note}, {req.precision} — {result.layouts_feasible} of {result.layouts_considered} layouts fit "
-            f"{req.memory_budget_gib:.0f} GiB"
+            f"{req.memory_budget_gib:.0f} GiB with the +{req.memory_margin:.0%} memory band"
         )
     )
     for col in (
@@ -70,9 +86,12 @@ def _print_candidates(
         "tok/s/GPU",
     ):
         table.add_column(col, justify="right" if col not in ("layout", "recompute", "dispatch") else "left")
-    for i, c in enumerate(result.candidates, 1):
+    rows = [(str(i), c) for i, c in enumerate(result.candidates, 1)]
+    if ref_row is not None:
+        rows.append(ref_row)
+    for tag, c in rows:
         table.add_row(
-            str(i),
+            tag,
             c.plan.label,
             ",".join(c.options.recompute) or "-",
             f"{c.options.optimizer_offload:.0%}",
@@ -99,9 +118,10 @@ def _print_candidates(
             console.print(f"  - {line}", markup=False, highlight=False)
         return
     if show_best:
-        best = result.candidates[0]
+        best = recommended if recommended is not None else result.candidates[0]
         d = candidate_dict(best, req)
-        console.print(f"Best: {best.plan.label}", markup=False, highlight=False)
+        title = "Recommended" if recommended is not None else "Best"
+        console.print(f"{title}: {best.plan.label}", markup=False, highlight=False)
         for reason in best.reasons:
             console.print(f"  - {reason}", markup=False, highlight=False)
         mem = d["memory"]
@@ -224,12 +244,33 @@ def present_evaluate(config: Any, result: Any) -> None:
         return "n/a" if math.isnan(x) else f"{x:.1%}"
 
     bands = Table(
-        title="TFLOP/s/GPU error by context band (median |error|, median signed error, p90 |error|)"
+        title=(
+            "Step-time error (measured / predicted - 1) by context band: median |error|, median signed, p90 |error|;"
+            " LOSO = leave-one-source-out; coverage = share of LOSO residuals inside the printed 80 % band built "
+            "without their source (widened: the factor on the conformal 80 % quantile that makes it hold; unwidened: "
+            "the coverage without it)"
+        )
     )
-    for col in ("band", "n", "in-sample median", "signed", "p90", "LOMO median", "LOMO signed", "LOMO p90"):
+    for col in (
+        "band",
+        "n",
+        "in-sample median",
+        "signed",
+        "p90",
+        "LOMO median",
+        "LOSO median",
+        "LOSO signed",
+        "LOSO p90",
+        "band (median)",
+        "widened",
+        "coverage",
+        "unwidened",
+    ):
         bands.add_column(col, justify="left" if col == "band" else "right")
     for band, st in summary.bands.items():
         lb = (summary.lomo_bands or {}).get(band)
+        sb = (summary.loso_bands or {}).get(band)
+        cov = (summary.coverage or {}).get(band)
         bands.add_row(
             band,
             str(st.n),
@@ -237,8 +278,13 @@ def present_evaluate(config: Any, result: Any) -> None:
             pct(st.median_error),
             pct(st.p90_ape),
             pct(lb.median_ape) if lb else "-",
-            pct(lb.median_error) if lb else "-",
-            pct(lb.p90_ape) if lb else "-",
+            pct(sb.median_ape) if sb else "-",
+            pct(sb.median_error) if sb else "-",
+            pct(sb.p90_ape) if sb else "-",
+            f"± {pct(cov['median_width'])}" if cov else "-",
+            f"x{cov['level']:.2f}" if cov else "-",
+            pct(cov["coverage"]) if cov else "-",
+            pct(cov["coverage_at_plain_80"]) if cov else "-",
         )
     console.print(bands)
     console.print(

@@ -16,6 +16,7 @@ def present(config: Any, result: Any) -> None:
     typer.echo(
         f"token store -> {summary['store']}: {summary['samples']} samples, {summary['tokens']} tokens from "
         f"{summary['inputs']} input file(s), tokenizer {summary['tokenizer']}, format {summary['format']}"
+        + (f", in {summary['shards']} shards" if "shards" in summary else "")
     )
     typer.echo(f"  pack it: longpack pack --store {summary['store']} --seq-length N --out OUT")
 

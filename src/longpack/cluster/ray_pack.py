@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from longpack import choices
 from longpack.choices import DEFAULT_IDS_DTYPE
 from longpack.errors import BackendError
 from longpack.outputs import sha256_file
@@ -204,6 +205,7 @@ def _tokenize_chunks(
             "rows_read",
             "worker",
             "columns",
+            "empty",
         )
     }
     out["rss"] = []
@@ -229,6 +231,11 @@ def _tokenize_chunks(
         out["lengths"].append(b"".join(p.lengths.astype(np.int64).tobytes() for p in parts))
         out["rows"].append(b"".join(p.rows.astype(np.int64).tobytes() for p in parts))
         out["malformed"].append(json.dumps([m for p in parts for m in p.malformed]))
+        empty, before = [], 0
+        for p in parts:  # (row, samples of the chunk before it)
+            empty += [(r, before + k) for r, k in p.empty]
+            before += len(p.lengths)
+        out["empty"].append(json.dumps(empty))
         out["rows_read"].append(sum(p.rows_read for p in parts))
         columns: dict[str, int] = {}
         for p in parts:
@@ -446,7 +453,8 @@ class RayExecutor:
     name = "ray"
     #: None of ``longpack.choices.EXECUTOR_CAPABILITIES``: the driver holds no tokens, and the workers write
     #: Parquet shards of whole samples.
-    capabilities: ClassVar[frozenset[str]] = frozenset()
+    #: Indexed prefixes from a sharded store (``longpack.jobs.sharded_tokenize``): one Ray task per prefix.
+    capabilities: ClassVar[frozenset[str]] = frozenset({choices.SHARDED_INDEXED})
 
     @classmethod
     def supports(cls, capability: str) -> bool:
@@ -521,6 +529,9 @@ class RayExecutor:
         from longpack.text.tokenizers import as_tokenizer
 
         tok = as_tokenizer(tokenizer)
+        from longpack.text.documents import eod_id
+
+        eod = eod_id(tok, config.eod)  # a bad text.eod fails now, not on every worker
         listing = find_inputs(inputs)
         for f in listing.files:
             if f.kind == "hf" or f.compression or (f.kind == "jsonl" and is_json_array(f.path)):
@@ -541,6 +552,7 @@ class RayExecutor:
         rows_parts: list[np.ndarray] = []
         file_parts: list[np.ndarray] = []
         malformed: list[tuple[str, str]] = []
+        empty: list[tuple[str, int]] = []  # (file:line, samples before it)
         counts: list[int] = []
         dataset = None
         if specs:
@@ -562,7 +574,17 @@ class RayExecutor:
                 )
                 done = ds.materialize()
                 small = done.select_columns(
-                    ["chunk", "lengths", "rows", "malformed", "rows_read", "worker", "rss", "columns"]
+                    [
+                        "chunk",
+                        "lengths",
+                        "rows",
+                        "malformed",
+                        "rows_read",
+                        "worker",
+                        "rss",
+                        "columns",
+                        "empty",
+                    ]
                 )
                 return done, small.take_all()
 
@@ -575,6 +597,8 @@ class RayExecutor:
                 lengths_parts.append(lengths)
                 rows_parts.append(np.frombuffer(r["rows"], dtype=np.int64))
                 file_parts.append(np.full(len(lengths), spec.file_index, dtype=np.int32))
+                before = sum(counts)
+                empty += [(f"{spec.path}:{row}", before + k) for row, k in json.loads(r["empty"])]
                 counts.append(len(lengths))
                 rows_per_file[spec.file_index] += int(r["rows_read"])
                 chunk_malformed = json.loads(r["malformed"])
@@ -591,10 +615,9 @@ class RayExecutor:
             )
         lengths = np.concatenate(lengths_parts) if lengths_parts else np.zeros(0, np.int64)
         if len(lengths) == 0:
-            first = f" (first: {malformed[0][0]}: {malformed[0][1]})" if malformed else ""
-            raise InputError(
-                f"all {rows_read} rows were malformed and skipped{first}; check the format and keys"
-            )
+            from longpack.text.pipeline import no_samples_message
+
+            raise InputError(no_samples_message(rows_read, malformed, len(empty)))
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         total = int(offsets[-1])
@@ -644,6 +667,9 @@ class RayExecutor:
             inputs=input_info,
             skipped_inputs=listing.skipped,
             warnings=(*warnings, *_skipped_warning(listing)),
+            empty=tuple(e for e, _ in empty),
+            empty_before=tuple(k for _, k in empty),
+            eod_id=eod,
         )
         return result, TokenizedDataset(
             dataset=dataset, token_dtype=token_dtype, chunk_first_sample=first_sample
@@ -759,3 +785,52 @@ def _skipped_warning(listing: Any) -> tuple[str, ...]:
         + ", ".join(f"{n} {why}" for why, n in counts.items())
         + " (each listed under skipped_inputs)",
     )
+
+
+def _task(fn: Callable[..., Any], fail: tuple[str, int] | None, first: bool, *args: Any) -> Any:
+    _maybe_fail_once(fail, "task", first)
+    return fn(*args)
+
+
+def run_ray_tasks(
+    fn: Callable[..., Any],
+    arguments: Sequence[tuple[Any, ...]],
+    *,
+    address: str | None = None,
+    workers: int | None = None,
+    fail_once: tuple[str, int] | None = None,
+) -> list[Any]:
+    """``fn(*args)`` for every ``args`` of ``arguments`` as Ray tasks (one CPU each, at most ``workers`` in
+    flight, each retried up to :data:`MAX_TASK_RETRIES` times when its worker dies: ``fn`` must give the
+    same result when run again), on the cluster at ``address`` (or the one this process joined, or a new
+    local one); the results in completion order. A task's ``LongpackError`` is raised as itself.
+    ``fail_once`` (tests): the first task's worker dies as a lost node would (see ``RayExecutor``)."""
+    try:
+        import ray
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise RayBackendError("--backend ray needs Ray: pip install 'longpack[ray]'") from exc
+    started = False
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=MAX_TASK_RETRIES)(_task)
+        pending = [(fn, fail_once, i == 0, *args) for i, args in enumerate(arguments)][::-1]
+        limit = workers or len(pending) or 1
+        in_flight: list[Any] = []
+        out: list[Any] = []
+        while pending or in_flight:
+            while pending and len(in_flight) < limit:
+                in_flight.append(remote.remote(*pending.pop()))
+            ready, in_flight = ray.wait(in_flight, num_returns=1)
+            try:
+                out += ray.get(ready)
+            except Exception as exc:
+                inner = _unwrap(exc, storage=True)
+                if inner is not exc:
+                    raise inner from exc
+                raise RayBackendError(f"a Ray task failed after retries: {exc}") from exc
+        return out
+    finally:
+        if started:
+            ray.shutdown()

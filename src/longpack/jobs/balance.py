@@ -156,16 +156,34 @@ class BalanceConfig:
     pp: int = option(1, help="Pipeline-parallel size.")
     gbs: int = option(help="Global batch size in packs.", cli_type=int)
     mbs: int = option(1, help="Micro-batch size in packs.")
-    schedule: str = option("1f1b", help="Pipeline schedule.", choices=choices.SCHEDULES)
+    schedule: str = option(choices.SCHEDULE_1F1B, help="Pipeline schedule.", choices=choices.SCHEDULES)
     vpp: int = option(1, help="Virtual pipeline stages (interleaved schedule).")
     sampler: str = option(
-        "batch", help="batch (Megatron-Bridge SFT) or single (Megatron-LM).", choices=choices.SAMPLERS
+        choices.BATCH_SAMPLER,
+        help="batch (Megatron-Bridge SFT) or single (Megatron-LM).",
+        choices=choices.SAMPLERS,
     )
     model_shape: str = option(
         "hidden=4096,layers=32,heads=32,kv_heads=8,ffn=14336,vocab=128256",
-        help="Dense model shape for the Megatron FLOP formula (default: Llama-3-8B).",
+        help="Dense model shape for the Megatron FLOP formula, with --tflops (default: Llama-3-8B).",
     )
-    tflops: float = option(400.0, help="Effective TFLOP/s of one pack's TP x CP group.")
+    tflops: float | None = option(
+        None,
+        help=(
+            "Cost packs at this constant TFLOP/s of one pack's TP x CP group (Megatron FLOP formula on "
+            "--model-shape) instead of the planner's step-time model."
+        ),
+        cli_type=float | None,
+    )
+    #: The planner's step-time model (the default cost model): the catalog model, GPU, precision and the
+    #: TP x CP group that runs one pack, so absolute times agree with ``longpack plan`` and ``sweep``.
+    model: str = option("llama3_1_8b", help="Catalog model (or config.json) the planner costs packs for.")
+    gpu: str = option("H100", help="GPU type the planner costs packs on.")
+    precision: str = option(
+        "bf16", help="Precision the planner costs packs in.", choices=choices.BALANCE_PRECISIONS
+    )
+    tp: int = option(1, help="TP size of the group that runs one pack (planner cost model).")
+    cp: int = option(1, help="CP size of the group that runs one pack (planner cost model).")
     seed: int = seed_option()
     out: str | Path | None = option(
         None, help="Write the balanced bin_of_item (.npy); bin id = read order.", cli_type=Path | None
@@ -180,7 +198,10 @@ class BalanceConfig:
         for name in ("pack_size", "dp", "pp", "gbs", "mbs", "vpp"):
             positive_int(getattr(self, name), name)
         seed_value(self.seed)
-        finite_float(self.tflops, "tflops", lo=0.0, lo_open=True)
+        if self.tflops is not None:
+            finite_float(self.tflops, "tflops", lo=0.0, lo_open=True)
+        for name in ("tp", "cp"):
+            positive_int(getattr(self, name), name)
         check_choices(self)
         if self.pp * self.vpp > MAX_STAGES:
             raise ConfigError(
@@ -189,8 +210,29 @@ class BalanceConfig:
                 fields=("pp", "vpp"),
             )
 
-    def run(self) -> BalanceResult:
+    def cost_model(self) -> Any:
+        """The ``PackCostModel``: the planner's step-time model (``longpack.planner.balance_costs``) for
+        ``model`` / ``gpu`` / ``precision`` / ``tp`` / ``cp`` at ``pack_size``, or with ``tflops`` the
+        constant-FLOP-rate model of ``model_shape``."""
         from longpack.balance import PackCostModel
+
+        if self.tflops is not None:
+            return PackCostModel.from_dense_model(
+                flops_per_second=self.tflops * 1e12, **parse_model_shape(self.model_shape)
+            )
+        from longpack.planner.balance_costs import pack_cost_model
+
+        assert self.pack_size is not None
+        return pack_cost_model(
+            model=self.model,
+            gpu=self.gpu,
+            precision=self.precision,
+            tp=self.tp,
+            cp=self.cp,
+            seq_length=self.pack_size,
+        )
+
+    def run(self) -> BalanceResult:
         from longpack.balance.report import compare_packings
         from longpack.outputs import check_output_file
 
@@ -207,9 +249,7 @@ class BalanceConfig:
             )
         assert self.pack_size is not None  # required: checked on construction
         try:
-            cost_model = PackCostModel.from_dense_model(
-                flops_per_second=self.tflops * 1e12, **parse_model_shape(self.model_shape)
-            )
+            cost_model = self.cost_model()
             reports = compare_packings(
                 lengths,
                 self.pack_size,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longpack.errors import ConfigError, LongpackError
 from longpack.option import option
@@ -14,6 +14,9 @@ from longpack.validate import non_negative_int, positive_int
 __all__ = ["EvaluateConfig", "EvaluateResult", "FitConfig", "FitResult"]
 
 CALIBRATION_HELP = "Calibration YAML (default: the packaged file)."
+
+if TYPE_CHECKING:
+    from longpack.planner.calibration import EvaluationSummary
 
 
 def _load_points(calibration: str | Path | None) -> Any:
@@ -33,7 +36,8 @@ class EvaluateConfig:
 
     command_help = (
         "Predicted vs measured TFLOP/s/GPU (and memory): median / p90 absolute percentage error overall and "
-        "by context band (<=8K, 16-32K, 64K+), in-sample and leave-one-model-out."
+        "by context band (<=8K, 16-32K, 64K+), in-sample, leave-one-model-out and leave-one-source-out, with "
+        "the error bands' coverage."
     )
 
     calibration: str | None = option(None, help=CALIBRATION_HELP)
@@ -44,6 +48,14 @@ class EvaluateConfig:
         negative="--no-lomo",
     )
     lomo_rounds: int = option(3, help="Coordinate-search rounds of each LOMO refit.")
+    loso: bool = option(
+        True,
+        help=(
+            "Also refit without each source (publication) and predict its points (leave-one-source-out), "
+            "with the coverage of the error bands on sources they were not built from (~1 min)."
+        ),
+        negative="--no-loso",
+    )
 
     def __post_init__(self) -> None:
         from longpack.validate import plain_fields
@@ -55,14 +67,21 @@ class EvaluateConfig:
         from longpack.planner.calibration import evaluate
 
         points, skipped = _load_points(self.calibration)
-        return EvaluateResult(summary=evaluate(points, skipped, lomo=self.lomo, lomo_rounds=self.lomo_rounds))
+        from dataclasses import replace
+
+        from longpack.planner.uncertainty import band_coverage
+
+        summary = evaluate(points, skipped, lomo=self.lomo, lomo_rounds=self.lomo_rounds, loso=self.loso)
+        if summary.loso is not None:
+            summary = replace(summary, coverage=band_coverage(summary.loso))
+        return EvaluateResult(summary=summary)
 
 
 @dataclass(frozen=True, kw_only=True)
 class EvaluateResult:
     """``longpack.planner.calibration``'s summary: per point, per band, in-sample and LOMO errors."""
 
-    summary: Any
+    summary: EvaluationSummary
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = self.summary.as_dict()
@@ -102,7 +121,7 @@ class FitResult:
 
     out: str
     loss: float
-    summary: Any
+    summary: EvaluationSummary
 
     def to_dict(self) -> dict[str, Any]:
         return {"out": self.out, "loss": self.loss, "evaluation": self.summary.as_dict()}

@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longpack import choices
 from longpack.errors import ConfigError
@@ -34,6 +34,12 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_ERRORS = 0, 1
+
+if TYPE_CHECKING:
+    from longpack.rules.config import LoadedSetup
+    from longpack.rules.packed_data import PackedDataSummary
+    from longpack.rules.registry import Finding, Rule
+    from longpack.rules.versions import UpstreamVersions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,12 +176,12 @@ class CheckResult:
 
     config: str | None
     overrides: tuple[str, ...]
-    loaded: Any  # longpack.rules.LoadedSetup
-    findings: tuple[Any, ...] = ()
-    packed: Any = None  # longpack.rules.PackedDataSummary | None
-    versions: Any = None  # longpack.rules.versions.UpstreamVersions
+    loaded: LoadedSetup
+    findings: tuple[Finding, ...] = ()
+    packed: PackedDataSummary | None = None
+    versions: UpstreamVersions | None = None
     #: Rules whose version ranges leave the checked versions out (not applied).
-    not_applied: tuple[Any, ...] = ()
+    not_applied: tuple[Rule, ...] = ()
 
     @property
     def setup(self) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longpack.errors import ConfigError
 from longpack.jobs.options import seed_option
@@ -24,6 +24,9 @@ __all__ = ["MAX_CP", "CpCheckConfig", "CpCheckResult"]
 #: CP sizes at most: every rank is a real process on this machine.
 MAX_CP = 64
 DTYPES = ("float64", "float32")
+
+if TYPE_CHECKING:
+    from longpack.runtime.cp_check import CPCheckCase
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +81,7 @@ class CpCheckConfig:
 class CpCheckResult:
     """One ``longpack.runtime.cp_check.CpCheckCase`` per (CP size, batch, dtype)."""
 
-    cases: tuple[Any, ...]
+    cases: tuple[CPCheckCase, ...]
 
     @property
     def ok(self) -> bool:

@@ -48,6 +48,11 @@ class InspectConfig:
         None, help="Indexed data: samples GPTDataset draws (train_iters * GBS; default one epoch)."
     )
     sample: int | None = option(None, help="Indexed data: show this sample's documents and cu_seqlens.")
+    eod_id: int | None = option(
+        None,
+        help="Indexed data: the EOD id where positions restart (default: the manifest's; a bare prefix: "
+        "every document end).",
+    )
 
     def __post_init__(self) -> None:
         from longpack.validate import plain_fields
@@ -69,11 +74,12 @@ class InspectConfig:
                     split=self.split,
                     num_samples=self.num_samples,
                     sample=self.sample,
+                    eod_id=self.eod_id,
                 )
             )
 
         if is_store(self.folder):  # a token store (longpack tokenize): what it holds, whether it is current
-            return InspectResult(report=TokenStore.open(self.folder).report(verify=self.verify))
+            return InspectResult(report=TokenStore.open(self.folder, join=False).report(verify=self.verify))
         if self.plot is not None:
             check_output_file(Path(self.plot), field="plot")  # before the (long) verification
         report = inspect_output(Path(self.folder), verify=self.verify, no_manifest_ok=self.no_manifest_ok)

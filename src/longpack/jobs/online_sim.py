@@ -89,7 +89,7 @@ class OnlineSimConfig:
     )
     buffer_sizes: str | Sequence[int] = option("8,16,64,256,1024,4096", help="Comma-separated.", cli_type=str)
     workload: str = option(
-        "lognormal", help="Synthetic workload of sample lengths.", choices=choices.WORKLOADS
+        choices.LOGNORMAL_WORKLOAD, help="Synthetic workload of sample lengths.", choices=choices.WORKLOADS
     )
     lengths_file: str | Path | None = option(
         None,

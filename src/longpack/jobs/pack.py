@@ -51,7 +51,8 @@ from longpack.text.rows import TextConfig
 if TYPE_CHECKING:
     from longpack.jobs.executors import PackExecutor
     from longpack.packed.formats import OutputFormat
-    from longpack.packed.pipeline import PackSettings
+    from longpack.packed.manifest import PackManifest
+    from longpack.packed.settings import PackSettings
 from longpack.validate import finite_float, flag, optional_positive_int, positive_int
 from longpack.validate import seed as seed_value
 
@@ -179,6 +180,7 @@ class ResolvedPack:
     - ``inputs``: the files read (a mix's sources with ``mix``); ``tokenizer``: the one given, or the demo's;
     - ``text``: the text options, with the ``min_tokens`` a format or ``compat`` imposes and a store's own;
     - ``seq_length``: the one given, or the demo's; ``pad_to_max_length``: also on with ``pad_cu_seqlens``;
+    - ``memory_budget``: the local backend's budget in bytes (``"8G"`` read), or ``None``;
     - ``settings``: the packed layer's settings; ``pad_seq_to_mult_source``: where its multiple came from.
     """
 
@@ -187,6 +189,7 @@ class ResolvedPack:
     text: TextConfig
     seq_length: int
     pad_to_max_length: bool
+    memory_budget: int | None
     settings: PackSettings
     pad_seq_to_mult_source: str
 
@@ -363,8 +366,8 @@ class PackConfig:
         from longpack.validate import plain_fields
 
         plain_fields(self)
-        # frozen: a given value is only put in its canonical type here (a list of paths as a tuple, "8G" as
-        # bytes: the same value, so ``dataclasses.replace`` round-trips); what follows from the settings is
+        # frozen: a given value is only put in its canonical type here (a list of paths as a tuple, a path
+        # as a Path: the same value, so ``dataclasses.replace`` round-trips); what follows from the settings is
         # :meth:`resolve`'s, never written over a field.
         set_ = object.__setattr__
         if self.mix is not None:
@@ -401,16 +404,6 @@ class PackConfig:
             "val_fraction",
             finite_float(self.val_fraction, "val_fraction", lo=0.0, hi=1.0, hi_open=True),
         )
-        if self.max_drop_fraction is not None:
-            set_(
-                self,
-                "max_drop_fraction",
-                finite_float(self.max_drop_fraction, "max_drop_fraction", lo=0.0, hi=1.0),
-            )
-        if self.memory_budget is not None:
-            from longpack.jobs.out_of_core import parse_memory_budget
-
-            set_(self, "memory_budget", parse_memory_budget(self.memory_budget))
         self.resolved  # noqa: B018 - every check runs now, on construction
 
     @functools.cached_property
@@ -446,6 +439,28 @@ class PackConfig:
                 "seq_length is required (the longest runtime length of one sample, e.g. 4096)",
                 fields="seq_length",
             )
+        self._check_settings()
+        # Bridge asserts pad_to_max_length with pad_cu_seqlens
+        pad_to_max_length = self.pad_to_max_length or self.pad_cu_seqlens
+        self._check_format(pad_to_max_length)
+        memory_budget = self._check_executor()
+        fmt = self.format
+        if fmt.fixed_min_tokens is not None and text.min_tokens != fmt.fixed_min_tokens:
+            text = replace(text, min_tokens=fmt.fixed_min_tokens)  # Megatron keeps one-token documents
+        mult, source = resolve_pad_seq_to_mult(self.pad_seq_to_mult, self.tp, self.cp, self.sp)
+        return ResolvedPack(
+            inputs=inputs,
+            tokenizer=tokenizer,
+            text=text,
+            seq_length=seq_length,
+            pad_to_max_length=pad_to_max_length,
+            memory_budget=memory_budget,
+            settings=self._pack_settings(mult, seq_length),
+            pad_seq_to_mult_source=source,
+        )
+
+    def _check_settings(self) -> None:
+        """Settings that exclude each other, the text options' type, every choice, the backend's options."""
         if self.val_inputs and self.val_fraction:
             raise ConfigError(
                 "give either val_inputs or val_fraction, not both", fields=("val_inputs", "val_fraction")
@@ -464,8 +479,10 @@ class PackConfig:
                 )
         elif self.ray_address is not None and self.backend != choices.RAY_BACKEND:
             raise ConfigError("ray_address needs backend ray", fields=("ray_address", "backend"))
-        # Bridge asserts pad_to_max_length with pad_cu_seqlens
-        pad_to_max_length = self.pad_to_max_length or self.pad_cu_seqlens
+
+    def _check_format(self, pad_to_max_length: bool) -> None:
+        """The settings the output format refuses (:class:`~longpack.packed.formats.OutputFormat`), and
+        what it needs of the executor."""
         fmt = self.format
         given = {
             **{f.name: getattr(self, f.name) for f in fields(self)},
@@ -479,33 +496,47 @@ class PackConfig:
         for capability, refusal in fmt.needs.items():
             if not self._supports(capability):
                 raise ConfigError(refusal.message, fields=refusal.fields)
-        if (self.store is not None or self.keep_store is not None) and not self._supports(TOKEN_STORE):
+
+    def _check_executor(self) -> int | None:
+        """What the settings need of the executor (``PackExecutor.supports``); ``max_drop_fraction`` in
+        [0, 1]; the memory budget in bytes (``memory_budget`` read), only with the named local backend."""
+        fmt = self.format
+        # a format written from a sharded store (indexed) reads and writes stores on every executor that writes it
+        from_shards = fmt.sharded_store and self._supports(choices.SHARDED_INDEXED)
+        if self.demo and from_shards and not self._supports(choices.ONE_FILE_PER_SPLIT):
             raise ConfigError(
-                "token stores are read and written by the local backend; use backend local",
+                f"output_format {fmt.name} on backend {self.backend} reads inputs or a store; drop demo (or use "
+                "the local backend)",
+                fields=("demo", "backend"),
+            )
+        if (
+            (self.store is not None or self.keep_store is not None)
+            and not self._supports(TOKEN_STORE)
+            and not from_shards
+        ):
+            raise ConfigError(
+                "token stores are read and written by the local backend (and by ray for output_format "
+                "indexed); use backend local",
                 fields=("store" if self.store is not None else "keep_store", "backend"),
             )
+        if self.max_drop_fraction is not None:
+            finite_float(self.max_drop_fraction, "max_drop_fraction", lo=0.0, hi=1.0)
         if self.overlength == choices.OVERLENGTH_FRAGMENT and not self._supports(FRAGMENT):
             raise ConfigError(
                 "overlength fragment runs on the local backend (the Ray writer routes whole samples)",
                 fields=("overlength", "backend"),
             )
-        if fmt.fixed_min_tokens is not None and text.min_tokens != fmt.fixed_min_tokens:
-            text = replace(text, min_tokens=fmt.fixed_min_tokens)  # Megatron keeps one-token documents
-        if self.memory_budget is not None and self.backend != choices.LOCAL_BACKEND:
+        if self.memory_budget is None:
+            return None
+        from longpack.jobs.out_of_core import parse_memory_budget
+
+        budget = parse_memory_budget(self.memory_budget)
+        if self.backend != choices.LOCAL_BACKEND:
             raise ConfigError(
                 "memory_budget applies to the local backend (give the executor object its own settings)",
                 fields=("memory_budget", "backend"),
             )
-        mult, source = resolve_pad_seq_to_mult(self.pad_seq_to_mult, self.tp, self.cp, self.sp)
-        return ResolvedPack(
-            inputs=inputs,
-            tokenizer=tokenizer,
-            text=text,
-            seq_length=seq_length,
-            pad_to_max_length=pad_to_max_length,
-            settings=self._pack_settings(mult, seq_length),
-            pad_seq_to_mult_source=source,
-        )
+        return budget
 
     @property
     def format(self) -> OutputFormat:
@@ -528,7 +559,7 @@ class PackConfig:
     def _pack_settings(self, mult: int, seq_length: int) -> PackSettings:
         """The packed layer's settings; the algorithm and the balance spec are settled here, once."""
         from longpack.choices import BALANCED_ALGORITHM as BALANCED
-        from longpack.packed.pipeline import PackSettings
+        from longpack.packed.settings import PackSettings
 
         algorithm = self.algorithm
         seed = self.seed
@@ -610,7 +641,7 @@ class PackConfig:
             return RayExecutor(address=self.ray_address, workers=self.workers)
         from longpack.jobs.executors import LocalExecutor
 
-        return LocalExecutor(workers=self.workers, memory_budget=cast(int | None, self.memory_budget))
+        return LocalExecutor(workers=self.workers, memory_budget=self.resolved.memory_budget)
 
     def run(self) -> PackResult:
         """Tokenize, plan and write; return the manifest (and a summary) of the finished folder.
@@ -649,6 +680,12 @@ class PackConfig:
                         fields=("chat_template", "store"),
                     )
                 tokenizer = tokenizer.with_chat_template(self.chat_template)
+            if self.format.sharded_store and (
+                not self._supports(choices.ONE_FILE_PER_SPLIT) or self.memory_budget is not None
+            ):  # through a sharded store: one shard per worker, one prefix at a time
+                from longpack.jobs.sharded_tokenize import pack_indexed_sharded
+
+                return pack_indexed_sharded(self, out, tokenizer, stack)
             executor = self.executor()
             stack.enter_context(executor)
             from longpack.jobs.executors import LocalExecutor
@@ -690,7 +727,10 @@ class PackConfig:
                 )
             check_ids_dtype(settings.ids_dtype, train.tokenizer.get("vocab_size"))
             if not self.format.executor_writes:
-                return self._write_indexed(out, train, int(eos_id), demo_prefix, executor)
+                eod = int(eos_id) if train.eod_id is None else int(train.eod_id)
+                return self._write_indexed(
+                    out, train, eod, demo_prefix, executor, mixed=mix_report is not None
+                )
             splits = plan_splits(
                 train.samples, settings, eos_id=int(eos_id), validation=val.samples if val else None
             )
@@ -726,28 +766,49 @@ class PackConfig:
         )
 
     def _write_indexed(
-        self, out: Path, train: Any, eos_id: int, demo_prefix: str, executor: Any
+        self,
+        out: Path,
+        train: Any,
+        eos_id: int,
+        demo_prefix: str,
+        executor: Any,
+        *,
+        mixed: bool = False,
+        write: Any = None,
     ) -> PackResult:
-        """Every document into Megatron indexed datasets (``longpack.packed.indexed``); manifest last."""
+        """Every document into Megatron indexed datasets (``longpack.packed.indexed``); manifest last.
+        ``write(out, provenance)``: another writer of the prefixes and manifest (Ray tasks from a store)."""
+        import numpy as np
+
         from longpack.outputs import output_write_errors
         from longpack.packed.indexed import write_indexed_output
         from longpack.packed.manifest import PackManifest
         from longpack.packed.pipeline import Provenance, prepare_out_dir
 
         provenance = self._provenance(train, None, demo_prefix, Provenance)
+        empty_per_file: dict[str, int] = {}
+        for source in train.empty:
+            name = source.rsplit(":", 1)[0]
+            empty_per_file[name] = empty_per_file.get(name, 0) + 1
         for info in provenance.inputs:  # every document of every file is written whole
-            info.update(packed=info["rows"] - info.get("malformed", 0), truncated=0, dropped=0)
+            empty = empty_per_file.get(info["path"], 0)
+            info.update(packed=info["rows"] - info.get("malformed", 0) - empty, truncated=0, dropped=0)
         with output_write_errors(out):
             prepare_out_dir(out, self.overwrite)
-            manifest = write_indexed_output(
-                out,
-                train.samples,
-                self.settings,
-                provenance,
-                vocab_size=int(train.tokenizer["vocab_size"]),
-                eos_id=eos_id,
-            )
-        report = executor.report()
+            if write is not None:
+                manifest = write(out, provenance)
+            else:
+                manifest = write_indexed_output(
+                    out,
+                    train.samples,
+                    self.settings,
+                    provenance,
+                    vocab_size=int(train.tokenizer["vocab_size"]),
+                    eos_id=eos_id,
+                    # where preprocess_data.py's index holds the empty documents (not after a mix: resampled)
+                    empty_before=None if mixed else np.asarray(train.empty_before, dtype=np.int64),
+                )
+        report = None if executor is None else executor.report()
         return PackResult(
             out=out.resolve(),
             manifest=PackManifest.from_dict(manifest),
@@ -772,6 +833,12 @@ class PackConfig:
             "skipped_inputs": [{"path": p, "reason": r} for p, r in skipped],
             "warnings": list(warnings),
         }
+        empty = tuple(getattr(train, "empty", ())) + tuple(getattr(val, "empty", ()) if val else ())
+        if empty:  # text rows that tokenize to no token: no document, as in Megatron-LM's preprocess_data.py
+            from longpack.packed.pipeline import MAX_LISTED
+
+            relabelled = [e.replace(demo_prefix, DEMO_LABEL) if demo_prefix else e for e in empty]
+            extra["empty_documents"] = {"count": len(empty), "listed": relabelled[:MAX_LISTED]}
         return provenance_cls(
             extra=extra,
             inputs=inputs_info,
@@ -951,7 +1018,7 @@ class PackResult:
     """
 
     out: Path
-    manifest: Any  # PackManifest
+    manifest: PackManifest
     pad_seq_to_mult_source: str = ""
     #: The executor's report (``{"name": "ray", "driver_peak_rss_bytes": ..., ...}``), or ``None`` (local).
     backend: dict[str, Any] | None = None

@@ -11,11 +11,12 @@ Megatron-Bridge overrides).
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longpack import choices
 from longpack.errors import ConfigError, InputError
@@ -36,6 +37,11 @@ __all__ = [
     "parse_layout",
     "rejection_lines",
 ]
+
+if TYPE_CHECKING:
+    from longpack.planner.reference import Comparison, Reference
+    from longpack.planner.search import Candidate as PlannerCandidate
+    from longpack.planner.search import SearchRequest, SearchResult
 
 
 def parse_layout(text: str, *, world_size: int) -> tuple[Any, dict[str, int]]:
@@ -209,15 +215,15 @@ class PlanConfig:
         None,
         help=(
             "Plan from the data: a packed folder, or inputs (file, folder or glob; with --tokenizer) packed at "
-            "--seq-length. Compares static CP, hybrid CP and the DP-balanced packing scheduler on its packs "
-            "for the best PP 1 layout."
+            "--seq-length. Compares static CP, hybrid CP, the DP-balanced packing scheduler and dynamic CP on "
+            "its packs for the best PP 1 layout."
         ),
         cli_type=str | None,
     )
     tokenizer: Any = tokenizer_option()
     max_seqlen_per_dp_cp_rank: int | None = option(
         None,
-        help="With --data: the hybrid-CP / DP-balanced cap to compare (default: pack / CP, half, quarter).",
+        help="With --data: the hybrid / DP-balanced / dynamic-CP cap to compare (default: pack / CP, half, quarter).",
     )
     #: Versions the rules check candidates for (as ``CheckConfig``'s; default: check's default).
     bridge_version: str | None = bridge_version_option()
@@ -274,7 +280,7 @@ class PlanConfig:
             if not isinstance(value, str) and (value is not None or name in ("model", "gpu", "precision")):
                 raise ConfigError(f"{name} must be a name (a string), got {value!r}", fields=name)
         flag(self.offload, "offload")
-        object.__setattr__(self, "_request", self._build_request())
+        self.request  # noqa: B018 - the request is built (and checked) now, on construction
 
     def request_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of the planner's ``SearchRequest`` (catalog entries loaded)."""
@@ -307,7 +313,8 @@ class PlanConfig:
             ),
         }
 
-    def _build_request(self) -> Any:
+    def resolve(self) -> SearchRequest:
+        """The planner's ``SearchRequest`` for these fields (a new object; no field is written)."""
         from longpack.planner.options import TrainingOptions
         from longpack.planner.search import SearchRequest
 
@@ -318,13 +325,13 @@ class PlanConfig:
         )
         return req
 
-    @property
-    def request(self) -> Any:
-        """The planner's ``SearchRequest``."""
-        return self._request  # type: ignore[attr-defined]
+    @functools.cached_property
+    def request(self) -> SearchRequest:
+        """The planner's ``SearchRequest`` (:meth:`resolve`'s, built once, on construction)."""
+        return self.resolve()
 
     def run(self) -> PlanResult:
-        from longpack.planner.reference import compare, reference_for
+        from longpack.planner.reference import recommend, reference_for
         from longpack.planner.search import search
         from longpack.planner.uncertainty import error_band
 
@@ -338,7 +345,7 @@ class PlanConfig:
         comparison = None
         if reference is not None and found.candidates:
             band = error_band(req.model, req.gpu, req.seq_length)
-            comparison = compare(found.candidates[0], reference, band.width)
+            comparison = recommend(req, found, reference, band.width)
         result = PlanResult(request=req, search=found, reference=reference, comparison=comparison)
         # no layout fits at all: the plan says why (exit 1); there is no layout to compare the CP modes on
         if self.data is not None and found.candidates:
@@ -423,6 +430,9 @@ class ModeCheck:
     overrides: tuple[str, ...]
     command: str
     findings: tuple[dict[str, Any], ...]
+    #: Set when the user's Megatron-Bridge / Megatron-Core lacks the mode's keys (``LP-VER-001``): what it
+    #: lacks; ``command`` and ``findings`` are then for the newest versions, which have them.
+    versions_note: str = ""
 
     @property
     def errors(self) -> list[dict[str, Any]]:
@@ -434,6 +444,7 @@ class ModeCheck:
             "command": self.command,
             "findings": list(self.findings),
             "ok": not self.errors,
+            **({"versions_note": self.versions_note} if self.versions_note else {}),
         }
 
 
@@ -442,7 +453,9 @@ def mode_check(pick: Any, req: Any, plan: Any, *, gpus: int) -> ModeCheck | None
     checked by ``longpack check`` (the ``LP-HCP`` / ``LP-SCHED`` rules with every other) for the rule
     versions the plan ran with; ``None`` when static CP is recommended (nothing to add to the layout).
     ``command`` is the check command line that gives the same findings (versions pinned: the default
-    follows the installed packages)."""
+    follows the installed packages). Where the user's versions lack the mode's keys (``LP-VER-001`` on
+    them), the check is run again for the versions those keys call for (``check``'s key evidence,
+    ``longpack.rules.versions.key_evidence``) and ``versions_note`` says what the user's versions lack."""
     import shlex
 
     from longpack.jobs.check import CheckConfig
@@ -462,6 +475,28 @@ def mode_check(pick: Any, req: Any, plan: Any, *, gpus: int) -> ModeCheck | None
     result = CheckConfig(
         overrides=tuple(lines), gpus=gpus, bridge_version=bridge, megatron_core_version=mcore
     ).run()
+    mode_keys = {
+        line.split("=", 1)[0] for line in mode_overrides(plan.recommended, plan.recommended_cap)["bridge"]
+    }
+    lacking = [f for f in result.findings if f.rule_id == "LP-VER-001" and set(f.keys) & mode_keys]
+    note = ""
+    if lacking:
+        note = (
+            "the versions checked for lack this mode's keys ("
+            + "; ".join(f.message for f in lacking)
+            + "): checked again for the versions the mode's keys call for"
+        )
+        from longpack.rules.checks.upstream import KEYS_BY_VERSION
+        from longpack.rules.versions import BRIDGE, MCORE, key_evidence
+
+        evidence = key_evidence(mode_keys, KEYS_BY_VERSION)
+        if evidence[BRIDGE].keys:
+            bridge = evidence[BRIDGE].pick()[0]
+        if evidence[MCORE].keys:
+            mcore = evidence[MCORE].pick()[0]
+        result = CheckConfig(
+            overrides=tuple(lines), gpus=gpus, bridge_version=bridge, megatron_core_version=mcore
+        ).run()
     pinned = "".join(
         f" {flag} {shlex.quote(v)}"
         for flag, v in (("--bridge-version", bridge), ("--megatron-core-version", mcore))
@@ -469,7 +504,10 @@ def mode_check(pick: Any, req: Any, plan: Any, *, gpus: int) -> ModeCheck | None
     )
     command = f"longpack check --gpus {gpus}{pinned} " + " ".join(shlex.quote(x) for x in lines)
     return ModeCheck(
-        overrides=tuple(lines), command=command, findings=tuple(f.to_dict() for f in result.findings)
+        overrides=tuple(lines),
+        command=command,
+        findings=tuple(f.to_dict() for f in result.findings),
+        versions_note=note,
     )
 
 
@@ -508,18 +546,29 @@ class PlanResult:
     """The planner's answer: ``request`` (``SearchRequest``) and ``search`` (``SearchResult``: ranked
     ``candidates``, ``layouts_considered``, ``layouts_feasible``, ``rejected`` counts by reason)."""
 
-    request: Any
-    search: Any
-    reference: Any = None
-    comparison: Any = None
+    request: SearchRequest
+    search: SearchResult
+    reference: Reference | None = None
+    comparison: Comparison | None = None
     #: ``{"path", "points"}`` when ``PlanConfig.plot`` wrote a figure (best layout per sequence length).
     plot: dict[str, Any] | None = None
     #: ``plan --data``: static CP, hybrid CP and the DP-balanced scheduler on the data (``CPModesOfData``).
-    cp_modes: Any = None
+    cp_modes: CPModesOfData | None = None
 
     @property
     def candidates(self) -> list[Any]:
         return list(self.search.candidates)
+
+    @property
+    def recommended(self) -> Any:
+        """The layout to run: the pick when it beats the reference within measured territory (or with
+        ``explore``), else the reference's; the fastest ranked layout when there is no reference."""
+        cmp_ = self.comparison
+        if cmp_ is not None and cmp_.pick is not None:
+            return cmp_.pick
+        if self.reference is not None and cmp_ is not None and self.reference.fits:
+            return self.reference.candidate
+        return self.search.candidates[0] if self.search.candidates else None
 
     @property
     def exit_code(self) -> int:
@@ -546,6 +595,7 @@ class PlanResult:
                 "tokens_per_step": req.global_batch * req.seq_length,
                 "precision": req.precision,
                 "memory_budget_gib": round(req.memory_budget_gib, 3),
+                "memory_band": round(req.memory_margin, 4),
             },
             "notes": plan_notes(req),
             "layouts_considered": result.layouts_considered,
@@ -566,6 +616,7 @@ class PlanResult:
             },
             "candidates": [candidate_dict(c, req) for c in result.candidates],
             "reference": reference_dict(self.reference, self.comparison, req),
+            "recommended": None if self.recommended is None else candidate_dict(self.recommended, req),
         }
         if self.plot is not None:
             doc["plot"] = self.plot
@@ -622,6 +673,8 @@ def cp_mode_lines(cp_modes: Any) -> list[str]:
     if check is not None:
         lines.append("  Megatron-Bridge overrides for the layout with this mode, checked by longpack check:")
         lines.append(f"    {' '.join(check['overrides'])}")
+        if check.get("versions_note"):
+            lines.append(f"    note: {check['versions_note']}")
         for f in check["findings"]:
             lines.append(f"    {f['id']} ({f['severity']}): {f['message']}; fix: {f['fix']}")
         lines.append(f"    rerun: {check['command']}")
@@ -687,7 +740,17 @@ def reference_dict(reference: Any, comparison: Any, req: Any) -> dict[str, Any] 
             "outside_band": comparison.outside_band,
             "verdict": comparison.verdict,
             "why": comparison.why,
+            "pick": None if comparison.pick is None else comparison.pick.plan.label,
+            "exploratory": None
+            if comparison.exploratory is None
+            else {
+                "layout": comparison.exploratory.plan.label,
+                "predicted_gain": round(comparison.exploratory_gain or 0.0, 4),
+                "unmeasured": list(comparison.exploratory_unmeasured),
+            },
         },
+        "rank": None if comparison is None else comparison.reference_rank,
+        "ranked_of": None if comparison is None else comparison.ranked_of,
     }
 
 
@@ -702,7 +765,11 @@ def reference_lines(result: PlanResult) -> list[str]:
     req = result.request
     band = error_band(req.model, req.gpu, req.seq_length)
     c = ref.candidate
-    fits = "" if ref.fits else f"; does NOT fit: {versus(c.memory.total_gib, req.memory_budget_gib)} budget"
+    fits = (
+        ""
+        if ref.fits
+        else f"; does NOT fit with the memory band: {versus(c.memory.total_gib, req.fit_budget_gib)} allowed"
+    )
     lines = [
         f"Reference ({ref.kind}): {c.plan.label}, recompute {','.join(c.options.recompute) or 'none'}, "
         f"{format_with_band(c.time.step_time, band.width)} per step, {c.time.tflops_per_gpu:.0f} TFLOP/s/GPU, "
@@ -713,14 +780,32 @@ def reference_lines(result: PlanResult) -> list[str]:
     if c.unmeasured:
         lines.append(f"  unmeasured: {'; '.join(c.unmeasured)}")
     if cmp_ is not None:
-        if cmp_.changes:
-            lines.append(f"  the pick changes: {', '.join(cmp_.changes)}")
-        verdict = "the pick" if cmp_.verdict == "pick" else "the reference"
+        if cmp_.reference_rank is not None:
+            lines.insert(
+                1,
+                f"  ranks {cmp_.reference_rank:,} of {cmp_.ranked_of:,} feasible layouts by predicted step time",
+            )
+        if cmp_.pick is not None:
+            p = cmp_.pick
+            lines.append(
+                f"Pick: {p.plan.label}, {format_with_band(p.time.step_time, band.width)} per step, "
+                f"{p.time.tflops_per_gpu:.0f} TFLOP/s/GPU, {p.memory.total_gib:.1f} GiB"
+            )
+            if cmp_.changes:
+                lines.append(f"  the pick changes: {', '.join(cmp_.changes)}")
+        verdict = f"the pick {cmp_.pick.plan.label}" if cmp_.pick is not None else "the reference"
         lines.append(f"Recommended: {verdict} ({cmp_.why})")
-    lines.append(
-        f"  error band: {format_band(band.width)} covers {band.coverage:.0%} of the leave-one-model-out residuals of "
-        f"group {band.group} (n = {band.n})"
-    )
+        if cmp_.exploratory is not None:
+            e = cmp_.exploratory
+            lines.append(
+                f"Exploratory (not recommended): {e.plan.label}, {format_with_band(e.time.step_time, band.width)} "
+                f"per step, predicted {cmp_.exploratory_gain:+.0%} vs the reference"
+            )
+            for what in cmp_.exploratory_unmeasured:
+                lines.append(f"  unmeasured: {what}")
+            if not cmp_.exploratory_unmeasured:
+                lines.append(f"  its gain is inside the {format_band(band.width)} band")
+    lines.append(f"  error band: {band.describe()}")
     return lines
 
 
@@ -849,7 +934,7 @@ class EstimateConfig:
         )
         cand = evaluate_layout(req, plan_layout, opts)
         doc = candidate_dict(cand, req)
-        doc["fits"] = cand.memory.total_gib <= req.memory_budget_gib
+        doc["fits"] = cand.memory.total_gib <= req.fit_budget_gib
         doc["memory_budget_gib"] = round(req.memory_budget_gib, 3)
         return EstimateResult(request=req, candidate=cand, doc=doc)
 
@@ -859,8 +944,8 @@ class EstimateResult:
     """The planner's ``SearchRequest``, the evaluated ``Candidate`` and its account (``to_dict()``: memory
     and time terms, ``fits``, the Megatron-Bridge overrides)."""
 
-    request: Any
-    candidate: Any
+    request: SearchRequest
+    candidate: PlannerCandidate
     doc: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:

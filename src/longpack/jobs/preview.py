@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longpack.errors import ConfigError
 from longpack.jobs.options import inputs_option, seed_option, tokenizer_option
@@ -25,6 +25,9 @@ from longpack.option import option
 from longpack.text.rows import TextConfig
 
 __all__ = ["PreviewConfig", "PreviewResult"]
+
+if TYPE_CHECKING:
+    from longpack.text.preview import PreviewSample
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,7 +191,7 @@ class PreviewConfig:
 class PreviewResult:
     """The selected samples (``longpack.text.preview.PreviewSample``) and how to show them."""
 
-    samples: tuple[Any, ...]
+    samples: tuple[PreviewSample, ...]
     tokenizer: str
     rows_seen: int
     rows_total: int | None = None

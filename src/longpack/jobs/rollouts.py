@@ -17,6 +17,7 @@ from longpack import choices
 from longpack.errors import ConfigError
 from longpack.jobs.options import gpu_option, model_option
 from longpack.option import option
+from longpack.topology import align_up
 from longpack.validate import positive_int
 
 __all__ = ["RolloutsConfig", "RolloutsResult"]
@@ -71,7 +72,7 @@ class RolloutsConfig:
             )
             raise ConfigError(
                 f"bin_size {self.bin_size} is not a multiple of seq_length_multiple {multiple} ({source}); use a "
-                f"bin size such as {-(-self.bin_size // multiple) * multiple}",
+                f"bin size such as {align_up(self.bin_size, multiple)}",
                 fields="bin_size",
             )
         assert multiple == (self.seq_length_multiple or pad_seq_to_mult(tp=self.tp, cp=self.cp, sp=self.sp))
@@ -94,7 +95,7 @@ class RolloutsConfig:
         from longpack.jobs.balance import read_lengths
 
         lengths = read_lengths(Path(self.lengths_file))
-        too_long = int(np.count_nonzero(-(-lengths // self.multiple) * self.multiple > self.bin_size))
+        too_long = int(np.count_nonzero(align_up(lengths, self.multiple) > self.bin_size))
         if too_long:
             raise ConfigError(
                 f"{too_long} of {lengths.size} rollouts in {self.lengths_file} do not fit a bin of {self.bin_size} "

@@ -27,7 +27,25 @@ def _record(result: Any, text: TextConfig) -> dict[str, Any]:
         "skipped_inputs": [list(s) for s in result.skipped_inputs],
         "warnings": list(result.warnings),
         "text": {f.name: getattr(text, f.name) for f in fields(text)},
+        "empty": [[e, int(k)] for e, k in zip(result.empty, result.empty_before, strict=True)],
+        "eod_id": result.eod_id,
     }
+
+
+#: The tokenization report a store keeps (public: the sharded tokenize writes the same record).
+record_of = _record
+
+
+def store_identities(result: Any) -> list[dict[str, Any]]:
+    """:func:`longpack.store.file_identity` of every input of ``result`` that is a file."""
+    from longpack.store import file_identity
+
+    identities = []
+    for info in result.inputs:
+        path_ = Path(info["path"])
+        if path_.is_file():
+            identities.append(file_identity(path_, sha256=info.get("sha256")))
+    return identities
 
 
 def save_store(
@@ -35,15 +53,10 @@ def save_store(
 ) -> dict[str, Any]:
     """Write a ``TokenizeResult`` (of ``tokenize_inputs`` with ``text``) as a store; return its manifest.
     Every input that is a file is recorded with its size, time and sha256, to be checked when it is used."""
-    from longpack.store import file_identity, write_store
+    from longpack.store import write_store
 
-    identities = []
-    for info in result.inputs:
-        path_ = Path(info["path"])
-        if path_.is_file():
-            identities.append(file_identity(path_, sha256=info.get("sha256")))
     return write_store(
-        path, result.samples, _record(result, text), input_files=identities, overwrite=overwrite
+        path, result.samples, _record(result, text), input_files=store_identities(result), overwrite=overwrite
     )
 
 
@@ -91,15 +104,22 @@ def check_store_text(store_text: dict[str, Any], text: TextConfig) -> TextConfig
 
 
 def open_store(
-    path: str | os.PathLike[str], *, tokenizer: Any = None, text: TextConfig | None = None
+    path: str | os.PathLike[str],
+    *,
+    tokenizer: Any = None,
+    text: TextConfig | None = None,
+    join: bool = True,
+    join_into: Path | None = None,
 ) -> tuple[Any, TextConfig, dict[str, Any]]:
     """``(TokenizeResult, text options, store record for the manifest)`` of a store, refused
     (:class:`InputError`) if what decided its tokens changed; ``tokenizer``, if given, must be the one
-    the store was tokenized with."""
+    the store was tokenized with. ``join=False``: the result's samples are not read (``None``; a writer
+    reads the store shard by shard); ``join_into``: a scratch folder where a sharded store's shards are
+    joined into memory maps instead of memory."""
     from longpack.store import TokenStore
     from longpack.text.pipeline import TokenizeResult
 
-    store = TokenStore.open(path)
+    store = TokenStore.open(path, join=join, join_into=join_into)
     changes = store.changes()
     if changes:
         raise InputError(
@@ -130,6 +150,9 @@ def open_store(
         inputs=tuple(record["inputs"]),
         skipped_inputs=tuple(tuple(s) for s in record["skipped_inputs"]),  # type: ignore[misc]
         warnings=tuple(record["warnings"]),
+        empty=tuple(str(e) for e, _ in record.get("empty", ())),
+        empty_before=tuple(int(k) for _, k in record.get("empty", ())),
+        eod_id=record.get("eod_id"),
     )
     info = {
         "path": str(store.path.resolve()),
@@ -147,7 +170,13 @@ def tokenized_or_stored(
     ``job.store``. Returns ``(TokenizeResult, handle, store record or None)``; with ``job.keep_store`` the
     tokenized samples are also written as a store."""
     if job.store is not None:
-        result, _, info = open_store(job.store, tokenizer=job.resolved.tokenizer, text=job.resolved.text)
+        scratch = getattr(executor, "spill_dir", None)  # a sharded store joined there, not in memory
+        result, _, info = open_store(
+            job.store,
+            tokenizer=job.resolved.tokenizer,
+            text=job.resolved.text,
+            join_into=None if scratch is None else Path(scratch) / "store",
+        )
         return result, result.samples, info
     text = job.resolved.text
     result, handle = executor.tokenize(inputs, tokenizer=tokenizer, config=text, progress=job.progress)

@@ -1052,7 +1052,7 @@ class SweepConfig:
         False,
         help=(
             "With --model/--gpu/--gpus: also compare the CP modes per pack size on the same global batches "
-            "(static CP, hybrid CP at its best max_seqlen_per_dp_cp_rank, the DP-balanced scheduler)."
+            "(static CP; hybrid CP, the DP-balanced scheduler and dynamic CP at their best max_seqlen_per_dp_cp_rank)."
         ),
     )
     #: A PNG of real tokens/s, memory and truncation vs pack size, written by :meth:`run` (needs matplotlib).
@@ -1097,7 +1097,7 @@ class SweepConfig:
         """What this job runs with, derived from the fields (a new object; no field is written): the
         tokenizer and text options of the data source, the candidates' settings, the planner's setup and
         the layout."""
-        from longpack.jobs.pack import resolve_pad_seq_to_mult, settle_data_source
+        from longpack.jobs.pack import settle_data_source
 
         tokenizer, text = settle_data_source(
             self,
@@ -1106,6 +1106,29 @@ class SweepConfig:
             store_clash="store replaces inputs; give one of them" if self.inputs else None,
             error=SweepError,
         )
+        self._check_together()
+        lengths = self._pack_lengths()
+        mult, source, pins, cluster = self._layout()
+        # algorithm: a choice of choices.ALGORITHMS, checked with the others by check_choices above
+        settings = SweepSettings(
+            pack_lengths=lengths,
+            token_slots=self.token_slots,
+            pad_seq_to_mult=mult,
+            algorithm=self.algorithm,
+            seed=self.seed,
+            overlength=self.overlength,
+        )
+        return ResolvedSweep(
+            tokenizer=tokenizer,
+            text=text,
+            settings=settings,
+            planner=self._planner(pins),
+            cluster=cluster,
+            pad_seq_to_mult_source=source,
+        )
+
+    def _check_together(self) -> None:
+        """The fields that go together (model, gpu and gpus; cp_modes and model; layout and gpus)."""
         if (self.model is None) != (self.gpu is None) or (self.model is not None and self.gpus is None):
             raise SweepError(
                 "model, gpu and gpus go together (e.g. model llama3_1_8b, gpu H100, gpus 8)",
@@ -1124,6 +1147,9 @@ class SweepConfig:
             raise SweepError(
                 "give either layout or tp, cp and sp, not both", fields=("layout", "tp", "cp", "sp")
             )
+
+    def _pack_lengths(self) -> tuple[int, ...]:
+        """The candidate pack lengths, sorted (a ``"2048,4096"`` text read), each one the packer supports."""
         if isinstance(self.pack_lengths, str):
             lengths = parse_pack_lengths(self.pack_lengths)
         elif not isinstance(self.pack_lengths, list | tuple | range):
@@ -1144,6 +1170,13 @@ class SweepConfig:
                 "working memory grows with the pack length); drop it from pack_lengths",
                 fields="pack_lengths",
             )
+        return lengths
+
+    def _layout(self) -> tuple[int, str, dict[str, int], ParallelLayout | None]:
+        """``pad_seq_to_mult`` and where it came from, the planner's pins and the layout (``None`` without
+        ``gpus``): from ``layout``, or from tp, cp and sp."""
+        from longpack.jobs.pack import resolve_pad_seq_to_mult
+
         pins: dict[str, int] = {}
         cluster: ParallelLayout | None = None
         if self.layout is not None:
@@ -1188,41 +1221,28 @@ class SweepConfig:
                     )
                 except TopologyError as exc:
                     raise SweepError(str(exc), fields=("gpus", "tp", "cp")) from exc
-        # algorithm: a choice of choices.ALGORITHMS, checked with the others by check_choices above
-        settings = SweepSettings(
-            pack_lengths=lengths,
-            token_slots=self.token_slots,
-            pad_seq_to_mult=mult,
-            algorithm=self.algorithm,
-            seed=self.seed,
-            overlength=self.overlength,
-        )
-        planner = None
-        if self.model is not None:
-            from longpack.planner.catalog import load_gpu, load_model
-            from longpack.planner.options import normalize_recompute
+        return mult, source, pins, cluster
 
-            assert self.gpu is not None and self.gpus is not None
-            recompute = self.recompute
-            if recompute is not None and not isinstance(recompute, str):
-                recompute = ",".join(recompute) or "none"
-            planner = PlannerSetup(
-                recompute=None if recompute is None else normalize_recompute(recompute),
-                allow_offload=self.offload,
-                model=load_model(self.model),
-                gpu=load_gpu(self.gpu),
-                num_gpus=self.gpus,
-                pins=pins,
-                precision=self.precision.lower(),
-                headroom=self.headroom,
-            )
-        return ResolvedSweep(
-            tokenizer=tokenizer,
-            text=text,
-            settings=settings,
-            planner=planner,
-            cluster=cluster,
-            pad_seq_to_mult_source=source,
+    def _planner(self, pins: dict[str, int]) -> PlannerSetup | None:
+        """Model, GPU, pins and options for the planner (``None`` without ``model``)."""
+        if self.model is None:
+            return None
+        from longpack.planner.catalog import load_gpu, load_model
+        from longpack.planner.options import normalize_recompute
+
+        assert self.gpu is not None and self.gpus is not None
+        recompute = self.recompute
+        if recompute is not None and not isinstance(recompute, str):
+            recompute = ",".join(recompute) or "none"
+        return PlannerSetup(
+            recompute=None if recompute is None else normalize_recompute(recompute),
+            allow_offload=self.offload,
+            model=load_model(self.model),
+            gpu=load_gpu(self.gpu),
+            num_gpus=self.gpus,
+            pins=pins,
+            precision=self.precision.lower(),
+            headroom=self.headroom,
         )
 
     def _check_values(self) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from longpack import choices
 from longpack.errors import ConfigError
 from longpack.jobs.options import inputs_option, tokenizer_option, workers_option
 from longpack.option import option
@@ -59,6 +60,10 @@ class TokenizeConfig:
     - ``out``: the store folder to write (``overwrite`` to replace a store there).
     - ``tokenizer``, ``text``: as ``PackConfig`` (the store records both).
     - ``workers``: tokenizer processes (default all cores; the store is the same for any count).
+    - ``shard_bytes``: write a sharded store, about this much input per shard (``"256M"``), each shard
+      tokenized and written by one worker (memory: a shard per worker); ``backend="ray"`` writes the shards
+      on a Ray cluster (``ray_address``), sharded by default. ``resume``: finish an interrupted run, redoing
+      only the shards not written. Packs from a sharded store are byte-identical to packs from one store.
     """
 
     inputs: Sequence[str | Path] | str | Path = inputs_option(
@@ -70,6 +75,22 @@ class TokenizeConfig:
     workers: int | None = workers_option()
     overwrite: bool = option(False, help="Replace an existing store.")
     progress: bool = False
+    shard_bytes: int | str | None = option(
+        None,
+        help="Write a sharded store: about this much input per shard (e.g. 256M), one worker per shard "
+        "(default with --backend ray: 256M).",
+        cli_type=str | None,
+    )
+    backend: str = option(
+        choices.LOCAL_BACKEND, help="local: this machine; ray: tokenize and write the shards on a Ray cluster.",
+        choices=choices.BACKENDS,
+    )  # fmt: skip
+    ray_address: str | None = option(
+        None, help="Ray cluster to join ('auto', 'ray://host:10001'); default: start one."
+    )
+    resume: bool = option(
+        False, help="Finish an interrupted sharded tokenize: keep the shards written, redo the rest."
+    )
 
     def __post_init__(self) -> None:
         from longpack.validate import plain_fields
@@ -94,8 +115,23 @@ class TokenizeConfig:
                 f"text must be a longpack.text.TextConfig, got {type(self.text).__name__}", fields="text"
             )
         set_(self, "workers", optional_positive_int(self.workers, "workers"))
-        for name in ("overwrite", "progress"):
+        for name in ("overwrite", "progress", "resume"):
             flag(getattr(self, name), name)
+        from longpack.jobs.out_of_core import parse_memory_budget
+        from longpack.option import check_choices
+
+        check_choices(self)
+        shard_bytes = parse_memory_budget(self.shard_bytes, "shard_bytes")
+        if shard_bytes is None and self.backend == choices.RAY_BACKEND:
+            from longpack.text.shards import SHARD_BYTES
+
+            shard_bytes = SHARD_BYTES
+        set_(self, "shard_bytes", shard_bytes)
+        if self.resume and shard_bytes is None:
+            raise ConfigError(
+                "resume finishes a sharded store: give shard_bytes (--shard-bytes) as the first run did",
+                fields=("resume", "shard_bytes"),
+            )
 
     def run(self) -> TokenizeStoreResult:
         """Tokenize the inputs and write the store (arrays first, ``store.json`` last)."""
@@ -106,7 +142,17 @@ class TokenizeConfig:
 
         out = Path(self.out)
         inputs = list(cast(tuple[str, ...], self.inputs))  # normalized in __post_init__
-        check_output_dir(out, overwrite=self.overwrite, inputs=tuple(inputs))
+        check_output_dir(out, overwrite=self.overwrite or self.resume, inputs=tuple(inputs))
+        if self.shard_bytes is not None:
+            from longpack.jobs.sharded_tokenize import tokenize_sharded
+
+            with OutputLock(out):
+                manifest = tokenize_sharded(
+                    inputs, out, tokenizer=as_tokenizer(self.tokenizer), config=self.text,
+                    shard_bytes=cast(int, self.shard_bytes), workers=self.workers, backend=self.backend,
+                    ray_address=self.ray_address, overwrite=self.overwrite, resume=self.resume,
+                )  # fmt: skip
+            return TokenizeStoreResult(out=out.resolve(), manifest=manifest)
         with contextlib.ExitStack() as stack:
             stack.enter_context(OutputLock(out))
             tokenizer = as_tokenizer(self.tokenizer)

@@ -67,8 +67,9 @@ _CATALOG_MODEL_TYPES = {
 
 def load_hf_config(name_or_path: str) -> dict[str, Any]:
     """A Hugging Face config as a dict: a ``config.json`` file or a folder holding one, a hub id found in the
-    local Hugging Face cache (never downloaded), or a catalog model (``qwen3_8b``, ``qwen3_30b_a3b``,
-    ``qwen3_next_80b_a3b``, ...).
+    local Hugging Face cache (never downloaded), a catalog model (``qwen3_8b``, ``qwen3_30b_a3b``,
+    ``qwen3_next_80b_a3b``, ...), or a VLM whose config ships with longpack (``qwen2_5_vl_7b``:
+    :mod:`longpack.vlm.model_configs`).
 
     >>> load_hf_config("qwen3_8b")["model_type"], load_hf_config("qwen3_8b")["vocab_size"]
     ('qwen3', 151936)
@@ -89,15 +90,23 @@ def load_hf_config(name_or_path: str) -> dict[str, Any]:
     catalog = _from_catalog(name_or_path)
     if catalog is not None:
         return catalog
+    from longpack.vlm.model_configs import vlm_model_config
+
+    shipped = vlm_model_config(name_or_path)  # a released VLM's config that ships with longpack
+    if shipped is not None:
+        return shipped
     try:
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(name_or_path, local_files_only=True)
         return dict(config.to_dict())
     except Exception as exc:  # not cached, or not a hub id: say what is accepted
+        from longpack.vlm.model_configs import VLM_MODEL_CONFIGS
+
         raise ConfigError(
             f"--model {name_or_path!r}: not a config.json file or folder, not a model of the catalog that "
-            f"verify can build ({', '.join(sorted(_CATALOG_MODEL_TYPES))}), and not found in the local Hugging "
+            f"verify can build ({', '.join(sorted(_CATALOG_MODEL_TYPES))}; with --vlm "
+            f"{', '.join(VLM_MODEL_CONFIGS)}), and not found in the local Hugging "
             "Face cache (nothing is downloaded); pass the folder holding the model's config.json",
             fields="model",
         ) from exc

@@ -35,7 +35,7 @@ def synthetic_lengths(workload: str, n: int, capacity: int, *, seed: int) -> np.
     if workload not in WORKLOADS:
         raise ConfigError(f"workload={workload!r} is not one of {WORKLOADS}")
     rng = np.random.default_rng(seed)
-    if workload == "lognormal":
+    if workload == choices.LOGNORMAL_WORKLOAD:
         raw = rng.lognormal(np.log(capacity / 16), 1.0, n)
     else:
         short = rng.lognormal(np.log(capacity / 32), 0.6, n)

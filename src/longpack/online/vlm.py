@@ -319,8 +319,9 @@ class _VLMPackingEncoder(DefaultTaskEncoder):
         if not members:
             # A whole buffer of refused samples: a batch of one padding sequence that trains nothing
             # (loss mask 0, no pixels) carries their records, so no refusal is lost from the report.
+            pad_id = int(getattr(self.preparer, "pad_token_id", 0))
             out = build_visual_thd_batch(
-                [_padding_sequence(max(2, self.pad_to_multiple_of), mrope=self.mrope)],
+                [_padding_sequence(max(2, self.pad_to_multiple_of), mrope=self.mrope, pad_token_id=pad_id)],
                 sequence_length=self.seq_length,
                 pad_to_multiple_of=self.pad_to_multiple_of,
                 pad_to_max_length=self.pad_to_max_length,
@@ -474,9 +475,9 @@ def _fatal(sample: Sample, exc: Exception) -> FatalSampleError:
     return FatalSampleError(message)
 
 
-def _padding_sequence(length: int, *, mrope: bool) -> PreparedSequence:
-    """A sequence that trains nothing: pad id 0, labels -100, loss mask 0, no visual values (3-D positions
-    when the family's rows have them)."""
+def _padding_sequence(length: int, *, mrope: bool, pad_token_id: int = 0) -> PreparedSequence:
+    """A sequence that trains nothing: the family's pad id, labels -100, loss mask 0, no visual values (3-D
+    positions when the family's rows have them)."""
     import torch
 
     positions = torch.arange(length, dtype=torch.int64)
@@ -484,7 +485,7 @@ def _padding_sequence(length: int, *, mrope: bool) -> PreparedSequence:
     return PreparedSequence(
         key="",
         row={
-            "input_ids": torch.zeros(length, dtype=torch.int64),
+            "input_ids": torch.full((length,), pad_token_id, dtype=torch.int64),
             "attention_mask": torch.ones(length, dtype=torch.int64),
             "position_ids": torch.arange(length, dtype=torch.int64),
             "labels": torch.full((length,), -100, dtype=torch.int64),
@@ -493,6 +494,7 @@ def _padding_sequence(length: int, *, mrope: bool) -> PreparedSequence:
         visual_values={},
         mrope_position_ids=positions.expand(3, length).clone() if mrope else None,
         visual_tokens=0,
+        pad_token_id=pad_token_id,
     )
 
 

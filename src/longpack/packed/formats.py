@@ -57,6 +57,9 @@ class OutputFormat:
     - ``needs``: the executor capabilities it needs (``PackExecutor.supports``), with the refusal when the
       executor lacks one.
     - ``fixed_min_tokens``: a ``text.min_tokens`` the format imposes (Megatron keeps one-token documents).
+    - ``sharded_store``: the job can write it from a sharded token store, prefix by prefix
+      (``longpack.jobs.sharded_tokenize``): on an executor without ``one_file_per_split`` that supports
+      ``sharded_indexed`` (Ray), or locally within ``memory_budget``.
     """
 
     name: str
@@ -72,6 +75,7 @@ class OutputFormat:
     summary: str | None = None
     needs: Mapping[str, Refusal] = field(default_factory=dict)
     fixed_min_tokens: int | None = None
+    sharded_store: bool = False
 
 
 def _indexed_refusals() -> tuple[Refusal, ...]:
@@ -153,13 +157,15 @@ OUTPUT_FORMAT: dict[str, OutputFormat] = {
         executor_writes=False,
         summary="longpack.packed.indexed:indexed_summary",
         needs={
-            choices.ONE_FILE_PER_SPLIT: Refusal(
+            choices.SHARDED_INDEXED: Refusal(
                 "backend",
-                "output_format indexed is written by the local backend",
+                "output_format indexed is written by backend local or ray (an executor object needs "
+                "sharded_indexed)",
                 ("output_format", "backend"),
             )
         },
         fixed_min_tokens=1,
+        sharded_store=True,
     ),
 }
 

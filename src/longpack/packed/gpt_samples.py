@@ -15,9 +15,12 @@ concatenates the split's documents in a shuffled order and cuts the stream every
 - shuffle index: ``arange(samples)`` (``uint32``) shuffled by the same random state.
 
 With inter-document masking (``reset_attention_mask`` / ``reset_position_ids``, the THD path of
-``pretrain_gpt.py``) a sample's attention restarts after every EOD token: its ``cu_seqlens`` are the
-document boundaries inside the sample. :func:`sample_cu_seqlens` gives them from the index (a document
-ends with EOD when it was written with ``append_eod``, so both views agree).
+``pretrain_gpt.py``) a sample's attention restarts after every EOD token (``_get_ltor_masks_and_position_ids``
+looks for ``tokens == eod`` among the sample's input tokens, not for document boundaries): its ``cu_seqlens``
+are the positions after each EOD token inside the sample. :func:`eod_cuts` finds them in the tokens; a
+document's own EOD (``append_eod``) is its end, and a document holding the EOD token's literal text
+(``<|im_end|>`` in a chat transcript kept as pretraining text) restarts inside it too. Without the tokens
+(``cuts=None``) every document is taken to end with EOD and nowhere else.
 
 >>> lengths = np.array([5, 3, 8, 2], np.int32)
 >>> doc, sample, shuffle = gpt_indices(lengths, np.arange(4, dtype=np.int32), seq_length=4, seed=1)
@@ -37,12 +40,16 @@ import numpy as np
 
 __all__ = [
     "GptSamplesReport",
+    "eod_cuts",
     "gpt_indices",
     "gpt_samples_report",
     "sample_cu_seqlens",
     "split_documents",
 ]
 
+#: The ``--split`` of what ``pack --output-format indexed`` reports and hands off: every document trains (a
+#: Megatron-LM run given ``--data-path`` without ``--split`` uses its legacy ``969, 30, 1`` instead).
+GPT_REPORT_SPLIT = "1,0,0"
 #: Megatron's threshold: the last epoch is shuffled apart when it gives fewer than this share of an epoch.
 SEPARATE_FINAL_EPOCH_BELOW = 0.80
 
@@ -158,14 +165,73 @@ def gpt_indices(
     return document_index, sample_index, np.concatenate((shuffle_first, shuffle_last))
 
 
+#: Where positions restart inside each document: ``(pointers int64 [N + 1], offsets int64)``; document
+#: ``d``'s restarts are ``offsets[pointers[d]:pointers[d + 1]]``, each the offset just after an EOD token.
+EodCuts = tuple[np.ndarray, np.ndarray]
+
+
+def eod_cuts(tokens: np.ndarray, sequence_starts: np.ndarray, sizes: np.ndarray, eod: int) -> EodCuts:
+    """The :data:`EodCuts` of documents ``d`` = ``tokens[sequence_starts[d]:][:sizes[d]]`` (one pass over
+    the tokens, in chunks): after every ``eod`` token, as ``GPTDataset`` resets position ids.
+
+    >>> tokens = np.array([5, 2, 6, 2, 7, 8, 2], np.int32)  # document 0 holds a literal EOD (2)
+    >>> ptr, rel = eod_cuts(tokens, np.array([0, 4]), np.array([4, 3]), 2)
+    >>> ptr.tolist(), rel.tolist()
+    ([0, 2, 3], [2, 4, 3])
+    """
+    starts = np.asarray(sequence_starts, dtype=np.int64)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    n = len(sizes)
+    found: list[np.ndarray] = []
+    total = len(tokens)
+    step = 1 << 24
+    for lo in range(0, total, step):
+        hit = np.flatnonzero(np.asarray(tokens[lo : lo + step]) == eod)
+        if len(hit):
+            found.append(hit.astype(np.int64) + lo)
+    pos = np.concatenate(found) if found else np.zeros(0, np.int64)
+    # the document each EOD lies in (documents are ordered by start; tokens between documents: none)
+    doc = np.searchsorted(starts, pos, side="right") - 1
+    keep = (doc >= 0) & (pos < starts[np.maximum(doc, 0)] + sizes[np.maximum(doc, 0)]) if n else doc < -1
+    pos, doc = pos[keep], doc[keep]
+    rel = pos - starts[doc] + 1
+    pointers = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(doc, minlength=n), out=pointers[1:])
+    return pointers, rel
+
+
+def _stream_cuts(
+    sizes: np.ndarray, document_index: np.ndarray, cuts: EodCuts | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(document ends, restart positions)`` in the stream of ``document_index``'s documents."""
+    lens = sizes[document_index].astype(np.int64)
+    ends = np.cumsum(lens)
+    if cuts is None:
+        return ends, ends
+    pointers, rel = cuts
+    first = pointers[document_index]
+    counts = pointers[document_index + 1] - first
+    before = np.cumsum(counts) - counts
+    gather = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(first - before, counts)
+    return ends, np.repeat(ends - lens, counts) + rel[gather]
+
+
 def sample_cu_seqlens(
-    sizes: np.ndarray, document_index: np.ndarray, sample_index: np.ndarray, k: int, *, seq_length: int
+    sizes: np.ndarray,
+    document_index: np.ndarray,
+    sample_index: np.ndarray,
+    k: int,
+    *,
+    seq_length: int,
+    cuts: EodCuts | None = None,
 ) -> np.ndarray:
-    """``cu_seqlens`` of sample ``k`` (before shuffling) with inter-document masking: 0, every document
-    boundary strictly inside the sample's ``seq_length`` input tokens, ``seq_length``."""
+    """``cu_seqlens`` of sample ``k`` (before shuffling) with inter-document masking: 0, every restart
+    (after an EOD token: :func:`eod_cuts`; ``None``: every document end) strictly inside the sample's
+    ``seq_length`` input tokens, ``seq_length``."""
     (pos0, off0), (pos1, _) = sample_index[k], sample_index[k + 1]
-    lengths = sizes[document_index[int(pos0) : int(pos1) + 1]].astype(np.int64)
-    bounds = np.cumsum(lengths) - int(off0)
+    docs = np.asarray(document_index[int(pos0) : int(pos1) + 1])
+    _, restarts = _stream_cuts(np.asarray(sizes), docs, cuts)
+    bounds = restarts - int(off0)
     inside = bounds[(bounds > 0) & (bounds < seq_length)]
     return np.concatenate([[0], inside, [seq_length]]).astype(np.int32)
 
@@ -206,10 +272,12 @@ def gpt_samples_report(
     *,
     seq_length: int,
     seed: int,
-    split: str = "1,0,0",
+    split: str = GPT_REPORT_SPLIT,
     num_samples: int | None = None,
+    cuts: EodCuts | None = None,
 ) -> GptSamplesReport:
-    """The :class:`GptSamplesReport` of documents of lengths ``sizes`` (training split of ``split``).
+    """The :class:`GptSamplesReport` of documents of lengths ``sizes`` (training split of ``split``);
+    segments restart after each EOD token (``cuts``, :func:`eod_cuts`; ``None``: at every document end).
 
     >>> r = gpt_samples_report(np.array([5, 3, 8, 2], np.int32), seq_length=4, seed=1)
     >>> r.samples, r.documents_cut, r.segments_max, r.attention_work_unmasked, r.attention_work_masked
@@ -220,7 +288,7 @@ def gpt_samples_report(
     doc, sample, _ = gpt_indices(sizes, documents, seq_length=seq_length, seed=seed, num_samples=num_samples)
     n = len(sample) - 1
     lens = sizes[doc].astype(np.int64)
-    ends = np.cumsum(lens)
+    ends, restarts = _stream_cuts(sizes, doc, cuts)
     starts = ends - lens
     # every document boundary in the token stream, and where the sample boundaries fall
     cut_at = np.arange(1, n, dtype=np.int64) * seq_length  # boundaries between consecutive samples
@@ -230,13 +298,14 @@ def gpt_samples_report(
     hit = inside[cut]  # ascending: count the distinct document positions
     documents_cut = int(len(hit) and 1 + np.count_nonzero(hit[1:] != hit[:-1]))
     # Every sample's segments at once: cut the stream [0, n * seq_length) at the sample boundaries and at
-    # every document end inside it; a segment belongs to the sample its start lies in.
+    # every restart inside it; a segment belongs to the sample its start lies in.
     span = n * seq_length
-    cuts = np.concatenate([np.arange(n + 1, dtype=np.int64) * seq_length, ends[(ends > 0) & (ends < span)]])
-    cuts.sort()
-    cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])]  # (np.union1d hashes: 10x slower here)
-    seg = np.diff(cuts).astype(np.float64)
-    owner = cuts[:-1] // seq_length
+    inside = restarts[(restarts > 0) & (restarts < span)]
+    bounds = np.concatenate([np.arange(n + 1, dtype=np.int64) * seq_length, inside])
+    bounds.sort()
+    bounds = bounds[np.concatenate([[True], bounds[1:] != bounds[:-1]])]  # (np.union1d hashes: 10x slower)
+    seg = np.diff(bounds).astype(np.float64)
+    owner = bounds[:-1] // seq_length
     segments = np.bincount(owner, minlength=n) if n else np.zeros(0, np.int64)
     squares_masked = float((seg * seg).sum()) / 2
     return GptSamplesReport(

@@ -10,7 +10,9 @@ writes without ``--split-sentences``):
 - ``<prefix>.idx``: the 9-byte magic ``MMIDIDX\\x00\\x00``, version ``1`` (``<Q``), the dtype code (``<B``:
   ``uint16`` 8, ``int32`` 4), the sequence count and the document-index count (``<Q`` each), then the
   sequence lengths (``int32``), the byte offset of each sequence in ``.bin`` (``int64``) and the document
-  indices (``int64``: ``0, 1, ..., N``: document ``d`` is sequences ``[idx[d], idx[d+1])``).
+  indices (``int64``: ``0, 1, ..., N``: document ``d`` is sequences ``[idx[d], idx[d+1])``). A row whose text
+  tokenizes to nothing is a document without a sequence, as ``preprocess_data.py`` writes it (its builder's
+  ``add_document`` of no ids appends the document index again): ``..., k, k, ...``.
 
 A pack writes one prefix per shard (``training_text_document.part-00000-of-00002``: whole documents, about
 :data:`TOKENS_PER_SHARD` tokens each) and a ready ``--data-path`` (weights = each shard's share of the
@@ -32,7 +34,7 @@ data is cut into samples by Megatron's ``GPTDataset`` at training time, so nothi
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +107,7 @@ def indexed_shards(
     return shards
 
 
-def _atomic_write(path: Path, chunks: Sequence[bytes | np.ndarray]) -> None:
+def _atomic_write(path: Path, chunks: Iterable[bytes | np.ndarray]) -> None:
     def write(f: Any) -> None:
         for chunk in chunks:
             if isinstance(chunk, np.ndarray):
@@ -123,31 +125,45 @@ def write_indexed(
     *,
     vocab_size: int,
     chunk_tokens: int = 1 << 24,
+    empty_before: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Write samples ``documents`` (indices, in this order) as one Megatron indexed dataset ``<prefix>.bin`` /
-    ``<prefix>.idx`` (each atomically, ``.idx`` last); return the shard's manifest record."""
+    ``<prefix>.idx`` (each atomically, ``.idx`` last); return the shard's manifest record.
+
+    ``empty_before``: for each empty document (no sequence) between them, how many of ``documents`` come
+    before it (ascending), so the document index is the one ``preprocess_data.py`` writes."""
     dtype = token_dtype(vocab_size)
     documents = np.asarray(documents, dtype=np.int64)
     lengths = samples.stored_lengths()[documents]
+    starts = samples.offsets[:-1][documents]
+    contiguous = bool((np.diff(documents) == 1).all())  # one slice of the token buffer, copied in chunks
+
+    def chunks() -> Iterator[np.ndarray]:
+        if contiguous and len(documents):
+            lo, hi = int(starts[0]), int(starts[-1] + lengths[-1])
+            for a in range(lo, hi, chunk_tokens):
+                yield np.asarray(samples.tokens[a : min(hi, a + chunk_tokens)]).astype(dtype)
+        elif len(documents):
+            yield samples.take(documents).tokens.astype(dtype)
+
+    return _write_index_files(prefix, lengths, chunks(), dtype, empty_before)
+
+
+def _write_index_files(
+    prefix: Path, lengths: np.ndarray, chunks: Iterable[np.ndarray], dtype: np.dtype, empty_before: Any
+) -> dict[str, Any]:
+    """``<prefix>.bin`` from ``chunks`` (the documents' tokens in order, already in ``dtype``; written as
+    they come) and ``<prefix>.idx`` (last) for documents of ``lengths``; the prefix's manifest record."""
     if len(lengths) and int(lengths.max()) > np.iinfo(np.int32).max:
         raise PackedDataError(
             f"{prefix}: a document of {int(lengths.max())} tokens does not fit Megatron's int32 length"
         )
-    starts = samples.offsets[:-1][documents]
-    contiguous = bool((np.diff(documents) == 1).all())  # one slice of the token buffer, copied in chunks
     bin_path, idx_path = Path(f"{prefix}.bin"), Path(f"{prefix}.idx")
-    pieces: list[np.ndarray] = []
-    if contiguous and len(documents):
-        lo, hi = int(starts[0]), int(starts[-1] + lengths[-1])
-        for a in range(lo, hi, chunk_tokens):
-            pieces.append(np.asarray(samples.tokens[a : min(hi, a + chunk_tokens)]).astype(dtype))
-    elif len(documents):
-        pieces.append(samples.take(documents).tokens.astype(dtype))
-    _atomic_write(bin_path, pieces)
+    _atomic_write(bin_path, chunks)
     pointers = np.zeros(len(lengths), dtype=np.int64)
     if len(lengths):
         np.cumsum(lengths[:-1] * dtype.itemsize, out=pointers[1:])
-    doc_index = np.arange(len(lengths) + 1, dtype=np.int64)
+    doc_index = document_index(len(lengths), empty_before)
     header = (
         INDEX_MAGIC
         + struct.pack("<Q", INDEX_VERSION)
@@ -157,7 +173,7 @@ def write_indexed(
     )
     _atomic_write(idx_path, [header, lengths.astype(np.int32), pointers, doc_index])
     tokens = int(lengths.sum())
-    return {
+    record = {
         "name": prefix.name,
         "rows": len(lengths),  # documents
         "stored_tokens": tokens,
@@ -165,6 +181,91 @@ def write_indexed(
         "sha256": sha256_file(bin_path),
         "idx_sha256": sha256_file(idx_path),
         "dtype": dtype.name,
+    }
+    if len(doc_index) != len(lengths) + 1:
+        record["empty_documents"] = len(doc_index) - len(lengths) - 1
+    return record
+
+
+def document_index(sequences: int, empty_before: np.ndarray | None = None) -> np.ndarray:
+    """The ``.idx`` document index of ``sequences`` one-sequence documents with empty documents (no
+    sequence) after ``empty_before[j]`` of them: what Megatron-Core's ``IndexedDatasetBuilder`` writes when
+    ``add_document`` is called for each in order (it appends the sequence count after every document).
+
+    >>> document_index(3).tolist(), document_index(3, np.array([0, 2, 2])).tolist()
+    ([0, 1, 2, 3], [0, 0, 1, 2, 2, 2, 3])
+    """
+    kept = np.arange(1, sequences + 1, dtype=np.int64)
+    if empty_before is not None and len(empty_before):
+        before = np.asarray(empty_before, dtype=np.int64)
+        kept = np.insert(kept, before, before)
+    return np.concatenate([np.zeros(1, np.int64), kept])
+
+
+def _ends_with(cuts: tuple[np.ndarray, np.ndarray], lengths: np.ndarray) -> np.ndarray:
+    """1 where a document's last restart is its end (it ends with EOD), else 0."""
+    pointers, rel = cuts
+    out = np.zeros(len(lengths), dtype=np.int64)
+    has = pointers[1:] > pointers[:-1]
+    out[has] = rel[pointers[1:][has] - 1] == np.asarray(lengths)[has]
+    return out
+
+
+def data_path_args(prefixes: Sequence[tuple[str, int]]) -> list[str]:
+    """:func:`data_path` as the separate arguments of ``--data-path`` (``nargs='*'``).
+
+    >>> data_path_args([("/d/a b", 300), ("/d/c", 100)])
+    ['0.75', '/d/a b', '0.25', '/d/c']
+    """
+    if len(prefixes) == 1:
+        return [prefixes[0][0]]
+    total = sum(t for _, t in prefixes) or 1
+    return [x for p, t in prefixes for x in (f"{round(t / total, 8):g}", p)]
+
+
+def megatron_args(
+    prefixes: Sequence[tuple[str, int]], *, split: str, seq_length: int, seed: int
+) -> list[str]:
+    """The Megatron-LM ``pretrain_gpt.py`` arguments that train on the samples ``longpack`` reports: the
+    prefixes with their weights, and the ``--split`` / ``--seq-length`` / ``--seed`` of the report (without
+    ``--split`` Megatron-LM falls back to its legacy ``969, 30, 1``; with ``--data-args-path`` it needs
+    ``--split`` too). Shell-quote them with :func:`shlex.join`.
+
+    >>> import shlex
+    >>> shlex.join(megatron_args([("/d/my corpus", 9)], split="1,0,0", seq_length=8192, seed=1234))
+    "--data-path '/d/my corpus' --split 1,0,0 --seq-length 8192 --seed 1234"
+    """
+    return [
+        "--data-path",
+        *data_path_args(prefixes),
+        "--split",
+        split,
+        "--seq-length",
+        str(seq_length),
+        "--seed",
+        str(seed),
+    ]
+
+
+def bridge_dataset(
+    prefixes: Sequence[tuple[str, int]], *, split: str, seq_length: int, seed: int
+) -> dict[str, Any]:
+    """The fields of Megatron-Bridge's ``GPTDatasetConfig`` (Megatron-Core's, with ``seq_length``) that
+    train on the samples ``longpack`` reports: ``blend`` = ``(prefixes, weights or None)``, ``split``,
+    ``seq_length``, ``random_seed``, and the document masking the reported ``cu_seqlens`` assume.
+
+    >>> bridge_dataset([("/d/a", 3), ("/d/b", 1)], split="1,0,0", seq_length=64, seed=1)["blend"]
+    [['/d/a', '/d/b'], [0.75, 0.25]]
+    """
+    total = sum(t for _, t in prefixes) or 1
+    weights = None if len(prefixes) == 1 else [round(t / total, 8) for _, t in prefixes]
+    return {
+        "blend": [[p for p, _ in prefixes], weights],
+        "split": split,
+        "seq_length": seq_length,
+        "random_seed": seed,
+        "reset_position_ids": True,
+        "reset_attention_mask": True,
     }
 
 
@@ -247,34 +348,145 @@ def write_indexed_output(
     *,
     vocab_size: int,
     eos_id: int,
+    empty_before: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Write every sample of ``samples`` as a document into sharded Megatron indexed datasets in the prepared
     folder ``out``, then ``data_path.txt`` and, last, ``manifest.json``; return the manifest.
+
+    ``eos_id``: the EOD id (where ``GPTDataset`` restarts positions); ``empty_before``: for each empty
+    document (a text row that tokenized to nothing), how many samples come before it (see
+    :func:`document_index`); each goes into the shard that holds the next document (the last one at the end).
 
     ``settings``: the job's ``PackSettings`` (``seq_length``, ``seed`` and ``rows_per_shard`` = documents per
     shard); ``provenance``: its ``Provenance``. The manifest has the layout of a packed folder's (counts,
     inputs, malformed rows, one record per shard) plus ``megatron`` (prefixes, ``data_path``, dtype, EOD id)
     and ``gpt_dataset``: what ``GPTDataset`` makes of the data at ``seq_length`` / ``seed``.
     """
-    from longpack.packed.gpt_samples import gpt_samples_report
-    from longpack.packed.manifest import MANIFEST_FORMAT, MANIFEST_NAME, PackManifest
-    from longpack.packed.pipeline import MAX_LISTED, versions
-
     lengths = samples.stored_lengths()
-    shards = indexed_shards(lengths, docs_per_shard=settings.rows_per_shard)
+    layout = indexed_layout(lengths, settings.rows_per_shard, empty_before)
+    written = [
+        write_indexed_part(out / name, samples_of(samples, lo, hi), vocab_size=vocab_size, eod_id=eos_id,
+                           empty_before=empty)
+        for name, (lo, hi), empty in layout
+    ]  # fmt: skip
+    return finish_indexed_output(
+        out, written, lengths, settings, provenance, vocab_size=vocab_size, eos_id=eos_id,
+        empty=0 if empty_before is None else len(empty_before),
+    )  # fmt: skip
+
+
+def samples_of(samples: TokenizedSamples, lo: int, hi: int) -> TokenizedSamples:
+    """Samples ``lo .. hi - 1`` re-based (views; a memory map stays one)."""
+    a, b = int(samples.offsets[lo]), int(samples.offsets[hi])
+    return TokenizedSamples(
+        tokens=samples.tokens[a:b],
+        loss_mask=samples.loss_mask[a:b],
+        offsets=np.asarray(samples.offsets[lo : hi + 1]) - a,
+        source_file=samples.source_file[lo:hi],
+        source_row=samples.source_row[lo:hi],
+        files=samples.files,
+    )
+
+
+def indexed_layout(
+    lengths: np.ndarray, rows_per_shard: int | None, empty_before: np.ndarray | None = None
+) -> list[tuple[str, tuple[int, int], np.ndarray]]:
+    """``(prefix name, (first document, end document), empty documents of the shard)`` of every prefix of
+    an indexed output of documents of ``lengths``: what each writer (a process, a Ray task) writes with
+    :func:`write_indexed_part`. Empty documents (``empty_before``: samples before each) go to the shard
+    holding the next document (the last shard at the end), counted from its first document.
+
+    >>> [(n, s, e.tolist()) for n, s, e in indexed_layout(np.array([4, 4, 4]), 2, np.array([0, 2, 3]))]
+    [('training_text_document.part-00000-of-00002', (0, 2), [0]), ('training_text_document.part-00001-of-00002', (2, 3), [0, 1])]
+    """
+    shards = indexed_shards(lengths, docs_per_shard=rows_per_shard)
     stem = DOCUMENT_STEM.format(split="training")
     names = (
         [stem]
         if len(shards) == 1
         else [f"{stem}.part-{i:05d}-of-{len(shards):05d}" for i in range(len(shards))]
     )
-    files = [
-        write_indexed(out / name, samples, np.arange(lo, hi), vocab_size=vocab_size)
-        for name, (lo, hi) in zip(names, shards, strict=True)
-    ]
+    empties = np.zeros(0, np.int64) if empty_before is None else np.asarray(empty_before, np.int64)
+    out = []
+    for j, (name, (lo, hi)) in enumerate(zip(names, shards, strict=True)):
+        last = j == len(shards) - 1
+        mine = empties[(empties >= lo) & ((empties <= hi) if last else (empties < hi))] - lo
+        out.append((name, (lo, hi), mine))
+    return out
+
+
+def write_indexed_part(
+    prefix: Path,
+    samples: TokenizedSamples | Sequence[TokenizedSamples],
+    *,
+    vocab_size: int,
+    eod_id: int,
+    empty_before: np.ndarray,
+    chunk_tokens: int = 1 << 24,
+) -> tuple[dict[str, Any], tuple[np.ndarray, np.ndarray]]:
+    """Every sample of ``samples`` (one prefix's documents; or several pieces of them in order, e.g. views of
+    a store's shards, streamed without joining them) into ``<prefix>.bin`` / ``.idx``: the prefix's manifest
+    record, and where its documents restart after EOD (``gpt_samples.eod_cuts``) for the report. Memory:
+    ``chunk_tokens`` at a time and the index."""
+    from longpack.packed.gpt_samples import eod_cuts
+
+    pieces = [samples] if isinstance(samples, TokenizedSamples) else list(samples)
+    if len(pieces) == 1:
+        one = pieces[0]
+        record = write_indexed(
+            prefix, one, np.arange(len(one)), vocab_size=vocab_size, empty_before=empty_before,
+            chunk_tokens=chunk_tokens,
+        )  # fmt: skip
+        return record, eod_cuts(one.tokens, one.offsets[:-1], one.stored_lengths(), int(eod_id))
+    # several pieces: their lengths joined (small), their tokens streamed piece by piece, chunk by chunk
+    lengths = np.concatenate([p.stored_lengths() for p in pieces]) if pieces else np.zeros(0, np.int64)
+    dtype = token_dtype(vocab_size)
+
+    def chunks() -> Iterator[np.ndarray]:
+        for p in pieces:
+            n = int(p.offsets[-1])
+            for a in range(0, n, chunk_tokens):
+                yield np.asarray(p.tokens[a : min(n, a + chunk_tokens)]).astype(dtype)
+
+    record = _write_index_files(prefix, lengths, chunks(), dtype, empty_before)
+    pointers, rel = [np.zeros(1, np.int64)], []
+    for p in pieces:
+        ptr, r = eod_cuts(p.tokens, p.offsets[:-1], p.stored_lengths(), int(eod_id))
+        pointers.append(ptr[1:] + pointers[-1][-1])
+        rel.append(r)
+    return record, (np.concatenate(pointers), np.concatenate(rel) if rel else np.zeros(0, np.int64))
+
+
+def finish_indexed_output(
+    out: Path,
+    written: list[tuple[dict[str, Any], tuple[np.ndarray, np.ndarray]]],
+    lengths: np.ndarray,
+    settings: Any,
+    provenance: Any,
+    *,
+    vocab_size: int,
+    eos_id: int,
+    empty: int = 0,
+) -> dict[str, Any]:
+    """``data_path.txt`` and, last, ``manifest.json`` of an indexed output whose prefixes are written
+    (``written``: :func:`write_indexed_part`'s results in prefix order; ``lengths``: every document's);
+    returns the manifest (see :func:`write_indexed_output`)."""
+    from longpack.packed.gpt_samples import GPT_REPORT_SPLIT, gpt_samples_report
+    from longpack.packed.manifest import MANIFEST_FORMAT, MANIFEST_NAME, PackManifest
+    from longpack.packed.pipeline import MAX_LISTED, versions
+
+    files = [record for record, _ in written]
+    pointers, rel = [np.zeros(1, np.int64)], []
+    for _, (ptr, r) in written:  # the prefixes' restarts joined into the whole output's
+        pointers.append(ptr[1:] + pointers[-1][-1])
+        rel.append(r)
+    cuts = (np.concatenate(pointers), np.concatenate(rel) if rel else np.zeros(0, np.int64))
     prefixes = [(str((out / f["name"]).resolve()), f["stored_tokens"]) for f in files]
     atomic_write_bytes(out / DATA_PATH_NAME, (data_path(prefixes) + "\n").encode())
-    report = gpt_samples_report(lengths.astype(np.int32), seq_length=settings.seq_length, seed=settings.seed)
+    samples_count = len(lengths)
+    report = gpt_samples_report(
+        lengths.astype(np.int32), seq_length=settings.seq_length, seed=settings.seed, cuts=cuts
+    )
     tokens = int(lengths.sum())
     manifest: dict[str, Any] = {
         "format": MANIFEST_FORMAT,
@@ -292,11 +504,12 @@ def write_indexed_output(
         "counts": {
             "rows_read": provenance.rows_read,
             "malformed": len(provenance.malformed),
-            "samples_read": len(samples),
-            "packed": len(samples),
+            "samples_read": samples_count,
+            "packed": samples_count,
             "truncated": 0,
             "dropped": 0,
-            "rows": {"training": len(samples)},
+            "empty": int(empty),
+            "rows": {"training": samples_count},
         },
         "malformed": [{"source": s, "reason": r} for s, r in provenance.malformed[:MAX_LISTED]],
         "malformed_listed": min(len(provenance.malformed), MAX_LISTED),
@@ -304,10 +517,10 @@ def write_indexed_output(
         "splits": {
             "training": {
                 "files": files,
-                "samples_in": len(samples),
-                "samples_packed": len(samples),
-                "rows": len(samples),
-                "documents": len(samples),
+                "samples_in": samples_count,
+                "samples_packed": samples_count,
+                "rows": samples_count,
+                "documents": samples_count,
                 "runtime_tokens": tokens,
                 "stored_tokens": tokens,
                 "truncated_count": 0,
@@ -321,6 +534,10 @@ def write_indexed_output(
             "dtype": files[0]["dtype"],
             "eod_id": int(eos_id),
             "vocab_size": int(vocab_size),
+            # the split the gpt_dataset report (and the hand-off) assume: every document trains
+            "split": GPT_REPORT_SPLIT,
+            # documents holding the EOD token inside them (its literal text): GPTDataset restarts there too
+            "documents_with_inner_eod": int(np.count_nonzero(np.diff(cuts[0]) > _ends_with(cuts, lengths))),
         },
         "gpt_dataset": report.to_dict(),
         **provenance.extra,
@@ -330,10 +547,17 @@ def write_indexed_output(
 
 
 def indexed_summary(out: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """What ``longpack pack --json`` prints for an indexed output (``data_path`` with absolute prefixes)."""
+    """What ``longpack pack --json`` prints for an indexed output (``data_path`` with absolute prefixes),
+    with the hand-off: ``megatron_args`` (:func:`megatron_args`) and ``bridge_dataset``
+    (:func:`bridge_dataset`), at the split, sequence length and seed of ``gpt_dataset``."""
+    from longpack.packed.gpt_samples import GPT_REPORT_SPLIT
+
     mg = manifest["megatron"]
     prefixes = [str(out / p) for p in mg["prefixes"]]
     files = manifest["splits"]["training"]["files"]
+    weighted = list(zip(prefixes, [f["stored_tokens"] for f in files], strict=True))
+    g = manifest["gpt_dataset"]
+    at = {"split": mg.get("split", GPT_REPORT_SPLIT), "seq_length": g["seq_length"], "seed": g["seed"]}
     return {
         "out": str(out),
         "finished": True,
@@ -345,7 +569,11 @@ def indexed_summary(out: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
         "documents": manifest["splits"]["training"]["documents"],
         "tokens": manifest["splits"]["training"]["stored_tokens"],
         "prefixes": prefixes,
-        "data_path": data_path(list(zip(prefixes, [f["stored_tokens"] for f in files], strict=True))),
+        "data_path": data_path(weighted),
+        "megatron_args": megatron_args(weighted, **at),
+        "data_args_path": str(out / mg.get("data_path_file", DATA_PATH_NAME)),
+        "bridge_dataset": bridge_dataset(weighted, **at),
+        "eod_id": mg.get("eod_id"),
         "dtype": mg["dtype"],
         "gpt_dataset": manifest["gpt_dataset"],
         "malformed_listed": len(manifest["malformed"]),
@@ -377,15 +605,19 @@ def inspect_indexed(
     split: str = "1,0,0",
     num_samples: int | None = None,
     sample: int | None = None,
+    eod_id: int | None = None,
 ) -> dict[str, Any]:
     """``longpack inspect`` of a Megatron indexed dataset: ``path`` is a prefix (``<path>.idx`` exists) or an
     indexed pack folder (its prefixes; ``seq_length`` and ``seed`` default to the manifest's). Per prefix:
     documents, tokens, dtype and the :class:`GptSamplesReport`; with ``sample``, that sample (the
-    ``sample``-th GPTDataset returns, after shuffling): its documents and ``cu_seqlens``."""
+    ``sample``-th GPTDataset returns, after shuffling): its documents and ``cu_seqlens``. Segments restart
+    after every ``eod_id`` token, as ``GPTDataset``'s position ids (a folder: its manifest's EOD id by
+    default; a bare prefix without ``eod_id``: at every document end)."""
     import json
 
     from longpack.errors import ConfigError
     from longpack.packed.gpt_samples import (
+        eod_cuts,
         gpt_indices,
         gpt_samples_report,
         sample_cu_seqlens,
@@ -403,6 +635,7 @@ def inspect_indexed(
         prefixes = [path / p for p in manifest["megatron"]["prefixes"]]
         seq_length = seq_length or manifest["settings"]["seq_length"]
         seed = manifest["settings"]["seed"] if seed is None else seed
+        eod_id = manifest["megatron"].get("eod_id") if eod_id is None else eod_id
     else:
         raise PackedDataError(
             f"{path}: neither a .bin/.idx prefix nor an indexed pack folder", fields="folder"
@@ -422,8 +655,10 @@ def inspect_indexed(
     for prefix in prefixes:
         data = IndexedFile(prefix)
         sizes = np.asarray(data.sequence_lengths)
+        starts = np.asarray(data.sequence_pointers) // data.dtype.itemsize
+        cuts = None if eod_id is None else eod_cuts(data.tokens, starts, sizes, int(eod_id))
         report = gpt_samples_report(
-            sizes, seq_length=seq_length, seed=seed, split=split, num_samples=num_samples
+            sizes, seq_length=seq_length, seed=seed, split=split, num_samples=num_samples, cuts=cuts
         )
         entry: dict[str, Any] = {
             "documents": len(data),
@@ -445,7 +680,9 @@ def inspect_indexed(
                 "unshuffled_index": k,
                 "documents": [int(d) for d in doc[int(p0) : int(p1) + 1]],
                 "first_document_offset": int(o0),
-                "cu_seqlens": sample_cu_seqlens(sizes, doc, sidx, k, seq_length=seq_length).tolist(),
+                "cu_seqlens": sample_cu_seqlens(
+                    sizes, doc, sidx, k, seq_length=seq_length, cuts=cuts
+                ).tolist(),
             }
         out["prefixes"][str(prefix)] = entry
     return out

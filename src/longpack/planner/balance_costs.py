@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from longpack import choices
 from longpack.balance.cost import PackCostModel
 from longpack.balance.target import BalanceTarget
 from longpack.choices import BALANCE_PRECISIONS
@@ -222,7 +223,9 @@ def parse_balance_spec(spec: str) -> BalanceTarget:
         pp=ints.get("pp", 1),
         vpp=ints.get("vpp", 1),
         micro_batch_size=ints.get("mbs", 1),
-        schedule=values.get("schedule", "interleaved" if ints.get("vpp", 1) > 1 else "1f1b"),
-        sampler=values.get("sampler", "batch"),
+        schedule=values.get(
+            "schedule", choices.SCHEDULE_INTERLEAVED if ints.get("vpp", 1) > 1 else choices.SCHEDULE_1F1B
+        ),
+        sampler=values.get("sampler", choices.BATCH_SAMPLER),
         spec=spec,
     )

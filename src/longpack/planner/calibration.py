@@ -50,6 +50,12 @@ class CalibrationPoint:
     superseded: bool
     memory_rank: str = "hot"
     stage_counts: tuple[int, ...] | None = None
+    #: the publication it comes from (:func:`source_key`: repository and file, or arXiv id), what
+    #: leave-one-source-out holds out together
+    source: str = ""
+    #: measured tokens per second per GPU when the source states it (step-time comparisons use it, so
+    #: a source's FLOP convention cannot hide an error)
+    tokens_per_s: float | None = None
 
 
 def _precision(raw: str, gpu_arch: str) -> str:
@@ -213,6 +219,7 @@ def normalize_point(point: dict[str, Any]) -> CalibrationPoint:
         tp_comm_overlap=tp_overlap and layout.tp > 1,
     )
     tflops = result.get("tflops_per_gpu")
+    tokens = result.get("tokens_per_sec_per_gpu")
     mem, mem_rank = _measured_memory(result)
     return CalibrationPoint(
         id=pid,
@@ -227,7 +234,35 @@ def normalize_point(point: dict[str, Any]) -> CalibrationPoint:
         superseded=bool(point.get("superseded_by_newer_release")),
         memory_rank=mem_rank,
         stage_counts=stage_counts,
+        source=source_key(str(point.get("source") or pid)),
+        tokens_per_s=float(tokens) if isinstance(tokens, int | float) and tokens > 0 else None,
     )
+
+
+def source_key(text: str) -> str:
+    """The publication a calibration point's ``source`` names: ``owner/repo:path`` (commit, release and
+    section dropped; a Megatron-Bridge performance summary and its archive are one page, the same table
+    over releases), else an arXiv id, else the text's first words.
+
+    >>> source_key("NVIDIA-NeMo/Megatron-Bridge:docs/performance-summary-archive.md@067f987d [release 26.04]")
+    'NVIDIA-NeMo/Megatron-Bridge:docs/performance-summary.md'
+    >>> source_key("'NVIDIA/skills:skills/x/card.yaml@7149a88 (validated_on 2026-04-01) data")
+    'NVIDIA/skills:skills/x/card.yaml'
+    >>> source_key("Korthikanti et al. 2022 (arXiv:2205.05198) Table 5")
+    'arXiv:2205.05198'
+    """
+    import re
+
+    t = " ".join(text.split()).lstrip("'\"")
+    m = re.match(r"([\w.-]+/[\w.-]+):([^@\s]+)", t)
+    if m:
+        return (
+            f"{m.group(1)}:{m.group(2).replace('performance-summary-archive.md', 'performance-summary.md')}"
+        )
+    m = re.search(r"arXiv:\s*(\d{4}\.\d{4,5})", t)
+    if m:
+        return f"arXiv:{m.group(1)}"
+    return " ".join(t.split()[:3])
 
 
 def read_calibration(path: str | Path | None = None) -> list[dict[str, Any]]:
@@ -307,6 +342,10 @@ class PointResult:
     memory_rank: int | None = None  # pipeline rank the memory prediction describes
     seq_length: int = 0
     band: str = ""
+    #: step-time error: measured step time / predicted step time - 1 (from tokens/s where the source
+    #: states it, else from TFLOP/s with the same FLOP count on both sides); + = ran slower than predicted
+    step_error: float | None = None
+    source: str = ""
 
 
 #: Context-length bands of the error report (tokens per sequence).
@@ -326,8 +365,8 @@ def context_band(seq_length: int) -> str:
     return BANDS[2]
 
 
-def predict_tflops(point: CalibrationPoint, params: TimeModelParams | None = None) -> float | None:
-    """Predicted TFLOP/s/GPU of one point (``None`` when the layout cannot be evaluated)."""
+def predict_time(point: CalibrationPoint, params: TimeModelParams | None = None) -> Any:
+    """The step-time estimate (``TimeBreakdown``) of one point (``None`` when it cannot be evaluated)."""
     try:
         return estimate_time(
             load_model(point.model),
@@ -338,15 +377,34 @@ def predict_tflops(point: CalibrationPoint, params: TimeModelParams | None = Non
             options=point.options,
             params=params,
             stage_counts=point.stage_counts,
-        ).tflops_per_gpu
+        )
     except PlanError:
         return None
+
+
+def predict_tflops(point: CalibrationPoint, params: TimeModelParams | None = None) -> float | None:
+    """Predicted TFLOP/s/GPU of one point (``None`` when the layout cannot be evaluated)."""
+    tim = predict_time(point, params)
+    return None if tim is None else float(tim.tflops_per_gpu)
+
+
+def step_error(point: CalibrationPoint, tim: Any) -> float | None:
+    """Measured / predicted step time − 1 of one point: from tokens/s/GPU when the source states them,
+    else from TFLOP/s/GPU (the planner's FLOP count on both sides)."""
+    if tim is None:
+        return None
+    if point.tokens_per_s:
+        return float(tim.tokens_per_s_per_gpu) / point.tokens_per_s - 1
+    if point.tflops:
+        return float(tim.tflops_per_gpu) / point.tflops - 1
+    return None
 
 
 def evaluate_point(point: CalibrationPoint, params: TimeModelParams | None = None) -> PointResult:
     """Predicted TFLOP/s/GPU and memory of one point; errors are relative (pred/meas − 1)."""
     model = load_model(point.model)
-    pred_t = predict_tflops(point, params)
+    tim = predict_time(point, params)
+    pred_t = None if tim is None else float(tim.tflops_per_gpu)
     pred_m = None
     pred_rank: int | None = None
     try:
@@ -382,12 +440,15 @@ def evaluate_point(point: CalibrationPoint, params: TimeModelParams | None = Non
         memory_rank=pred_rank if point.memory_gib else None,
         seq_length=point.seq_length,
         band=context_band(point.seq_length),
+        step_error=step_error(point, tim) if point.tflops else None,
+        source=point.source,
     )
 
 
 @dataclass(frozen=True, kw_only=True)
 class BandStats:
-    """TFLOP/s/GPU errors of one context band: count, median absolute and signed error, p90."""
+    """Step-time errors (measured / predicted − 1) of one context band: count, median absolute and
+    signed error, p90."""
 
     n: int
     median_ape: float
@@ -415,12 +476,17 @@ def band_stats(results: tuple[PointResult, ...] | list[PointResult]) -> dict[str
     """
     out = {}
     for band in BANDS:
-        errs = [r.tflops_error for r in results if r.band == band and r.tflops_error is not None]
+        errs = [e for e in (_err(r) for r in results if r.band == band) if e is not None]
         n, med, p90 = _ape_stats(errs)
         out[band] = BandStats(
             n=n, median_ape=med, median_error=float(np.median(errs)) if errs else float("nan"), p90_ape=p90
         )
     return out
+
+
+def _err(r: PointResult) -> float | None:
+    """The error a band reports: the step-time error, else (no step time computable) the TFLOP/s one."""
+    return r.step_error if r.step_error is not None else r.tflops_error
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -439,6 +505,11 @@ class EvaluationSummary:
     bands: dict[str, BandStats] = field(default_factory=dict)
     lomo: tuple[PointResult, ...] | None = None
     lomo_bands: dict[str, BandStats] | None = None
+    loso: tuple[PointResult, ...] | None = None
+    loso_bands: dict[str, BandStats] | None = None
+    #: per context band: the share of LOSO residuals inside the error band built without their source
+    #: (``longpack.planner.uncertainty.band_coverage``; set by ``plan evaluate``)
+    coverage: dict[str, dict[str, float]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly mapping."""
@@ -457,6 +528,22 @@ class EvaluationSummary:
             "points": [r.__dict__ for r in self.results],
             "skipped": [{"id": i, "reason": r} for i, r in self.skipped],
         }
+        if self.loso is not None and self.loso_bands is not None:
+            doc["loso"] = {
+                "bands": {k: v.as_dict() for k, v in self.loso_bands.items()},
+                "coverage": self.coverage,
+                "points": [
+                    {
+                        "id": r.id,
+                        "model": r.model,
+                        "source": r.source,
+                        "band": r.band,
+                        "predicted_tflops": r.predicted_tflops,
+                        "step_error": r.step_error,
+                    }
+                    for r in self.loso
+                ],
+            }
         if self.lomo is not None and self.lomo_bands is not None:
             doc["lomo"] = {
                 "bands": {k: v.as_dict() for k, v in self.lomo_bands.items()},
@@ -488,6 +575,7 @@ def evaluate(
     *,
     lomo: bool = False,
     lomo_rounds: int = 3,
+    loso: bool = False,
 ) -> EvaluationSummary:
     """Evaluate every point; median and 90th-percentile absolute percentage error, overall and per
     context band. ``lomo=True`` also refits the constants once per model without that model's points
@@ -497,6 +585,7 @@ def evaluate(
     t_n, t_med, t_p90 = _ape_stats([r.tflops_error for r in results if r.tflops_error is not None])
     m_n, m_med, m_p90 = _ape_stats([r.memory_error for r in results if r.memory_error is not None])
     lomo_results = leave_one_model_out(points, rounds=lomo_rounds) if lomo else None
+    loso_results = leave_one_source_out(points, rounds=lomo_rounds) if loso else None
     return EvaluationSummary(
         results=results,
         skipped=tuple(skipped or ()),
@@ -509,22 +598,36 @@ def evaluate(
         bands=band_stats(results),
         lomo=lomo_results,
         lomo_bands=band_stats(lomo_results) if lomo_results is not None else None,
+        loso=loso_results,
+        loso_bands=band_stats(loso_results) if loso_results is not None else None,
     )
 
 
 def leave_one_model_out(points: list[CalibrationPoint], *, rounds: int = 3) -> tuple[PointResult, ...]:
     """For each model with measured TFLOP/s: fit on the other models' points, predict this model's.
 
-    Returns one :class:`PointResult` (TFLOP/s only) per point with a measurement, in input order.
+    Returns one :class:`PointResult` (TFLOP/s and step time) per point with a measurement, in input order.
     """
+    return _leave_one_out(points, lambda p: p.model, rounds=rounds)
+
+
+def leave_one_source_out(points: list[CalibrationPoint], *, rounds: int = 3) -> tuple[PointResult, ...]:
+    """For each publication (:func:`source_key`): fit on the points of every other source, predict this
+    source's — a new publication's runs, none of whose rows (nor their repeats in other releases of the
+    same table) the constants saw."""
+    return _leave_one_out(points, lambda p: p.source, rounds=rounds)
+
+
+def _leave_one_out(points: list[CalibrationPoint], key: Any, *, rounds: int) -> tuple[PointResult, ...]:
     usable = [p for p in points if p.tflops]
-    by_model: dict[str, TimeModelParams] = {}
-    for name in sorted({p.model for p in usable}):
-        train = [p for p in usable if p.model != name]
-        by_model[name], _ = fit_params(train, rounds=rounds)
+    by_key: dict[str, TimeModelParams] = {}
+    for name in sorted({key(p) for p in usable}):
+        train = [p for p in usable if key(p) != name]
+        by_key[name], _ = fit_params(train, rounds=rounds) if train else (TimeModelParams(), 0.0)
     out = []
     for p in usable:
-        pred = predict_tflops(p, by_model[p.model])
+        tim = predict_time(p, by_key[key(p)])
+        pred = None if tim is None else float(tim.tflops_per_gpu)
         err = pred / p.tflops - 1 if pred is not None and p.tflops else None
         out.append(
             PointResult(
@@ -541,6 +644,8 @@ def leave_one_model_out(points: list[CalibrationPoint], *, rounds: int = 3) -> t
                 memory_error=None,
                 seq_length=p.seq_length,
                 band=context_band(p.seq_length),
+                step_error=step_error(p, tim),
+                source=p.source,
             )
         )
     return tuple(out)
@@ -670,9 +775,13 @@ __all__ = [
     "fit_params",
     "fitted_params",
     "leave_one_model_out",
+    "leave_one_source_out",
     "load_points",
     "normalize_point",
     "predict_tflops",
+    "predict_time",
     "read_calibration",
+    "source_key",
+    "step_error",
     "write_fit",
 ]

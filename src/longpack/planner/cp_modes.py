@@ -1,4 +1,4 @@
-"""Plan from the data: static CP, hybrid CP or the DP-balanced packing scheduler for *this* corpus.
+"""Plan from the data: static CP, hybrid CP, the DP-balanced packing scheduler or dynamic CP for *this* corpus.
 
 ``compare_cp_modes`` (``longpack.balance.cp_modes``) runs Megatron's own schedulers, re-stated exactly,
 on the corpus's packs; this module supplies the time of every micro-batch from the planner's one
@@ -7,11 +7,14 @@ attention per sequence at its per-CP-rank zigzag chunk lengths, exposed CP commu
 the comparison into a recommendation:
 
 * every mode is timed on the same global batches (the sequences of ``gbs`` consecutive packs);
-* hybrid CP and the DP-balanced scheduler are tried at several ``max_seqlen_per_dp_cp_rank`` caps:
+* hybrid CP, the DP-balanced scheduler and dynamic CP are tried at several ``max_seqlen_per_dp_cp_rank`` caps:
   Megatron's own starting point, the pack length over CP (a rank then holds no more tokens than under
   static CP, so the memory the layout was sized for still holds), and its half and quarter;
 * a mode is recommended over static CP (Megatron's default, the reference) only when its predicted
-  gain is larger than the estimate's error band; otherwise the result is a tie and static CP stays.
+  gain is larger than the estimate's error band; otherwise the result is a tie and static CP stays;
+* a mode Megatron-Core cannot run at a cap (its scheduler fails, or a sub-sample lands on ranks with no
+  process group: :mod:`longpack.balance.cp_groups`) is infeasible there, with the reason, and never
+  recommended at that cap.
 
 What the model leaves out is said in :data:`NOT_MODELLED`. Sequence times are computed on a grid of
 lengths per rank count and interpolated (:data:`GRID_POINTS`), and at most ``max_steps`` global batches,
@@ -20,7 +23,7 @@ evenly spaced, are simulated, so a million-sample corpus plans in seconds.
 >>> packs = [[131072], *[[1024] * 128] * 3] * 2  # full-length documents among packs of 1K chats
 >>> plan = plan_cp_modes(packs, model="llama3_1_8b", gpu="h100", gpus=64, tp=1, cp=16, gbs=4, pack_size=131072)
 >>> plan.recommended, plan.recommended_cap, [c.max_seqlen_per_rank for c in plan.comparisons]
-('hybrid', 4096, [2048, 4096, 8192])
+('dynamic_cp', 2048, [2048, 4096, 8192])
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ GRID_POINTS = 48
 #: What the comparison does not charge, in either direction.
 NOT_MODELLED = (
     "hybrid CP's all-to-all that moves sub-samples to their ranks and its barrier per group",
+    "the DP-balanced and dynamic-CP schedulers' all-gather that moves sub-samples to their ranks",
+    "padding by pad_packed_seq_alignment (off by default; 'max' pads every rank to max_seqlen_per_dp_cp_rank)",
     "pipeline parallelism (hybrid CP refuses it; every mode is compared at PP 1)",
     "memory: hybrid CP runs one sub-sample per forward, so peak activations follow max_seqlen_per_dp_cp_rank",
 )
@@ -62,9 +67,17 @@ CONSTRAINTS = {
         "per-token loss (calculate_per_token_loss)",
     ),
     "dp_balanced": (
-        "Megatron-LM main from 2026-08-20 (PR #6684; not in megatron-core 0.16)",
-        "no training flag yet: wrap_data_iterator with sequence_packing_scheduler='dp_balanced'",
+        "Megatron-LM dev (its training loop wraps the data iterator when --sequence-packing-scheduler is set: "
+        "megatron/training/training.py @d48bd6be0a); main has the class (PR #6684) but no flag, "
+        "megatron-core 0.16 neither",
         "a global batch must fill at least DP packs",
+    ),
+    "dynamic_cp": (
+        "Megatron-LM dev (dynamic CP: @2d6e946bab, @c3dbea746b, @d2e7ec5b88; not on main or in megatron-core 0.16)",
+        "an even DP x CP (Megatron-Core asserts it)",
+        "no CUDA graphs unless pad_packed_seq_alignment is set; no Megatron FSDP",
+        "dataloader_type single",
+        "per-token loss (calculate_per_token_loss)",
     ),
 }
 
@@ -97,14 +110,14 @@ class CPModePlan:
         speed-ups are the ones the recommendation was made on. ``inf`` where Megatron's scheduler refuses
         the data at every cap.
 
-        >>> from longpack.balance.cp_modes import CPModeComparison
-        >>> c = CPModeComparison(times={"static": 8.0, "hybrid": 4.0, "dp_balanced": 10.0}, steps=2, tokens=1,
-        ...     hybrid_groups=1.0, hybrid_balance=1.0, dp_balanced_micro_batches=1.0, max_seqlen_per_rank=512,
-        ...     infeasible={}, imbalance={"static": 1.0, "hybrid": 1.0, "dp_balanced": 1.0})
+        >>> from longpack.balance.cp_modes import CP_MODES, CPModeComparison
+        >>> c = CPModeComparison(times={"static": 8.0, "hybrid": 4.0, "dp_balanced": 10.0, "dynamic_cp": 2.0},
+        ...     steps=2, tokens=1, hybrid_groups=1.0, hybrid_balance=1.0, dp_balanced_micro_batches=1.0,
+        ...     max_seqlen_per_rank=512, infeasible={}, imbalance=dict.fromkeys(CP_MODES, 1.0))
         >>> plan = CPModePlan(comparisons=(c,), recommended="static", recommended_cap=None, gain=1.0,
         ...     error_band=0.1, reason="", layout={}, steps_simulated=2, steps_total=2)
         >>> plan.step_times(0.5)
-        {'static': (0.5, None), 'hybrid': (0.25, 512), 'dp_balanced': (0.625, 512)}
+        {'static': (0.5, None), 'hybrid': (0.25, 512), 'dp_balanced': (0.625, 512), 'dynamic_cp': (0.125, 512)}
         """
         out: dict[str, tuple[float, int | None]] = {"static": (float(static_step_time), None)}
         for mode in CP_MODES[1:]:
@@ -142,6 +155,7 @@ class CPModePlan:
                     "hybrid_groups_per_step": round(c.hybrid_groups, 2),
                     "hybrid_balance": round(c.hybrid_balance, 4),
                     "dp_balanced_micro_batches": round(c.dp_balanced_micro_batches, 2),
+                    "dynamic_cp_micro_batches": round(c.dynamic_cp_micro_batches, 2),
                 }
                 for c in self.comparisons
             ],
@@ -164,12 +178,19 @@ def bridge_note(mode: str, cap: int | None) -> str | None:
             "LP-HCP-009: Megatron-Bridge builds the hybrid-CP groups but never schedules batches by them, so a "
             f"Bridge run trains with static CP: train with Megatron-LM's pretrain_gpt.py ({flags}) to get this mode"
         )
-    if mode == "dp_balanced":
+    if mode in ("dp_balanced", "dynamic_cp"):
+        flags = " ".join(mode_overrides(mode, cap)["megatron_lm"])
+        bridge = (
+            "Megatron-Bridge runs it only with global-batch packing (dataset.enable_global_batch_packing, PR "
+            "#6127, open: not in Bridge main @067f987df0, which never wraps its data iterator with Megatron-Core's "
+            "wrap_data_iterator)"
+            if mode == "dynamic_cp"
+            else "Megatron-Bridge main (@067f987df0) never wraps its data iterator with Megatron-Core's "
+            "wrap_data_iterator, so a Bridge run trains on the packs as written"
+        )
         return (
-            "LP-HCP-009: Megatron-Bridge never wraps its data iterator with Megatron-Core's wrap_data_iterator, so "
-            "a Bridge run trains on the packs as written: the DP-balanced scheduler needs Megatron-LM main's own "
-            "loop (no config key exists yet, so longpack check sees the layout only; the scheduler's asserts "
-            "were simulated)"
+            f"LP-HCP-009: {bridge}; until your Bridge does, train with Megatron-LM dev's pretrain_gpt.py "
+            f"({flags}) to get this mode"
         )
     return None
 
@@ -178,12 +199,17 @@ def _finite(x: float, digits: int) -> float | None:
     return round(x, digits) if math.isfinite(x) and x != 0 else (None if not math.isfinite(x) else 0.0)
 
 
-def mode_overrides(mode: str, cap: int | None) -> dict[str, list[str]]:
-    """Settings that turn ``mode`` on, for Megatron-LM's command line and Megatron-Bridge's overrides.
+def mode_overrides(mode: str, cap: int | None, *, min_cp_size: int = 1) -> dict[str, list[str]]:
+    """Settings that turn ``mode`` on, for Megatron-LM's command line and Megatron-Bridge's overrides
+    (Bridge's ``model.*`` keys are Megatron-Core's config fields; the key names and dynamic CP's set,
+    global-batch packing included, are :mod:`longpack.rules.scheduling_keys`'s, the ones ``check`` reads).
 
     >>> mode_overrides("hybrid", 4096)["megatron_lm"]
     ['--hybrid-context-parallel', '--max-seqlen-per-dp-cp-rank 4096', '--calculate-per-token-loss']
     """
+    from longpack.rules.checks.common import K_PTL
+    from longpack.rules.scheduling_keys import K_CAP, K_HCP, K_SCHED, dynamic_cp_keys
+
     if mode == "hybrid":
         return {
             "megatron_lm": [
@@ -191,14 +217,29 @@ def mode_overrides(mode: str, cap: int | None) -> dict[str, list[str]]:
                 f"--max-seqlen-per-dp-cp-rank {cap}",
                 "--calculate-per-token-loss",
             ],
-            "bridge": [
-                "model.hybrid_context_parallel=true",
-                f"model.max_seqlen_per_dp_cp_rank={cap}",
-                "model.calculate_per_token_loss=true",
-            ],
+            "bridge": [f"{K_HCP}=true", f"{K_CAP}={cap}", f"{K_PTL}=true"],
         }
     if mode == "dp_balanced":
-        return {"megatron_lm": [], "bridge": []}  # no flag exists yet (CONSTRAINTS says how it is reached)
+        return {
+            "megatron_lm": [
+                "--sequence-packing-scheduler dp_balanced",
+                f"--max-seqlen-per-dp-cp-rank {cap}",
+                "--calculate-per-token-loss",
+            ],
+            "bridge": [f"{K_SCHED}=dp_balanced", f"{K_CAP}={cap}", f"{K_PTL}=true"],
+        }
+    if mode == "dynamic_cp":
+        keys = dynamic_cp_keys(max_seqlen_per_dp_cp_rank=int(cap or 0), min_size=min_cp_size)
+        return {
+            "megatron_lm": [
+                "--dynamic-context-parallel",
+                "--sequence-packing-scheduler default_dynamic_cp",
+                f"--max-seqlen-per-dp-cp-rank {cap}",
+                f"--min-dynamic-context-parallel-size {min_cp_size}",
+                "--calculate-per-token-loss",
+            ],
+            "bridge": [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in keys.items()],
+        }
     return {"megatron_lm": [], "bridge": []}
 
 

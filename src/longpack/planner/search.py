@@ -45,6 +45,44 @@ from longpack.topology import ParallelLayout, TopologyError
 
 VPP_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
 
+#: First Megatron-Core release whose ``TransformerConfig`` lets Gated DeltaNet run with CP > 1: 0.16.1 and
+#: 0.17.x assert ``context_parallel_size == 1`` for ``gated_delta_net`` ("Gated delta net does not support
+#: context parallel for now", NVIDIA/Megatron-LM@9539a12e:megatron/core/transformer/transformer_config.py,
+#: tag core_v0.17.0); core_v0.18.0 (ba7b5ebc) drops the assertion.
+GDN_CP_SINCE = "0.18.0"
+
+
+def gdn_cp_in_version(versions: UpstreamVersions | None) -> bool:
+    """Whether the Megatron-Core version checked for runs Gated DeltaNet with CP > 1 (``None``: the newest
+    known, ``main``; ``longpack plan`` passes the installed or given version).
+
+    >>> old, new = UpstreamVersions.resolve(mcore="0.16.1"), UpstreamVersions.resolve(mcore="0.18.0")
+    >>> gdn_cp_in_version(old), gdn_cp_in_version(new), gdn_cp_in_version(None)
+    (False, True, True)
+    """
+    from longpack.rules.versions import MCORE, VersionRange
+
+    version = _mcore_of(versions)
+    return VersionRange(since=GDN_CP_SINCE).contains(version, MCORE)
+
+
+def _mcore_of(versions: UpstreamVersions | None) -> str:
+    # no versions given (the Python API's default): the newest known; the CLI always resolves them
+    return versions.mcore if versions is not None else "main"
+
+
+def vpp_choices(num_layers: int, pp: int) -> tuple[int, ...]:
+    """Virtual pipeline sizes searched for ``pp`` stages: :data:`VPP_CHOICES` and every ``v`` that splits
+    the layers evenly into ``pp·v`` virtual stages (Mixtral-8x22B's 56 layers: PP 4 x VPP 14).
+
+    >>> vpp_choices(56, 4)
+    (1, 2, 3, 4, 6, 7, 8, 12, 14, 16)
+    """
+    if pp <= 1:
+        return (1,)
+    even = {v for v in range(1, num_layers // pp + 1) if num_layers % (pp * v) == 0}
+    return tuple(sorted({*VPP_CHOICES, *even}))
+
 
 @dataclass(frozen=True, kw_only=True)
 class SearchRequest:
@@ -164,6 +202,20 @@ class SearchRequest:
         return self.gpu.usable_memory_gib * self.headroom
 
     @property
+    def memory_margin(self) -> float:
+        """The memory estimate's one-sided band (``longpack.planner.uncertainty.memory_band``): a layout
+        must fit with its estimate raised by it."""
+        from longpack.planner.uncertainty import memory_band
+
+        return memory_band().width
+
+    @property
+    def fit_budget_gib(self) -> float:
+        """The most GiB an *estimate* may use: :attr:`memory_budget_gib` less the memory band's headroom
+        (``estimate · (1 + band) <= budget``)."""
+        return self.memory_budget_gib / (1 + self.memory_margin)
+
+    @property
     def gbs_is_default(self) -> bool:
         """Whether the global batch is the planner's default (no ``gbs`` given)."""
         return self.gbs is None
@@ -235,6 +287,15 @@ class SearchResult:
     layouts_feasible: int
     rejected: dict[str, int]
     rule_of_thumb: RuleOfThumb | None = None
+    #: every feasible layout, fastest first, before the ``longpack check`` cross-check (the reference's
+    #: rank and the best layout within measured territory are found among them)
+    ranked: tuple[Candidate, ...] = ()
+
+    def rank_of(self, step_time: float) -> int:
+        """1-based rank a layout with this step time takes among the feasible ones."""
+        import bisect
+
+        return bisect.bisect_left([c.time.step_time for c in self.ranked], step_time) + 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -352,6 +413,12 @@ def enumerate_layouts(req: SearchRequest, rejected: dict[str, int] | None = None
             if s // c < MIN_TOKENS_PER_CP_RANK and req.cp is None:
                 drop(f"CP {c}: fewer than {MIN_TOKENS_PER_CP_RANK} tokens per CP rank")
                 continue
+            if c > 1 and model.gdn is not None and not gdn_cp_in_version(req.rule_versions):
+                drop(
+                    f"CP {c}: Megatron-Core {_mcore_of(req.rule_versions)} asserts CP = 1 for Gated DeltaNet "
+                    f"(TransformerConfig, before {GDN_CP_SINCE}); plan with --megatron-core-version {GDN_CP_SINCE}"
+                )
+                continue
             if not gdn_cp_allowed(model, t=t, c=c):
                 assert model.gdn is not None
                 drop(
@@ -385,7 +452,7 @@ def enumerate_layouts(req: SearchRequest, rejected: dict[str, int] | None = None
                     # interleaving needs PP (LP-PP-006) and, in Megatron's schedule, m >= p micro-batches
                     vpps = [
                         v
-                        for v in VPP_CHOICES
+                        for v in vpp_choices(model.num_layers, p)
                         if vpp_has_pp(v, pp=p) and (v == 1 or m >= p) and p * v <= model.num_layers + 2
                     ]
                     if req.vpp is not None:
@@ -563,7 +630,7 @@ def _recompute_reasons(req: SearchRequest, cand: Candidate) -> list[str]:
     """Why this recompute / offload setting: what the lighter setting would need, what the heavier
     (full recompute) would cost."""
     out: list[str] = []
-    budget = req.memory_budget_gib
+    budget = req.fit_budget_gib
     opts, plan, counts = cand.options, cand.plan, cand.stage_counts
     ladder = [req.recompute] if req.recompute is not None else recompute_ladder(req.model)
     step = cand.time.step_time
@@ -585,6 +652,10 @@ def _recompute_reasons(req: SearchRequest, cand: Candidate) -> list[str]:
             )
         out.append(
             f"recompute {', '.join(opts.recompute)}: the lighter setting ({', '.join(lighter) or 'none'}) {why}"
+        )
+    elif opts.recompute:
+        out.append(
+            f"recompute {', '.join(opts.recompute)} (as given; fits: {versus(cand.memory.total_gib, budget)} budget)"
         )
     else:
         out.append(f"no recompute: fits ({versus(cand.memory.total_gib, budget)} budget)")
@@ -668,7 +739,9 @@ def _reasons(req: SearchRequest, cand: Candidate, rule: RuleOfThumb | None = Non
     if req.imbalance == 1.0 and req.model.moe is not None:
         out.append("routing assumed balanced (imbalance 1.0, like published benchmarks); see --imbalance")
     out.append(
-        f"memory {cand.memory.total_gib:.1f} of {req.memory_budget_gib:.1f} GiB (rank {cand.memory.rank})"
+        f"memory {cand.memory.total_gib:.1f} GiB (rank {cand.memory.rank}), "
+        f"{cand.memory.total_gib * (1 + req.memory_margin):.1f} GiB with the +{req.memory_margin:.1%} memory band, "
+        f"of {req.memory_budget_gib:.1f} GiB"
     )
     out.extend(f"longpack check {f.rule_id} ({f.severity}): {f.message}" for f in cand.findings)
     return tuple(out)
@@ -728,7 +801,7 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
     the ladder), and the fastest fitting combination is kept. The best layout is compared with the
     fastest feasible one at the rule-of-thumb CP (:func:`rule_of_thumb_cp`).
     """
-    budget = req.memory_budget_gib
+    budget = req.fit_budget_gib
     ladder = [req.recompute] if req.recompute is not None else recompute_ladder(req.model)
     if not req.allow_full_recompute and len(ladder) > 1:
         ladder = [r for r in ladder if r != ("full",)]
@@ -819,6 +892,7 @@ def search(req: SearchRequest, *, top_k: int = 10, params: TimeModelParams | Non
         layouts_feasible=len(feasible) - rule_rejected_check,
         rejected=rejected,
         rule_of_thumb=rule,
+        ranked=tuple(feasible),
     )
 
 

@@ -1,24 +1,32 @@
-"""Error bands of the planner's step-time estimates, from its own leave-one-model-out residuals.
+"""Error bands of the planner's step-time estimates, from leave-one-source-out residuals, conformal.
 
-Every estimate the planner prints carries a relative error band: the width ``w`` such that, on the
-published runs of the calibration file, a fraction :data:`COVERAGE` (80 %) of the leave-one-model-out
-(LOMO) errors of models *like this one* are within ``± w``. "Like this one" is the group of its context
-band (``<=8K``, ``16-32K``, ``64K+``), GPU generation (``hopper`` / ``blackwell``) and kind (``dense`` /
-``moe``); a group with fewer than :data:`MIN_POINTS` residuals falls back to (band, kind), then the band,
-then (for 16K and longer) both long bands pooled (``16K+``), then every residual, and the band says which group it used and how many points it rests on.
+Every estimate the planner prints carries a relative error band: the width ``w`` such that a step
+estimated at ``t`` takes between ``t·(1 − w)`` and ``t·(1 + w)`` for at least :data:`COVERAGE` (80 %) of
+the runs of a publication the constants never saw. The residuals are **leave-one-source-out** (LOSO):
+the constants refitted without every point of one publication (``calibration.source_key``: a repository
+file or an arXiv id; a table and its repeats over releases are one source), then that source's points
+predicted; a residual is measured / predicted step time − 1 (from tokens/s where the source states them).
 
-A LOMO residual is ``predicted / measured − 1`` of TFLOP/s/GPU with the constants refitted without that
-model's points, which is the relative error of the measured step time over the predicted one: a step
-estimated at ``t`` took between ``t·(1 − w)`` and ``t·(1 + w)`` for 80 % of the held-out runs.
+The width is the **split-conformal quantile** of the group's ``|residual|``: the ``⌈(n + 1)·q⌉``-th smallest
+of ``n``, which covers a new exchangeable point with probability ≥ ``q`` — times a per-context-band factor
+(:func:`tune_levels`, ``levels`` in the data file) that makes 80 % hold on sources the band never saw
+(runs of one publication are exchangeable, publications are not). Groups: context band (``<=8K``,
+``16-32K``, ``64K+``) × GPU generation (``hopper`` / ``blackwell``) × kind (``dense`` / ``moe``). A group
+with fewer than :data:`MIN_POINTS` residuals uses the first coarser group that has them (``band/kind``,
+``band``, the long bands pooled ``16K+``, ``all``) **widened to cover every residual of its own group**,
+and says so (``few``: its own ``n``).
+
+Memory estimates carry a one-sided band too (:func:`memory_band`): the conformal quantile of measured /
+predicted peak memory − 1 over the calibration file's memory measurements; a layout must fit with it.
 
 The residuals ship in ``longpack/data/planner_error_bands.yaml``; ``python -m longpack.planner.uncertainty``
-recomputes them (a LOMO refit per model, about a minute) and rewrites the file.
+recomputes them (a LOSO refit per source, about a minute) and rewrites the file.
 
 >>> from longpack.planner.catalog import load_gpu, load_model
 >>> band = error_band(load_model("deepseek_v3"), load_gpu("H100"), 131072)
->>> band.group, band.n >= MIN_POINTS, 0 < band.width < 1
-('16K+', True, True)
->>> format_with_band(0.8412, band.width)[:7]
+>>> 0 < band.width < 1, band.coverage
+(True, 0.8)
+>>> format_with_band(0.8412, 0.09)[:7]
 '0.84 s '
 """
 
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -41,14 +50,21 @@ __all__ = [
     "COVERAGE",
     "MIN_POINTS",
     "ErrorBand",
+    "MemoryBand",
     "Residual",
+    "band_coverage",
     "band_for",
     "error_band",
     "format_band",
     "format_with_band",
     "gpu_generation",
+    "load_levels",
     "load_residuals",
+    "memory_band",
+    "memory_band_from",
     "model_kind",
+    "source_coverage",
+    "tune_levels",
 ]
 
 #: Share of held-out residuals a band covers.
@@ -81,7 +97,7 @@ def context_band(seq_length: int) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Residual:
-    """One leave-one-model-out residual of the calibration set."""
+    """One leave-one-source-out residual of the calibration set."""
 
     id: str
     model: str
@@ -90,7 +106,8 @@ class Residual:
     band: str
     generation: str
     kind: str
-    error: float  # predicted / measured TFLOP/s/GPU - 1, the model refitted without this model
+    error: float  # measured / predicted step time - 1, the constants refitted without this point's source
+    source: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +120,27 @@ class ErrorBand:
     group: str
     n: int
     coverage: float = COVERAGE
+    #: the request's own group when it had too few residuals (then ``group`` is the coarser one used)
+    own_group: str = ""
+    own_n: int = 0
+
+    @property
+    def few(self) -> bool:
+        """Whether the request's own group had fewer than :data:`MIN_POINTS` residuals."""
+        return bool(self.own_group) and self.own_group != self.group
+
+    def describe(self) -> str:
+        """``± 17 % covers >= 80 % of leave-one-source-out residuals (conformal) of group 16K+ (n = 10)``."""
+        text = (
+            f"{format_band(self.width)} covers >= {self.coverage:.0%} of leave-one-source-out residuals "
+            f"(conformal) of group {self.group} (n = {self.n})"
+        )
+        if self.few:
+            text += (
+                f"; few points: {self.own_group} has only {self.own_n}, so the band is the coarser group's, "
+                "widened to cover all of them"
+            )
+        return text
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly mapping."""
@@ -111,16 +149,23 @@ class ErrorBand:
             "group": self.group,
             "n": self.n,
             "coverage": self.coverage,
-            "source": "leave-one-model-out residuals of the calibration set",
+            "own_group": self.own_group or self.group,
+            "own_n": self.own_n if self.few else self.n,
+            "few_points": self.few,
+            "source": "leave-one-source-out residuals of the calibration set, split-conformal quantile",
         }
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
-    """The smallest value with at least ``q`` of ``values`` at or below it (no interpolation, so the
-    share of residuals inside the band is at least ``q``)."""
+    """The split-conformal quantile: the ``⌈(n + 1)·q⌉``-th smallest of the ``n`` values (the largest when
+    that index passes ``n``), so a new exchangeable value falls at or below it with probability ≥ ``q``.
+
+    >>> _quantile([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9], 0.8)
+    0.8
+    """
     ordered = sorted(values)
-    k = max(0, math.ceil(q * len(ordered)) - 1)
-    return ordered[k]
+    k = min(len(ordered), math.ceil(q * (len(ordered) + 1))) - 1
+    return ordered[max(0, k)]
 
 
 def _groups(residual: Residual | tuple[str, str, str]) -> tuple[str, ...]:
@@ -131,25 +176,34 @@ def _groups(residual: Residual | tuple[str, str, str]) -> tuple[str, ...]:
     return (f"{band}/{gen}/{kind}", f"{band}/{kind}", band, *wider, "all")
 
 
-def band_for(key: tuple[str, str, str], residuals: Iterable[Residual]) -> ErrorBand:
-    """The error band of (context band, generation, kind) from ``residuals``: the first group of
-    ``band/generation/kind``, ``band/kind``, ``band``, ``all`` with at least :data:`MIN_POINTS` points.
+def band_for(
+    key: tuple[str, str, str], residuals: Iterable[Residual], scale: float | None = None
+) -> ErrorBand:
+    """The error band of (context band, generation, kind) from ``residuals``: the conformal quantile of the
+    first group of ``band/generation/kind``, ``band/kind``, ``band``, ``16K+``, ``all`` with at least
+    :data:`MIN_POINTS` points (a coarser group widened to cover every residual of the own group).
 
     >>> rs = [Residual(id=str(i), model="m", gpu="g", seq_length=4096, band="<=8K", generation="hopper",
     ...                kind="dense", error=e) for i, e in enumerate([0.01, -0.02, 0.05, 0.1, -0.2] * 2)]
     >>> b = band_for(("<=8K", "hopper", "dense"), rs)
     >>> b.group, b.n, b.width
-    ('<=8K/hopper/dense', 10, 0.1)
+    ('<=8K/hopper/dense', 10, 0.2)
     """
     pool = list(residuals)
     by_group: dict[str, list[float]] = {}
     for r in pool:
         for g in _groups(r):
             by_group.setdefault(g, []).append(abs(r.error))
+    own = _groups(key)[0]
+    own_values = by_group.get(own, [])
     for g in _groups(key):
         values = by_group.get(g, [])
         if len(values) >= MIN_POINTS or (g == "all" and values):
-            return ErrorBand(width=_quantile(values, COVERAGE), group=g, n=len(values))
+            width = _quantile(values, COVERAGE) * (1.0 if scale is None else scale)
+            if g != own:
+                width = max([width, *own_values])
+                return ErrorBand(width=width, group=g, n=len(values), own_group=own, own_n=len(own_values))
+            return ErrorBand(width=width, group=g, n=len(values))
     raise ValueError("no residuals to build an error band from")
 
 
@@ -167,7 +221,53 @@ def load_residuals(path: str | None = None) -> tuple[Residual, ...]:
 
 @functools.lru_cache(maxsize=256)
 def _band_cached(band: str, generation: str, kind: str) -> ErrorBand:
-    return band_for((band, generation, kind), load_residuals())
+    return band_for((band, generation, kind), load_residuals(), scale=load_levels().get(band))
+
+
+#: Widening factors tried, smallest first, until the stated coverage holds on held-out sources.
+SCALES = tuple(round(1 + 0.05 * i, 2) for i in range(61))
+
+
+def source_coverage(
+    residuals: Sequence[Residual], band: str, scale: float | None = None
+) -> tuple[float, int]:
+    """Share of ``band``'s residuals inside the error band of their group built from the residuals of the
+    *other* sources only (a new publication's view), and how many were scored."""
+    mine = [r for r in residuals if r.band == band]
+    inside = scored = 0
+    for r in mine:
+        others = [x for x in residuals if x.source != r.source]
+        if not others:
+            continue
+        scored += 1
+        inside += abs(r.error) <= band_for((r.band, r.generation, r.kind), others, scale=scale).width
+    return (inside / scored if scored else float("nan")), scored
+
+
+def tune_levels(residuals: Sequence[Residual]) -> dict[str, float]:
+    """Per context band, the smallest widening factor of :data:`SCALES` (applied to the conformal 80 %
+    quantile) at which :func:`source_coverage` is at least :data:`COVERAGE`: publications differ more
+    from each other than the runs of one publication do, so the plain quantile of pooled residuals
+    under-covers a new source; this factor makes the stated 80 % hold on the calibration file's own
+    held-out sources."""
+    out = {}
+    for band in sorted({r.band for r in residuals}):
+        for scale in SCALES:
+            cov, n = source_coverage(residuals, band, scale)
+            if n == 0 or cov >= COVERAGE:
+                out[band] = scale
+                break
+        else:
+            out[band] = SCALES[-1]
+    return out
+
+
+@functools.cache
+def load_levels() -> dict[str, float]:
+    """The shipped per-band widening factors (``levels`` of ``planner_error_bands.yaml``)."""
+    text = resources.files("longpack").joinpath("data", DATA_FILE).read_text(encoding="utf-8")
+    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+    return {str(k): float(v) for k, v in (doc.get("levels") or {}).items()}
 
 
 def error_band(model: ModelSpec, gpu: GPUSpec, seq_length: int) -> ErrorBand:
@@ -195,12 +295,14 @@ def format_with_band(seconds: float, width: float) -> str:
 
 
 def residuals_from_lomo(results: Iterable[Any]) -> list[Residual]:
-    """:class:`Residual` rows from ``longpack.planner.calibration.leave_one_model_out`` results."""
+    """:class:`Residual` rows (step-time errors) from ``longpack.planner.calibration``'s leave-one-out
+    results (``leave_one_source_out`` or ``leave_one_model_out``)."""
     from longpack.planner.catalog import load_gpu, load_model
 
     out = []
     for r in results:
-        if r.tflops_error is None:
+        err = r.step_error if r.step_error is not None else r.tflops_error
+        if err is None:
             continue
         out.append(
             Residual(
@@ -211,48 +313,136 @@ def residuals_from_lomo(results: Iterable[Any]) -> list[Residual]:
                 band=context_band(int(r.seq_length)),
                 generation=gpu_generation(load_gpu(r.gpu)),
                 kind=model_kind(load_model(r.model)),
-                error=round(float(r.tflops_error), 6),
+                error=round(float(err), 6),
+                source=r.source,
             )
         )
     return out
 
 
-def write_residuals(residuals: Sequence[Residual], path: str | Path, *, rounds: int) -> None:
+@dataclass(frozen=True, kw_only=True)
+class MemoryBand:
+    """One-sided relative band of a memory estimate: measured peak memory was at most
+    ``estimate · (1 + width)`` for at least ``coverage`` of new measurements (conformal over ``n``)."""
+
+    width: float
+    n: int
+    coverage: float = COVERAGE
+
+    def describe(self) -> str:
+        return (
+            f"+{self.width:.1%} covers >= {self.coverage:.0%} of the measured peak memories (conformal, "
+            f"n = {self.n}) above the estimate"
+        )
+
+
+def memory_band_from(errors: Sequence[float]) -> MemoryBand:
+    """The one-sided conformal band from memory errors ``predicted / measured − 1`` (an under-estimate,
+    measured above predicted, is what costs an out-of-memory).
+
+    >>> memory_band_from([0.05, -0.06, 0.0, -0.01]).width > 0.06
+    True
+    """
+    over = [1.0 / (1.0 + e) - 1.0 for e in errors]  # measured / predicted - 1
+    if not over:
+        return MemoryBand(width=0.0, n=0)
+    return MemoryBand(width=max(0.0, _quantile(over, COVERAGE)), n=len(over))
+
+
+@functools.cache
+def memory_band() -> MemoryBand:
+    """The shipped memory band (``memory`` of ``planner_error_bands.yaml``; zero width if absent)."""
+    text = resources.files("longpack").joinpath("data", DATA_FILE).read_text(encoding="utf-8")
+    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+    mem = doc.get("memory") or {}
+    return MemoryBand(width=float(mem.get("width", 0.0)), n=int(mem.get("n", 0)))
+
+
+def write_residuals(
+    residuals: Sequence[Residual], path: str | Path, *, rounds: int, memory: MemoryBand | None = None
+) -> None:
     """Write the residual file (atomically) with a per-group summary for readers."""
     from dataclasses import asdict
 
     from longpack.outputs import atomic_write_bytes
 
+    levels = tune_levels(residuals)
     groups: dict[str, dict[str, Any]] = {}
     for key in sorted({(r.band, r.generation, r.kind) for r in residuals}):
-        b = band_for(key, residuals)
+        b = band_for(key, residuals, scale=levels.get(key[0]))
         groups["/".join(key)] = {"uses": b.group, "n": b.n, "width": round(b.width, 4)}
-    doc = {
-        "schema_version": 1,
+    doc: dict[str, Any] = {
+        "schema_version": 2,
         "what": (
-            "leave-one-model-out residuals (predicted / measured TFLOP/s/GPU - 1) of the calibration points; "
-            f"error bands are their {COVERAGE:.0%} quantile of |error| by context band, GPU generation and kind"
+            "leave-one-source-out residuals (measured / predicted step time - 1) of the calibration points; "
+            f"error bands are their split-conformal {COVERAGE:.0%} quantile of |error| by context band, GPU "
+            "generation and kind"
         ),
         "regenerate": "python -m longpack.planner.uncertainty",
-        "lomo_rounds": rounds,
+        "loso_rounds": rounds,
         "coverage": COVERAGE,
         "min_points": MIN_POINTS,
+        "levels": levels,
+        "coverage_on_held_out_sources": {
+            band: round(source_coverage(residuals, band, levels[band])[0], 4) for band in levels
+        },
         "groups": groups,
-        "residuals": [asdict(r) for r in residuals],
     }
+    if memory is not None:
+        doc["memory"] = {
+            "width": round(memory.width, 4),
+            "n": memory.n,
+            "what": "one-sided conformal quantile of measured / predicted peak memory - 1",
+        }
+    doc["residuals"] = [asdict(r) for r in residuals]
     atomic_write_bytes(Path(path), yaml.safe_dump(doc, sort_keys=False, width=120).encode("utf-8"))
 
 
+def band_coverage(results: Sequence[Any]) -> dict[str, dict[str, float]]:
+    """How often the printed error band holds on a source it was not built from: for every
+    leave-one-source-out residual, the band of its group (``longpack.planner.uncertainty.band_for``)
+    built from the residuals of the *other* sources, and whether ``|residual|`` is inside it. Per context
+    band: the widening factor ``level`` of the 80 % conformal quantile the planner uses there
+    (``uncertainty.tune_levels``), the share inside with it (``coverage``) and with the plain quantile
+    (``coverage_at_plain_80``), the median printed width and ``n``."""
+    residuals = residuals_from_lomo(results)
+    levels = tune_levels(residuals)
+    out: dict[str, dict[str, float]] = {}
+    for band in ("<=8K", "16-32K", "64K+"):
+        level = levels.get(band, 1.0)
+        cov, n = source_coverage(residuals, band, level)
+        plain, _ = source_coverage(residuals, band, 1.0)
+        widths = [
+            band_for((r.band, r.generation, r.kind), residuals, scale=level).width
+            for r in residuals
+            if r.band == band
+        ]
+        out[band] = {
+            "n": n,
+            "level": level,
+            "coverage": cov,
+            "coverage_at_plain_80": plain,
+            "median_width": float(statistics.median(widths)) if widths else float("nan"),
+        }
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Recompute the LOMO residuals of the packaged calibration set and rewrite the shipped file."""
-    from longpack.planner.calibration import leave_one_model_out, load_points
+    """Recompute the LOSO residuals and the memory band of the packaged calibration set and rewrite the
+    shipped file."""
+    from longpack.planner.calibration import evaluate_point, leave_one_source_out, load_points
 
     args = list(sys.argv[1:] if argv is None else argv)
     out = Path(args[0]) if args else Path(__file__).resolve().parents[1] / "data" / DATA_FILE
     rounds = 3
     points, _ = load_points()
-    residuals = residuals_from_lomo(leave_one_model_out(points, rounds=rounds))
-    write_residuals(residuals, out, rounds=rounds)
+    residuals = residuals_from_lomo(leave_one_source_out(points, rounds=rounds))
+    mem_errors = [
+        r.memory_error
+        for r in (evaluate_point(p) for p in points if p.memory_gib)
+        if r.memory_error is not None
+    ]
+    write_residuals(residuals, out, rounds=rounds, memory=memory_band_from(mem_errors))
     print(f"wrote {len(residuals)} residuals to {out}")
     return 0
 

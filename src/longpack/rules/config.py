@@ -54,7 +54,8 @@ class DatasetKind(StrEnum):
 
     ``sft`` = ``GPTSFTDatasetConfig`` (offline packing), ``direct_hf`` = ``DirectHFSFTDatasetConfig``
     (collate-time in-batch packing), ``energon`` = ``EnergonDatasetConfig`` (online packing),
-    ``mock_vlm`` = ``MockVLMSFTDatasetConfig``, ``pretraining`` = ``GPTDatasetConfig``.
+    ``mock_vlm`` = ``MockVLMSFTDatasetConfig``, ``pretraining`` = ``GPTDatasetConfig`` (and the diffusion
+    dataset providers, ``WanDatasetConfig`` / ``FluxDatasetConfig`` / ``*DataModuleConfig``: not finetuning).
     """
 
     SFT = "sft"
@@ -84,6 +85,12 @@ _DATASET_TARGETS: tuple[tuple[str, DatasetKind], ...] = (
     ("HFDatasetConfig", DatasetKind.SFT),
     ("GPTDatasetConfig", DatasetKind.PRETRAINING),
     ("MockGPTDatasetConfig", DatasetKind.PRETRAINING),
+    # the diffusion dataset providers (Wan, Flux) are no finetuning dataset either: Bridge's CP loss
+    # asserts name only GPTSFT / DirectHFSFT / Energon / MockVLMSFT configs
+    # (NVIDIA-NeMo/Megatron-Bridge@067f987df:src/megatron/bridge/training/config.py, ConfigContainer.validate)
+    ("WanDatasetConfig", DatasetKind.PRETRAINING),
+    ("FluxDatasetConfig", DatasetKind.PRETRAINING),
+    ("DataModuleConfig", DatasetKind.PRETRAINING),
 )
 
 #: Keys read to recognize the model family, in the order they are tried.

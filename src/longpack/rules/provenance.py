@@ -412,7 +412,23 @@ PROVENANCE: dict[str, Provenance] = {
         sources=(Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="6a33a2a95"),)
     ),
     "LP-PACK-013": Provenance(
-        sources=(Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="6a33a2a95"),)
+        sources=(
+            Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="6a33a2a95"),
+            # the packer pads each runtime segment to pad_seq_to_mult, so a row already a multiple of
+            # pad_seq_length_to_mult gets no trailing segment (GLM-5.2 recipes: p=32, q=16)
+            Source(
+                BRIDGE_REPO,
+                "src/megatron/bridge/data/packing/offline.py",
+                commit="067f987df",
+                probe="Runtime segments, not stored input_ids, must be divisible for THD+CP",
+            ),
+            Source(
+                BRIDGE_REPO,
+                "src/megatron/bridge/data/packing/gpt_sft.py",
+                commit="067f987df",
+                probe="self._ceil_to_nearest(max_length, self.pad_seq_length_to_mult)",
+            ),
+        )
     ),
     "LP-PACK-014": Provenance(
         bridge=VersionRange(since="0.5.0"),

@@ -23,7 +23,52 @@ from typing import Any
 from longpack.rules.checks.upstream import versions_for
 from longpack.rules.registry import Finding
 
-__all__ = ["NEEDS_ARCHITECTURE", "bridge_recipes", "check_recipe", "nested", "recipes_exercising"]
+__all__ = [
+    "EXPECTED_ERRORS",
+    "NEEDS_ARCHITECTURE",
+    "bridge_recipes",
+    "check_recipe",
+    "nested",
+    "recipes_exercising",
+]
+
+_BRIDGE = "NVIDIA-NeMo/Megatron-Bridge@067f987df:src/megatron/bridge/training/config.py"
+_EVAL_GBS = (
+    f"Bridge refuses it: ConfigContainer.validate takes eval_global_batch_size = global_batch_size and "
+    f"eval_micro_batch_size = micro_batch_size when unset and asserts the first divisible by "
+    f"MBS * DP ({_BRIDGE}:1437,1474) for the GPU count the recipe is named for"
+)
+_IN_BATCH = (
+    f"Bridge refuses it: 'micro_batch_size should be greater than 1 when using enable_in_batch_packing=True' "
+    f"({_BRIDGE}:1619)"
+)
+_SEQ = (
+    f"Bridge refuses it: model.seq_length 131072 (HybridModelProvider) against dataset.seq_length 8192 on a "
+    f"GPTDatasetConfig, 'Please ensure sequence length configuration in model config and dataset config "
+    f"match' ({_BRIDGE}:1644)"
+)
+
+#: The errors longpack gives Bridge's own recipes that are right, each with why: (recipe, rule) -> reason.
+#: Every other error a recipe gets is a false one (``tests/rules/test_bridge_recipes.py``).
+EXPECTED_ERRORS: dict[tuple[str, str], str] = {
+    ("qwen35_vl_122b_a10b_sft_48gpu_h100_bf16_config", "LP-BATCH-001"): _EVAL_GBS,
+    ("qwen35_vl_122b_a10b_peft_8gpu_h100_bf16_config", "LP-BATCH-001"): _EVAL_GBS,
+    ("qwen35_vl_397b_a17b_sft_128gpu_h100_bf16_config", "LP-BATCH-002"): _EVAL_GBS,
+    ("qwen35_vl_397b_a17b_peft_32gpu_h100_bf16_config", "LP-BATCH-002"): _EVAL_GBS,
+    ("exaone45_vl_33b_sft_16gpu_h100_bf16_config", "LP-PACK-006"): _IN_BATCH,
+    ("exaone45_vl_33b_peft_4gpu_h100_bf16_config", "LP-PACK-006"): _IN_BATCH,
+    ("gemma4_vl_26b_peft_4gpu_h100_bf16_config", "LP-PACK-006"): _IN_BATCH,
+    ("nemotron_nano_9b_v2_pretrain_2gpu_h100_bf16_config", "LP-SEQ-001"): _SEQ,
+    ("nemotron_nano_12b_v2_pretrain_4gpu_h100_bf16_config", "LP-SEQ-001"): _SEQ,
+    ("nemotron_3_super_sft_16gpu_h100_bf16_32k_config", "LP-PACK-008"): (
+        "a real failure Bridge's validate does not catch: the recipe sets CP=2 on _sft_common()'s packing "
+        "specs (pad_seq_to_mult=1, NVIDIA-NeMo/Megatron-Bridge@067f987df:src/megatron/bridge/recipes/common.py "
+        ":166; recipes/nemotronh/h100/nemotron_3_super.py:381), and the THD CP split "
+        "(src/megatron/bridge/training/gpt_step.py _partition_packed_batch_for_cp) needs every document "
+        "length divisible by 2*CP = 4 (NVIDIA/Megatron-LM@d98e8a64dd:megatron/core/utils.py:2461, "
+        "tex.thd_get_partitioned_indices at :2489)"
+    ),
+}
 
 #: Rules that read the model's architecture (the expert count), which a recipe whose model is built from a
 #: Hugging Face config does not write: not run for those recipes (the config the recipe builds has it).

@@ -37,6 +37,7 @@ __all__ = [
     "InBatchPackingError",
     "VisualInBatchCollator",
     "build_glm4v_thd_batch",
+    "build_kimi_thd_batch",
     "build_thd_row",
     "build_visual_thd_batch",
     "pack_right_padded_batch",
@@ -363,6 +364,7 @@ def build_visual_thd_batch(
     pad_to_multiple_of: int = 1,
     pad_to_max_length: bool = False,
     emit_padding_mask: bool = False,
+    pad_token_id: int | None = None,
 ) -> dict[str, Any]:
     """One THD row from prepared VLM sequences, as Megatron-Bridge's ``build_qwen_vl_packed_batch``
     (``models/qwen_vl/data/collate_fn.py``) builds it, plus 3-D positions and an optional padding mask.
@@ -370,8 +372,10 @@ def build_visual_thd_batch(
     Each sequence has ``row`` (1-D ``input_ids``, ``position_ids``, ``labels``, ``loss_mask``, all-ones
     ``attention_mask``) and ``visual_values`` (``pixel_values``, ``image_grid_thw``, video keys), as
     ``longpack.vlm.PreparedSequence`` and Bridge's ``QwenVLPreparedSequence`` do. The text keys are
-    :func:`build_thd_row`'s (pad id 0, labels -100; alignment ``pad_to_multiple_of`` per sequence; with
-    ``pad_to_max_length`` the last segment reaches ``sequence_length``). ``visual_inputs`` maps each visual key
+    :func:`build_thd_row`'s (labels -100; alignment ``pad_to_multiple_of`` per sequence; with
+    ``pad_to_max_length`` the last segment reaches ``sequence_length``); gaps get ``pad_token_id``, by default
+    the sequences' own ``pad_token_id`` (``PreparedSequence.pad_token_id``: 0 for Qwen-VL as Bridge's
+    ``build_qwen_vl_packed_batch``, the tokenizer's pad id for Gemma3-VL as ``gemma3_vl_collate_fn``). ``visual_inputs`` maps each visual key
     present to its tensors concatenated in sequence order. Added to Bridge's keys:
 
     - ``mrope_position_ids`` ``[3, 1, T]`` when every sequence has ``mrope_position_ids`` ``[3, L]`` (each
@@ -389,10 +393,19 @@ def build_visual_thd_batch(
                 f"sequence {i}: expected a prepared sequence with .row and .visual_values, got {type(seq).__name__}"
             )
         rows.append(row)
+    if pad_token_id is None:
+        pad_ids = sorted({int(getattr(seq, "pad_token_id", 0)) for seq in sequences})
+        if len(pad_ids) > 1:
+            raise InBatchPackingError(
+                f"the sequences have different pad ids {pad_ids} (prepared by different tokenizers?); pass "
+                "pad_token_id=... or pack sequences of one preparer",
+                fields="pad_token_id",
+            )
+        pad_token_id = pad_ids[0]
     out = build_thd_row(
         rows,
         sequence_length=sequence_length,
-        pad_token_id=0,
+        pad_token_id=pad_token_id,
         ignore_index=-100,
         pad_to_multiple_of=pad_to_multiple_of,
         pad_to_max_length=pad_to_max_length,
@@ -464,6 +477,100 @@ def build_glm4v_thd_batch(
         if values:
             visual[key] = torch.cat(values, dim=0)
     visual["mm_token_type_ids"] = out.pop("mm_token_type_ids")
+    out["visual_inputs"] = visual
+    return out
+
+
+#: Kimi K2.5's ``<|media_pad|>`` (Bridge's ``kimi_k25_vl_collate_fn`` default ``media_token_id``).
+KIMI_MEDIA_TOKEN_ID = 163605
+
+
+def build_kimi_thd_batch(
+    samples: Sequence[Mapping[str, Any]],
+    *,
+    sequence_length: int | None = None,
+    pad_token_id: int = 0,
+    pad_to_multiple_of: int = 1,
+    media_token_id: int = KIMI_MEDIA_TOKEN_ID,
+    merge_kernel_size: tuple[int, int] = (2, 2),
+) -> dict[str, Any]:
+    """One THD row from Kimi K2.5 processor outputs, as Bridge's ``kimi_k25_vl_collate_fn(
+    enable_in_batch_packing=True)`` (``models/kimi_vl/data/collate_fn.py``) packs them after its processor call.
+
+    Each sample has the processor's 1-D ``input_ids`` (one ``<|media_pad|>`` per image) and ``attention_mask``,
+    the assistant ``loss_mask`` over those ids (unshifted), and when it has images ``grid_thws`` (``[n, 3]``)
+    and ``pixel_values``. Per sample (``_expand_image_tokens_and_aligned_mask``): the ``i``-th placeholder
+    becomes ``t * (h // merge_h) * (w // merge_w)`` placeholders of ``grid_thws[i]``, the attention mask 1 and
+    the loss mask the placeholder's value over them; then the row is Bridge's: float32 loss mask shifted left
+    by one, ``labels`` the next token where it is 1 (else -100), ``position_ids`` ``arange``. The rows are packed
+    by :func:`build_thd_row` (gaps ``pad_token_id``, the tokenizer's) and ``visual_inputs`` holds the
+    concatenated ``pixel_values`` and ``image_grid_thw`` (from ``grid_thws``). Unlike Bridge (a warning, then
+    as many placeholders expanded as there are grid rows), placeholders that do not match the grid rows are an
+    :class:`InBatchPackingError` naming the sample.
+
+    >>> s = {"input_ids": torch.tensor([7, KIMI_MEDIA_TOKEN_ID, 8, 9]), "attention_mask": torch.ones(4, dtype=torch.long),
+    ...      "loss_mask": torch.tensor([0, 0, 1, 1]), "grid_thws": torch.tensor([[1, 2, 4]])}
+    >>> out = build_kimi_thd_batch([s])
+    >>> out["input_ids"].tolist(), out["labels"].tolist(), out["cu_seqlens_q"].tolist()
+    ([[7, 163605, 163605, 8, 9]], [[-100, -100, 8, 9, -100]], [0, 5])
+    """
+    merge_h, merge_w = merge_kernel_size
+    rows: list[dict[str, torch.Tensor]] = []
+    pixels: list[torch.Tensor] = []
+    grids: list[torch.Tensor] = []
+    for i, sample in enumerate(samples):
+        ids = torch.as_tensor(sample["input_ids"]).reshape(-1)
+        attention = torch.as_tensor(sample["attention_mask"]).reshape(-1)
+        loss = torch.as_tensor(sample["loss_mask"]).reshape(-1)
+        if not (ids.numel() == attention.numel() == loss.numel()):
+            raise InBatchPackingError(
+                f"sample {i}: input_ids ({ids.numel()}), attention_mask ({attention.numel()}) and loss_mask "
+                f"({loss.numel()}) differ in length"
+            )
+        grid = sample.get("grid_thws")
+        at = (ids == media_token_id).nonzero(as_tuple=True)[0]
+        if grid is not None and len(at):
+            grid = torch.as_tensor(grid).reshape(-1, 3)
+            if len(at) != len(grid):
+                raise InBatchPackingError(
+                    f"sample {i}: {len(at)} <|media_pad|> placeholders for {len(grid)} grid_thws rows; each "
+                    "image needs one placeholder (Bridge would warn and expand only as many as it has rows)"
+                )
+            counts = torch.ones(ids.numel(), dtype=torch.long)
+            counts[at] = torch.tensor(
+                [int(t) * (int(h) // merge_h) * (int(w) // merge_w) for t, h, w in grid.tolist()]
+            )
+            ids, loss = ids.repeat_interleave(counts), loss.repeat_interleave(counts)
+            attention = attention.repeat_interleave(counts)
+            attention[ids == media_token_id] = 1
+        if grid is not None:
+            grids.append(torch.as_tensor(grid))
+        if sample.get("pixel_values") is not None:
+            pixels.append(torch.as_tensor(sample["pixel_values"]))
+        mask = loss.to(torch.float32)
+        shifted = torch.cat([mask[1:], mask.new_zeros(1)])
+        labels = torch.cat([ids[1:], ids.new_full((1,), -100)])
+        rows.append(
+            {
+                "input_ids": ids,
+                "attention_mask": attention,
+                "position_ids": torch.arange(ids.numel(), dtype=torch.long),
+                "labels": labels.masked_fill(shifted == 0, -100),
+                "loss_mask": shifted,
+            }
+        )
+    out = build_thd_row(
+        rows,
+        sequence_length=sequence_length,
+        pad_token_id=pad_token_id,
+        ignore_index=-100,
+        pad_to_multiple_of=pad_to_multiple_of,
+    )
+    visual: dict[str, torch.Tensor] = {}
+    if pixels:
+        visual["pixel_values"] = torch.cat(pixels, dim=0)
+    if grids:
+        visual["image_grid_thw"] = torch.cat(grids, dim=0)
     out["visual_inputs"] = visual
     return out
 

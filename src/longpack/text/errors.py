@@ -16,3 +16,9 @@ InputError = _InputError
 
 class RowError(_InputError):
     """One malformed row; the reader adds ``file:line`` and the fix (or skips it with ``skip_malformed``)."""
+
+
+class EmptyDocument(RowError):
+    """A ``format="text"`` row whose text tokenizes to no token: Megatron-LM's ``preprocess_data.py``
+    writes no sequence for it (``encode`` keeps a document only when it has ids; EOD is appended only then),
+    so it is not a sample either; the reader counts it, with ``file:line``, as an empty document."""

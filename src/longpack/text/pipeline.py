@@ -36,7 +36,7 @@ from longpack.progress import ProgressBar
 from longpack.samples import TokenizedSamples
 from longpack.text import inputs as _inputs
 from longpack.text import workers as _workers
-from longpack.text.errors import InputError
+from longpack.text.errors import EmptyDocument, InputError
 from longpack.text.inputs import (
     MAX_JSON_DEPTH,
     InputFile,
@@ -80,6 +80,15 @@ class TokenizeResult:
     warnings: tuple[str, ...] = ()
     #: Tokens kept in ``spill_dir`` files instead of memory (``tokenize_inputs(memory_budget=...)``); 0 if none.
     spilled_tokens: int = 0
+    #: ``format="text"`` rows whose text tokenizes to no token (``file:line``): no document, as in
+    #: Megatron-LM's ``preprocess_data.py`` (:class:`~longpack.text.errors.EmptyDocument`).
+    empty: tuple[str, ...] = ()
+    #: For each of ``empty``: how many samples come before it (where ``preprocess_data.py``'s index holds
+    #: the empty document: a document index entry with no sequence).
+    empty_before: tuple[int, ...] = ()
+    #: The id that ends documents (``format="text"`` with ``append_eod``): ``TextConfig.eod`` resolved, or
+    #: the tokenizer's EOS (``None`` in results made before it was recorded: the EOS).
+    eod_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,8 @@ class _ChunkOut:
     malformed: list[tuple[int, str]]
     rows_read: int
     columns: dict[str, int] = field(default_factory=dict)  # column -> rows of the chunk that have it
+    #: empty documents: (row, samples of the chunk before it)
+    empty: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _malformed(job: _Job, row: int, reason: str, sink: list[tuple[int, str]]) -> None:
@@ -207,6 +218,7 @@ class _Rows:
         self.rows: list[int] = []
         self.rows_read = 0
         self.malformed: list[tuple[int, str]] = []
+        self.empty: list[tuple[int, int]] = []
         self.columns: dict[str, int] = {}
         self.turn_keys: dict[str, int] = {}  # conversation turn keys nothing reads, e.g. "messages[].weight"
 
@@ -238,6 +250,9 @@ class _Rows:
         job = self.job
         try:
             ids, mask = sample_from_row(row, job.fmt, job.config, self.tok, self.turn_keys)
+        except EmptyDocument:
+            self.empty.append((row_no, len(self.lengths)))
+            return False
         except RowError as e:
             _malformed(job, row_no, str(e), self.malformed)
             return False
@@ -262,6 +277,7 @@ class _Rows:
             malformed=self.malformed,
             rows_read=self.rows_read,
             columns={**self.columns, **self.turn_keys},
+            empty=self.empty,
         )
 
 
@@ -649,6 +665,8 @@ class _Collector:
         self.rows: list[np.ndarray] = []
         self.file_of: list[np.ndarray] = []
         self.malformed: list[tuple[int, int, str]] = []
+        self.empty: list[tuple[int, int, int]] = []  # (file, row, samples before it)
+        self.samples = 0
         self.rows_per_file = [0] * n_files
         self.columns: list[dict[str, int]] = [{} for _ in range(n_files)]
 
@@ -658,6 +676,8 @@ class _Collector:
         self.rows.append(out.rows)
         self.file_of.append(np.full(len(out.lengths), file_index, dtype=np.int32))
         self.malformed += [(file_index, r, reason) for r, reason in out.malformed]
+        self.empty += [(file_index, r, self.samples + k) for r, k in out.empty]
+        self.samples += len(out.lengths)
         self.rows_per_file[file_index] += out.rows_read
         seen = self.columns[file_index]
         for name, n in out.columns.items():
@@ -1091,6 +1111,9 @@ def tokenize_inputs(
         ('prompt_completion', 2, [97, 98, 258], [0, 1, 1], 1)
     """
     tok = register_tokenizer(as_tokenizer(tokenizer))
+    from longpack.text.documents import eod_id
+
+    eod = eod_id(tok, config.eod)  # a bad text.eod fails now, not in every worker
     listing = find_inputs(inputs)
     sources = list(listing.files)
     paths = [f.path for f in sources]
@@ -1251,8 +1274,7 @@ def tokenize_inputs(
         raise InputError(f"no rows in the inputs ({', '.join(files)}): every file is empty; check the inputs")
     lengths = np.concatenate(sink.lengths) if sink.lengths else np.zeros(0, np.int64)
     if len(lengths) == 0:
-        first = f" (first: {malformed[0][0]}: {malformed[0][1]})" if malformed else ""
-        raise InputError(f"all {rows_read} rows were malformed and skipped{first}; check the format and keys")
+        raise InputError(no_samples_message(rows_read, malformed, len(sink.empty)))
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     tokens, loss_mask = sink.store.finish()
@@ -1316,7 +1338,26 @@ def tokenize_inputs(
         skipped_inputs=listing.skipped,
         warnings=tuple(warnings_out),
         spilled_tokens=sink.store.n if sink.store.spilled else 0,
+        empty=tuple(f"{files[i]}:{r}" for i, r, _ in sink.empty),
+        empty_before=tuple(k for _, _, k in sink.empty),
+        eod_id=eod,
     )
+
+
+def no_samples_message(rows_read: int, malformed: Sequence[tuple[str, str]], empty: int) -> str:
+    """The error when no row gave a sample (every row malformed and skipped, or an empty document).
+
+    >>> no_samples_message(3, [], 3)
+    'all 3 rows were empty documents (text that tokenizes to no token); check the text column (text.text_key)'
+    """
+    if empty and not malformed:
+        return (
+            f"all {rows_read} rows were empty documents (text that tokenizes to no token); check the text "
+            "column (text.text_key)"
+        )
+    first = f" (first: {malformed[0][0]}: {malformed[0][1]})" if malformed else ""
+    also = f", {empty} were empty documents" if empty else ""
+    return f"all {rows_read} rows were malformed and skipped{first}{also}; check the format and keys"
 
 
 # Per-chunk entry points for other executors (the Ray backend, ``longpack.cluster``): the same code the

@@ -111,6 +111,14 @@ class TextConfig:
         help="--format text: end every document with the tokenizer's EOS (Megatron's --append-eod).",
         negative="--no-append-eod",
     )
+    #: ``format="text"``: the token ending documents (its text or id; ``None``: the tokenizer's EOS). What
+    #: Megatron-LM's tokenizer calls ``eod``: a Qwen base model's ``eos_token`` is ``<|endoftext|>``, not the
+    #: chat models' ``<|im_end|>``.
+    eod: str | None = option(
+        None,
+        help="--format text: the token ending every document (e.g. '<|endoftext|>', or an id); default the "
+        "tokenizer's EOS.",
+    )
 
     def __post_init__(self) -> None:
         from longpack.validate import plain_fields
@@ -122,6 +130,11 @@ class TextConfig:
         if not isinstance(self.append_eod, bool):
             raise ConfigError(
                 f"text.append_eod must be True or False, got {self.append_eod!r}", fields="text.append_eod"
+            )
+        if self.eod is not None and (not isinstance(self.eod, str) or not self.eod):
+            raise ConfigError(
+                f"text.eod must be a token's text or id (a non-empty string), got {self.eod!r}",
+                fields="text.eod",
             )
         for field in ("prompt_key", "completion_key", "messages_key", "tools_key", "text_key"):
             value = getattr(self, field)

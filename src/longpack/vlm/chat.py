@@ -88,8 +88,15 @@ def normalize_conversation(
     """The conversation as ``[{"role", "content": [parts]}]`` with every media part holding its source.
 
     ``images`` / ``videos`` (or the sample's ``images`` / ``videos`` keys) fill ``<image>`` / ``<video>``
-    placeholders and media parts without a source, in order; a count mismatch is a ``SampleError``
-    (reason ``placeholder_mismatch``), a conversation that cannot be read one with reason ``malformed``.
+    placeholders and media parts without a source, in order; parts that name their own source
+    (``{"type": "image", "image": PATH}``) keep it, and a list that repeats exactly those sources (a dataset's
+    media column beside content parts) places nothing twice. A count mismatch is a ``SampleError`` (reason
+    ``placeholder_mismatch``) saying which of these it met; a conversation that cannot be read one with
+    reason ``malformed``.
+
+    >>> part = {"role": "user", "content": [{"type": "image", "image": "a.png"}, {"type": "text", "text": "?"}]}
+    >>> media_sources(normalize_conversation({"messages": [part], "images": ["a.png"]}))
+    (['a.png'], [])
     """
     if isinstance(sample, Mapping):
         turns, sharegpt = _turns(sample)
@@ -104,14 +111,18 @@ def normalize_conversation(
         )
     pools = {"image": list(images or []), "video": list(videos or [])}
     taken = {"image": 0, "video": 0}
+    own: dict[str, list[Any]] = {"image": [], "video": []}  # sources named inside the parts
 
     def media(kind: str, part: Mapping[str, Any] | None) -> Part:
         if part is not None and part.get(kind) is not None:
+            own[kind].append(part[kind])
             return {"type": kind, kind: part[kind]}
         if taken[kind] >= len(pools[kind]):
             raise SampleError(
                 "placeholder_mismatch",
-                f"the conversation has more {kind} parts/placeholders than the {len(pools[kind])} {kind}s given",
+                f"the conversation has more {kind} placeholders / {kind} parts without a source than the "
+                f"{len(pools[kind])} {kind}s of the sample's {kind + 's'!r} list"
+                + (f" ({len(own[kind])} more {kind} parts name their own source)" if own[kind] else ""),
             )
         source = pools[kind][taken[kind]]
         taken[kind] += 1
@@ -166,15 +177,39 @@ def normalize_conversation(
             parts = [p for p in parts if p["type"] != "text"] + [p for p in parts if p["type"] == "text"]
         out.append({"role": role, "content": parts})
     for kind in ("image", "video"):
-        if taken[kind] != len(pools[kind]):
+        if taken[kind] == len(pools[kind]):
+            continue
+        if taken[kind] == 0 and _same_sources(own[kind], pools[kind]):
+            continue  # the list repeats the parts' own sources (a dataset's media column): each placed once
+        if own[kind]:
             raise SampleError(
                 "placeholder_mismatch",
-                f"{len(pools[kind])} {kind}s given but the conversation places {taken[kind]}; add a <{kind}> "
-                "placeholder for each or drop the extra ones",
+                f"the sample's {kind + 's'!r} list has {len(pools[kind])} {kind}s but the conversation takes "
+                f"{taken[kind]} of them: {len(own[kind])} {kind} parts name their own source and the list is "
+                f"not those same {kind}s; give each {kind} once: in its part "
+                f'({{"type": "{kind}", "{kind}": ...}}) or in the list with a source-less part / <{kind}> '
+                "placeholder",
             )
+        raise SampleError(
+            "placeholder_mismatch",
+            f"{len(pools[kind])} {kind}s given but the conversation places {taken[kind]}; add a <{kind}> "
+            "placeholder for each or drop the extra ones",
+        )
     if not out:
         raise SampleError("malformed", "the conversation is empty")
     return out
+
+
+def _same_sources(parts: Sequence[Any], listed: Sequence[Any]) -> bool:
+    """Whether a sample's media list names exactly the sources its parts name, in order (paths and bytes
+    compared by value, other objects by identity)."""
+
+    def same(a: Any, b: Any) -> bool:
+        if a is b:
+            return True
+        return isinstance(a, str | bytes) and type(a) is type(b) and a == b
+
+    return len(parts) == len(listed) and all(same(a, b) for a, b in zip(parts, listed, strict=True))
 
 
 def media_sources(messages: Sequence[VLMMessage]) -> tuple[list[Any], list[Any]]:

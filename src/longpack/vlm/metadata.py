@@ -2,7 +2,8 @@
 decoding a pixel (what ``longpack online-sim --vlm`` and packing plans read).
 
 Each line is a sample: ``messages`` (or ShareGPT ``conversations``) with ``<image>`` placeholders or image
-parts, and either ``images`` (paths relative to the JSONL file's folder; only each file's header is read) or
+parts, and either ``images`` or image parts naming their file (relative paths, in the lists and in the parts
+alike, resolve against the JSONL file's folder: :func:`with_media_paths`; only each file's header is read) or
 ``image_sizes`` (``[[width, height], ...]``, e.g. a metadata column exported from a dataset).
 
 >>> import json, pathlib, tempfile
@@ -30,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from longpack.topology import align_up
-from longpack.vlm.errors import REJECT_REASONS, SampleRejected, VLMError
+from longpack.vlm.chat import media_sources, normalize_conversation
+from longpack.vlm.errors import REJECT_REASONS, SampleError, SampleRejected, VLMError
 from longpack.vlm.prepare import QwenVLPreparer
 
 
@@ -85,23 +87,58 @@ def _rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             yield where, row
 
 
+def _resolved(value: Any, base: Path) -> Any:
+    """A media source resolved against ``base``: a file name (relative ones joined to ``base``, absolute
+    ones kept), a frame list of file names, anything else as it is."""
+    if isinstance(value, str):
+        return str(base / value)
+    if isinstance(value, list):
+        return [str(base / f) if isinstance(f, str) else f for f in value]
+    return value
+
+
 def with_media_paths(row: dict[str, Any], base: Path) -> dict[str, Any]:
-    """A copy of a JSONL sample whose image and video file names (and frame-list files) are resolved
-    against ``base``, the JSONL file's folder.
+    """A copy of a JSONL sample whose media file names are resolved against ``base``, the JSONL file's
+    folder: one rule for every place a record names a file: the ``images`` / ``videos`` lists (a video as a
+    file or a frame list of image files) and the ``image`` / ``video`` of content parts inside ``messages`` /
+    ``conversation`` / ``conversations`` turns.
 
     >>> with_media_paths({"images": ["a.png"], "videos": [["f0.png", "f1.png"]]}, Path("/d"))["videos"]
     [['/d/f0.png', '/d/f1.png']]
+    >>> part = {"type": "image", "image": "sub/b.png"}
+    >>> with_media_paths({"messages": [{"role": "user", "content": [part]}]}, Path("/d"))["messages"][0]
+    {'role': 'user', 'content': [{'type': 'image', 'image': '/d/sub/b.png'}]}
     """
     sample = dict(row)
-    if isinstance(row.get("images"), list):
-        sample["images"] = [str(base / p) if isinstance(p, str) else p for p in row["images"]]
-    if isinstance(row.get("videos"), list):  # files, or frame lists of image files
-        sample["videos"] = [
-            str(base / v) if isinstance(v, str)
-            else [str(base / f) if isinstance(f, str) else f for f in v] if isinstance(v, list)
-            else v
-            for v in row["videos"]
-        ]  # fmt: skip
+    for name in ("images", "videos"):
+        if isinstance(row.get(name), list):
+            if name == "images":
+                sample[name] = [str(base / p) if isinstance(p, str) else p for p in row[name]]
+            else:
+                sample[name] = [_resolved(v, base) for v in row[name]]
+    for name, content_key in (
+        ("messages", "content"),
+        ("conversation", "content"),
+        ("conversations", "value"),
+    ):
+        turns = row.get(name)
+        if not isinstance(turns, list):
+            continue
+        resolved_turns = []
+        for turn in turns:
+            content = turn.get(content_key) if isinstance(turn, dict) else None
+            if isinstance(content, list):
+                parts = []
+                for part in content:
+                    if isinstance(part, dict):
+                        part = dict(part)
+                        for kind in ("image", "video"):
+                            if part.get(kind) is not None:
+                                part[kind] = _resolved(part[kind], base)
+                    parts.append(part)
+                turn = {**turn, content_key: parts}
+            resolved_turns.append(turn)
+        sample[name] = resolved_turns
     return sample
 
 
@@ -144,7 +181,10 @@ def read_vlm_metadata(
                         f"{path}: {key}: image_sizes must be [[width, height], ...], got {sizes!r:.60}"
                     )
                 sample["images"] = [f"<image {i}>" for i in range(len(sizes))]
-            n_images = len(sample.get("images") or [])
+            try:  # the images the conversation places (parts with their own source and the list's)
+                n_images = len(media_sources(normalize_conversation(sample))[0])
+            except SampleError as exc:
+                raise exc.named(key) from None
             if config.max_images is not None and n_images > config.max_images:
                 raise SampleRejected(
                     key, "too_many_images", f"{n_images} images > max_images={config.max_images}"

@@ -18,7 +18,9 @@ image), runs the processor on the decoded images, expands every ``<|image_pad|>`
   video processor samples them, :mod:`longpack.vlm.video`) ``pixel_values_videos``, ``video_grid_thw`` and
   (Qwen2-VL, Qwen2.5-VL video files) ``second_per_grid_ts`` (float32 ``[videos]``). A Qwen3-VL video's pad
   becomes, per temporal grid, ``<t seconds>`` then ``<|vision_start|>``, its pads and ``<|vision_end|>``
-  (transformers 5.24 ``Qwen3VLProcessor.replace_video_token``);
+  (``Qwen3VLProcessor.replace_video_token``); transformers 5.24 keeps the template's outer
+  ``<|vision_start|>`` / ``<|vision_end|>`` around them, 5.25 drops them (the installed version decides,
+  or ``VLMConfig.transformers_version``; :mod:`longpack.vlm.hf_versions`);
 
 plus what Bridge's row does not carry: ``mrope_position_ids`` (int64 ``[3, L]``, Qwen-VL's 3-D rope index of
 this sequence alone, :mod:`longpack.vlm.rope`) and the visual token count.
@@ -43,6 +45,12 @@ from longpack.text.tokenizers import Tokenizer, as_tokenizer
 from longpack.topology import align_up
 from longpack.vlm.chat import CHAT_TEMPLATES, media_sources, normalize_conversation, render_ids
 from longpack.vlm.errors import REJECT_REASONS, SampleError, SampleRejected, VLMError
+from longpack.vlm.hf_versions import (
+    checked_version,
+    parse_version,
+    require_behaviour,
+    transformers_behaviour,
+)
 from longpack.vlm.rope import mrope_position_ids
 from longpack.vlm.video import (
     VideoConfig,
@@ -50,13 +58,13 @@ from longpack.vlm.video import (
     default_video_config,
     frame_list_grid,
     is_frame_list,
+    processor_pixel_values,
     qwen3_frame_timestamps,
     qwen3_sample_frame_indices,
     qwen3_timestamp_text,
     qwen3_video_grid_thw,
     read_frame_list,
     read_video,
-    resized_frame_pixel_values,
     sample_frame_indices,
     seconds_per_grid,
     video_grid_thw,
@@ -119,11 +127,15 @@ class VLMConfig:
     max_length: int | None = None
     pad_to_multiple_of: int = 1
     supervise_turn_newline: bool = True
+    # None: the installed transformers' (longpack.vlm.hf_versions); else the version the training job runs
+    transformers_version: str | None = None
 
     def __post_init__(self) -> None:
         from longpack.validate import plain_fields
 
         plain_fields(self)
+        if self.transformers_version is not None:
+            checked_version(str(self.transformers_version))
         for name in ("max_images", "max_visual_tokens", "max_length"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -192,6 +204,8 @@ class PreparedSequence:
     visual_values: dict[str, Any]
     mrope_position_ids: Any  # None for families with 1-D positions (Gemma3-VL)
     visual_tokens: int
+    # the id a packed row's gaps get (Bridge: 0 for Qwen-VL, the tokenizer's pad id for Gemma3-VL)
+    pad_token_id: int = 0
 
     @property
     def sequence_length(self) -> int:
@@ -244,9 +258,10 @@ class QwenVLPreparer:
     """Prepare Qwen-VL samples (see the module docstring).
 
     ``tokenizer``: a longpack tokenizer or spec (``"qwen3"``, a Qwen-VL tokenizer folder); ``image_processor``:
-    a transformers Qwen-VL image processor (default ``Qwen2VLImageProcessor()``, built offline), which also
-    makes video pixels frame by frame (:func:`longpack.vlm.video.video_pixel_values`). A sample is a mapping with ``messages`` or ``conversations`` and optional ``images`` /
-    ``videos`` (see :func:`longpack.vlm.chat.normalize_conversation`) and an optional ``__key__``.
+    a transformers Qwen-VL image processor (default ``Qwen2VLImageProcessor()``, built offline) for images;
+    video pixels are made as the family's video processor makes them (its resize, rescale, mean / std and patch
+    layout: :func:`longpack.vlm.video.processor_pixel_values`, settings in ``VLMConfig.video``). A sample is a
+    mapping with ``messages`` or ``conversations`` and optional ``images`` / ``videos`` (see :func:`longpack.vlm.chat.normalize_conversation`) and an optional ``__key__``.
     """
 
     def __init__(
@@ -257,6 +272,8 @@ class QwenVLPreparer:
         config: VLMConfig | None = None,
     ) -> None:
         self.config = config or VLMConfig()
+        # the transformers whose processors these sequences follow (refused outside the supported range)
+        self.transformers_version = checked_version(self.config.transformers_version)
         self.tokenizer = as_tokenizer(tokenizer)
         # Without a processor but with VLMConfig(vision=...), lengths (metadata only) need no transformers;
         # the default processor is built on the first prepare().
@@ -307,12 +324,14 @@ class QwenVLPreparer:
         self.__dict__.update(state)
 
     def identity(self) -> dict[str, Any]:
-        """What decides the prepared sequences (stored with loader states): tokenizer identity, vision and
-        preparation settings."""
+        """What decides the prepared sequences (stored with loader states): tokenizer identity, the
+        transformers minor version whose processors they follow, vision and preparation settings."""
         from dataclasses import asdict
 
+        version = self.transformers_version
         return {
             "tokenizer": self.tokenizer.identity(),
+            "transformers": None if version is None else "{}.{}".format(*parse_version(version)),
             "image_processor": self._processor_name,
             "vision": asdict(self.vision),
             "video": asdict(self.video),
@@ -361,6 +380,8 @@ class QwenVLPreparer:
             timed = False
             tokens = len(ids) - len(grids) - len(vgrids) + grid_token_count(grids, self.vision.merge_size)
             tokens += sum(len(self._qwen3_video_ids(src, key)) for src in videos)
+            array = np.asarray(ids, dtype=np.int64)
+            tokens -= len(self._dropped_video_wrappers(array, np.flatnonzero(array == self.video_token_id)))
         return SampleLength(
             tokens,
             visual,
@@ -388,9 +409,33 @@ class QwenVLPreparer:
         seconds = qwen3_frame_timestamps(keep, info.fps, self.vision.temporal_patch_size)
         return grid, keep, seconds, info
 
+    @property
+    def qwen3_video_outer_wrapper(self) -> bool:
+        """Whether Qwen3-VL's processor keeps the chat template's outer ``<|vision_start|>`` /
+        ``<|vision_end|>`` around a video's frame groups (transformers 5.24) or drops them (5.25); see
+        :mod:`longpack.vlm.hf_versions`."""
+        found = transformers_behaviour(self.config.transformers_version)
+        return require_behaviour(
+            found, "the text Qwen3-VL's processor writes for a video"
+        ).qwen3_video_outer_wrapper
+
+    def _dropped_video_wrappers(self, ids: np.ndarray, video_at: np.ndarray) -> np.ndarray:
+        """Indices of the outer ``<|vision_start|>`` / ``<|vision_end|>`` around each video pad that the
+        installed Qwen3-VL processor drops (none for transformers 5.24)."""
+        if not len(video_at) or self.qwen3_video_outer_wrapper:
+            return np.zeros(0, dtype=np.int64)
+        dropped = [
+            (int(at) - 1, int(at) + 1)
+            for at in video_at
+            if 0 < at < len(ids) - 1
+            and ids[at - 1] == self.vision_start_id
+            and ids[at + 1] == self.vision_end_id
+        ]
+        return np.asarray([i for pair in dropped for i in pair], dtype=np.int64)
+
     def _qwen3_video_ids(self, source: Any, key: str) -> Any:
-        """The ids Qwen3-VL's processor puts in place of a video's ``<|video_pad|>`` (transformers 5.24
-        ``Qwen3VLProcessor.replace_video_token``): per temporal grid ``<t seconds>`` then
+        """The ids Qwen3-VL's processor puts in place of a video's ``<|video_pad|>`` (transformers 5.24 and
+        5.25 ``Qwen3VLProcessor.replace_video_token``): per temporal grid ``<t seconds>`` then
         ``<|vision_start|>``, the grid's ``h * w / merge**2`` pads and ``<|vision_end|>``."""
         start, end = self.vision_start_id, self.vision_end_id
         if start is None or end is None:
@@ -550,13 +595,14 @@ class QwenVLPreparer:
                 frames = read_video(src, self.video, key=key, indices=keep)
                 size = (predicted_grid[1] * vision.patch_size, predicted_grid[2] * vision.patch_size)
                 try:
-                    pixels.append(resized_frame_pixel_values(frames, size, self.image_processor, vision))
+                    pixels.append(processor_pixel_values(frames, size, vision, self.video))
                 except VLMError as exc:
                     raise VLMError(f"sample {key}: {exc}") from None
                 video_ids.append(self._qwen3_video_ids(src, key))
             visual_values["pixel_values_videos"] = torch.cat(pixels).contiguous()
             visual_values["video_grid_thw"] = torch.tensor(vgrids, dtype=torch.int64).reshape(-1, 3)
             counts[video_at] = [len(v) for v in video_ids]
+            counts[self._dropped_video_wrappers(ids, video_at)] = 0  # transformers >= 5.25
         elif videos:
             pixels, seconds = [], []
             for src, predicted_grid in zip(videos, vgrids, strict=True):
@@ -571,7 +617,7 @@ class QwenVLPreparer:
                         seconds_per_grid(len(frames), info.frames, info.fps, vision.temporal_patch_size)
                     )
                 try:
-                    values, grid_thw = video_pixel_values(frames, self.image_processor, vision, self.video)
+                    values, grid_thw = video_pixel_values(frames, vision, self.video)
                 except VLMError as exc:
                     raise VLMError(f"sample {key}: {exc}") from None
                 if grid_thw != predicted_grid:

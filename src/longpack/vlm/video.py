@@ -51,12 +51,24 @@ from longpack.errors import ConfigError
 from longpack.vlm.errors import SampleError, SampleRejected, VLMError
 from longpack.vlm.vision import VisionConfig, smart_resize
 
+#: transformers ``utils/constants.py``: ``OPENAI_CLIP_MEAN`` / ``OPENAI_CLIP_STD`` (``Qwen2VLVideoProcessor``'s
+#: and the Qwen-VL image processors' normalization) and ``IMAGENET_STANDARD_MEAN`` / ``IMAGENET_STANDARD_STD``
+#: (``Qwen3VLVideoProcessor``'s).
+OPENAI_CLIP_MEAN: tuple[float, float, float] = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_CLIP_STD: tuple[float, float, float] = (0.26862954, 0.26130258, 0.27577711)
+IMAGENET_STANDARD_MEAN: tuple[float, float, float] = (0.5, 0.5, 0.5)
+IMAGENET_STANDARD_STD: tuple[float, float, float] = (0.5, 0.5, 0.5)
+#: ``VideoProcessorMixin.rescale_factor`` (transformers ``video_processing_utils.py``).
+RESCALE_FACTOR = 1 / 255
+
 
 @dataclass(frozen=True, kw_only=True)
 class VideoConfig:
-    """Frame sampling and pixel limits of a video (defaults: transformers' ``Qwen2VLVideoProcessor()`` with
-    ``do_sample_frames=True, fps=2``). ``max_num_frames`` applies to pre-extracted frame lists only (Bridge's
-    ``QwenVLTaskEncoder.max_num_frames``, 60: it keeps their first frames; ``None`` keeps all)."""
+    """Frame sampling, pixel limits and normalization of a video (defaults: transformers'
+    ``Qwen2VLVideoProcessor()`` with ``do_sample_frames=True, fps=2``). ``max_num_frames`` applies to
+    pre-extracted frame lists only (Bridge's ``QwenVLTaskEncoder.max_num_frames``, 60: it keeps their first
+    frames; ``None`` keeps all). ``image_mean`` / ``image_std``: the video processor's (not the image
+    processor's: Qwen3-VL's differ)."""
 
     fps: float = 2.0
     min_frames: int = 4
@@ -64,6 +76,8 @@ class VideoConfig:
     min_pixels: int = 128 * 28 * 28
     max_pixels: int = 28 * 28 * 768
     max_num_frames: int | None = 60
+    image_mean: tuple[float, float, float] = OPENAI_CLIP_MEAN
+    image_std: tuple[float, float, float] = OPENAI_CLIP_STD
 
     def __post_init__(self) -> None:
         if not (isinstance(self.fps, int | float) and self.fps > 0):
@@ -80,6 +94,22 @@ class VideoConfig:
                 f"VideoConfig.max_num_frames must be a positive integer or None, got {n!r}",
                 fields="max_num_frames",
             )
+        for name in ("image_mean", "image_std"):
+            value = getattr(self, name)
+            if not (
+                isinstance(value, tuple | list)
+                and len(value) == 3
+                and all(
+                    isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in value
+                )
+                and (name == "image_mean" or all(v > 0 for v in value))
+            ):
+                raise ConfigError(
+                    f"VideoConfig.{name} must be 3 finite numbers (one per RGB channel"
+                    f"{', each > 0' if name == 'image_std' else ''}), got {value!r}",
+                    fields=name,
+                )
+            object.__setattr__(self, name, tuple(float(v) for v in value))
 
 
 @dataclass(frozen=True)
@@ -143,36 +173,65 @@ def seconds_per_grid(
 
 
 def video_pixel_values(
-    frames: np.ndarray, image_processor: Any, vision: VisionConfig, video: VideoConfig
+    frames: np.ndarray, vision: VisionConfig, video: VideoConfig
 ) -> tuple[Any, tuple[int, int, int]]:
-    """``(pixel_values_videos, grid_thw)`` of sampled ``uint8 [n, H, W, 3]`` frames: float32
-    ``[t * h * w, 3 * temporal_patch * patch**2]`` in the video processor's layout, from the image processor
-    run on every frame with the video pixel limits (see the module docstring). A frame count that is not a
-    multiple of ``temporal_patch_size`` is padded with the last frame, as the video processor does."""
-    import torch
-
-    temporal = vision.temporal_patch_size
+    """``(pixel_values_videos, grid_thw)`` of sampled ``uint8 [n, H, W, 3]`` frames as
+    ``Qwen2VLVideoProcessor`` makes them: each frame resized to the video grid's size
+    (:func:`video_grid_thw`), then :func:`processor_pixel_values` (the last frame repeated up to a frame pair)."""
     n = len(frames)
     if n == 0:
         raise SampleRejected("?", "empty_video", "a video with no sampled frame")
-    if pad := -n % temporal:
-        frames = np.concatenate([frames, np.repeat(frames[-1:], pad, axis=0)])
-    size = {"shortest_edge": video.min_pixels, "longest_edge": video.max_pixels}
-    out = image_processor(images=list(frames), return_tensors="pt", size=size)
-    grid = out["image_grid_thw"].to(torch.int64).reshape(-1, 3)
-    _, gh, gw = video_grid_thw(len(frames), frames.shape[2], frames.shape[1], vision, video)
-    if not bool((grid == torch.tensor([1, gh, gw])).all()):
+    t, gh, gw = video_grid_thw(n, frames.shape[2], frames.shape[1], vision, video)
+    pixels = processor_pixel_values(frames, (gh * vision.patch_size, gw * vision.patch_size), vision, video)
+    return pixels, (t, gh, gw)
+
+
+def processor_resize(frames: np.ndarray, size: tuple[int, int]) -> Any:
+    """``uint8 [n, 3, height, width]``: the frames resized as the transformers video processors resize them on
+    the CPU: ``BaseVideoProcessor.resize`` with ``resample=BICUBIC`` is torchvision's ``resize`` with
+    ``antialias=True``, which for a ``uint8`` CPU tensor runs torch's native antialiased bicubic
+    ``interpolate`` on the ``uint8`` values (torchvision 0.28 ``transforms/v2/functional/_geometry.py``
+    ``resize_image``; no float round trip). A frame already at ``size`` is returned as it is."""
+    import torch
+
+    tensor = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2)
+    if tuple(tensor.shape[-2:]) == tuple(size):
+        return tensor.contiguous()
+    return torch.nn.functional.interpolate(
+        tensor, size=list(size), mode="bicubic", align_corners=False, antialias=True
+    )
+
+
+def processor_pixel_values(
+    frames: np.ndarray, size: tuple[int, int], vision: VisionConfig, video: VideoConfig
+) -> Any:
+    """``pixel_values_videos`` float32 ``[t * h * w, 3 * temporal_patch * patch**2]`` of ``uint8 [n, H, W, 3]``
+    frames as ``Qwen2VLVideoProcessor`` / ``Qwen3VLVideoProcessor._preprocess`` make them: resized to ``size =
+    (height, width)`` (:func:`processor_resize`), rescaled and normalized in one step with the video processor's
+    mean and std (``TorchvisionBackend.rescale_and_normalize``: ``(x - mean / rescale) / (std / rescale)`` in
+    float32) and cut by its ``patchify`` (the last frame repeated up to a multiple of ``temporal_patch_size``;
+    patches laid out ``(t, h/merge, w/merge, merge, merge, channel, temporal_patch, patch, patch)``)."""
+    import torch
+
+    if len(frames) == 0:
+        raise SampleRejected("?", "empty_video", "a video with no sampled frame")
+    resized = processor_resize(frames, size)
+    mean = torch.tensor(video.image_mean) * (1.0 / RESCALE_FACTOR)
+    std = torch.tensor(video.image_std) * (1.0 / RESCALE_FACTOR)
+    values = resized.to(torch.float32).sub_(mean.view(-1, 1, 1)).div_(std.view(-1, 1, 1))
+    temporal, p, m = vision.temporal_patch_size, vision.patch_size, vision.merge_size
+    if pad := -len(values) % temporal:
+        values = torch.cat((values, values[-1:].expand(pad, -1, -1, -1)))
+    n, channels, height, width = values.shape
+    gt, gh, gw = n // temporal, height // p, width // p
+    if gh * p != height or gw * p != width or gh % m or gw % m:
         raise VLMError(
-            f"the image processor made frame grids {grid[0].tolist()} but the video resize rule gives "
-            f"{[1, gh, gw]}; pass VLMConfig(vision=...) matching the processor"
+            f"video frames of {width}x{height} pixels are not whole {p * m}-pixel merged patches; the video "
+            "resize rule gives multiples of patch_size * merge_size"
         )
-    p = vision.patch_size
-    rows = out["pixel_values"].reshape(len(frames), gh * gw, 3, temporal, p, p)
-    groups = rows.reshape(len(frames) // temporal, temporal, gh * gw, 3, temporal, p, p)
-    # frame j of a group is its own image's temporal slot 0 (every slot of an image holds the same frame)
-    picked = torch.stack([groups[:, j, :, :, 0] for j in range(temporal)], dim=3)
-    pixel_values = picked.reshape(len(frames) // temporal * gh * gw, 3 * temporal * p * p).contiguous()
-    return pixel_values, (len(frames) // temporal, gh, gw)
+    patches = values.reshape(gt, temporal, channels, gh // m, m, p, gw // m, m, p)
+    patches = patches.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)
+    return patches.reshape(gt * gh * gw, channels * temporal * p * p).contiguous()
 
 
 def is_frame_list(source: Any) -> bool:
@@ -292,9 +351,16 @@ def read_video(
 
 
 # ---------------------------------------------------------------------------------------------- Qwen3-VL
-#: Qwen3-VL's video pixel limits (transformers 5.24 ``Qwen3VLVideoProcessor.size``: ``shortest_edge``
-#: ``128 * 32 * 32``, ``longest_edge`` ``32 * 32 * 768``); they bound the pixels of all sampled frames together.
-QWEN3_VL_VIDEO = VideoConfig(min_pixels=128 * 32 * 32, max_pixels=32 * 32 * 768)
+#: Qwen3-VL's video settings (transformers 5.24 / 5.25 ``Qwen3VLVideoProcessor``): pixel limits ``size``
+#: (``shortest_edge`` ``128 * 32 * 32``, ``longest_edge`` ``32 * 32 * 768``; they bound the pixels of all
+#: sampled frames together) and ``image_mean`` / ``image_std`` ``IMAGENET_STANDARD_*`` (0.5), not the image
+#: processor's CLIP values.
+QWEN3_VL_VIDEO = VideoConfig(
+    min_pixels=128 * 32 * 32,
+    max_pixels=32 * 32 * 768,
+    image_mean=IMAGENET_STANDARD_MEAN,
+    image_std=IMAGENET_STANDARD_STD,
+)
 
 
 def default_video_config(rope_variant: str) -> VideoConfig:
@@ -412,33 +478,3 @@ def qwen3_timestamp_text(seconds: float) -> str:
     '<1.2 seconds>'
     """
     return f"<{seconds:.1f} seconds>"
-
-
-def resized_frame_pixel_values(
-    frames: np.ndarray, size: tuple[int, int], image_processor: Any, vision: VisionConfig
-) -> Any:
-    """``pixel_values_videos`` of sampled ``uint8 [n, H, W, 3]`` frames resized (PIL bicubic) to ``size =
-    (height, width)`` by the video rule, then normalized and patched by the image processor without its own
-    resize, frame pairs taken as :func:`video_pixel_values` takes them (last frame repeated to a pair)."""
-    import torch
-    from PIL import Image
-
-    temporal, p = vision.temporal_patch_size, vision.patch_size
-    if pad := -len(frames) % temporal:
-        frames = np.concatenate([frames, np.repeat(frames[-1:], pad, axis=0)])
-    height, width = size
-    resized = [
-        np.asarray(Image.fromarray(f).resize((width, height), Image.Resampling.BICUBIC)) for f in frames
-    ]
-    out = image_processor(images=resized, return_tensors="pt", do_resize=False)
-    gh, gw = height // p, width // p
-    grid = out["image_grid_thw"].to(torch.int64).reshape(-1, 3)
-    if not bool((grid == torch.tensor([1, gh, gw])).all()):
-        raise VLMError(
-            f"the image processor made frame grids {grid[0].tolist()} from {width}x{height} frames, not "
-            f"{[1, gh, gw]}; pass VLMConfig(vision=...) matching the processor"
-        )
-    n = len(frames)
-    groups = out["pixel_values"].reshape(n // temporal, temporal, gh * gw, 3, temporal, p, p)
-    picked = torch.stack([groups[:, j, :, :, 0] for j in range(temporal)], dim=3)
-    return picked.reshape(n // temporal * gh * gw, 3 * temporal * p * p).contiguous()

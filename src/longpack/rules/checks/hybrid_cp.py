@@ -57,6 +57,13 @@ def _hkey(s: TrainingSetup) -> str:
     return K_DCP if s.model.dynamic_context_parallel else K_HCP
 
 
+def _dp_balanced(s: TrainingSetup) -> bool:
+    """The DP-balanced scheduler's own rules; dynamic CP's scheduler (``default_dynamic_cp``) replaces its
+    packing (``DefaultDynamicCPScheduler.get_groups_and_subsamples``, Megatron-LM dev @d48bd6be0a)."""
+    name = s.model.sequence_packing_scheduler
+    return bool(name) and str(name).lower() == "dp_balanced"
+
+
 def _cap(s: TrainingSetup) -> int | None:
     cap = s.model.max_seqlen_per_dp_cp_rank
     return cap if cap is not None and cap > 0 else None
@@ -324,7 +331,7 @@ def sched_sample_fits(s: TrainingSetup) -> Iterator[Violation]:
     """Packs are filled in order up to ``cap * CP`` tokens; a longer sample starts a pack it overflows
     (and, first in a batch, leaves an empty pack before it)."""
     cap, width = _cap(s), _width(s)
-    if not s.model.sequence_packing_scheduler or cap is None or width is None:
+    if not _dp_balanced(s) or cap is None or width is None:
         return
     if width > cap * s.cp:
         yield V(
@@ -347,7 +354,7 @@ def sched_enough_samples(s: TrainingSetup) -> Iterator[Violation]:
     """The pack count is made a multiple of DP (times the VPP micro-batch group) by moving samples out of
     packs; a global batch with fewer samples than that multiple fails with 'Not enough samples to move'."""
     dp, gbs = s.dp, s.global_batch_size
-    if not s.model.sequence_packing_scheduler or dp is None or gbs is None:
+    if not _dp_balanced(s) or dp is None or gbs is None:
         return
     group = (
         s.model.microbatch_group_size_per_vp_stage if s.model.virtual_pipeline_model_parallel_size else None

@@ -356,12 +356,23 @@ def pack_width_multiple(s: TrainingSetup) -> Iterator[Violation]:
 )
 def pack_dynamic_width(s: TrainingSetup) -> Iterator[Violation]:
     """Without ``pad_to_max_length`` the packed collate rounds each row to ``pad_seq_length_to_mult``
-    (default 16); the trailing padding segment it adds must split for CP like any sequence."""
+    (default 16); the trailing padding segment it adds must split for CP like any sequence.
+
+    The packer pads every sequence's runtime length to ``pad_seq_to_mult`` p, so a row holds a multiple
+    S of p and the collate adds ``ceil(S, q) - S`` tokens, q = ``pad_seq_length_to_mult``: a multiple of
+    g = gcd(p, q) below q, and none at all when q divides p (Megatron-Bridge@067f987df:
+    src/megatron/bridge/data/packing/offline.py pads runtime segments to the multiple;
+    src/megatron/bridge/data/packing/gpt_sft.py ``collate_fn`` rounds the row). It fails only when some
+    such segment does not split, g < q and g not a multiple of the topology multiple: q=16 with
+    p=32 (GLM-5.2's recipes, CP=16) adds nothing."""
     m = s.required_pad_seq_to_mult
     if not s.dataset.offline_packing or fixed_width(s) or m <= 1:
         return
     q = s.dataset.dataset_kwargs.get("pad_seq_length_to_mult", 16)
-    if isinstance(q, int) and q > 0 and q % m:
+    specs = s.dataset.offline_packing_specs
+    p = specs.pad_seq_to_mult if specs is not None else None
+    g = math.gcd(p if isinstance(p, int) and p > 1 else 1, q) if isinstance(q, int) else 0
+    if isinstance(q, int) and q > 0 and q % m and g < q and g % m:
         yield V(
             f"without pad_to_max_length the collate rounds each row to a multiple of pad_seq_length_to_mult="
             f"{q}, not of {multiple_text(s)}; a trailing padding segment of the wrong size breaks the CP split",

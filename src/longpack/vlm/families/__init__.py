@@ -7,13 +7,13 @@ and the Energon encoders (Gemma3-VL's preparer runs a transformers ``Gemma3Proce
 visual tokens only (planning, ``online-sim``).
 
 >>> sorted(FAMILIES)
-['gemma3', 'glm4v', 'kimi_vl', 'nemotron_vl', 'qwen2_5_vl', 'qwen2_vl', 'qwen3_vl']
+['gemma3', 'glm4v', 'kimi_vl', 'nemotron_vl', 'qwen2_5_vl', 'qwen2_vl', 'qwen3_5_vl', 'qwen3_vl']
 >>> [vlm_family(n).visual_tokens(640, 480) for n in ("qwen2_vl", "gemma3", "nemotron_vl")]
 [391, 256, 3328]
 >>> vlm_family("llava")
 Traceback (most recent call last):
 ...
-longpack.errors.ConfigError: unknown VLM family 'llava'; one of gemma3, glm4v, kimi_vl, nemotron_vl, qwen2_5_vl, qwen2_vl, qwen3_vl
+longpack.errors.ConfigError: unknown VLM family 'llava'; one of gemma3, glm4v, kimi_vl, nemotron_vl, qwen2_5_vl, qwen2_vl, qwen3_5_vl, qwen3_vl
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from longpack.vlm.families.gemma3 import Gemma3Family, Gemma3Preparer
 from longpack.vlm.families.glm4v import Glm4vFamily
 from longpack.vlm.families.kimi_vl import KimiVLFamily
 from longpack.vlm.families.nemotron_vl import NemotronVLFamily
+from longpack.vlm.families.qwen3_5_vl import Qwen35VLFamily
 from longpack.vlm.families.qwen_vl import QwenVLFamily
 
 
@@ -53,6 +54,7 @@ FAMILIES: dict[str, VLMFamily] = {
     "qwen2_vl": QwenVLFamily("qwen2_vl"),
     "qwen2_5_vl": QwenVLFamily("qwen2_5_vl"),
     "qwen3_vl": QwenVLFamily("qwen3_vl"),
+    "qwen3_5_vl": Qwen35VLFamily(),
     "gemma3": Gemma3Family(),
     "nemotron_vl": NemotronVLFamily(),
     "glm4v": Glm4vFamily(),
@@ -77,6 +79,7 @@ __all__ = [
     "Glm4vFamily",
     "KimiVLFamily",
     "NemotronVLFamily",
+    "Qwen35VLFamily",
     "QwenVLFamily",
     "VLMFamily",
     "vlm_family",

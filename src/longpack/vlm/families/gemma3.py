@@ -45,6 +45,7 @@ import numpy as np
 from longpack.topology import align_up
 from longpack.vlm.chat import media_sources, normalize_conversation
 from longpack.vlm.errors import SampleError, SampleRejected, VLMError
+from longpack.vlm.hf_versions import checked_version
 from longpack.vlm.prepare import (
     IGNORE_INDEX,
     VLM_SKIPPED_TOKEN_TEXTS,
@@ -206,6 +207,8 @@ class Gemma3Preparer:
     ) -> None:
         self.processor = processor
         self.config = config or VLMConfig()
+        # the transformers whose Gemma3Processor runs here (refused outside the supported range)
+        self.transformers_version = checked_version(self.config.transformers_version)
         self.family = family or Gemma3Family.from_processor(processor)
         if self.family.mm_tokens_per_image != int(processor.image_seq_length):
             raise VLMError(
@@ -454,6 +457,7 @@ class Gemma3Preparer:
             visual_values=visual_values,
             mrope_position_ids=None,
             visual_tokens=visual,
+            pad_token_id=self.pad_token_id,
         )
 
     def _call_kwargs(self) -> dict[str, Any]:

@@ -36,8 +36,10 @@ import numpy as np
 
 from longpack.vlm.errors import SampleError, VLMError
 
-# ``Glm4vConfig`` defaults (transformers 5.24 ``configuration_glm4v.py``).
+# ``Glm4vConfig`` defaults (transformers 5.24 ``configuration_glm4v.py``): ``<|image|>``, ``<|video|>``,
+# ``<|begin_of_video|>``, ``<|end_of_video|>``.
 IMAGE_TOKEN_ID, VIDEO_TOKEN_ID = 151343, 151344
+VIDEO_START_ID, VIDEO_END_ID = 151341, 151342
 # Bridge's ``THW_GRID_VISUAL_KEYS`` plus the token types its GLM collate adds to ``visual_inputs``.
 BATCH_KEYS: tuple[str, ...] = (
     "pixel_values",
@@ -113,7 +115,9 @@ class Glm4vFamily:
 
     def position_ids(self, input_ids: Any, visual_values: dict[str, Any]) -> Any:
         """``[3, L]`` positions of one unpadded sequence; ``visual_values`` has ``image_grid_thw`` /
-        ``video_grid_thw`` and optionally ``mm_token_type_ids`` (else taken from the image and video ids).
+        ``video_grid_thw`` and optionally ``mm_token_type_ids`` (else made from the ids as the processor makes
+        them, :func:`mm_token_type_ids`: video frames are image tokens between ``<|begin_of_video|>`` and
+        ``<|end_of_video|>``).
 
         >>> ids = [1, 2] + [IMAGE_TOKEN_ID] * 4 + [3]
         >>> Glm4vFamily().position_ids(ids, {"image_grid_thw": [[1, 4, 4]]}).tolist()
@@ -166,12 +170,22 @@ class Glm4vFamily:
 
 
 def mm_token_type_ids(
-    input_ids: Any, *, image_token_id: int = IMAGE_TOKEN_ID, video_token_id: int = VIDEO_TOKEN_ID
+    input_ids: Any,
+    *,
+    image_token_id: int = IMAGE_TOKEN_ID,
+    video_start_id: int = VIDEO_START_ID,
+    video_end_id: int = VIDEO_END_ID,
 ) -> np.ndarray:
-    """Text 0, image 1, video 2 per token, as ``Glm4vProcessor`` returns them.
+    """Text 0, image 1, video 2 per token, as ``Glm4vProcessor.create_mm_token_type_ids`` makes them (transformers
+    5.24 / 5.25 ``processing_glm4v.py``): the processor writes every video frame with the image token, so an
+    image token is video (2) where more ``<|begin_of_video|>`` than ``<|end_of_video|>`` precede it, else
+    image (1); every other token is 0.
 
-    >>> mm_token_type_ids([5, IMAGE_TOKEN_ID, VIDEO_TOKEN_ID, 6]).tolist()
-    [0, 1, 2, 0]
+    >>> ids = [5, IMAGE_TOKEN_ID, VIDEO_START_ID, IMAGE_TOKEN_ID, IMAGE_TOKEN_ID, 7, VIDEO_END_ID, IMAGE_TOKEN_ID]
+    >>> mm_token_type_ids(ids).tolist()
+    [0, 1, 0, 2, 2, 0, 0, 1]
     """
-    ids = np.asarray(input_ids, dtype=np.int64)
-    return np.where(ids == image_token_id, 1, np.where(ids == video_token_id, 2, 0)).astype(np.int64)
+    ids = np.asarray(input_ids, dtype=np.int64).reshape(-1)
+    in_video = np.cumsum(ids == video_start_id) > np.cumsum(ids == video_end_id)
+    image = ids == image_token_id
+    return np.where(image & in_video, 2, np.where(image, 1, 0)).astype(np.int64)
