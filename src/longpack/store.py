@@ -367,7 +367,12 @@ def _slice(part: TokenizedSamples, a: int, b: int) -> TokenizedSamples:
 
 
 def _open_arrays(
-    folder: Path, manifest: Mapping[str, Any], files: tuple[str, ...], *, where: str
+    folder: Path,
+    manifest: Mapping[str, Any],
+    files: tuple[str, ...],
+    *,
+    where: str,
+    check: Any = None,
 ) -> TokenizedSamples:
     """The memory-mapped arrays of one array set (a store, or one shard of it), checked against its
     manifest's dtypes and shapes. (Checks of the values belong here too: every reader comes through it.)"""
@@ -388,6 +393,8 @@ def _open_arrays(
                 fields="store",
             )
         arrays[name] = array
+    if check is not None:  # the values, before the arrays are taken as samples
+        check(arrays)
     try:
         samples = TokenizedSamples(**arrays, files=files)
     except ValueError as exc:
@@ -457,9 +464,15 @@ class TokenStore:
                         "is damaged, tokenize again",
                         fields="store",
                     ) from exc
-                part = _open_arrays(sub, shard_manifest, files, where=f"{folder} shard {sub.name}")
-                _check_part(folder, manifest, part)
-                parts.append(part)
+                parts.append(
+                    _open_arrays(
+                        sub,
+                        shard_manifest,
+                        files,
+                        where=f"{folder} shard {sub.name}",
+                        check=lambda arrays: _check_part(folder, manifest, arrays),
+                    )
+                )
             if not join:
                 return cls(path=folder, manifest=manifest, samples=None, parts=tuple(parts))  # type: ignore[arg-type]
             if len(parts) == 1:
@@ -469,8 +482,13 @@ class TokenStore:
             else:
                 samples = TokenizedSamples.concatenate(parts)
             return cls(path=folder, manifest=manifest, samples=samples, parts=tuple(parts))
-        samples = _open_arrays(folder, manifest, files, where=str(folder))
-        check_store(folder, manifest, _arrays_of(samples))
+        samples = _open_arrays(
+            folder,
+            manifest,
+            files,
+            where=str(folder),
+            check=lambda arrays: check_store(folder, manifest, arrays),
+        )
         return cls(path=folder, manifest=manifest, samples=samples, parts=(samples,))
 
     def lengths(self) -> np.ndarray:
@@ -711,15 +729,14 @@ def check_store(folder: Path, manifest: Mapping[str, Any], arrays: Mapping[str, 
         raise bad("source_row.npy", f"row {int(source_row[i])} of sample {i} is negative")
 
 
-def _arrays_of(samples: TokenizedSamples) -> dict[str, np.ndarray]:
-    return {name: getattr(samples, name) for name in ARRAYS}
-
-
-def _check_part(folder: Path, manifest: Mapping[str, Any], part: TokenizedSamples) -> None:
+def _check_part(folder: Path, manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
     """:func:`check_store` on one shard: the store's manifest with the shard's own counts."""
-    offsets = np.asarray(part.offsets)
-    counts = {"samples": int(offsets.size - 1), "tokens": int(offsets[-1]) if offsets.size else 0}
-    check_store(folder, {**manifest, **counts}, _arrays_of(part))
+    offsets = np.asarray(arrays["offsets"])
+    counts = {
+        "samples": int(offsets.size - 1) if offsets.ndim == 1 else -1,
+        "tokens": int(offsets[-1]) if offsets.ndim == 1 and offsets.size else 0,
+    }
+    check_store(folder, {**manifest, **counts}, arrays)
 
 
 def check_record(folder: Path, record: Mapping[str, Any]) -> None:

@@ -829,7 +829,8 @@ class PackConfig:
         from longpack.packed.manifest import PackManifest
         from longpack.packed.pipeline import Provenance, prepare_out_dir
 
-        check_trains_everywhere(train.samples, train.format)  # before anything is written or replaced
+        if train.samples is not None:  # a sharded store's shards are checked by its writer (below)
+            check_trains_everywhere(train.samples, train.format)  # before anything is written or replaced
         provenance = self._provenance(train, None, demo_prefix, Provenance)
         empty_per_file: dict[str, int] = {}
         for source in train.empty:

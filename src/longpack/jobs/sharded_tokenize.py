@@ -238,6 +238,11 @@ def pack_indexed_sharded(job: Any, out: Path, tokenizer: Any, stack: Any) -> Any
         store, tokenizer=job.resolved.tokenizer if job.store else None, text=job.resolved.text, join=False
     )
     eod = int(result.eod_id if result.eod_id is not None else result.tokenizer["eos_id"])
+    from longpack.packed.indexed import check_trains_everywhere
+    from longpack.store import TokenStore
+
+    for part in TokenStore.open(store, join=False).parts:  # every shard, before anything is written
+        check_trains_everywhere(part, result.format)
 
     def write(folder: Path, provenance: Any) -> dict[str, Any]:
         return write_indexed_from_store(

@@ -33,6 +33,7 @@ from longpack import binpack
 from longpack import choices as _choices
 from longpack.errors import InputError
 from longpack.outputs import atomic_write
+from longpack.topology import align_up
 
 LABELS_PAD_ID = -100  # NeMo-Aligner DPOPackedDataset.LABELS_PAD_ID (no loss on that label)
 REWARDS_PAD_ID = -1000  # NeMo-Aligner DPOPackedDataset.REWARDS_PAD_ID
@@ -186,7 +187,7 @@ def collate_packed_dpo(
             f"pack_size <= seq_length + sequences per row, or raise seq_length",
             fields="seq_length",
         )
-    max_length = min(seq_length, -(-longest // PAD_MULTIPLE) * PAD_MULTIPLE)
+    max_length = min(seq_length, align_up(longest, PAD_MULTIPLE))
     for cu in cus:
         cu[-1] = max_length
 
