@@ -168,4 +168,6 @@ def test_cp_modes_are_timed_with_the_planners_micro_batch_model() -> None:
     assert seconds([16384], 2) == pytest.approx(full.microbatch, rel=1e-12)
     packs = [[16384], [2048] * 8, [12000, 4384], [1024] * 16]
     c = compare_cp_modes(packs, dp=2, cp=2, gbs=4, max_seqlen_per_rank=8192, seconds=seconds)
-    assert set(c.times) == {"static", "hybrid", "dp_balanced"} and all(t > 0 for t in c.times.values())
+    assert set(c.times) == {"static", "hybrid", "dp_balanced", "dynamic_cp"} and all(
+        t > 0 for t in c.times.values()
+    )

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from longpack.catalog import ModelFamily, load_gpu, load_model
-from longpack.planner.search import MIN_TOKENS_PER_CP_RANK, VPP_CHOICES, SearchRequest, enumerate_layouts
+from longpack.planner.search import MIN_TOKENS_PER_CP_RANK, SearchRequest, enumerate_layouts, vpp_choices
 from longpack.rules import DatasetKind, DatasetSettings, ModelSettings, TrainingSetup, run_rules
 from longpack.rules.checks.batch import gbs_covers_dp, gbs_divisible
 from longpack.rules.checks.cp import cp_divides_seq_length
@@ -147,7 +147,7 @@ def _reference_layouts(req: SearchRequest) -> set[tuple[int, ...]]:
             if fires({"LP-BATCH-001", "LP-BATCH-002"}, tp=t, cp=c, pp=p, mbs=b, gbs=gbs):
                 continue
             m = gbs // (b * (n // (t * c * p)))
-            for v in VPP_CHOICES:
+            for v in vpp_choices(model.num_layers, p):
                 if p * v > model.num_layers + 2 or fires({"LP-PP-006"}, tp=t, cp=c, pp=p, vpp=v):
                     continue
                 if v > 1 and m < p:  # Megatron's interleaved schedule (a planner constraint)
