@@ -43,7 +43,7 @@ def exhaustive(req: SearchRequest, top: int) -> list[tuple[str, float]]:
                     options=opts,
                     stage_counts=counts,
                 )
-                if mem.total_gib > req.memory_budget_gib:
+                if mem.total_gib > req.fit_budget_gib:  # the estimate must fit with its memory band
                     continue
                 tim = estimate_time(
                     req.model,

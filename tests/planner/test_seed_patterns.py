@@ -131,7 +131,8 @@ def test_seed_pattern_qwen3_next_on_gb200_the_documented_behaviour() -> None:
     * at the card's CP sizes, throughput falls noticeably from 32K (CP 4) to 64K (CP 16) — FLA's
       sequential state pass has 8 thread blocks per GPU at CP 16, and the kernel's per-call cost and the
       all-to-alls do not shrink with CP — by about a quarter, less than the card's ~57 %;
-    * memory is tighter at 64K: the 32K pick's layout no longer fits without recompute at 64K;
+    * memory is tighter at 64K: the 32K pick's layout no longer fits at 64K without more recompute or an
+      offloaded optimizer;
     * the planner's own pick stays flat from 32K to 64K: it avoids CP 16.
     """
     _, at_32k_cp4 = _best(QWEN3_NEXT, "GB200", 32, 32768, cp=4)
@@ -148,7 +149,11 @@ def test_seed_pattern_qwen3_next_on_gb200_the_documented_behaviour() -> None:
     _, same_at_64k = _best(
         QWEN3_NEXT, "GB200", 32, 65536, tp=lay.tp, cp=lay.cp, pp=lay.pp, ep=lay.ep, mbs=pick_32k.plan.mbs
     )
-    assert len(same_at_64k.options.recompute) > len(pick_32k.options.recompute)
+    # at 64K the same layout saves more memory: more recompute, or the optimizer offloaded
+    saves_more = len(same_at_64k.options.recompute) > len(pick_32k.options.recompute) or (
+        same_at_64k.options.optimizer_offload > pick_32k.options.optimizer_offload
+    )
+    assert saves_more, (same_at_64k.options, pick_32k.options)
 
     _, pick_64k = _best(QWEN3_NEXT, "GB200", 32, 65536)
     assert pick_64k.plan.layout.cp < 16
