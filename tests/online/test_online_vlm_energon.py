@@ -260,6 +260,38 @@ def test_restore_after_k_packs_continues_identically(dataset: Path, workers: int
         assert [signature(b) for b in restored] == reference[k:], f"continuation differs after k={k}"
 
 
+def test_a_save_before_a_worker_stored_its_first_checkpoint_resumes_exactly(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Energon's race made certain: worker 1 answers the save (after worker 0's first pack) as it does when
+    its command thread wins the lock before its iteration stores the first checkpoint, with the constructor's
+    placeholder. Uncorrected, the restored loader skips worker 1's first pack (seen in CI at load 8)."""
+    from megatron.energon.savable_loader import SavableCheckpoint, SavableDatasetWrapper
+
+    original = SavableDatasetWrapper.get_checkpoint
+
+    def as_if_not_started(self, last_sample_indexes):  # runs in the (forked) worker process
+        if self._worker_id == 1 and last_sample_indexes[1] == -1:
+            kept = self._last_checkpoints
+            self._last_checkpoints = [SavableCheckpoint(state=None, checkpoint_time=0.0, sample_index=-1)]
+            try:
+                return original(self, last_sample_indexes)
+            finally:
+                self._last_checkpoints = kept
+        return original(self, last_sample_indexes)
+
+    monkeypatch.setattr(SavableDatasetWrapper, "get_checkpoint", as_if_not_started)
+    first, enc = make_loader(dataset, workers=2)
+    it = iter(first)
+    reference = [signature(next(it))]
+    path = tmp_path / "state.pkl"
+    write_loader_state(path, save_loader_state(first, enc))
+    reference += [signature(b) for b in it]
+    restored, encoder = make_loader(dataset, workers=2)
+    restore_loader_state(restored, read_loader_state(path), encoder)
+    assert [signature(b) for b in restored] == reference[1:]
+
+
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_a_state_saved_after_a_workers_pass_ended_is_refused_not_replayed(
     dataset: Path, workers: int

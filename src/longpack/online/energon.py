@@ -373,6 +373,39 @@ def _replay_message(workers: list[int]) -> str:
     )
 
 
+def _without_unstarted_sentinels(loader: Any, energon_state: Any) -> Any:
+    """``energon_state`` with the checkpoint of every worker that had not stored its first checkpoint corrected.
+
+    A worker answers a save with its newest checkpoint at or before the next sample it owes the rank, plus the
+    samples to skip from there (``SavableDatasetWrapper.get_checkpoint``, megatron-energon 7.4.1 and main at
+    bef8be2). Before its iteration stores the first checkpoint, its list holds only the constructor's
+    placeholder (no state, ``sample_index`` -1), so a worker that has yielded nothing answers "start over and
+    skip one sample": the restored loader loses that worker's first pack. This happens when the worker's
+    command thread takes the lock before its iteration does, which on a loaded machine is common (measured on
+    2 cores at load 8: 5 of 30 saves after the first pack of 2 workers). The placeholder is recognised by its
+    missing state; the right answer is where the worker started: the state it was restored from with that
+    state's skip, or the initial state with nothing to skip.
+    """
+    workers = getattr(energon_state, "worker_states", None)
+    wrapper = getattr(loader, "dataset", None)
+    restore_from = getattr(wrapper, "_workers_restore_from", None)
+    skips = getattr(wrapper, "_workers_skip_samples", None)
+    counters = getattr(loader, "_worker_sample_counters", None)
+    if not workers or restore_from is None or skips is None or counters is None:
+        return energon_state
+    for index, checkpoint in enumerate(workers):
+        if getattr(checkpoint, "state", True) is not None or index >= len(counters):
+            continue
+        # The placeholder's offset is the samples owed plus one (counted from sample -1).
+        if checkpoint.offset != counters[index] + 2:
+            continue
+        if restore_from[index] is None:
+            checkpoint.offset = counters[index] + 1
+        else:
+            checkpoint.state, checkpoint.offset = restore_from[index], skips[index]
+    return energon_state
+
+
 def save_loader_state(loader: Any, task_encoder: Any = None) -> dict[str, Any]:
     """Save a savable loader's rank state together with its configuration.
 
@@ -384,7 +417,7 @@ def save_loader_state(loader: Any, task_encoder: Any = None) -> dict[str, Any]:
     state = {
         "format": LOADER_STATE_FORMAT,
         "config": loader_config(loader, task_encoder),
-        "energon_state": loader.save_state_rank(),
+        "energon_state": _without_unstarted_sentinels(loader, loader.save_state_rank()),
     }
     state["replay_workers"] = replaying_workers(state)
     if state["replay_workers"]:
