@@ -31,7 +31,7 @@ ROLLOUT_DISTRIBUTIONS: tuple[str, ...] = ("fifo", "round-robin", "balanced")
 DEFAULT_ROLLOUT_DISTRIBUTION = "fifo"
 #: How the RL rollout packer fills bins: Megatron-LM's ``SequencePacker`` (longest first, the current bin or
 #: a new one), or best-fit decreasing (longest first, into the fullest bin it fits) under the same caps.
-ROLLOUT_FILLS: tuple[str, ...] = ("next_fit_decreasing", "best_fit_decreasing")
+ROLLOUT_FILLS: tuple[str, ...] = ("next_fit_decreasing", BEST_FIT_DECREASING)
 DEFAULT_ROLLOUT_FILL = "next_fit_decreasing"
 
 #: VLM model families (``longpack.vlm.families.FAMILIES``, one module each); Qwen2-VL is the default.

@@ -142,3 +142,22 @@ def test_every_output_format_has_a_record() -> None:
         )
         for refusal in fmt.refused:  # each names a real setting of the pack job
             assert refusal.setting in {f.name for f in dataclasses.fields(PackConfig)}
+
+
+@pytest.mark.parametrize("name", choices.VLM_FAMILIES)
+def test_vlm_families_say_what_they_read(name: str) -> None:
+    """A caller asks the family (positions' rows, the ``VLMConfig`` fields it reads), never its name or
+    class: the rows are the ones ``position_ids`` gives, and a preparer's agree with its family's."""
+    import numpy as np
+
+    from longpack.vlm import QwenVLPreparer, VLMConfig
+    from longpack.vlm.families import Gemma3Preparer, vlm_family
+
+    family = vlm_family(name)
+    positions = np.asarray(family.position_ids([1, 2, 3], {}))
+    assert positions.shape == ((3, 3) if family.position_dims == 3 else (3,))
+    assert set(family.config_fields) <= {f.name for f in dataclasses.fields(VLMConfig)}
+    assert family.can_prepare or not family.config_fields  # only a family longpack prepares reads them
+    preparer_class = {"gemma3": Gemma3Preparer}.get(name, QwenVLPreparer)
+    if family.can_prepare:
+        assert preparer_class.position_dims == family.position_dims

@@ -240,7 +240,7 @@ class _VLMPackingEncoder(DefaultTaskEncoder):
         self.algorithm = algorithm
         self.seed = seed
         # Qwen-VL rows carry 3-D positions (``mrope_position_ids``); Gemma3-VL rows have 1-D positions only.
-        self.mrope = isinstance(self.preparer, QwenVLPreparer)
+        self.mrope = self.preparer.position_dims == 3
 
     def packing_config(self) -> dict[str, Any]:
         """The settings that decide which samples form a pack and what a pack holds."""

@@ -35,6 +35,10 @@ class VLMFamily(Protocol):
     name: str
     can_prepare: bool  # longpack prepares this family's samples (tokens, labels, pixels)
     batch_keys: tuple[str, ...]  # visual keys of its packed batch, besides the THD text keys
+    position_dims: int  # rows of its positions: 3 (multimodal rope, ``[3, L]``) or 1 (``[L]``)
+    #: The :class:`~longpack.vlm.VLMConfig` fields its :meth:`preparer` reads (``vision`` / ``video``: the
+    #: Qwen-VL resize and video settings; a processor-read family reads its own from the processor).
+    config_fields: tuple[str, ...]
 
     def visual_tokens(self, width: int, height: int) -> int:
         """LLM tokens of one image of ``width`` x ``height`` pixels (the processor's count)."""
@@ -46,6 +50,10 @@ class VLMFamily(Protocol):
 
     def preparer(self, tokenizer: Any = "qwen3", image_processor: Any = None, **config: Any) -> Any:
         """A preparer of this family's samples (``prepare``, ``measure``, ``length``)."""
+        ...
+
+    def reported_settings(self, preparer: Any) -> dict[str, Any]:
+        """The image settings a report names for samples ``preparer`` (one of this family's) counted."""
         ...
 
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -86,6 +86,8 @@ class Gemma3Family:
     name = "gemma3"
     can_prepare = True
     batch_keys: tuple[str, ...] = BATCH_KEYS
+    position_dims = 1
+    config_fields: tuple[str, ...] = ("max_images", "max_visual_tokens")
 
     def __init__(
         self,
@@ -151,6 +153,12 @@ class Gemma3Family:
     def position_ids(self, input_ids: Any, visual_values: dict[str, Any]) -> Any:
         return np.arange(len(input_ids), dtype=np.int64)  # 1-D rope: images take plain positions
 
+    def reported_settings(self, preparer: Gemma3Preparer) -> dict[str, Any]:
+        return {
+            "tokens_per_image": preparer.family.mm_tokens_per_image,
+            "pan_and_scan": preparer.family.do_pan_and_scan,
+        }
+
     def preparer(
         self, tokenizer: Any = None, image_processor: Any = None, *, processor: Any = None, **config: Any
     ) -> Gemma3Preparer:
@@ -202,6 +210,8 @@ class Gemma3Preparer:
     are the forms :func:`longpack.vlm.chat.normalize_conversation` reads; limits are ``config``'s
     (``max_images``, ``max_visual_tokens``, ``max_length`` aligned to ``pad_to_multiple_of``), each refusal a
     :class:`~longpack.vlm.SampleRejected` naming the key, counted in :attr:`stats`."""
+
+    position_dims: ClassVar[int] = Gemma3Family.position_dims
 
     def __init__(
         self, processor: Any, *, family: Gemma3Family | None = None, config: VLMConfig | None = None

@@ -47,6 +47,8 @@ class NemotronVLFamily:
     name = "nemotron_vl"
     can_prepare = False
     batch_keys: tuple[str, ...] = BATCH_KEYS
+    position_dims = 1
+    config_fields: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -120,6 +122,9 @@ class NemotronVLFamily:
 
     def position_ids(self, input_ids: Any, visual_values: dict[str, Any]) -> Any:
         return np.arange(len(input_ids), dtype=np.int64)  # 1-D rope
+
+    def reported_settings(self, preparer: Any) -> dict[str, Any]:
+        return {}  # no preparer of its samples to report on
 
     def preparer(self, tokenizer: Any = None, image_processor: Any = None, **config: Any) -> Any:
         raise VLMError(
