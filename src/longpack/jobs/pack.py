@@ -51,7 +51,7 @@ from longpack.text.rows import TextConfig
 if TYPE_CHECKING:
     from longpack.jobs.executors import PackExecutor
     from longpack.packed.formats import OutputFormat
-    from longpack.packed.manifest import PackManifest
+    from longpack.packed.manifest import ManifestSettings, PackManifest
     from longpack.packed.settings import PackSettings
 from longpack.validate import finite_float, flag, optional_positive_int, positive_int
 from longpack.validate import seed as seed_value
@@ -1085,9 +1085,9 @@ class PackResult:
         return splits
 
     @property
-    def settings(self) -> dict[str, Any]:
-        settings: dict[str, Any] = self.manifest.settings
-        return settings
+    def settings(self) -> ManifestSettings:
+        """The settings that shaped the files, as the manifest records them."""
+        return self.manifest.settings
 
     @property
     def tokenizer(self) -> dict[str, Any]:
@@ -1135,7 +1135,7 @@ class PackResult:
     def read_notes(self) -> list[str]:
         """The notes of :meth:`notes` about how the data was read (the pack's warnings left out)."""
         record = self.manifest.to_dict()
-        text = self.manifest.settings.get("text") or {}
+        text = self.manifest.settings.text or {}
         formats = {i.get("format") for i in record.get("inputs", []) if isinstance(i, dict)}
         for key in ("detected_format", "validation_detected_format"):
             formats |= set(str(text.get(key) or "").split(","))  # "chat,prompt_completion": several inputs
@@ -1153,18 +1153,18 @@ class PackResult:
         from longpack.packed.formats import load, output_format
 
         settings = self.settings
-        summary = output_format(settings.get("output_format")).summary
+        summary = output_format(settings.output_format).summary
         if summary is not None:
             return dict(load(summary)(self.out, self.manifest.to_dict()))
         doc: dict[str, Any] = {
             "out": str(self.out),
             "finished": True,
-            "format": settings["text"].get("detected_format"),
+            "format": (settings.text or {}).get("detected_format"),
             "tokenizer": self.tokenizer,
-            "pad_seq_to_mult": settings["pad_seq_to_mult"],
+            "pad_seq_to_mult": settings.pad_seq_to_mult,
             "pad_seq_to_mult_source": self.pad_seq_to_mult_source,
-            "algorithm": settings["algorithm"],
-            "seed": settings["seed"],
+            "algorithm": settings.algorithm,
+            "seed": settings.seed,
             "counts": self.counts,
             "malformed_listed": len(self.manifest.malformed),
             "splits": {
@@ -1187,8 +1187,8 @@ class PackResult:
             "warnings": list(self.manifest.extra.get("warnings", [])),
             "notes": self.read_notes(),  # the warnings are under "warnings"
             "skipped_inputs": len(self.manifest.extra.get("skipped_inputs", [])),
-            "output_format": settings.get("output_format", choices.DEFAULT_OUTPUT_FORMAT),
-            "compat": settings.get("compat"),
+            "output_format": self.manifest.output_format,
+            "compat": settings.compat,
             "alignment": self.manifest.alignment,
             "bridge_config": {
                 "path": str(self.bridge_config_path),

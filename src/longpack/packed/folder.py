@@ -72,7 +72,7 @@ from longpack.packed.files import (
     metadata_name,
     resolve_packed_parquet_paths,
 )
-from longpack.packed.manifest import MANIFEST_NAME, PackManifest, SplitRecord
+from longpack.packed.manifest import MANIFEST_NAME, ManifestSettings, PackManifest, SplitRecord
 from longpack.packed.plan import PackPlan, pack_metadata
 
 __all__ = [
@@ -1158,11 +1158,11 @@ class PackedFolder:
             return cached
         s = self._split(split)
         pack_size, multiple = self.pack_size, self.pad_seq_to_mult or 1
-        settings = self.manifest.settings if self.manifest is not None else {}
-        group_limit = int(settings.get("row_group_size") or ROW_GROUP_SIZE)
+        settings = self.manifest.settings if self.manifest is not None else ManifestSettings()
+        group_limit = settings.row_group_size or ROW_GROUP_SIZE
         # One-token samples (runtime length 0) are Bridge's: its prepare step keeps them, and so does
         # ``longpack pack --compat megatron-bridge``; elsewhere one is a packing bug.
-        allow_empty = self.manifest is None or bool(settings.get("keep_single_token"))
+        allow_empty = self.manifest is None or bool(settings.keep_single_token)
         columns = REQUIRED_COLUMNS if verify else ("loss_mask", "seq_start_id")
         stored, per_row, runtime, problems = [], [], [], []
         supervised = 0

@@ -94,7 +94,7 @@ def inspect_output(
         "no_manifest_ok": no_manifest_ok,
         "manifest_unreadable": manifest is None and (out / MANIFEST_NAME).is_file(),
         "format": folder.format,
-        "settings": dict(manifest.settings) if manifest is not None else {},
+        "settings": manifest.settings.to_dict() if manifest is not None else {},
         "splits": {},
     }
     problems = folder.validate(verify=verify)
