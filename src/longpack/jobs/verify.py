@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longpack.choices import VERIFY_BACKENDS
 from longpack.errors import ConfigError, MissingDependencyError
@@ -34,6 +35,10 @@ from longpack.option import check_choices, option
 from longpack.outputs import atomic_write_bytes
 from longpack.validate import finite_float, flag, non_negative_int, positive_int
 from longpack.validate import seed as seed_value
+
+if TYPE_CHECKING:
+    from longpack.runtime.verify import RowReport
+    from longpack.runtime.verify_dist import DistReport
 
 __all__ = [
     "EXIT_FAILED",
@@ -368,8 +373,8 @@ class VerifyResult:
 
     ok: bool
     verdict: str
-    rows: tuple[Any, ...]
-    distributed: tuple[Any, ...]
+    rows: tuple[RowReport, ...]
+    distributed: tuple[DistReport, ...]
     failures: tuple[dict[str, Any], ...]
     notes: tuple[str, ...]
     certificate: dict[str, Any] = field(default_factory=dict)
@@ -427,8 +432,8 @@ def _certified(
     *,
     ok: bool,
     verdict: str,
-    rows: Any,
-    distributed: Any,
+    rows: Sequence[RowReport],
+    distributed: Sequence[DistReport],
     failures: Any,
     notes: Any,
     seconds: float,
@@ -523,12 +528,12 @@ def _distributed(
     multiple: int,
     began: float,
     notes: list[str],
-) -> list[Any]:
+) -> list[DistReport]:
     """The CP and PP checks on ``dist_rows``, each started only while the time budget (wall time since
     ``began``) has room for it (as long as the longest one so far); those not run are said in ``notes``."""
     from longpack.runtime.verify_dist import run_cp_verify, run_pp_verify
 
-    distributed: list[Any] = []
+    distributed: list[DistReport] = []
     if not dist_rows:
         return distributed
     collate = collators[dist_rows[0][1]["split"]]
@@ -598,7 +603,7 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
     pad_cu = bool(options.get("pad_cu_seqlens"))
     model = build_model(source, seed=config.seed)
     threads = torch.get_num_threads()
-    reports: list[Any] = []
+    reports: list[RowReport] = []
     chosen: dict[str, list[int]] = {}
     notes: list[str] = []
     dist_rows: list[tuple[dict[str, Any], dict[str, Any], int]] = []
@@ -881,7 +886,7 @@ def _run_vlm_checks(config: VerifyConfig) -> VerifyResult:
     lengths = [align_up(s.sequence_length, multiple) for s in sequences]
     rows = first_fit(list(range(len(sequences))), config.pack_size, item_lengths=lengths) if sequences else []
     name = Path(config.vlm).name
-    reports: list[Any] = []
+    reports: list[RowReport] = []
     row_seconds: list[float] = []
     checked: list[int] = []
     deadline = None if config.time_budget is None else began + config.time_budget
