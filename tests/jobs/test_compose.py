@@ -161,3 +161,52 @@ def test_vlm_families_say_what_they_read(name: str) -> None:
     preparer_class = {"gemma3": Gemma3Preparer}.get(name, QwenVLPreparer)
     if family.can_prepare:
         assert preparer_class.position_dims == family.position_dims
+
+
+def _every_job_config(tmp_path: Path) -> dict[str, dict[str, object]]:
+    """Each job config with the least it needs to construct."""
+    lengths, rows = tmp_path / "lengths.txt", tmp_path / "a.jsonl"
+    lengths.write_text("5\n7\n")
+    rows.write_text(json.dumps({"text": "hello"}) + "\n")
+    plan = {"model": "deepseek_v3", "gpu": "H100", "gpus": 256, "seq_length": 131072}
+    return {
+        "BalanceConfig": {"lengths_file": str(lengths), "dp": 2, "gbs": 4, "pack_size": 16},
+        "CheckConfig": {"overrides": ("model.context_parallel_size=2",), "gpus": 8},
+        "CpCheckConfig": {},
+        "EstimateConfig": {**plan, "layout": "tp=1"},
+        "EvaluateConfig": {},
+        "FitConfig": {"out": "o"},
+        "InspectConfig": {"folder": str(tmp_path)},
+        "OnlineSimConfig": {"pack_size": 64, "buffer_sizes": "8,64"},
+        # the issue's defect: the mix's inputs were written over ``inputs``
+        "PackConfig": {
+            "out": "o",
+            "mix": [f"{rows}=0.7", f"{lengths}=0.3"],
+            "tokenizer": "bytes",
+            "seq_length": 64,
+        },
+        "PlanConfig": plan,
+        "PreviewConfig": {"inputs": str(rows), "tokenizer": "bytes", "index": [0]},
+        "RolloutsConfig": {"lengths_file": str(lengths), "bin_size": 16},
+        "SweepConfig": {"demo": True, "pack_lengths": "512,256"},
+        "ThdBatchConfig": {"path": str(tmp_path)},
+        "TokenizeConfig": {"inputs": [str(rows)], "out": "o", "tokenizer": "bytes"},
+        "TopologyConfig": {"gpus": 8},
+        "VerifyConfig": {"model": "tiny", "packed": str(tmp_path), "cp": [2]},
+    }
+
+
+def test_every_job_config_survives_replace(tmp_path: Path) -> None:
+    """The generic form of the defect: a config whose construction wrote a derived value over a given field
+    (or dropped one) breaks ``replace`` with every field passed back as read; each job config keeps what it
+    is given, up to normalising its form (a list to a tuple, a path to a string)."""
+    import longpack.jobs as jobs
+
+    table = _every_job_config(tmp_path)
+    assert set(table) == {n for n in jobs._LAZY if n.endswith("Config")}  # a new job config joins the table
+    for name, kwargs in table.items():
+        config = getattr(jobs, name)(**kwargs)
+        given = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
+        assert dataclasses.replace(config) == config, name
+        assert dataclasses.replace(config, **given) == config, name
+        assert type(config)(**given) == config, name
