@@ -103,12 +103,32 @@ EXECUTOR_CAPABILITIES: tuple[str, ...] = (
     SHARDED_INDEXED,
 )
 #: What ``longpack verify`` runs its tiny model with (transformers on CPU, or Megatron-Core + TE on CUDA).
-VERIFY_BACKENDS: tuple[str, ...] = ("hf", "megatron")
+HF_BACKEND: Final = "hf"
+MEGATRON_BACKEND: Final = "megatron"
+VERIFY_BACKENDS: tuple[str, ...] = (HF_BACKEND, MEGATRON_BACKEND)
 
-#: How rows are read (``longpack.text``).
-TEXT_FORMATS: tuple[str, ...] = ("auto", "prompt_completion", "chat", "sharegpt", "pretokenized", "text")
-PROMPT_COMPLETION_LOSSES: tuple[str, ...] = ("completion", "full")
-CHAT_LOSSES: tuple[str, ...] = ("assistant", "last_turn", "full")
+#: How rows are read (``longpack.text``; ``auto``: detected per file).
+AUTO_FORMAT: Final = "auto"
+PROMPT_COMPLETION_FORMAT: Final = "prompt_completion"
+CHAT_FORMAT: Final = "chat"
+SHAREGPT_FORMAT: Final = "sharegpt"
+PRETOKENIZED_FORMAT: Final = "pretokenized"
+TEXT_FORMAT: Final = "text"
+TEXT_FORMATS: tuple[str, ...] = (
+    AUTO_FORMAT,
+    PROMPT_COMPLETION_FORMAT,
+    CHAT_FORMAT,
+    SHAREGPT_FORMAT,
+    PRETOKENIZED_FORMAT,
+    TEXT_FORMAT,
+)
+#: Which tokens train: the completion, the assistant turns, the last assistant turn, or every token.
+COMPLETION_LOSS: Final = "completion"
+ASSISTANT_LOSS: Final = "assistant"
+LAST_TURN_LOSS: Final = "last_turn"
+FULL_LOSS: Final = "full"
+PROMPT_COMPLETION_LOSSES: tuple[str, ...] = (COMPLETION_LOSS, FULL_LOSS)
+CHAT_LOSSES: tuple[str, ...] = (ASSISTANT_LOSS, LAST_TURN_LOSS, FULL_LOSS)
 
 #: Planner training options (``longpack.planner.options``).
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "mxfp8", "nvfp4")

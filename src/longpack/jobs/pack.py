@@ -1139,7 +1139,7 @@ class PackResult:
         formats = {i.get("format") for i in record.get("inputs", []) if isinstance(i, dict)}
         for key in ("detected_format", "validation_detected_format"):
             formats |= set(str(text.get(key) or "").split(","))  # "chat,prompt_completion": several inputs
-        if "prompt_completion" in formats and text.get("separator", "") == "":
+        if choices.PROMPT_COMPLETION_FORMAT in formats and text.get("separator", "") == "":
             return [
                 "prompt and completion are joined with nothing between them (an empty separator, as "
                 "Megatron-Bridge does: 'What is 2+2?' + '4' is trained as 'What is 2+2?4'); to put text "

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from longpack import choices
 from longpack.choices import VERIFY_BACKENDS
 from longpack.errors import ConfigError, MissingDependencyError
 from longpack.jobs.options import seed_option
@@ -269,7 +270,7 @@ class VerifyConfig:
         None, help="One split (default: every split).", choices=("training", "validation")
     )
     backend: str = option(
-        "hf",
+        choices.HF_BACKEND,
         help="hf: transformers, CPU, float64; megatron: Megatron-Core + TE (CUDA).",
         choices=VERIFY_BACKENDS,
     )
@@ -321,7 +322,7 @@ class VerifyConfig:
             if self.pack_size is None:
                 raise ConfigError("--vlm needs --pack-size (row length in tokens)", fields="pack_size")
             positive_int(self.pack_size, "pack_size")
-            if self.backend != "hf":
+            if self.backend != choices.HF_BACKEND:
                 raise ConfigError("--vlm rows are checked with --backend hf only", fields="backend")
         positive_int(self.pad_seq_to_mult, "pad_seq_to_mult")
         if not isinstance(self.model, str) or not self.model:
@@ -351,7 +352,7 @@ class VerifyConfig:
 
     def run(self) -> VerifyResult:
         """Run every check; a folder or model that cannot be read raises a ``LongpackError``."""
-        if self.backend == "megatron":
+        if self.backend == choices.MEGATRON_BACKEND:
             missing = megatron_backend_missing()
             if missing:
                 raise MissingDependencyError(
@@ -1057,7 +1058,7 @@ def _run_megatron(config: VerifyConfig) -> VerifyResult:
     certificate = {
         "verdict": "pass" if ok else "fail",
         "summary": verdict,
-        "backend": "megatron",
+        "backend": choices.MEGATRON_BACKEND,
         "versions": _versions(),
         "device": torch.cuda.get_device_name(0),
         "rows_checked": {split: checked},
