@@ -40,6 +40,15 @@ QWEN_ONLY = {
 }
 
 
+def _unread_settings(config_fields: tuple[str, ...]) -> tuple[str, ...]:
+    """The Qwen-VL settings a family with these ``config_fields`` does not read.
+
+    >>> _unread_settings(("vision", "video")), _unread_settings(("max_images",))[-1]
+    ((), 'video_max_num_frames')
+    """
+    return tuple(name for name, group in QWEN_ONLY.items() if group not in config_fields)
+
+
 def _family_patch(name: str) -> int:
     """The vision patch of a family's processor (Qwen2/2.5-VL 14, Qwen3-VL 16): ``patch_size``'s default,
     so that online-sim counts the visual tokens the family counts.
@@ -226,10 +235,10 @@ class OnlineSimConfig:
                     + ", ".join(n for n in choices.VLM_FAMILIES if vlm_family(n).can_prepare),
                     fields="vlm_family",
                 ) from None
-        unread = {name for name, group in QWEN_ONLY.items() if group not in family.config_fields}
+        unread = _unread_settings(family.config_fields)
         if not unread:  # the family reads them all (Qwen-VL) and counts with no processor folder
             return
-        qwen_only = [name for name in QWEN_ONLY if name in unread and getattr(self, name) != defaults[name]]
+        qwen_only = [name for name in unread if getattr(self, name) != defaults[name]]
         if qwen_only:
             raise ConfigError(
                 f"{', '.join(qwen_only)}: Qwen-VL image and video settings; vlm_family {self.vlm_family} reads "
