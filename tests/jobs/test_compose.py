@@ -210,3 +210,60 @@ def test_every_job_config_survives_replace(tmp_path: Path) -> None:
         assert dataclasses.replace(config) == config, name
         assert dataclasses.replace(config, **given) == config, name
         assert type(config)(**given) == config, name
+
+
+def _family_switches(src: Path) -> list[str]:
+    """Where code outside ``longpack.vlm`` tells VLM families apart by name prefix or preparer/family class."""
+    import ast
+
+    prefixes = tuple(sorted({name.split("_")[0].rstrip("0123456789") for name in choices.VLM_FAMILIES}))
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        if "vlm" in path.relative_to(src).parts[:1]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            f, args = node.func, node.args
+            by_prefix = (
+                isinstance(f, ast.Attribute)
+                and f.attr == "startswith"
+                and args
+                and isinstance(args[0], ast.Constant)
+                and isinstance(args[0].value, str)
+                and args[0].value.startswith(prefixes)
+            )
+            by_class = (
+                isinstance(f, ast.Name)
+                and f.id == "isinstance"
+                and len(args) == 2
+                and any(
+                    isinstance(n, ast.Name) and n.id.endswith(("Preparer", "Family"))
+                    for n in ast.walk(args[1])
+                )
+            )
+            if by_prefix or by_class:
+                found.append(f"{path.relative_to(src)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_caller_tells_vlm_families_apart_by_name_or_class() -> None:
+    """Outside ``longpack.vlm`` a caller asks the family (``position_dims``, ``config_fields``, ...). Left: the
+    Energon encoders' check that what they were given is a preparer at all, and the catalog's Gemma MLP (a
+    text-model fact, not a VLM family)."""
+    src = Path(choices.__file__).parent
+    allowed = {
+        "online/vlm.py: isinstance(preparer, QwenVLPreparer | Gemma3Preparer)",
+        "catalog.py: model_type.startswith('gemma')",
+    }
+    found = [f for f in _family_switches(src) if f.split(":")[0] + ":" + f.split(":", 2)[2] not in allowed]
+    assert not found, "\n".join(found)
+
+
+def test_the_family_walk_finds_a_switch(tmp_path: Path) -> None:
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "vlm").mkdir()
+    switch = "if family.startswith('qwen'): pass\nif isinstance(p, QwenVLPreparer): pass\n"
+    (tmp_path / "jobs" / "a.py").write_text(switch + "name.startswith('x')\nisinstance(p, str)\n")
+    (tmp_path / "vlm" / "b.py").write_text(switch)  # inside longpack.vlm: the family's own code
+    assert [f.split(":")[1] for f in _family_switches(tmp_path)] == ["1", "2"]
