@@ -51,7 +51,7 @@ from longpack.text.rows import TextConfig
 if TYPE_CHECKING:
     from longpack.jobs.executors import PackExecutor
     from longpack.packed.formats import OutputFormat
-    from longpack.packed.manifest import ManifestSettings, PackManifest
+    from longpack.packed.manifest import ManifestSettings, PackManifest, SplitRecord
     from longpack.packed.settings import PackSettings
 from longpack.validate import finite_float, flag, optional_positive_int, positive_int
 from longpack.validate import seed as seed_value
@@ -1079,10 +1079,9 @@ class PackResult:
         return counts
 
     @property
-    def splits(self) -> dict[str, Any]:
+    def splits(self) -> dict[str, SplitRecord]:
         """Split name -> ``SplitRecord`` (files, rows, metadata, truncated / dropped samples)."""
-        splits: dict[str, Any] = self.manifest.splits
-        return splits
+        return self.manifest.splits
 
     @property
     def settings(self) -> ManifestSettings:
