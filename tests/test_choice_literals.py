@@ -65,6 +65,10 @@ NOT_YET: dict[str, str] = {
         "DATASET_KINDS",
     )
 }
+NOT_YET["SPLITS"] = (
+    "split names are also the packed folder's file and folder names (training_<N>.idx.parquet, validation/), "
+    "spelled in paths across packed, runtime and rules"
+)
 
 
 def _is_identifier_like(value: str) -> bool:

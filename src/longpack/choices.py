@@ -72,6 +72,8 @@ NPY: Final = "npy"
 INDEXED: Final = "indexed"
 OUTPUT_FORMATS: tuple[str, ...] = (PARQUET, NPY, INDEXED)
 DEFAULT_OUTPUT_FORMAT = PARQUET
+#: The splits of a packed output (``validation`` only with ``val_fraction`` or ``val_inputs``).
+SPLITS: tuple[str, ...] = ("training", "validation")
 #: Parquet type of ``input_ids`` (``int64``: what Megatron-Bridge's own packer writes).
 INT64_IDS: Final = "int64"
 INT32_IDS: Final = "int32"

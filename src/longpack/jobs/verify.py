@@ -266,9 +266,7 @@ class VerifyConfig:
     )
     pack_size: int | None = option(None, help="With --vlm: row length in tokens (required).")
     pad_seq_to_mult: int = option(1, help="With --vlm: per-sample alignment multiple (2*CP ...).")
-    split: str | None = option(
-        None, help="One split (default: every split).", choices=("training", "validation")
-    )
+    split: str | None = option(None, help="One split (default: every split).", choices=choices.SPLITS)
     backend: str = option(
         choices.HF_BACKEND,
         help="hf: transformers, CPU, float64; megatron: Megatron-Core + TE (CUDA).",
