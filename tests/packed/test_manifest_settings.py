@@ -65,3 +65,21 @@ def test_from_dict_then_to_dict_is_the_identity_or_a_refusal(data: dict[str, obj
         return
     assert s.to_dict() == data
     assert ManifestSettings.from_dict(s.to_dict()) == s
+
+
+def test_the_handoff_reads_the_typed_manifest_and_names_a_missing_setting() -> None:
+    from longpack.packed.bridge_config import handoff_from_manifest
+
+    record = {
+        "settings": {"pack_size": 8, "seq_length": 6, "pad_seq_to_mult": 2, "seed": 0},
+        "megatron_bridge": {
+            "packed_train_data_path": "training_8.idx.parquet",
+            "packed_metadata_path": "8_metadata.jsonl",
+        },
+        "splits": {},
+    }
+    typed = PackManifest.from_dict(record)
+    assert handoff_from_manifest(Path("/o"), typed) == handoff_from_manifest(Path("/o"), record)
+    del record["settings"]["seq_length"]  # type: ignore[attr-defined]
+    with pytest.raises(PackedDataError, match="settings lack seq_length"):
+        handoff_from_manifest(Path("/o"), record)

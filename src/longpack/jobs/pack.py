@@ -1109,7 +1109,7 @@ class PackResult:
         from longpack.packed.bridge_config import handoff_from_manifest
 
         options = dict(self.manifest.bridge_config.get("options", {}))
-        return handoff_from_manifest(self.out, self.manifest.to_dict(), **options)
+        return handoff_from_manifest(self.out, self.manifest, **options)
 
     @property
     def bridge_config_path(self) -> Path:
