@@ -284,6 +284,9 @@ class ParquetRowSource:
     """
 
     format: ClassVar[str] = "parquet"
+    #: Its row groups are the file's own: a scan reads small ones together, and checks their size against
+    #: the writer's (an ``.npy`` file's groups are cut by the reader).
+    file_row_groups: ClassVar[bool] = True
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -513,6 +516,7 @@ class NpyRowSource:
     with the interface of :class:`ParquetRowSource`."""
 
     format: ClassVar[str] = "npy"
+    file_row_groups: ClassVar[bool] = False
     one_row_pages: ClassVar[bool] = False
 
     def __init__(self, path: str | Path) -> None:
@@ -1169,7 +1173,7 @@ class PackedFolder:
         for path in s.files:
             source = self._sources[path]
             first = 0
-            for batch in _group_batches(source.group_rows, source.format == "parquet"):
+            for batch in _group_batches(source.group_rows, source.file_row_groups):
                 group, n = batch[0], sum(source.group_rows[g] for g in batch)
                 if len(batch) == 1:
                     cols = source.read_group(group, columns)
@@ -1203,7 +1207,7 @@ class PackedFolder:
                     )
                     for g in batch:
                         rows_g = source.group_rows[g]
-                        if rows_g > group_limit and source.format == "parquet":
+                        if rows_g > group_limit and source.file_row_groups:
                             problems.append(
                                 f"{self.rel(path)} row group {g}: {rows_g} rows > row group size {group_limit}"
                             )
