@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from longpack import choices
 from longpack.choices import VERIFY_BACKENDS
@@ -366,13 +366,20 @@ class VerifyConfig:
         return _run_hf(self)
 
 
+class CheckedRow(Protocol):
+    """What every backend's per-row report says (``longpack.runtime.verify.RowReport`` and its kin)."""
+
+    @property
+    def ok(self) -> bool: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class VerifyResult:
     """The verdict, the per-row and distributed figures, notes (skipped checks) and the certificate."""
 
     ok: bool
     verdict: str
-    rows: tuple[RowReport, ...]
+    rows: tuple[CheckedRow, ...]
     distributed: tuple[DistReport, ...]
     failures: tuple[dict[str, Any], ...]
     notes: tuple[str, ...]
@@ -431,7 +438,7 @@ def _certified(
     *,
     ok: bool,
     verdict: str,
-    rows: Sequence[RowReport],
+    rows: Sequence[CheckedRow],
     distributed: Sequence[DistReport],
     failures: Any,
     notes: Any,
