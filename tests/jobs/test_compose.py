@@ -267,3 +267,20 @@ def test_the_family_walk_finds_a_switch(tmp_path: Path) -> None:
     (tmp_path / "jobs" / "a.py").write_text(switch + "name.startswith('x')\nisinstance(p, str)\n")
     (tmp_path / "vlm" / "b.py").write_text(switch)  # inside longpack.vlm: the family's own code
     assert [f.split(":")[1] for f in _family_switches(tmp_path)] == ["1", "2"]
+
+
+def test_a_bad_image_sizes_row_is_named_once(tmp_path: Path) -> None:
+    """``image_sizes`` checked in its own step: the error names the file and the sample once (it named them
+    twice before)."""
+    from longpack.vlm import QwenVLPreparer, VLMConfig
+    from longpack.vlm.errors import VLMError
+    from longpack.vlm.metadata import read_vlm_metadata
+
+    rows = tmp_path / "vlm.jsonl"
+    sample = {"__key__": "s0", "messages": [{"role": "user", "content": "<image> hi"}], "image_sizes": [[1]]}
+    rows.write_text(json.dumps(sample) + "\n")
+    with pytest.raises(VLMError) as caught:
+        read_vlm_metadata(rows, QwenVLPreparer("qwen3", config=VLMConfig()))
+    assert str(caught.value).count(str(rows)) == 1 and "image_sizes must be [[width, height], ...]" in str(
+        caught.value
+    )
