@@ -172,7 +172,7 @@ def vlm_samples(path: str | os.PathLike[str]) -> Iterator[tuple[str, dict[str, A
         yield key, with_media_paths(row, path.parent)
 
 
-def _image_sizes(sizes: Any) -> list[tuple[int, int]]:
+def _image_sizes(sizes: object) -> list[tuple[int, int]]:
     """A row's ``image_sizes`` as whole-pixel ``(width, height)`` pairs, or the sample is refused."""
     if not isinstance(sizes, list) or not all(isinstance(s, list) and len(s) == 2 for s in sizes):
         raise VLMError(f"image_sizes must be [[width, height], ...], got {sizes!r:.60}")

@@ -52,7 +52,7 @@ class VLMFamily(Protocol):
         """A preparer of this family's samples (``prepare``, ``measure``, ``length``)."""
         ...
 
-    def reported_settings(self, preparer: Any) -> dict[str, Any]:
+    def reported_settings(self, preparer: Any) -> dict[str, int | bool]:
         """The image settings a report names for samples ``preparer`` (one of this family's) counted."""
         ...
 

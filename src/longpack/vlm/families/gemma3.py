@@ -153,7 +153,7 @@ class Gemma3Family:
     def position_ids(self, input_ids: Any, visual_values: dict[str, Any]) -> Any:
         return np.arange(len(input_ids), dtype=np.int64)  # 1-D rope: images take plain positions
 
-    def reported_settings(self, preparer: Gemma3Preparer) -> dict[str, Any]:
+    def reported_settings(self, preparer: Gemma3Preparer) -> dict[str, int | bool]:
         return {
             "tokens_per_image": preparer.family.mm_tokens_per_image,
             "pan_and_scan": preparer.family.do_pan_and_scan,

@@ -165,7 +165,7 @@ class Glm4vFamily:
             raise SampleError("placeholder_mismatch", "more image/video grids than visual-token runs")
         return np.concatenate(pieces, axis=1) if pieces else np.zeros((3, 0), dtype=np.int64)
 
-    def reported_settings(self, preparer: Any) -> dict[str, Any]:
+    def reported_settings(self, preparer: object) -> dict[str, int | bool]:
         return {}  # no preparer of its samples to report on
 
     def preparer(self, tokenizer: Any = None, image_processor: Any = None, **config: Any) -> Any:

@@ -123,7 +123,7 @@ class NemotronVLFamily:
     def position_ids(self, input_ids: Any, visual_values: dict[str, Any]) -> Any:
         return np.arange(len(input_ids), dtype=np.int64)  # 1-D rope
 
-    def reported_settings(self, preparer: Any) -> dict[str, Any]:
+    def reported_settings(self, preparer: object) -> dict[str, int | bool]:
         return {}  # no preparer of its samples to report on
 
     def preparer(self, tokenizer: Any = None, image_processor: Any = None, **config: Any) -> Any:

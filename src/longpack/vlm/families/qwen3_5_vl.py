@@ -58,7 +58,7 @@ class Qwen35VLFamily:
             rope_variant="qwen3_vl",
         )
 
-    def reported_settings(self, preparer: Any) -> dict[str, Any]:
+    def reported_settings(self, preparer: object) -> dict[str, int | bool]:
         return {}  # no preparer of its samples to report on
 
     def preparer(self, tokenizer: Any = None, image_processor: Any = None, **config: Any) -> Any:

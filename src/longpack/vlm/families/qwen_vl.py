@@ -56,7 +56,7 @@ class QwenVLFamily:
             tokens_per_second=self.vision.tokens_per_second,
         )
 
-    def reported_settings(self, preparer: QwenVLPreparer) -> dict[str, Any]:
+    def reported_settings(self, preparer: QwenVLPreparer) -> dict[str, int | bool]:
         v = preparer.vision
         return {
             "patch_size": v.patch_size,
