@@ -333,7 +333,8 @@ def selected(recipe: dict[str, Any]) -> str | None:
     return None
 
 
-#: Configs Bridge's docs and examples show (not recipe functions), restated as keys.
+#: Configs Bridge's docs and examples show, and recipes of a Bridge branch not in the checkout (global-batch
+#: packing, PR #6127), restated as keys.
 DOC_EXAMPLES: list[dict[str, Any]] = [
     {
         # examples/training_features/long_context/README.md (d1067cede): the knobs of a real DCP run, on
@@ -351,6 +352,38 @@ DOC_EXAMPLES: list[dict[str, Any]] = [
             "model.min_dynamic_context_parallel_size": 1,
             "model.calculate_per_token_loss": True,
             "train.micro_batch_size": 1,
+        },
+    },
+    {
+        # src/megatron/bridge/recipes/qwen/gb200/qwen35.py @ 7bdc5ef4ba (the global-batch packing branch of
+        # PR #6127, not in main): Bridge's reference recipe for global-batch packing with dynamic CP, its
+        # values restated (the architecture comes from the Hugging Face config); docs at 85b0c3de37,
+        # docs/training/dynamic-context-parallel.md, name it the reference recipe
+        "recipe": "pr6127:qwen35_text_35b_a3b_sft_8gpu_gb200_bf16_dynamic_cp_config",
+        "file": "qwen/gb200/qwen35.py",
+        "why": "long-context",
+        "gpus": 8,
+        "model_from_hf": True,
+        "keys": {
+            "model.seq_length": 32768,
+            "dataset.seq_length": 32768,
+            "dataset.enable_global_batch_packing": True,
+            "dataset.dataloader_type": "single",
+            "model.tensor_model_parallel_size": 1,
+            "model.pipeline_model_parallel_size": 1,
+            "model.virtual_pipeline_model_parallel_size": None,
+            "model.context_parallel_size": 4,
+            "model.expert_model_parallel_size": 8,
+            "model.expert_tensor_parallel_size": 1,
+            "model.sequence_parallel": False,
+            "model.dynamic_context_parallel": True,
+            "model.min_dynamic_context_parallel_size": 1,
+            "model.max_seqlen_per_dp_cp_rank": 8192,
+            "model.calculate_per_token_loss": True,
+            "ddp.average_in_collective": False,
+            "train.micro_batch_size": 1,
+            "train.global_batch_size": 64,
+            "model.cuda_graph_impl": "none",
         },
     },
 ]

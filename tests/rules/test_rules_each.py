@@ -1183,6 +1183,26 @@ CASES += [
         mcore="dev",
     ),
     Case(
+        "LP-DCP-007",
+        "SFT",
+        [*DCP, "+model.min_dynamic_context_parallel_size=3"],
+        [*DCP, "+model.min_dynamic_context_parallel_size=4"],
+        ("min_dynamic_context_parallel_size=3 is not a power of two", "start at 4"),
+        fix_says=("model.min_dynamic_context_parallel_size=2",),
+        bridge="0.7.0",
+        mcore="dev",
+    ),
+    Case(
+        "LP-DCP-008",
+        "SFT",
+        [*DCP, "+dist.use_decentralized_pg=true"],
+        [*DCP, "+dist.use_decentralized_pg=false"],
+        ("model.dynamic_context_parallel with dist.use_decentralized_pg=true",),
+        fix_says=("dist.use_decentralized_pg=false",),
+        bridge="0.7.0",
+        mcore="dev",
+    ),
+    Case(
         "LP-HCP-001",
         "SFT",
         [*HCP, f"{CAP}=4096", "model.pipeline_model_parallel_size=2"],
@@ -1416,7 +1436,7 @@ LP-DATA-012 LP-DATA-013 LP-DATA-014
 LP-EN-017 LP-VLM-001 LP-VLM-002 LP-MOE-001 LP-MOE-002 LP-MOE-003 LP-MODEL-001 LP-MODEL-002 LP-MODEL-003 LP-DATA-001
 LP-DATA-002 LP-DATA-004 LP-DATA-005 LP-DATA-006 LP-DATA-008 LP-DATA-011 LP-VER-001 LP-HCP-001 LP-HCP-002
 LP-HCP-003 LP-HCP-004 LP-HCP-005 LP-HCP-006 LP-HCP-008 LP-HCP-010 LP-SCHED-001 LP-SCHED-002 LP-SCHED-003 LP-MOE-005
-LP-CP-010 LP-CP-011 LP-PACK-018 LP-VER-002 LP-GBP-001 LP-DCP-001 LP-DCP-002 LP-DCP-003 LP-DCP-004 LP-DCP-005
+LP-CP-010 LP-CP-011 LP-PACK-018 LP-VER-002 LP-GBP-001 LP-DCP-001 LP-DCP-002 LP-DCP-003 LP-DCP-004 LP-DCP-005 LP-DCP-007 LP-DCP-008
 LP-MOE-006 LP-MOE-007 LP-MOE-009 LP-CG-006 LP-CG-007 LP-CP-009 LP-TOPO-007
 """
 WARNINGS = """

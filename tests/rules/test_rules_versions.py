@@ -199,6 +199,15 @@ def test_option_help_names_the_environment_variables() -> None:
     from longpack.jobs.options import BRIDGE_VERSION_HELP, MCORE_VERSION_HELP
 
     assert ENV_VARS[BRIDGE] in BRIDGE_VERSION_HELP and ENV_VARS[MCORE] in MCORE_VERSION_HELP
+    # the help says the order UpstreamVersions.resolve follows: the config's keys before the newest, and
+    # megatron-core alone never picks the Bridge (the help once said "the release built on the
+    # Megatron-Core used")
+    order = [
+        BRIDGE_VERSION_HELP.index(s) for s in ("$LONGPACK", "installed megatron-bridge", "own keys", "newest")
+    ]
+    assert order == sorted(order)
+    assert "never inferred from megatron-core alone" in BRIDGE_VERSION_HELP
+    assert "beside a megatron-bridge" in MCORE_VERSION_HELP
 
 
 # --- the registry -----------------------------------------------------------------------------------

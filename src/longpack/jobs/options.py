@@ -91,11 +91,13 @@ def algorithm_option() -> str:
 # newest known); tests/rules/test_rules_versions.py checks the variable names against its ENV_VARS.
 BRIDGE_VERSION_HELP = (
     "Megatron-Bridge version the rules are for (0.6.0, main; default: $LONGPACK_BRIDGE_VERSION, else the "
-    "installed megatron-bridge, else the release built on the Megatron-Core used, else the newest known)."
+    "installed megatron-bridge, else the range the config's own keys bound, else the newest known; never "
+    "inferred from megatron-core alone)."
 )
 MCORE_VERSION_HELP = (
-    "Megatron-Core version the rules are for (0.19.0, main; default: $LONGPACK_MEGATRON_CORE_VERSION, else "
-    "the installed megatron-core, else the one of the Megatron-Bridge used, else the newest known)."
+    "Megatron-Core version the rules are for (0.19.0, main, dev; default: $LONGPACK_MEGATRON_CORE_VERSION, "
+    "else the megatron-core installed beside a megatron-bridge, else the one the Megatron-Bridge version is "
+    "built on (kept inside the range the config's Megatron-Core keys bound), else the newest known)."
 )
 
 

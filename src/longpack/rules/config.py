@@ -523,6 +523,11 @@ class TrainingSetup:
             AliasPath("dist", "use_megatron_fsdp"), AliasPath("ddp", "use_megatron_fsdp")
         ),
     )
+    #: ``dist.use_decentralized_pg``: process groups from HyperCommGrid instead of Megatron-Core's global
+    #: parallel state (dynamic CP resolves its groups from the latter).
+    use_decentralized_pg: Bool = Field(
+        default=False, validation_alias=AliasPath("dist", "use_decentralized_pg")
+    )
     use_dist_train: Bool = Field(
         default=False,
         validation_alias=AliasChoices(

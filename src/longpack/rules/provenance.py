@@ -133,7 +133,7 @@ PROVENANCE: dict[str, Provenance] = {
             Source(
                 MLM_REPO,
                 "megatron/core/transformer/transformer_config.py",
-                commit="a73825de6b",
+                commit="c0665e01cd",
                 probe="number of middle layers: {num_layers} must be divisible by ",
             ),
         )
@@ -376,7 +376,7 @@ PROVENANCE: dict[str, Provenance] = {
         sources=(
             Source(
                 BRIDGE_REPO,
-                "src/megatron/bridge/data/packing/gpt_sft.py",
+                "src/megatron/bridge/data/datasets/sft.py",
                 commit="958fb9b7d",
                 probe="'pad_to_max_length=True' is required when pad_cu_seqlens is enabled",
             ),
@@ -733,7 +733,11 @@ PROVENANCE: dict[str, Provenance] = {
         )
     ),
     "LP-MOE-002": Provenance(
-        sources=(Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="6a33a2a95"),)
+        # the docs page names a fixed combine chunk; the skill page beside it gives the 128
+        sources=(
+            Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="6a33a2a95"),
+            Source(BRIDGE_REPO, "skills/nemo-mbridge-perf-sequence-packing/SKILL.md", commit="6a33a2a95"),
+        )
     ),
     "LP-MOE-003": Provenance(
         sources=(Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="6a33a2a95"),)
@@ -910,6 +914,8 @@ PROVENANCE: dict[str, Provenance] = {
             ),
         ),
     ),
+    # Megatron-Core dev (d48bd6be0a) keeps these checks under dynamic CP and rewords them ("Dynamic context
+    # parallelism ..."): the probes are the words both spellings share, so rules_drift ranges sees them in dev
     "LP-HCP-003": Provenance(
         mcore=VersionRange(since="0.16.0"),
         sources=(
@@ -917,7 +923,7 @@ PROVENANCE: dict[str, Provenance] = {
                 MLM_REPO,
                 "megatron/training/arguments.py",
                 commit="98d8c56dbd",
-                probe="Hybrid context parallelism must be used with --calculate-per-token-loss",
+                probe="context parallelism must be used with --calculate-per-token-loss",
             ),
         ),
     ),
@@ -928,13 +934,13 @@ PROVENANCE: dict[str, Provenance] = {
                 MLM_REPO,
                 "megatron/training/arguments.py",
                 commit="98d8c56dbd",
-                probe="Hybrid context parallelism not supported with Megatron FSDP",
+                probe="context parallelism not supported with Megatron FSDP",
             ),
             Source(
                 MLM_REPO,
                 "megatron/training/arguments.py",
                 commit="98d8c56dbd",
-                probe="Hybrid context parallelism only supported with single dataloader type",
+                probe="context parallelism only supported with single dataloader type",
             ),
         ),
     ),
@@ -945,7 +951,7 @@ PROVENANCE: dict[str, Provenance] = {
                 MLM_REPO,
                 "megatron/core/model_parallel_config.py",
                 commit="98d8c56dbd",
-                probe="Please set max_seqlen_per_dp_cp_rank when using hybrid_context_parallel",
+                probe="Please set max_seqlen_per_dp_cp_rank",
             ),
         ),
     ),
@@ -989,7 +995,7 @@ PROVENANCE: dict[str, Provenance] = {
                 MLM_REPO,
                 "megatron/core/parallel_state.py",
                 commit="98d8c56dbd",
-                probe="Hybrid context parallel requires an even number of ranks",
+                probe="context parallel requires an even number of ranks",
             ),
         ),
     ),
@@ -1007,7 +1013,8 @@ PROVENANCE: dict[str, Provenance] = {
                 MLM_REPO,
                 "megatron/core/datasets/data_schedule.py",
                 commit="a9381be598",
-                probe='DP_BALANCED = "dp_balanced"',
+                # main spells it DP_BALANCED = "dp_balanced"; dev registers "dp_balanced": DpBalancedScheduler
+                probe='"dp_balanced"',
             ),
         ),
     ),
@@ -1151,6 +1158,27 @@ PROVENANCE: dict[str, Provenance] = {
                 commit="cde56a4692",
                 probe="hybrid_context_parallel is deprecated",
             ),
+        ),
+    ),
+    # dynamic CP under global-batch packing: Megatron-Bridge's validation adds these to Megatron-Core's (its
+    # docs page at 85b0c3de37 and the validation module of a branch of the same work at 736342b6cb; neither
+    # in main 067f987df, so no probe: the range is the global-batch-packing assumption's)
+    "LP-DCP-007": Provenance(
+        bridge=VersionRange(since=GLOBAL_BATCH_PACKING_SINCE),
+        mcore=VersionRange(since="dev"),
+        sources=(
+            Source(BRIDGE_REPO, "docs/training/dynamic-context-parallel.md", commit="85b0c3de37"),
+            Source(BRIDGE_REPO, "src/megatron/bridge/training/sequence_packing.py", commit="736342b6cb"),
+            Source(MLM_REPO, "megatron/core/parallel_state.py", commit="d48bd6be0a"),
+        ),
+    ),
+    "LP-DCP-008": Provenance(
+        bridge=VersionRange(since=GLOBAL_BATCH_PACKING_SINCE),
+        mcore=VersionRange(since="dev"),
+        sources=(
+            Source(BRIDGE_REPO, "docs/training/dynamic-context-parallel.md", commit="85b0c3de37"),
+            Source(BRIDGE_REPO, "src/megatron/bridge/training/sequence_packing.py", commit="736342b6cb"),
+            Source(MLM_REPO, "megatron/core/parallel_state.py", commit="d48bd6be0a"),
         ),
     ),
     # where each key of longpack.rules.checks.upstream.KEYS_BY_VERSION appeared (or was renamed)

@@ -40,6 +40,7 @@ FAMILY = RuleFamily("hybrid_cp", "Hybrid context parallelism and packing schedul
 K_MBG = "model.microbatch_group_size_per_vp_stage"
 K_FSDP = "ddp.use_megatron_fsdp"
 K_DLT = "dataset.dataloader_type"
+K_DPG = "dist.use_decentralized_pg"
 
 
 def _width(s: TrainingSetup) -> int | None:
@@ -581,4 +582,47 @@ def dcp_alias(s: TrainingSetup) -> Iterator[Violation]:
             "hybrid_context_parallel is deprecated in this Megatron-Core (renamed dynamic_context_parallel, #3405)",
             f"rename {K_HCP} to {K_DCP}",
             K_HCP,
+        )
+
+
+@FAMILY.rule(
+    "LP-DCP-007",
+    E,
+    "min_dynamic_context_parallel_size a power of two (global-batch packing)",
+    "Megatron-Bridge global-batch packing validation (dynamic CP)",
+    fix="set model.min_dynamic_context_parallel_size to a power of two (1, 2, 4, ...) at most DP * CP",
+)
+def dcp_min_power_of_two(s: TrainingSetup) -> Iterator[Violation]:
+    """Dynamic CP groups are powers of two (Megatron-Core forms one group per power of two from the
+    smallest up), and Bridge's validation refuses a smallest size that is not one rather than let it
+    round up silently: ``min_dynamic_context_parallel_size=3`` would give groups of 4 and more."""
+    low = s.model.min_dynamic_context_parallel_size
+    if low is None or low < 1 or not _hybrid(s) or low & (low - 1) == 0:
+        return  # below 1 is LP-DCP-003's
+    below = 1 << (low.bit_length() - 1)
+    yield V(
+        f"min_dynamic_context_parallel_size={low} is not a power of two: Megatron-Bridge's dynamic-CP "
+        f"validation refuses it (the groups Megatron-Core forms would start at {below * 2})",
+        f"set {K_MIN_DCP}={below} (or {below * 2})",
+        K_MIN_DCP,
+    )
+
+
+@FAMILY.rule(
+    "LP-DCP-008",
+    E,
+    "dynamic CP needs the global parallel state (dist.use_decentralized_pg=false)",
+    "Megatron-Bridge global-batch packing validation (dynamic CP)",
+    fix="set dist.use_decentralized_pg=false with model.dynamic_context_parallel",
+)
+def dcp_decentralized_pg(s: TrainingSetup) -> Iterator[Violation]:
+    """Megatron-Core looks the dynamic CP groups up in ``parallel_state``; with decentralized process groups
+    (HyperCommGrid) that state is never built, so Bridge's validation refuses the pair."""
+    if _hybrid(s) and s.use_decentralized_pg:
+        yield V(
+            f"{_hkey(s)} with dist.use_decentralized_pg=true: Megatron-Core resolves dynamic CP groups from its "
+            "global parallel state, which decentralized process groups do not build",
+            f"set {K_DPG}=false",
+            K_DPG,
+            _hkey(s),
         )
