@@ -1167,10 +1167,29 @@ CASES += [
     Case(
         "LP-DCP-005",
         "SFT",
-        [*DCP, "model.cuda_graph_impl=transformer_engine"],
-        [*DCP, "model.cuda_graph_impl=transformer_engine", "+model.pad_packed_seq_alignment=max"],
+        [*DCP, "model.cuda_graph_impl=transformer_engine", "+model.thd_max_packed_sequences=64"],
+        [
+            *DCP,
+            "model.cuda_graph_impl=transformer_engine",
+            "+model.pad_packed_seq_alignment=max",
+            "+model.thd_max_packed_sequences=64",
+        ],
         ("THD CUDA graphs need 'max'",),
         fix_says=("model.pad_packed_seq_alignment=max",),
+        mcore="dev",
+    ),
+    Case(
+        "LP-DCP-005",
+        "SFT",
+        [*DCP, "model.cuda_graph_impl=transformer_engine", "+model.pad_packed_seq_alignment=max"],
+        [
+            *DCP,
+            "model.cuda_graph_impl=transformer_engine",
+            "+model.pad_packed_seq_alignment=max",
+            "+model.thd_max_packed_sequences=64",
+        ],
+        ("no thd_max_packed_sequences", "fixed number of sequences per pack"),
+        fix_says=("model.thd_max_packed_sequences",),
         mcore="dev",
     ),
     Case(

@@ -346,6 +346,8 @@ class ModelSettings:
     dynamic_context_parallel: Bool = False
     min_dynamic_context_parallel_size: OptInt = None
     pad_packed_seq_alignment: OptStr = None
+    #: Megatron-Core dev: the most sequences one THD pack holds (cu_seqlens padded to it; graphs need it).
+    thd_max_packed_sequences: OptInt = None
     #: Megatron-Core dev: how packed rows are split over CP ranks (``zigzag`` default, ``contiguous``).
     cp_partition_mode: OptStr = None
     #: Megatron-Core TransformerConfig FP8 (``e4m3`` / ``hybrid``) and its recipe (``mxfp8``, ``delayed``...).

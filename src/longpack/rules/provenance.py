@@ -415,13 +415,9 @@ PROVENANCE: dict[str, Provenance] = {
         sources=(
             Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="6a33a2a95"),
             # the packer pads each runtime segment to pad_seq_to_mult, so a row already a multiple of
-            # pad_seq_length_to_mult gets no trailing segment (GLM-5.2 recipes: p=32, q=16)
-            Source(
-                BRIDGE_REPO,
-                "src/megatron/bridge/data/packing/offline.py",
-                commit="067f987df",
-                probe="Runtime segments, not stored input_ids, must be divisible for THD+CP",
-            ),
+            # pad_seq_length_to_mult gets no trailing segment (GLM-5.2 recipes: p=32, q=16); this file
+            # exists from 0.6.0 and explains the exemption, not the rule's range: no probe
+            Source(BRIDGE_REPO, "src/megatron/bridge/data/packing/offline.py", commit="067f987df"),
             Source(
                 BRIDGE_REPO,
                 "src/megatron/bridge/data/packing/gpt_sft.py",
@@ -713,12 +709,9 @@ PROVENANCE: dict[str, Provenance] = {
     "LP-VLM-003": Provenance(sources=(LONGPACK,)),
     "LP-VLM-004": Provenance(
         sources=(
-            Source(
-                BRIDGE_REPO,
-                "src/megatron/bridge/models/qwen_vl/data/energon.py",
-                commit="46d7e9f4f",
-                probe="def select_samples_to_pack(self, samples: List[QwenVLTaskSample])",
-            ),
+            # where Bridge's Qwen-VL encoder takes part in Energon packing (main); the memory bound is
+            # Energon's buffer and longpack's own encoders, in every version: no probe
+            Source(BRIDGE_REPO, "src/megatron/bridge/models/qwen_vl/data/energon.py", commit="46d7e9f4f"),
             LONGPACK,
         )
     ),
@@ -1146,6 +1139,12 @@ PROVENANCE: dict[str, Provenance] = {
                 "megatron/training/arguments.py",
                 commit="7f9175207d",
                 probe="THD CUDA Graph requires --pad-packed-seq-alignment",
+            ),
+            Source(
+                MLM_REPO,
+                "megatron/core/transformer/transformer_config.py",
+                commit="3ae5e6d9a6",
+                probe="THD CUDA Graph requires --thd-max-packed-sequences to be set",
             ),
         ),
     ),

@@ -8,8 +8,9 @@ Upstream sources (read for this table):
   (``2d6e946bab``, #2000, must be ``>= 1``), ``hybrid_context_parallel`` kept as a deprecated alias (setting it
   sets ``dynamic_context_parallel``; setting both is a ``ValueError``), ``sequence_packing_scheduler`` in
   ``('dp_balanced', 'default_dynamic_cp')`` (dynamic CP needs ``default_dynamic_cp`` and defaults to it),
-  ``pad_packed_seq_alignment`` (``7f9175207d``, #4359: ``'max'`` or a positive integer at most
-  ``max_seqlen_per_dp_cp_rank``, which must then be set).
+  ``pad_packed_seq_alignment`` and ``thd_max_packed_sequences`` (``7f9175207d``, #4359: ``'max'`` or a
+  positive integer at most ``max_seqlen_per_dp_cp_rank``, which must then be set; THD CUDA graphs need
+  both, ``3ae5e6d9a6``, #5724).
 - Megatron-LM ``main`` @ ``d98e8a64dd``: ``hybrid_context_parallel`` and ``max_seqlen_per_dp_cp_rank``
   (since 0.16.0, ``98d8c56dbd``, #2282) and ``sequence_packing_scheduler`` with ``dp_balanced`` only
   (``a9381be598``, #6684; no release has it yet); none of the dynamic-CP keys.
@@ -47,6 +48,7 @@ __all__ = [
     "K_MIN_DCP",
     "K_PAD_ALIGN",
     "K_SCHED",
+    "K_THD_MAX",
     "PACKING_SCHEDULERS",
     "SCHEDULING_KEYS",
     "SchedulingKey",
@@ -61,6 +63,7 @@ K_CAP = "model.max_seqlen_per_dp_cp_rank"
 K_SCHED = "model.sequence_packing_scheduler"
 K_PAD_ALIGN = "model.pad_packed_seq_alignment"
 K_CP_PARTITION = "model.cp_partition_mode"
+K_THD_MAX = "model.thd_max_packed_sequences"
 K_GBP = "dataset.enable_global_batch_packing"
 K_IDM = "dataset.inter_document_masking"
 
@@ -107,6 +110,9 @@ SCHEDULING_KEYS: tuple[SchedulingKey, ...] = (
     ),
     SchedulingKey(
         K_PAD_ALIGN, MCORE, VersionRange(since="dev"), "THD packed padding (#4359, Megatron-Core dev)"
+    ),
+    SchedulingKey(
+        K_THD_MAX, MCORE, VersionRange(since="dev"), "THD packed padding (#4359, Megatron-Core dev)"
     ),
     SchedulingKey(
         K_CP_PARTITION, MCORE, VersionRange(since="dev"), "CP partition mode (#5087, Megatron-Core dev)"

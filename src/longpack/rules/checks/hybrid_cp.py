@@ -29,6 +29,7 @@ from longpack.rules.scheduling_keys import (
     K_MIN_DCP,
     K_PAD_ALIGN,
     K_SCHED,
+    K_THD_MAX,
     PACKING_SCHEDULERS,
     scheduler_range,
 )
@@ -538,9 +539,10 @@ def dcp_pad_alignment(s: TrainingSetup) -> Iterator[Violation]:
 @FAMILY.rule(
     "LP-DCP-005",
     E,
-    "THD CUDA graphs with a packing scheduler pad to max_seqlen_per_dp_cp_rank",
-    "Megatron-LM dev arguments (THD CUDA graph)",
-    fix="set model.pad_packed_seq_alignment=max with CUDA graphs and a packing scheduler",
+    "THD CUDA graphs with a packing scheduler pad to max_seqlen_per_dp_cp_rank and a fixed sequence count",
+    "Megatron-LM dev arguments and TransformerConfig (THD CUDA graph)",
+    fix="set model.pad_packed_seq_alignment=max and model.thd_max_packed_sequences with CUDA graphs and a "
+    "packing scheduler",
 )
 def dcp_graph_alignment(s: TrainingSetup) -> Iterator[Violation]:
     """A graph replays fixed shapes: with a scheduler (or dynamic CP) and ``cuda_graph_impl`` set, the
@@ -556,6 +558,14 @@ def dcp_graph_alignment(s: TrainingSetup) -> Iterator[Violation]:
         )
     if s.model.cuda_graph_impl == "none":
         return
+    if s.model.thd_max_packed_sequences is None:
+        yield V(
+            f"cuda_graph_impl={s.model.cuda_graph_impl} with a packing scheduler and no thd_max_packed_sequences: "
+            "THD CUDA graphs need a fixed number of sequences per pack (cu_seqlens padded to it)",
+            f"set {K_THD_MAX} to the most sequences a pack holds",
+            K_THD_MAX,
+            K_CGI,
+        )
     align, cap = _alignment(s), _cap(s)
     if align is None or (align != "max" and align != cap):
         yield V(
