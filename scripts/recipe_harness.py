@@ -427,11 +427,9 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{r['recipe']:<60} {r['why']:<13} errors={','.join(errs) or '-'} warnings={','.join(warns) or '-'}"
         )
-    print(
-        f"Megatron-Bridge {args.rev} @ {commit}: {len(recipes)} recipes checked, {sum(errors.values())} errors"
-        f"{' (' + ', '.join(f'{k} x{v}' for k, v in sorted(errors.items())) + ')' if errors else ''}, "
-        f"{sum(warnings.values())} warnings ({', '.join(f'{k} x{v}' for k, v in sorted(warnings.items())) or '-'})"
-    )
+    from longpack.rules.recipes import totals
+
+    print(totals(rows, args.rev, commit))
     if args.json:
         args.json.write_text(json.dumps({"commit": commit, "recipes": rows}, indent=1))
     if args.write_data:

@@ -143,3 +143,24 @@ def test_the_global_batch_packing_dynamic_cp_recipe_passes_and_its_variants_are_
     off = dict(r, keys={k: v for k, v in r["keys"].items() if k != "dataset.enable_global_batch_packing"})
     found = check_recipe(off)
     assert [f.rule_id for f in found if f.severity.value in ("error", "warning")] == ["LP-HCP-009"]
+
+
+def test_the_docs_quote_the_totals_of_the_recorded_recipes() -> None:
+    # docs/guide/check.md quotes the harness's closing line; the records hold each recipe's findings, so
+    # the line follows from them (LONGPACK_REGEN_DOCS=1 rewrites it)
+    import os
+    import re
+    from pathlib import Path
+
+    from longpack.rules.recipes import recipes_source, totals
+
+    commit = re.search(r"@([0-9a-f]+):", recipes_source()).group(1)  # type: ignore[union-attr]
+    want = totals(bridge_recipes(), "main", commit)
+    page = Path(__file__).resolve().parents[2] / "docs" / "guide" / "check.md"
+    text = page.read_text()
+    quoted = re.findall(r"^Megatron-Bridge main @ .*$", text, flags=re.M)
+    assert len(quoted) == 1, quoted
+    if os.environ.get("LONGPACK_REGEN_DOCS") == "1":
+        page.write_text(text.replace(quoted[0], want))
+    else:
+        assert quoted[0] == want

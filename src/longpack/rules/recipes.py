@@ -30,6 +30,7 @@ __all__ = [
     "check_recipe",
     "nested",
     "recipes_exercising",
+    "totals",
 ]
 
 _BRIDGE = "NVIDIA-NeMo/Megatron-Bridge@067f987df:src/megatron/bridge/training/config.py"
@@ -91,6 +92,28 @@ def bridge_recipes() -> list[dict[str, Any]]:
 def recipes_source() -> str:
     """``NVIDIA-NeMo/Megatron-Bridge@<commit>:src/megatron/bridge/recipes (...)``."""
     return str(_data()["source"])
+
+
+def totals(rows: list[dict[str, Any]], rev: str, commit: str) -> str:
+    """The harness's closing line over records with ``errors`` / ``warnings`` (the one place it is
+    written: ``scripts/recipe_harness.py`` prints it, ``docs/guide/check.md`` quotes it, a test compares).
+
+    >>> totals([{"errors": ["LP-A"], "warnings": []}, {"errors": [], "warnings": ["LP-B"]}], "main", "abc")
+    'Megatron-Bridge main @ abc: 2 recipes checked, 1 errors (LP-A x1), 1 warnings (LP-B x1)'
+    """
+    from collections import Counter
+
+    errors = Counter(e for r in rows for e in r["errors"])
+    warnings = Counter(w for r in rows for w in r["warnings"])
+
+    def by_rule(c: Counter[str]) -> str:
+        return ", ".join(f"{k} x{v}" for k, v in sorted(c.items()))
+
+    return (
+        f"Megatron-Bridge {rev} @ {commit}: {len(rows)} recipes checked, {sum(errors.values())} errors"
+        f"{' (' + by_rule(errors) + ')' if errors else ''}, "
+        f"{sum(warnings.values())} warnings ({by_rule(warnings) or '-'})"
+    )
 
 
 def nested(flat: dict[str, Any]) -> dict[str, Any]:
