@@ -26,8 +26,10 @@ __all__ = [
     "bridge_version_option",
     "cp_option",
     "demo_option",
+    "fp8_recipe_option",
     "gpu_option",
     "gpus_option",
+    "hybridep_option",
     "inputs_option",
     "megatron_core_version_option",
     "model_option",
@@ -77,6 +79,22 @@ def cp_option() -> int | None:
 
 def sp_option() -> bool:
     return option(False, help="Sequence parallelism on (derives --pad-seq-to-mult).")
+
+
+def fp8_recipe_option(help: str = "") -> str | None:
+    """``--fp8-recipe``: the kernels' token multiple joins the per-sample one (``longpack.topology
+    .kernel_pad_multiple``: MXFP8 32 / FP8 16 tokens per rank)."""
+    return option(
+        None,
+        help=help
+        or "FP8 recipe (mxfp8, delayed, ...): adds the kernels' multiple (MXFP8 32 / FP8 16 tokens per rank).",
+        cli_type=str | None,
+    )
+
+
+def hybridep_option(help: str = "") -> bool:
+    """``--hybridep``: HybridEP's 128-token combine chunk joins the per-sample multiple."""
+    return option(False, help=help or "HybridEP dispatch: adds its 128-token chunk to the multiple.")
 
 
 def algorithm_option() -> str:
