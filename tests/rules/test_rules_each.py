@@ -450,6 +450,19 @@ CASES = [
         fix_says=("dataset.pad_to_max_length=true",),
     ),
     Case(
+        "LP-PACK-019",
+        "SFT",
+        [
+            *NO_OFFLINE,
+            "dataset.enable_in_batch_packing=true",
+            "train.micro_batch_size=2",
+            "train.global_batch_size=16",
+        ],
+        [*NO_OFFLINE, "train.micro_batch_size=2", "train.global_batch_size=16"],
+        ("on a GPT-SFT dataset", "PR #5493"),
+        fix_says=("--bridge-version 0.7.0", "DirectHFSFTDatasetConfig"),
+    ),
+    Case(
         "LP-PACK-015",
         "SFT",
         [
@@ -468,6 +481,7 @@ CASES = [
         ],
         ("dataloader_type='batch'",),
         fix_says=("dataset.dataloader_type=single",),
+        bridge="0.7.0",
     ),
     Case(
         "LP-MTP-001",
@@ -1449,7 +1463,7 @@ LP-CFG-001 LP-TOPO-001 LP-TOPO-002 LP-TOPO-003 LP-TOPO-004 LP-TOPO-005 LP-SP-001
 LP-PP-003 LP-PP-004 LP-PP-005 LP-PP-006 LP-CP-001 LP-CP-002 LP-CP-003 LP-CP-004 LP-CP-005 LP-CP-006
 LP-CP-007 LP-SEQ-001 LP-BATCH-001 LP-BATCH-002 LP-BATCH-003 LP-PACK-001 LP-PACK-002 LP-PACK-003
 LP-PACK-004 LP-PACK-005 LP-PACK-006 LP-PACK-007 LP-PACK-008 LP-PACK-011 LP-PACK-012 LP-PACK-013
-LP-PACK-015 LP-PACK-017 LP-CG-001 LP-CG-002 LP-CG-003 LP-CG-004 LP-EN-001 LP-EN-002 LP-EN-003 LP-EN-004
+LP-PACK-015 LP-PACK-017 LP-PACK-019 LP-CG-001 LP-CG-002 LP-CG-003 LP-CG-004 LP-EN-001 LP-EN-002 LP-EN-003 LP-EN-004
 LP-EN-005 LP-EN-006 LP-EN-007 LP-EN-008 LP-EN-010 LP-EN-011 LP-EN-012 LP-EN-013 LP-EN-014 LP-EN-016
 LP-DATA-012 LP-DATA-013 LP-DATA-014
 LP-EN-017 LP-VLM-001 LP-VLM-002 LP-MOE-001 LP-MOE-002 LP-MOE-003 LP-MODEL-001 LP-MODEL-002 LP-MODEL-003 LP-DATA-001

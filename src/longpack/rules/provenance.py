@@ -22,7 +22,7 @@ from __future__ import annotations
 # Megatron-Core dev (d48bd6be0a) lacks main's HybridEP uneven-dispatch padding, the THD-graph
 # pad_between_seqs fix and quantile routing (rules_drift ranges): dev=True / dev=False below say so.
 from longpack.rules.registry import Provenance, Source
-from longpack.rules.scheduling_keys import GLOBAL_BATCH_PACKING_SINCE
+from longpack.rules.scheduling_keys import GLOBAL_BATCH_PACKING_SINCE, GPT_SFT_IN_BATCH_SINCE
 from longpack.rules.versions import PRODUCTS, VersionRange
 
 BRIDGE_REPO = PRODUCTS["bridge"].repo
@@ -437,8 +437,20 @@ PROVENANCE: dict[str, Provenance] = {
             ),
         ),
     ),
+    # GPT-SFT in-batch packing: Bridge PR #5493 (its branch at 84275f53b; not in main 067f987df, whose
+    # GPTSFTDatasetConfig has no enable_in_batch_packing), assumed in the release after main
     "LP-PACK-015": Provenance(
-        sources=(Source(BRIDGE_REPO, "src/megatron/bridge/data/builders/gpt_sft.py", commit="e577829e1"),)
+        bridge=VersionRange(since=GPT_SFT_IN_BATCH_SINCE),
+        sources=(Source(BRIDGE_REPO, "src/megatron/bridge/data/builders/gpt_sft.py", commit="84275f53b"),),
+    ),
+    "LP-PACK-019": Provenance(
+        bridge=VersionRange(until=GPT_SFT_IN_BATCH_SINCE),
+        sources=(
+            Source(BRIDGE_REPO, "src/megatron/bridge/data/builders/gpt_sft.py", commit="067f987df"),
+            Source(
+                BRIDGE_REPO, "src/megatron/bridge/data/builders/gpt_sft.py", commit="84275f53b", relaxes=True
+            ),
+        ),
     ),
     # Bridge main verifies MTP with offline packing (GLM-5.2 packed SFT, e4cb868dc): no longer a hazard there
     "LP-MTP-001": Provenance(

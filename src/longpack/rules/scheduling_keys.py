@@ -39,6 +39,7 @@ from longpack.rules.versions import BRIDGE, MCORE, PRODUCTS, Product, VersionRan
 __all__ = [
     "DCP_ALIASES",
     "GLOBAL_BATCH_PACKING_SINCE",
+    "GPT_SFT_IN_BATCH_SINCE",
     "K_CAP",
     "K_CP_PARTITION",
     "K_DCP",
@@ -70,6 +71,11 @@ K_IDM = "dataset.inter_document_masking"
 #: The first Megatron-Bridge version assumed to have global-batch packing (PR #6127 is open; ``main``
 #: @ 067f987df lacks it): the release after ``main``.
 GLOBAL_BATCH_PACKING_SINCE = PRODUCTS[BRIDGE].main_version
+
+#: The first Megatron-Bridge version assumed to have GPT-SFT in-batch packing (PR #5493, its branch at
+#: 84275f53b adds ``enable_in_batch_packing`` to ``GPTSFTDatasetConfig``; ``main`` @ 067f987df has it only on
+#: the direct-HF and VLM datasets): the release after ``main``.
+GPT_SFT_IN_BATCH_SINCE = PRODUCTS[BRIDGE].main_version
 
 #: Old spelling -> new spelling (Megatron-Core dev: ``hybrid_context_parallel`` is a deprecated alias).
 DCP_ALIASES: dict[str, str] = {K_HCP: K_DCP}
