@@ -93,7 +93,7 @@ def resolve_pad_seq_to_mult(
     >>> resolve_pad_seq_to_mult(8, 2, None, False)
     Traceback (most recent call last):
     ...
-    longpack.errors.ConfigError: give either pad_seq_to_mult or tp, cp and sp, not both
+    longpack.errors.ConfigError: give either pad_seq_to_mult or tp, cp, sp (and fp8_recipe, hybridep), not both
     """
     from longpack.topology import PAD_SEQ_TO_MULT_RULE, TopologyError, kernel_pad_multiple
 

@@ -145,7 +145,9 @@ def check_recipe(recipe: dict[str, Any]) -> list[Finding]:
     setup = setup_from_mapping(nested(recipe["keys"]), world_size=recipe["gpus"]).setup
     hf = recipe.get("model_from_hf") and "model.num_moe_experts" not in recipe["keys"]
     select = {r.id for r in RULES} - (NEEDS_ARCHITECTURE if hf else set())
-    return run_rules(setup, select=select, versions=versions_for(setup.given_keys, environment=False))
+    return run_rules(
+        setup, select=select, versions=versions_for(setup.given_keys, environment=False, setup=setup)
+    )
 
 
 _KEY = re.compile(r"(?<![\w/])(?:model|train|dataset|ddp|dist)(?:\.[A-Za-z_]+)+")
