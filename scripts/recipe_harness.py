@@ -354,6 +354,63 @@ DOC_EXAMPLES: list[dict[str, Any]] = [
             "train.micro_batch_size": 1,
         },
     },
+    # skills/nemo-mbridge-perf-sequence-packing/SKILL.md (067f987df), the packing settings Bridge documents,
+    # on the smallest layout they fit (8 GPUs; what the snippet leaves to the recipe is left out)
+    {
+        # offline packed SFT, 8192-token packs, CP=2 with the snippet's lcm(2*CP, CP*TP if SP) = 4
+        "recipe": "docs:sequence_packing_skill_offline_sft_cp2",
+        "file": "skills/nemo-mbridge-perf-sequence-packing/SKILL.md",
+        "why": "packed",
+        "gpus": 8,
+        "model_from_hf": True,
+        "keys": {
+            "train.micro_batch_size": 1,
+            "train.global_batch_size": 8,
+            "model.seq_length": 8192,
+            "dataset.seq_length": 8192,
+            "dataset.enable_offline_packing": True,
+            "dataset.offline_packing_specs.packed_sequence_size": 8192,
+            "dataset.offline_packing_specs.pad_seq_to_mult": 4,
+            "model.tensor_model_parallel_size": 1,
+            "model.sequence_parallel": False,
+            "model.context_parallel_size": 2,
+            "model.calculate_per_token_loss": True,
+            "ddp.average_in_collective": False,
+        },
+    },
+    {
+        # collate-time in-batch packing for VLM finetuning (MBS 2)
+        "recipe": "docs:sequence_packing_skill_in_batch_vlm",
+        "file": "skills/nemo-mbridge-perf-sequence-packing/SKILL.md",
+        "why": "packed",
+        "gpus": 8,
+        "model_from_hf": True,
+        "keys": {
+            "dataset.enable_in_batch_packing": True,
+            "train.micro_batch_size": 2,
+            "train.global_batch_size": 16,
+            "model.seq_length": 4096,
+            "dataset.seq_length": 4096,
+        },
+    },
+    {
+        # Energon online packing for Qwen-VL (a 16-sample candidate buffer per worker)
+        "recipe": "docs:sequence_packing_skill_energon_qwen_vl",
+        "file": "skills/nemo-mbridge-perf-sequence-packing/SKILL.md",
+        "why": "packed",
+        "gpus": 8,
+        "model_from_hf": True,
+        "keys": {
+            "dataset.packing_buffer_size": 16,
+            "dataset.micro_batch_size": 1,
+            "train.micro_batch_size": 1,
+            "train.global_batch_size": 8,
+            "model.seq_length": 4096,
+            "dataset.seq_length": 4096,
+            "model.calculate_per_token_loss": True,
+            "ddp.average_in_collective": False,
+        },
+    },
     {
         # src/megatron/bridge/recipes/qwen/gb200/qwen35.py @ 7bdc5ef4ba (the global-batch packing branch of
         # PR #6127, not in main): Bridge's reference recipe for global-batch packing with dynamic CP, its

@@ -164,3 +164,14 @@ def test_the_docs_quote_the_totals_of_the_recorded_recipes() -> None:
         page.write_text(text.replace(quoted[0], want))
     else:
         assert quoted[0] == want
+
+
+def test_the_packing_settings_bridge_documents_get_no_finding() -> None:
+    # the offline-SFT-with-CP, VLM in-batch and Energon online packing settings of Bridge's packing skill page
+    docs = [r for r in bridge_recipes() if r["recipe"].startswith("docs:")]
+    assert len(docs) == 3
+    for r in docs:
+        assert [f.rule_id for f in check_recipe(r) if f.severity.value != "info"] == [], r["recipe"]
+    cp2 = _by_name()["docs:sequence_packing_skill_offline_sft_cp2"]
+    wrong = dict(cp2, keys=dict(cp2["keys"], **{"dataset.offline_packing_specs.pad_seq_to_mult": 1}))
+    assert "LP-PACK-008" in {f.rule_id for f in check_recipe(wrong)}  # the snippet's formula matters
