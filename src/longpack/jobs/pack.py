@@ -37,6 +37,8 @@ from longpack.jobs.options import DEMO_TOKENIZER as DEMO_TOKENIZER
 from longpack.jobs.options import (
     algorithm_option,
     cp_option,
+    fp8_recipe_option,
+    hybridep_option,
     inputs_option,
     pad_seq_to_mult_option,
     seed_option,
@@ -70,38 +72,58 @@ DEMO_LABEL = "<longpack-demo>"
 
 
 def resolve_pad_seq_to_mult(
-    pad_seq_to_mult: int | None, tp: int | None, cp: int | None, sp: bool
+    pad_seq_to_mult: int | None,
+    tp: int | None,
+    cp: int | None,
+    sp: bool,
+    *,
+    fp8_recipe: str | None = None,
+    hybridep: bool = False,
 ) -> tuple[int, str]:
-    """``(pad_seq_to_mult, where it came from)``: given, derived from TP/CP/SP, or 1.
+    """``(pad_seq_to_mult, where it came from)``: given, derived from TP/CP/SP (and the kernels' multiples:
+    ``fp8_recipe``'s tokens per rank, HybridEP's 128-token chunk, :func:`longpack.topology.kernel_pad_multiple`,
+    the multiple ``longpack topology`` suggests), or 1.
 
     >>> resolve_pad_seq_to_mult(None, 2, 2, True)
     (4, 'lcm(2*CP if CP>1 else 1, CP*TP if SP and TP>1 else 1) with TP=2 CP=2 SP=True')
+    >>> resolve_pad_seq_to_mult(None, 1, 2, False, fp8_recipe="mxfp8")[0]
+    64
+    >>> resolve_pad_seq_to_mult(None, None, None, False, hybridep=True)[0]
+    128
     >>> resolve_pad_seq_to_mult(8, 2, None, False)
     Traceback (most recent call last):
     ...
-    longpack.errors.ConfigError: give either pad_seq_to_mult or tp, cp and sp, not both
+    longpack.errors.ConfigError: give either pad_seq_to_mult or tp, cp, sp (and fp8_recipe, hybridep), not both
     """
-    from longpack.topology import PAD_SEQ_TO_MULT_RULE, TopologyError
-    from longpack.topology import pad_seq_to_mult as derive
+    from longpack.topology import PAD_SEQ_TO_MULT_RULE, TopologyError, kernel_pad_multiple
 
     # 0 is an error, never "not given" (`tp or 1` below must not turn --cp 0 into CP 1).
     tp, cp = optional_positive_int(tp, "tp"), optional_positive_int(cp, "cp")
     sp = flag(sp, "sp")
+    hybridep = flag(hybridep, "hybridep")
+    if fp8_recipe is not None and (not isinstance(fp8_recipe, str) or not fp8_recipe.strip()):
+        raise ConfigError(
+            f"fp8_recipe must be a recipe name such as mxfp8, got {fp8_recipe!r}", fields="fp8_recipe"
+        )
+    kernels = fp8_recipe is not None or hybridep
     if pad_seq_to_mult is not None:
-        if tp is not None or cp is not None or sp:
+        if tp is not None or cp is not None or sp or kernels:
             raise ConfigError(
-                "give either pad_seq_to_mult or tp, cp and sp, not both",
-                fields=("pad_seq_to_mult", "tp", "cp", "sp"),
+                "give either pad_seq_to_mult or tp, cp, sp (and fp8_recipe, hybridep), not both",
+                fields=("pad_seq_to_mult", "tp", "cp", "sp", "fp8_recipe", "hybridep"),
             )
         pad_seq_to_mult = positive_int(pad_seq_to_mult, "pad_seq_to_mult")
         return pad_seq_to_mult, f"given: pad_seq_to_mult {pad_seq_to_mult}"
-    if tp is None and cp is None and not sp:
+    if tp is None and cp is None and not sp and not kernels:
         return 1, "default: no pad_seq_to_mult, tp, cp or sp given"
     try:
-        value = derive(tp=tp or 1, cp=cp or 1, sp=sp)
+        value = kernel_pad_multiple(tp=tp or 1, cp=cp or 1, sp=sp, fp8_recipe=fp8_recipe, hybridep=hybridep)
     except TopologyError as exc:
         raise ConfigError(str(exc), fields=("tp", "cp")) from exc
     source = f"{PAD_SEQ_TO_MULT_RULE} with TP={tp or 1} CP={cp or 1} SP={sp}"
+    if kernels:
+        parts = ([f"fp8_recipe={fp8_recipe}"] if fp8_recipe else []) + (["HybridEP"] if hybridep else [])
+        source += f", and the kernels' multiple for {' and '.join(parts)} (as longpack topology suggests)"
     return value, source
 
 
@@ -241,6 +263,13 @@ class PackConfig:
     tp: int | None = tp_option()
     cp: int | None = cp_option()
     sp: bool = sp_option()
+    fp8_recipe: str | None = fp8_recipe_option(
+        "FP8 recipe of the training run (mxfp8, delayed, ...): --pad-seq-to-mult also covers its tokens per "
+        "rank (MXFP8 32, FP8 16; times CP, and TP with SP)."
+    )
+    hybridep: bool = hybridep_option(
+        "HybridEP dispatch in the training run: --pad-seq-to-mult also covers its 128-token combine chunk."
+    )
     algorithm: str = algorithm_option()
     balance: Any = option(
         None,
@@ -448,7 +477,14 @@ class PackConfig:
         fmt = self.format
         if fmt.fixed_min_tokens is not None and text.min_tokens != fmt.fixed_min_tokens:
             text = replace(text, min_tokens=fmt.fixed_min_tokens)  # Megatron keeps one-token documents
-        mult, source = resolve_pad_seq_to_mult(self.pad_seq_to_mult, self.tp, self.cp, self.sp)
+        mult, source = resolve_pad_seq_to_mult(
+            self.pad_seq_to_mult,
+            self.tp,
+            self.cp,
+            self.sp,
+            fp8_recipe=self.fp8_recipe,
+            hybridep=self.hybridep,
+        )
         return ResolvedPack(
             inputs=inputs,
             tokenizer=tokenizer,

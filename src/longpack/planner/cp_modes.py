@@ -75,7 +75,7 @@ CONSTRAINTS = {
     "dynamic_cp": (
         "Megatron-LM dev (dynamic CP: @2d6e946bab, @c3dbea746b, @d2e7ec5b88; not on main or in megatron-core 0.16)",
         "an even DP x CP (Megatron-Core asserts it)",
-        "no CUDA graphs unless pad_packed_seq_alignment is set; no Megatron FSDP",
+        "no CUDA graphs unless pad_packed_seq_alignment and thd_max_packed_sequences are set; no Megatron FSDP",
         "dataloader_type single",
         "per-token loss (calculate_per_token_loss)",
     ),
