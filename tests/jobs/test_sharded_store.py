@@ -4,6 +4,8 @@ shards or writers; ``--resume`` after a SIGKILL redoes only the unfinished shard
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import signal
@@ -236,3 +238,63 @@ def test_resume_redoes_the_shards_of_a_changed_input(corpus, tmp_path: Path) -> 
     assert names == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
     for name in names:
         assert (out / name).read_bytes() == (fresh / name).read_bytes(), name
+
+
+@contextlib.contextmanager
+def _small_disk(folder: Path, mode: str, nbytes: int):
+    """A disk that fills up after about ``nbytes`` of shards: a real tmpfs of that size (``tmpfs``, where
+    this process may mount one; grown with a remount to "free space"), or ``fh.write`` refusing with ENOSPC
+    past that many bytes (``simulated``, anywhere). Yields a function that frees the space."""
+    if mode == "tmpfs":
+        folder.mkdir()
+        mount = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={nbytes}", "tmpfs", str(folder)], capture_output=True
+        )
+        if mount.returncode != 0:
+            pytest.skip(
+                f"cannot mount a tmpfs here ({mount.stderr.decode().strip()}); the simulated run covers it"
+            )
+        try:
+            yield lambda: subprocess.run(["mount", "-o", "remount,size=64M", str(folder)], check=True)
+        finally:
+            subprocess.run(["umount", str(folder)], check=False)
+        return
+    from longpack import outputs
+
+    written = [0]
+    write = outputs.ArrayWriter.write
+
+    def full(self, data):
+        written[0] += memoryview(data).nbytes
+        if written[0] > nbytes:
+            raise OSError(errno.ENOSPC, "No space left on device", getattr(self.fh, "name", None))
+        return write(self, data)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(outputs.ArrayWriter, "write", full)
+        yield lambda: mp.setattr(outputs.ArrayWriter, "write", write)
+
+
+@pytest.mark.parametrize("mode", ["tmpfs", "simulated"])
+def test_resume_after_a_full_disk_redoes_only_unfinished_shards(corpus, single, tmp_path: Path, mode) -> None:
+    """A disk fills up mid-way: the run stops with the disk-full error (no store.json: unfinished), the
+    shards finished before it are kept by ``--resume`` once space is freed, and the store is byte-identical
+    to an uninterrupted run's."""
+    common = {"inputs": [corpus], "tokenizer": "bytes", "workers": 1, "shard_bytes": "8K"}
+    whole = tmp_path / "whole"
+    TokenizeConfig(out=whole, **common).run()
+    disk = tmp_path / "disk"
+    with _small_disk(disk, mode, 200_000) as free:
+        out = disk / "store" if mode == "tmpfs" else tmp_path / "store"
+        with pytest.raises(OutputError, match=r"No space left on device \(the disk is full\).*store\.json"):
+            TokenizeConfig(out=out, **common).run()
+        kept = finished_shards(out)
+        assert kept and not (out / "store.json").exists()
+        stamps = {k: (out / "shards" / f"{k:05d}" / "shard.json").stat().st_mtime_ns for k in kept}
+        free()
+        TokenizeConfig(out=out, resume=True, **common).run()
+        for k, stamp in stamps.items():
+            assert (out / "shards" / f"{k:05d}" / "shard.json").stat().st_mtime_ns == stamp
+        assert len(TokenStore.open(out).manifest["shards"]) > len(kept)
+        for path in sorted(p.relative_to(whole) for p in whole.rglob("*") if p.is_file()):
+            assert (out / path).read_bytes() == (whole / path).read_bytes(), path
