@@ -298,3 +298,26 @@ def test_resume_after_a_full_disk_redoes_only_unfinished_shards(corpus, single, 
         assert len(TokenStore.open(out).manifest["shards"]) > len(kept)
         for path in sorted(p.relative_to(whole) for p in whole.rglob("*") if p.is_file()):
             assert (out / path).read_bytes() == (whole / path).read_bytes(), path
+
+
+def test_compressed_and_json_array_inputs_shard_as_their_plain_copy(corpus, tmp_path: Path) -> None:
+    """.gz / .zst JSON Lines and a JSON array are sharded too (streamed from their start): the sharded
+    store equals the one-array store of the same files, record included."""
+    import gzip
+
+    zstandard = pytest.importorskip("zstandard")
+    data = (corpus / "a.jsonl").read_bytes()
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "a.jsonl.gz").write_bytes(gzip.compress(data))
+    (d / "b.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(data))
+    lines = [line for line in data.decode().splitlines() if line]
+    (d / "c.json").write_text("[\n" + ",\n".join(lines[:200]) + "\n]\n")
+    one = tmp_path / "one"
+    TokenizeConfig(inputs=[d], out=one, tokenizer="bytes", workers=1).run()
+    sharded = tmp_path / "sharded"
+    TokenizeConfig(inputs=[d], out=sharded, tokenizer="bytes", workers=2, shard_bytes="8K").run()
+    store = TokenStore.open(sharded)
+    assert len(store.manifest["shards"]) > 3
+    same_store(TokenStore.open(one), store)
+    assert [i["kind"] for i in store.record["inputs"]] == ["jsonl", "jsonl", "json_array"]
