@@ -252,7 +252,10 @@ class PackConfig:
         ".bin/.idx with --output-format indexed), metadata and a manifest."
     )
 
-    out: str | Path = option(help="Output folder (must not exist unless --overwrite).", cli_type=Path)
+    out: str | Path = option(
+        help="Output folder (must not exist unless --overwrite); a URL (s3://...) is uploaded, manifest last.",
+        cli_type=str,
+    )
     inputs: Sequence[str | Path] | str | Path = inputs_option()
     tokenizer: Any = tokenizer_option()
     seq_length: int | None = option(None, help="Max runtime length of one sample (Megatron seq_length).")
@@ -369,11 +372,11 @@ class PackConfig:
     #: folder to keep this run's tokens in as a store (``longpack.jobs.stores``).
     store: str | Path | None = option(
         None,
-        help="Pack a token store (longpack tokenize) instead of tokenizing INPUTs.",
-        cli_type=Path | None,
+        help="Pack a token store (longpack tokenize) instead of tokenizing INPUTs (a folder or a URL).",
+        cli_type=str | None,
     )
     keep_store: str | Path | None = option(
-        None, help="Also keep this run's tokens as a store in this folder.", cli_type=Path | None
+        None, help="Also keep this run's tokens as a store in this folder (or at a URL).", cli_type=str | None
     )
     #: A jinja chat template file (a model's ``chat_template.jinja``) that renders chat rows instead of the
     #: tokenizer's own (a ``tokenizer.json`` alone has none); hashed into the manifest.
@@ -412,7 +415,9 @@ class PackConfig:
         set_(self, "val_inputs", _paths(self.val_inputs, "val_inputs"))
         if not isinstance(self.out, str | os.PathLike) or not str(self.out):
             raise ConfigError(f"out must be a folder path, got {self.out!r}", fields="out")
-        set_(self, "out", Path(self.out))
+        from longpack.remote import as_path
+
+        set_(self, "out", as_path(self.out))
         if self.chat_template is not None:
             if (
                 not isinstance(self.chat_template, str | os.PathLike)
@@ -714,10 +719,44 @@ class PackConfig:
         :meth:`PackResult.notes`.
         """
         from longpack.errors import warn_all
+        from longpack.remote import has_urls
 
-        result = self._run()
+        paths = (self.inputs, self.val_inputs, self.store, str(self.out), self.keep_store)
+        result = self._run_staged() if has_urls(*paths) else self._run()
         warn_all(result.manifest.extra.get("warnings", ()))
         return result
+
+    def _run_staged(self) -> PackResult:
+        """:meth:`_run` on a local stage (:mod:`longpack.remote`): remote inputs and ``store`` downloaded
+        first, ``out`` and ``keep_store`` at URLs uploaded after, manifests last."""
+        import json
+
+        from longpack.packed.manifest import PackManifest
+        from longpack.remote import is_url, stage_inputs, staged
+
+        out = str(self.out)
+        inputs = cast(tuple[str, ...], self.inputs)
+        val_inputs = cast(tuple[str, ...], self.val_inputs)
+        key = out if is_url(out) else json.dumps([*inputs, *val_inputs, str(self.store), out])
+        with staged(key) as stage:
+            changes: dict[str, Any] = {
+                "inputs": stage_inputs(stage, inputs),
+                "val_inputs": stage_inputs(stage, val_inputs),
+            }
+            if is_url(self.store):
+                changes["store"] = stage.input(str(self.store))
+            if is_url(out):
+                changes["out"] = stage.output(out, name="out", overwrite=self.overwrite)
+            if is_url(self.keep_store):
+                changes["keep_store"] = stage.output(
+                    str(self.keep_store), name="keep_store", overwrite=self.overwrite, field="keep_store"
+                )
+            result = replace(self, **changes)._run()
+            stage.publish()
+            manifest = PackManifest.from_dict(
+                json.loads(stage.to_urls(json.dumps(result.manifest.to_dict())))
+            )
+        return replace(result, out=cast(Path, self.out) if is_url(out) else result.out, manifest=manifest)
 
     def _run(self) -> PackResult:
         from longpack.outputs import OutputLock, output_write_errors

@@ -1315,11 +1315,7 @@ def tokenize_inputs(
             counts = sink.columns[i]
         columns, col_warnings = column_report(files[i], formats[i], config, counts, per_file_rows[i])
         warnings_out += col_warnings
-        shown_kind = (
-            "json_array"
-            if kind == "jsonl" and formats[i] is not None and _starts_array(source.path)
-            else kind
-        )
+        shown_kind = report_kind(kind, formats[i], source.path)
         input_info.append(
             {
                 "path": files[i],
@@ -1462,6 +1458,12 @@ def count_rows(source: InputFile) -> int:
     for _, blob in jsonl_chunks(source.path, hashlib.sha256()):
         n += sum(1 for line in blob.split(b"\n") if line.strip())
     return n
+
+
+def report_kind(kind: str, fmt: str | None, path: Path) -> str:
+    """An input's ``kind`` as the tokenization report names it: ``json_array`` for a JSON file holding one
+    array (read as rows), else its kind (``jsonl``, ``parquet``, ...)."""
+    return "json_array" if kind == "jsonl" and fmt is not None and _starts_array(path) else kind
 
 
 def is_json_array(path: Path) -> bool:
