@@ -59,7 +59,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from longpack.errors import PackedDataError
+from longpack.errors import DamagedDataError, PackedDataError
 from longpack.outputs import sha256_file
 from longpack.packed.files import (
     ONE_ROW_PAGES_KEY,
@@ -297,7 +297,7 @@ class ParquetRowSource:
             raise PackedDataError(f"{self.path}: no such file") from exc
         # (ValueError: a damaged footer can hold names that are not UTF-8)
         except (OSError, ValueError, pa.ArrowException) as exc:
-            raise PackedDataError(
+            raise DamagedDataError(
                 f"{self.path}: cannot open as Parquet ({_one_line(exc)}); {_DAMAGED}"
             ) from exc
         missing = [c for c in REQUIRED_COLUMNS if c not in names]
@@ -351,7 +351,7 @@ class ParquetRowSource:
             first = self.group_start(groups[0])
             last = self.group_start(groups[-1]) + self.group_rows[groups[-1]] - 1
             which = f"row group {groups[0]}" if len(groups) == 1 else f"row groups {groups[0]}-{groups[-1]}"
-            raise PackedDataError(
+            raise DamagedDataError(
                 f"{self.path}: {which} (rows {first}-{last}) cannot be read ({_one_line(exc)}); {_DAMAGED}"
             ) from exc
         where = f"row group {groups[0]}" if len(groups) == 1 else f"row groups {groups[0]}-{groups[-1]}"
@@ -547,7 +547,7 @@ class NpyRowSource:
             try:
                 values = np.asarray(flat, dtype=np.int64) if flat else np.zeros(0, np.int64)
             except (TypeError, ValueError, OverflowError) as exc:
-                raise PackedDataError(
+                raise DamagedDataError(
                     f"{self.path}: rows {first}-{first + len(part) - 1}: column {name!r} holds values that "
                     f"are not integers ({exc}); {_DAMAGED}"
                 ) from exc

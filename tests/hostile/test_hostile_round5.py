@@ -1,0 +1,100 @@
+"""Round five of hostile input (issue 40, what round four left): one test per class that did not hold.
+
+Help that cuts option names at 80 columns; damaged packed files that `inspect --verify` / `verify` called a
+bad setting (exit 2) where the docs promise a failed check (exit 1); ...
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from hostile_helpers import assert_clean, invoke
+from longpack.cli.app import app
+
+# -- `--help` never cuts an option name, a choice or a word ------------------------------------------------
+
+
+def _commands(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    found = [(path, command)] if path else []
+    if hasattr(command, "commands"):  # a group (typer carries its own copy of click's classes)
+        for name, sub in command.commands.items():
+            if not sub.hidden:
+                found += _commands(sub, (*path, name))
+    return found
+
+
+COMMANDS = _commands(get_command(app))
+
+
+@pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=" ".join)
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_help_shows_every_option_whole(path: tuple[str, ...], width: int) -> None:
+    """typer's rich table cut 25 cells of `pack --help` at 80 columns (`--pad-seq-to-mu…`,
+    `best_fit_decrea…`): every option name now appears whole, and nothing is replaced by an ellipsis."""
+    command = dict(COMMANDS)[path]
+    text = CliRunner().invoke(app, [*path, "--help"], terminal_width=width).output
+    assert "…" not in text, text
+    for param in command.params:
+        if param.param_type_name == "option" and not param.hidden:
+            for name in [*param.opts, *param.secondary_opts]:
+                assert name in text, (path, width, name)
+
+
+# -- a damaged packed file is a failed check (exit 1) for every verifier, with the file named ---------------
+
+
+def _flip_middle(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 40] = b"\xff" * 40
+    path.write_bytes(bytes(data))
+
+
+def _cut_half(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _not_parquet(path: Path) -> None:
+    path.write_text('{"prompt": "a text file where a shard was"}\n')
+
+
+DAMAGE = {"bytes overwritten": _flip_middle, "cut in half": _cut_half, "replaced by text": _not_parquet}
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_shard_is_a_failed_check_everywhere(world, tmp_path: Path, how: str) -> None:
+    out = world.copy_packed(tmp_path / "p")
+    shard = sorted(out.glob("training_*.parquet"))[1]
+    DAMAGE[how](shard)
+    inspected = assert_clean(invoke(["inspect", out, "--verify", "--json"]))
+    report = json.loads(inspected.output)
+    assert inspected.exit_code == 1 and report["ok"] is False, str(inspected)
+    assert (
+        report["damaged"] and shard.name in report["problems"][0] and "copy it again" in report["problems"][0]
+    )
+    human = assert_clean(invoke(["inspect", out, "--verify"]))
+    assert human.exit_code == 1 and "DAMAGED" in human.output and shard.name in human.output, str(human)
+    checked = assert_clean(invoke(["check", "--packed", out, "--json"]))
+    findings = [f for f in json.loads(checked.output)["findings"] if f["id"] == "LP-DATA-012"]
+    assert checked.exit_code == 1 and shard.name in findings[0]["message"], str(checked)
+    verified = assert_clean(invoke(["verify", out, "--model", "qwen3_8b", "--json"]))
+    certificate = json.loads(verified.output)
+    assert verified.exit_code == 1 and certificate["verdict"] == "fail", str(verified)
+    assert shard.name in certificate["summary"] and certificate["structure"]["problems"], certificate
+
+
+def test_a_damaged_manifest_fails_verify_without_running_the_model(world, tmp_path: Path) -> None:
+    from longpack.jobs import VerifyConfig
+
+    out = world.copy_packed(tmp_path / "p")
+    (out / "manifest.json").write_text('{"format": ')
+    result = VerifyConfig(packed=str(out), model="qwen3_8b").run()
+    assert result.exit_code == 1 and not result.ok and "manifest.json is not valid JSON" in result.verdict
+    assert result.rows == () and "no row was run through the model" in result.notes[0]
+    outcome = assert_clean(invoke(["verify", out, "--model", "qwen3_8b"]))
+    assert outcome.exit_code == 1 and outcome.output.startswith("FAIL: "), str(outcome)
