@@ -98,3 +98,41 @@ def test_a_damaged_manifest_fails_verify_without_running_the_model(world, tmp_pa
     assert result.rows == () and "no row was run through the model" in result.notes[0]
     outcome = assert_clean(invoke(["verify", out, "--model", "qwen3_8b"]))
     assert outcome.exit_code == 1 and outcome.output.startswith("FAIL: "), str(outcome)
+
+
+# -- balance takes the pack job's over-length policies (a store with one long sample was refused) -----------
+
+
+@pytest.mark.parametrize("policy", ["error", "drop", "truncate", "fragment"])
+def test_balance_handles_over_long_lengths_as_pack_does(tmp_path: Path, policy: str) -> None:
+    from longpack.errors import LongpackWarning
+    from longpack.jobs import BalanceConfig
+
+    data = tmp_path / "rows.jsonl"
+    texts = ["a" * 10, "b" * 20, "c" * 300, "d" * 30, "e" * 40, "f" * 12]
+    data.write_text("".join(json.dumps({"prompt": "p", "completion": t}) + "\n" for t in texts))
+    store = tmp_path / "store"
+    assert_clean(invoke(["tokenize", data, "--tokenizer", "bytes", "--out", store]), frozenset({0}))
+    args = ["balance", store, "--pack-size", "64", "--dp", "1", "--gbs", "2", "--overlength", policy]
+    outcome = assert_clean(invoke(args))
+    if policy == "error":
+        assert outcome.exit_code == 2 and "--overlength drop, truncate or fragment" in outcome.output, str(
+            outcome
+        )
+        return
+    assert (
+        outcome.exit_code == 0
+        and "warning: 1 of 6 lengths are longer than the pack size (64)" in outcome.output
+    )
+    config = BalanceConfig(lengths_file=store, pack_size=64, dp=1, gbs=2, overlength=policy)
+    with pytest.warns(LongpackWarning, match=f"overlength {policy}"):
+        result = config.run()
+    packed_tokens = {r["packing"]: round(r["fill"] * r["packs"] * 64) for r in result.packings}
+    assert len(set(packed_tokens.values())) == 1, packed_tokens  # every packer packs the same lengths
+    total = next(iter(packed_tokens.values()))
+    short = sum(len(t) + 2 - 1 for t in texts if len(t) < 200)  # prompt + completion + end token, runtime
+    assert total == {"drop": short, "truncate": short + 64, "fragment": short + 300 + 2 - 1 - 4}[policy]
+    assert json.loads(assert_clean(invoke([*args, "--json"])).output)["warnings"] == list(result.warnings)
+    if policy != "truncate":
+        refused = assert_clean(invoke([*args, "--out", tmp_path / "bins.npy"]))
+        assert refused.exit_code == 2 and "--out" in refused.output and "--overlength" in refused.output
