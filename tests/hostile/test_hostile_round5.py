@@ -136,3 +136,38 @@ def test_balance_handles_over_long_lengths_as_pack_does(tmp_path: Path, policy: 
     if policy != "truncate":
         refused = assert_clean(invoke([*args, "--out", tmp_path / "bins.npy"]))
         assert refused.exit_code == 2 and "--out" in refused.output and "--overlength" in refused.output
+
+
+# -- the drop warning never names a pack size at or below the pack's own as the fix --------------------------
+
+
+@pytest.mark.parametrize("long_rows", [2, 40])
+def test_drop_warning_names_only_larger_pack_sizes(tmp_path: Path, long_rows: int) -> None:
+    """A 16K pack losing 10 % of its tokens to a few long samples was told "the smallest pack size that keeps
+    99 % of the samples is 1760": advice to shrink. With few long rows 99 % already fit (the warning says
+    the loss is in the longest samples); with many, the sizes it names are larger than the pack's."""
+    import re
+    import warnings
+
+    from longpack.errors import LongpackWarning
+    from longpack.jobs import PackConfig
+
+    data = tmp_path / "rows.jsonl"
+    rows = [{"prompt": "q", "completion": "a" * (5 + i % 20)} for i in range(200)]
+    rows += [{"prompt": "q", "completion": "z" * 900}] * long_rows
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = PackConfig(inputs=[str(data)], out=str(tmp_path / "out"), tokenizer="bytes", seq_length=64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config.run()
+    text = next(str(w.message) for w in caught if issubclass(w.category, LongpackWarning))
+    named = [int(n) for n in re.findall(r"seq_length (\d+) keeps", text)]
+    assert named and all(n > 64 for n in named), text
+    if long_rows == 2:
+        assert "99 % of the samples already fit in seq_length 64" in text, text
+    outcome = assert_clean(
+        invoke(["pack", data, "--out", tmp_path / "cli", "--tokenizer", "bytes", "--seq-length", "64"])
+    )
+    assert outcome.exit_code == 0 and f"warning: {text}" in outcome.output, str(
+        outcome
+    )  # the CLI says the same
