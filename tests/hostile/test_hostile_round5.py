@@ -171,3 +171,25 @@ def test_drop_warning_names_only_larger_pack_sizes(tmp_path: Path, long_rows: in
     assert outcome.exit_code == 0 and f"warning: {text}" in outcome.output, str(
         outcome
     )  # the CLI says the same
+
+
+# -- sweep says when its default token slots give batches smaller than the GPU count ------------------------
+
+
+def test_sweep_notes_a_default_batch_smaller_than_the_gpus(world) -> None:
+    """`sweep` at the default 65,536 token slots gave GBS 2-16 on 64 GPUs without a word (the layouts it
+    then picks trade DP for PP to fit the tiny batch)."""
+    base = ["sweep", world.good, "--tokenizer", "bytes", "--pack-size", "2048,4096", "--model", "llama3_1_8b"]
+    base += ["--gpu", "H100"]
+    small = json.loads(assert_clean(invoke([*base, "--gpus", "64", "--json"]), frozenset({0, 1})).output)
+    assert small["notes"] and "GBS 16 to 32 on 64 GPUs" in small["notes"][0], small["notes"]
+    assert "token_slots 262144 for GBS 64 to 128" in small["notes"][0], small["notes"]  # smallest GBS >= GPUs
+    human = assert_clean(invoke([*base, "--gpus", "64"]), frozenset({0, 1}))
+    assert "Note: --token-slots is the default 65,536" in human.output, str(human)
+    chosen = json.loads(
+        assert_clean(
+            invoke([*base, "--gpus", "64", "--token-slots", "262144", "--json"]), frozenset({0, 1})
+        ).output
+    )
+    enough = json.loads(assert_clean(invoke([*base, "--gpus", "8", "--json"]), frozenset({0, 1})).output)
+    assert chosen["notes"] == enough["notes"] == [], (chosen["notes"], enough["notes"])
