@@ -193,3 +193,86 @@ def test_sweep_notes_a_default_batch_smaller_than_the_gpus(world) -> None:
     )
     enough = json.loads(assert_clean(invoke([*base, "--gpus", "8", "--json"]), frozenset({0, 1})).output)
     assert chosen["notes"] == enough["notes"] == [], (chosen["notes"], enough["notes"])
+
+
+# -- every job config from Python: a huge integer or one value for a list is a LongpackError or taken ------
+
+
+def _job_configs() -> list[type]:
+    import dataclasses
+
+    import longpack.jobs as jobs
+
+    return [
+        getattr(jobs, name)
+        for name in sorted(dir(jobs))
+        if name.endswith("Config") and dataclasses.is_dataclass(getattr(jobs, name))
+    ]
+
+
+def _required(cls: type, world) -> dict[str, Any]:
+    """Keyword arguments that make a valid config of ``cls`` (for the fields without a default)."""
+    given = {
+        "inputs": [str(world.good)],
+        "out": str(world.root / "never-written"),
+        "tokenizer": "bytes",
+        "seq_length": 64,
+        "folder": str(world.packed),
+        "packed": str(world.packed),
+        "lengths_file": str(world.lengths),
+        "pack_size": 64,
+        "dp": 1,
+        "gbs": 2,
+        "model": "qwen3_8b",
+        "gpu": "H100",
+        "gpus": 8,
+        "config": str(world.root / "none.yaml"),
+        "layout": "tp=1,cp=1,pp=1",
+        "bin_size": 64,
+        "path": str(world.packed),
+    }
+    import dataclasses
+
+    return {
+        f.name: given[f.name]
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name in given
+    }
+
+
+@pytest.mark.parametrize("cls", _job_configs(), ids=lambda c: c.__name__)
+def test_job_configs_take_huge_integers_and_lone_values_cleanly(cls: type, world) -> None:
+    """`CpCheckConfig(cp=4)` was a bare `TypeError` ('int' object is not iterable) and
+    `CpCheckConfig(dtype="float64")` refused the letter 'f': a field that takes a list takes one value as a
+    list of one. Every integer field given 10**30 or -10**30 is refused with a LongpackError or taken."""
+    import dataclasses
+    import typing
+
+    from longpack.errors import LongpackError
+    from longpack.validate import _list_only
+
+    base = _required(cls, world)
+    try:
+        cls(**base)
+    except TypeError as exc:  # a required field this table does not know
+        pytest.skip(f"{cls.__name__}: {exc}")
+    except LongpackError:
+        pass
+    hints = typing.get_type_hints(cls)
+    tried = 0
+    for f in dataclasses.fields(cls):
+        kind = str(hints.get(f.name))
+        values: list[Any] = []
+        if "int" in kind:
+            values += [10**30, -(10**30)]
+        if _list_only(f.type):
+            values += [7, "x"]
+        for value in values:
+            tried += 1
+            try:
+                config = cls(**{**base, f.name: value})
+            except LongpackError:
+                continue
+            if _list_only(f.type):
+                assert getattr(config, f.name) == (value,), (f.name, value)
+    assert tried or cls.__name__ in {"InspectConfig"}, cls
