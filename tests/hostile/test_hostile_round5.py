@@ -276,3 +276,38 @@ def test_job_configs_take_huge_integers_and_lone_values_cleanly(cls: type, world
             if _list_only(f.type):
                 assert getattr(config, f.name) == (value,), (f.name, value)
     assert tried or cls.__name__ in {"InspectConfig"}, cls
+
+
+# -- a damaged pack size or alignment multiple in the manifest is a failed check ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "found"),
+    [
+        ("pack_size", "abc", "settings.pack_size is 'abc', not a positive integer"),
+        ("pack_size", -5, "settings.pack_size is '-5', not a positive integer"),
+        ("pack_size", 10**30, "settings.pack_size is '1000000000000000000000000000000'"),
+        ("pad_seq_to_mult", 0, "settings.pad_seq_to_mult is '0', not a positive integer"),
+        ("pad_seq_to_mult", "x", "settings.pad_seq_to_mult is 'x'"),
+        ("pad_seq_to_mult", True, "settings.pad_seq_to_mult is 'True'"),
+        ("pad_seq_to_mult", 2, "pad_seq_to_mult is stated differently"),
+    ],
+)
+def test_damaged_pack_settings_fail_every_verifier(
+    world, tmp_path: Path, key: str, value: object, found: str
+) -> None:
+    """A manifest whose settings.pad_seq_to_mult was 0, 'x' or 10**30 (or pack_size 'abc') passed
+    `inspect --verify`, `check --packed` and `verify`."""
+    from longpack.jobs import VerifyConfig
+
+    out = world.copy_packed(tmp_path / "p")
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["settings"][key] = value
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    inspected = assert_clean(invoke(["inspect", out, "--verify", "--json"]))
+    problems = json.loads(inspected.output)["problems"]
+    assert inspected.exit_code == 1 and any(found in p for p in problems), problems
+    checked = assert_clean(invoke(["check", "--packed", out, "--json"]))
+    assert checked.exit_code == 1 and found in checked.output, str(checked)
+    result = VerifyConfig(packed=str(out), model="qwen3_8b", max_rows=1, dist_rows=0).run()
+    assert not result.ok and result.exit_code == 1 and found in result.verdict, result.verdict
