@@ -311,3 +311,26 @@ def test_damaged_pack_settings_fail_every_verifier(
     assert checked.exit_code == 1 and found in checked.output, str(checked)
     result = VerifyConfig(packed=str(out), model="qwen3_8b", max_rows=1, dist_rows=0).run()
     assert not result.ok and result.exit_code == 1 and found in result.verdict, result.verdict
+
+
+# -- verify builds multi-latent-attention families (DeepSeek-V3) from their own config.json ------------------
+
+
+@pytest.mark.parametrize("q_lora_rank", [1536, None], ids=["v3", "no-q-lora"])
+def test_verify_builds_a_deepseek_v3_config(world, tmp_path: Path, q_lora_rank: int | None) -> None:
+    """A DeepSeek-V3 config.json (MLA: kv_lora_rank 512, qk_rope_head_dim 64, ...) was an internal error
+    (`RuntimeError: The size of tensor a (32) must match the size of tensor b (4)`): the shrunk model kept
+    the family's MLA widths against the shrunk heads."""
+    transformers = pytest.importorskip("transformers")
+    from longpack.jobs import VerifyConfig
+
+    config = transformers.DeepseekV3Config().to_dict()  # the family's defaults: DeepSeek-V3's shape
+    config["q_lora_rank"] = q_lora_rank
+    config["rope_scaling"] = {"type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
+                              "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}  # fmt: skip
+    (tmp_path / "dsv3").mkdir()
+    (tmp_path / "dsv3" / "config.json").write_text(json.dumps(config))
+    result = VerifyConfig(
+        packed=str(world.packed), model=str(tmp_path / "dsv3"), max_rows=1, dist_rows=0
+    ).run()
+    assert result.ok and result.verdict.startswith("PASS") and "deepseek_v3" in result.verdict, result.verdict
