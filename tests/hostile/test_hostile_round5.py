@@ -88,6 +88,18 @@ def test_a_damaged_shard_is_a_failed_check_everywhere(world, tmp_path: Path, how
     assert shard.name in certificate["summary"] and certificate["structure"]["problems"], certificate
 
 
+def test_a_damaged_npy_pack_is_a_failed_check_named_as_npy(world, tmp_path: Path) -> None:
+    out = tmp_path / "npy"
+    assert_clean(invoke(["pack", world.good, "--out", out, "--tokenizer", "bytes", "--seq-length", "64",
+                         "--output-format", "npy"]), frozenset({0}))  # fmt: skip
+    _cut_half(next(out.glob("training_*.npy")))
+    outcome = assert_clean(invoke(["inspect", out]))
+    assert outcome.exit_code == 1 and "DAMAGED" in outcome.output and "format npy" in outcome.output, str(
+        outcome
+    )
+    assert "cannot read as a packed .npy file" in outcome.output, str(outcome)
+
+
 def test_a_damaged_manifest_fails_verify_without_running_the_model(world, tmp_path: Path) -> None:
     from longpack.jobs import VerifyConfig
 

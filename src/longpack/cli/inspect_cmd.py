@@ -47,7 +47,7 @@ def _print_human(report: dict[str, Any]) -> None:
         state = "no manifest.json (read as Megatron-Bridge wrote it)"
     else:
         state = "UNFINISHED (no manifest.json; a folder Megatron-Bridge wrote: --no-manifest-ok)"
-    echo(f"{report['folder']}: {state}, format {report.get('format') or 'parquet'}")
+    echo(f"{report['folder']}: {state}, format {report.get('format') or 'unknown'}")
     settings = report.get("settings") or {}
     if settings:
         echo(

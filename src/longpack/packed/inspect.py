@@ -94,13 +94,26 @@ def inspect_output(
             "no_manifest_ok": no_manifest_ok,
             "manifest_unreadable": False,
             "damaged": True,
-            "format": None,
+            "format": _recorded_format(out),
             "settings": {},
             "splits": {},
             "verified": verify,
             "problems": [str(exc)],
             "ok": False,
         }
+
+
+def _recorded_format(out: Path) -> str | None:
+    """The output format ``manifest.json`` records (``settings.output_format``), or ``None`` when it cannot
+    be read: what a damaged folder was written as."""
+    import json
+
+    try:
+        settings = json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8")).get("settings")
+        value = settings.get("output_format") if isinstance(settings, dict) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def _inspect_folder(out: Path, *, verify: bool, no_manifest_ok: bool) -> dict[str, Any]:
