@@ -25,6 +25,7 @@ __all__ = [
     "BatchError",
     "CatalogError",
     "ConfigError",
+    "DamagedDataError",
     "InputError",
     "LongpackError",
     "LongpackWarning",
@@ -95,6 +96,12 @@ class StorageError(LongpackError, OSError):
 
 class PackedDataError(LongpackError, ValueError):
     """A packed folder or file cannot be read as packed data: missing, unfinished, corrupt or mismatched."""
+
+
+class DamagedDataError(PackedDataError):
+    """The bytes of a packed file are damaged: it no longer opens as Parquet (or ``.npy``), or a row group
+    cannot be decoded. ``longpack inspect --verify`` and ``longpack verify`` report it as a failed check
+    (exit 1, like a manifest that no longer matches); elsewhere it is the command's input error (exit 2)."""
 
 
 class BatchError(LongpackError, ValueError):

@@ -219,13 +219,35 @@ def plain_value(value: Any) -> Any:
     return value
 
 
+def _list_only(annotation: Any) -> bool:
+    """Whether a field annotated ``annotation`` takes only a list (``Sequence[int]``, ``Sequence[str] |
+    None``), not also one value (``Sequence[int] | str`` takes ``"2048,4096"``)."""
+    text = str(annotation).replace(" ", "")
+    if not text.startswith("Sequence["):
+        return False
+    depth = 0
+    for i, char in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth == 0 and char == "]":
+            return text[i + 1 :] in ("", "|None")
+    return False
+
+
 def plain_fields(config: Any) -> None:
     """Make every field of the (frozen) dataclass ``config`` plain (:func:`plain_value`); every
-    ``*Config.__post_init__`` calls it first, so its checks and its writers see Python values only."""
+    ``*Config.__post_init__`` calls it first, so its checks and its writers see Python values only.
+
+    A field that takes a list (``Sequence[int]``) given one value takes it as a list of one: ``cp=4`` is
+    ``cp=(4,)`` (it was a bare ``TypeError``), ``dtype="float64"`` is ``("float64",)`` (not the letters).
+    """
     import dataclasses
+    from pathlib import PurePath
 
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
+        if isinstance(value, str | bytes | int | float | PurePath) and _list_only(f.type):
+            value = (value,)
+            object.__setattr__(config, f.name, value)
         plain = plain_value(value)
         if plain is not value:
             object.__setattr__(config, f.name, plain)

@@ -54,7 +54,7 @@ def test_max_drop_fraction_exits_1_and_writes_nothing(tmp_path: Path) -> None:
     assert p.returncode == 1, p.stderr
     assert "--max-drop-fraction 0.1 exceeded, no packed rows written: 78 of 100 samples (78.0 %)" in p.stderr
     assert "p50 " in p.stderr and "p99 " in p.stderr
-    assert "the smallest pack size that keeps 99 % of the samples is 188 (--seq-length 188)" in p.stderr
+    assert "a larger pack size keeps them: --seq-length 188 keeps 99 % of the samples" in p.stderr
     assert not out.exists()
     # without the limit: packed, with the warning in the report (and the manifest)
     p = longpack(*common)

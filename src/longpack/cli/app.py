@@ -17,6 +17,7 @@ import typer
 from typer.core import TyperGroup
 
 import longpack
+from longpack.cli import help_layout
 from longpack.errors import LongpackError
 
 COMMAND_ORDER = (
@@ -90,6 +91,8 @@ def _silence_stdout() -> None:
 def _debug(ctx: Any) -> bool:
     return bool((ctx.find_root().obj or {}).get("debug"))
 
+
+help_layout.install()  # option names and choices are never cut at 80 columns
 
 app = typer.Typer(
     name="longpack",

@@ -12,6 +12,8 @@ from longpack.jobs import BalanceConfig
 
 
 def present(config: Any, result: Any) -> None:
+    for warning in result.warnings:
+        typer.echo(f"warning: {warning}", err=True)
     typer.echo(
         f"{'packing':<18} {'packs':>7} {'fill %':>7} {'time s':>12} {'/ideal':>7} {'rank imb':>8} {'corr':>6}"
     )

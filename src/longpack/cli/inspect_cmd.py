@@ -37,7 +37,9 @@ def _present(report: dict[str, Any]) -> None:
 
 def _print_human(report: dict[str, Any]) -> None:
     echo = typer.echo
-    if report["finished"]:
+    if report.get("damaged"):
+        state = "DAMAGED (a file cannot be read; see the problems below)"
+    elif report["finished"]:
         state = "finished"
     elif report.get("manifest_unreadable"):
         state = "UNFINISHED (manifest.json cannot be read; see the problems below)"
@@ -45,7 +47,7 @@ def _print_human(report: dict[str, Any]) -> None:
         state = "no manifest.json (read as Megatron-Bridge wrote it)"
     else:
         state = "UNFINISHED (no manifest.json; a folder Megatron-Bridge wrote: --no-manifest-ok)"
-    echo(f"{report['folder']}: {state}, format {report.get('format', 'parquet')}")
+    echo(f"{report['folder']}: {state}, format {report.get('format') or 'unknown'}")
     settings = report.get("settings") or {}
     if settings:
         echo(

@@ -133,6 +133,10 @@ def _print_human(result: Any, doc: dict[str, Any]) -> None:
         console.print(
             "Give --model, --gpu and --gpus for memory, real tokens/s and a recommendation.", markup=False
         )
+    from longpack.cli.options import cli_message
+
+    for note in result.notes:
+        console.print(f"Note: {cli_message(note, ('token_slots',))}.", markup=False, highlight=False)
     console.print(f"Warning: {result.warning}.", markup=False, highlight=False)
     if "plot" in doc:
         console.print(f"wrote {doc['plot']}", markup=False, highlight=False)

@@ -24,7 +24,14 @@ from longpack.outputs import ArrayWriter, atomic_write
 from longpack.validate import finite_float, positive_int
 from longpack.validate import seed as seed_value
 
-__all__ = ["COLUMNS", "BalanceConfig", "BalanceResult", "parse_model_shape", "read_lengths"]
+__all__ = [
+    "COLUMNS",
+    "BalanceConfig",
+    "BalanceResult",
+    "apply_overlength",
+    "parse_model_shape",
+    "read_lengths",
+]
 
 _MODEL_KEYS = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab")
 #: Pipeline stages (PP*VPP) at most: each holds at least one layer, and no model has a thousand.
@@ -88,12 +95,57 @@ def read_lengths(path: Path, *, pack_size: int | None = None) -> np.ndarray:
         i = int(bad[0])
         at = where[i] if where else f"{path}: index {i}"
         rule = "at least 1" if lengths[i] < 1 else f"at most pack_size {pack_size}"
+        fix = "drop those lengths first" if lengths[i] < 1 else "pass overlength drop, truncate or fragment"
         raise InputError(
             f"{at}: length {int(lengths[i])} must be {rule} ({bad.size} of {lengths.size} lengths are outside "
-            f"1..{limit}); truncate, split or drop those samples first",
-            fields=() if lengths[i] < 1 else ("pack_size",),
+            f"1..{limit}); {fix}",
+            fields=() if lengths[i] < 1 else ("pack_size", "overlength"),
         )
     return lengths
+
+
+def apply_overlength(lengths: np.ndarray, pack_size: int, overlength: str) -> tuple[np.ndarray, str | None]:
+    """Runtime ``lengths`` with those longer than ``pack_size`` handled as ``longpack pack`` handles an
+    over-long sample (``error`` refuses, ``drop``, ``truncate`` to the pack size, ``fragment``: pieces cut by
+    :func:`longpack.packed.align.fragment_cuts`), and the note saying what was done (``None``: nothing over).
+
+    >>> lengths, note = apply_overlength(np.array([3, 9, 4]), 4, "fragment")
+    >>> lengths.tolist(), note
+    ([3, 4, 4, 4], '1 of 3 lengths are longer than the pack size (4): cut into 2 pack-size pieces (overlength fragment)')
+    >>> apply_overlength(np.array([3, 9, 4]), 4, "drop")[0].tolist()
+    [3, 4]
+    """
+    from longpack.packed.align import fragment_cuts
+
+    over = lengths > pack_size
+    if not over.any():
+        return lengths, None
+    head = f"{int(over.sum())} of {lengths.size} lengths are longer than the pack size ({pack_size})"
+    if overlength == choices.OVERLENGTH_ERROR:
+        first = np.flatnonzero(over)[0]
+        raise ConfigError(
+            f"{head} (the first, index {int(first)}, is {int(lengths[first])}); "
+            "pass overlength drop, truncate or fragment, or raise pack_size",
+            fields=("overlength", "pack_size"),
+        )
+    if overlength == choices.OVERLENGTH_DROP:
+        kept = lengths[~over]
+        if kept.size == 0:
+            raise ConfigError(
+                f"{head}, all of them: dropping them leaves none; raise pack_size", fields="pack_size"
+            )
+        return kept, f"{head}: dropped (overlength drop)"
+    if overlength == choices.OVERLENGTH_TRUNCATE:
+        return np.minimum(lengths, pack_size), f"{head}: truncated to it (overlength truncate)"
+    # fragment: a runtime length r is r + 1 stored tokens, cut as the pack job cuts them
+    which, _start, stored = fragment_cuts(lengths + 1, pack_size)
+    pieces = stored - 1
+    order = np.argsort(which, kind="stable")
+    cut = np.split(pieces[order], np.cumsum(np.bincount(which, minlength=lengths.size))[:-1])
+    out = np.concatenate([c if over[i] else lengths[i : i + 1] for i, c in enumerate(cut)])
+    out = out[out > 0]
+    made = int(sum(len(c) for i, c in enumerate(cut) if over[i]))
+    return out.astype(np.int64), f"{head}: cut into {made} pack-size pieces (overlength fragment)"
 
 
 def parse_model_shape(spec: str) -> dict[str, Any]:
@@ -185,6 +237,12 @@ class BalanceConfig:
     tp: int = option(1, help="TP size of the group that runs one pack (planner cost model).")
     cp: int = option(1, help="CP size of the group that runs one pack (planner cost model).")
     seed: int = seed_option()
+    overlength: str = option(
+        choices.OVERLENGTH_ERROR,
+        help="Lengths longer than --pack-size: error (refuse them), drop, truncate or fragment (pack-size "
+        "pieces), as longpack pack handles over-long samples.",
+        choices=choices.OVERLENGTH_POLICIES,
+    )
     out: str | Path | None = option(
         None, help="Write the balanced bin_of_item (.npy); bin id = read order.", cli_type=Path | None
     )
@@ -203,6 +261,12 @@ class BalanceConfig:
         for name in ("tp", "cp"):
             positive_int(getattr(self, name), name)
         check_choices(self)
+        if self.out is not None and self.overlength in (choices.OVERLENGTH_DROP, choices.OVERLENGTH_FRAGMENT):
+            raise ConfigError(
+                f"out writes one bin per length read, but overlength {self.overlength} changes how many lengths "
+                "there are; use overlength truncate (or error) with out",
+                fields=("out", "overlength"),
+            )
         if self.pp * self.vpp > MAX_STAGES:
             raise ConfigError(
                 f"PP*VPP = {self.pp}*{self.vpp} pipeline stages: at most {MAX_STAGES} (each stage holds at least "
@@ -238,7 +302,14 @@ class BalanceConfig:
 
         if self.out is not None:
             check_output_file(Path(self.out), field="out")  # before the simulation
-        lengths = read_lengths(Path(self.lengths_file), pack_size=self.pack_size)
+        from longpack.errors import warn_all
+
+        assert self.pack_size is not None  # required: checked on construction
+        strict = self.overlength == choices.OVERLENGTH_ERROR
+        lengths = read_lengths(Path(self.lengths_file), pack_size=self.pack_size if strict else None)
+        lengths, note = apply_overlength(lengths, self.pack_size, self.overlength)
+        warnings = (note,) if note else ()
+        warn_all(warnings)
         if self.gbs > len(
             lengths
         ):  # every pack holds a sample: not one full step, only empty packs simulated
@@ -247,7 +318,6 @@ class BalanceConfig:
                 "step; lower gbs or give more lengths",
                 fields="gbs",
             )
-        assert self.pack_size is not None  # required: checked on construction
         try:
             cost_model = self.cost_model()
             reports = compare_packings(
@@ -283,7 +353,10 @@ class BalanceConfig:
         if self.out is not None:
             write_npy_atomic(Path(self.out), next(r for r in reports if r.name == "balanced").bin_of_item)
         return BalanceResult(
-            ideal_time_s=ideal, packings=tuple(rows), out=None if self.out is None else str(self.out)
+            ideal_time_s=ideal,
+            packings=tuple(rows),
+            out=None if self.out is None else str(self.out),
+            warnings=warnings,
         )
 
 
@@ -295,6 +368,16 @@ class BalanceResult:
     packings: tuple[dict[str, Any], ...]
     #: Where the balanced ``bin_of_item`` was written, or ``None``.
     out: str | None = None
+    #: What was done to lengths longer than the pack size (``overlength``), as the CLI prints it.
+    warnings: tuple[str, ...] = ()
+
+    def notes(self) -> list[str]:
+        """The warnings, as the CLI prints them (``warning: ...``)."""
+        return [f"warning: {w}" for w in self.warnings]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ideal_time_s": self.ideal_time_s, "packings": list(self.packings)}
+        return {
+            "ideal_time_s": self.ideal_time_s,
+            "packings": list(self.packings),
+            "warnings": list(self.warnings),
+        }

@@ -388,7 +388,7 @@ class PackConfig:
     )
     #: Largest share (0..1) of the samples or runtime tokens that may be dropped or truncated; past it the job
     #: raises ``longpack.packed.drops.DropLimitError`` (CLI exit 1) before writing anything. ``None``: no
-    #: limit; a loss past 5 % still warns (length percentiles, the pack size that keeps 99 % of samples).
+    #: limit; a loss past 5 % still warns (length percentiles, the larger pack sizes that would keep the samples).
     max_drop_fraction: float | None = option(
         None,
         help="Fail (exit 1, nothing written) when more than this share (0..1) of the samples or tokens would "

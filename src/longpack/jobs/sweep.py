@@ -479,6 +479,37 @@ class SweepResult:
         return f"pack-length sweep at {self.settings.token_slots:,} token slots per step{where}"
 
     @property
+    def notes(self) -> tuple[str, ...]:
+        """What the figures rest on that a user did not choose: the default ``token_slots`` giving batches
+        smaller than the GPUs (GBS = token slots / pack length; DP is at most GBS, so the planner trades DP
+        for PP), with the token slots that give the GBS one trains with. Empty otherwise.
+
+        >>> s = SweepSettings(pack_lengths=(2048, 16384))
+        >>> SweepResult(settings=s, read=0, candidates=(), recommendation=None, gpus=64).notes  # no candidate
+        ()
+        """
+        s = self.settings
+        if self.gpus is None or s.token_slots != DEFAULT_TOKEN_SLOTS or not self.candidates:
+            return ()
+        gbs = sorted({c.gbs for c in self.candidates})
+        if gbs[0] >= self.gpus:
+            return ()
+
+        def shown(scale: int) -> str:
+            lo, hi = gbs[0] * scale, gbs[-1] * scale
+            return f"GBS {lo}" if lo == hi else f"GBS {lo} to {hi}"
+
+        scale = 1 << max(
+            0, math.ceil(math.log2(self.gpus / gbs[0]))
+        )  # a power of 2: every length still divides
+        return (
+            f"token_slots is the default {DEFAULT_TOKEN_SLOTS:,}: GBS = token slots / pack length gives "
+            f"{shown(1)} on {self.gpus} GPUs, fewer packs per step than GPUs (DP is at most GBS, so layouts trade "
+            f"DP for PP); pass the token slots of the batch you train with (pack length x GBS), e.g. token_slots "
+            f"{DEFAULT_TOKEN_SLOTS * scale} for {shown(scale)}",
+        )
+
+    @property
     def exit_code(self) -> int:
         """1 when the planner ran and no candidate can be recommended (none fits in memory, or those that
         fit cannot run: the command found a problem), else 0."""
@@ -505,6 +536,7 @@ class SweepResult:
             "candidates": [c.to_dict() for c in self.candidates],
             "recommendation": None if self.recommendation is None else self.recommendation.to_dict(),
             "warning": self.warning,
+            "notes": list(self.notes),
         }
         if self.plot is not None:
             doc["plot"] = self.plot

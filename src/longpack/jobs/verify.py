@@ -502,16 +502,19 @@ def _cp_unaligned(
     return None
 
 
-def structural_failures(config: VerifyConfig) -> list[dict[str, Any]]:
+def structural_failures(config: VerifyConfig) -> tuple[list[dict[str, Any]], bool]:
     """What the structural verifier (``longpack inspect --verify``: every row's labels, alignment, pack
-    size, the manifest's hashes and counts) finds wrong with ``config.packed``, as verify failures. A model
-    check proves nothing about a folder whose files no longer match what was packed, so it runs first."""
+    size, the manifest's hashes and counts) finds wrong with ``config.packed``, as verify failures, and
+    whether the model checks can read the folder at all (not when a file is damaged or the manifest cannot
+    be read). A model check proves nothing about a folder whose files no longer match what was packed, so
+    it runs first."""
     from longpack.packed import inspect_output
 
     assert config.packed is not None
     report = inspect_output(Path(config.packed), verify=True, no_manifest_ok=config.allow_no_manifest)
     if report["ok"]:
-        return []
+        return [], True
+    readable = not report.get("damaged") and not report.get("manifest_unreadable")
     return [
         {
             "check": "structure",
@@ -523,7 +526,42 @@ def structural_failures(config: VerifyConfig) -> list[dict[str, Any]]:
             "detail": str(problem),
         }
         for problem in report["problems"]
-    ]
+    ], readable
+
+
+def _unreadable(config: VerifyConfig, structural: list[dict[str, Any]], began: float) -> VerifyResult:
+    """The verdict on a folder the model checks cannot read (a damaged file, an unreadable manifest): FAIL
+    with the structural verifier's problems (exit 1, as ``longpack inspect --verify`` exits); no model runs."""
+    verdict = (
+        f"FAIL: the structural verifier (longpack inspect --verify) found {len(structural)} problem(s) that "
+        f"keep the model checks from reading the folder; first: {structural[0]['detail']}"
+    )
+    notes = ["no row was run through the model: the folder cannot be read"]
+    certificate = {
+        "verdict": "fail",
+        "summary": verdict,
+        "versions": _versions(),
+        "data": {"path": str(config.packed)},
+        "structure": {
+            "checked": "every row (longpack inspect --verify)",
+            "problems": [f["detail"] for f in structural],
+        },
+        "rows_checked": {},
+        "rows_not_checked": None,
+        "fault_injected": config.fault,
+        "notes": notes,
+    }
+    return _certified(
+        config,
+        certificate,
+        ok=False,
+        verdict=verdict,
+        rows=(),
+        distributed=(),
+        failures=structural,
+        notes=notes,
+        seconds=time.perf_counter() - began,
+    )
 
 
 def _distributed(
@@ -601,7 +639,9 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
     began = time.perf_counter()
     assert config.packed is not None
     source = load_hf_config(config.model)
-    structural = structural_failures(config)  # first: the model checks below add to what it finds
+    structural, readable = structural_failures(config)  # first: the model checks below add to what it finds
+    if not readable:
+        return _unreadable(config, structural, began)
     folder = PackedFolder.open(config.packed, allow_no_manifest=config.allow_no_manifest)
     splits = [config.split] if config.split is not None else list(folder.split_names)
     options = dict((folder.manifest.bridge_config or {}).get("options", {})) if folder.manifest else {}
@@ -1012,7 +1052,9 @@ def _run_megatron(config: VerifyConfig) -> VerifyResult:
     began = time.perf_counter()
     assert config.packed is not None
     source = load_hf_config(config.model)
-    structural = structural_failures(config)
+    structural, readable = structural_failures(config)
+    if not readable:
+        return _unreadable(config, structural, began)
     folder = PackedFolder.open(config.packed, allow_no_manifest=config.allow_no_manifest)
     split = config.split or folder.split_names[0]
     collate = PackedCollator.for_data(folder, split=split)

@@ -18,8 +18,8 @@ before anything is written.
 (2, 0.5, 16, 0.8, 8)
 >>> print(r.warning())  # doctest: +NORMALIZE_WHITESPACE
 2 of 4 samples (50.0 %) and 16 of 20 runtime tokens (80.0 %) were dropped or truncated (2 dropped,
-0 truncated): sample lengths in runtime tokens p50 2, p90 8, p99 8, max 8; the smallest pack size that keeps
-99 % of the samples is 8 (seq_length 8), or keep every token with overlength fragment
+0 truncated): sample lengths in runtime tokens p50 2, p90 8, p99 8, max 8; a larger pack size keeps them:
+seq_length 8 keeps every sample; or keep every token with overlength fragment
 """
 
 from __future__ import annotations
@@ -66,6 +66,10 @@ class DropReport:
     lost_tokens: int
     percentiles: dict[str, int]
     keep_99_pack_size: int
+    #: The pack's ``seq_length`` (0: not known), so the advice never names a smaller one as a fix.
+    seq_length: int = 0
+    #: The smallest (aligned) pack size that keeps every sample.
+    keep_all_pack_size: int = 0
 
     @property
     def lost_samples(self) -> int:
@@ -93,9 +97,24 @@ class DropReport:
             f"{self.lost_samples} of {self.samples} samples ({100 * self.sample_fraction:.1f} %) and "
             f"{self.lost_tokens} of {self.tokens} runtime tokens ({100 * self.token_fraction:.1f} %) were "
             f"dropped or truncated ({self.dropped} dropped, {self.truncated} truncated): sample lengths in "
-            f"runtime tokens p50 {p['p50']}, p90 {p['p90']}, p99 {p['p99']}, max {p['max']}; the smallest pack "
-            f"size that keeps 99 % of the samples is {self.keep_99_pack_size} (seq_length "
-            f"{self.keep_99_pack_size}), or keep every token with overlength fragment"
+            f"runtime tokens p50 {p['p50']}, p90 {p['p90']}, p99 {p['p99']}, max {p['max']}; {self._advice()}"
+        )
+
+    def _advice(self) -> str:
+        """What pack size would keep the data: never one at or below the pack's own ``seq_length`` (a 16K
+        pack that drops its longest samples is not fixed by the 1760 that holds 99 % of them)."""
+        every = self.keep_all_pack_size or self.percentiles["max"]
+        fragment = "or keep every token with overlength fragment"
+        if self.keep_99_pack_size > self.seq_length:
+            if self.keep_99_pack_size >= every:
+                return f"a larger pack size keeps them: seq_length {every} keeps every sample; {fragment}"
+            return (
+                f"a larger pack size keeps them: seq_length {self.keep_99_pack_size} keeps 99 % of the samples, "
+                f"seq_length {every} every sample; {fragment}"
+            )
+        return (
+            f"99 % of the samples already fit in seq_length {self.seq_length}: the loss is in the longest "
+            f"samples (up to {self.percentiles['max']} tokens); seq_length {every} keeps every sample; {fragment}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -109,6 +128,7 @@ class DropReport:
             "token_fraction": self.token_fraction,
             "length_percentiles": dict(self.percentiles),
             "keep_99_pack_size": self.keep_99_pack_size,
+            "keep_all_pack_size": self.keep_all_pack_size,
         }
 
 
@@ -125,10 +145,10 @@ def drop_report(splits: Sequence[Any]) -> DropReport:
     two splits (``val_fraction``) count once."""
     seen: dict[int, TokenizedSamples] = {}
     dropped = truncated = lost = 0
-    mult = 1
+    mult = seq_length = 1
     for split in splits:
         a = split.aligned
-        mult = a.pad_seq_to_mult
+        mult, seq_length = a.pad_seq_to_mult, a.max_seq_length
         seen.setdefault(id(a.samples), a.samples)
         runtime = a.samples.runtime_lengths()
         dropped += len(a.dropped)
@@ -154,6 +174,8 @@ def drop_report(splits: Sequence[Any]) -> DropReport:
             "max": int(lengths[-1]) if len(lengths) else 0,
         },
         keep_99_pack_size=keep,
+        seq_length=int(seq_length),
+        keep_all_pack_size=align_up(max(int(lengths[-1]) if len(lengths) else 1, 1), mult),
     )
 
 
@@ -162,12 +184,21 @@ def check_drop_limit(report: DropReport, max_drop_fraction: float | None) -> Non
     limit) of the samples or runtime tokens.
 
     >>> r = DropReport(samples=10, tokens=100, dropped=1, truncated=0, lost_tokens=30,
-    ...     percentiles={"p50": 8, "p90": 20, "p99": 30, "max": 30}, keep_99_pack_size=30)
+    ...     percentiles={"p50": 8, "p90": 20, "p99": 30, "max": 30}, keep_99_pack_size=30, seq_length=24,
+    ...     keep_all_pack_size=30)
     >>> check_drop_limit(r, 0.5)
     >>> check_drop_limit(r, 0.2)
     Traceback (most recent call last):
     ...
-    longpack.packed.drops.DropLimitError: max_drop_fraction 0.2 exceeded, no packed rows written: 1 of 10 samples (10.0 %) and 30 of 100 runtime tokens (30.0 %) were dropped or truncated (1 dropped, 0 truncated): sample lengths in runtime tokens p50 8, p90 20, p99 30, max 30; the smallest pack size that keeps 99 % of the samples is 30 (seq_length 30), or keep every token with overlength fragment
+    longpack.packed.drops.DropLimitError: max_drop_fraction 0.2 exceeded, no packed rows written: 1 of 10 samples (10.0 %) and 30 of 100 runtime tokens (30.0 %) were dropped or truncated (1 dropped, 0 truncated): sample lengths in runtime tokens p50 8, p90 20, p99 30, max 30; a larger pack size keeps them: seq_length 30 keeps every sample; or keep every token with overlength fragment
+
+    A 16K pack whose longest samples carry the loss is not told to shrink to the 99th percentile:
+
+    >>> r = DropReport(samples=1000, tokens=2_000_000, dropped=3, truncated=0, lost_tokens=210_000,
+    ...     percentiles={"p50": 900, "p90": 1500, "p99": 1760, "max": 90_000}, keep_99_pack_size=1760,
+    ...     seq_length=16384, keep_all_pack_size=90_000)
+    >>> r.warning().split("; ", 1)[1]
+    '99 % of the samples already fit in seq_length 16384: the loss is in the longest samples (up to 90000 tokens); seq_length 90000 keeps every sample; or keep every token with overlength fragment'
     """
     if max_drop_fraction is None or report.fraction <= max_drop_fraction:
         return

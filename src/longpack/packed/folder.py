@@ -59,7 +59,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from longpack.errors import PackedDataError
+from longpack.errors import DamagedDataError, PackedDataError
 from longpack.outputs import sha256_file
 from longpack.packed.files import (
     ONE_ROW_PAGES_KEY,
@@ -97,6 +97,9 @@ _META_RE = re.compile(r"^(\d+)_metadata\.jsonl$")
 # Megatron-Bridge's default folder: <tok>_pad_seq_to_mult<P>_sft_<fp12>.
 _DIR_MULT_RE = re.compile(r"_pad_seq_to_mult(\d+|None)_")
 _DAMAGED = "the file is damaged or incompletely copied: copy it again, or pack again"
+#: The largest pack size or alignment multiple a manifest may record: no pack holds 2**40 tokens, so a larger
+#: recorded value is damage, not a setting.
+MAX_RECORDED_SIZE = 2**40
 _INCOMPLETE = "the folder is incomplete (a failed copy or a deleted file): copy it again, or pack again"
 #: Split name of named files whose names carry no split (``shard_0.parquet``).
 UNSPLIT = "files"
@@ -300,7 +303,7 @@ class ParquetRowSource:
             raise PackedDataError(f"{self.path}: no such file") from exc
         # (ValueError: a damaged footer can hold names that are not UTF-8)
         except (OSError, ValueError, pa.ArrowException) as exc:
-            raise PackedDataError(
+            raise DamagedDataError(
                 f"{self.path}: cannot open as Parquet ({_one_line(exc)}); {_DAMAGED}"
             ) from exc
         missing = [c for c in REQUIRED_COLUMNS if c not in names]
@@ -354,7 +357,7 @@ class ParquetRowSource:
             first = self.group_start(groups[0])
             last = self.group_start(groups[-1]) + self.group_rows[groups[-1]] - 1
             which = f"row group {groups[0]}" if len(groups) == 1 else f"row groups {groups[0]}-{groups[-1]}"
-            raise PackedDataError(
+            raise DamagedDataError(
                 f"{self.path}: {which} (rows {first}-{last}) cannot be read ({_one_line(exc)}); {_DAMAGED}"
             ) from exc
         where = f"row group {groups[0]}" if len(groups) == 1 else f"row groups {groups[0]}-{groups[-1]}"
@@ -551,7 +554,7 @@ class NpyRowSource:
             try:
                 values = np.asarray(flat, dtype=np.int64) if flat else np.zeros(0, np.int64)
             except (TypeError, ValueError, OverflowError) as exc:
-                raise PackedDataError(
+                raise DamagedDataError(
                     f"{self.path}: rows {first}-{first + len(part) - 1}: column {name!r} holds values that "
                     f"are not integers ({exc}); {_DAMAGED}"
                 ) from exc
@@ -1269,17 +1272,24 @@ class PackedFolder:
     def _pack_size_problems(self) -> list[str]:
         """Every place that states the pack size N (manifest, metadata entries, metadata and shard file
         names) must state the same N: a reader takes whichever it finds first."""
-        said: dict[str, int] = {}
-        if self.manifest is not None:
-            record = self.manifest.to_dict()
-            for section, key in (
+        said, problems = self._manifest_states(
+            (
                 ("alignment", "pack_size"),
                 ("settings", "pack_size"),
                 ("megatron_bridge", "packed_sequence_size"),
-            ):
-                value = record.get(section, {}).get(key) if isinstance(record.get(section), dict) else None
-                if isinstance(value, int) and not isinstance(value, bool):
-                    said[f"manifest.json {section}.{key}"] = value
+            )
+        )
+        multiples, problems_m = self._manifest_states(
+            (
+                ("alignment", "pad_seq_to_mult"),
+                ("settings", "pad_seq_to_mult"),
+                ("megatron_bridge", "pad_seq_to_mult"),
+            )
+        )
+        problems += problems_m
+        if len(set(multiples.values())) > 1:
+            listed = ", ".join(f"{where} {value}" for where, value in multiples.items())
+            problems.append(f"pad_seq_to_mult is stated differently: {listed}")
         entries: set[int] = set()
         for e in self.metadata:
             stated = e.get("pack_size")
@@ -1296,9 +1306,31 @@ class PackedFolder:
                 f"shard file names ({value})" if "the shard file names" in said else "the shard file names"
             ] = value
         if len(set(said.values())) <= 1:
-            return []
+            return problems
         listed = ", ".join(f"{where} {value}" for where, value in said.items())
-        return [f"the pack size is stated differently: {listed}"]
+        return [f"the pack size is stated differently: {listed}", *problems]
+
+    def _manifest_states(self, places: Sequence[tuple[str, str]]) -> tuple[dict[str, int], list[str]]:
+        """What the manifest states at ``places`` (``(section, key)``): the positive integers, by place, and
+        a problem for each place that holds something else (a damaged record: ``"abc"``, 0, null, 10**30)."""
+        said: dict[str, int] = {}
+        problems: list[str] = []
+        if self.manifest is None:
+            return said, problems
+        record = self.manifest.to_dict()
+        for section, key in places:
+            part = record.get(section)
+            if not isinstance(part, dict) or part.get(key) is None:  # not stated there
+                continue
+            value = part[key]
+            if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_RECORDED_SIZE:
+                said[f"manifest.json {section}.{key}"] = value
+            else:
+                problems.append(
+                    f"manifest.json {section}.{key} is {str(value)[:40]!r}, not a positive integer of at most "
+                    f"{MAX_RECORDED_SIZE}: the manifest is damaged; pack the folder again"
+                )
+        return said, problems
 
     def _check_record(self, s: PackedSplit, scan: SplitScan) -> list[str]:
         record, problems = s.record, []

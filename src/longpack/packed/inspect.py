@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from longpack.errors import PackedDataError
+from longpack.errors import DamagedDataError, PackedDataError
 from longpack.packed.folder import PackedFolder
 from longpack.packed.manifest import MANIFEST_NAME
 
@@ -85,6 +85,38 @@ def inspect_output(
     out = Path(out_dir)
     if not out.is_dir():
         raise PackedDataError(f"{out} is not a folder; point at the output folder of `longpack pack`")
+    try:
+        return _inspect_folder(out, verify=verify, no_manifest_ok=no_manifest_ok)
+    except DamagedDataError as exc:  # a damaged file is what a check finds (exit 1), as a changed sha256 is
+        return {
+            "folder": str(out),
+            "finished": (out / MANIFEST_NAME).is_file(),
+            "no_manifest_ok": no_manifest_ok,
+            "manifest_unreadable": False,
+            "damaged": True,
+            "format": _recorded_format(out),
+            "settings": {},
+            "splits": {},
+            "verified": verify,
+            "problems": [str(exc)],
+            "ok": False,
+        }
+
+
+def _recorded_format(out: Path) -> str | None:
+    """The output format ``manifest.json`` records (``settings.output_format``), or ``None`` when it cannot
+    be read: what a damaged folder was written as."""
+    import json
+
+    try:
+        settings = json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8")).get("settings")
+        value = settings.get("output_format") if isinstance(settings, dict) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _inspect_folder(out: Path, *, verify: bool, no_manifest_ok: bool) -> dict[str, Any]:
     # A folder without a manifest reads as unfinished (a problem), unless it is declared Bridge's own.
     folder = PackedFolder.open(out, allow_unfinished=True, allow_no_manifest=no_manifest_ok)
     manifest = folder.manifest
@@ -93,6 +125,7 @@ def inspect_output(
         "finished": folder.finished,
         "no_manifest_ok": no_manifest_ok,
         "manifest_unreadable": manifest is None and (out / MANIFEST_NAME).is_file(),
+        "damaged": False,
         "format": folder.format,
         "settings": manifest.settings.to_dict() if manifest is not None else {},
         "splits": {},

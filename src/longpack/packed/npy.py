@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from longpack.errors import PackedDataError
+from longpack.errors import DamagedDataError, PackedDataError
 from longpack.outputs import ArrayWriter
 
 __all__ = ["load_rows", "save_rows"]
@@ -79,7 +79,7 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
     except PackedDataError:
         raise
     except (OSError, ValueError, EOFError, pickle.UnpicklingError, AttributeError, TypeError) as exc:
-        raise PackedDataError(
+        raise DamagedDataError(
             f"{p}: cannot read as a packed .npy file ({' '.join(str(exc).split())}); the file is damaged or "
             "incompletely copied: copy it again, or pack again"
         ) from exc

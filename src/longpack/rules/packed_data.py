@@ -105,13 +105,52 @@ def inspect_packed_dir(
     >>> s.pack_size, s.rows, s.segments, s.misaligned_segments, s.first_misaligned.runtime_length
     (8, 1, 2, 1, 3)
     """
+    from longpack.errors import DamagedDataError
+
+    wanted = [multiple] if isinstance(multiple, int) else list(multiple)
+    try:
+        return _summary(path, wanted, pack_size_hint, allow_unfinished, allow_no_manifest, verify)
+    except DamagedDataError as exc:
+        if not verify:
+            raise
+        # A damaged file is what the verification finds (LP-DATA-012, exit 1), as ``inspect --verify``
+        # reports it: one verdict on one folder. Nothing else about the data is known.
+        first = max(1, int(wanted[0])) if wanted else 1
+        return PackedDataSummary(
+            path=str(path),
+            pack_size=None,
+            metadata_path=None,
+            metadata=(),
+            parquet_files=(),
+            manifest=None,
+            recorded_pad_seq_to_mult=None,
+            rows=0,
+            segments=0,
+            checked_multiple=first,
+            misaligned_segments=0,
+            first_misaligned=None,
+            segment_length_gcd=0,
+            rows_over_pack_size=0,
+            max_row_runtime_tokens=0,
+            problems=(str(exc),),
+            verified=True,
+        )
+
+
+def _summary(
+    path: str | Path,
+    wanted: list[int],
+    pack_size_hint: int | None,
+    allow_unfinished: bool,
+    allow_no_manifest: bool,
+    verify: bool,
+) -> PackedDataSummary:
     from longpack.packed.folder import PackedFolder
 
     folder = PackedFolder.open(
         path, allow_unfinished=allow_unfinished, allow_no_manifest=allow_no_manifest, pack_size=pack_size_hint
     )
     pack_size = folder.pack_size
-    wanted = [multiple] if isinstance(multiple, int) else list(multiple)
     checks = list(dict.fromkeys(max(1, int(m)) for m in wanted)) or [1]
     bad_counts = dict.fromkeys(checks, 0)
     firsts: dict[int, SegmentExample] = {}

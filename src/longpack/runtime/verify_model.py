@@ -52,6 +52,10 @@ THD_ATTENTION = "longpack_thd"
 HEAD_CLASSES = 256
 #: Width of the shrunk model (hidden size, heads x head dim, MLP width).
 TINY = {"hidden_size": 16, "num_attention_heads": 2, "head_dim": 8, "intermediate_size": 32}
+#: Multi-latent attention of the shrunk model (DeepSeek-V3's ``kv_lora_rank`` 512, ``qk_rope_head_dim`` 64,
+#: ``qk_nope_head_dim`` 128, ``v_head_dim`` 128, scaled down together): RoPE on 8 of each head's 16 query/key
+#: dimensions, as the family splits them.
+TINY_MLA = {"kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8}
 #: Gated DeltaNet width of the shrunk model: 4 key heads, 8 value heads (Qwen3-Next's 1:2 grouping) of 8
 #: dimensions (heads divisible by CP 2 and 4, for the head split); the convolution keeps the family's kernel.
 TINY_LINEAR = {
@@ -146,6 +150,15 @@ def tiny_config(source: Mapping[str, Any], *, layers: int = 1) -> dict[str, Any]
     if config.get("model_type") == "qwen3_next":
         config.update(TINY_LINEAR)
         config["mlp_only_layers"] = []
+    if config.get("kv_lora_rank"):  # multi-latent attention (DeepSeek-V2/V3, Kimi K2): its own head widths
+        config.update(TINY_MLA)
+        if config.get("q_lora_rank"):  # None: queries are projected without a low-rank step (V2-Lite)
+            config["q_lora_rank"] = TINY_MLA["kv_lora_rank"]
+        config["head_dim"] = TINY_MLA["qk_rope_head_dim"]  # transformers' rotary tables are this wide
+    if config.get("n_group") and config.get("n_routed_experts"):  # group-limited routing over 4 experts
+        config["n_group"] = config["topk_group"] = 1
+    if "first_k_dense_replace" in config:  # the first layers are dense: the shrunk model's layer routes
+        config["first_k_dense_replace"] = 0
     if config.get("model_type") == "nemotron_h":  # the config takes the layer list as layers_block_type
         config["layers_block_type"] = config.pop("layer_types")
     for key, value in (
