@@ -97,6 +97,7 @@ def load_bridge(root: Path) -> dict[str, Any]:
         "in_batch": importlib.import_module("megatron.bridge.data.packing.in_batch"),
         "visual": importlib.import_module("megatron.bridge.data.collators.visual"),
         "visual_inputs": importlib.import_module("megatron.bridge.training.utils.visual_inputs"),
+        "mimo": importlib.import_module("megatron.bridge.data.megatron_mimo.sequence_pack"),
         "expand": extract_function(
             bridge / "training" / "llava_step.py", "_expand_packed_metadata_for_visual_embeddings"
         ),
@@ -217,6 +218,40 @@ def run_nemotron(mods: dict[str, Any], seed: int = 0, rows: int = 200) -> dict[s
             if not expand_fail
             else f"FAIL: {expand_fail[:5]}"
         },
+    }
+
+
+def run_mimo(mods: dict[str, Any], shards: int = 200) -> dict[str, dict[str, str]]:
+    """MegatronMIMO: Bridge's ``pack_language_shard`` with the lengths ``megatron_mimo_step.forward_step``
+    derives (``attention_mask.to(bool).sum(1)``) vs ``pack_mimo_language_shard``, on random right-padded
+    shards of tests/vlm/test_vlm_mimo.py (2-D and MRoPE positions, with and without ``input_ids``)."""
+    import torch
+
+    from longpack.runtime.in_batch import pack_mimo_language_shard
+
+    sys.path.insert(0, str(ROOT / "tests" / "vlm"))
+    from test_vlm_mimo import mimo_shard
+
+    fails: dict[str, list[int]] = {}
+    for case in range(shards):
+        batch = mimo_shard(case, mrope=case % 3 == 0, with_tokens=case % 4 != 1)
+        lengths = batch["attention_mask"].to(torch.bool).sum(dim=1).to(torch.long)
+        theirs, their_kwargs = mods["mimo"].pack_language_shard(dict(batch), lengths=lengths)
+        ours, our_kwargs = pack_mimo_language_shard(batch)
+        for key, verdict in {**compare(theirs, ours), **compare(their_kwargs, our_kwargs)}.items():
+            if verdict != "pass":
+                fails.setdefault(key, []).append(case)
+        if set(ours) != set(theirs):
+            fails.setdefault("keys", []).append(case)
+    keys = ["input_ids", "labels", "loss_mask", "position_ids", "attention_mask", "modality_inputs"]
+    keys += [f"cu_seqlens_{a}{b}" for a in ("q", "kv") for b in ("", "_padded")] + [
+        "max_seqlen_q",
+        "max_seqlen_kv",
+    ]
+    return {
+        f"mimo ({shards} shards)": {
+            key: "pass" if key not in fails else f"FAIL: shards {fails[key][:5]}" for key in [*keys, "keys"]
+        }
     }
 
 
@@ -435,6 +470,7 @@ def run(checkout: Path) -> dict[str, Any]:
         results.update(run_nemotron(mods))
         results.update(run_glm4v(mods))
         results.update(run_kimi(mods))
+        results.update(run_mimo(mods))
     return results
 
 
