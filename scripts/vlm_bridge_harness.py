@@ -97,6 +97,7 @@ def load_bridge(root: Path) -> dict[str, Any]:
         "in_batch": importlib.import_module("megatron.bridge.data.packing.in_batch"),
         "visual": importlib.import_module("megatron.bridge.data.collators.visual"),
         "visual_inputs": importlib.import_module("megatron.bridge.training.utils.visual_inputs"),
+        "hf_encoder": importlib.import_module("megatron.bridge.data.energon.hf_task_encoder"),
         "mimo": importlib.import_module("megatron.bridge.data.megatron_mimo.sequence_pack"),
         "expand": extract_function(
             bridge / "training" / "llava_step.py", "_expand_packed_metadata_for_visual_embeddings"
@@ -219,6 +220,53 @@ def run_nemotron(mods: dict[str, Any], seed: int = 0, rows: int = 200) -> dict[s
             else f"FAIL: {expand_fail[:5]}"
         },
     }
+
+
+def run_hf_encoder(
+    mods: dict[str, Any], processor: Any, examples: list[dict[str, Any]], prepared: list[Any]
+) -> dict[str, dict[str, str]]:
+    """Bridge's generic HF-encoder Energon task encoder (``HFTaskEncoder(enable_in_batch_packing=True)``, the
+    ``HFEnergonTaskEncoderConfig`` path) with a Gemma3 processor: its ``batch`` on micro-batches of 4 examples
+    then ``encode_batch`` (Bridge runs the processor through ``gemma3_vl_collate_fn``) vs
+    ``VisualInBatchEncoder.batch`` on the same samples prepared by longpack's ``Gemma3Preparer``."""
+    from longpack.online.vlm import VisualInBatchEncoder, VLMTaskSample
+    from longpack.vlm.families import Gemma3Family
+
+    hf = mods["hf_encoder"]
+    results = {}
+    for multiple in (1, 8):
+        theirs_encoder = hf.HFTaskEncoder(
+            processor=processor,
+            seq_length=4096,
+            enable_in_batch_packing=True,
+            in_batch_packing_pad_to_multiple_of=multiple,
+        )
+        prep = Gemma3Family().preparer(processor=processor, max_images=None, max_visual_tokens=None)
+        ours_encoder = VisualInBatchEncoder(prep, seq_length=4096, pad_to_multiple_of=multiple)
+        for start in range(0, len(examples), 4):
+            chunk = range(start, min(start + 4, len(examples)))
+            theirs = theirs_encoder.encode_batch(
+                theirs_encoder.batch(
+                    [
+                        hf.HFEnergonSample(__key__=f"k{i}", __subflavors__={}, example=examples[i])
+                        for i in chunk
+                    ]
+                )
+            )
+            members = [
+                VLMTaskSample(
+                    __key__=f"k{i}",
+                    __restore_key__=(),
+                    __subflavors__={},
+                    prepared=prepared[i],
+                    rejected=None,
+                    length=prepared[i].sequence_length,
+                )
+                for i in chunk
+            ]
+            ours = ours_encoder.batch(members)
+            results[f"hf_encoder gemma3 m={multiple} batch {start // 4}"] = compare(theirs, ours)
+    return results
 
 
 def run_mimo(mods: dict[str, Any], shards: int = 200) -> dict[str, dict[str, str]]:
@@ -446,6 +494,7 @@ def run(checkout: Path) -> dict[str, Any]:
             [pprep.prepare(s) for s in samples], sequence_length=4096, pad_to_multiple_of=8
         )
         results["gemma3 m=8 pad=3"] = compare(theirs, ours)
+        results.update(run_hf_encoder(mods, processor, examples, seqs))
         # Qwen-VL: Bridge packs prepared sequences (longpack's carry Bridge's row and visual_values).
         for name in ("qwen2_vl", "qwen3_vl"):
             import transformers
