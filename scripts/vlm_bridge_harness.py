@@ -32,7 +32,15 @@ Families and Bridge functions:
   ``_expand_packed_metadata_for_visual_embeddings`` vs ``expand_packed_boundaries`` on random packed rows.
   ``llava_step`` imports Megatron-LM's ``megatron.training`` (not installed), so that one function is taken
   out of the file with ``ast`` and run with ``torch`` and megatron-core's ``unwrap_model`` as its globals, on a
-  stand-in model object carrying ``image_token_index``, ``img_seq_len`` and ``_language_max_sequence_length``.
+  stand-in model object carrying ``image_token_index``, ``img_seq_len`` and ``_language_max_sequence_length``;
+  and ``models/nemotron_vl/data/collate_fn.py`` ``nemotron_nano_v2_vl_collate_fn`` per sample (a stand-in
+  processor: tests/vlm_helpers.py's Nemotron-shaped tokenizer and template, 256 ``<image>`` per tile,
+  longpack's pixel tiles) vs ``NemotronVLPreparer.prepare``;
+- generic HF-encoder Energon packing: ``data/energon/hf_task_encoder.py`` ``HFTaskEncoder(
+  enable_in_batch_packing=True)`` ``batch`` + ``encode_batch`` with a Gemma3 processor vs
+  ``VisualInBatchEncoder.batch``;
+- MegatronMIMO: ``data/megatron_mimo/sequence_pack.py`` ``pack_language_shard`` with the lengths
+  ``megatron_mimo_step.forward_step`` derives vs ``pack_mimo_language_shard``.
 
 Prints one line per family, alignment and key: ``pass`` / ``FAIL`` with the difference.
 """
@@ -93,6 +101,7 @@ def load_bridge(root: Path) -> dict[str, Any]:
         "qwen": importlib.import_module("megatron.bridge.models.qwen_vl.data.collate_fn"),
         "kimi": importlib.import_module("megatron.bridge.models.kimi_vl.data.collate_fn"),
         "nemotron": importlib.import_module("megatron.bridge.models.nemotron_vl.nemotron_vl_utils"),
+        "nemotron_collate": importlib.import_module("megatron.bridge.models.nemotron_vl.data.collate_fn"),
         "algorithms": importlib.import_module("megatron.bridge.data.packing.algorithms"),
         "in_batch": importlib.import_module("megatron.bridge.data.packing.in_batch"),
         "visual": importlib.import_module("megatron.bridge.data.collators.visual"),
@@ -266,6 +275,103 @@ def run_hf_encoder(
             ]
             ours = ours_encoder.batch(members)
             results[f"hf_encoder gemma3 m={multiple} batch {start // 4}"] = compare(theirs, ours)
+    return results
+
+
+class _NemotronProcessor:
+    """A stand-in for Nemotron Nano V2 VL's processor (the checkpoint's remote code): the tokenizer's own chat
+    template renders the conversation, each ``<image>`` becomes ``<img>`` + 256 ``<image>`` per tile +
+    ``</img>`` (the processor's text, which Bridge's collate collapses), ``num_patches`` the tiles per image
+    and ``pixel_values`` longpack's tiles (so pixels are not checked against the remote code here). Calls
+    other than the collate's batch call go to the tokenizer, as a processor's would for text."""
+
+    def __init__(self, prep: Any) -> None:
+        self.prep = prep
+        self.tokenizer = prep.tokenizer
+        self.chat_template = prep.tokenizer.chat_template
+
+    def apply_chat_template(self, conversations: Any, **kwargs: Any) -> Any:
+        """A processor's ``apply_chat_template``: text when ``tokenize`` is false, else the processor call on
+        the rendered text (images expanded), one conversation or a batch."""
+        import torch
+
+        from longpack.vlm.families.nemotron_vl import IMG_CONTEXT, IMG_END, IMG_START
+
+        single = bool(conversations) and isinstance(conversations[0], dict)
+        batch = [conversations] if single else list(conversations)
+        if not kwargs.get("tokenize"):
+            texts = [self.tokenizer.apply_chat_template(c, tokenize=False) for c in batch]
+            return texts[0] if single else texts
+        rows, tiles, pixels = [], [], []
+        for conversation in batch:
+            text = self.tokenizer.apply_chat_template(conversation, tokenize=False)
+            images = [
+                p["image"] for turn in conversation for p in turn["content"] if p.get("type") == "image"
+            ]
+            pieces = text.split(IMG_CONTEXT)
+            out = [pieces[0]]
+            for image, rest in zip(images, pieces[1:], strict=True):
+                n = self.prep.family.tiles(*image.size)
+                tiles.append(n)
+                pixels.append(self.prep.pixel_tiles(image))
+                out += [IMG_START + IMG_CONTEXT * (256 * n) + IMG_END, rest]
+            rows.append(self.tokenizer("".join(out), add_special_tokens=False)["input_ids"])
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id
+        result = {
+            "input_ids": torch.tensor([r + [pad] * (width - len(r)) for r in rows]),
+            "attention_mask": torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows]),
+        }
+        if tiles:
+            result["num_patches"] = torch.tensor(tiles)
+            result["pixel_values"] = torch.cat(pixels)
+        return result
+
+
+def run_nemotron_preparer(mods: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Nemotron-VL: Bridge's own ``nemotron_nano_v2_vl_collate_fn`` (one example per call: Bridge refuses
+    in-batch packing for it; its loss mask from the ``<SPECIAL_11>Assistant\\n`` / ``<SPECIAL_12>`` markers,
+    ``adjust_image_tokens``, ``num_patches`` per tile, labels, bfloat16 pixels) with a stand-in processor over
+    tests/vlm_helpers.py's Nemotron-shaped tokenizer, vs ``NemotronVLPreparer.prepare`` of the same sample."""
+    import tempfile
+
+    from longpack.vlm.families.nemotron_vl import NemotronVLPreparer
+    from longpack.vlm.vision import decode_image
+    from vlm_helpers import nemotron_vl_checkpoint
+
+    with tempfile.TemporaryDirectory() as folder:
+        prep = NemotronVLPreparer.from_checkpoint(
+            nemotron_vl_checkpoint(folder), max_images=None, max_visual_tokens=None
+        )
+    processor = _NemotronProcessor(prep)
+    results = {}
+    for sample in samples:
+        seq = prep.prepare(sample)
+        messages, images = prep._conversation(sample, seq.key)
+        if not images:  # Bridge's collate reads the processor's pixel_values and num_patches unconditionally
+            continue
+        it = iter(decode_image(i) for i in images)
+        conversation = [
+            {
+                "role": m["role"],
+                "content": [
+                    {"type": "image", "image": next(it)}
+                    if p["type"] == "image"
+                    else {"type": "text", "text": p["text"]}
+                    for p in m["content"]
+                ],
+            }
+            for m in messages
+        ]
+        theirs = mods["nemotron_collate"].nemotron_nano_v2_vl_collate_fn(
+            [{"conversation": conversation}], processor, pad_to_multiple_of=1
+        )
+        ours: dict[str, Any] = {k: v[None] for k, v in seq.row.items()}
+        if seq.visual_values:
+            ours["pixel_values"] = seq.visual_values["pixel_values"]
+            ours["num_patches"] = seq.visual_values["num_patches"]
+            ours["visual_inputs"] = {"pixel_values": seq.visual_values["pixel_values"]}
+        results[f"nemotron_vl prepare {seq.key}"] = compare(theirs, ours)
     return results
 
 
@@ -517,6 +623,7 @@ def run(checkout: Path) -> dict[str, Any]:
                 results[f"{name} m={multiple} fixed={fixed}"] = compare(theirs, ours)
         results.update(run_grouping(mods, [s.sequence_length for s in qseqs]))
         results.update(run_nemotron(mods))
+        results.update(run_nemotron_preparer(mods, samples))
         results.update(run_glm4v(mods))
         results.update(run_kimi(mods))
         results.update(run_mimo(mods))

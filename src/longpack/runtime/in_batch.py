@@ -38,6 +38,7 @@ __all__ = [
     "VisualInBatchCollator",
     "build_glm4v_thd_batch",
     "build_kimi_thd_batch",
+    "build_nemotron_vl_thd_batch",
     "build_thd_row",
     "build_visual_thd_batch",
     "pack_mimo_language_shard",
@@ -573,6 +574,56 @@ def build_kimi_thd_batch(
     if grids:
         visual["image_grid_thw"] = torch.cat(grids, dim=0)
     out["visual_inputs"] = visual
+    return out
+
+
+def build_nemotron_vl_thd_batch(
+    prepared: Sequence[Any],
+    *,
+    language_max_sequence_length: int | None = None,
+    pad_to_multiple_of: int = 1,
+    tokens_per_tile: int = 256,
+) -> dict[str, Any]:
+    """One THD row of prepared Nemotron-VL sequences (:class:`longpack.vlm.families.nemotron_vl.NemotronVLPreparer`)
+    in the layout Bridge's ``training/llava_step.py`` takes packed (PR #4874): the THD keys of
+    :func:`build_thd_row` over the collated ids (gaps the tokenizer's pad id), ``num_patches`` (one 1 per tile,
+    concatenated) and ``visual_inputs["pixel_values"]`` (the tiles, in sequence order). The step grows each
+    segment by ``tokens_per_tile - 1`` per ``<image>`` and silently cuts the row at the language model's
+    ``seq_length``; with ``language_max_sequence_length`` the expanded, aligned row is checked against it
+    here instead, and a row that would be cut is an :class:`InBatchPackingError` naming its length.
+
+    Boundaries after the expansion: :func:`longpack.vlm.families.nemotron_vl.expand_packed_boundaries`.
+    """
+    if not prepared:
+        raise InBatchPackingError("no sequences to pack")
+    rows = [p.row for p in prepared]
+    out = build_thd_row(
+        rows,
+        pad_token_id=int(getattr(prepared[0], "pad_token_id", 0)),
+        ignore_index=-100,
+        pad_to_multiple_of=pad_to_multiple_of,
+    )
+    tiles = [
+        int(p.visual_values["num_patches"].numel()) if "num_patches" in p.visual_values else 0
+        for p in prepared
+    ]
+    if language_max_sequence_length is not None:
+        # the step's physical row: each aligned segment grown by its tiles (llava_step does not re-align)
+        expanded = sum(
+            align_up(int(r["input_ids"].numel()), pad_to_multiple_of) + n * (tokens_per_tile - 1)
+            for r, n in zip(rows, tiles, strict=True)
+        )
+        if expanded > language_max_sequence_length:
+            raise InBatchPackingError(
+                f"the packed row is {expanded} language-model tokens after LLaVA expands its {sum(tiles)} "
+                f"<image> tiles to {tokens_per_tile} each > language_max_sequence_length="
+                f"{language_max_sequence_length} (llava_step would cut it there without an error)",
+                fields="language_max_sequence_length",
+            )
+    pixels = [p.visual_values["pixel_values"] for p in prepared if "pixel_values" in p.visual_values]
+    patches = [p.visual_values["num_patches"] for p in prepared if "num_patches" in p.visual_values]
+    out["num_patches"] = torch.cat(patches) if patches else torch.zeros(0, dtype=torch.int32)
+    out["visual_inputs"] = {"pixel_values": torch.cat(pixels)} if pixels else {}
     return out
 
 
