@@ -42,8 +42,9 @@ and 3-D ``mrope_position_ids``; a :class:`longpack.vlm.families.Gemma3Preparer` 
 (images are resized to a square) and no video input (a sample with a video member is refused,
 ``unsupported_video``, and listed in its pack's ``skipped`` records; so is a Qwen3-VL video given as a frame
 list, which has no frame rate for Qwen3-VL's timestamps).
-Nemotron-VL is refused when the encoder is built: longpack does not prepare its samples (its processor is
-the checkpoint's remote code).
+Nemotron-VL is refused when the encoder is built: its packs must be budgeted on the length after the LLaVA
+model expands each ``<image>``, not on the collated tokens these encoders count (prepare its samples with
+``NemotronVLPreparer`` and pack them with ``build_nemotron_vl_thd_batch``).
 
 Samples come from a ``CrudeWebdataset`` (``energon prepare --sample-type CrudeWebdataset``): each sample has a
 ``json`` member with the conversation (``messages`` or ``conversations``, ``<image>`` placeholders) and image
