@@ -164,3 +164,59 @@ def test_packed_row_and_its_expansion(prep) -> None:
     build_nemotron_vl_thd_batch(seqs, pad_to_multiple_of=8, language_max_sequence_length=total)
     with pytest.raises(InBatchPackingError, match=f"{total} language-model tokens .*llava_step would cut"):
         build_nemotron_vl_thd_batch(seqs, pad_to_multiple_of=8, language_max_sequence_length=total - 1)
+
+
+class PilRevisionImageProcessor:
+    """The other published revision of the checkpoint's ``NemotronNanoVLV2ImageProcessor``, restated for the
+    test: each tile cut from a PIL-resized image, then ``ToTensor`` and normalization (``tiles`` overrides the
+    count, to test the tiling check)."""
+
+    def __init__(self, prep: NemotronVLPreparer, tiles: int | None = None) -> None:
+        self.prep, self.tiles = prep, tiles
+
+    def __call__(self, images, return_tensors="pt"):
+        side, out, counts = self.prep.family.tile_size, [], []
+        mean = torch.tensor(self.prep.norm_mean).reshape(3, 1, 1)
+        std = torch.tensor(self.prep.norm_std).reshape(3, 1, 1)
+        for image in images:
+            cols, rows = self.prep.family.grid(*image.size)
+            big = image.convert("RGB").resize((cols * side, rows * side))
+            crops = [
+                big.crop((c * side, r * side, (c + 1) * side, (r + 1) * side))
+                for r in range(rows)
+                for c in range(cols)
+            ]
+            if len(crops) > 1:
+                crops.append(image.convert("RGB").resize((side, side)))
+            for crop in crops:
+                out.append(
+                    (torch.from_numpy(np.asarray(crop, dtype=np.float32)).permute(2, 0, 1) / 255 - mean) / std
+                )
+            counts.append(self.tiles or len(crops))
+        return {"pixel_values": torch.stack(out), "num_patches": torch.tensor(counts)}
+
+
+def test_the_checkpoints_image_processor_gives_the_pixels_and_its_tiling_is_checked(prep, tmp_path) -> None:
+    folder = nemotron_vl_checkpoint(tmp_path / "ip")
+    sample = samples()[-1]
+    own = NemotronVLPreparer.from_checkpoint(folder, max_visual_tokens=None)
+    own.image_processor = PilRevisionImageProcessor(own)
+    seq, restated = own.prepare(sample), prep.prepare(sample)
+    expected = PilRevisionImageProcessor(own)([make_image(1500, 400, 3)])["pixel_values"].to(torch.bfloat16)
+    assert torch.equal(seq.visual_values["pixel_values"], expected)
+    assert seq.row["input_ids"].tolist() == restated.row["input_ids"].tolist()
+    # the two revisions' pixels differ (PIL's resize vs torchvision's on floats): why the processor is an option
+    assert not torch.equal(seq.visual_values["pixel_values"], restated.visual_values["pixel_values"])
+    own.image_processor = PilRevisionImageProcessor(own, tiles=2)
+    with pytest.raises(VLMError, match=r"sample system: the image processor made \[2\] tiles .* gives \[5\]"):
+        own.prepare(sample)
+
+
+def test_preprocessor_config_overrides_config_json(tmp_path) -> None:
+    folder = nemotron_vl_checkpoint(tmp_path / "pp")
+    (folder / "preprocessor_config.json").write_text(
+        json.dumps({"image_size": 448, "max_num_tiles": 6, "norm_mean": [0.5] * 3, "norm_std": [0.25] * 3})
+    )
+    prep = NemotronVLPreparer.from_checkpoint(folder)
+    assert (prep.family.tile_size, prep.family.max_num_tiles, prep.norm_mean) == (448, 6, [0.5] * 3)
+    assert prep.family.tokens_per_tile == (448 // 16) ** 2 // 4

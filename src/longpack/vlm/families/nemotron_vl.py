@@ -152,12 +152,15 @@ class NemotronVLPreparer:
       :func:`~longpack.vlm.families.gemma3.assistant_boundary_mask`), 0 on Bridge's skipped tokens (``<image>``,
       ``<pad>``, ... among the tokenizer's added tokens); labels the ids shifted left, -100 at the end, on
       skipped tokens and where the shifted mask is 0; ``position_ids`` ``arange``;
-    - **pixels**: the image resized with bicubic antialiasing to ``(rows * S, cols * S)``, cut into ``S x S``
-      tiles row by row, the whole image resized to ``S x S`` as the thumbnail when tiled, scaled to ``[0, 1]``
-      and normalized with ``config.json``'s ``norm_mean`` / ``norm_std``, bfloat16 ``[tiles, 3, S, S]``
-      (restated from vLLM's restatement of the checkpoint's processor, vllm-project/vllm@00b5bd45f
-      ``vllm/transformers_utils/processors/nano_nemotron_vl.py`` ``dynamic_preprocess``; megatron-core's
-      RADIO encoder does not normalize, so the processor's pixels must be normalized).
+    - **pixels**: with ``image_processor`` (the checkpoint's own, e.g. ``AutoImageProcessor.from_pretrained(
+      folder, trust_remote_code=True)``: running its code is the user's choice) its ``pixel_values``, its
+      ``num_patches`` checked against the family's tiling; without, longpack's restatement of the checkpoint's
+      ``NemotronNanoVLV2ImageProcessor`` (``image_processing.py``: ``ToTensor``, then torchvision's bicubic
+      ``Resize`` of the float image to ``(rows * S, cols * S)``, cut into ``S x S`` tiles row by row, the whole
+      image resized to ``S x S`` as the thumbnail when tiled, normalized with ``norm_mean`` / ``norm_std``),
+      bfloat16 ``[tiles, 3, S, S]``. Published revisions of that file differ (one resizes with PIL before
+      ``ToTensor``), so the restatement matches one revision only: pass the checkpoint's processor where pixels
+      must be its own.
 
     ``length``, ``measure`` count from the image headers; ``PreparedSequence.sequence_length`` is the collated
     length, :meth:`llm_length` the language model's (what a pack must fit: ``llava_step`` cuts a longer row).
@@ -177,6 +180,7 @@ class NemotronVLPreparer:
         norm_mean: Sequence[float],
         norm_std: Sequence[float],
         config: Any = None,
+        image_processor: Any = None,
     ) -> None:
         from longpack.vlm.families.gemma3 import BRIDGE_SKIPPED_TOKENS
         from longpack.vlm.hf_versions import checked_version
@@ -189,6 +193,7 @@ class NemotronVLPreparer:
         if len(norm_mean) != 3 or len(norm_std) != 3:
             raise VLMError(f"norm_mean and norm_std need 3 values (RGB), got {norm_mean!r} and {norm_std!r}")
         self.norm_mean, self.norm_std = [float(x) for x in norm_mean], [float(x) for x in norm_std]
+        self.image_processor = image_processor
         vocab = tokenizer.get_vocab()
         found = {t: vocab.get(t) for t in (IMG_START, IMG_END, IMG_CONTEXT)}
         if any(v is None for v in found.values()):
@@ -215,11 +220,15 @@ class NemotronVLPreparer:
         self.stats = VLMStats()
 
     @classmethod
-    def from_checkpoint(cls, folder: Any, **config: Any) -> NemotronVLPreparer:
+    def from_checkpoint(
+        cls, folder: Any, *, image_processor: Any = None, **config: Any
+    ) -> NemotronVLPreparer:
         """The preparer of a local checkpoint folder: its tokenizer (``AutoTokenizer``, offline, no remote
-        code) and ``config.json`` (``force_image_size``, ``max_num_tiles`` (12 when absent, Bridge's
-        provider), ``use_thumbnail``, ``patch_size``, ``downsample_ratio``, ``norm_mean``, ``norm_std``);
-        ``config``: :class:`~longpack.vlm.VLMConfig` limits."""
+        code), ``preprocessor_config.json`` (``image_size``, ``max_num_tiles``, ``use_thumbnail``,
+        ``norm_mean``, ``norm_std``: the image processor's settings) over ``config.json``
+        (``force_image_size``, ``max_num_tiles`` (12 when absent, Bridge's provider), ``use_thumbnail``,
+        ``patch_size``, ``downsample_ratio``, ``norm_mean``, ``norm_std``); ``image_processor``: see the class
+        docstring; ``config``: :class:`~longpack.vlm.VLMConfig` limits."""
         import json
         from pathlib import Path
 
@@ -232,10 +241,20 @@ class NemotronVLPreparer:
             checkpoint = json.loads(config_path.read_text())
         except (OSError, ValueError) as exc:
             raise VLMError(f"{config_path}: cannot read the checkpoint config ({exc})") from None
+        processor_path = path / "preprocessor_config.json"
+        if processor_path.exists():
+            try:
+                processor_config = json.loads(processor_path.read_text())
+            except ValueError as exc:
+                raise VLMError(f"{processor_path}: not JSON ({exc})") from None
+            checkpoint = {**checkpoint, **processor_config}
+            if "image_size" in processor_config:
+                checkpoint["force_image_size"] = processor_config["image_size"]
         missing = [k for k in ("norm_mean", "norm_std") if k not in checkpoint]
         if missing:
             raise VLMError(
-                f"{config_path}: no {' and '.join(missing)} (the pixel normalization of the checkpoint)"
+                f"{config_path}: no {' and '.join(missing)} (the pixel normalization of the checkpoint; also "
+                "looked in preprocessor_config.json)"
             )
         transformers = require("transformers", "vlm", purpose="the Nemotron-VL tokenizer")
         try:
@@ -256,6 +275,7 @@ class NemotronVLPreparer:
             norm_mean=checkpoint["norm_mean"],
             norm_std=checkpoint["norm_std"],
             config=VLMConfig(**config),
+            image_processor=image_processor,
         )
 
     def identity(self) -> dict[str, Any]:
@@ -279,6 +299,7 @@ class NemotronVLPreparer:
             },
             "tiling": [f.tile_size, f.patch_size, f.pixel_shuffle, f.max_num_tiles, f.use_thumbnail],
             "norm": [self.norm_mean, self.norm_std],
+            "image_processor": None if self.image_processor is None else type(self.image_processor).__name__,
             "config": {k: v for k, v in dataclasses.asdict(self.config).items() if k != "vision"},
         }
 
@@ -395,13 +416,15 @@ class NemotronVLPreparer:
 
     # ------------------------------------------------------------------ preparation
     def pixel_tiles(self, image: Any) -> Any:
-        """``[tiles, 3, S, S]`` float32 tiles of a decoded image (see the class docstring)."""
+        """``[tiles, 3, S, S]`` float32 tiles of a decoded image (see the class docstring); torchvision's
+        ``Resize`` of a float tensor is torch's bicubic interpolation with antialiasing, unclamped."""
         import torch
 
         f, side = self.family, self.family.tile_size
         width, height = image.size
         cols, rows = f.grid(width, height)
         rgb = torch.from_numpy(np.asarray(image.convert("RGB"), dtype=np.uint8).copy()).permute(2, 0, 1)[None]
+        rgb = rgb.to(torch.float32) / 255.0  # ToTensor first: the resize runs on [0, 1] floats
         resized = torch.nn.functional.interpolate(
             rgb, size=(rows * side, cols * side), mode="bicubic", align_corners=False, antialias=True
         )
@@ -415,7 +438,24 @@ class NemotronVLPreparer:
             tiles = torch.cat([tiles, thumb])
         mean = torch.tensor(self.norm_mean).reshape(1, 3, 1, 1)
         std = torch.tensor(self.norm_std).reshape(1, 3, 1, 1)
-        return (tiles / 255.0 - mean) / std
+        return (tiles - mean) / std
+
+    def _pixels(self, key: str, images: Sequence[Any], tiles: Sequence[int]) -> Any:
+        """The tiles of a sample's decoded images: the checkpoint's image processor's when given (its
+        ``num_patches`` must be the family's tiling), else :meth:`pixel_tiles`."""
+        import torch
+
+        if self.image_processor is None:
+            return torch.cat([self.pixel_tiles(im) for im in images])
+        out = self.image_processor(images=list(images), return_tensors="pt")
+        theirs = [int(n) for n in torch.as_tensor(out["num_patches"]).reshape(-1).tolist()]
+        if theirs != list(tiles):
+            raise VLMError(
+                f"sample {key}: the image processor made {theirs} tiles per image but the family's tiling gives "
+                f"{list(tiles)} (tile size {self.family.tile_size}, at most {self.family.max_num_tiles} tiles, "
+                f"thumbnail {self.family.use_thumbnail}); build the preparer from the same checkpoint's configs"
+            )
+        return torch.as_tensor(out["pixel_values"])
 
     def try_prepare(self, sample: Any, *, key: str | None = None) -> Any:
         """:meth:`prepare`, but a refusal is counted and returns ``None``."""
@@ -472,7 +512,7 @@ class NemotronVLPreparer:
         labels[shifted == 0] = IGNORE_INDEX
         visual_values: dict[str, Any] = {}
         if images:
-            pixels = torch.cat([self.pixel_tiles(im) for im in decoded])
+            pixels = self._pixels(key, decoded, tiles)
             visual_values["pixel_values"] = pixels.to(torch.bfloat16).contiguous()
             visual_values["num_patches"] = torch.ones(sum(tiles), dtype=torch.int32)
         stats = self.stats
