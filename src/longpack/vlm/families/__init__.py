@@ -4,7 +4,9 @@ A family says how many LLM tokens an image becomes (from its width and height, w
 without decoding), how a prepared sample is made, what positions a sequence gets, and which keys its packed
 batch carries. Families whose samples longpack prepares (``can_prepare``) plug into the in-batch collator
 and the Energon encoders (Gemma3-VL's preparer runs a transformers ``Gemma3Processor``); the others count
-visual tokens only (planning, ``online-sim``).
+visual tokens (planning, ``online-sim``), and Nemotron-VL has a preparer of its own
+(:class:`~longpack.vlm.families.nemotron_vl.NemotronVLPreparer`) whose rows pack only for Bridge's
+``llava_step`` (their budget is the length after the model expands each ``<image>``).
 
 >>> sorted(FAMILIES)
 ['gemma3', 'glm4v', 'kimi_vl', 'nemotron_vl', 'qwen2_5_vl', 'qwen2_vl', 'qwen3_5_vl', 'qwen3_vl']
@@ -33,7 +35,7 @@ class VLMFamily(Protocol):
     """The interface every family module implements."""
 
     name: str
-    can_prepare: bool  # longpack prepares this family's samples (tokens, labels, pixels)
+    can_prepare: bool  # longpack prepares this family's samples for the in-batch collator and Energon encoders
     batch_keys: tuple[str, ...]  # visual keys of its packed batch, besides the THD text keys
     position_dims: int  # rows of its positions: 3 (multimodal rope, ``[3, L]``) or 1 (``[L]``)
     #: The :class:`~longpack.vlm.VLMConfig` fields its :meth:`preparer` reads (``vision`` / ``video``: the
