@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 from longpack import choices
 from longpack.choices import BRIDGE_DEFAULT_SEED as BRIDGE_DEFAULT_SEED
 from longpack.choices import DEFAULT_ALGORITHM, DEFAULT_OVERLENGTH, MEGATRON_ALGORITHM, MIX, TOKEN_STORE
+from longpack.choices import DPO as DPO
 from longpack.choices import INDEXED as INDEXED
 from longpack.choices import OUTPUT_FORMATS as OUTPUT_FORMATS
 from longpack.choices import OVERLENGTH_FRAGMENT as FRAGMENT
@@ -435,6 +436,8 @@ class PackConfig:
             ),
         )
         seq_length = DEMO_SEQ_LENGTH if self.demo and self.seq_length is None else self.seq_length
+        if seq_length is None and self.output_format == choices.DPO and self.pack_size is not None:
+            seq_length = self.pack_size  # a pair is one item of a row: pack_size bounds it, not seq_length
         if seq_length is None:
             raise ConfigError(
                 "seq_length is required (the longest runtime length of one sample, e.g. 4096)",
@@ -715,6 +718,10 @@ class PackConfig:
                         fields=("chat_template", "store"),
                     )
                 tokenizer = tokenizer.with_chat_template(self.chat_template)
+            if self.format.name == choices.DPO:  # preference pairs: their own tokenization and file
+                from longpack.jobs.preference import pack_preference_folder
+
+                return pack_preference_folder(self, out, tokenizer)
             if self.format.sharded_store and (
                 not self._supports(choices.ONE_FILE_PER_SPLIT) or self.memory_budget is not None
             ):  # through a sharded store: one shard per worker, one prefix at a time

@@ -1033,8 +1033,22 @@ def _run_dpo_checks(config: VerifyConfig) -> VerifyResult:
             fields="fault",
         )
     source = load_hf_config(config.model)
-    rows = read_packed_dpo(config.dpo)
-    name = Path(config.dpo).name
+    path = Path(config.dpo)
+    if path.is_dir():  # a folder `longpack pack --output-format dpo` wrote: its manifest names the file
+        from longpack.packed.manifest import MANIFEST_NAME, PackManifest
+
+        if not (path / MANIFEST_NAME).is_file():
+            raise ConfigError(f"{path}: no {MANIFEST_NAME}; give the packed DPO .npy file", fields="dpo")
+        record = PackManifest.read(path / MANIFEST_NAME).extra.get("preference")
+        if not isinstance(record, dict) or "file" not in record:
+            raise ConfigError(
+                f"{path}: not a packed DPO folder (its manifest has no preference record); pack it with "
+                "--output-format dpo, or give the .npy file",
+                fields="dpo",
+            )
+        path = path / str(record["file"])
+    rows = read_packed_dpo(path)
+    name = path.name
     longest = max(len(r["input_ids"]) for r in rows)
     seq_length = config.pack_size if config.pack_size is not None else longest
     policy = build_model(source, seed=config.seed)

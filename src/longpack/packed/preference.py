@@ -243,3 +243,24 @@ def collate_packed_dpo(
         "cu_seqlens_argmin": np.argmin(cu_seqlens, axis=1, keepdims=True),
         "max_seqlen": seqlens.max(axis=1, keepdims=True),
     }
+
+
+def preference_summary(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """What ``longpack pack --json`` prints for a packed DPO folder."""
+    pref = manifest["preference"]
+    return {
+        "out": str(out),
+        "finished": True,
+        "output_format": _choices.DPO,
+        "format": "preference",
+        "tokenizer": manifest["tokenizer"],
+        "pack_size": manifest["settings"]["pack_size"],
+        "algorithm": manifest["settings"]["algorithm"],
+        "seed": manifest["settings"]["seed"],
+        "counts": manifest["counts"],
+        "file": str(out / pref["file"]),
+        "fill_mean": pref["fill_mean"],
+        "dropped": pref["dropped"],
+        "malformed_listed": len(manifest["malformed"]),
+        "warnings": manifest.get("warnings", []),
+    }
