@@ -214,3 +214,21 @@ def test_bad_input_is_a_clear_error(kwargs, message):
     with pytest.raises(RolloutPackingError) as info:
         pack_rollouts(token_ids, **kwargs)
     assert message in str(info.value)
+
+
+def test_balanced_on_the_planners_step_time_model():
+    """The planner's seconds (``pack_cost_model``, the model plan / sweep / balance use) as the bin cost: the
+    balanced order evens out the predicted seconds that FIFO leaves uneven, and reports them."""
+    from longpack.planner.balance_costs import pack_cost_model
+
+    seconds = pack_cost_model(model="qwen3_8b", gpu="H100_SXM", cp=2, seq_length=16384)
+    lengths = [16000] * 8 + [500] * 248
+    rollouts = [np.ones(n, dtype=np.int64) for n in lengths]
+    common = {"bin_size": 16384, "dp": 8, "seq_length_multiple": 4, "cost_model": seconds}
+    fifo = pack_rollouts(rollouts, **common)
+    even = pack_rollouts(rollouts, distribution="balanced", **common)
+    assert fifo.imbalance > 1.2 and even.imbalance < 1.01
+    for packing in (fifo, even):  # each rank's cost is the planner's seconds of its bins (empty: a ghost)
+        for rank, cost in zip(packing.ranks, packing.rank_costs, strict=True):
+            want = sum(seconds.pack_cost([lengths[i] for i in b] or [16384]) for b in rank.seq_indices)
+            assert cost == pytest.approx(want, rel=1e-12)
