@@ -22,6 +22,7 @@ ROWS = [
     {"prompt": "Hello", "chosen": "world", "rejected": " there"},  # qwen3 merges "Helloworld"
     {"prompt": "Say hi.\n", "chosen": "Hi there, friend.", "rejected": "No."},
     {"prompt": "Long.\n", "chosen": " word" * 80, "rejected": "short"},
+    {"prompt": "", "chosen": "A", "rejected": "No, not that."},  # one token: trains on nothing
 ]
 
 
@@ -39,10 +40,11 @@ def test_pairs_packed_as_nemo_aligner_tokenizes_them(data, tmp_path):
         ).run()
     summary = result.to_dict()
     assert summary["counts"] == {
-        "rows_read": 6, "malformed": 2, "pairs_read": 4, "packed": 3, "dropped": 1, "rows": summary["counts"]["rows"]
+        "rows_read": 7, "malformed": 3, "pairs_read": 4, "packed": 3, "dropped": 1, "rows": summary["counts"]["rows"]
     }  # fmt: skip
     reasons = {m["source"]: m["reason"] for m in result.manifest.malformed}
     assert "prompt is a list" in reasons[f"{data}:3"] and "seam" in reasons[f"{data}:4"]
+    assert "has 1 token(s); it needs 2" in reasons[f"{data}:7"]
     assert summary["dropped"] == [f"{data}:6"]
     rows = read_packed_dpo(summary["file"])
     assert Path(summary["file"]).name == "packed_64_seed0.npy"

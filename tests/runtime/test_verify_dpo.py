@@ -91,6 +91,19 @@ def test_dpo_faults_only_on_dpo_rows_and_refusals(packed, tmp_path):
         run(bad)
     with pytest.raises(InputError, match="no such file"):
         run(tmp_path / "missing.npy")
+    rows = pack_preference_pairs(pairs(2), 96).as_array()
+    rows[0] = {**rows[0], "labels": "not a list"}
+    np.save(tmp_path / "typed.npy", rows, allow_pickle=True)
+    with pytest.raises(InputError, match="row 0 key 'labels' is not a non-empty list of integers"):
+        run(tmp_path / "typed.npy")
+
+
+def test_inconsistent_row_fails_the_metadata_check(tmp_path):
+    rows = pack_preference_pairs(pairs(4), 96).as_array()
+    rows[0] = {**rows[0], "lengths": [*rows[0]["lengths"][:-1], rows[0]["lengths"][-1] + 1]}
+    np.save(tmp_path / "bad.npy", rows, allow_pickle=True)
+    result = run(tmp_path / "bad.npy", max_rows=1)
+    assert not result.ok and result.failures[0]["check"] == "dpo-metadata" and result.failures[0]["row"] == 0
 
 
 @settings(max_examples=40, deadline=None)
@@ -148,3 +161,13 @@ def test_reduction_equals_live_nemo_aligner():
             beta=case["beta"],
         )
         _check_case(case, upstream)
+
+
+def test_dpo_fault_on_sft_rows_is_refused(tmp_path):
+    from tests.runtime.verify_helpers import pack
+
+    folder = pack(tmp_path, "sft")
+    with pytest.raises(ConfigError, match="crosses preference pairs; inject it with --dpo"):
+        VerifyConfig(
+            packed=folder, model=str(QWEN3), fault="dpo-pairs-misaligned", cp=(), pp=(), max_rows=1
+        ).run()

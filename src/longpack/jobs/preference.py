@@ -73,8 +73,12 @@ def _pair(row: Any, tokenizer: Tokenizer) -> tuple[Any, str | None]:
                 "DPOModelDataset refuses such a pair); end the prompt on a token boundary (e.g. a newline)"
             )
         responses[side] = full[len(prompt_ids) :]
-    if not prompt_ids and (not responses["chosen"] or not responses["rejected"]):
-        return None, "an empty sequence (prompt and response both empty)"
+    for side, ids in responses.items():
+        if len(prompt_ids) + len(ids) < 2:  # after the next-token shift it would train on nothing
+            return (
+                None,
+                f"the {side} sequence (prompt + response) has {len(prompt_ids) + len(ids)} token(s); it needs 2",
+            )
     pair = PreferencePair(
         prompt=prompt_ids,
         chosen=responses["chosen"],

@@ -181,6 +181,18 @@ def read_packed_dpo(path: str | Path) -> list[dict[str, Any]]:
                 f"{source}: row {i} has no {', '.join(missing)} (a packed DPO row holds {', '.join(ROW_KEYS)})",
                 fields="dpo",
             )
+        for key in ROW_KEYS:
+            values = np.asarray(row[key])
+            if (
+                values.ndim != 1
+                or values.size == 0
+                or values.dtype.kind not in ("iu" if key != "reward" else "iuf")
+            ):
+                raise InputError(
+                    f"{source}: row {i} key {key!r} is not a non-empty list of "
+                    f"{'numbers' if key == 'reward' else 'integers'} (got {values.dtype} of shape {values.shape})",
+                    fields="dpo",
+                )
     if not rows:
         raise InputError(f"{source}: no rows", fields="dpo")
     return rows
