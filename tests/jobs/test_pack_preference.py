@@ -102,6 +102,8 @@ def test_cli_pack_then_verify(data, tmp_path):
     )
     assert verified.exit_code == 0, verified.output
     assert verified.output.startswith("PASS: ")
+    as_sft = runner.invoke(app, ["verify", str(out), "--model", "qwen3_8b"])
+    assert as_sft.exit_code == 2 and "verify them with --dpo" in as_sft.output
     broken = runner.invoke(
         app,
         ["verify", "--dpo", str(out / "packed_64_seed0.npy"), "--model", "qwen3_8b", "--inject-fault",

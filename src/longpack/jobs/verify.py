@@ -369,6 +369,11 @@ class VerifyConfig:
 
     def run(self) -> VerifyResult:
         """Run every check; a folder or model that cannot be read raises a ``LongpackError``."""
+        if self.packed is not None and _is_dpo_folder(Path(self.packed)):
+            raise ConfigError(
+                f"{self.packed} holds preference pairs, not SFT rows; verify them with --dpo {self.packed}",
+                fields=("packed", "dpo"),
+            )
         if self.backend == "megatron":
             missing = megatron_backend_missing()
             if missing:
@@ -385,6 +390,20 @@ class VerifyConfig:
         if self.dpo is not None:
             return _run_hf(self, dpo=True)
         return _run_hf(self)
+
+
+def _is_dpo_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder ``pack --output-format dpo`` wrote (its manifest says so)."""
+    from longpack.choices import DPO
+
+    manifest = path / "manifest.json"
+    if not manifest.is_file():
+        return False
+    try:
+        settings = json.loads(manifest.read_text()).get("settings", {})
+    except (OSError, ValueError, AttributeError):
+        return False  # the folder's own reader says what is wrong with it
+    return isinstance(settings, dict) and settings.get("output_format") == DPO
 
 
 @dataclass(frozen=True, kw_only=True)
