@@ -721,7 +721,16 @@ class PackConfig:
             if self.format.name == choices.DPO:  # preference pairs: their own tokenization and file
                 from longpack.jobs.preference import pack_preference_folder
 
-                return pack_preference_folder(self, out, tokenizer)
+                written = pack_preference_folder(
+                    inputs=resolved.inputs,
+                    out=out,
+                    tokenizer=tokenizer,
+                    pack_size=int(settings.resolved_pack_size),
+                    algorithm=self.algorithm,
+                    seed=int(self.seed or 0),
+                    overwrite=self.overwrite,
+                )
+                return PackResult(out=out, manifest=written)
             if self.format.sharded_store and (
                 not self._supports(choices.ONE_FILE_PER_SPLIT) or self.memory_budget is not None
             ):  # through a sharded store: one shard per worker, one prefix at a time

@@ -23,7 +23,7 @@ from longpack import choices
 from longpack.errors import InputError
 
 if TYPE_CHECKING:
-    from longpack.jobs.pack import PackConfig, PackResult
+    from longpack.packed.manifest import PackManifest
     from longpack.text.tokenizers import Tokenizer
 
 __all__ = ["DPO_FILE", "RESPONSE_KEYS", "pack_preference_folder"]
@@ -89,10 +89,19 @@ def _pair(row: Any, tokenizer: Tokenizer) -> tuple[Any, str | None]:
     return pair, None
 
 
-def pack_preference_folder(config: PackConfig, out: Path, tokenizer: Tokenizer | None) -> PackResult:
-    """Read, tokenize and pack ``config``'s inputs as preference pairs into ``out`` (held under its lock)."""
+def pack_preference_folder(
+    *,
+    inputs: tuple[str, ...],
+    out: Path,
+    tokenizer: Tokenizer | None,
+    pack_size: int,
+    algorithm: str,
+    seed: int,
+    overwrite: bool,
+) -> PackManifest:
+    """Read, tokenize and pack ``inputs`` as preference pairs into ``out`` (held under its lock, by the pack
+    job); return the manifest written last."""
     from longpack._version import __version__
-    from longpack.jobs.pack import PackResult
     from longpack.outputs import atomic_write_bytes
     from longpack.packed.manifest import MANIFEST_NAME, PackManifest
     from longpack.packed.pipeline import prepare_out_dir
@@ -104,10 +113,11 @@ def pack_preference_folder(config: PackConfig, out: Path, tokenizer: Tokenizer |
         raise InputError(
             "output_format dpo tokenizes its rows: give tokenizer, not a store", fields="tokenizer"
         )
-    pack_size = int(config.resolved.settings.resolved_pack_size)
-    seed = int(config.seed or 0)
-    listing = find_inputs(list(config.resolved.inputs))
-    pairs, where, malformed, inputs = [], [], [], []
+    listing = find_inputs(list(inputs))
+    pairs: list[Any] = []
+    where: list[str] = []
+    malformed: list[dict[str, Any]] = []
+    read: list[dict[str, Any]] = []
     rows_read = 0
     for source in listing.files:
         count = 0
@@ -121,15 +131,15 @@ def pack_preference_folder(config: PackConfig, out: Path, tokenizer: Tokenizer |
                 continue
             pairs.append(pair)
             where.append(label)
-        inputs.append({"path": str(source.path), "kind": source.kind, "rows": count})
+        read.append({"path": str(source.path), "kind": source.kind, "rows": count})
     if not pairs:
         first = f"; first: {malformed[0]['source']}: {malformed[0]['reason']}" if malformed else ""
         raise InputError(
             f"no preference pair in {rows_read} row(s) ({len(malformed)} malformed{first})", fields="inputs"
         )
-    packing = pack_preference_pairs(pairs, pack_size, algorithm=config.algorithm, seed=seed)
+    packing = pack_preference_pairs(pairs, pack_size, algorithm=algorithm, seed=seed)
     name = DPO_FILE.format(pack_size=pack_size, seed=seed)
-    prepare_out_dir(out, config.overwrite)
+    prepare_out_dir(out, overwrite)
     write_packed_dpo(packing, out / name)
     warnings = []
     if malformed:
@@ -149,11 +159,11 @@ def pack_preference_folder(config: PackConfig, out: Path, tokenizer: Tokenizer |
             "settings": {
                 "output_format": choices.DPO,
                 "pack_size": pack_size,
-                "algorithm": config.algorithm,
+                "algorithm": algorithm,
                 "seed": seed,
                 "text": {"detected_format": "preference"},
             },
-            "inputs": inputs,
+            "inputs": read,
             "tokenizer": tokenizer.identity(),
             "counts": {
                 "rows_read": rows_read,
@@ -179,4 +189,4 @@ def pack_preference_folder(config: PackConfig, out: Path, tokenizer: Tokenizer |
         }
     )
     atomic_write_bytes(out / MANIFEST_NAME, manifest.to_json_bytes())
-    return PackResult(out=out, manifest=manifest)
+    return manifest
