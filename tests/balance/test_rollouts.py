@@ -232,3 +232,20 @@ def test_balanced_on_the_planners_step_time_model():
         for rank, cost in zip(packing.ranks, packing.rank_costs, strict=True):
             want = sum(seconds.pack_cost([lengths[i] for i in b] or [16384]) for b in rank.seq_indices)
             assert cost == pytest.approx(want, rel=1e-12)
+
+
+def test_fp8_needs_every_ranks_share_of_a_bin_a_multiple_of_the_block():
+    from longpack.balance.rollouts import RolloutPackingError
+    from longpack.errors import ConfigError
+    from longpack.jobs import RolloutsConfig
+
+    rollouts = [np.ones(100, dtype=np.int64)] * 3
+    ok = pack_rollouts(rollouts, bin_size=512, cp=2, sp=True, tp=2, fp8_recipe="mxfp8")  # 512 / 2 / 2 = 128
+    assert ok.ranks[0].tokens.shape == (1, 512)
+    with pytest.raises(
+        RolloutPackingError, match=r"bin_size a multiple of 128 \(CP 2, TP 2, SP on\); 320 is not"
+    ):
+        pack_rollouts(rollouts, bin_size=320, cp=2, sp=True, tp=2, fp8_recipe="mxfp8")
+    pack_rollouts(rollouts, bin_size=320, cp=2, sp=True, tp=2)  # without FP8 the CP / SP alignment (4) is all
+    with pytest.raises(ConfigError, match="multiple of 32"):  # FP8 16 tokens per rank, CP 2
+        RolloutsConfig(lengths_file="x.txt", bin_size=16400, cp=2, fp8_recipe="delayed")

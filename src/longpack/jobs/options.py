@@ -26,6 +26,7 @@ __all__ = [
     "bridge_version_option",
     "cp_option",
     "demo_option",
+    "fp8_recipe_option",
     "gpu_option",
     "gpus_option",
     "inputs_option",
@@ -123,6 +124,15 @@ def demo_option(what: str) -> bool:
 
 def model_option() -> str | None:
     return option(None, help="Model: a catalog id (e.g. llama3_1_8b) or a config.json path.")
+
+
+def fp8_recipe_option() -> str | None:
+    """The FP8 recipe whose block every rank's tokens must be a multiple of (``topology.kernel_pad_multiple``)."""
+    return option(
+        None,
+        help="FP8 recipe (mxfp8, delayed, ...): adds the kernels' multiple (MXFP8 32 / FP8 16 tokens per rank).",
+        cli_type=str | None,
+    )
 
 
 def gpu_option() -> str | None:
