@@ -83,6 +83,8 @@ def test_dpo_faults_only_on_dpo_rows_and_refusals(packed, tmp_path):
     write_packed_dpo(pack_preference_pairs(alone, 25), one)
     with pytest.raises(ConfigError, match="crosses pairs"):
         run(one, fault="dpo-pairs-misaligned")
+    with pytest.raises(ConfigError, match="beta of --dpo rows"):
+        VerifyConfig(packed=tmp_path, model="qwen3_8b", dpo_beta=0.5)
     with pytest.raises(ConfigError, match="exactly one input"):
         VerifyConfig(dpo=packed, packed=tmp_path, model="qwen3_8b")
     bad = tmp_path / "bad.npy"

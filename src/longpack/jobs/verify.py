@@ -341,6 +341,8 @@ class VerifyConfig:
             if self.backend != "hf":
                 raise ConfigError("--dpo rows are checked with --backend hf only", fields="backend")
         finite_float(self.dpo_beta, "dpo_beta", lo=0.0)
+        if self.dpo is None and self.dpo_beta != DPO_BETA:
+            raise ConfigError("--dpo-beta is the beta of --dpo rows; give --dpo or drop it", fields="dpo_beta")
         positive_int(self.pad_seq_to_mult, "pad_seq_to_mult")
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"model must be a name or a config path, got {self.model!r}", fields="model")
