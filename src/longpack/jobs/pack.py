@@ -228,7 +228,8 @@ class PackConfig:
 
     command_help = (
         "Tokenize SFT data or documents and write Megatron-Bridge packed Parquet (or .npy, or Megatron "
-        ".bin/.idx with --output-format indexed), metadata and a manifest."
+        ".bin/.idx with --output-format indexed, or preference pairs as NeMo-Aligner's packed DPO .npy with "
+        "--output-format dpo), metadata and a manifest."
     )
 
     out: str | Path = option(help="Output folder (must not exist unless --overwrite).", cli_type=Path)
@@ -278,7 +279,8 @@ class PackConfig:
         choices.DEFAULT_OUTPUT_FORMAT,
         help="parquet: packed Parquet for Megatron-Bridge v0.4.0+ and main; npy: one .npy per split for "
         "Megatron-Bridge <= 0.3.x (the PyPI release) and NeMo 2; indexed: Megatron .bin/.idx document "
-        "datasets for pretraining (--data-path).",
+        "datasets for pretraining (--data-path); dpo: preference pairs (prompt, chosen, rejected) in "
+        "NeMo-Aligner's packed DPO .npy.",
         choices=choices.OUTPUT_FORMATS,
     )
     row_group_size: int | None = option(

@@ -263,7 +263,7 @@ class VerifyConfig:
     )
     dpo: str | Path | None = option(
         None,
-        help="Packed DPO rows (.npy in NeMo-Aligner's packed DPO layout, as longpack pack --dpo writes) instead "
+        help="Packed DPO rows (.npy in NeMo-Aligner's packed DPO layout, as longpack pack --output-format dpo writes, or that folder) instead "
         "of PACKED_DIR: each pair's DPO loss packed = its chosen and rejected sequences alone.",
         cli_type=Path | None,
     )
@@ -342,7 +342,9 @@ class VerifyConfig:
                 raise ConfigError("--dpo rows are checked with --backend hf only", fields="backend")
         finite_float(self.dpo_beta, "dpo_beta", lo=0.0)
         if self.dpo is None and self.dpo_beta != DPO_BETA:
-            raise ConfigError("--dpo-beta is the beta of --dpo rows; give --dpo or drop it", fields="dpo_beta")
+            raise ConfigError(
+                "--dpo-beta is the beta of --dpo rows; give --dpo or drop it", fields="dpo_beta"
+            )
         positive_int(self.pad_seq_to_mult, "pad_seq_to_mult")
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"model must be a name or a config path, got {self.model!r}", fields="model")
