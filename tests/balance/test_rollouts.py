@@ -249,3 +249,28 @@ def test_fp8_needs_every_ranks_share_of_a_bin_a_multiple_of_the_block():
     pack_rollouts(rollouts, bin_size=320, cp=2, sp=True, tp=2)  # without FP8 the CP / SP alignment (4) is all
     with pytest.raises(ConfigError, match="multiple of 32"):  # FP8 16 tokens per rank, CP 2
         RolloutsConfig(lengths_file="x.txt", bin_size=16400, cp=2, fp8_recipe="delayed")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    cp=st.sampled_from([2, 4]),
+    lengths=st.lists(st.integers(1, 60), min_size=1, max_size=12),
+    dp=st.integers(1, 3),
+)
+def test_cp_split_is_the_runtime_thd_split_of_the_bins_padded_offsets(cp, lengths, dp):
+    """Megatron-LM's RL path hands each bin's ``cu_seqlens_q_padded`` and width to TE's
+    ``thd_get_partitioned_indices`` (``rl_utils._build_cp_scatter_cache``); ``cp_indices`` is
+    ``longpack.runtime``'s statement of that kernel (the split verify's CP checks run) on the same arrays."""
+    torch = pytest.importorskip("torch")
+    from longpack.runtime.context_parallel import thd_partition_indices
+
+    bin_size = 64 * cp
+    p = pack_rollouts([np.ones(n, dtype=np.int64) for n in lengths], bin_size=bin_size, dp=dp, cp=cp)
+    for rank in p.ranks:
+        for b in range(rank.tokens.shape[0]):
+            padded = rank.cu_seqlens_padded[b].tolist()
+            columns = [rank.cp_indices(b, cp_size=cp, cp_rank=r) for r in range(cp)]
+            for r, mine in enumerate(columns):
+                te = thd_partition_indices(padded, bin_size, cp_size=cp, cp_rank=r)
+                assert torch.equal(torch.from_numpy(mine.astype(np.int64)), te.to(torch.int64))
+            assert sorted(np.concatenate(columns).tolist()) == list(range(bin_size))
