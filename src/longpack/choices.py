@@ -70,7 +70,9 @@ ONLINE_OVERLENGTH_POLICIES: tuple[str, ...] = (OVERLENGTH_TRUNCATE, OVERLENGTH_D
 PARQUET: Final = "parquet"
 NPY: Final = "npy"
 INDEXED: Final = "indexed"
-OUTPUT_FORMATS: tuple[str, ...] = (PARQUET, NPY, INDEXED)
+#: Preference pairs (prompt, chosen, rejected) in NeMo-Aligner's packed DPO ``.npy`` (``longpack.jobs.preference``).
+DPO: Final = "dpo"
+OUTPUT_FORMATS: tuple[str, ...] = (PARQUET, NPY, INDEXED, DPO)
 DEFAULT_OUTPUT_FORMAT = PARQUET
 #: The splits of a packed output (``validation`` only with ``val_fraction`` or ``val_inputs``).
 SPLITS: tuple[str, ...] = ("training", "validation")

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 from longpack import choices
 from longpack.choices import BRIDGE_DEFAULT_SEED as BRIDGE_DEFAULT_SEED
 from longpack.choices import DEFAULT_ALGORITHM, DEFAULT_OVERLENGTH, MEGATRON_ALGORITHM, MIX, TOKEN_STORE
+from longpack.choices import DPO as DPO
 from longpack.choices import INDEXED as INDEXED
 from longpack.choices import OUTPUT_FORMATS as OUTPUT_FORMATS
 from longpack.choices import OVERLENGTH_FRAGMENT as FRAGMENT
@@ -249,7 +250,8 @@ class PackConfig:
 
     command_help = (
         "Tokenize SFT data or documents and write Megatron-Bridge packed Parquet (or .npy, or Megatron "
-        ".bin/.idx with --output-format indexed), metadata and a manifest."
+        ".bin/.idx with --output-format indexed, or preference pairs as NeMo-Aligner's packed DPO .npy with "
+        "--output-format dpo), metadata and a manifest."
     )
 
     out: str | Path = option(
@@ -309,7 +311,8 @@ class PackConfig:
         choices.DEFAULT_OUTPUT_FORMAT,
         help="parquet: packed Parquet for Megatron-Bridge v0.4.0+ and main; npy: one .npy per split for "
         "Megatron-Bridge <= 0.3.x (the PyPI release) and NeMo 2; indexed: Megatron .bin/.idx document "
-        "datasets for pretraining (--data-path).",
+        "datasets for pretraining (--data-path); dpo: preference pairs (prompt, chosen, rejected) in "
+        "NeMo-Aligner's packed DPO .npy.",
         choices=choices.OUTPUT_FORMATS,
     )
     row_group_size: int | None = option(
@@ -469,6 +472,8 @@ class PackConfig:
             ),
         )
         seq_length = DEMO_SEQ_LENGTH if self.demo and self.seq_length is None else self.seq_length
+        if seq_length is None and self.output_format == choices.DPO and self.pack_size is not None:
+            seq_length = self.pack_size  # a pair is one item of a row: pack_size bounds it, not seq_length
         if seq_length is None:
             raise ConfigError(
                 "seq_length is required (the longest runtime length of one sample, e.g. 4096)",
@@ -790,6 +795,19 @@ class PackConfig:
                         fields=("chat_template", "store"),
                     )
                 tokenizer = tokenizer.with_chat_template(self.chat_template)
+            if self.format.name == choices.DPO:  # preference pairs: their own tokenization and file
+                from longpack.jobs.preference import pack_preference_folder
+
+                written = pack_preference_folder(
+                    inputs=resolved.inputs,
+                    out=out,
+                    tokenizer=tokenizer,
+                    pack_size=int(settings.resolved_pack_size),
+                    algorithm=self.algorithm,
+                    seed=int(self.seed or 0),
+                    overwrite=self.overwrite,
+                )
+                return PackResult(out=out, manifest=written)
             if self.format.sharded_store and (
                 not self._supports(choices.ONE_FILE_PER_SPLIT) or self.memory_budget is not None
             ):  # through a sharded store: one shard per worker, one prefix at a time

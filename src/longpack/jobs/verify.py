@@ -15,7 +15,7 @@ it needs CUDA, megatron-core and transformer-engine, and says which are missing 
 >>> VerifyConfig(packed="p", model="qwen3_8b", fault="nope")
 Traceback (most recent call last):
 ...
-longpack.errors.ConfigError: fault must be one of conv-state-leak, cp-positions-shifted, drop-cu-seqlens, linear-cp-local, linear-state-leak, loss-on-padding, mtp-global-roll, positions-not-restarted, route-padding, token-across-boundary, got 'nope'
+longpack.errors.ConfigError: fault must be one of conv-state-leak, cp-positions-shifted, dpo-attention-across-pairs, dpo-pairs-misaligned, drop-cu-seqlens, linear-cp-local, linear-state-leak, loss-on-padding, mtp-global-roll, positions-not-restarted, route-padding, token-across-boundary, got 'nope'
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from longpack.errors import ConfigError, MissingDependencyError
 from longpack.jobs.options import seed_option
 from longpack.option import check_choices, option
 from longpack.outputs import atomic_write_bytes
+from longpack.packed.preference import DPO_BETA
 from longpack.validate import finite_float, flag, non_negative_int, positive_int
 from longpack.validate import seed as seed_value
 
@@ -56,6 +57,8 @@ EXIT_OK, EXIT_FAILED = 0, 1
 FAULT_NAMES = (
     "conv-state-leak",
     "cp-positions-shifted",
+    "dpo-attention-across-pairs",
+    "dpo-pairs-misaligned",
     "drop-cu-seqlens",
     "linear-cp-local",
     "linear-state-leak",
@@ -264,7 +267,20 @@ class VerifyConfig:
         "order (first fit) into --pack-size rows and checked with a Qwen2-VL/Qwen2.5-VL --model.",
         cli_type=Path | None,
     )
-    pack_size: int | None = option(None, help="With --vlm: row length in tokens (required).")
+    dpo: str | Path | None = option(
+        None,
+        help="Packed DPO rows (.npy in NeMo-Aligner's packed DPO layout, as longpack pack --output-format dpo writes, or that folder) instead "
+        "of PACKED_DIR: each pair's DPO loss packed = its chosen and rejected sequences alone.",
+        cli_type=Path | None,
+    )
+    dpo_beta: float = option(
+        DPO_BETA, help="With --dpo: the DPO beta (NeMo-Aligner's dpo.ref_policy_kl_penalty).", cli_type=float
+    )
+    pack_size: int | None = option(
+        None,
+        help="With --vlm: row length in tokens (required); with --dpo: the trainer's seq_length (default: "
+        "the longest row).",
+    )
     pad_seq_to_mult: int = option(1, help="With --vlm: per-sample alignment multiple (2*CP ...).")
     split: str | None = option(None, help="One split (default: every split).", choices=choices.SPLITS)
     backend: str = option(
@@ -306,13 +322,14 @@ class VerifyConfig:
         from longpack.validate import plain_fields
 
         plain_fields(self)
-        if (self.packed is None) == (self.vlm is None):
+        given = [name for name in ("packed", "vlm", "dpo") if getattr(self, name) is not None]
+        if len(given) != 1:
             raise ConfigError(
-                "give exactly one input: PACKED_DIR (a folder written by longpack pack) or --vlm SAMPLES.jsonl"
-                + (", not both" if self.packed is not None else ""),
-                fields=("packed", "vlm"),
+                "give exactly one input: PACKED_DIR (a folder written by longpack pack), --vlm SAMPLES.jsonl or "
+                "--dpo PACKED.npy" + (f", not {' and '.join(given)}" if given else ""),
+                fields=("packed", "vlm", "dpo"),
             )
-        for name in ("packed", "vlm"):
+        for name in ("packed", "vlm", "dpo"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str | os.PathLike):
                 raise ConfigError(f"{name} must be a path, got {value!r}", fields=name)
@@ -322,6 +339,16 @@ class VerifyConfig:
             positive_int(self.pack_size, "pack_size")
             if self.backend != choices.HF_BACKEND:
                 raise ConfigError("--vlm rows are checked with --backend hf only", fields="backend")
+        if self.dpo is not None:
+            if self.pack_size is not None:
+                positive_int(self.pack_size, "pack_size")
+            if self.backend != choices.HF_BACKEND:
+                raise ConfigError("--dpo rows are checked with --backend hf only", fields="backend")
+        finite_float(self.dpo_beta, "dpo_beta", lo=0.0)
+        if self.dpo is None and self.dpo_beta != DPO_BETA:
+            raise ConfigError(
+                "--dpo-beta is the beta of --dpo rows; give --dpo or drop it", fields="dpo_beta"
+            )
         positive_int(self.pad_seq_to_mult, "pad_seq_to_mult")
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"model must be a name or a config path, got {self.model!r}", fields="model")
@@ -350,6 +377,11 @@ class VerifyConfig:
 
     def run(self) -> VerifyResult:
         """Run every check; a folder or model that cannot be read raises a ``LongpackError``."""
+        if self.packed is not None and _is_dpo_folder(Path(self.packed)):
+            raise ConfigError(
+                f"{self.packed} holds preference pairs, not SFT rows; verify them with --dpo {self.packed}",
+                fields=("packed", "dpo"),
+            )
         if self.backend == choices.MEGATRON_BACKEND:
             missing = megatron_backend_missing()
             if missing:
@@ -363,6 +395,8 @@ class VerifyConfig:
             return _run_megatron(self)
         if self.vlm is not None:
             return _run_hf(self, vlm=True)
+        if self.dpo is not None:
+            return _run_hf(self, dpo=True)
         return _run_hf(self)
 
 
@@ -371,6 +405,20 @@ class CheckedRow(Protocol):
 
     @property
     def ok(self) -> bool: ...
+
+
+def _is_dpo_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder ``pack --output-format dpo`` wrote (its manifest says so)."""
+    from longpack.choices import DPO
+
+    manifest = path / "manifest.json"
+    if not manifest.is_file():
+        return False
+    try:
+        settings = json.loads(manifest.read_text()).get("settings", {})
+    except (OSError, ValueError, AttributeError):
+        return False  # the folder's own reader says what is wrong with it
+    return isinstance(settings, dict) and settings.get("output_format") == DPO
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -608,7 +656,7 @@ def _distributed(
     return distributed
 
 
-def _run_hf(config: VerifyConfig, *, vlm: bool = False) -> VerifyResult:
+def _run_hf(config: VerifyConfig, *, vlm: bool = False, dpo: bool = False) -> VerifyResult:
     import torch
 
     from longpack.runtime.verify import THREADS
@@ -616,6 +664,8 @@ def _run_hf(config: VerifyConfig, *, vlm: bool = False) -> VerifyResult:
     before = torch.get_num_threads()
     torch.set_num_threads(THREADS)
     try:
+        if dpo:
+            return _run_dpo_checks(config)
         return _run_vlm_checks(config) if vlm else _run_hf_checks(config)
     finally:
         torch.set_num_threads(before)
@@ -1023,6 +1073,154 @@ def _run_vlm_checks(config: VerifyConfig) -> VerifyResult:
             "cross_sample_gradient": max((r.leak_max_abs for r in reports), default=0.0),
             "vision_rel_diff": max((getattr(r, "vision_max_rel_diff", 0.0) for r in reports), default=0.0),
         },
+        "fault_injected": config.fault,
+        "notes": notes,
+    }
+    return _certified(
+        config,
+        certificate,
+        ok=ok,
+        verdict=verdict,
+        rows=reports,
+        distributed=(),
+        failures=failures,
+        notes=notes,
+        seconds=seconds,
+    )
+
+
+def _run_dpo_checks(config: VerifyConfig) -> VerifyResult:
+    """``--dpo``: every row of a packed DPO ``.npy`` (as many as the time budget allows, in file order)
+    checked with :class:`longpack.runtime.verify_dpo.DPOVerifier` (a policy and a reference model)."""
+    import torch
+
+    from longpack.packed.preference import read_packed_dpo
+    from longpack.runtime.verify import DPO_FAULTS
+    from longpack.runtime.verify_dpo import DPO_CHECKS, DPOVerifier
+    from longpack.runtime.verify_model import build_model
+
+    began = time.perf_counter()
+    assert config.dpo is not None
+    if config.fault is not None and config.fault not in DPO_FAULTS:
+        raise ConfigError(
+            f"with --dpo, the injected fault must be one of {', '.join(sorted(DPO_FAULTS))}, got {config.fault!r}",
+            fields="fault",
+        )
+    source = load_hf_config(config.model)
+    path = Path(config.dpo)
+    if path.is_dir():  # a folder `longpack pack --output-format dpo` wrote: its manifest names the file
+        from longpack.packed.manifest import MANIFEST_NAME, PackManifest
+
+        if not (path / MANIFEST_NAME).is_file():
+            raise ConfigError(f"{path}: no {MANIFEST_NAME}; give the packed DPO .npy file", fields="dpo")
+        record = PackManifest.read(path / MANIFEST_NAME).extra.get("preference")
+        if not isinstance(record, dict) or "file" not in record:
+            raise ConfigError(
+                f"{path}: not a packed DPO folder (its manifest has no preference record); pack it with "
+                "--output-format dpo, or give the .npy file",
+                fields="dpo",
+            )
+        path = path / str(record["file"])
+    rows = read_packed_dpo(path)
+    name = path.name
+    longest = max(len(r["input_ids"]) for r in rows)
+    seq_length = config.pack_size if config.pack_size is not None else longest
+    policy = build_model(source, seed=config.seed)
+    reference = build_model(source, seed=config.seed + 1)  # the frozen reference policy: other weights
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    eos = source.get("eos_token_id")
+    eos_id = (
+        int(eos[0] if isinstance(eos, list) and eos else eos) if isinstance(eos, int | list) and eos else 0
+    )
+    verifier = DPOVerifier(
+        policy,
+        reference,
+        seq_length=seq_length,
+        eos_id=eos_id,
+        beta=config.dpo_beta,
+        seed=config.seed,
+        fault=config.fault,
+    )
+    candidates = list(range(len(rows)))
+    if config.fault is not None:  # the faults cross pairs: rows of two pairs or more
+        candidates = [i for i in candidates if len(rows[i]["lengths"]) >= 4]
+        if not candidates:
+            raise ConfigError(
+                f"fault {config.fault!r} crosses pairs and every row of {name} holds one pair; pack with a larger "
+                "pack size to inject it",
+                fields="fault",
+            )
+    reports: list[Any] = []
+    row_seconds: list[float] = []
+    deadline = None if config.time_budget is None else began + config.time_budget
+    for index in candidates:
+        if config.max_rows is not None and len(reports) >= config.max_rows:
+            break
+        if deadline is not None and row_seconds and time.perf_counter() + max(row_seconds[-3:]) > deadline:
+            break
+        t = time.perf_counter()
+        reports.append(verifier.verify(rows[index], {"split": "dpo", "file": name, "row": index}))
+        row_seconds.append(time.perf_counter() - t)
+    checked = [r.row for r in reports]
+    notes = ["CP and PP checks are not run on DPO rows (single process, micro-batch 1 as NeMo-Aligner packs)"]
+    if len(checked) < len(rows):
+        notes.append(
+            f"dpo: {len(checked)} of {len(rows)} rows checked (time budget {config.time_budget} s, max_rows "
+            f"{config.max_rows}"
+            + ("; rows of one pair left out: the fault crosses pairs" if config.fault else "")
+            + ")"
+        )
+    failures = [asdict(f) for r in reports for f in r.failures]
+    ok = not failures
+    pairs_checked = sum(len(r.pairs) for r in reports)
+    seconds = time.perf_counter() - began
+    worst = {
+        "logps_rel_diff": max((r.logps_max_rel_diff for r in reports), default=0.0),
+        "logratio_rel_diff": max((r.logratio_max_rel_diff for r in reports), default=0.0),
+        "dpo_loss_rel_diff": max((r.loss_max_rel_diff for r in reports), default=0.0),
+        "grad_rel_diff": max((r.grad_max_rel_diff for r in reports), default=0.0),
+    }
+    if ok:
+        verdict = (
+            f"PASS: {len(checked)} of {len(rows)} rows ({pairs_checked} pairs), DPO packed = unpacked (log-prob "
+            f"sums, log-ratio, loss, gradients; worst relative {max(worst.values()):.1e}) with a tiny "
+            f"{source.get('model_type')} policy and reference in float64 ({seconds:.1f} s)"
+        )
+    else:
+        first = failures[0]
+        pair = "" if first.get("sample") is None else f" pair {first['sample']}"
+        verdict = (
+            f"FAIL: {len(failures)} difference(s); first: {first['check']} in {first['file']} row {first['row']}"
+            f"{pair}: {first['detail']}"
+        )
+    certificate = {
+        "verdict": "pass" if ok else "fail",
+        "summary": verdict,
+        "versions": _versions(),
+        "model": {
+            "source": str(config.model),
+            "model_type": source.get("model_type"),
+            "dtype": "float64",
+            "seed": config.seed,
+            "reference_policy_seed": config.seed + 1,
+            "beta": config.dpo_beta,
+            "unpacked": "transformers sdpa, each chosen and rejected sequence on its own",
+            "threads": torch.get_num_threads(),
+        },
+        "data": {
+            "path": str(config.dpo),
+            "format": "nemo-aligner-packed-dpo",
+            "seq_length": seq_length,
+            "rows": len(rows),
+            "pairs_checked": pairs_checked,
+        },
+        "layout": {"cp_checked": [], "pp_checked": [], "micro_batch_size": 1},
+        "checks": DPO_CHECKS,
+        "rows_checked": {"dpo": checked},
+        "row_pairs": {str(r.row): list(r.pairs) for r in reports},
+        "rows_total": len(rows),
+        "worst": worst,
         "fault_injected": config.fault,
         "notes": notes,
     }
