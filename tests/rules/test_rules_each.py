@@ -829,6 +829,15 @@ CASES = [
         fix_says=("dataset.enable_offline_packing=false", "dataset.packing_buffer_size=null"),
     ),
     Case(
+        "LP-MODEL-004",
+        "SFT",
+        ["longpack.model_family=qwen3_next_80b_a3b", *NO_OFFLINE],
+        ["longpack.model_family=qwen3_next_80b_a3b", *NO_OFFLINE, "model.context_parallel_size=1"],
+        ("Qwen3-Next", "Gated DeltaNet", "CP=2", "before 0.18.0"),
+        fix_says=("model.context_parallel_size=1", ">= 0.18.0"),
+        mcore="0.16.1",
+    ),
+    Case(
         "LP-SEQ-001",
         "SFT",
         ["dataset.seq_length=4096"],
@@ -1466,7 +1475,7 @@ LP-PACK-004 LP-PACK-005 LP-PACK-006 LP-PACK-007 LP-PACK-008 LP-PACK-011 LP-PACK-
 LP-PACK-015 LP-PACK-017 LP-PACK-019 LP-CG-001 LP-CG-002 LP-CG-003 LP-CG-004 LP-EN-001 LP-EN-002 LP-EN-003 LP-EN-004
 LP-EN-005 LP-EN-006 LP-EN-007 LP-EN-008 LP-EN-010 LP-EN-011 LP-EN-012 LP-EN-013 LP-EN-014 LP-EN-016
 LP-DATA-012 LP-DATA-013 LP-DATA-014
-LP-EN-017 LP-VLM-001 LP-VLM-002 LP-MOE-001 LP-MOE-002 LP-MOE-003 LP-MODEL-001 LP-MODEL-002 LP-MODEL-003 LP-DATA-001
+LP-EN-017 LP-VLM-001 LP-VLM-002 LP-MOE-001 LP-MOE-002 LP-MOE-003 LP-MODEL-001 LP-MODEL-002 LP-MODEL-003 LP-MODEL-004 LP-DATA-001
 LP-DATA-002 LP-DATA-004 LP-DATA-005 LP-DATA-006 LP-DATA-008 LP-DATA-011 LP-VER-001 LP-HCP-001 LP-HCP-002
 LP-HCP-003 LP-HCP-004 LP-HCP-005 LP-HCP-006 LP-HCP-008 LP-HCP-010 LP-SCHED-001 LP-SCHED-002 LP-SCHED-003 LP-MOE-005
 LP-CP-010 LP-CP-011 LP-PACK-018 LP-VER-002 LP-GBP-001 LP-DCP-001 LP-DCP-002 LP-DCP-003 LP-DCP-004 LP-DCP-005 LP-DCP-007 LP-DCP-008

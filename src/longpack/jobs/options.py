@@ -145,15 +145,6 @@ def model_option() -> str | None:
     return option(None, help="Model: a catalog id (e.g. llama3_1_8b) or a config.json path.")
 
 
-def fp8_recipe_option() -> str | None:
-    """The FP8 recipe whose block every rank's tokens must be a multiple of (``topology.kernel_pad_multiple``)."""
-    return option(
-        None,
-        help="FP8 recipe (mxfp8, delayed, ...): adds the kernels' multiple (MXFP8 32 / FP8 16 tokens per rank).",
-        cli_type=str | None,
-    )
-
-
 def gpu_option() -> str | None:
     return option(None, help="GPU type (e.g. H100_SXM, H200, B200).")
 

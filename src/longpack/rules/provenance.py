@@ -21,6 +21,7 @@ from __future__ import annotations
 
 # Megatron-Core dev (d48bd6be0a) lacks main's HybridEP uneven-dispatch padding, the THD-graph
 # pad_between_seqs fix and quantile routing (rules_drift ranges): dev=True / dev=False below say so.
+from longpack.rules.checks.family import GDN_CP_SINCE
 from longpack.rules.registry import Provenance, Source
 from longpack.rules.scheduling_keys import GLOBAL_BATCH_PACKING_SINCE, GPT_SFT_IN_BATCH_SINCE
 from longpack.rules.versions import PRODUCTS, VersionRange
@@ -857,6 +858,17 @@ PROVENANCE: dict[str, Provenance] = {
                 BRIDGE_REPO, "src/megatron/bridge/models/qwen_omni/data/collate_fn.py", commit="8896e9027"
             ),
         )
+    ),
+    "LP-MODEL-004": Provenance(
+        mcore=VersionRange(until=GDN_CP_SINCE),
+        sources=(
+            Source(
+                MLM_REPO,
+                "megatron/core/transformer/transformer_config.py",
+                commit="20d66d5c7b",
+                probe="Gated delta net does not support context parallel for now",
+            ),
+        ),
     ),
     "LP-DATA-001": Provenance(
         sources=(Source(BRIDGE_REPO, "src/megatron/bridge/data/packing/gpt_sft.py", commit="e577829e1"),)
