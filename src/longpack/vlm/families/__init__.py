@@ -35,7 +35,9 @@ class VLMFamily(Protocol):
     """The interface every family module implements."""
 
     name: str
-    can_prepare: bool  # longpack prepares this family's samples for the in-batch collator and Energon encoders
+    can_prepare: (
+        bool  # longpack prepares this family's samples for the in-batch collator and Energon encoders
+    )
     batch_keys: tuple[str, ...]  # visual keys of its packed batch, besides the THD text keys
     position_dims: int  # rows of its positions: 3 (multimodal rope, ``[3, L]``) or 1 (``[L]``)
     #: The :class:`~longpack.vlm.VLMConfig` fields its :meth:`preparer` reads (``vision`` / ``video``: the
