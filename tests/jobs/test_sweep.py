@@ -362,7 +362,7 @@ def test_cli_planner_and_plot(data: Path, tmp_path: Path) -> None:
         (["--pack-size", "2048,x"], "'x' is not a positive integer"),
         (["--pack-size", "3000"], "--token-slots 65536 is not divisible by pack length 3000"),
         (["--token-slots", "0"], "--token-slots must be a positive integer"),
-        (["--tp", "2", "--pad-seq-to-mult", "4"], "either --pad-seq-to-mult or --tp, --cp and --sp"),
+        (["--tp", "2", "--pad-seq-to-mult", "4"], "either --pad-seq-to-mult or --tp, --cp, --sp"),
         (["--model", "llama3_1_8b"], "--model, --gpu and --gpus go together"),
         (["--layout", "tp=2"], "--layout needs --gpus"),
         (["--layout", "tp=1,mbs=2", "--gpus", "8"], "micro_batch_size 1"),

@@ -28,7 +28,14 @@ def test_the_anchor_is_the_same_model_and_gpu_nearest_in_length_same_precision_f
 
 
 def test_the_factor_is_measured_over_predicted_step_time_of_the_anchor() -> None:
-    lv = level_for("deepseek_v3", "H100_SXM", seq_length=131072, precision="fp8")
+    lv = level_for(
+        "deepseek_v3",
+        "H100_SXM",
+        seq_length=131072,
+        precision="fp8",
+        points=packaged_points(),
+        predict=lambda p: step_error(p, predict_time(p)),
+    )
     assert lv is not None
     point = next(p for p in packaged_points() if p.id == lv.point_id)
     assert lv.factor == pytest.approx(1 + step_error(point, predict_time(point)))

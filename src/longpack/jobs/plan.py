@@ -708,9 +708,17 @@ def format_with_band(seconds: float, width: float) -> str:
 
 
 def _level(req: Any) -> Any:
+    from longpack.planner.calibration import packaged_points, predict_time, step_error
     from longpack.planner.level import level_for
 
-    return level_for(req.model.name, req.gpu.name, seq_length=req.seq_length, precision=req.precision)
+    return level_for(
+        req.model.name,
+        req.gpu.name,
+        seq_length=req.seq_length,
+        precision=req.precision,
+        points=packaged_points(),
+        predict=lambda p: step_error(p, predict_time(p)),
+    )
 
 
 def _level_dict(req: Any, cand: Any) -> dict[str, Any] | None:

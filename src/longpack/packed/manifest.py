@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from longpack import choices
-from longpack.errors import PackedDataError
+from longpack.errors import DamagedDataError, PackedDataError
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -55,7 +55,7 @@ def _expect(known: dict[str, Any], where: str, kinds: Mapping[str, tuple[type, .
         value = known[key]
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             want = " or ".join(names.get(t, t.__name__) for t in types if t is not bool)
-            raise PackedDataError(
+            raise DamagedDataError(
                 f"{MANIFEST_NAME}: {where}{key} must be {want}, got {type(value).__name__} {value!r:.60}; "
                 "the manifest is damaged: pack the folder again"
             )
@@ -63,7 +63,7 @@ def _expect(known: dict[str, Any], where: str, kinds: Mapping[str, tuple[type, .
 
 def _records(values: Any, where: str) -> tuple[dict[str, Any], ...]:
     if not isinstance(values, list | tuple) or not all(isinstance(v, Mapping) for v in values):
-        raise PackedDataError(
+        raise DamagedDataError(
             f"{MANIFEST_NAME}: {where} must be a list of objects; the manifest is damaged: pack the folder again"
         )
     return tuple(values)
@@ -362,6 +362,8 @@ class PackManifest:
             ) from exc
         try:
             return cls.from_dict(data)
+        except DamagedDataError as exc:  # stays damaged data: a failed check of inspect --verify / verify
+            raise DamagedDataError(f"{p}: {exc}") from exc
         except PackedDataError as exc:
             raise PackedDataError(f"{p}: {exc}") from exc
         except (TypeError, ValueError) as exc:

@@ -11,10 +11,12 @@ the pick (the ranking is the model's: one factor for every layout of the request
 evaluate`` scores the anchored estimates leave-one-source-out (the anchor always from another
 publication).
 
->>> lv = level_for("deepseek_v3", "H100_SXM", seq_length=131072, precision="fp8")
+>>> from longpack.planner.calibration import packaged_points, predict_time, step_error
+>>> pts, err = packaged_points(), lambda p: step_error(p, predict_time(p))
+>>> lv = level_for("deepseek_v3", "H100_SXM", seq_length=131072, precision="fp8", points=pts, predict=err)
 >>> lv.point_id, lv.seq_length, lv.factor > 1
 ('cp405', 131072, True)
->>> level_for("llama3_1_8b", "B300", seq_length=4096, precision="bf16") is None
+>>> level_for("llama3_1_8b", "B300", seq_length=4096, precision="bf16", points=pts, predict=err) is None
 True
 """
 
@@ -105,23 +107,26 @@ def level_for(
     *,
     seq_length: int,
     precision: str,
-    points: Iterable[Any] | None = None,
-    predict: Callable[[Any], float | None] | None = None,
+    points: Iterable[Any],
+    predict: Callable[[Any], float | None],
     exclude_source: str | None = None,
 ) -> Level | None:
     """The :class:`Level` of ``model`` on ``gpu`` from the anchor :func:`choose_anchor` picks (``points``:
-    the packaged calibration points; ``predict``: the step-time error of a point under the constants in
-    use, default the packaged fit); ``None`` when no published run of that model on that GPU type states a
+    calibration points, e.g. the packaged ones; ``predict``: the step-time error of a point under the
+    constants in use — both given by the caller, since the calibration module scores its leave-one-out
+    estimates with this one); ``None`` when no published run of that model on that GPU type states a
     throughput."""
-    from longpack.planner.calibration import packaged_points, predict_time, step_error
-
-    pool = packaged_points() if points is None else points
     anchor = choose_anchor(
-        pool, model=model, gpu=gpu, seq_length=seq_length, precision=precision, exclude_source=exclude_source
+        points,
+        model=model,
+        gpu=gpu,
+        seq_length=seq_length,
+        precision=precision,
+        exclude_source=exclude_source,
     )
     if anchor is None:
         return None
-    err = predict(anchor) if predict is not None else step_error(anchor, predict_time(anchor))
+    err = predict(anchor)
     if err is None or err <= -1:
         return None
     return Level(
