@@ -346,3 +346,6 @@ def test_verify_builds_a_deepseek_v3_config(world, tmp_path: Path, q_lora_rank: 
         packed=str(world.packed), model=str(tmp_path / "dsv3"), max_rows=1, dist_rows=0
     ).run()
     assert result.ok and result.verdict.startswith("PASS") and "deepseek_v3" in result.verdict, result.verdict
+    coverage = result.certificate["coverage"]  # its sigmoid group-limited router is not recomputed: said so
+    assert coverage["parts"]["moe_router"]["experts"] == 4, coverage
+    assert coverage["parts"]["moe_router"]["covered"] or any("router" in n for n in coverage["not_covered"])
