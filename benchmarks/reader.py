@@ -120,6 +120,61 @@ def floor_rows_per_s(floor: MemmapFloor, indices: np.ndarray, budget: float) -> 
     return done / (_clock() - clock)
 
 
+def regimes(pack: int, tokens: float, repeats: int, short: int, steady: int) -> None:
+    """``--regimes``: open time of ``PackedDataset`` on a packed folder, and random rows per CPU-second over
+    the floor's in two regimes, each from a fresh reader and a fresh floor map: ``short`` (the first
+    ``short`` reads right after opening) and ``steady`` (``steady`` reads after those). Same rows, same
+    order for both readers; medians of ``repeats``."""
+    from longpack.jobs import PackConfig  # noqa: F401  (import cost outside the clocks)
+
+    with tempfile.TemporaryDirectory(prefix="longpack-regimes-") as tmp:
+        folder = Path(tmp) / "packed"
+        folder.mkdir()
+        samples = make_samples(int(tokens))
+        settings = PackSettings(seq_length=pack, algorithm="first_fit_shuffle", seed=1234)
+        split = plan_splits(samples, settings, eos_id=EOS)[0]
+        n = split.plan.num_rows
+        path = folder / f"training_{pack}.idx.parquet"
+        write_shard_file(
+            path, split.aligned, split.plan, 0, n, options=ParquetWriterOptions(**one_row_pages(pack))
+        )
+        floor_dir = Path(tmp) / "floor"
+        floor_dir.mkdir()
+        reference = MemmapFloor(path, floor_dir)  # written once; every run below maps its arrays afresh
+        order = np.random.default_rng(0).permutation(n)
+        order = np.resize(order, short + steady)
+        opens, got = [], {"longpack short": [], "longpack steady": [], "floor short": [], "floor steady": []}
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            ds = PackedDataset(folder, allow_no_manifest=True, prefetch=0)
+            opens.append(time.perf_counter() - t0)
+            floor = MemmapFloor.__new__(MemmapFloor)
+            floor.offsets, floor.start_offsets = reference.offsets, reference.start_offsets
+            for name in ("ids", "mask", "starts"):
+                setattr(floor, name, np.load(floor_dir / f"{name}.npy", mmap_mode="r"))
+            for reader, get in (("longpack", ds.__getitem__), ("floor", floor.__getitem__)):
+                for regime, idx in (("short", order[:short]), ("steady", order[short:])):
+                    clock = _clock()
+                    for i in idx.tolist():
+                        int(get(i)["input_ids"].sum())
+                    got[f"{reader} {regime}"].append(len(idx) / (_clock() - clock))
+            ds.close()
+        med = {k: statistics.median(v) for k, v in got.items()}
+        import pyarrow.parquet as pq
+
+        groups = pq.ParquetFile(path).metadata.num_row_groups
+        print(f"regimes: pack {pack}, {n} rows, {path.stat().st_size / 2**20:.0f} MiB, {groups} row groups; "
+              f"short = first {short} random reads after opening, steady = the next {steady}; medians of {repeats}")  # fmt: skip
+        print(
+            f"  PackedDataset open: {statistics.median(opens) * 1000:.1f} ms (median), max {max(opens) * 1000:.1f} ms"
+        )
+        for regime in ("short", "steady"):
+            a, b = med[f"longpack {regime}"], med[f"floor {regime}"]
+            print(
+                f"  {regime:<7} longpack {a:>8.0f}  floor {b:>8.0f} rows/{CLOCK['name']}-s  longpack/floor {a / b:.2f}"
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -134,8 +189,15 @@ def main() -> None:
     ap.add_argument(
         "--clock", default="cpu", choices=["cpu", "wall"], help="rows per CPU-second or per second"
     )
+    ap.add_argument("--regimes", action="store_true", help="only open time and the short / steady regimes")
+    ap.add_argument("--short", type=int, default=300, help="--regimes: reads right after opening")
+    ap.add_argument("--steady", type=int, default=6000, help="--regimes: reads after those")
     args = ap.parse_args()
     CLOCK["name"] = args.clock
+    if args.regimes:
+        for pack in [int(p) for p in args.packs.split(",")]:
+            regimes(pack, 8e6 if args.quick else args.tokens, args.repeats, args.short, args.steady)
+        return
     tokens = 8e6 if args.quick else args.tokens
     cache = args.cache_mib * 2**20
     prefetches = [int(p) for p in args.prefetch.split(",")]

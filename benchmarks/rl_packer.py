@@ -9,7 +9,9 @@ the loss, one per-token log-prob array carried along. Each row is the median of 
 packing for all ``--dp`` ranks in one process (a real trainer packs once and keeps its own rank); "floor"
 is writing the same tokens into preallocated bins with one vectorised copy, the least any packer does.
 The imbalance column is the busiest DP rank's predicted work over the mean (``PackCostModel``: one unit
-per token plus one per causal pair of a 4,096-token sequence).
+per token plus one per causal pair of a 4,096-token sequence); the "planner cost" rows pack and balance
+with the planner's one step-time model for ``--model`` on ``--gpu`` (``pack_cost_model``, built once, not
+timed) and report the imbalance of its seconds.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from longpack.balance.rollouts import pack_rollouts
+from longpack.planner.balance_costs import pack_cost_model
 
 
 def rollouts(
@@ -53,12 +56,15 @@ def main() -> None:
     parser.add_argument("--dp", type=int, default=8)
     parser.add_argument("--cp", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", default="qwen3_8b", help="catalog model of the planner cost rows")
+    parser.add_argument("--gpu", default="H100_SXM", help="catalog GPU of the planner cost rows")
     args = parser.parse_args()
+    planner_cost = pack_cost_model(model=args.model, gpu=args.gpu, cp=args.cp, seq_length=args.bin_size)
     tokens, masks, logprobs = rollouts(args.rollouts, args.bin_size, seed=0)
     multiple = 2 * args.cp if args.cp > 1 else 1
     rows = []
 
-    def packer(distribution: str):
+    def packer(distribution: str, cost_model=None):
         return lambda: pack_rollouts(
             tokens,
             loss_masks=masks,
@@ -67,12 +73,18 @@ def main() -> None:
             dp=args.dp,
             cp=args.cp,
             distribution=distribution,
+            cost_model=cost_model,
         )
 
     for distribution in ("fifo", "balanced"):
         packing = packer(distribution)()
         seconds = median_seconds(packer(distribution), args.repeats)
         rows.append((f"longpack {distribution}", seconds, packing.imbalance, packing.efficiency))
+    for distribution in ("fifo", "balanced"):
+        packing = packer(distribution, planner_cost)()
+        seconds = median_seconds(packer(distribution, planner_cost), args.repeats)
+        name = f"longpack {distribution}, planner cost ({args.model}, {args.gpu})"
+        rows.append((name, seconds, packing.imbalance, packing.efficiency))
 
     lengths = np.array([t.size for t in tokens])
     flat = np.concatenate(tokens)

@@ -333,7 +333,8 @@ def selected(recipe: dict[str, Any]) -> str | None:
     return None
 
 
-#: Configs Bridge's docs and examples show (not recipe functions), restated as keys.
+#: Configs Bridge's docs and examples show, and recipes of a Bridge branch not in the checkout (global-batch
+#: packing, PR #6127), restated as keys.
 DOC_EXAMPLES: list[dict[str, Any]] = [
     {
         # examples/training_features/long_context/README.md (d1067cede): the knobs of a real DCP run, on
@@ -351,6 +352,95 @@ DOC_EXAMPLES: list[dict[str, Any]] = [
             "model.min_dynamic_context_parallel_size": 1,
             "model.calculate_per_token_loss": True,
             "train.micro_batch_size": 1,
+        },
+    },
+    # skills/nemo-mbridge-perf-sequence-packing/SKILL.md (067f987df), the packing settings Bridge documents,
+    # on the smallest layout they fit (8 GPUs; what the snippet leaves to the recipe is left out)
+    {
+        # offline packed SFT, 8192-token packs, CP=2 with the snippet's lcm(2*CP, CP*TP if SP) = 4
+        "recipe": "docs:sequence_packing_skill_offline_sft_cp2",
+        "file": "skills/nemo-mbridge-perf-sequence-packing/SKILL.md",
+        "why": "packed",
+        "gpus": 8,
+        "model_from_hf": True,
+        "keys": {
+            "train.micro_batch_size": 1,
+            "train.global_batch_size": 8,
+            "model.seq_length": 8192,
+            "dataset.seq_length": 8192,
+            "dataset.enable_offline_packing": True,
+            "dataset.offline_packing_specs.packed_sequence_size": 8192,
+            "dataset.offline_packing_specs.pad_seq_to_mult": 4,
+            "model.tensor_model_parallel_size": 1,
+            "model.sequence_parallel": False,
+            "model.context_parallel_size": 2,
+            "model.calculate_per_token_loss": True,
+            "ddp.average_in_collective": False,
+        },
+    },
+    {
+        # collate-time in-batch packing for VLM finetuning (MBS 2)
+        "recipe": "docs:sequence_packing_skill_in_batch_vlm",
+        "file": "skills/nemo-mbridge-perf-sequence-packing/SKILL.md",
+        "why": "packed",
+        "gpus": 8,
+        "model_from_hf": True,
+        "keys": {
+            "dataset.enable_in_batch_packing": True,
+            "train.micro_batch_size": 2,
+            "train.global_batch_size": 16,
+            "model.seq_length": 4096,
+            "dataset.seq_length": 4096,
+        },
+    },
+    {
+        # Energon online packing for Qwen-VL (a 16-sample candidate buffer per worker)
+        "recipe": "docs:sequence_packing_skill_energon_qwen_vl",
+        "file": "skills/nemo-mbridge-perf-sequence-packing/SKILL.md",
+        "why": "packed",
+        "gpus": 8,
+        "model_from_hf": True,
+        "keys": {
+            "dataset.packing_buffer_size": 16,
+            "dataset.micro_batch_size": 1,
+            "train.micro_batch_size": 1,
+            "train.global_batch_size": 8,
+            "model.seq_length": 4096,
+            "dataset.seq_length": 4096,
+            "model.calculate_per_token_loss": True,
+            "ddp.average_in_collective": False,
+        },
+    },
+    {
+        # src/megatron/bridge/recipes/qwen/gb200/qwen35.py @ 7bdc5ef4ba (the global-batch packing branch of
+        # PR #6127, not in main): Bridge's reference recipe for global-batch packing with dynamic CP, its
+        # values restated (the architecture comes from the Hugging Face config); docs at 85b0c3de37,
+        # docs/training/dynamic-context-parallel.md, name it the reference recipe
+        "recipe": "pr6127:qwen35_text_35b_a3b_sft_8gpu_gb200_bf16_dynamic_cp_config",
+        "file": "qwen/gb200/qwen35.py",
+        "why": "long-context",
+        "gpus": 8,
+        "model_from_hf": True,
+        "keys": {
+            "model.seq_length": 32768,
+            "dataset.seq_length": 32768,
+            "dataset.enable_global_batch_packing": True,
+            "dataset.dataloader_type": "single",
+            "model.tensor_model_parallel_size": 1,
+            "model.pipeline_model_parallel_size": 1,
+            "model.virtual_pipeline_model_parallel_size": None,
+            "model.context_parallel_size": 4,
+            "model.expert_model_parallel_size": 8,
+            "model.expert_tensor_parallel_size": 1,
+            "model.sequence_parallel": False,
+            "model.dynamic_context_parallel": True,
+            "model.min_dynamic_context_parallel_size": 1,
+            "model.max_seqlen_per_dp_cp_rank": 8192,
+            "model.calculate_per_token_loss": True,
+            "ddp.average_in_collective": False,
+            "train.micro_batch_size": 1,
+            "train.global_batch_size": 64,
+            "model.cuda_graph_impl": "none",
         },
     },
 ]
@@ -394,11 +484,9 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{r['recipe']:<60} {r['why']:<13} errors={','.join(errs) or '-'} warnings={','.join(warns) or '-'}"
         )
-    print(
-        f"Megatron-Bridge {args.rev} @ {commit}: {len(recipes)} recipes checked, {sum(errors.values())} errors"
-        f"{' (' + ', '.join(f'{k} x{v}' for k, v in sorted(errors.items())) + ')' if errors else ''}, "
-        f"{sum(warnings.values())} warnings ({', '.join(f'{k} x{v}' for k, v in sorted(warnings.items())) or '-'})"
-    )
+    from longpack.rules.recipes import totals
+
+    print(totals(rows, args.rev, commit))
     if args.json:
         args.json.write_text(json.dumps({"commit": commit, "recipes": rows}, indent=1))
     if args.write_data:

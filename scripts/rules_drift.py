@@ -5,10 +5,12 @@ dates), list the ``assert`` / ``raise`` sites in the config, dataset, packing, c
 CUDA-graph code that appeared, changed or disappeared between them, and which longpack rules cite each
 (a rule cites a site when one of its sources, :mod:`longpack.rules.provenance`, names the site's file and
 its probe literal occurs in the site's text). A second mode recomputes each rule's version range from its
-probes at every release tag the catalog knows, and says where the recorded range disagrees.
+probes at every release tag the catalog knows, and says where the recorded range disagrees; a third
+(``sources``) checks every rule source at its own commit: the file is there and holds the probe.
 
     python scripts/rules_drift.py sites --repo /path/to/Megatron-LM --from 2026-02-01 --to 2026-08-31
     python scripts/rules_drift.py ranges --bridge /path/to/Megatron-Bridge --mcore /path/to/Megatron-LM
+    python scripts/rules_drift.py sources --bridge /path/to/Megatron-Bridge --mcore /path/to/Megatron-LM
 
 A site is identified by file, enclosing function and the text of its message (or, without a message, its
 condition); ``changed`` means the same file, function and message with another condition, or the same
@@ -427,6 +429,55 @@ def ranges(bridge: Path | None, mcore: Path | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def source_problem(gitdir: Path, commit: str, path: str, probe: str | None) -> str | None:
+    """Why a rule source does not hold in this checkout (``None`` when it does): the commit is not in it,
+    the file is not at that commit, or the probe is not in the file there."""
+    base = ["git", f"--git-dir={gitdir / '.git'}" if (gitdir / ".git").exists() else f"--git-dir={gitdir}"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([*base, *args], capture_output=True, check=False)
+
+    if run("cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+        return "commit not in this checkout"
+    blob = run("show", f"{commit}:{path}")
+    if blob.returncode != 0:
+        return "file not at this commit"
+    if probe and probe not in blob.stdout.decode("utf-8", errors="replace"):
+        return "probe not in the file at this commit"
+    return None
+
+
+def sources(bridge: Path | None, mcore: Path | None) -> tuple[str, int]:
+    """Every rule source of the given repositories checked at its own commit (its file there, its probe in
+    the file): the report and how many sources do not hold. A commit the checkout lacks (a pull-request
+    branch, say) is listed apart: it cannot be checked here, which is not a wrong source."""
+    from longpack.rules import RULES
+
+    dirs = {"NVIDIA-NeMo/Megatron-Bridge": bridge, "NVIDIA/Megatron-LM": mcore}
+    wrong: list[str] = []
+    absent: list[str] = []
+    checked = 0
+    for r in RULES:
+        for src in r.provenance.sources:
+            gitdir = dirs.get(src.repo)
+            if gitdir is None:
+                continue
+            checked += 1
+            problem = source_problem(gitdir, src.commit, src.path, src.probe)
+            if problem is None:
+                continue
+            line = f"- {r.id}: {src.repo}@{src.commit}:{src.path}" + (f" `{src.probe}`" if src.probe else "")
+            (absent if problem.startswith("commit not") else wrong).append(f"{line}: {problem}")
+    lines = [
+        f"{checked} rule sources checked at their commits; {len(wrong)} do not hold, {len(absent)} not checkable"
+    ]
+    if wrong:
+        lines += ["", "## Do not hold", *wrong]
+    if absent:
+        lines += ["", "## Commit not in this checkout", *absent]
+    return "\n".join(lines) + "\n", len(wrong)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -439,7 +490,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_ranges = sub.add_parser("ranges", help="version ranges from the rules' probes vs the recorded ranges")
     p_ranges.add_argument("--bridge", type=Path)
     p_ranges.add_argument("--mcore", type=Path)
+    p_sources = sub.add_parser("sources", help="every rule source at its own commit: file and probe there")
+    p_sources.add_argument("--bridge", type=Path)
+    p_sources.add_argument("--mcore", type=Path)
     args = parser.parse_args(argv)
+    if args.cmd == "sources":
+        if args.bridge is None and args.mcore is None:
+            raise SystemExit("error: sources needs --bridge and/or --mcore (git checkouts)")
+        text, wrong = sources(checkout(args.bridge, "--bridge"), checkout(args.mcore, "--mcore"))
+        sys.stdout.write(text)
+        return 1 if wrong else 0
     if args.cmd == "sites":
         checkout(args.repo, "--repo")
         if args.out:

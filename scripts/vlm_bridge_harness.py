@@ -32,7 +32,15 @@ Families and Bridge functions:
   ``_expand_packed_metadata_for_visual_embeddings`` vs ``expand_packed_boundaries`` on random packed rows.
   ``llava_step`` imports Megatron-LM's ``megatron.training`` (not installed), so that one function is taken
   out of the file with ``ast`` and run with ``torch`` and megatron-core's ``unwrap_model`` as its globals, on a
-  stand-in model object carrying ``image_token_index``, ``img_seq_len`` and ``_language_max_sequence_length``.
+  stand-in model object carrying ``image_token_index``, ``img_seq_len`` and ``_language_max_sequence_length``;
+  and ``models/nemotron_vl/data/collate_fn.py`` ``nemotron_nano_v2_vl_collate_fn`` per sample (a stand-in
+  processor: tests/vlm_helpers.py's Nemotron-shaped tokenizer and template, 256 ``<image>`` per tile,
+  longpack's pixel tiles) vs ``NemotronVLPreparer.prepare``;
+- generic HF-encoder Energon packing: ``data/energon/hf_task_encoder.py`` ``HFTaskEncoder(
+  enable_in_batch_packing=True)`` ``batch`` + ``encode_batch`` with a Gemma3 processor vs
+  ``VisualInBatchEncoder.batch``;
+- MegatronMIMO: ``data/megatron_mimo/sequence_pack.py`` ``pack_language_shard`` with the lengths
+  ``megatron_mimo_step.forward_step`` derives vs ``pack_mimo_language_shard``.
 
 Prints one line per family, alignment and key: ``pass`` / ``FAIL`` with the difference.
 """
@@ -93,10 +101,13 @@ def load_bridge(root: Path) -> dict[str, Any]:
         "qwen": importlib.import_module("megatron.bridge.models.qwen_vl.data.collate_fn"),
         "kimi": importlib.import_module("megatron.bridge.models.kimi_vl.data.collate_fn"),
         "nemotron": importlib.import_module("megatron.bridge.models.nemotron_vl.nemotron_vl_utils"),
+        "nemotron_collate": importlib.import_module("megatron.bridge.models.nemotron_vl.data.collate_fn"),
         "algorithms": importlib.import_module("megatron.bridge.data.packing.algorithms"),
         "in_batch": importlib.import_module("megatron.bridge.data.packing.in_batch"),
         "visual": importlib.import_module("megatron.bridge.data.collators.visual"),
         "visual_inputs": importlib.import_module("megatron.bridge.training.utils.visual_inputs"),
+        "hf_encoder": importlib.import_module("megatron.bridge.data.energon.hf_task_encoder"),
+        "mimo": importlib.import_module("megatron.bridge.data.megatron_mimo.sequence_pack"),
         "expand": extract_function(
             bridge / "training" / "llava_step.py", "_expand_packed_metadata_for_visual_embeddings"
         ),
@@ -217,6 +228,184 @@ def run_nemotron(mods: dict[str, Any], seed: int = 0, rows: int = 200) -> dict[s
             if not expand_fail
             else f"FAIL: {expand_fail[:5]}"
         },
+    }
+
+
+def run_hf_encoder(
+    mods: dict[str, Any], processor: Any, examples: list[dict[str, Any]], prepared: list[Any]
+) -> dict[str, dict[str, str]]:
+    """Bridge's generic HF-encoder Energon task encoder (``HFTaskEncoder(enable_in_batch_packing=True)``, the
+    ``HFEnergonTaskEncoderConfig`` path) with a Gemma3 processor: its ``batch`` on micro-batches of 4 examples
+    then ``encode_batch`` (Bridge runs the processor through ``gemma3_vl_collate_fn``) vs
+    ``VisualInBatchEncoder.batch`` on the same samples prepared by longpack's ``Gemma3Preparer``."""
+    from longpack.online.vlm import VisualInBatchEncoder, VLMTaskSample
+    from longpack.vlm.families import Gemma3Family
+
+    hf = mods["hf_encoder"]
+    results = {}
+    for multiple in (1, 8):
+        theirs_encoder = hf.HFTaskEncoder(
+            processor=processor,
+            seq_length=4096,
+            enable_in_batch_packing=True,
+            in_batch_packing_pad_to_multiple_of=multiple,
+        )
+        prep = Gemma3Family().preparer(processor=processor, max_images=None, max_visual_tokens=None)
+        ours_encoder = VisualInBatchEncoder(prep, seq_length=4096, pad_to_multiple_of=multiple)
+        for start in range(0, len(examples), 4):
+            chunk = range(start, min(start + 4, len(examples)))
+            theirs = theirs_encoder.encode_batch(
+                theirs_encoder.batch(
+                    [
+                        hf.HFEnergonSample(__key__=f"k{i}", __subflavors__={}, example=examples[i])
+                        for i in chunk
+                    ]
+                )
+            )
+            members = [
+                VLMTaskSample(
+                    __key__=f"k{i}",
+                    __restore_key__=(),
+                    __subflavors__={},
+                    prepared=prepared[i],
+                    rejected=None,
+                    length=prepared[i].sequence_length,
+                )
+                for i in chunk
+            ]
+            ours = ours_encoder.batch(members)
+            results[f"hf_encoder gemma3 m={multiple} batch {start // 4}"] = compare(theirs, ours)
+    return results
+
+
+class _NemotronProcessor:
+    """A stand-in for Nemotron Nano V2 VL's processor (the checkpoint's remote code): the tokenizer's own chat
+    template renders the conversation, each ``<image>`` becomes ``<img>`` + 256 ``<image>`` per tile +
+    ``</img>`` (the processor's text, which Bridge's collate collapses), ``num_patches`` the tiles per image
+    and ``pixel_values`` longpack's tiles (so pixels are not checked against the remote code here). Calls
+    other than the collate's batch call go to the tokenizer, as a processor's would for text."""
+
+    def __init__(self, prep: Any) -> None:
+        self.prep = prep
+        self.tokenizer = prep.tokenizer
+        self.chat_template = prep.tokenizer.chat_template
+
+    def apply_chat_template(self, conversations: Any, **kwargs: Any) -> Any:
+        """A processor's ``apply_chat_template``: text when ``tokenize`` is false, else the processor call on
+        the rendered text (images expanded), one conversation or a batch."""
+        import torch
+
+        from longpack.vlm.families.nemotron_vl import IMG_CONTEXT, IMG_END, IMG_START
+
+        single = bool(conversations) and isinstance(conversations[0], dict)
+        batch = [conversations] if single else list(conversations)
+        if not kwargs.get("tokenize"):
+            texts = [self.tokenizer.apply_chat_template(c, tokenize=False) for c in batch]
+            return texts[0] if single else texts
+        rows, tiles, pixels = [], [], []
+        for conversation in batch:
+            text = self.tokenizer.apply_chat_template(conversation, tokenize=False)
+            images = [
+                p["image"] for turn in conversation for p in turn["content"] if p.get("type") == "image"
+            ]
+            pieces = text.split(IMG_CONTEXT)
+            out = [pieces[0]]
+            for image, rest in zip(images, pieces[1:], strict=True):
+                n = self.prep.family.tiles(*image.size)
+                tiles.append(n)
+                pixels.append(self.prep.pixel_tiles(image))
+                out += [IMG_START + IMG_CONTEXT * (256 * n) + IMG_END, rest]
+            rows.append(self.tokenizer("".join(out), add_special_tokens=False)["input_ids"])
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id
+        result = {
+            "input_ids": torch.tensor([r + [pad] * (width - len(r)) for r in rows]),
+            "attention_mask": torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows]),
+        }
+        if tiles:
+            result["num_patches"] = torch.tensor(tiles)
+            result["pixel_values"] = torch.cat(pixels)
+        return result
+
+
+def run_nemotron_preparer(mods: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Nemotron-VL: Bridge's own ``nemotron_nano_v2_vl_collate_fn`` (one example per call: Bridge refuses
+    in-batch packing for it; its loss mask from the ``<SPECIAL_11>Assistant\\n`` / ``<SPECIAL_12>`` markers,
+    ``adjust_image_tokens``, ``num_patches`` per tile, labels, bfloat16 pixels) with a stand-in processor over
+    tests/vlm_helpers.py's Nemotron-shaped tokenizer, vs ``NemotronVLPreparer.prepare`` of the same sample."""
+    import tempfile
+
+    from longpack.vlm.families.nemotron_vl import NemotronVLPreparer
+    from longpack.vlm.vision import decode_image
+    from vlm_helpers import nemotron_vl_checkpoint
+
+    with tempfile.TemporaryDirectory() as folder:
+        prep = NemotronVLPreparer.from_checkpoint(
+            nemotron_vl_checkpoint(folder), max_images=None, max_visual_tokens=None
+        )
+    processor = _NemotronProcessor(prep)
+    results = {}
+    for sample in samples:
+        seq = prep.prepare(sample)
+        messages, images = prep._conversation(sample, seq.key)
+        if not images:  # Bridge's collate reads the processor's pixel_values and num_patches unconditionally
+            continue
+        it = iter(decode_image(i) for i in images)
+        conversation = [
+            {
+                "role": m["role"],
+                "content": [
+                    {"type": "image", "image": next(it)}
+                    if p["type"] == "image"
+                    else {"type": "text", "text": p["text"]}
+                    for p in m["content"]
+                ],
+            }
+            for m in messages
+        ]
+        theirs = mods["nemotron_collate"].nemotron_nano_v2_vl_collate_fn(
+            [{"conversation": conversation}], processor, pad_to_multiple_of=1
+        )
+        ours: dict[str, Any] = {k: v[None] for k, v in seq.row.items()}
+        if seq.visual_values:
+            ours["pixel_values"] = seq.visual_values["pixel_values"]
+            ours["num_patches"] = seq.visual_values["num_patches"]
+            ours["visual_inputs"] = {"pixel_values": seq.visual_values["pixel_values"]}
+        results[f"nemotron_vl prepare {seq.key}"] = compare(theirs, ours)
+    return results
+
+
+def run_mimo(mods: dict[str, Any], shards: int = 200) -> dict[str, dict[str, str]]:
+    """MegatronMIMO: Bridge's ``pack_language_shard`` with the lengths ``megatron_mimo_step.forward_step``
+    derives (``attention_mask.to(bool).sum(1)``) vs ``pack_mimo_language_shard``, on random right-padded
+    shards of tests/vlm/test_vlm_mimo.py (2-D and MRoPE positions, with and without ``input_ids``)."""
+    import torch
+
+    from longpack.runtime.in_batch import pack_mimo_language_shard
+
+    sys.path.insert(0, str(ROOT / "tests" / "vlm"))
+    from test_vlm_mimo import mimo_shard
+
+    fails: dict[str, list[int]] = {}
+    for case in range(shards):
+        batch = mimo_shard(case, mrope=case % 3 == 0, with_tokens=case % 4 != 1)
+        lengths = batch["attention_mask"].to(torch.bool).sum(dim=1).to(torch.long)
+        theirs, their_kwargs = mods["mimo"].pack_language_shard(dict(batch), lengths=lengths)
+        ours, our_kwargs = pack_mimo_language_shard(batch)
+        for key, verdict in {**compare(theirs, ours), **compare(their_kwargs, our_kwargs)}.items():
+            if verdict != "pass":
+                fails.setdefault(key, []).append(case)
+        if set(ours) != set(theirs):
+            fails.setdefault("keys", []).append(case)
+    keys = ["input_ids", "labels", "loss_mask", "position_ids", "attention_mask", "modality_inputs"]
+    keys += [f"cu_seqlens_{a}{b}" for a in ("q", "kv") for b in ("", "_padded")] + [
+        "max_seqlen_q",
+        "max_seqlen_kv",
+    ]
+    return {
+        f"mimo ({shards} shards)": {
+            key: "pass" if key not in fails else f"FAIL: shards {fails[key][:5]}" for key in [*keys, "keys"]
+        }
     }
 
 
@@ -411,6 +600,7 @@ def run(checkout: Path) -> dict[str, Any]:
             [pprep.prepare(s) for s in samples], sequence_length=4096, pad_to_multiple_of=8
         )
         results["gemma3 m=8 pad=3"] = compare(theirs, ours)
+        results.update(run_hf_encoder(mods, processor, examples, seqs))
         # Qwen-VL: Bridge packs prepared sequences (longpack's carry Bridge's row and visual_values).
         for name in ("qwen2_vl", "qwen3_vl"):
             import transformers
@@ -433,8 +623,10 @@ def run(checkout: Path) -> dict[str, Any]:
                 results[f"{name} m={multiple} fixed={fixed}"] = compare(theirs, ours)
         results.update(run_grouping(mods, [s.sequence_length for s in qseqs]))
         results.update(run_nemotron(mods))
+        results.update(run_nemotron_preparer(mods, samples))
         results.update(run_glm4v(mods))
         results.update(run_kimi(mods))
+        results.update(run_mimo(mods))
     return results
 
 

@@ -87,3 +87,56 @@ def run_upstream(cls: Any, rows: list[dict[str, Any]], *, eos_id: int, seq_lengt
     obj.tokenizer = types.SimpleNamespace(eos_id=eos_id)
     out = obj.global_collate_fn(rows, eos_id=eos_id)
     return {k: np.asarray(v).tolist() for k, v in out.items()}
+
+
+MODEL_RELATIVE = "nemo_aligner/models/nlp/gpt/megatron_gpt_dpo_model.py"
+MODEL_CLASS = "MegatronGPTDPOModel"
+#: The methods of the model that turn per-token log-probs of a packed batch into the DPO loss.
+LOSS_METHODS = ("get_reduced_masked_logps", "split_output_tensor", "loss_func")
+
+
+def model_source_text() -> str | None:
+    """``megatron_gpt_dpo_model.py`` from ``$LONGPACK_NEMO_ALIGNER`` (work tree, or git directory at HEAD)."""
+    root = os.environ.get("LONGPACK_NEMO_ALIGNER")
+    if not root:
+        return None
+    tree = Path(root) / MODEL_RELATIVE
+    if tree.is_file():
+        return tree.read_text()
+    try:
+        return subprocess.run(
+            ["git", "--git-dir", root, "show", f"HEAD:{MODEL_RELATIVE}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def load_loss_methods(text: str) -> type:
+    """``MegatronGPTDPOModel``'s loss methods, unmodified, on a plain class (needs torch)."""
+    import torch
+
+    tree = ast.parse(text)
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == MODEL_CLASS)
+    body = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in LOSS_METHODS]
+    assert sorted(n.name for n in body) == sorted(LOSS_METHODS), "upstream methods renamed"
+    cls = ast.ClassDef(name=MODEL_CLASS, bases=[], keywords=[], body=body, decorator_list=[])
+    module = ast.fix_missing_locations(ast.Module(body=[cls], type_ignores=[]))
+    dataset = types.SimpleNamespace(REWARDS_PAD_ID=-1000)
+    namespace: dict[str, Any] = {"torch": torch, "DPOPackedDataset": dataset}
+    exec(compile(module, f"{MODEL_RELATIVE}:{MODEL_CLASS}", "exec"), namespace)
+    return namespace[MODEL_CLASS]
+
+
+def run_upstream_loss(
+    cls: Any, pi_logps: Any, ref_logps: Any, labels: Any, cu_seqlens: Any, *, beta: float
+) -> dict[str, Any]:
+    """NeMo-Aligner's packed DPO loss (``preference_loss: dpo``) and per-sequence rewards of one row."""
+    obj = cls.__new__(cls)
+    obj.preference_loss = "dpo"
+    obj.ref_policy_kl_penalty = beta
+    loss, acc = obj.loss_func(pi_logps, ref_logps, labels, None, cu_seqlens)
+    rewards = obj.get_reduced_masked_logps(pi_logps - ref_logps, labels, cu_seqlens=cu_seqlens)
+    return {"loss": float(loss), "acc": float(acc), "rewards": [float(x) for x in rewards]}

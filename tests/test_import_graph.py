@@ -26,7 +26,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "longpack"
 # ``progress`` (the progress bar of long work).
 UTILITIES = {"errors", "_optional", "_version", "validate", "outputs", "choices", "option", "progress"}
 LIBRARY = {"samples", "store", "binpack", "balance", "packed", "text", "vlm", "runtime", "online"}
-LIBRARY |= {"topology", "catalog", "rules", "planner", "cluster", *UTILITIES}
+LIBRARY |= {"topology", "catalog", "rules", "planner", "cluster", "remote", *UTILITIES}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "_version": set(),
@@ -41,6 +41,8 @@ ALLOWED: dict[str, set[str]] = {
         "samples",
         *UTILITIES,
     },  # tokenized samples on disk (memory maps); knows no tokenizer or packing
+    # object storage for the jobs: a local stage, uploads with the manifests (packed's, the store's) last
+    "remote": {"packed", "store", *UTILITIES},
     "binpack": {"errors", "_optional", "choices"},  # lengths only: numpy + numba
     # cost models come from the planner, not back; topology (pure) for the one ranks_needed of hybrid CP
     "balance": {"binpack", "topology", "errors", "_optional", "choices"},

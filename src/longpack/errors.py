@@ -35,6 +35,7 @@ __all__ = [
     "OutputExistsError",
     "PackedDataError",
     "PlanError",
+    "StorageError",
     "warn_all",
 ]
 
@@ -86,6 +87,11 @@ class OutputError(LongpackError, OSError):
 
 class OutputExistsError(OutputError, FileExistsError):
     """The output folder exists and overwriting it was not asked for (or is refused)."""
+
+
+class StorageError(LongpackError, OSError):
+    """Object storage (``s3://``, any fsspec URL) failed: a missing bucket, denied access, a dropped
+    connection, an interrupted upload; the message names the URL, what was being done and the fix."""
 
 
 class PackedDataError(LongpackError, ValueError):

@@ -408,11 +408,18 @@ def output_write_errors(out: str | Path, *, field: str = "out") -> Iterator[None
 
 
 def write_error(
-    exc: OSError, out: str | Path, *, field: str = "out", manifest: str = "manifest.json", again: str = "pack"
+    exc: OSError,
+    out: str | Path,
+    *,
+    field: str = "out",
+    manifest: str = "manifest.json",
+    again: str = "pack",
+    option: str = "overwrite",
 ) -> OutputError:
     """The :class:`OutputError` of a refused write (``exc.errno`` in :data:`WRITE_ERRNOS`) into the folder
     ``out`` whose ``manifest`` is written last: what failed, why, and the fix (``again``: the command to run
-    again, e.g. ``pack`` or ``tokenize``).
+    again, e.g. ``pack`` or ``tokenize``, with ``option``: ``overwrite``, or ``resume`` where the finished
+    parts are kept).
 
     >>> str(write_error(OSError(errno.ENOSPC, "x", "/s/tokens.npy"), "/s", manifest="store.json", again="tokenize"))
     'out /s: cannot write /s/tokens.npy: No space left on device (the disk is full); the folder has no store.json and reads as unfinished: free space, then tokenize again with overwrite=True'
@@ -422,8 +429,8 @@ def write_error(
     hint, fix = _WRITE_ERROR_HINTS.get(exc.errno, ("", "fix the storage"))
     return OutputError(
         f"{field} {out}: cannot write{what}: {os.strerror(exc.errno)}{hint}; the folder has no "
-        f"{manifest} and reads as unfinished: {fix}, then {again} again with overwrite=True",
-        fields=(field, "overwrite"),
+        f"{manifest} and reads as unfinished: {fix}, then {again} again with {option}=True",
+        fields=(field, option),
     )
 
 

@@ -190,6 +190,11 @@ def write_shard(
         text = json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n"
         atomic_write_bytes(folder / SHARD_MANIFEST, text.encode())
     except OSError as exc:
+        from longpack.outputs import WRITE_ERRNOS, write_error
+
+        if exc.errno in WRITE_ERRNOS:  # a full disk: the shards finished before are kept by resume
+            error = write_error(exc, Path(store), manifest=STORE_MANIFEST, again="tokenize", option="resume")
+            raise type(error)(f"shard {index}: {error}", fields=error.fields) from exc
         raise OutputError(
             f"cannot write shard {index} of the token store {store}: {exc}", fields="out"
         ) from exc

@@ -66,7 +66,10 @@ def pad_seq_to_mult(*, tp: int = 1, cp: int = 1, sp: bool = False) -> int:
 #: (Megatron-LM main fp8_utils.get_fp8_align_size @ 92d68dae89: 32 for mxfp8, 16 for the other recipes).
 MXFP8_BLOCK = 32
 FP8_ALIGN = 16
-#: HybridEP's combine chunk: a packed row's width must be a multiple (Megatron-Bridge docs, HybridEP).
+#: HybridEP's combine chunk: a packed row's width must be a multiple (NVIDIA-NeMo/Megatron-Bridge@6a33a2a95,
+#: skills/nemo-mbridge-perf-sequence-packing/SKILL.md: "a width divisible by 128"). It is a multiple of the
+#: 64 tokens Megatron-Core pads uneven HybridEP dispatch to (NVIDIA/Megatron-LM@81770cb015,
+#: megatron/core/transformer/moe/fused_a2a.py, HYBRIDEP_TOKEN_ALIGNMENT), so one lcm serves both.
 HYBRIDEP_CHUNK = 128
 
 

@@ -214,3 +214,63 @@ def test_bad_input_is_a_clear_error(kwargs, message):
     with pytest.raises(RolloutPackingError) as info:
         pack_rollouts(token_ids, **kwargs)
     assert message in str(info.value)
+
+
+def test_balanced_on_the_planners_step_time_model():
+    """The planner's seconds (``pack_cost_model``, the model plan / sweep / balance use) as the bin cost: the
+    balanced order evens out the predicted seconds that FIFO leaves uneven, and reports them."""
+    from longpack.planner.balance_costs import pack_cost_model
+
+    seconds = pack_cost_model(model="qwen3_8b", gpu="H100_SXM", cp=2, seq_length=16384)
+    lengths = [16000] * 8 + [500] * 248
+    rollouts = [np.ones(n, dtype=np.int64) for n in lengths]
+    common = {"bin_size": 16384, "dp": 8, "seq_length_multiple": 4, "cost_model": seconds}
+    fifo = pack_rollouts(rollouts, **common)
+    even = pack_rollouts(rollouts, distribution="balanced", **common)
+    assert fifo.imbalance > 1.2 and even.imbalance < 1.01
+    for packing in (fifo, even):  # each rank's cost is the planner's seconds of its bins (empty: a ghost)
+        for rank, cost in zip(packing.ranks, packing.rank_costs, strict=True):
+            want = sum(seconds.pack_cost([lengths[i] for i in b] or [16384]) for b in rank.seq_indices)
+            assert cost == pytest.approx(want, rel=1e-12)
+
+
+def test_fp8_needs_every_ranks_share_of_a_bin_a_multiple_of_the_block():
+    from longpack.balance.rollouts import RolloutPackingError
+    from longpack.errors import ConfigError
+    from longpack.jobs import RolloutsConfig
+
+    rollouts = [np.ones(100, dtype=np.int64)] * 3
+    ok = pack_rollouts(rollouts, bin_size=512, cp=2, sp=True, tp=2, fp8_recipe="mxfp8")  # 512 / 2 / 2 = 128
+    assert ok.ranks[0].tokens.shape == (1, 512)
+    with pytest.raises(
+        RolloutPackingError, match=r"bin_size a multiple of 128 \(CP 2, TP 2, SP on\); 320 is not"
+    ):
+        pack_rollouts(rollouts, bin_size=320, cp=2, sp=True, tp=2, fp8_recipe="mxfp8")
+    pack_rollouts(rollouts, bin_size=320, cp=2, sp=True, tp=2)  # without FP8 the CP / SP alignment (4) is all
+    with pytest.raises(ConfigError, match="multiple of 32"):  # FP8 16 tokens per rank, CP 2
+        RolloutsConfig(lengths_file="x.txt", bin_size=16400, cp=2, fp8_recipe="delayed")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    cp=st.sampled_from([2, 4]),
+    lengths=st.lists(st.integers(1, 60), min_size=1, max_size=12),
+    dp=st.integers(1, 3),
+)
+def test_cp_split_is_the_runtime_thd_split_of_the_bins_padded_offsets(cp, lengths, dp):
+    """Megatron-LM's RL path hands each bin's ``cu_seqlens_q_padded`` and width to TE's
+    ``thd_get_partitioned_indices`` (``rl_utils._build_cp_scatter_cache``); ``cp_indices`` is
+    ``longpack.runtime``'s statement of that kernel (the split verify's CP checks run) on the same arrays."""
+    torch = pytest.importorskip("torch")
+    from longpack.runtime.context_parallel import thd_partition_indices
+
+    bin_size = 64 * cp
+    p = pack_rollouts([np.ones(n, dtype=np.int64) for n in lengths], bin_size=bin_size, dp=dp, cp=cp)
+    for rank in p.ranks:
+        for b in range(rank.tokens.shape[0]):
+            padded = rank.cu_seqlens_padded[b].tolist()
+            columns = [rank.cp_indices(b, cp_size=cp, cp_rank=r) for r in range(cp)]
+            for r, mine in enumerate(columns):
+                te = thd_partition_indices(padded, bin_size, cp_size=cp, cp_rank=r)
+                assert torch.equal(torch.from_numpy(mine.astype(np.int64)), te.to(torch.int64))
+            assert sorted(np.concatenate(columns).tolist()) == list(range(bin_size))

@@ -171,9 +171,9 @@ def test_plan_evaluate_reports_errors_by_context_band() -> None:
     res = runner.invoke(app, ["plan", "evaluate", "--no-lomo", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
-    assert doc["tflops"]["n"] > 100 and 0 < doc["tflops"]["median_ape"] < 0.1
+    assert doc["tflops"]["n"] >= 50 and 0 < doc["tflops"]["median_ape"] < 0.1
     bands = doc["bands"]
-    assert bands["<=8K"]["n"] > 100 and bands["16-32K"]["n"] >= 4 and bands["64K+"]["n"] >= 6
+    assert bands["<=8K"]["n"] >= 40 and bands["16-32K"]["n"] >= 4 and bands["64K+"]["n"] >= 6
     # in-sample; 64K+ rests on catalog CP-ring bandwidths, not constants fitted to its points (planner-model.md#errors)
     assert bands["16-32K"]["median_ape"] < 0.10 and bands["64K+"]["median_ape"] < 0.15
     by_id = {p["id"]: p for p in doc["points"]}

@@ -142,3 +142,145 @@ def test_every_output_format_has_a_record() -> None:
         )
         for refusal in fmt.refused:  # each names a real setting of the pack job
             assert refusal.setting in {f.name for f in dataclasses.fields(PackConfig)}
+
+
+@pytest.mark.parametrize("name", choices.VLM_FAMILIES)
+def test_vlm_families_say_what_they_read(name: str) -> None:
+    """A caller asks the family (positions' rows, the ``VLMConfig`` fields it reads), never its name or
+    class: the rows are the ones ``position_ids`` gives, and a preparer's agree with its family's."""
+    import numpy as np
+
+    from longpack.vlm import QwenVLPreparer, VLMConfig
+    from longpack.vlm.families import Gemma3Preparer, vlm_family
+
+    family = vlm_family(name)
+    positions = np.asarray(family.position_ids([1, 2, 3], {}))
+    assert positions.shape == ((3, 3) if family.position_dims == 3 else (3,))
+    assert set(family.config_fields) <= {f.name for f in dataclasses.fields(VLMConfig)}
+    assert family.can_prepare or not family.config_fields  # only a family longpack prepares reads them
+    preparer_class = {"gemma3": Gemma3Preparer}.get(name, QwenVLPreparer)
+    if family.can_prepare:
+        assert preparer_class.position_dims == family.position_dims
+
+
+def _every_job_config(tmp_path: Path) -> dict[str, dict[str, object]]:
+    """Each job config with the least it needs to construct."""
+    lengths, rows = tmp_path / "lengths.txt", tmp_path / "a.jsonl"
+    lengths.write_text("5\n7\n")
+    rows.write_text(json.dumps({"text": "hello"}) + "\n")
+    plan = {"model": "deepseek_v3", "gpu": "H100", "gpus": 256, "seq_length": 131072}
+    return {
+        "BalanceConfig": {"lengths_file": str(lengths), "dp": 2, "gbs": 4, "pack_size": 16},
+        "CheckConfig": {"overrides": ("model.context_parallel_size=2",), "gpus": 8},
+        "CpCheckConfig": {},
+        "EstimateConfig": {**plan, "layout": "tp=1"},
+        "EvaluateConfig": {},
+        "FitConfig": {"out": "o"},
+        "InspectConfig": {"folder": str(tmp_path)},
+        "OnlineSimConfig": {"pack_size": 64, "buffer_sizes": "8,64"},
+        # the issue's defect: the mix's inputs were written over ``inputs``
+        "PackConfig": {
+            "out": "o",
+            "mix": [f"{rows}=0.7", f"{lengths}=0.3"],
+            "tokenizer": "bytes",
+            "seq_length": 64,
+        },
+        "PlanConfig": plan,
+        "PreviewConfig": {"inputs": str(rows), "tokenizer": "bytes", "index": [0]},
+        "RolloutsConfig": {"lengths_file": str(lengths), "bin_size": 16},
+        "SweepConfig": {"demo": True, "pack_lengths": "512,256"},
+        "ThdBatchConfig": {"path": str(tmp_path)},
+        "TokenizeConfig": {"inputs": [str(rows)], "out": "o", "tokenizer": "bytes"},
+        "TopologyConfig": {"gpus": 8},
+        "VerifyConfig": {"model": "tiny", "packed": str(tmp_path), "cp": [2]},
+    }
+
+
+def test_every_job_config_survives_replace(tmp_path: Path) -> None:
+    """The generic form of the defect: a config whose construction wrote a derived value over a given field
+    (or dropped one) breaks ``replace`` with every field passed back as read; each job config keeps what it
+    is given, up to normalising its form (a list to a tuple, a path to a string)."""
+    import longpack.jobs as jobs
+
+    table = _every_job_config(tmp_path)
+    assert set(table) == {n for n in jobs._LAZY if n.endswith("Config")}  # a new job config joins the table
+    for name, kwargs in table.items():
+        config = getattr(jobs, name)(**kwargs)
+        given = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
+        assert dataclasses.replace(config) == config, name
+        assert dataclasses.replace(config, **given) == config, name
+        assert type(config)(**given) == config, name
+
+
+def _family_switches(src: Path) -> list[str]:
+    """Where code outside ``longpack.vlm`` tells VLM families apart by name prefix or preparer/family class."""
+    import ast
+
+    prefixes = tuple(sorted({name.split("_")[0].rstrip("0123456789") for name in choices.VLM_FAMILIES}))
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        if "vlm" in path.relative_to(src).parts[:1]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            f, args = node.func, node.args
+            by_prefix = (
+                isinstance(f, ast.Attribute)
+                and f.attr == "startswith"
+                and args
+                and isinstance(args[0], ast.Constant)
+                and isinstance(args[0].value, str)
+                and args[0].value.startswith(prefixes)
+            )
+            by_class = (
+                isinstance(f, ast.Name)
+                and f.id == "isinstance"
+                and len(args) == 2
+                and any(
+                    isinstance(n, ast.Name) and n.id.endswith(("Preparer", "Family"))
+                    for n in ast.walk(args[1])
+                )
+            )
+            if by_prefix or by_class:
+                found.append(f"{path.relative_to(src)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_caller_tells_vlm_families_apart_by_name_or_class() -> None:
+    """Outside ``longpack.vlm`` a caller asks the family (``position_dims``, ``config_fields``, ...). Left: the
+    Energon encoders' check that what they were given is a preparer at all, and the catalog's Gemma MLP (a
+    text-model fact, not a VLM family)."""
+    src = Path(choices.__file__).parent
+    allowed = {
+        "online/vlm.py: isinstance(preparer, QwenVLPreparer | Gemma3Preparer)",
+        "catalog.py: model_type.startswith('gemma')",
+    }
+    found = [f for f in _family_switches(src) if f.split(":")[0] + ":" + f.split(":", 2)[2] not in allowed]
+    assert not found, "\n".join(found)
+
+
+def test_the_family_walk_finds_a_switch(tmp_path: Path) -> None:
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "vlm").mkdir()
+    switch = "if family.startswith('qwen'): pass\nif isinstance(p, QwenVLPreparer): pass\n"
+    (tmp_path / "jobs" / "a.py").write_text(switch + "name.startswith('x')\nisinstance(p, str)\n")
+    (tmp_path / "vlm" / "b.py").write_text(switch)  # inside longpack.vlm: the family's own code
+    assert [f.split(":")[1] for f in _family_switches(tmp_path)] == ["1", "2"]
+
+
+def test_a_bad_image_sizes_row_is_named_once(tmp_path: Path) -> None:
+    """``image_sizes`` checked in its own step: the error names the file and the sample once (it named them
+    twice before)."""
+    from longpack.vlm import QwenVLPreparer, VLMConfig
+    from longpack.vlm.errors import VLMError
+    from longpack.vlm.metadata import read_vlm_metadata
+
+    rows = tmp_path / "vlm.jsonl"
+    sample = {"__key__": "s0", "messages": [{"role": "user", "content": "<image> hi"}], "image_sizes": [[1]]}
+    rows.write_text(json.dumps(sample) + "\n")
+    with pytest.raises(VLMError) as caught:
+        read_vlm_metadata(rows, QwenVLPreparer("qwen3", config=VLMConfig()))
+    assert str(caught.value).count(str(rows)) == 1 and "image_sizes must be [[width, height], ...]" in str(
+        caught.value
+    )

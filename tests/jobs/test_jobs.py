@@ -138,6 +138,32 @@ def test_pack_config_is_frozen_and_normalized() -> None:
     assert (demo.resolved.tokenizer, demo.resolved.seq_length) == ("qwen3", 4096)
 
 
+def test_pack_derives_the_kernels_multiple_as_topology_suggests() -> None:
+    # MXFP8's 32 tokens per rank (times CP) and HybridEP's 128-token chunk join pad_seq_to_mult's family: the
+    # multiple pack writes is the one `longpack topology --fp8-recipe/--hybridep` prints
+    from longpack.jobs.topology import TopologyConfig
+
+    for kwargs in (
+        {"cp": 2, "fp8_recipe": "mxfp8"},
+        {"tp": 2, "sp": True, "hybridep": True},
+        {"fp8_recipe": "delayed"},
+    ):
+        config = PackConfig(inputs="a.jsonl", out="o", tokenizer="bytes", seq_length=4096, **kwargs)
+        shown = TopologyConfig(gpus=8, **kwargs).run().to_dict()["kernel_pad_multiple"]  # type: ignore[arg-type]
+        assert config.settings.pad_seq_to_mult == shown, kwargs
+        assert "kernels' multiple" in config.pad_seq_to_mult_source
+    assert (
+        PackConfig(
+            inputs="a.jsonl", out="o", tokenizer="bytes", seq_length=64, cp=2, fp8_recipe="mxfp8"
+        ).settings.pad_seq_to_mult
+        == 64
+    )
+    with pytest.raises(ConfigError, match="not both"):
+        PackConfig(
+            inputs="a.jsonl", out="o", tokenizer="bytes", seq_length=64, pad_seq_to_mult=8, hybridep=True
+        ).resolve()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [

@@ -4,6 +4,8 @@ shards or writers; ``--resume`` after a SIGKILL redoes only the unfinished shard
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import signal
@@ -236,3 +238,86 @@ def test_resume_redoes_the_shards_of_a_changed_input(corpus, tmp_path: Path) -> 
     assert names == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
     for name in names:
         assert (out / name).read_bytes() == (fresh / name).read_bytes(), name
+
+
+@contextlib.contextmanager
+def _small_disk(folder: Path, mode: str, nbytes: int):
+    """A disk that fills up after about ``nbytes`` of shards: a real tmpfs of that size (``tmpfs``, where
+    this process may mount one; grown with a remount to "free space"), or ``fh.write`` refusing with ENOSPC
+    past that many bytes (``simulated``, anywhere). Yields a function that frees the space."""
+    if mode == "tmpfs":
+        folder.mkdir()
+        mount = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={nbytes}", "tmpfs", str(folder)], capture_output=True
+        )
+        if mount.returncode != 0:
+            pytest.skip(
+                f"cannot mount a tmpfs here ({mount.stderr.decode().strip()}); the simulated run covers it"
+            )
+        try:
+            yield lambda: subprocess.run(["mount", "-o", "remount,size=64M", str(folder)], check=True)
+        finally:
+            subprocess.run(["umount", str(folder)], check=False)
+        return
+    from longpack import outputs
+
+    written = [0]
+    write = outputs.ArrayWriter.write
+
+    def full(self, data):
+        written[0] += memoryview(data).nbytes
+        if written[0] > nbytes:
+            raise OSError(errno.ENOSPC, "No space left on device", getattr(self.fh, "name", None))
+        return write(self, data)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(outputs.ArrayWriter, "write", full)
+        yield lambda: mp.setattr(outputs.ArrayWriter, "write", write)
+
+
+@pytest.mark.parametrize("mode", ["tmpfs", "simulated"])
+def test_resume_after_a_full_disk_redoes_only_unfinished_shards(corpus, single, tmp_path: Path, mode) -> None:
+    """A disk fills up mid-way: the run stops with the disk-full error (no store.json: unfinished), the
+    shards finished before it are kept by ``--resume`` once space is freed, and the store is byte-identical
+    to an uninterrupted run's."""
+    common = {"inputs": [corpus], "tokenizer": "bytes", "workers": 1, "shard_bytes": "8K"}
+    whole = tmp_path / "whole"
+    TokenizeConfig(out=whole, **common).run()
+    disk = tmp_path / "disk"
+    with _small_disk(disk, mode, 200_000) as free:
+        out = disk / "store" if mode == "tmpfs" else tmp_path / "store"
+        with pytest.raises(OutputError, match=r"No space left on device \(the disk is full\).*store\.json"):
+            TokenizeConfig(out=out, **common).run()
+        kept = finished_shards(out)
+        assert kept and not (out / "store.json").exists()
+        stamps = {k: (out / "shards" / f"{k:05d}" / "shard.json").stat().st_mtime_ns for k in kept}
+        free()
+        TokenizeConfig(out=out, resume=True, **common).run()
+        for k, stamp in stamps.items():
+            assert (out / "shards" / f"{k:05d}" / "shard.json").stat().st_mtime_ns == stamp
+        assert len(TokenStore.open(out).manifest["shards"]) > len(kept)
+        for path in sorted(p.relative_to(whole) for p in whole.rglob("*") if p.is_file()):
+            assert (out / path).read_bytes() == (whole / path).read_bytes(), path
+
+
+def test_compressed_and_json_array_inputs_shard_as_their_plain_copy(corpus, tmp_path: Path) -> None:
+    """.gz / .zst JSON Lines and a JSON array are sharded too (streamed from their start): the sharded
+    store equals the one-array store of the same files, record included."""
+    import gzip
+
+    zstandard = pytest.importorskip("zstandard")
+    data = (corpus / "a.jsonl").read_bytes()
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "a.jsonl.gz").write_bytes(gzip.compress(data))
+    (d / "b.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(data))
+    lines = [line for line in data.decode().splitlines() if line]
+    (d / "c.json").write_text("[\n" + ",\n".join(lines[:200]) + "\n]\n")
+    one = tmp_path / "one"
+    TokenizeConfig(inputs=[d], out=one, tokenizer="bytes", workers=1).run()
+    sharded = tmp_path / "sharded"
+    TokenizeConfig(inputs=[d], out=sharded, tokenizer="bytes", workers=2, shard_bytes="8K").run()
+    store = TokenStore.open(sharded)
+    assert len(store.manifest["shards"]) > 3
+    same_store(TokenStore.open(one), store)
+    assert [i["kind"] for i in store.record["inputs"]] == ["jsonl", "jsonl", "json_array"]

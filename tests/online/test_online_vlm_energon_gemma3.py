@@ -159,7 +159,10 @@ def test_deferred_decoding_gives_the_eager_batches_and_the_preparer_is_in_the_st
 def test_nemotron_vl_is_refused_naming_why(given: str) -> None:
     family = "nemotron_vl" if given == "nemotron_vl" else vlm_family("nemotron_vl")
     for encoder in (QwenVLPackingEncoder, EagerQwenVLPackingEncoder):
-        with pytest.raises(OnlineError, match=r"cannot pack nemotron_vl samples: .*remote code"):
+        with pytest.raises(
+            OnlineError,
+            match=r"cannot pack nemotron_vl samples: .*expands each <image> to 256 embeddings after the packed boundaries",
+        ):
             encoder(family, seq_length=SEQ_LENGTH)
 
 

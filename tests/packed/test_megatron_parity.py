@@ -131,7 +131,7 @@ def test_cu_seqlens_restart_where_gpt_dataset_restarts_positions(tmp_path: Path,
     prefix = r.out / "training_text_document"
     data = IndexedFile(prefix)
     assert all(int(data.document(i)[-1]) == eod_id for i in range(len(data)))  # the chosen EOD ends each
-    seq_length, seed = 16, r.manifest.settings["seed"]
+    seq_length, seed = 16, r.manifest.settings.seed
     ds, docs = megatron_gpt_dataset(tmp_path, prefix, tok, eod_id, seq_length, seed)
     sizes = np.asarray(data.sequence_lengths)
     starts = np.asarray(data.sequence_pointers) // data.dtype.itemsize

@@ -108,7 +108,7 @@ def test_a_recommended_mode_is_checked_and_the_printed_command_agrees(mode):
     plan = plan_cp_modes(
         packs, model="llama3_1_8b", gpu="h100", gpus=64, tp=1, cp=16, gbs=4, pack_size=131072
     )
-    assert plan.recommended == "dynamic_cp"
+    assert plan.recommended in ("hybrid", "dynamic_cp")  # the CP-group modes, within 2 % of each other
     if mode != plan.recommended:  # the pasted keys of every mode pass check; pick it at its fastest cap
         from dataclasses import replace
 

@@ -28,7 +28,7 @@ def points():
 
 def test_points_load_and_skips_name_a_reason(points) -> None:
     pts, skipped = points
-    assert len(pts) >= 150
+    assert len(pts) >= 50
     assert all(reason for _, reason in skipped)
     # models outside the catalog are skipped, never guessed
     assert any("moonlight" in reason for _, reason in skipped)
@@ -39,7 +39,7 @@ def test_points_load_and_skips_name_a_reason(points) -> None:
 def test_evaluation_metrics_are_computed(points) -> None:
     pts, skipped = points
     summary = evaluate(pts, skipped)
-    assert summary.tflops_n >= 150
+    assert summary.tflops_n >= 50
     assert 0 <= summary.tflops_median_ape <= summary.tflops_p90_ape
     assert summary.memory_n >= 5 and math.isfinite(summary.memory_median_ape)
     doc = summary.as_dict()
@@ -95,6 +95,24 @@ def test_bad_calibration_file_is_named(tmp_path: Path) -> None:
     bad.write_text("just: a mapping\n")
     with pytest.raises(ValueError, match=r"cal\.yaml.*points"):
         load_points(bad)
+
+
+#: What issue 34 holds out to score the planner: no point may come from these (any version, any release).
+HELD_OUT_SOURCES = (
+    "performance-summary",
+    "performance_summary",
+    "performance_long_sequence",
+    "dgx-cloud",
+    "dgxc",
+)
+
+
+def test_the_held_out_publications_are_not_in_the_calibration_file() -> None:
+    raw = read_calibration()
+    assert len(raw) >= 80
+    for point in raw:
+        text = " ".join(str(point.get(k, "")) for k in ("source", "notes", "recipe_at_head")).lower()
+        assert not any(h in text for h in HELD_OUT_SOURCES), (point["id"], point.get("source"))
 
 
 def test_shipped_constants_are_loaded() -> None:

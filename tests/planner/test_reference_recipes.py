@@ -115,6 +115,22 @@ def test_gated_deltanet_cp_follows_the_users_megatron_core() -> None:
     assert old.candidates and all(c.plan.layout.cp == 1 for c in old.candidates)
     assert old.reference is not None and old.reference.candidate.plan.layout.cp == 1
     assert old.recommended.plan.layout.cp == 1
+    # check of the pasted overrides agrees, for the same Megatron-Core: the pick passes LP-MODEL-004,
+    # the same keys with CP 2 (what the planner picked before it read the version) do not
+    from longpack.jobs.check import CheckConfig
+    from longpack.jobs.plan import candidate_dict
+
+    pasted = candidate_dict(old.recommended, old.request)["overrides"]
+    ok = CheckConfig(
+        overrides=tuple(pasted), gpus=32, model="qwen3_next_80b_a3b", megatron_core_version="0.16.1"
+    )
+    assert "LP-MODEL-004" not in [f.rule_id for f in ok.run().findings]
+    cp2 = [o for o in pasted if not o.startswith("model.context_parallel_size=")]
+    cp2 += ["model.context_parallel_size=2", "model.calculate_per_token_loss=true"]
+    refused = CheckConfig(
+        overrides=tuple(cp2), gpus=32, model="qwen3_next_80b_a3b", megatron_core_version="0.16.1"
+    )
+    assert "LP-MODEL-004" in [f.rule_id for f in refused.run().findings if f.severity == "error"]
     new = PlanConfig(
         model="qwen3_next_80b_a3b",
         gpu="GB200",

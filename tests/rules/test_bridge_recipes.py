@@ -119,3 +119,59 @@ def test_dynamic_width_rounding_that_divides_the_pad_multiple_adds_no_segment() 
     assert "LP-PACK-013" not in {f.rule_id for f in check_recipe(r)}
     coarse = dict(r, keys=dict(r["keys"], **{"dataset.dataset_kwargs.pad_seq_length_to_mult": 48}))
     assert "LP-PACK-013" in {f.rule_id for f in check_recipe(coarse)}  # 32 -> 48 adds 16 tokens
+
+
+def test_the_global_batch_packing_dynamic_cp_recipe_passes_and_its_variants_are_refused() -> None:
+    # Bridge's reference recipe for global-batch packing with dynamic CP (PR #6127's branch @ 7bdc5ef4ba):
+    # its keys call for Bridge >= 0.7.0 and Megatron-Core dev, and it gets no finding at all (LP-HCP-009,
+    # "Bridge does not run the schedulers", ends where global-batch packing starts)
+    r = _by_name()["pr6127:qwen35_text_35b_a3b_sft_8gpu_gb200_bf16_dynamic_cp_config"]
+    assert r["keys"]["dataset.enable_global_batch_packing"] and r["keys"]["model.dynamic_context_parallel"]
+    assert [f for f in check_recipe(r) if f.severity.value != "info"] == []
+    assert r["recipe"] in recipes_exercising("LP-GBP-001")  # --explain names it: it sets the switch
+
+    def ids(**changes: object) -> set[str]:
+        keys = {k: v for k, v in {**r["keys"], **changes}.items() if v is not None}
+        return {f.rule_id for f in check_recipe(dict(r, keys=keys)) if f.severity.value == "error"}
+
+    # the rules Bridge's validation adds for dynamic CP refuse what it refuses
+    assert ids(**{"model.min_dynamic_context_parallel_size": 3}) == {"LP-DCP-007"}
+    assert ids(**{"dist.use_decentralized_pg": True}) == {"LP-DCP-008"}
+    assert ids(**{"model.max_seqlen_per_dp_cp_rank": 2048}) == {"LP-HCP-006"}  # 8 ranks x 2048 < 32768
+    # without the dataset switch the keys call for Bridge main, which builds the groups but schedules
+    # nothing: the warning, not an error
+    off = dict(r, keys={k: v for k, v in r["keys"].items() if k != "dataset.enable_global_batch_packing"})
+    found = check_recipe(off)
+    assert [f.rule_id for f in found if f.severity.value in ("error", "warning")] == ["LP-HCP-009"]
+
+
+def test_the_docs_quote_the_totals_of_the_recorded_recipes() -> None:
+    # docs/guide/check.md quotes the harness's closing line; the records hold each recipe's findings, so
+    # the line follows from them (LONGPACK_REGEN_DOCS=1 rewrites it)
+    import os
+    import re
+    from pathlib import Path
+
+    from longpack.rules.recipes import recipes_source, totals
+
+    commit = re.search(r"@([0-9a-f]+):", recipes_source()).group(1)  # type: ignore[union-attr]
+    want = totals(bridge_recipes(), "main", commit)
+    page = Path(__file__).resolve().parents[2] / "docs" / "guide" / "check.md"
+    text = page.read_text()
+    quoted = re.findall(r"^Megatron-Bridge main @ .*$", text, flags=re.M)
+    assert len(quoted) == 1, quoted
+    if os.environ.get("LONGPACK_REGEN_DOCS") == "1":
+        page.write_text(text.replace(quoted[0], want))
+    else:
+        assert quoted[0] == want
+
+
+def test_the_packing_settings_bridge_documents_get_no_finding() -> None:
+    # the offline-SFT-with-CP, VLM in-batch and Energon online packing settings of Bridge's packing skill page
+    docs = [r for r in bridge_recipes() if r["recipe"].startswith("docs:")]
+    assert len(docs) == 3
+    for r in docs:
+        assert [f.rule_id for f in check_recipe(r) if f.severity.value != "info"] == [], r["recipe"]
+    cp2 = _by_name()["docs:sequence_packing_skill_offline_sft_cp2"]
+    wrong = dict(cp2, keys=dict(cp2["keys"], **{"dataset.offline_packing_specs.pad_seq_to_mult": 1}))
+    assert "LP-PACK-008" in {f.rule_id for f in check_recipe(wrong)}  # the snippet's formula matters

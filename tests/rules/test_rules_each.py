@@ -450,6 +450,19 @@ CASES = [
         fix_says=("dataset.pad_to_max_length=true",),
     ),
     Case(
+        "LP-PACK-019",
+        "SFT",
+        [
+            *NO_OFFLINE,
+            "dataset.enable_in_batch_packing=true",
+            "train.micro_batch_size=2",
+            "train.global_batch_size=16",
+        ],
+        [*NO_OFFLINE, "train.micro_batch_size=2", "train.global_batch_size=16"],
+        ("on a GPT-SFT dataset", "PR #5493"),
+        fix_says=("--bridge-version 0.7.0", "DirectHFSFTDatasetConfig"),
+    ),
+    Case(
         "LP-PACK-015",
         "SFT",
         [
@@ -468,6 +481,7 @@ CASES = [
         ],
         ("dataloader_type='batch'",),
         fix_says=("dataset.dataloader_type=single",),
+        bridge="0.7.0",
     ),
     Case(
         "LP-MTP-001",
@@ -813,6 +827,15 @@ CASES = [
         ["longpack.model_family=qwen3_omni", "dataset.enable_in_batch_packing=false"],
         ("Qwen3-Omni",),
         fix_says=("dataset.enable_offline_packing=false", "dataset.packing_buffer_size=null"),
+    ),
+    Case(
+        "LP-MODEL-004",
+        "SFT",
+        ["longpack.model_family=qwen3_next_80b_a3b", *NO_OFFLINE],
+        ["longpack.model_family=qwen3_next_80b_a3b", *NO_OFFLINE, "model.context_parallel_size=1"],
+        ("Qwen3-Next", "Gated DeltaNet", "CP=2", "before 0.18.0"),
+        fix_says=("model.context_parallel_size=1", ">= 0.18.0"),
+        mcore="0.16.1",
     ),
     Case(
         "LP-SEQ-001",
@@ -1167,10 +1190,29 @@ CASES += [
     Case(
         "LP-DCP-005",
         "SFT",
-        [*DCP, "model.cuda_graph_impl=transformer_engine"],
-        [*DCP, "model.cuda_graph_impl=transformer_engine", "+model.pad_packed_seq_alignment=max"],
+        [*DCP, "model.cuda_graph_impl=transformer_engine", "+model.thd_max_packed_sequences=64"],
+        [
+            *DCP,
+            "model.cuda_graph_impl=transformer_engine",
+            "+model.pad_packed_seq_alignment=max",
+            "+model.thd_max_packed_sequences=64",
+        ],
         ("THD CUDA graphs need 'max'",),
         fix_says=("model.pad_packed_seq_alignment=max",),
+        mcore="dev",
+    ),
+    Case(
+        "LP-DCP-005",
+        "SFT",
+        [*DCP, "model.cuda_graph_impl=transformer_engine", "+model.pad_packed_seq_alignment=max"],
+        [
+            *DCP,
+            "model.cuda_graph_impl=transformer_engine",
+            "+model.pad_packed_seq_alignment=max",
+            "+model.thd_max_packed_sequences=64",
+        ],
+        ("no thd_max_packed_sequences", "fixed number of sequences per pack"),
+        fix_says=("model.thd_max_packed_sequences",),
         mcore="dev",
     ),
     Case(
@@ -1180,6 +1222,26 @@ CASES += [
         DCP,
         ("deprecated",),
         fix_says=("rename model.hybrid_context_parallel to model.dynamic_context_parallel",),
+        mcore="dev",
+    ),
+    Case(
+        "LP-DCP-007",
+        "SFT",
+        [*DCP, "+model.min_dynamic_context_parallel_size=3"],
+        [*DCP, "+model.min_dynamic_context_parallel_size=4"],
+        ("min_dynamic_context_parallel_size=3 is not a power of two", "start at 4"),
+        fix_says=("model.min_dynamic_context_parallel_size=2",),
+        bridge="0.7.0",
+        mcore="dev",
+    ),
+    Case(
+        "LP-DCP-008",
+        "SFT",
+        [*DCP, "+dist.use_decentralized_pg=true"],
+        [*DCP, "+dist.use_decentralized_pg=false"],
+        ("model.dynamic_context_parallel with dist.use_decentralized_pg=true",),
+        fix_says=("dist.use_decentralized_pg=false",),
+        bridge="0.7.0",
         mcore="dev",
     ),
     Case(
@@ -1410,13 +1472,13 @@ LP-CFG-001 LP-TOPO-001 LP-TOPO-002 LP-TOPO-003 LP-TOPO-004 LP-TOPO-005 LP-SP-001
 LP-PP-003 LP-PP-004 LP-PP-005 LP-PP-006 LP-CP-001 LP-CP-002 LP-CP-003 LP-CP-004 LP-CP-005 LP-CP-006
 LP-CP-007 LP-SEQ-001 LP-BATCH-001 LP-BATCH-002 LP-BATCH-003 LP-PACK-001 LP-PACK-002 LP-PACK-003
 LP-PACK-004 LP-PACK-005 LP-PACK-006 LP-PACK-007 LP-PACK-008 LP-PACK-011 LP-PACK-012 LP-PACK-013
-LP-PACK-015 LP-PACK-017 LP-CG-001 LP-CG-002 LP-CG-003 LP-CG-004 LP-EN-001 LP-EN-002 LP-EN-003 LP-EN-004
+LP-PACK-015 LP-PACK-017 LP-PACK-019 LP-CG-001 LP-CG-002 LP-CG-003 LP-CG-004 LP-EN-001 LP-EN-002 LP-EN-003 LP-EN-004
 LP-EN-005 LP-EN-006 LP-EN-007 LP-EN-008 LP-EN-010 LP-EN-011 LP-EN-012 LP-EN-013 LP-EN-014 LP-EN-016
 LP-DATA-012 LP-DATA-013 LP-DATA-014
-LP-EN-017 LP-VLM-001 LP-VLM-002 LP-MOE-001 LP-MOE-002 LP-MOE-003 LP-MODEL-001 LP-MODEL-002 LP-MODEL-003 LP-DATA-001
+LP-EN-017 LP-VLM-001 LP-VLM-002 LP-MOE-001 LP-MOE-002 LP-MOE-003 LP-MODEL-001 LP-MODEL-002 LP-MODEL-003 LP-MODEL-004 LP-DATA-001
 LP-DATA-002 LP-DATA-004 LP-DATA-005 LP-DATA-006 LP-DATA-008 LP-DATA-011 LP-VER-001 LP-HCP-001 LP-HCP-002
 LP-HCP-003 LP-HCP-004 LP-HCP-005 LP-HCP-006 LP-HCP-008 LP-HCP-010 LP-SCHED-001 LP-SCHED-002 LP-SCHED-003 LP-MOE-005
-LP-CP-010 LP-CP-011 LP-PACK-018 LP-VER-002 LP-GBP-001 LP-DCP-001 LP-DCP-002 LP-DCP-003 LP-DCP-004 LP-DCP-005
+LP-CP-010 LP-CP-011 LP-PACK-018 LP-VER-002 LP-GBP-001 LP-DCP-001 LP-DCP-002 LP-DCP-003 LP-DCP-004 LP-DCP-005 LP-DCP-007 LP-DCP-008
 LP-MOE-006 LP-MOE-007 LP-MOE-009 LP-CG-006 LP-CG-007 LP-CP-009 LP-TOPO-007
 """
 WARNINGS = """

@@ -199,6 +199,15 @@ def test_option_help_names_the_environment_variables() -> None:
     from longpack.jobs.options import BRIDGE_VERSION_HELP, MCORE_VERSION_HELP
 
     assert ENV_VARS[BRIDGE] in BRIDGE_VERSION_HELP and ENV_VARS[MCORE] in MCORE_VERSION_HELP
+    # the help says the order UpstreamVersions.resolve follows: the config's keys before the newest, and
+    # megatron-core alone never picks the Bridge (the help once said "the release built on the
+    # Megatron-Core used")
+    order = [
+        BRIDGE_VERSION_HELP.index(s) for s in ("$LONGPACK", "installed megatron-bridge", "own keys", "newest")
+    ]
+    assert order == sorted(order)
+    assert "never inferred from megatron-core alone" in BRIDGE_VERSION_HELP
+    assert "beside a megatron-bridge" in MCORE_VERSION_HELP
 
 
 # --- the registry -----------------------------------------------------------------------------------
@@ -495,3 +504,26 @@ def test_megatron_core_dev_is_an_exception_where_it_lacks_main_changes() -> None
     # and the rules main relaxed with it still apply on dev
     assert "LP-MOE-006" not in {r.id for r in rules_outside(UpstreamVersions(bridge="main", mcore="dev"))}
     assert "LP-MOE-006" in {r.id for r in rules_outside(UpstreamVersions(bridge="main", mcore="main"))}
+
+
+def test_in_batch_packing_on_a_gpt_sft_dataset_calls_for_the_bridge_that_has_it(monkeypatch) -> None:
+    # the key exists on the direct-HF / VLM datasets from 0.6.0 but on GPTSFTDatasetConfig only with Bridge
+    # PR #5493 (assumed 0.7.0): the dataset it is set on bounds the version, and a Bridge without it refuses it
+    _installed(monkeypatch, None, "0.16.1")
+    gpt_sft = (
+        "+dataset._target_=megatron.bridge.data.builders.gpt_sft.GPTSFTDatasetConfig",
+        "+dataset.enable_in_batch_packing=true",
+        "train.micro_batch_size=2",
+        "model.seq_length=4096",
+    )
+    r = CheckConfig(overrides=gpt_sft).run()
+    assert r.versions.bridge == "0.7.0"
+    assert "dataset.enable_in_batch_packing on a GPT-SFT dataset (>= 0.7.0)" in r.versions.bridge_origin
+    assert "LP-PACK-019" not in {f.rule_id for f in r.findings}
+    pinned = CheckConfig(overrides=gpt_sft, bridge_version="main").run()
+    assert "LP-PACK-019" in {f.rule_id for f in pinned.findings if f.severity.value == "error"}
+    # the same key on a direct-HF dataset is 0.6.0's
+    direct = CheckConfig(
+        overrides=("+dataset.enable_in_batch_packing=true", "train.micro_batch_size=2")
+    ).run()
+    assert direct.versions.bridge == "main" and "GPT-SFT" not in direct.versions.bridge_origin

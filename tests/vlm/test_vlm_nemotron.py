@@ -93,7 +93,7 @@ def test_collapse_keeps_one_media_token_per_tile_and_names_bad_regions() -> None
     with pytest.raises(SampleError) as info:
         collapse_image_tokens([START, END], [1])
     assert info.value.reason == "malformed"
-    with pytest.raises(VLMError, match="remote code"):
+    with pytest.raises(VLMError, match=r"NemotronVLPreparer\.from_checkpoint"):
         vlm_family("nemotron_vl").preparer()
 
 

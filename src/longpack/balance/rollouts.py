@@ -60,9 +60,16 @@ from longpack.choices import (
     ROLLOUT_FILLS,
 )
 from longpack.errors import ConfigError
-from longpack.topology import align_up, pad_seq_to_mult, zigzag_source_indices
+from longpack.topology import align_up, kernel_pad_multiple, pad_seq_to_mult, zigzag_source_indices
 
-__all__ = ["ROLLOUT_DISTRIBUTIONS", "RankBins", "RolloutPacking", "RolloutPackingError", "pack_rollouts"]
+__all__ = [
+    "ROLLOUT_DISTRIBUTIONS",
+    "RankBins",
+    "RolloutPacking",
+    "RolloutPackingError",
+    "check_fp8_bin_size",
+    "pack_rollouts",
+]
 
 # Causal attention dominates long rollouts; a model without the planner's figures still balances by
 # work rather than by tokens (one unit per token plus one per causal pair of a 4K-token sequence).
@@ -293,6 +300,25 @@ def _cost_balanced(costs: np.ndarray, dp: int, empty_cost: float) -> list[list[i
 _DISTRIBUTE = dict(zip(ROLLOUT_DISTRIBUTIONS, (_fifo, _round_robin, _cost_balanced), strict=True))
 
 
+def check_fp8_bin_size(bin_size: int, *, tp: int = 1, cp: int = 1, sp: bool = False, fp8_recipe: str) -> None:
+    """Refuse a bin width whose share per rank (``bin_size / CP``, ``/ TP`` under SP) is not a multiple of the
+    FP8 recipe's block (``longpack.topology.kernel_pad_multiple``): bins are fixed-width, so the width decides.
+
+    >>> check_fp8_bin_size(16384, cp=2, fp8_recipe="mxfp8")
+    >>> check_fp8_bin_size(16400, cp=2, fp8_recipe="mxfp8")
+    Traceback (most recent call last):
+    ...
+    longpack.balance.rollouts.RolloutPackingError: fp8_recipe 'mxfp8': every rank's share of a bin must be a multiple of the recipe's token block, so bin_size a multiple of 64 (CP 2, TP 1, SP off); 16400 is not: use 16448 or 16384
+    """
+    need = kernel_pad_multiple(tp=tp, cp=cp, sp=sp, fp8_recipe=fp8_recipe)
+    if bin_size % need:
+        raise RolloutPackingError(
+            f"fp8_recipe {fp8_recipe!r}: every rank's share of a bin must be a multiple of the recipe's token "
+            f"block, so bin_size a multiple of {need} (CP {cp}, TP {tp}, SP {'on' if sp else 'off'}); "
+            f"{bin_size} is not: use {align_up(bin_size, need)} or {bin_size // need * need}"
+        )
+
+
 def pack_rollouts(
     token_ids: Sequence[Any],
     *,
@@ -309,6 +335,7 @@ def pack_rollouts(
     fill: str = DEFAULT_ROLLOUT_FILL,
     cost_model: PackCostModel | None = None,
     pad_id: int = 0,
+    fp8_recipe: str | None = None,
 ) -> RolloutPacking:
     """Pack one step's rollouts into THD bins for ``dp`` data-parallel ranks (see the module docstring).
 
@@ -322,6 +349,8 @@ def pack_rollouts(
       (fewer bins, so fewer micro-batches, for the same rollouts).
     - ``cost_model``: the bin cost ``"balanced"`` evens out and ``rank_costs`` report; default one unit
       per token plus one per causal pair of a 4,096-token sequence.
+    - ``fp8_recipe``: with FP8 (``"mxfp8"``, ``"delayed"``, ...) ``bin_size`` must give every rank a
+      multiple of the recipe's token block (:func:`check_fp8_bin_size`).
 
     >>> rollouts = [[1] * 8, [2] * 8, [3] * 6, [4] * 3]  # four bins of one rollout each
     >>> fifo = pack_rollouts(rollouts, bin_size=8, dp=2)
@@ -348,6 +377,8 @@ def pack_rollouts(
             f"bin_size {bin_size} is not a multiple of seq_length_multiple {multiple}; use a bin size such "
             f"as {align_up(bin_size, multiple)}"
         )
+    if fp8_recipe is not None:
+        check_fp8_bin_size(bin_size, tp=tp, cp=cp, sp=sp, fp8_recipe=fp8_recipe)
     model = _DEFAULT_COST if cost_model is None else cost_model
     rollouts = _as_rollouts(token_ids)
     lengths = np.array([r.size for r in rollouts], dtype=np.int64)

@@ -10,7 +10,7 @@ import typer
 from longpack.cli import options as opt
 from longpack.cli.generate import add_command
 from longpack.jobs import PackConfig
-from longpack.jobs.pack import INDEXED
+from longpack.jobs.pack import DPO, INDEXED
 
 SHOWN = 10
 
@@ -104,10 +104,32 @@ def end_of_document(summary: dict[str, Any], manifest: dict[str, Any]) -> str | 
     return f"documents end with {named}, the tokenizer's EOS (--append-eod); --no-append-eod leaves it out"
 
 
+def print_preference_summary(summary: dict[str, Any]) -> None:
+    """The human-readable account of a packed DPO (preference pairs) output."""
+    c, echo = summary["counts"], typer.echo
+    echo(f"packed DPO pairs -> {summary['file']}")
+    echo(
+        f"  layout: NeMo-Aligner packed DPO   tokenizer: {summary['tokenizer'].get('name', summary['tokenizer'])}"
+    )
+    echo(
+        f"  rows read {c['rows_read']}, malformed {c['malformed']}, pairs {c['pairs_read']}, packed {c['packed']}, "
+        f"dropped {c['dropped']} (longer than pack_size {summary['pack_size']})"
+    )
+    echo(
+        f"  {c['rows']} rows, fill {summary['fill_mean']:.1%} ({summary['algorithm']}, seed {summary['seed']})"
+    )
+    for w in summary["warnings"]:
+        echo(f"  warning: {w}")
+    echo(f"  check: longpack verify --dpo {summary['file']} --model MODEL")
+
+
 def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     """The human-readable account of a finished pack (``summary``: ``PackResult.to_dict()``)."""
     if summary.get("output_format") == INDEXED:
         print_indexed_summary(summary)
+        return
+    if summary.get("output_format") == DPO:
+        print_preference_summary(summary)
         return
     c = summary["counts"]
     echo = typer.echo

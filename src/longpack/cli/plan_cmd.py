@@ -246,7 +246,8 @@ def present_evaluate(config: Any, result: Any) -> None:
     bands = Table(
         title=(
             "Step-time error (measured / predicted - 1) by context band: median |error|, median signed, p90 |error|;"
-            " LOSO = leave-one-source-out; coverage = share of LOSO residuals inside the printed 80 % band built "
+            " LOSO = leave-one-source-out; LOSO anchored = the same estimates anchored on a published run of the same"
+            " model and GPU from another source (n: points that have one); coverage = share of LOSO residuals inside the printed 80 % band built "
             "without their source (widened: the factor on the conformal 80 % quantile that makes it hold; unwidened: "
             "the coverage without it)"
         )
@@ -261,6 +262,7 @@ def present_evaluate(config: Any, result: Any) -> None:
         "LOSO median",
         "LOSO signed",
         "LOSO p90",
+        "LOSO anchored (n)",
         "band (median)",
         "widened",
         "coverage",
@@ -270,6 +272,7 @@ def present_evaluate(config: Any, result: Any) -> None:
     for band, st in summary.bands.items():
         lb = (summary.lomo_bands or {}).get(band)
         sb = (summary.loso_bands or {}).get(band)
+        ab = (summary.loso_anchored_bands or {}).get(band)
         cov = (summary.coverage or {}).get(band)
         bands.add_row(
             band,
@@ -281,6 +284,7 @@ def present_evaluate(config: Any, result: Any) -> None:
             pct(sb.median_ape) if sb else "-",
             pct(sb.median_error) if sb else "-",
             pct(sb.p90_ape) if sb else "-",
+            f"{pct(ab.median_ape)} ({ab.n})" if ab and ab.n else "-",
             f"± {pct(cov['median_width'])}" if cov else "-",
             f"x{cov['level']:.2f}" if cov else "-",
             pct(cov["coverage"]) if cov else "-",

@@ -115,13 +115,15 @@ class CheckConfig:
                 raise ConfigError(f"{name} must be a name (a string), got {value!r}", fields=name)
         self.versions()  # a version that does not parse is refused here, before any work
 
-    def versions(self, config_keys: Any = None) -> Any:
+    def versions(self, config_keys: Any = None, setup: Any = None) -> Any:
         """The :class:`~longpack.rules.versions.UpstreamVersions` the rules run for: given, from the
         environment, an installed megatron-bridge, the range the config's keys (``config_keys``) bound, or
         the newest known."""
         from longpack.rules.checks.upstream import versions_for
 
-        return versions_for(config_keys or (), bridge=self.bridge_version, mcore=self.megatron_core_version)
+        return versions_for(
+            config_keys or (), bridge=self.bridge_version, mcore=self.megatron_core_version, setup=setup
+        )
 
     def run(self) -> CheckResult:
         """Load the setup, inspect ``packed`` (if given) and run every rule.
@@ -156,7 +158,7 @@ class CheckConfig:
                 pack_size_hint=None if pss is None else pss.packed_sequence_size,
                 allow_no_manifest=self.packed_no_manifest_ok,
             )
-        versions = self.versions(setup.given_keys)
+        versions = self.versions(setup.given_keys, setup)
         findings = run_rules(setup, packed, versions=versions)
         return CheckResult(
             config=None if self.config is None else str(self.config),

@@ -31,9 +31,22 @@ __all__ = ["MAX_SAMPLES", "OnlineSimConfig", "OnlineSimResult", "read_length_lin
 
 #: Synthetic samples at most: the simulation runs every buffer size over them in Python.
 MAX_SAMPLES = 1_000_000
-#: Qwen-VL's vision and video settings (``longpack.online.simulate.vlm_report`` passes them to Qwen-VL only);
+#: Qwen-VL's vision and video settings, each with the ``VLMConfig`` field it goes to
+#: (``longpack.online.simulate.vlm_report`` passes a field to the families that read it, ``config_fields``);
 #: the other families read their image settings from their processor (``--tokenizer`` folder).
-QWEN_ONLY = ("patch_size", "merge_size", "min_pixels", "max_pixels", "video_fps", "video_max_num_frames")
+QWEN_ONLY = {
+    **dict.fromkeys(("patch_size", "merge_size", "min_pixels", "max_pixels"), "vision"),
+    **dict.fromkeys(("video_fps", "video_max_num_frames"), "video"),
+}
+
+
+def _unread_settings(config_fields: tuple[str, ...]) -> tuple[str, ...]:
+    """The Qwen-VL settings a family with these ``config_fields`` does not read.
+
+    >>> _unread_settings(("vision", "video")), _unread_settings(("max_images",))[-1]
+    ((), 'video_max_num_frames')
+    """
+    return tuple(name for name, group in QWEN_ONLY.items() if group not in config_fields)
 
 
 def _family_patch(name: str) -> int:
@@ -222,9 +235,10 @@ class OnlineSimConfig:
                     + ", ".join(n for n in choices.VLM_FAMILIES if vlm_family(n).can_prepare),
                     fields="vlm_family",
                 ) from None
-        if self.vlm_family.startswith("qwen"):  # as longpack.online.simulate.vlm_report reads it
+        unread = _unread_settings(family.config_fields)
+        if not unread:  # the family reads them all (Qwen-VL) and counts with no processor folder
             return
-        qwen_only = [name for name in QWEN_ONLY if getattr(self, name) != defaults[name]]
+        qwen_only = [name for name in unread if getattr(self, name) != defaults[name]]
         if qwen_only:
             raise ConfigError(
                 f"{', '.join(qwen_only)}: Qwen-VL image and video settings; vlm_family {self.vlm_family} reads "

@@ -26,8 +26,10 @@ __all__ = [
     "bridge_version_option",
     "cp_option",
     "demo_option",
+    "fp8_recipe_option",
     "gpu_option",
     "gpus_option",
+    "hybridep_option",
     "inputs_option",
     "megatron_core_version_option",
     "model_option",
@@ -79,6 +81,22 @@ def sp_option() -> bool:
     return option(False, help="Sequence parallelism on (derives --pad-seq-to-mult).")
 
 
+def fp8_recipe_option(help: str = "") -> str | None:
+    """``--fp8-recipe``: the kernels' token multiple joins the per-sample one (``longpack.topology
+    .kernel_pad_multiple``: MXFP8 32 / FP8 16 tokens per rank)."""
+    return option(
+        None,
+        help=help
+        or "FP8 recipe (mxfp8, delayed, ...): adds the kernels' multiple (MXFP8 32 / FP8 16 tokens per rank).",
+        cli_type=str | None,
+    )
+
+
+def hybridep_option(help: str = "") -> bool:
+    """``--hybridep``: HybridEP's 128-token combine chunk joins the per-sample multiple."""
+    return option(False, help=help or "HybridEP dispatch: adds its 128-token chunk to the multiple.")
+
+
 def algorithm_option() -> str:
     return option(
         choices.DEFAULT_ALGORITHM,
@@ -91,11 +109,13 @@ def algorithm_option() -> str:
 # newest known); tests/rules/test_rules_versions.py checks the variable names against its ENV_VARS.
 BRIDGE_VERSION_HELP = (
     "Megatron-Bridge version the rules are for (0.6.0, main; default: $LONGPACK_BRIDGE_VERSION, else the "
-    "installed megatron-bridge, else the release built on the Megatron-Core used, else the newest known)."
+    "installed megatron-bridge, else the range the config's own keys bound, else the newest known; never "
+    "inferred from megatron-core alone)."
 )
 MCORE_VERSION_HELP = (
-    "Megatron-Core version the rules are for (0.19.0, main; default: $LONGPACK_MEGATRON_CORE_VERSION, else "
-    "the installed megatron-core, else the one of the Megatron-Bridge used, else the newest known)."
+    "Megatron-Core version the rules are for (0.19.0, main, dev; default: $LONGPACK_MEGATRON_CORE_VERSION, "
+    "else the megatron-core installed beside a megatron-bridge, else the one the Megatron-Bridge version is "
+    "built on (kept inside the range the config's Megatron-Core keys bound), else the newest known)."
 )
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 from longpack import choices
 from longpack.choices import BRIDGE_DEFAULT_SEED as BRIDGE_DEFAULT_SEED
 from longpack.choices import DEFAULT_ALGORITHM, DEFAULT_OVERLENGTH, MEGATRON_ALGORITHM, MIX, TOKEN_STORE
+from longpack.choices import DPO as DPO
 from longpack.choices import INDEXED as INDEXED
 from longpack.choices import OUTPUT_FORMATS as OUTPUT_FORMATS
 from longpack.choices import OVERLENGTH_FRAGMENT as FRAGMENT
@@ -37,6 +38,8 @@ from longpack.jobs.options import DEMO_TOKENIZER as DEMO_TOKENIZER
 from longpack.jobs.options import (
     algorithm_option,
     cp_option,
+    fp8_recipe_option,
+    hybridep_option,
     inputs_option,
     pad_seq_to_mult_option,
     seed_option,
@@ -51,7 +54,7 @@ from longpack.text.rows import TextConfig
 if TYPE_CHECKING:
     from longpack.jobs.executors import PackExecutor
     from longpack.packed.formats import OutputFormat
-    from longpack.packed.manifest import PackManifest
+    from longpack.packed.manifest import ManifestSettings, PackManifest, SplitRecord
     from longpack.packed.settings import PackSettings
 from longpack.validate import finite_float, flag, optional_positive_int, positive_int
 from longpack.validate import seed as seed_value
@@ -70,38 +73,58 @@ DEMO_LABEL = "<longpack-demo>"
 
 
 def resolve_pad_seq_to_mult(
-    pad_seq_to_mult: int | None, tp: int | None, cp: int | None, sp: bool
+    pad_seq_to_mult: int | None,
+    tp: int | None,
+    cp: int | None,
+    sp: bool,
+    *,
+    fp8_recipe: str | None = None,
+    hybridep: bool = False,
 ) -> tuple[int, str]:
-    """``(pad_seq_to_mult, where it came from)``: given, derived from TP/CP/SP, or 1.
+    """``(pad_seq_to_mult, where it came from)``: given, derived from TP/CP/SP (and the kernels' multiples:
+    ``fp8_recipe``'s tokens per rank, HybridEP's 128-token chunk, :func:`longpack.topology.kernel_pad_multiple`,
+    the multiple ``longpack topology`` suggests), or 1.
 
     >>> resolve_pad_seq_to_mult(None, 2, 2, True)
     (4, 'lcm(2*CP if CP>1 else 1, CP*TP if SP and TP>1 else 1) with TP=2 CP=2 SP=True')
+    >>> resolve_pad_seq_to_mult(None, 1, 2, False, fp8_recipe="mxfp8")[0]
+    64
+    >>> resolve_pad_seq_to_mult(None, None, None, False, hybridep=True)[0]
+    128
     >>> resolve_pad_seq_to_mult(8, 2, None, False)
     Traceback (most recent call last):
     ...
-    longpack.errors.ConfigError: give either pad_seq_to_mult or tp, cp and sp, not both
+    longpack.errors.ConfigError: give either pad_seq_to_mult or tp, cp, sp (and fp8_recipe, hybridep), not both
     """
-    from longpack.topology import PAD_SEQ_TO_MULT_RULE, TopologyError
-    from longpack.topology import pad_seq_to_mult as derive
+    from longpack.topology import PAD_SEQ_TO_MULT_RULE, TopologyError, kernel_pad_multiple
 
     # 0 is an error, never "not given" (`tp or 1` below must not turn --cp 0 into CP 1).
     tp, cp = optional_positive_int(tp, "tp"), optional_positive_int(cp, "cp")
     sp = flag(sp, "sp")
+    hybridep = flag(hybridep, "hybridep")
+    if fp8_recipe is not None and (not isinstance(fp8_recipe, str) or not fp8_recipe.strip()):
+        raise ConfigError(
+            f"fp8_recipe must be a recipe name such as mxfp8, got {fp8_recipe!r}", fields="fp8_recipe"
+        )
+    kernels = fp8_recipe is not None or hybridep
     if pad_seq_to_mult is not None:
-        if tp is not None or cp is not None or sp:
+        if tp is not None or cp is not None or sp or kernels:
             raise ConfigError(
-                "give either pad_seq_to_mult or tp, cp and sp, not both",
-                fields=("pad_seq_to_mult", "tp", "cp", "sp"),
+                "give either pad_seq_to_mult or tp, cp, sp (and fp8_recipe, hybridep), not both",
+                fields=("pad_seq_to_mult", "tp", "cp", "sp", "fp8_recipe", "hybridep"),
             )
         pad_seq_to_mult = positive_int(pad_seq_to_mult, "pad_seq_to_mult")
         return pad_seq_to_mult, f"given: pad_seq_to_mult {pad_seq_to_mult}"
-    if tp is None and cp is None and not sp:
+    if tp is None and cp is None and not sp and not kernels:
         return 1, "default: no pad_seq_to_mult, tp, cp or sp given"
     try:
-        value = derive(tp=tp or 1, cp=cp or 1, sp=sp)
+        value = kernel_pad_multiple(tp=tp or 1, cp=cp or 1, sp=sp, fp8_recipe=fp8_recipe, hybridep=hybridep)
     except TopologyError as exc:
         raise ConfigError(str(exc), fields=("tp", "cp")) from exc
     source = f"{PAD_SEQ_TO_MULT_RULE} with TP={tp or 1} CP={cp or 1} SP={sp}"
+    if kernels:
+        parts = ([f"fp8_recipe={fp8_recipe}"] if fp8_recipe else []) + (["HybridEP"] if hybridep else [])
+        source += f", and the kernels' multiple for {' and '.join(parts)} (as longpack topology suggests)"
     return value, source
 
 
@@ -227,10 +250,14 @@ class PackConfig:
 
     command_help = (
         "Tokenize SFT data or documents and write Megatron-Bridge packed Parquet (or .npy, or Megatron "
-        ".bin/.idx with --output-format indexed), metadata and a manifest."
+        ".bin/.idx with --output-format indexed, or preference pairs as NeMo-Aligner's packed DPO .npy with "
+        "--output-format dpo), metadata and a manifest."
     )
 
-    out: str | Path = option(help="Output folder (must not exist unless --overwrite).", cli_type=Path)
+    out: str | Path = option(
+        help="Output folder (must not exist unless --overwrite); a URL (s3://...) is uploaded, manifest last.",
+        cli_type=str,
+    )
     inputs: Sequence[str | Path] | str | Path = inputs_option()
     tokenizer: Any = tokenizer_option()
     seq_length: int | None = option(None, help="Max runtime length of one sample (Megatron seq_length).")
@@ -241,6 +268,13 @@ class PackConfig:
     tp: int | None = tp_option()
     cp: int | None = cp_option()
     sp: bool = sp_option()
+    fp8_recipe: str | None = fp8_recipe_option(
+        "FP8 recipe of the training run (mxfp8, delayed, ...): --pad-seq-to-mult also covers its tokens per "
+        "rank (MXFP8 32, FP8 16; times CP, and TP with SP)."
+    )
+    hybridep: bool = hybridep_option(
+        "HybridEP dispatch in the training run: --pad-seq-to-mult also covers its 128-token combine chunk."
+    )
     algorithm: str = algorithm_option()
     balance: Any = option(
         None,
@@ -277,7 +311,8 @@ class PackConfig:
         choices.DEFAULT_OUTPUT_FORMAT,
         help="parquet: packed Parquet for Megatron-Bridge v0.4.0+ and main; npy: one .npy per split for "
         "Megatron-Bridge <= 0.3.x (the PyPI release) and NeMo 2; indexed: Megatron .bin/.idx document "
-        "datasets for pretraining (--data-path).",
+        "datasets for pretraining (--data-path); dpo: preference pairs (prompt, chosen, rejected) in "
+        "NeMo-Aligner's packed DPO .npy.",
         choices=choices.OUTPUT_FORMATS,
     )
     row_group_size: int | None = option(
@@ -340,11 +375,11 @@ class PackConfig:
     #: folder to keep this run's tokens in as a store (``longpack.jobs.stores``).
     store: str | Path | None = option(
         None,
-        help="Pack a token store (longpack tokenize) instead of tokenizing INPUTs.",
-        cli_type=Path | None,
+        help="Pack a token store (longpack tokenize) instead of tokenizing INPUTs (a folder or a URL).",
+        cli_type=str | None,
     )
     keep_store: str | Path | None = option(
-        None, help="Also keep this run's tokens as a store in this folder.", cli_type=Path | None
+        None, help="Also keep this run's tokens as a store in this folder (or at a URL).", cli_type=str | None
     )
     #: A jinja chat template file (a model's ``chat_template.jinja``) that renders chat rows instead of the
     #: tokenizer's own (a ``tokenizer.json`` alone has none); hashed into the manifest.
@@ -383,7 +418,9 @@ class PackConfig:
         set_(self, "val_inputs", _paths(self.val_inputs, "val_inputs"))
         if not isinstance(self.out, str | os.PathLike) or not str(self.out):
             raise ConfigError(f"out must be a folder path, got {self.out!r}", fields="out")
-        set_(self, "out", Path(self.out))
+        from longpack.remote import as_path
+
+        set_(self, "out", as_path(self.out))
         if self.chat_template is not None:
             if (
                 not isinstance(self.chat_template, str | os.PathLike)
@@ -435,6 +472,8 @@ class PackConfig:
             ),
         )
         seq_length = DEMO_SEQ_LENGTH if self.demo and self.seq_length is None else self.seq_length
+        if seq_length is None and self.output_format == choices.DPO and self.pack_size is not None:
+            seq_length = self.pack_size  # a pair is one item of a row: pack_size bounds it, not seq_length
         if seq_length is None:
             raise ConfigError(
                 "seq_length is required (the longest runtime length of one sample, e.g. 4096)",
@@ -448,7 +487,14 @@ class PackConfig:
         fmt = self.format
         if fmt.fixed_min_tokens is not None and text.min_tokens != fmt.fixed_min_tokens:
             text = replace(text, min_tokens=fmt.fixed_min_tokens)  # Megatron keeps one-token documents
-        mult, source = resolve_pad_seq_to_mult(self.pad_seq_to_mult, self.tp, self.cp, self.sp)
+        mult, source = resolve_pad_seq_to_mult(
+            self.pad_seq_to_mult,
+            self.tp,
+            self.cp,
+            self.sp,
+            fp8_recipe=self.fp8_recipe,
+            hybridep=self.hybridep,
+        )
         return ResolvedPack(
             inputs=inputs,
             tokenizer=tokenizer,
@@ -678,10 +724,44 @@ class PackConfig:
         :meth:`PackResult.notes`.
         """
         from longpack.errors import warn_all
+        from longpack.remote import has_urls
 
-        result = self._run()
+        paths = (self.inputs, self.val_inputs, self.store, str(self.out), self.keep_store)
+        result = self._run_staged() if has_urls(*paths) else self._run()
         warn_all(result.manifest.extra.get("warnings", ()))
         return result
+
+    def _run_staged(self) -> PackResult:
+        """:meth:`_run` on a local stage (:mod:`longpack.remote`): remote inputs and ``store`` downloaded
+        first, ``out`` and ``keep_store`` at URLs uploaded after, manifests last."""
+        import json
+
+        from longpack.packed.manifest import PackManifest
+        from longpack.remote import is_url, stage_inputs, staged
+
+        out = str(self.out)
+        inputs = cast(tuple[str, ...], self.inputs)
+        val_inputs = cast(tuple[str, ...], self.val_inputs)
+        key = out if is_url(out) else json.dumps([*inputs, *val_inputs, str(self.store), out])
+        with staged(key) as stage:
+            changes: dict[str, Any] = {
+                "inputs": stage_inputs(stage, inputs),
+                "val_inputs": stage_inputs(stage, val_inputs),
+            }
+            if is_url(self.store):
+                changes["store"] = stage.input(str(self.store))
+            if is_url(out):
+                changes["out"] = stage.output(out, name="out", overwrite=self.overwrite)
+            if is_url(self.keep_store):
+                changes["keep_store"] = stage.output(
+                    str(self.keep_store), name="keep_store", overwrite=self.overwrite, field="keep_store"
+                )
+            result = replace(self, **changes)._run()
+            stage.publish()
+            manifest = PackManifest.from_dict(
+                json.loads(stage.to_urls(json.dumps(result.manifest.to_dict())))
+            )
+        return replace(result, out=cast(Path, self.out) if is_url(out) else result.out, manifest=manifest)
 
     def _run(self) -> PackResult:
         from longpack.outputs import OutputLock, output_write_errors
@@ -715,6 +795,19 @@ class PackConfig:
                         fields=("chat_template", "store"),
                     )
                 tokenizer = tokenizer.with_chat_template(self.chat_template)
+            if self.format.name == choices.DPO:  # preference pairs: their own tokenization and file
+                from longpack.jobs.preference import pack_preference_folder
+
+                written = pack_preference_folder(
+                    inputs=resolved.inputs,
+                    out=out,
+                    tokenizer=tokenizer,
+                    pack_size=int(settings.resolved_pack_size),
+                    algorithm=self.algorithm,
+                    seed=int(self.seed or 0),
+                    overwrite=self.overwrite,
+                )
+                return PackResult(out=out, manifest=written)
             if self.format.sharded_store and (
                 not self._supports(choices.ONE_FILE_PER_SPLIT) or self.memory_budget is not None
             ):  # through a sharded store: one shard per worker, one prefix at a time
@@ -1079,15 +1172,14 @@ class PackResult:
         return counts
 
     @property
-    def splits(self) -> dict[str, Any]:
+    def splits(self) -> dict[str, SplitRecord]:
         """Split name -> ``SplitRecord`` (files, rows, metadata, truncated / dropped samples)."""
-        splits: dict[str, Any] = self.manifest.splits
-        return splits
+        return self.manifest.splits
 
     @property
-    def settings(self) -> dict[str, Any]:
-        settings: dict[str, Any] = self.manifest.settings
-        return settings
+    def settings(self) -> ManifestSettings:
+        """The settings that shaped the files, as the manifest records them."""
+        return self.manifest.settings
 
     @property
     def tokenizer(self) -> dict[str, Any]:
@@ -1110,7 +1202,7 @@ class PackResult:
         from longpack.packed.bridge_config import handoff_from_manifest
 
         options = dict(self.manifest.bridge_config.get("options", {}))
-        return handoff_from_manifest(self.out, self.manifest.to_dict(), **options)
+        return handoff_from_manifest(self.out, self.manifest, **options)
 
     @property
     def bridge_config_path(self) -> Path:
@@ -1135,11 +1227,11 @@ class PackResult:
     def read_notes(self) -> list[str]:
         """The notes of :meth:`notes` about how the data was read (the pack's warnings left out)."""
         record = self.manifest.to_dict()
-        text = self.manifest.settings.get("text") or {}
+        text = self.manifest.settings.text or {}
         formats = {i.get("format") for i in record.get("inputs", []) if isinstance(i, dict)}
         for key in ("detected_format", "validation_detected_format"):
             formats |= set(str(text.get(key) or "").split(","))  # "chat,prompt_completion": several inputs
-        if "prompt_completion" in formats and text.get("separator", "") == "":
+        if choices.PROMPT_COMPLETION_FORMAT in formats and text.get("separator", "") == "":
             return [
                 "prompt and completion are joined with nothing between them (an empty separator, as "
                 "Megatron-Bridge does: 'What is 2+2?' + '4' is trained as 'What is 2+2?4'); to put text "
@@ -1153,18 +1245,18 @@ class PackResult:
         from longpack.packed.formats import load, output_format
 
         settings = self.settings
-        summary = output_format(settings.get("output_format")).summary
+        summary = output_format(settings.output_format).summary
         if summary is not None:
             return dict(load(summary)(self.out, self.manifest.to_dict()))
         doc: dict[str, Any] = {
             "out": str(self.out),
             "finished": True,
-            "format": settings["text"].get("detected_format"),
+            "format": (settings.text or {}).get("detected_format"),
             "tokenizer": self.tokenizer,
-            "pad_seq_to_mult": settings["pad_seq_to_mult"],
+            "pad_seq_to_mult": settings.pad_seq_to_mult,
             "pad_seq_to_mult_source": self.pad_seq_to_mult_source,
-            "algorithm": settings["algorithm"],
-            "seed": settings["seed"],
+            "algorithm": settings.algorithm,
+            "seed": settings.seed,
             "counts": self.counts,
             "malformed_listed": len(self.manifest.malformed),
             "splits": {
@@ -1187,8 +1279,8 @@ class PackResult:
             "warnings": list(self.manifest.extra.get("warnings", [])),
             "notes": self.read_notes(),  # the warnings are under "warnings"
             "skipped_inputs": len(self.manifest.extra.get("skipped_inputs", [])),
-            "output_format": settings.get("output_format", choices.DEFAULT_OUTPUT_FORMAT),
-            "compat": settings.get("compat"),
+            "output_format": self.manifest.output_format,
+            "compat": settings.compat,
             "alignment": self.manifest.alignment,
             "bridge_config": {
                 "path": str(self.bridge_config_path),

@@ -707,6 +707,25 @@ def format_with_band(seconds: float, width: float) -> str:
     return uncertainty.format_with_band(seconds, width)
 
 
+def _level(req: Any) -> Any:
+    from longpack.planner.level import level_for
+
+    return level_for(req.model.name, req.gpu.name, seq_length=req.seq_length, precision=req.precision)
+
+
+def _level_dict(req: Any, cand: Any) -> dict[str, Any] | None:
+    """The published run of the same model and GPU the estimate could be anchored on (``applied``: false,
+    the step times are the model's), and the reference's step time anchored on it."""
+    level = _level(req)
+    if level is None:
+        return None
+    return {
+        **level.as_dict(),
+        "applied": False,
+        "anchored_step_time": round(level.apply(cand.time.step_time), 6),
+    }
+
+
 def reference_dict(reference: Any, comparison: Any, req: Any) -> dict[str, Any] | None:
     """The ``reference`` of ``longpack plan --json``: ``layout`` (as a candidate's), ``source``, ``kind``
     (``published`` / ``seed rules``), ``estimate`` (step time with its error band, TFLOP/s/GPU, memory,
@@ -730,6 +749,7 @@ def reference_dict(reference: Any, comparison: Any, req: Any) -> dict[str, Any] 
         },
         "unmeasured": list(reference.candidate.unmeasured),
         "notes": list(reference.notes),
+        "level": _level_dict(req, reference.candidate),
         "overrides": cand["overrides"],
         "comparison": None
         if comparison is None
@@ -806,6 +826,14 @@ def reference_lines(result: PlanResult) -> list[str]:
             if not cmp_.exploratory_unmeasured:
                 lines.append(f"  its gain is inside the {format_band(band.width)} band")
     lines.append(f"  error band: {band.describe()}")
+    level = _level(req)
+    if level is not None:
+        rec = result.recommended if result.recommended is not None else c
+        lines.append(
+            f"  level: published run {level.describe()}; anchored on it the recommended layout takes "
+            f"{level.apply(rec.time.step_time):.2f} s per step. Not applied (the table is the model's): "
+            "anchoring on another publication's run raised the leave-one-source-out error"
+        )
     return lines
 
 

@@ -94,6 +94,9 @@ class PreviewConfig:
             if not sep or not name or not row.isdigit():
                 raise ConfigError(f"at {spec!r} must be FILE:ROW (e.g. data.jsonl:17)", fields="at")
         set_(self, "at", at)
+        self._check_counts()
+
+    def _check_counts(self) -> None:
         if self.random is not None and (
             isinstance(self.random, bool) or not isinstance(self.random, int) or self.random < 1
         ):
@@ -103,27 +106,43 @@ class PreviewConfig:
         if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
             raise ConfigError(f"limit must be a positive integer, got {self.limit!r}", fields="limit")
 
-    def run(self) -> PreviewResult:
-        """Read the inputs up to the selected rows, tokenize just those, and decode them."""
-        import numpy as np
-
-        from longpack.text.inputs import find_inputs
-        from longpack.text.pipeline import _file_format, count_rows, read_rows
+    def _sample(self, row: Any, error: str | None, fmt: str, tok: Any, label: str) -> PreviewSample:
+        """One selected row decoded, or the reason it could not be read or made a sample."""
         from longpack.text.preview import PreviewSample, preview_sample
         from longpack.text.rows import RowError, sample_from_row
+
+        if error is not None:
+            return PreviewSample(source=label, error=error)
+        try:
+            ids, mask = sample_from_row(row, fmt, self.text, tok)
+        except RowError as e:
+            return PreviewSample(source=label, error=str(e))
+        return preview_sample(ids, list(mask), tok, source=label)
+
+    def _wanted_index(self, sources: Any) -> tuple[set[int], int | None]:
+        """The row positions asked for (``index``, plus ``random`` of them, seeded) and, when ``random``
+        needed it, the rows in all."""
+        import numpy as np
+
+        from longpack.text.pipeline import count_rows
+
+        wanted = set(self.index)
+        if self.random is None:
+            return wanted, None
+        total = sum(count_rows(s) for s in sources)
+        k = min(self.random, total)
+        wanted |= {int(i) for i in np.random.default_rng(self.seed).choice(total, size=k, replace=False)}
+        return wanted, total
+
+    def run(self) -> PreviewResult:
+        """Read the inputs up to the selected rows, tokenize just those, and decode them."""
+        from longpack.text.inputs import find_inputs
+        from longpack.text.pipeline import _file_format, read_rows
         from longpack.text.tokenizers import as_tokenizer
 
         tok = as_tokenizer(self.tokenizer)
         sources = find_inputs([str(p) for p in self.inputs]).files  # type: ignore[union-attr]
-        wanted_index = set(self.index)
-        total = None
-        if self.random is not None:
-            counts = [count_rows(s) for s in sources]
-            total = sum(counts)
-            k = min(self.random, total)
-            wanted_index |= {
-                int(i) for i in np.random.default_rng(self.seed).choice(total, size=k, replace=False)
-            }
+        wanted_index, total = self._wanted_index(sources)
         wanted_at: dict[tuple[str, int], str] = {}
         for spec in self.at:
             name, _, row = spec.rpartition(":")
@@ -139,23 +158,11 @@ class PreviewConfig:
                 continue
             for row_no, row, error in read_rows(source, fmt):
                 label = f"{source.label}:{row_no}"
-                hit = position in wanted_index
-                for name in (source.label, source.path.name, str(source.path)):
-                    at_spec = wanted_at.get((name, row_no))
-                    if at_spec is not None:
-                        hit = True
-                        found_at.add(at_spec)
-                if first_only:
-                    hit = position < self.limit
+                at_specs = _at_specs(wanted_at, source, row_no)
+                found_at |= at_specs
+                hit = position < self.limit if first_only else position in wanted_index or bool(at_specs)
                 if hit:
-                    if error is not None:
-                        picked[position] = PreviewSample(source=label, error=error)
-                    else:
-                        try:
-                            ids, mask = sample_from_row(row, fmt, self.text, tok)
-                            picked[position] = preview_sample(ids, list(mask), tok, source=label)
-                        except RowError as e:
-                            picked[position] = PreviewSample(source=label, error=str(e))
+                    picked[position] = self._sample(row, error, fmt, tok, label)
                 position += 1
                 done_first = first_only and position >= self.limit
                 done_sel = not first_only and position > last_wanted and len(found_at) == len(wanted_at)
@@ -164,15 +171,7 @@ class PreviewConfig:
             else:
                 continue
             break
-        missing = sorted(set(wanted_at.values()) - found_at)
-        if missing:
-            raise ConfigError(
-                f"at: no row {', '.join(missing)} in the inputs; rows are named FILE:ROW as in reports",
-                fields="at",
-            )
-        beyond = sorted(i for i in wanted_index if i >= position)
-        if beyond:
-            raise ConfigError(f"index {beyond[0]} is past the last row ({position} rows)", fields="index")
+        _check_found(set(wanted_at.values()) - found_at, wanted_index, position)
         result = PreviewResult(
             samples=tuple(picked[k] for k in sorted(picked)),
             tokenizer=tok.name,
@@ -185,6 +184,24 @@ class PreviewConfig:
 
             atomic_write_bytes(Path(self.html), result.html().encode("utf-8"))
         return result
+
+
+def _at_specs(wanted_at: dict[tuple[str, int], str], source: Any, row_no: int) -> set[str]:
+    """The ``at`` specs naming this row: by the input's label, file name or path."""
+    names = (source.label, source.path.name, str(source.path))
+    return {spec for name in names if (spec := wanted_at.get((name, row_no))) is not None}
+
+
+def _check_found(missing_at: set[str], wanted_index: set[int], rows: int) -> None:
+    """Refuse an ``at`` row the inputs do not have, or an ``index`` past their ``rows``."""
+    if missing_at:
+        raise ConfigError(
+            f"at: no row {', '.join(sorted(missing_at))} in the inputs; rows are named FILE:ROW as in reports",
+            fields="at",
+        )
+    beyond = sorted(i for i in wanted_index if i >= rows)
+    if beyond:
+        raise ConfigError(f"index {beyond[0]} is past the last row ({rows} rows)", fields="index")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 from longpack import choices
 from longpack.errors import ConfigError
-from longpack.jobs.options import gpu_option, model_option
+from longpack.jobs.options import fp8_recipe_option, gpu_option, model_option
 from longpack.option import option
 from longpack.topology import align_up
 from longpack.validate import positive_int
@@ -46,6 +46,7 @@ class RolloutsConfig:
     seq_length_multiple: int | None = option(
         None, help="Slot alignment (default: pad_seq_to_mult of --tp/--cp/--sp; Megatron-LM's RL uses 2*CP)."
     )
+    fp8_recipe: str | None = fp8_recipe_option()
     model: str | None = model_option()
     gpu: str | None = gpu_option()
 
@@ -76,6 +77,15 @@ class RolloutsConfig:
                 fields="bin_size",
             )
         assert multiple == (self.seq_length_multiple or pad_seq_to_mult(tp=self.tp, cp=self.cp, sp=self.sp))
+        if self.fp8_recipe is not None:
+            from longpack.balance.rollouts import RolloutPackingError, check_fp8_bin_size
+
+            try:
+                check_fp8_bin_size(
+                    self.bin_size, tp=self.tp, cp=self.cp, sp=self.sp, fp8_recipe=self.fp8_recipe
+                )
+            except RolloutPackingError as exc:
+                raise ConfigError(str(exc), fields=("bin_size", "fp8_recipe")) from exc
 
     @property
     def multiple(self) -> int:

@@ -76,10 +76,12 @@ def store_text(
     """The text options of the store at ``path`` (see :func:`check_store_text`); reads ``store.json`` only."""
     import json
 
+    from longpack.remote import is_url, read_text
     from longpack.store import STORE_MANIFEST
 
     try:
-        manifest = json.loads((Path(path) / STORE_MANIFEST).read_text(encoding="utf-8"))
+        where = f"{str(path).rstrip('/')}/{STORE_MANIFEST}" if is_url(path) else Path(path) / STORE_MANIFEST
+        manifest = json.loads(read_text(where))
         recorded = manifest["record"]["text"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(

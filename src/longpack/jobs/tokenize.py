@@ -69,7 +69,10 @@ class TokenizeConfig:
     inputs: Sequence[str | Path] | str | Path = inputs_option(
         "JSONL / Parquet files, folders or globs.", metavar="INPUT...", required=True
     )
-    out: str | Path = option(help="Store folder to write (must not exist unless --overwrite).", cli_type=Path)
+    out: str | Path = option(
+        help="Store folder to write (must not exist unless --overwrite); a URL (s3://...) is uploaded.",
+        cli_type=str,
+    )
     tokenizer: Any = tokenizer_option()
     text: TextConfig = option(default_factory=TextConfig, help="How rows become samples.", nested_except=())
     workers: int | None = workers_option()
@@ -104,7 +107,9 @@ class TokenizeConfig:
             raise ConfigError("no inputs: give at least one input file, folder or glob", fields="inputs")
         if not isinstance(self.out, str | os.PathLike) or not str(self.out):
             raise ConfigError(f"out must be a folder path, got {self.out!r}", fields="out")
-        set_(self, "out", Path(self.out))
+        from longpack.remote import as_path
+
+        set_(self, "out", as_path(self.out))
         if self.tokenizer is None:
             raise ConfigError(
                 "tokenizer is required ('qwen3', 'bytes', a tokenizer.json, an HF model folder)",
@@ -134,7 +139,35 @@ class TokenizeConfig:
             )
 
     def run(self) -> TokenizeStoreResult:
-        """Tokenize the inputs and write the store (arrays first, ``store.json`` last)."""
+        """Tokenize the inputs and write the store (arrays first, ``store.json`` last); inputs and ``out`` at
+        URLs go through a local stage (:mod:`longpack.remote`)."""
+        from longpack.remote import has_urls
+
+        if has_urls(self.inputs, str(self.out)):
+            return self._run_staged()
+        return self._run()
+
+    def _run_staged(self) -> TokenizeStoreResult:
+        import json
+        from dataclasses import replace
+
+        from longpack.remote import is_url, stage_inputs, staged
+
+        out = str(self.out)
+        key = out if is_url(out) else json.dumps([*cast(tuple[str, ...], self.inputs), out])
+        with staged(key) as stage:
+            inputs = stage_inputs(stage, cast(tuple[str, ...], self.inputs))
+            local_out = (
+                stage.output(out, name="out", overwrite=self.overwrite, resume=self.resume)
+                if is_url(out)
+                else Path(out)
+            )
+            result = replace(self, inputs=inputs, out=local_out)._run()
+            stage.publish()
+            manifest = json.loads(stage.to_urls(json.dumps(result.manifest)))
+        return TokenizeStoreResult(out=cast(Path, self.out) if is_url(out) else result.out, manifest=manifest)
+
+    def _run(self) -> TokenizeStoreResult:
         from longpack.jobs.executors import LocalExecutor
         from longpack.jobs.stores import save_store
         from longpack.outputs import OutputLock, check_output_dir

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from longpack.jobs.options import gpus_option
+from longpack.jobs.options import fp8_recipe_option, gpus_option, hybridep_option
 from longpack.option import option
 
 __all__ = ["TopologyConfig", "TopologyResult"]
@@ -32,12 +32,8 @@ class TopologyConfig:
     ep: int = option(1, help="Expert parallel size.")
     etp: int | None = option(None, help="Expert tensor parallel size (default: --tp).")
     sp: bool = option(False, help="Sequence parallelism.", negative="--no-sp")
-    fp8_recipe: str | None = option(
-        None,
-        help="FP8 recipe (mxfp8, delayed, ...): adds the kernels' multiple (MXFP8 32 / FP8 16 tokens per rank).",
-        cli_type=str | None,
-    )
-    hybridep: bool = option(False, help="HybridEP dispatch: adds its 128-token chunk to the multiple.")
+    fp8_recipe: str | None = fp8_recipe_option()
+    hybridep: bool = hybridep_option()
 
     def __post_init__(self) -> None:
         from longpack.validate import plain_fields

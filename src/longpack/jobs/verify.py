@@ -15,7 +15,7 @@ it needs CUDA, megatron-core and transformer-engine, and says which are missing 
 >>> VerifyConfig(packed="p", model="qwen3_8b", fault="nope")
 Traceback (most recent call last):
 ...
-longpack.errors.ConfigError: fault must be one of conv-state-leak, cp-positions-shifted, drop-cu-seqlens, linear-cp-local, linear-state-leak, loss-on-padding, mtp-global-roll, positions-not-restarted, route-padding, token-across-boundary, got 'nope'
+longpack.errors.ConfigError: fault must be one of conv-state-leak, cp-positions-shifted, dpo-attention-across-pairs, dpo-pairs-misaligned, drop-cu-seqlens, linear-cp-local, linear-state-leak, loss-on-padding, mtp-global-roll, positions-not-restarted, route-padding, token-across-boundary, got 'nope'
 """
 
 from __future__ import annotations
@@ -23,17 +23,24 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from longpack import choices
 from longpack.choices import VERIFY_BACKENDS
 from longpack.errors import ConfigError, MissingDependencyError
 from longpack.jobs.options import seed_option
 from longpack.option import check_choices, option
 from longpack.outputs import atomic_write_bytes
+from longpack.packed.preference import DPO_BETA
 from longpack.validate import finite_float, flag, non_negative_int, positive_int
 from longpack.validate import seed as seed_value
+
+if TYPE_CHECKING:
+    from longpack.runtime.verify import RowReport
+    from longpack.runtime.verify_dist import DistReport
 
 __all__ = [
     "EXIT_FAILED",
@@ -50,6 +57,8 @@ EXIT_OK, EXIT_FAILED = 0, 1
 FAULT_NAMES = (
     "conv-state-leak",
     "cp-positions-shifted",
+    "dpo-attention-across-pairs",
+    "dpo-pairs-misaligned",
     "drop-cu-seqlens",
     "linear-cp-local",
     "linear-state-leak",
@@ -258,13 +267,24 @@ class VerifyConfig:
         "order (first fit) into --pack-size rows and checked with a Qwen2-VL/Qwen2.5-VL --model.",
         cli_type=Path | None,
     )
-    pack_size: int | None = option(None, help="With --vlm: row length in tokens (required).")
-    pad_seq_to_mult: int = option(1, help="With --vlm: per-sample alignment multiple (2*CP ...).")
-    split: str | None = option(
-        None, help="One split (default: every split).", choices=("training", "validation")
+    dpo: str | Path | None = option(
+        None,
+        help="Packed DPO rows (.npy in NeMo-Aligner's packed DPO layout, as longpack pack --output-format dpo writes, or that folder) instead "
+        "of PACKED_DIR: each pair's DPO loss packed = its chosen and rejected sequences alone.",
+        cli_type=Path | None,
     )
+    dpo_beta: float = option(
+        DPO_BETA, help="With --dpo: the DPO beta (NeMo-Aligner's dpo.ref_policy_kl_penalty).", cli_type=float
+    )
+    pack_size: int | None = option(
+        None,
+        help="With --vlm: row length in tokens (required); with --dpo: the trainer's seq_length (default: "
+        "the longest row).",
+    )
+    pad_seq_to_mult: int = option(1, help="With --vlm: per-sample alignment multiple (2*CP ...).")
+    split: str | None = option(None, help="One split (default: every split).", choices=choices.SPLITS)
     backend: str = option(
-        "hf",
+        choices.HF_BACKEND,
         help="hf: transformers, CPU, float64; megatron: Megatron-Core + TE (CUDA).",
         choices=VERIFY_BACKENDS,
     )
@@ -302,13 +322,14 @@ class VerifyConfig:
         from longpack.validate import plain_fields
 
         plain_fields(self)
-        if (self.packed is None) == (self.vlm is None):
+        given = [name for name in ("packed", "vlm", "dpo") if getattr(self, name) is not None]
+        if len(given) != 1:
             raise ConfigError(
-                "give exactly one input: PACKED_DIR (a folder written by longpack pack) or --vlm SAMPLES.jsonl"
-                + (", not both" if self.packed is not None else ""),
-                fields=("packed", "vlm"),
+                "give exactly one input: PACKED_DIR (a folder written by longpack pack), --vlm SAMPLES.jsonl or "
+                "--dpo PACKED.npy" + (f", not {' and '.join(given)}" if given else ""),
+                fields=("packed", "vlm", "dpo"),
             )
-        for name in ("packed", "vlm"):
+        for name in ("packed", "vlm", "dpo"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str | os.PathLike):
                 raise ConfigError(f"{name} must be a path, got {value!r}", fields=name)
@@ -316,8 +337,18 @@ class VerifyConfig:
             if self.pack_size is None:
                 raise ConfigError("--vlm needs --pack-size (row length in tokens)", fields="pack_size")
             positive_int(self.pack_size, "pack_size")
-            if self.backend != "hf":
+            if self.backend != choices.HF_BACKEND:
                 raise ConfigError("--vlm rows are checked with --backend hf only", fields="backend")
+        if self.dpo is not None:
+            if self.pack_size is not None:
+                positive_int(self.pack_size, "pack_size")
+            if self.backend != choices.HF_BACKEND:
+                raise ConfigError("--dpo rows are checked with --backend hf only", fields="backend")
+        finite_float(self.dpo_beta, "dpo_beta", lo=0.0)
+        if self.dpo is None and self.dpo_beta != DPO_BETA:
+            raise ConfigError(
+                "--dpo-beta is the beta of --dpo rows; give --dpo or drop it", fields="dpo_beta"
+            )
         positive_int(self.pad_seq_to_mult, "pad_seq_to_mult")
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"model must be a name or a config path, got {self.model!r}", fields="model")
@@ -346,7 +377,12 @@ class VerifyConfig:
 
     def run(self) -> VerifyResult:
         """Run every check; a folder or model that cannot be read raises a ``LongpackError``."""
-        if self.backend == "megatron":
+        if self.packed is not None and _is_dpo_folder(Path(self.packed)):
+            raise ConfigError(
+                f"{self.packed} holds preference pairs, not SFT rows; verify them with --dpo {self.packed}",
+                fields=("packed", "dpo"),
+            )
+        if self.backend == choices.MEGATRON_BACKEND:
             missing = megatron_backend_missing()
             if missing:
                 raise MissingDependencyError(
@@ -359,7 +395,30 @@ class VerifyConfig:
             return _run_megatron(self)
         if self.vlm is not None:
             return _run_hf(self, vlm=True)
+        if self.dpo is not None:
+            return _run_hf(self, dpo=True)
         return _run_hf(self)
+
+
+class CheckedRow(Protocol):
+    """What every backend's per-row report says (``longpack.runtime.verify.RowReport`` and its kin)."""
+
+    @property
+    def ok(self) -> bool: ...
+
+
+def _is_dpo_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder ``pack --output-format dpo`` wrote (its manifest says so)."""
+    from longpack.choices import DPO
+
+    manifest = path / "manifest.json"
+    if not manifest.is_file():
+        return False
+    try:
+        settings = json.loads(manifest.read_text()).get("settings", {})
+    except (OSError, ValueError, AttributeError):
+        return False  # the folder's own reader says what is wrong with it
+    return isinstance(settings, dict) and settings.get("output_format") == DPO
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -368,8 +427,8 @@ class VerifyResult:
 
     ok: bool
     verdict: str
-    rows: tuple[Any, ...]
-    distributed: tuple[Any, ...]
+    rows: tuple[CheckedRow, ...]
+    distributed: tuple[DistReport, ...]
     failures: tuple[dict[str, Any], ...]
     notes: tuple[str, ...]
     certificate: dict[str, Any] = field(default_factory=dict)
@@ -427,8 +486,8 @@ def _certified(
     *,
     ok: bool,
     verdict: str,
-    rows: Any,
-    distributed: Any,
+    rows: Sequence[CheckedRow],
+    distributed: Sequence[DistReport],
     failures: Any,
     notes: Any,
     seconds: float,
@@ -561,12 +620,12 @@ def _distributed(
     multiple: int,
     began: float,
     notes: list[str],
-) -> list[Any]:
+) -> list[DistReport]:
     """The CP and PP checks on ``dist_rows``, each started only while the time budget (wall time since
     ``began``) has room for it (as long as the longest one so far); those not run are said in ``notes``."""
     from longpack.runtime.verify_dist import run_cp_verify, run_pp_verify
 
-    distributed: list[Any] = []
+    distributed: list[DistReport] = []
     if not dist_rows:
         return distributed
     collate = collators[dist_rows[0][1]["split"]]
@@ -597,7 +656,7 @@ def _distributed(
     return distributed
 
 
-def _run_hf(config: VerifyConfig, *, vlm: bool = False) -> VerifyResult:
+def _run_hf(config: VerifyConfig, *, vlm: bool = False, dpo: bool = False) -> VerifyResult:
     import torch
 
     from longpack.runtime.verify import THREADS
@@ -605,6 +664,8 @@ def _run_hf(config: VerifyConfig, *, vlm: bool = False) -> VerifyResult:
     before = torch.get_num_threads()
     torch.set_num_threads(THREADS)
     try:
+        if dpo:
+            return _run_dpo_checks(config)
         return _run_vlm_checks(config) if vlm else _run_hf_checks(config)
     finally:
         torch.set_num_threads(before)
@@ -638,7 +699,7 @@ def _run_hf_checks(config: VerifyConfig) -> VerifyResult:
     pad_cu = bool(options.get("pad_cu_seqlens"))
     model = build_model(source, seed=config.seed)
     threads = torch.get_num_threads()
-    reports: list[Any] = []
+    reports: list[RowReport] = []
     chosen: dict[str, list[int]] = {}
     notes: list[str] = []
     dist_rows: list[tuple[dict[str, Any], dict[str, Any], int]] = []
@@ -921,7 +982,7 @@ def _run_vlm_checks(config: VerifyConfig) -> VerifyResult:
     lengths = [align_up(s.sequence_length, multiple) for s in sequences]
     rows = first_fit(list(range(len(sequences))), config.pack_size, item_lengths=lengths) if sequences else []
     name = Path(config.vlm).name
-    reports: list[Any] = []
+    reports: list[RowReport] = []
     row_seconds: list[float] = []
     checked: list[int] = []
     deadline = None if config.time_budget is None else began + config.time_budget
@@ -1028,6 +1089,154 @@ def _run_vlm_checks(config: VerifyConfig) -> VerifyResult:
     )
 
 
+def _run_dpo_checks(config: VerifyConfig) -> VerifyResult:
+    """``--dpo``: every row of a packed DPO ``.npy`` (as many as the time budget allows, in file order)
+    checked with :class:`longpack.runtime.verify_dpo.DPOVerifier` (a policy and a reference model)."""
+    import torch
+
+    from longpack.packed.preference import read_packed_dpo
+    from longpack.runtime.verify import DPO_FAULTS
+    from longpack.runtime.verify_dpo import DPO_CHECKS, DPOVerifier
+    from longpack.runtime.verify_model import build_model
+
+    began = time.perf_counter()
+    assert config.dpo is not None
+    if config.fault is not None and config.fault not in DPO_FAULTS:
+        raise ConfigError(
+            f"with --dpo, the injected fault must be one of {', '.join(sorted(DPO_FAULTS))}, got {config.fault!r}",
+            fields="fault",
+        )
+    source = load_hf_config(config.model)
+    path = Path(config.dpo)
+    if path.is_dir():  # a folder `longpack pack --output-format dpo` wrote: its manifest names the file
+        from longpack.packed.manifest import MANIFEST_NAME, PackManifest
+
+        if not (path / MANIFEST_NAME).is_file():
+            raise ConfigError(f"{path}: no {MANIFEST_NAME}; give the packed DPO .npy file", fields="dpo")
+        record = PackManifest.read(path / MANIFEST_NAME).extra.get("preference")
+        if not isinstance(record, dict) or "file" not in record:
+            raise ConfigError(
+                f"{path}: not a packed DPO folder (its manifest has no preference record); pack it with "
+                "--output-format dpo, or give the .npy file",
+                fields="dpo",
+            )
+        path = path / str(record["file"])
+    rows = read_packed_dpo(path)
+    name = path.name
+    longest = max(len(r["input_ids"]) for r in rows)
+    seq_length = config.pack_size if config.pack_size is not None else longest
+    policy = build_model(source, seed=config.seed)
+    reference = build_model(source, seed=config.seed + 1)  # the frozen reference policy: other weights
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    eos = source.get("eos_token_id")
+    eos_id = (
+        int(eos[0] if isinstance(eos, list) and eos else eos) if isinstance(eos, int | list) and eos else 0
+    )
+    verifier = DPOVerifier(
+        policy,
+        reference,
+        seq_length=seq_length,
+        eos_id=eos_id,
+        beta=config.dpo_beta,
+        seed=config.seed,
+        fault=config.fault,
+    )
+    candidates = list(range(len(rows)))
+    if config.fault is not None:  # the faults cross pairs: rows of two pairs or more
+        candidates = [i for i in candidates if len(rows[i]["lengths"]) >= 4]
+        if not candidates:
+            raise ConfigError(
+                f"fault {config.fault!r} crosses pairs and every row of {name} holds one pair; pack with a larger "
+                "pack size to inject it",
+                fields="fault",
+            )
+    reports: list[Any] = []
+    row_seconds: list[float] = []
+    deadline = None if config.time_budget is None else began + config.time_budget
+    for index in candidates:
+        if config.max_rows is not None and len(reports) >= config.max_rows:
+            break
+        if deadline is not None and row_seconds and time.perf_counter() + max(row_seconds[-3:]) > deadline:
+            break
+        t = time.perf_counter()
+        reports.append(verifier.verify(rows[index], {"split": "dpo", "file": name, "row": index}))
+        row_seconds.append(time.perf_counter() - t)
+    checked = [r.row for r in reports]
+    notes = ["CP and PP checks are not run on DPO rows (single process, micro-batch 1 as NeMo-Aligner packs)"]
+    if len(checked) < len(rows):
+        notes.append(
+            f"dpo: {len(checked)} of {len(rows)} rows checked (time budget {config.time_budget} s, max_rows "
+            f"{config.max_rows}"
+            + ("; rows of one pair left out: the fault crosses pairs" if config.fault else "")
+            + ")"
+        )
+    failures = [asdict(f) for r in reports for f in r.failures]
+    ok = not failures
+    pairs_checked = sum(len(r.pairs) for r in reports)
+    seconds = time.perf_counter() - began
+    worst = {
+        "logps_rel_diff": max((r.logps_max_rel_diff for r in reports), default=0.0),
+        "logratio_rel_diff": max((r.logratio_max_rel_diff for r in reports), default=0.0),
+        "dpo_loss_rel_diff": max((r.loss_max_rel_diff for r in reports), default=0.0),
+        "grad_rel_diff": max((r.grad_max_rel_diff for r in reports), default=0.0),
+    }
+    if ok:
+        verdict = (
+            f"PASS: {len(checked)} of {len(rows)} rows ({pairs_checked} pairs), DPO packed = unpacked (log-prob "
+            f"sums, log-ratio, loss, gradients; worst relative {max(worst.values()):.1e}) with a tiny "
+            f"{source.get('model_type')} policy and reference in float64 ({seconds:.1f} s)"
+        )
+    else:
+        first = failures[0]
+        pair = "" if first.get("sample") is None else f" pair {first['sample']}"
+        verdict = (
+            f"FAIL: {len(failures)} difference(s); first: {first['check']} in {first['file']} row {first['row']}"
+            f"{pair}: {first['detail']}"
+        )
+    certificate = {
+        "verdict": "pass" if ok else "fail",
+        "summary": verdict,
+        "versions": _versions(),
+        "model": {
+            "source": str(config.model),
+            "model_type": source.get("model_type"),
+            "dtype": "float64",
+            "seed": config.seed,
+            "reference_policy_seed": config.seed + 1,
+            "beta": config.dpo_beta,
+            "unpacked": "transformers sdpa, each chosen and rejected sequence on its own",
+            "threads": torch.get_num_threads(),
+        },
+        "data": {
+            "path": str(config.dpo),
+            "format": "nemo-aligner-packed-dpo",
+            "seq_length": seq_length,
+            "rows": len(rows),
+            "pairs_checked": pairs_checked,
+        },
+        "layout": {"cp_checked": [], "pp_checked": [], "micro_batch_size": 1},
+        "checks": DPO_CHECKS,
+        "rows_checked": {"dpo": checked},
+        "row_pairs": {str(r.row): list(r.pairs) for r in reports},
+        "rows_total": len(rows),
+        "worst": worst,
+        "fault_injected": config.fault,
+        "notes": notes,
+    }
+    return _certified(
+        config,
+        certificate,
+        ok=ok,
+        verdict=verdict,
+        rows=reports,
+        distributed=(),
+        failures=failures,
+        notes=notes,
+        seconds=seconds,
+    )
+
+
 def _run_megatron(config: VerifyConfig) -> VerifyResult:
     """The megatron backend: Megatron-Core GPTModel + TE attention on one CUDA device, packed vs alone."""
     import torch
@@ -1094,7 +1303,7 @@ def _run_megatron(config: VerifyConfig) -> VerifyResult:
     certificate = {
         "verdict": "pass" if ok else "fail",
         "summary": verdict,
-        "backend": "megatron",
+        "backend": choices.MEGATRON_BACKEND,
         "versions": _versions(),
         "device": torch.cuda.get_device_name(0),
         "rows_checked": {split: checked},

@@ -391,7 +391,9 @@ class OnlinePacker:
         finally:
             self._running = False
 
-    def _pack(self, source: Iterator[Any], start: int) -> Iterator[OnlinePack]:
+    def _replay(self, source: Iterator[Any], start: int) -> int:
+        """Skip what a restored state already consumed and re-read its buffered samples by position; the
+        position reading goes on from."""
         prog = self._progress
         if start < 0:
             raise OnlineError(f"start={start} must be >= 0", fields="start")
@@ -424,6 +426,11 @@ class OnlinePacker:
                 prog.items[position] = item
                 del needed[position]
             position += 1
+        return position
+
+    def _pack(self, source: Iterator[Any], start: int) -> Iterator[OnlinePack]:
+        prog = self._progress
+        position = self._replay(source, start)
         exhausted = False
         while True:
             # Top up the reading buffer (incremental refill, as Energon's ``PackingDataset``).

@@ -15,7 +15,6 @@ Workloads (runtime lengths, clipped to ``1..capacity``; seeded, deterministic):
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -280,27 +279,17 @@ def vlm_report(
     the Gemma3 processor saved in the folder ``tokenizer``)."""
     from longpack.vlm.families import vlm_family
     from longpack.vlm.metadata import read_vlm_metadata
-    from longpack.vlm.prepare import QwenVLPreparer, VLMConfig
     from longpack.vlm.vision import VisionConfig
 
-    v = vision or VisionConfig()
-    if family.startswith("qwen"):  # the family decides how videos are sampled, written and numbered
-        v = dataclasses.replace(v, rope_variant=family)
-    config = VLMConfig(vision=v, video=video, max_images=max_images, max_visual_tokens=max_visual_tokens)
-    settings: dict[str, Any] = {
-        "patch_size": v.patch_size,
-        "merge_size": v.merge_size,
-        "min_pixels": v.min_pixels,
-        "max_pixels": v.max_pixels,
+    kind = vlm_family(family)
+    given = {
+        "vision": vision or VisionConfig(),  # the family sets how videos are sampled, written and numbered
+        "video": video,
+        "max_images": max_images,
+        "max_visual_tokens": max_visual_tokens,
     }
-    if family.startswith("qwen"):
-        preparer: Any = QwenVLPreparer(tokenizer, config=config)
-    else:
-        preparer = vlm_family(family).preparer(
-            tokenizer, max_images=max_images, max_visual_tokens=max_visual_tokens
-        )
-        settings = {"tokens_per_image": preparer.family.mm_tokens_per_image,
-                    "pan_and_scan": preparer.family.do_pan_and_scan}  # fmt: skip
+    preparer = kind.preparer(tokenizer, **{k: v for k, v in given.items() if k in kind.config_fields})
+    settings = kind.reported_settings(preparer)
     table = read_vlm_metadata(path, preparer, max_length=capacity, pad_to_multiple_of=pad_to_multiple_of)
     rows = simulate_vlm(
         table.tokens,

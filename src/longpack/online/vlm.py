@@ -29,6 +29,10 @@ Energon hooks (see docs/guide/online-sim.md and Energon's ``TaskEncoder`` packin
   :func:`longpack.runtime.in_batch.build_visual_thd_batch` (Bridge's ``build_qwen_vl_packed_batch`` keys,
   plus ``mrope_position_ids``, ``padding_mask`` when asked, ``sample_keys``, ``skipped``).
 
+:class:`VisualInBatchEncoder` is the other Energon path of Bridge's (its generic HF-encoder task encoder,
+``HFTaskEncoder(enable_in_batch_packing=True)``): no packing buffer, ``micro_batch_size > 1``, each
+micro-batch packed into one THD row in ``batch``.
+
 **Families.** The preparer decides the family: a :class:`longpack.vlm.QwenVLPreparer` (``vlm_family(name)
 .preparer(...)`` for ``qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``) gives the keys above with ``image_grid_thw``
 and 3-D ``mrope_position_ids``; a :class:`longpack.vlm.families.Gemma3Preparer` (a transformers
@@ -38,8 +42,9 @@ and 3-D ``mrope_position_ids``; a :class:`longpack.vlm.families.Gemma3Preparer` 
 (images are resized to a square) and no video input (a sample with a video member is refused,
 ``unsupported_video``, and listed in its pack's ``skipped`` records; so is a Qwen3-VL video given as a frame
 list, which has no frame rate for Qwen3-VL's timestamps).
-Nemotron-VL is refused when the encoder is built: longpack does not prepare its samples (its processor is
-the checkpoint's remote code).
+Nemotron-VL is refused when the encoder is built: its packs must be budgeted on the length after the LLaVA
+model expands each ``<image>``, not on the collated tokens these encoders count (prepare its samples with
+``NemotronVLPreparer`` and pack them with ``build_nemotron_vl_thd_batch``).
 
 Samples come from a ``CrudeWebdataset`` (``energon prepare --sample-type CrudeWebdataset``): each sample has a
 ``json`` member with the conversation (``messages`` or ``conversations``, ``<image>`` placeholders) and image
@@ -240,7 +245,7 @@ class _VLMPackingEncoder(DefaultTaskEncoder):
         self.algorithm = algorithm
         self.seed = seed
         # Qwen-VL rows carry 3-D positions (``mrope_position_ids``); Gemma3-VL rows have 1-D positions only.
-        self.mrope = isinstance(self.preparer, QwenVLPreparer)
+        self.mrope = self.preparer.position_dims == 3
 
     def packing_config(self) -> dict[str, Any]:
         """The settings that decide which samples form a pack and what a pack holds."""
@@ -424,6 +429,105 @@ class EagerQwenVLPackingEncoder(_VLMPackingEncoder):
         return VLMTaskSample.derive_from(
             sample, prepared=prepared, rejected=None, length=prepared.sequence_length
         )
+
+
+#: The keys of Bridge's ``HFEnergonBatch`` after ``HFTaskEncoder.encode_batch`` (``data/energon/hf_task_encoder.py``).
+HF_ENCODER_BATCH_KEYS = (
+    "input_ids",
+    "labels",
+    "loss_mask",
+    "position_ids",
+    "visual_inputs",
+    "attention_mask",
+    "padding_mask",
+    "cu_seqlens_q",
+    "cu_seqlens_kv",
+    "cu_seqlens_q_padded",
+    "cu_seqlens_kv_padded",
+    "max_seqlen_q",
+    "max_seqlen_kv",
+    "total_tokens",
+)
+
+
+class VisualInBatchEncoder(EagerQwenVLPackingEncoder):
+    """Energon task encoder for collate-time ("in-batch") packing at ``micro_batch_size > 1``: each
+    micro-batch Energon forms becomes one THD row, as Megatron-Bridge's generic HF-encoder task encoder does
+    (``data/energon/hf_task_encoder.py`` ``HFTaskEncoder(enable_in_batch_packing=True)``, Bridge @a4c24ae23;
+    the ``HFEnergonTaskEncoderConfig`` of ``EnergonDatasetConfig``, whose Energon packing buffer Bridge
+    refuses). ``encode_sample`` prepares each sample (refused ones become members with a record, as in
+    :class:`EagerQwenVLPackingEncoder`; one longer than ``seq_length`` after expansion is ``too_long``, where
+    Bridge's collate raises for the whole micro-batch), ``batch`` packs the micro-batch's members in order with
+    :func:`longpack.runtime.in_batch.build_visual_thd_batch` (the keys of the family's Bridge collate:
+    ``gemma3_vl_collate_fn`` for a :class:`~longpack.vlm.families.Gemma3Preparer`, ``qwen2_5_collate_fn`` for a
+    :class:`~longpack.vlm.QwenVLPreparer`, each with ``enable_in_batch_packing=True``), plus ``sample_keys``
+    and ``skipped``; every key of Bridge's ``HFEnergonBatch`` is present (``None`` where the collate has none,
+    e.g. ``cu_seqlens_q_padded`` without alignment). ``padding_mask`` only with ``emit_padding_mask=True`` (for
+    MoE router statistics; Bridge's Gemma3 collate has none). The row is as wide as its members (``micro_batch_size * seq_length`` at most), or exactly
+    ``seq_length`` with ``pad_to_max_length`` (then the aligned members must fit it). Do not give Energon a
+    ``packing_buffer_size`` with it (refused when Energon asks for a pack): use :class:`QwenVLPackingEncoder`.
+
+    Example::
+
+        encoder = VisualInBatchEncoder(Gemma3Family().preparer(processor=processor), seq_length=4096,
+                                       pad_to_multiple_of=8)
+        ds = get_train_dataset(path, worker_config=wc, batch_size=4, task_encoder=encoder,
+                               shuffle_buffer_size=100, max_samples_per_sequence=None)
+        for batch in get_savable_loader(ds):   # one THD row of (up to) 4 samples
+            batch["cu_seqlens_q"], batch["visual_inputs"]["pixel_values"], batch["skipped"]
+    """
+
+    def __init__(
+        self,
+        preparer: QwenVLPreparer | Gemma3Preparer,
+        *,
+        seq_length: int,
+        pad_to_multiple_of: int = 1,
+        pad_to_max_length: bool = False,
+        emit_padding_mask: bool = False,
+    ) -> None:
+        super().__init__(
+            preparer,
+            seq_length=seq_length,
+            pad_to_multiple_of=pad_to_multiple_of,
+            pad_to_max_length=pad_to_max_length,
+            emit_padding_mask=emit_padding_mask,
+        )
+
+    def select_samples_to_pack(self, samples: list[VLMTaskSample]) -> list[list[VLMTaskSample]]:
+        # FatalSampleError: Energon's handler would log any other error and go on without packing
+        raise FatalSampleError(
+            "VisualInBatchEncoder packs each micro-batch in batch() (micro_batch_size > 1, no Energon packing "
+            "buffer): remove packing_buffer_size, or use QwenVLPackingEncoder for Energon packing "
+            "(packing_buffer_size, micro_batch_size=1)"
+        )
+
+    @stateless
+    def batch(self, samples: list[VLMTaskSample]) -> dict[str, Any]:  # type: ignore[override]
+        """One THD row from one micro-batch of encoded samples, in micro-batch order."""
+        if any(isinstance(s, VLMPackedSample) for s in samples):
+            raise OnlineError(
+                "VisualInBatchEncoder got Energon packs: remove packing_buffer_size (it packs micro-batches)",
+                fields="packing_buffer_size",
+            )
+        group = VLMPackedSample(__key__="", __restore_key__=(), __subflavors__={}, samples=list(samples))
+        members = [s for s in samples if s.rejected is None]
+        if members and not self.pad_to_max_length:
+            # each member fits seq_length (the preparer's limit), the row holds them all
+            out = build_visual_thd_batch(
+                [_prepared(s) for s in members],
+                sequence_length=self.seq_length,
+                pad_to_multiple_of=self.pad_to_multiple_of,
+                emit_padding_mask=self.emit_padding_mask,
+            )
+            out["sample_keys"] = [_prepared(s).key for s in members]
+            out["skipped"] = [s.rejected for s in samples if s.rejected is not None]
+        else:
+            # every member refused (a padding row carries the records), or a fixed-width row (members must fit)
+            out = _VLMPackingEncoder.batch(self, [group])
+        for key in HF_ENCODER_BATCH_KEYS:  # HFEnergonBatch's fields: None where the family's collate has none
+            out.setdefault(key, None)
+        return out
 
 
 def _packing_preparer(preparer: Any) -> QwenVLPreparer | Gemma3Preparer:

@@ -41,8 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from longpack.errors import ConfigError
+from longpack.errors import ConfigError, PackedDataError
 from longpack.packed.formats import output_format
+from longpack.packed.manifest import MANIFEST_NAME, PackManifest
 from longpack.validate import one_of
 
 __all__ = [
@@ -309,7 +310,7 @@ def format_override_value(value: Any) -> str:
 
 def handoff_from_manifest(
     out: Path,
-    manifest: Mapping[str, Any],
+    manifest: PackManifest | Mapping[str, Any],
     *,
     tp: int | None = None,
     cp: int | None = None,
@@ -317,7 +318,8 @@ def handoff_from_manifest(
     pad_to_max_length: bool = False,
     pad_cu_seqlens: bool = False,
 ) -> BridgeHandoff:
-    """The hand-off of a packed output from its manifest's ``settings`` and ``megatron_bridge`` records.
+    """The hand-off of a packed output from its manifest's ``settings`` and ``megatron_bridge`` records
+    (a :class:`~longpack.packed.manifest.PackManifest`, or the dict ``manifest.json`` holds).
 
     >>> m = {"settings": {"pack_size": 8, "seq_length": 6, "pad_seq_to_mult": 2, "seed": 0},
     ...      "megatron_bridge": {"packed_train_data_path": "training_8.idx.parquet",
@@ -325,24 +327,39 @@ def handoff_from_manifest(
     >>> handoff_from_manifest(Path("/o"), m).specs()["max_single_sequence_length"]
     6
     """
-    settings, mb = manifest["settings"], manifest["megatron_bridge"]
-    balanced_for = balance_topology(settings.get("balance"))
+    record = manifest if isinstance(manifest, PackManifest) else PackManifest.from_dict(manifest)
+    settings, mb = record.settings, record.megatron_bridge
+    pack_size, seq_length, multiple, seed = (
+        settings.pack_size,
+        settings.seq_length,
+        settings.pad_seq_to_mult,
+        settings.seed,
+    )
+    if pack_size is None or seq_length is None or multiple is None or seed is None:
+        names = ("pack_size", "seq_length", "pad_seq_to_mult", "seed")
+        missing = [
+            n for n, v in zip(names, (pack_size, seq_length, multiple, seed), strict=True) if v is None
+        ]
+        raise PackedDataError(
+            f"{MANIFEST_NAME}: settings lack {', '.join(missing)}: not a Megatron-Bridge packed-SFT output; "
+            "pack the folder again"
+        )
     return BridgeHandoff(
         out=out,
-        pack_size=int(settings["pack_size"]),
-        seq_length=int(settings["seq_length"]),
-        pad_seq_to_mult=int(settings["pad_seq_to_mult"]),
-        seed=int(settings["seed"]),
+        pack_size=pack_size,
+        seq_length=seq_length,
+        pad_seq_to_mult=multiple,
+        seed=seed,
         train_path=mb["packed_train_data_path"],
         val_path=mb.get("packed_val_data_path"),
         metadata_path=mb["packed_metadata_path"],
-        api=output_format(settings.get("output_format")).bridge_api or "main",
+        api=output_format(settings.output_format).bridge_api or "main",
         tp=tp,
         cp=cp,
         sp=sp,
         pad_to_max_length=pad_to_max_length,
         pad_cu_seqlens=pad_cu_seqlens,
-        balanced_for=balanced_for,
+        balanced_for=balance_topology(settings.extra.get("balance")),
     )
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from longpack.choices import DEFAULT_IDS_DTYPE, DEFAULT_OUTPUT_FORMAT
+from longpack.choices import SPLITS as SPLITS
 from longpack.errors import PackedDataError
 
 # The atomic writes and the file digest live in ``longpack.outputs`` (one set for every layer); these names
@@ -62,7 +63,6 @@ def default_row_group_size(pack_size: int) -> int:
     return max(1, min(ROW_GROUP_SIZE, ROW_GROUP_TOKENS // max(1, pack_size)))
 
 
-SPLITS = ("training", "validation")
 #: Folder (inside the output folder) that holds the validation split, so that no folder path or glob of
 #: the output folder reads training and validation rows together.
 VALIDATION_DIR = "validation"

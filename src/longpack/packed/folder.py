@@ -72,7 +72,7 @@ from longpack.packed.files import (
     metadata_name,
     resolve_packed_parquet_paths,
 )
-from longpack.packed.manifest import MANIFEST_NAME, PackManifest, SplitRecord
+from longpack.packed.manifest import MANIFEST_NAME, ManifestSettings, PackManifest, SplitRecord
 from longpack.packed.plan import PackPlan, pack_metadata
 
 __all__ = [
@@ -287,6 +287,9 @@ class ParquetRowSource:
     """
 
     format: ClassVar[str] = "parquet"
+    #: Its row groups are the file's own: a scan reads small ones together, and checks their size against
+    #: the writer's (an ``.npy`` file's groups are cut by the reader).
+    file_row_groups: ClassVar[bool] = True
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -516,6 +519,7 @@ class NpyRowSource:
     with the interface of :class:`ParquetRowSource`."""
 
     format: ClassVar[str] = "npy"
+    file_row_groups: ClassVar[bool] = False
     one_row_pages: ClassVar[bool] = False
 
     def __init__(self, path: str | Path) -> None:
@@ -1161,18 +1165,18 @@ class PackedFolder:
             return cached
         s = self._split(split)
         pack_size, multiple = self.pack_size, self.pad_seq_to_mult or 1
-        settings = self.manifest.settings if self.manifest is not None else {}
-        group_limit = int(settings.get("row_group_size") or ROW_GROUP_SIZE)
+        settings = self.manifest.settings if self.manifest is not None else ManifestSettings()
+        group_limit = settings.row_group_size or ROW_GROUP_SIZE
         # One-token samples (runtime length 0) are Bridge's: its prepare step keeps them, and so does
         # ``longpack pack --compat megatron-bridge``; elsewhere one is a packing bug.
-        allow_empty = self.manifest is None or bool(settings.get("keep_single_token"))
+        allow_empty = self.manifest is None or bool(settings.keep_single_token)
         columns = REQUIRED_COLUMNS if verify else ("loss_mask", "seq_start_id")
         stored, per_row, runtime, problems = [], [], [], []
         supervised = 0
         for path in s.files:
             source = self._sources[path]
             first = 0
-            for batch in _group_batches(source.group_rows, source.format == "parquet"):
+            for batch in _group_batches(source.group_rows, source.file_row_groups):
                 group, n = batch[0], sum(source.group_rows[g] for g in batch)
                 if len(batch) == 1:
                     cols = source.read_group(group, columns)
@@ -1206,7 +1210,7 @@ class PackedFolder:
                     )
                     for g in batch:
                         rows_g = source.group_rows[g]
-                        if rows_g > group_limit and source.format == "parquet":
+                        if rows_g > group_limit and source.file_row_groups:
                             problems.append(
                                 f"{self.rel(path)} row group {g}: {rows_g} rows > row group size {group_limit}"
                             )

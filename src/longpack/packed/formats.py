@@ -105,6 +105,29 @@ def _indexed_refusals() -> tuple[Refusal, ...]:
     )
 
 
+def _dpo_refusals() -> tuple[Refusal, ...]:
+    why = {
+        "val_fraction": "NeMo-Aligner reads a packed validation set from its own file: pack it on its own",
+        "val_inputs": "pack the validation pairs into their own folder",
+        "overlength": "a pair longer than pack_size is dropped and listed, never cut",
+        "compat": "compat is Megatron-Bridge's packed SFT format",
+        "balance": "packed DPO rows are not balanced across ranks",
+        "row_group_size": "a Parquet setting",
+        "rows_per_shard": "NeMo-Aligner reads one .npy",
+        "ids_dtype": "the rows hold Python ints",
+        "pad_seq_to_mult": "NeMo-Aligner's collate pads each batch, not each sequence",
+        "pad_to_max_length": "a Megatron-Bridge packed-SFT setting",
+        "pad_cu_seqlens": "a Megatron-Bridge packed-SFT setting",
+        "mix": "mix the preference data before packing",
+        "store": "pairs are tokenized from their text (prompt, chosen, rejected)",
+        "memory_budget": "pairs are packed in memory",
+    }
+    return tuple(
+        Refusal(name, f"output_format dpo: drop {name} ({reason})", (name, "output_format"))
+        for name, reason in why.items()
+    )
+
+
 OUTPUT_FORMAT: dict[str, OutputFormat] = {
     choices.PARQUET: OutputFormat(
         name=choices.PARQUET,
@@ -166,6 +189,22 @@ OUTPUT_FORMAT: dict[str, OutputFormat] = {
         },
         fixed_min_tokens=1,
         sharded_store=True,
+    ),
+    choices.DPO: OutputFormat(
+        name=choices.DPO,
+        suffix=None,
+        writer="longpack.packed.preference:write_packed_dpo",
+        bridge_api=None,
+        refused=_dpo_refusals(),
+        executor_writes=False,
+        summary="longpack.packed.preference:preference_summary",
+        needs={
+            choices.ONE_FILE_PER_SPLIT: Refusal(
+                "backend",
+                "output_format dpo is written by the local backend; use backend local",
+                ("output_format", "backend"),
+            )
+        },
     ),
 }
 

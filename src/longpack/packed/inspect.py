@@ -127,7 +127,7 @@ def _inspect_folder(out: Path, *, verify: bool, no_manifest_ok: bool) -> dict[st
         "manifest_unreadable": manifest is None and (out / MANIFEST_NAME).is_file(),
         "damaged": False,
         "format": folder.format,
-        "settings": dict(manifest.settings) if manifest is not None else {},
+        "settings": manifest.settings.to_dict() if manifest is not None else {},
         "splits": {},
     }
     problems = folder.validate(verify=verify)

@@ -21,12 +21,19 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from longpack import choices
 from longpack.errors import PackedDataError
 
-__all__ = ["MANIFEST_FORMAT", "MANIFEST_NAME", "FileRecord", "PackManifest", "SplitRecord"]
+__all__ = [
+    "MANIFEST_FORMAT",
+    "MANIFEST_NAME",
+    "FileRecord",
+    "ManifestSettings",
+    "PackManifest",
+    "SplitRecord",
+]
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "longpack.packed/1"
@@ -176,6 +183,61 @@ class SplitRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ManifestSettings:
+    """The manifest's ``settings``: the packing settings that shaped the files, typed and checked once when
+    the manifest is read, so no reader parses them again. A key the manifest does not hold is ``None`` here
+    and stays absent when written; ``extra`` holds every other key (``balance``, ``val_fraction``,
+    ``megatron_exact``, the writer's options, ...) and a typed key recorded as ``null``, each as written.
+
+    >>> s = ManifestSettings.from_dict({"seq_length": 8, "seed": 3, "text": {"format": "chat"}, "compat": None,
+    ...     "balance": None})
+    >>> s.seq_length, s.seed, s.output_format, s.compat, s.text, s.extra
+    (8, 3, None, None, {'format': 'chat'}, {'compat': None, 'balance': None})
+    >>> list(s.to_dict())
+    ['balance', 'compat', 'seed', 'seq_length', 'text']
+    """
+
+    output_format: str | None = None
+    seq_length: int | None = None
+    pack_size: int | None = None
+    pad_seq_to_mult: int | None = None
+    algorithm: str | None = None
+    seed: int | None = None
+    overlength: str | None = None
+    ids_dtype: str | None = None
+    row_group_size: int | None = None
+    keep_single_token: bool | None = None
+    compat: str | None = None
+    rows_per_shard: int | None = None
+    #: How rows became tokens (``longpack.text``'s settings, with the detected formats).
+    text: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    #: Each typed key with the JSON types its value may have.
+    _KINDS: ClassVar[dict[str, tuple[type, ...]]] = {
+        **dict.fromkeys(("output_format", "algorithm", "overlength", "ids_dtype", "compat"), (str,)),
+        **dict.fromkeys(
+            ("seq_length", "pack_size", "pad_seq_to_mult", "seed", "row_group_size", "rows_per_shard"), _COUNT
+        ),
+        "keep_single_token": (bool,),
+        "text": (dict,),
+    }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ManifestSettings:
+        # a typed key recorded as null stays in ``extra``, so that the manifest writes the same bytes again
+        known, extra = _known({k: v for k, v in data.items() if v is not None}, tuple(cls._KINDS))
+        extra.update({k: v for k, v in data.items() if v is None})
+        _expect(known, "settings: ", cls._KINDS)
+        return cls(**known, extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The keys in sorted order, as ``manifest.json`` holds them (a report prints them in that order)."""
+        typed = {k: v for k in self._KINDS if (v := getattr(self, k)) is not None}
+        return dict(sorted({**typed, **self.extra}.items()))
+
+
+@dataclass(frozen=True, kw_only=True)
 class PackManifest:
     """The whole ``manifest.json``; see the module docstring for an example."""
 
@@ -183,7 +245,7 @@ class PackManifest:
     versions: dict[str, Any] = field(default_factory=dict)
     #: Every packing setting (``pack_size``, ``pad_seq_to_mult``, ``seq_length``, ``algorithm``, ``seed``,
     #: ``overlength``, ``ids_dtype``, ...) plus ``text`` (how rows became tokens).
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: ManifestSettings = field(default_factory=ManifestSettings)
     inputs: tuple[dict[str, Any], ...] = ()
     tokenizer: dict[str, Any] = field(default_factory=dict)
     counts: dict[str, Any] = field(default_factory=dict)
@@ -213,26 +275,26 @@ class PackManifest:
     )
 
     # -- what readers need most ---------------------------------------------------------------------
-    def _recorded(self, key: str, fallback: Mapping[str, Any]) -> int | None:
-        value = self.alignment.get(key, fallback.get(key))
+    def _recorded(self, key: str, fallback: object) -> int | None:
+        value = self.alignment.get(key, fallback)
         return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
     @property
     def pack_size(self) -> int | None:
-        return self._recorded("pack_size", self.settings)
+        return self._recorded("pack_size", self.settings.pack_size)
 
     @property
     def pad_seq_to_mult(self) -> int | None:
-        return self._recorded("pad_seq_to_mult", self.settings)
+        return self._recorded("pad_seq_to_mult", self.settings.pad_seq_to_mult)
 
     @property
     def eos_id(self) -> int | None:
-        return self._recorded("eos_id", self.tokenizer)
+        return self._recorded("eos_id", self.tokenizer.get("eos_id"))
 
     @property
     def output_format(self) -> str:
-        """``parquet`` or ``npy`` (older manifests: ``parquet``)."""
-        return str(self.settings.get("output_format", choices.DEFAULT_OUTPUT_FORMAT))
+        """``parquet``, ``npy`` or ``indexed`` (older manifests: ``parquet``)."""
+        return self.settings.output_format or choices.DEFAULT_OUTPUT_FORMAT
 
     @property
     def split_names(self) -> tuple[str, ...]:
@@ -259,12 +321,14 @@ class PackManifest:
             },
         )
         known["splits"] = {str(name): SplitRecord.from_dict(str(name), rec) for name, rec in splits.items()}
+        known["settings"] = ManifestSettings.from_dict(known.get("settings", {}))
         for key in ("inputs", "malformed"):
             known[key] = _records(known.get(key, []), key)
         return cls(**known, extra=extra)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: getattr(self, k) for k in self._KEYS}
+        out["settings"] = self.settings.to_dict()
         out["inputs"] = list(self.inputs)
         out["malformed"] = list(self.malformed)
         out["splits"] = {name: rec.to_dict() for name, rec in self.splits.items()}

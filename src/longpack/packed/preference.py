@@ -38,6 +38,10 @@ from longpack.topology import align_up
 LABELS_PAD_ID = -100  # NeMo-Aligner DPOPackedDataset.LABELS_PAD_ID (no loss on that label)
 REWARDS_PAD_ID = -1000  # NeMo-Aligner DPOPackedDataset.REWARDS_PAD_ID
 PAD_MULTIPLE = 16  # global_collate_fn pads each batch to a multiple of 16 (FP8), capped at seq_length
+#: The DPO beta: NeMo-Aligner's default ``dpo.ref_policy_kl_penalty`` (``examples/nlp/gpt/conf/gpt_dpo.yaml``).
+DPO_BETA = 0.2
+#: The keys of a packed DPO row that NeMo-Aligner's collate reads (``pair_ids`` is longpack's own).
+ROW_KEYS = ("input_ids", "labels", "reward", "lengths", "seq_boundaries")
 
 
 @dataclass(frozen=True)
@@ -145,14 +149,53 @@ def pack_preference_pairs(
 def write_packed_dpo(packing: PreferencePacking, path: str | Path) -> Path:
     """Write the rows as NeMo-Aligner's ``packed_{pack_size}_seed{seed}.npy`` (object array), atomically."""
     target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
     arr = packing.as_array()
     atomic_write(target, lambda fh: np.save(fh, arr, allow_pickle=True))
     return target
 
 
 def read_packed_dpo(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a packed DPO ``.npy`` (as NeMo-Aligner loads it: ``np.load(..., allow_pickle=True)``)."""
-    return list(np.load(Path(path), allow_pickle=True))
+    """The rows of a packed DPO ``.npy`` (as NeMo-Aligner loads it: ``np.load(..., allow_pickle=True)``).
+
+    A file that is not such an array of row dicts raises :class:`~longpack.errors.InputError` naming the
+    file, the row and the key."""
+    source = Path(path)
+    if not source.is_file():
+        raise InputError(f"{source}: no such file", fields="dpo")
+    try:
+        arr = np.load(source, allow_pickle=True)
+    except (OSError, ValueError, EOFError) as exc:
+        raise InputError(f"{source}: not a readable .npy file ({exc})", fields="dpo") from exc
+    if arr.ndim != 1 or arr.dtype != object:
+        raise InputError(
+            f"{source}: a {arr.dtype} array of shape {arr.shape}, not the 1-D object array of row dicts "
+            "NeMo-Aligner's prepare_packed_dpo_dataset.py writes",
+            fields="dpo",
+        )
+    rows = list(arr)
+    for i, row in enumerate(rows):
+        missing = [k for k in ROW_KEYS if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise InputError(
+                f"{source}: row {i} has no {', '.join(missing)} (a packed DPO row holds {', '.join(ROW_KEYS)})",
+                fields="dpo",
+            )
+        for key in ROW_KEYS:
+            values = np.asarray(row[key])
+            if (
+                values.ndim != 1
+                or values.size == 0
+                or values.dtype.kind not in ("iu" if key != "reward" else "iuf")
+            ):
+                raise InputError(
+                    f"{source}: row {i} key {key!r} is not a non-empty list of "
+                    f"{'numbers' if key == 'reward' else 'integers'} (got {values.dtype} of shape {values.shape})",
+                    fields="dpo",
+                )
+    if not rows:
+        raise InputError(f"{source}: no rows", fields="dpo")
+    return rows
 
 
 def collate_packed_dpo(
@@ -211,4 +254,25 @@ def collate_packed_dpo(
         "cu_seqlens": cu_seqlens,
         "cu_seqlens_argmin": np.argmin(cu_seqlens, axis=1, keepdims=True),
         "max_seqlen": seqlens.max(axis=1, keepdims=True),
+    }
+
+
+def preference_summary(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """What ``longpack pack --json`` prints for a packed DPO folder."""
+    pref = manifest["preference"]
+    return {
+        "out": str(out),
+        "finished": True,
+        "output_format": _choices.DPO,
+        "format": "preference",
+        "tokenizer": manifest["tokenizer"],
+        "pack_size": manifest["settings"]["pack_size"],
+        "algorithm": manifest["settings"]["algorithm"],
+        "seed": manifest["settings"]["seed"],
+        "counts": manifest["counts"],
+        "file": str(out / pref["file"]),
+        "fill_mean": pref["fill_mean"],
+        "dropped": pref["dropped"],
+        "malformed_listed": len(manifest["malformed"]),
+        "warnings": manifest.get("warnings", []),
     }

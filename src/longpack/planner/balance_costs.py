@@ -60,7 +60,7 @@ def pack_cost_model(
 
     >>> m = pack_cost_model(model="qwen3_30b_a3b", gpu="h100", seq_length=32768)
     >>> round(m.pack_cost([32768]) / m.pack_cost([1024] * 32), 2)  # one 32K doc vs 32 x 1K
-    1.95
+    2.81
     """
     from longpack.planner.catalog import load_gpu, load_model
     from longpack.planner.options import PlanError, PlanLayout, TrainingOptions

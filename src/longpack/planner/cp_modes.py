@@ -23,7 +23,7 @@ evenly spaced, are simulated, so a million-sample corpus plans in seconds.
 >>> packs = [[131072], *[[1024] * 128] * 3] * 2  # full-length documents among packs of 1K chats
 >>> plan = plan_cp_modes(packs, model="llama3_1_8b", gpu="h100", gpus=64, tp=1, cp=16, gbs=4, pack_size=131072)
 >>> plan.recommended, plan.recommended_cap, [c.max_seqlen_per_rank for c in plan.comparisons]
-('dynamic_cp', 2048, [2048, 4096, 8192])
+('hybrid', 4096, [2048, 4096, 8192])
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ CONSTRAINTS = {
     "dynamic_cp": (
         "Megatron-LM dev (dynamic CP: @2d6e946bab, @c3dbea746b, @d2e7ec5b88; not on main or in megatron-core 0.16)",
         "an even DP x CP (Megatron-Core asserts it)",
-        "no CUDA graphs unless pad_packed_seq_alignment is set; no Megatron FSDP",
+        "no CUDA graphs unless pad_packed_seq_alignment and thd_max_packed_sequences are set; no Megatron FSDP",
         "dataloader_type single",
         "per-token loss (calculate_per_token_loss)",
     ),

@@ -3,8 +3,8 @@
 A user comparing the planner's pick with NVIDIA's recipe needs both side by side, with the pick's
 predicted gain and whether that gain is larger than the estimate's error band.
 
-* **Published**: a run of ``calibration_points.yaml`` (Megatron-Bridge performance recipes, NVIDIA's
-  skill cards, the Megatron-MoE model zoo; each point names its source) with the same model, GPU type
+* **Published**: a run of ``calibration_points.yaml`` (NVIDIA's skill cards, Megatron-Bridge's model
+  verification cards, the Megatron-MoE model zoo; each point names its source) with the same model, GPU type
   and sequence length whose model-parallel sizes fit the GPU count and the global batch. Its settings
   are the published ones; a setting the run does not state is Megatron's default (``p2p`` CP
   communication, no EP overlap), never the planner's optimum. Held-out runs are not in that file.
@@ -428,11 +428,12 @@ def _changes(pick: Candidate, ref: Candidate) -> tuple[str, ...]:
     return tuple(out)
 
 
-def compare(pick: Candidate, reference: Reference, band: float) -> Comparison:
+def compare(pick: Candidate, reference: Reference, band: float, *, gain_only: bool = False) -> Comparison:
     """The pick against the reference (see the module docstring for the rule).
 
     A reference that does not fit the memory budget (by the planner's estimate) loses to a pick that
-    does; an identical layout is the reference itself.
+    does; an identical layout is the reference itself. ``gain_only`` (``--explore``): a pick's unmeasured
+    settings do not decide, only its gain against the band.
     """
     changes = _changes(pick, reference.candidate)
     gain = reference.candidate.time.step_time / pick.time.step_time - 1
@@ -462,7 +463,7 @@ def compare(pick: Candidate, reference: Reference, band: float) -> Comparison:
     # does not decide; one only the pick has does
     shared = {u.split()[0] for u in reference.candidate.unmeasured}
     alone = [u for u in pick.unmeasured if u.split()[0] not in shared]
-    if alone:
+    if alone and not gain_only:
         return Comparison(
             changes=changes,
             gain=gain,
@@ -535,7 +536,7 @@ def recommend(req: SearchRequest, found: Any, reference: Reference, band: float)
     _CHANGES_CACHE.clear()
     try:
         if req.explore:
-            cmp_ = compare(top, reference, band)
+            cmp_ = compare(top, reference, band, gain_only=True)
             return replace(
                 cmp_, pick=top if cmp_.verdict == "pick" else None, reference_rank=rank, ranked_of=of
             )
@@ -573,7 +574,7 @@ def recommend(req: SearchRequest, found: Any, reference: Reference, band: float)
             return replace(cmp_, pick=chosen if cmp_.verdict == "pick" else None, **extra)
         changes = _changes(top, reference.candidate)
         if not reference.fits:
-            cmp_ = compare(top, reference, band)
+            cmp_ = compare(top, reference, band, gain_only=True)
             return replace(
                 cmp_,
                 pick=top,

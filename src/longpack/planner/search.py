@@ -32,6 +32,7 @@ from longpack.planner.timing import TimeBreakdown, TimeModelParams, best_cp_comm
 from longpack.rules import Finding, TrainingSetup, has_errors, run_rules
 from longpack.rules.checks.batch import gbs_covers_dp, gbs_divisible
 from longpack.rules.checks.cp import cp_divides_seq_length
+from longpack.rules.checks.family import GDN_CP_SINCE, gdn_cp_supported
 from longpack.rules.checks.pipeline import vpp_has_pp
 from longpack.rules.checks.topology import (
     ep_divides_experts,
@@ -45,25 +46,17 @@ from longpack.topology import ParallelLayout, TopologyError
 
 VPP_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
 
-#: First Megatron-Core release whose ``TransformerConfig`` lets Gated DeltaNet run with CP > 1: 0.16.1 and
-#: 0.17.x assert ``context_parallel_size == 1`` for ``gated_delta_net`` ("Gated delta net does not support
-#: context parallel for now", NVIDIA/Megatron-LM@9539a12e:megatron/core/transformer/transformer_config.py,
-#: tag core_v0.17.0); core_v0.18.0 (ba7b5ebc) drops the assertion.
-GDN_CP_SINCE = "0.18.0"
-
 
 def gdn_cp_in_version(versions: UpstreamVersions | None) -> bool:
     """Whether the Megatron-Core version checked for runs Gated DeltaNet with CP > 1 (``None``: the newest
-    known, ``main``; ``longpack plan`` passes the installed or given version).
+    known, ``main``; ``longpack plan`` passes the installed or given version). ``check``'s rule
+    LP-MODEL-004 owns the fact (:func:`longpack.rules.checks.family.gdn_cp_supported`).
 
     >>> old, new = UpstreamVersions.resolve(mcore="0.16.1"), UpstreamVersions.resolve(mcore="0.18.0")
     >>> gdn_cp_in_version(old), gdn_cp_in_version(new), gdn_cp_in_version(None)
     (False, True, True)
     """
-    from longpack.rules.versions import MCORE, VersionRange
-
-    version = _mcore_of(versions)
-    return VersionRange(since=GDN_CP_SINCE).contains(version, MCORE)
+    return gdn_cp_supported(_mcore_of(versions))
 
 
 def _mcore_of(versions: UpstreamVersions | None) -> str:
@@ -416,7 +409,8 @@ def enumerate_layouts(req: SearchRequest, rejected: dict[str, int] | None = None
             if c > 1 and model.gdn is not None and not gdn_cp_in_version(req.rule_versions):
                 drop(
                     f"CP {c}: Megatron-Core {_mcore_of(req.rule_versions)} asserts CP = 1 for Gated DeltaNet "
-                    f"(TransformerConfig, before {GDN_CP_SINCE}); plan with --megatron-core-version {GDN_CP_SINCE}"
+                    f"(TransformerConfig, before {GDN_CP_SINCE}; check's LP-MODEL-004); plan with "
+                    f"--megatron-core-version {GDN_CP_SINCE}"
                 )
                 continue
             if not gdn_cp_allowed(model, t=t, c=c):

@@ -346,6 +346,8 @@ class ModelSettings:
     dynamic_context_parallel: Bool = False
     min_dynamic_context_parallel_size: OptInt = None
     pad_packed_seq_alignment: OptStr = None
+    #: Megatron-Core dev: the most sequences one THD pack holds (cu_seqlens padded to it; graphs need it).
+    thd_max_packed_sequences: OptInt = None
     #: Megatron-Core dev: how packed rows are split over CP ranks (``zigzag`` default, ``contiguous``).
     cp_partition_mode: OptStr = None
     #: Megatron-Core TransformerConfig FP8 (``e4m3`` / ``hybrid``) and its recipe (``mxfp8``, ``delayed``...).
@@ -522,6 +524,11 @@ class TrainingSetup:
         validation_alias=AliasChoices(
             AliasPath("dist", "use_megatron_fsdp"), AliasPath("ddp", "use_megatron_fsdp")
         ),
+    )
+    #: ``dist.use_decentralized_pg``: process groups from HyperCommGrid instead of Megatron-Core's global
+    #: parallel state (dynamic CP resolves its groups from the latter).
+    use_decentralized_pg: Bool = Field(
+        default=False, validation_alias=AliasPath("dist", "use_decentralized_pg")
     )
     use_dist_train: Bool = Field(
         default=False,

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 # Megatron-Core dev (d48bd6be0a) lacks main's HybridEP uneven-dispatch padding, the THD-graph
 # pad_between_seqs fix and quantile routing (rules_drift ranges): dev=True / dev=False below say so.
+from longpack.rules.checks.family import GDN_CP_SINCE
 from longpack.rules.registry import Provenance, Source
-from longpack.rules.scheduling_keys import GLOBAL_BATCH_PACKING_SINCE
+from longpack.rules.scheduling_keys import GLOBAL_BATCH_PACKING_SINCE, GPT_SFT_IN_BATCH_SINCE
 from longpack.rules.versions import PRODUCTS, VersionRange
 
 BRIDGE_REPO = PRODUCTS["bridge"].repo
@@ -133,7 +134,7 @@ PROVENANCE: dict[str, Provenance] = {
             Source(
                 MLM_REPO,
                 "megatron/core/transformer/transformer_config.py",
-                commit="a73825de6b",
+                commit="c0665e01cd",
                 probe="number of middle layers: {num_layers} must be divisible by ",
             ),
         )
@@ -376,7 +377,7 @@ PROVENANCE: dict[str, Provenance] = {
         sources=(
             Source(
                 BRIDGE_REPO,
-                "src/megatron/bridge/data/packing/gpt_sft.py",
+                "src/megatron/bridge/data/datasets/sft.py",
                 commit="958fb9b7d",
                 probe="'pad_to_max_length=True' is required when pad_cu_seqlens is enabled",
             ),
@@ -415,13 +416,9 @@ PROVENANCE: dict[str, Provenance] = {
         sources=(
             Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="6a33a2a95"),
             # the packer pads each runtime segment to pad_seq_to_mult, so a row already a multiple of
-            # pad_seq_length_to_mult gets no trailing segment (GLM-5.2 recipes: p=32, q=16)
-            Source(
-                BRIDGE_REPO,
-                "src/megatron/bridge/data/packing/offline.py",
-                commit="067f987df",
-                probe="Runtime segments, not stored input_ids, must be divisible for THD+CP",
-            ),
+            # pad_seq_length_to_mult gets no trailing segment (GLM-5.2 recipes: p=32, q=16); this file
+            # exists from 0.6.0 and explains the exemption, not the rule's range: no probe
+            Source(BRIDGE_REPO, "src/megatron/bridge/data/packing/offline.py", commit="067f987df"),
             Source(
                 BRIDGE_REPO,
                 "src/megatron/bridge/data/packing/gpt_sft.py",
@@ -441,8 +438,20 @@ PROVENANCE: dict[str, Provenance] = {
             ),
         ),
     ),
+    # GPT-SFT in-batch packing: Bridge PR #5493 (its branch at 84275f53b; not in main 067f987df, whose
+    # GPTSFTDatasetConfig has no enable_in_batch_packing), assumed in the release after main
     "LP-PACK-015": Provenance(
-        sources=(Source(BRIDGE_REPO, "src/megatron/bridge/data/builders/gpt_sft.py", commit="e577829e1"),)
+        bridge=VersionRange(since=GPT_SFT_IN_BATCH_SINCE),
+        sources=(Source(BRIDGE_REPO, "src/megatron/bridge/data/builders/gpt_sft.py", commit="84275f53b"),),
+    ),
+    "LP-PACK-019": Provenance(
+        bridge=VersionRange(until=GPT_SFT_IN_BATCH_SINCE),
+        sources=(
+            Source(BRIDGE_REPO, "src/megatron/bridge/data/builders/gpt_sft.py", commit="067f987df"),
+            Source(
+                BRIDGE_REPO, "src/megatron/bridge/data/builders/gpt_sft.py", commit="84275f53b", relaxes=True
+            ),
+        ),
     ),
     # Bridge main verifies MTP with offline packing (GLM-5.2 packed SFT, e4cb868dc): no longer a hazard there
     "LP-MTP-001": Provenance(
@@ -713,12 +722,9 @@ PROVENANCE: dict[str, Provenance] = {
     "LP-VLM-003": Provenance(sources=(LONGPACK,)),
     "LP-VLM-004": Provenance(
         sources=(
-            Source(
-                BRIDGE_REPO,
-                "src/megatron/bridge/models/qwen_vl/data/energon.py",
-                commit="46d7e9f4f",
-                probe="def select_samples_to_pack(self, samples: List[QwenVLTaskSample])",
-            ),
+            # where Bridge's Qwen-VL encoder takes part in Energon packing (main); the memory bound is
+            # Energon's buffer and longpack's own encoders, in every version: no probe
+            Source(BRIDGE_REPO, "src/megatron/bridge/models/qwen_vl/data/energon.py", commit="46d7e9f4f"),
             LONGPACK,
         )
     ),
@@ -733,7 +739,11 @@ PROVENANCE: dict[str, Provenance] = {
         )
     ),
     "LP-MOE-002": Provenance(
-        sources=(Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="6a33a2a95"),)
+        # the docs page names a fixed combine chunk; the skill page beside it gives the 128
+        sources=(
+            Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="6a33a2a95"),
+            Source(BRIDGE_REPO, "skills/nemo-mbridge-perf-sequence-packing/SKILL.md", commit="6a33a2a95"),
+        )
     ),
     "LP-MOE-003": Provenance(
         sources=(Source(BRIDGE_REPO, "docs/training/packed-sequences.md", commit="6a33a2a95"),)
@@ -849,6 +859,17 @@ PROVENANCE: dict[str, Provenance] = {
             ),
         )
     ),
+    "LP-MODEL-004": Provenance(
+        mcore=VersionRange(until=GDN_CP_SINCE),
+        sources=(
+            Source(
+                MLM_REPO,
+                "megatron/core/transformer/transformer_config.py",
+                commit="20d66d5c7b",
+                probe="Gated delta net does not support context parallel for now",
+            ),
+        ),
+    ),
     "LP-DATA-001": Provenance(
         sources=(Source(BRIDGE_REPO, "src/megatron/bridge/data/packing/gpt_sft.py", commit="e577829e1"),)
     ),
@@ -910,6 +931,8 @@ PROVENANCE: dict[str, Provenance] = {
             ),
         ),
     ),
+    # Megatron-Core dev (d48bd6be0a) keeps these checks under dynamic CP and rewords them ("Dynamic context
+    # parallelism ..."): the probes are the words both spellings share, so rules_drift ranges sees them in dev
     "LP-HCP-003": Provenance(
         mcore=VersionRange(since="0.16.0"),
         sources=(
@@ -917,7 +940,7 @@ PROVENANCE: dict[str, Provenance] = {
                 MLM_REPO,
                 "megatron/training/arguments.py",
                 commit="98d8c56dbd",
-                probe="Hybrid context parallelism must be used with --calculate-per-token-loss",
+                probe="context parallelism must be used with --calculate-per-token-loss",
             ),
         ),
     ),
@@ -928,13 +951,13 @@ PROVENANCE: dict[str, Provenance] = {
                 MLM_REPO,
                 "megatron/training/arguments.py",
                 commit="98d8c56dbd",
-                probe="Hybrid context parallelism not supported with Megatron FSDP",
+                probe="context parallelism not supported with Megatron FSDP",
             ),
             Source(
                 MLM_REPO,
                 "megatron/training/arguments.py",
                 commit="98d8c56dbd",
-                probe="Hybrid context parallelism only supported with single dataloader type",
+                probe="context parallelism only supported with single dataloader type",
             ),
         ),
     ),
@@ -945,7 +968,7 @@ PROVENANCE: dict[str, Provenance] = {
                 MLM_REPO,
                 "megatron/core/model_parallel_config.py",
                 commit="98d8c56dbd",
-                probe="Please set max_seqlen_per_dp_cp_rank when using hybrid_context_parallel",
+                probe="Please set max_seqlen_per_dp_cp_rank",
             ),
         ),
     ),
@@ -989,7 +1012,7 @@ PROVENANCE: dict[str, Provenance] = {
                 MLM_REPO,
                 "megatron/core/parallel_state.py",
                 commit="98d8c56dbd",
-                probe="Hybrid context parallel requires an even number of ranks",
+                probe="context parallel requires an even number of ranks",
             ),
         ),
     ),
@@ -1007,7 +1030,8 @@ PROVENANCE: dict[str, Provenance] = {
                 MLM_REPO,
                 "megatron/core/datasets/data_schedule.py",
                 commit="a9381be598",
-                probe='DP_BALANCED = "dp_balanced"',
+                # main spells it DP_BALANCED = "dp_balanced"; dev registers "dp_balanced": DpBalancedScheduler
+                probe='"dp_balanced"',
             ),
         ),
     ),
@@ -1140,6 +1164,12 @@ PROVENANCE: dict[str, Provenance] = {
                 commit="7f9175207d",
                 probe="THD CUDA Graph requires --pad-packed-seq-alignment",
             ),
+            Source(
+                MLM_REPO,
+                "megatron/core/transformer/transformer_config.py",
+                commit="3ae5e6d9a6",
+                probe="THD CUDA Graph requires --thd-max-packed-sequences to be set",
+            ),
         ),
     ),
     "LP-DCP-006": Provenance(
@@ -1151,6 +1181,27 @@ PROVENANCE: dict[str, Provenance] = {
                 commit="cde56a4692",
                 probe="hybrid_context_parallel is deprecated",
             ),
+        ),
+    ),
+    # dynamic CP under global-batch packing: Megatron-Bridge's validation adds these to Megatron-Core's (its
+    # docs page at 85b0c3de37 and the validation module of a branch of the same work at 736342b6cb; neither
+    # in main 067f987df, so no probe: the range is the global-batch-packing assumption's)
+    "LP-DCP-007": Provenance(
+        bridge=VersionRange(since=GLOBAL_BATCH_PACKING_SINCE),
+        mcore=VersionRange(since="dev"),
+        sources=(
+            Source(BRIDGE_REPO, "docs/training/dynamic-context-parallel.md", commit="85b0c3de37"),
+            Source(BRIDGE_REPO, "src/megatron/bridge/training/sequence_packing.py", commit="736342b6cb"),
+            Source(MLM_REPO, "megatron/core/parallel_state.py", commit="d48bd6be0a"),
+        ),
+    ),
+    "LP-DCP-008": Provenance(
+        bridge=VersionRange(since=GLOBAL_BATCH_PACKING_SINCE),
+        mcore=VersionRange(since="dev"),
+        sources=(
+            Source(BRIDGE_REPO, "docs/training/dynamic-context-parallel.md", commit="85b0c3de37"),
+            Source(BRIDGE_REPO, "src/megatron/bridge/training/sequence_packing.py", commit="736342b6cb"),
+            Source(MLM_REPO, "megatron/core/parallel_state.py", commit="d48bd6be0a"),
         ),
     ),
     # where each key of longpack.rules.checks.upstream.KEYS_BY_VERSION appeared (or was renamed)

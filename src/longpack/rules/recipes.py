@@ -30,6 +30,7 @@ __all__ = [
     "check_recipe",
     "nested",
     "recipes_exercising",
+    "totals",
 ]
 
 _BRIDGE = "NVIDIA-NeMo/Megatron-Bridge@067f987df:src/megatron/bridge/training/config.py"
@@ -93,6 +94,28 @@ def recipes_source() -> str:
     return str(_data()["source"])
 
 
+def totals(rows: list[dict[str, Any]], rev: str, commit: str) -> str:
+    """The harness's closing line over records with ``errors`` / ``warnings`` (the one place it is
+    written: ``scripts/recipe_harness.py`` prints it, ``docs/guide/check.md`` quotes it, a test compares).
+
+    >>> totals([{"errors": ["LP-A"], "warnings": []}, {"errors": [], "warnings": ["LP-B"]}], "main", "abc")
+    'Megatron-Bridge main @ abc: 2 recipes checked, 1 errors (LP-A x1), 1 warnings (LP-B x1)'
+    """
+    from collections import Counter
+
+    errors = Counter(e for r in rows for e in r["errors"])
+    warnings = Counter(w for r in rows for w in r["warnings"])
+
+    def by_rule(c: Counter[str]) -> str:
+        return ", ".join(f"{k} x{v}" for k, v in sorted(c.items()))
+
+    return (
+        f"Megatron-Bridge {rev} @ {commit}: {len(rows)} recipes checked, {sum(errors.values())} errors"
+        f"{' (' + by_rule(errors) + ')' if errors else ''}, "
+        f"{sum(warnings.values())} warnings ({by_rule(warnings) or '-'})"
+    )
+
+
 def nested(flat: dict[str, Any]) -> dict[str, Any]:
     """``{"model.seq_length": 8}`` -> ``{"model": {"seq_length": 8}}``.
 
@@ -122,7 +145,9 @@ def check_recipe(recipe: dict[str, Any]) -> list[Finding]:
     setup = setup_from_mapping(nested(recipe["keys"]), world_size=recipe["gpus"]).setup
     hf = recipe.get("model_from_hf") and "model.num_moe_experts" not in recipe["keys"]
     select = {r.id for r in RULES} - (NEEDS_ARCHITECTURE if hf else set())
-    return run_rules(setup, select=select, versions=versions_for(setup.given_keys, environment=False))
+    return run_rules(
+        setup, select=select, versions=versions_for(setup.given_keys, environment=False, setup=setup)
+    )
 
 
 _KEY = re.compile(r"(?<![\w/])(?:model|train|dataset|ddp|dist)(?:\.[A-Za-z_]+)+")

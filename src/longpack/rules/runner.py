@@ -95,7 +95,7 @@ def run_rules(
     also come in as ``setup.packed``. When a size is not positive (``LP-CFG-001``), only the ``LP-CFG``
     rules run: the others would divide by it.
     """
-    versions = versions or setup.versions or upstream.versions_for(setup.given_keys)
+    versions = versions or setup.versions or upstream.versions_for(setup.given_keys, setup=setup)
     if setup.versions != versions:
         # a shallow copy, not dataclasses.replace: re-validating the whole setup costs more than the rules
         setup = copy.copy(setup)

@@ -8,8 +8,9 @@ Upstream sources (read for this table):
   (``2d6e946bab``, #2000, must be ``>= 1``), ``hybrid_context_parallel`` kept as a deprecated alias (setting it
   sets ``dynamic_context_parallel``; setting both is a ``ValueError``), ``sequence_packing_scheduler`` in
   ``('dp_balanced', 'default_dynamic_cp')`` (dynamic CP needs ``default_dynamic_cp`` and defaults to it),
-  ``pad_packed_seq_alignment`` (``7f9175207d``, #4359: ``'max'`` or a positive integer at most
-  ``max_seqlen_per_dp_cp_rank``, which must then be set).
+  ``pad_packed_seq_alignment`` and ``thd_max_packed_sequences`` (``7f9175207d``, #4359: ``'max'`` or a
+  positive integer at most ``max_seqlen_per_dp_cp_rank``, which must then be set; THD CUDA graphs need
+  both, ``3ae5e6d9a6``, #5724).
 - Megatron-LM ``main`` @ ``d98e8a64dd``: ``hybrid_context_parallel`` and ``max_seqlen_per_dp_cp_rank``
   (since 0.16.0, ``98d8c56dbd``, #2282) and ``sequence_packing_scheduler`` with ``dp_balanced`` only
   (``a9381be598``, #6684; no release has it yet); none of the dynamic-CP keys.
@@ -38,6 +39,7 @@ from longpack.rules.versions import BRIDGE, MCORE, PRODUCTS, Product, VersionRan
 __all__ = [
     "DCP_ALIASES",
     "GLOBAL_BATCH_PACKING_SINCE",
+    "GPT_SFT_IN_BATCH_SINCE",
     "K_CAP",
     "K_CP_PARTITION",
     "K_DCP",
@@ -47,6 +49,7 @@ __all__ = [
     "K_MIN_DCP",
     "K_PAD_ALIGN",
     "K_SCHED",
+    "K_THD_MAX",
     "PACKING_SCHEDULERS",
     "SCHEDULING_KEYS",
     "SchedulingKey",
@@ -61,12 +64,18 @@ K_CAP = "model.max_seqlen_per_dp_cp_rank"
 K_SCHED = "model.sequence_packing_scheduler"
 K_PAD_ALIGN = "model.pad_packed_seq_alignment"
 K_CP_PARTITION = "model.cp_partition_mode"
+K_THD_MAX = "model.thd_max_packed_sequences"
 K_GBP = "dataset.enable_global_batch_packing"
 K_IDM = "dataset.inter_document_masking"
 
 #: The first Megatron-Bridge version assumed to have global-batch packing (PR #6127 is open; ``main``
 #: @ 067f987df lacks it): the release after ``main``.
 GLOBAL_BATCH_PACKING_SINCE = PRODUCTS[BRIDGE].main_version
+
+#: The first Megatron-Bridge version assumed to have GPT-SFT in-batch packing (PR #5493, its branch at
+#: 84275f53b adds ``enable_in_batch_packing`` to ``GPTSFTDatasetConfig``; ``main`` @ 067f987df has it only on
+#: the direct-HF and VLM datasets): the release after ``main``.
+GPT_SFT_IN_BATCH_SINCE = PRODUCTS[BRIDGE].main_version
 
 #: Old spelling -> new spelling (Megatron-Core dev: ``hybrid_context_parallel`` is a deprecated alias).
 DCP_ALIASES: dict[str, str] = {K_HCP: K_DCP}
@@ -107,6 +116,9 @@ SCHEDULING_KEYS: tuple[SchedulingKey, ...] = (
     ),
     SchedulingKey(
         K_PAD_ALIGN, MCORE, VersionRange(since="dev"), "THD packed padding (#4359, Megatron-Core dev)"
+    ),
+    SchedulingKey(
+        K_THD_MAX, MCORE, VersionRange(since="dev"), "THD packed padding (#4359, Megatron-Core dev)"
     ),
     SchedulingKey(
         K_CP_PARTITION, MCORE, VersionRange(since="dev"), "CP partition mode (#5087, Megatron-Core dev)"

@@ -38,8 +38,10 @@ __all__ = [
     "VisualInBatchCollator",
     "build_glm4v_thd_batch",
     "build_kimi_thd_batch",
+    "build_nemotron_vl_thd_batch",
     "build_thd_row",
     "build_visual_thd_batch",
+    "pack_mimo_language_shard",
     "pack_right_padded_batch",
     "packed_padding_mask",
 ]
@@ -573,6 +575,174 @@ def build_kimi_thd_batch(
         visual["image_grid_thw"] = torch.cat(grids, dim=0)
     out["visual_inputs"] = visual
     return out
+
+
+def build_nemotron_vl_thd_batch(
+    prepared: Sequence[Any],
+    *,
+    language_max_sequence_length: int | None = None,
+    pad_to_multiple_of: int = 1,
+    tokens_per_tile: int = 256,
+) -> dict[str, Any]:
+    """One THD row of prepared Nemotron-VL sequences (:class:`longpack.vlm.families.nemotron_vl.NemotronVLPreparer`)
+    in the layout Bridge's ``training/llava_step.py`` takes packed (PR #4874): the THD keys of
+    :func:`build_thd_row` over the collated ids (gaps the tokenizer's pad id), ``num_patches`` (one 1 per tile,
+    concatenated) and ``visual_inputs["pixel_values"]`` (the tiles, in sequence order). The step grows each
+    segment by ``tokens_per_tile - 1`` per ``<image>`` and silently cuts the row at the language model's
+    ``seq_length``; with ``language_max_sequence_length`` the expanded, aligned row is checked against it
+    here instead, and a row that would be cut is an :class:`InBatchPackingError` naming its length.
+
+    Boundaries after the expansion: :func:`longpack.vlm.families.nemotron_vl.expand_packed_boundaries`.
+    """
+    if not prepared:
+        raise InBatchPackingError("no sequences to pack")
+    rows = [p.row for p in prepared]
+    out = build_thd_row(
+        rows,
+        pad_token_id=int(getattr(prepared[0], "pad_token_id", 0)),
+        ignore_index=-100,
+        pad_to_multiple_of=pad_to_multiple_of,
+    )
+    tiles = [
+        int(p.visual_values["num_patches"].numel()) if "num_patches" in p.visual_values else 0
+        for p in prepared
+    ]
+    if language_max_sequence_length is not None:
+        # the step's physical row: each aligned segment grown by its tiles (llava_step does not re-align)
+        expanded = sum(
+            align_up(int(r["input_ids"].numel()), pad_to_multiple_of) + n * (tokens_per_tile - 1)
+            for r, n in zip(rows, tiles, strict=True)
+        )
+        if expanded > language_max_sequence_length:
+            raise InBatchPackingError(
+                f"the packed row is {expanded} language-model tokens after LLaVA expands its {sum(tiles)} "
+                f"<image> tiles to {tokens_per_tile} each > language_max_sequence_length="
+                f"{language_max_sequence_length} (llava_step would cut it there without an error)",
+                fields="language_max_sequence_length",
+            )
+    pixels = [p.visual_values["pixel_values"] for p in prepared if "pixel_values" in p.visual_values]
+    patches = [p.visual_values["num_patches"] for p in prepared if "num_patches" in p.visual_values]
+    out["num_patches"] = torch.cat(patches) if patches else torch.zeros(0, dtype=torch.int32)
+    out["visual_inputs"] = {"pixel_values": torch.cat(pixels)} if pixels else {}
+    return out
+
+
+def pack_mimo_language_shard(
+    batch: Mapping[str, Any], *, lengths: Sequence[int] | torch.Tensor | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One data-parallel shard of a MegatronMIMO language batch (``[B, S]`` right-padded rows) packed into one
+    tight THD row ``[1, T]``, as Bridge's ``megatron_mimo_step.forward_step`` does with
+    ``defer_in_batch_packing_to_step=True`` (``data/megatron_mimo/sequence_pack.py`` ``pack_language_shard``,
+    Bridge @a4916b8d0): each row's real length is the count of its ``attention_mask`` ones (``lengths``
+    overrides it), the rows' first ``length`` tokens are concatenated in batch order (no alignment gaps, no
+    length budget: the whole shard is one pack), ``labels`` padded with -100, ``loss_mask`` with 0,
+    ``position_ids`` 2-D ``[B, S]`` or MRoPE ``[3, B, S]`` concatenated per row (each row's own positions), and
+    ``attention_mask`` becomes ``None``. Returns ``(packed_batch, packing_kwargs)``: the other keys of
+    ``batch`` (``modality_inputs``...) unchanged, and the ``cu_seqlens_{q,kv}[_padded]`` (int32, the padded
+    ones equal: the row is tight) and ``max_seqlen_{q,kv}`` (int) that ``MimoModel.forward(packing_kwargs=...)``
+    takes. ``input_ids`` may be ``None`` (a later pipeline stage packs labels and loss mask to the same row).
+
+    Where Bridge would pack the wrong tokens silently, this refuses with an :class:`InBatchPackingError`
+    naming the row: an ``attention_mask`` that is not ones-then-zeros (left padding, holes), a length longer
+    than the row; and as Bridge, a missing or mis-shaped ``attention_mask`` and an empty shard.
+
+    >>> batch = {"input_ids": torch.tensor([[5, 6, 7, 0], [8, 9, 0, 0]]),
+    ...          "attention_mask": torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]),
+    ...          "labels": torch.tensor([[6, 7, -100, -100], [9, -100, -100, -100]])}
+    >>> packed, kwargs = pack_mimo_language_shard(batch)
+    >>> packed["input_ids"].tolist(), packed["labels"].tolist(), packed["attention_mask"]
+    ([[5, 6, 7, 8, 9]], [[6, 7, -100, 9, -100]], None)
+    >>> kwargs["cu_seqlens_q"].tolist(), kwargs["max_seqlen_q"]
+    ([0, 3, 5], 3)
+    """
+    tensors = {k: batch.get(k) for k in ("input_ids", "labels", "loss_mask", "position_ids")}
+    tensors = {k: v if isinstance(v, torch.Tensor) else None for k, v in tensors.items()}
+    positions = tensors["position_ids"]
+    if positions is not None and not (
+        positions.dim() == 2 or (positions.dim() == 3 and positions.size(0) == 3)
+    ):
+        raise InBatchPackingError(
+            f"position_ids must be [B, S] or MRoPE [3, B, S], got shape {tuple(positions.shape)}",
+            fields="position_ids",
+        )
+    ref = next((tensors[k] for k in ("input_ids", "labels", "loss_mask") if tensors[k] is not None), None)
+    if ref is not None:
+        rows, width = int(ref.size(0)), int(ref.size(-1))
+    elif positions is not None:
+        rows, width = int(positions.size(-2)), int(positions.size(-1))
+    else:
+        raise InBatchPackingError(
+            "a MegatronMIMO language shard needs at least one of input_ids, labels, loss_mask, position_ids"
+        )
+    if lengths is None:
+        mask = batch.get("attention_mask")
+        if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
+            raise InBatchPackingError(
+                "MegatronMIMO in-batch packing takes each row's length from a [batch, seq] attention_mask "
+                "(covering the modality placeholder tokens); the batch has "
+                + ("none" if mask is None else f"shape {tuple(getattr(mask, 'shape', ()))}"),
+                fields="attention_mask",
+            )
+        if mask.size(-1) != width:
+            raise InBatchPackingError(
+                f"attention_mask width {mask.size(-1)} does not match the batch width {width}",
+                fields="attention_mask",
+            )
+        real = mask.to(torch.bool)
+        counts = real.sum(dim=1).to(torch.long)
+        for row in range(real.size(0)):
+            n = int(counts[row])
+            if bool(real[row, n:].any()):
+                raise InBatchPackingError(
+                    f"row {row}: attention_mask is not right-padded (ones then zeros), so its length "
+                    f"({n} ones) would pack the wrong tokens",
+                    fields="attention_mask",
+                )
+    else:
+        counts = torch.as_tensor(lengths, dtype=torch.long)
+    if counts.dim() != 1 or counts.numel() != rows:
+        raise InBatchPackingError(
+            f"per-row lengths of shape {tuple(counts.shape)} for a shard of {rows} rows", fields="lengths"
+        )
+    seglens = [int(n) for n in counts.tolist()]
+    for row, n in enumerate(seglens):
+        if not 0 <= n <= width:
+            raise InBatchPackingError(f"row {row}: length {n} outside [0, {width}]", fields="lengths")
+    total = sum(seglens)
+    if total == 0:
+        raise InBatchPackingError("every row of the shard has length 0: nothing to pack")
+    device = (ref if ref is not None else positions).device  # type: ignore[union-attr]
+    cu = torch.tensor([0, *torch.tensor(seglens).cumsum(0).tolist()], dtype=torch.int32, device=device)
+
+    def concat(src: torch.Tensor | None) -> torch.Tensor | None:
+        if src is None:
+            return None
+        return torch.cat([src[i, :n] for i, n in enumerate(seglens)]).reshape(1, total)
+
+    packed = dict(batch)
+    if tensors["input_ids"] is not None:
+        packed["input_ids"] = concat(tensors["input_ids"])
+    packed["labels"] = concat(tensors["labels"])
+    packed["loss_mask"] = concat(tensors["loss_mask"])
+    if positions is None:
+        packed["position_ids"] = None
+    elif positions.dim() == 3:
+        packed["position_ids"] = torch.cat([positions[:, i, :n] for i, n in enumerate(seglens)], dim=1)[
+            :, None
+        ]
+    else:
+        packed["position_ids"] = concat(positions)
+    packed["attention_mask"] = None  # block-diagonal attention comes from cu_seqlens
+    longest = max(seglens)
+    kwargs = {
+        "cu_seqlens_q": cu,
+        "cu_seqlens_kv": cu,
+        "cu_seqlens_q_padded": cu,
+        "cu_seqlens_kv_padded": cu,
+        "max_seqlen_q": longest,
+        "max_seqlen_kv": longest,
+    }
+    return packed, kwargs
 
 
 ON_BAD_SAMPLE: tuple[str, ...] = ("skip", "raise")

@@ -55,6 +55,7 @@ from longpack.topology import align_up
 
 __all__ = [
     "CHECKS",
+    "DPO_FAULTS",
     "FAULTS",
     "THREADS",
     "TOLERANCE",
@@ -94,6 +95,13 @@ CHECKS = {
     "every stage's parameter gradients (and the first stage's input-embedding gradients) after the backward "
     "pass through the stages",
 }
+#: Faults of packed preference pairs (``verify --dpo``, :mod:`longpack.runtime.verify_dpo`); each crosses pairs.
+DPO_FAULTS = {
+    "dpo-attention-across-pairs": "the attention's cu_seqlens lose the boundary between two pairs: the second "
+    "pair's chosen sequence attends to the first pair's rejected one (positions and loss split still right)",
+    "dpo-pairs-misaligned": "the loss reads each pair's chosen sequence with the next pair's rejected one (a "
+    "chosen/rejected interleaving off by one pair)",
+}
 #: Injected faults (what a broken stack does) -> what they model. Each must fail ``verify``.
 FAULTS = {
     "drop-cu-seqlens": "a pipeline stage receives no cu_seqlens (Megatron-Bridge #2952); without PP the "
@@ -106,6 +114,7 @@ FAULTS = {
     **LINEAR_CP_FAULTS,
     **MOE_FAULTS,
     **MTP_FAULTS,
+    **DPO_FAULTS,
 }
 
 
@@ -472,6 +481,14 @@ class RowVerifier:
             raise ConfigError(
                 f"fault {fault!r} acts on Gated DeltaNet / Mamba-2 layers and model_type "
                 f"{model.config.model_type!r} has none; inject it with a hybrid model (qwen3_next, nemotron_h)",
+                fields="fault",
+            )
+        if fault in DPO_FAULTS:
+            from longpack.errors import ConfigError
+
+            raise ConfigError(
+                f"fault {fault!r} crosses preference pairs; inject it with --dpo PACKED.npy (NeMo-Aligner's "
+                "packed DPO rows), not on SFT rows",
                 fields="fault",
             )
         self.mtp = MTPHead(model, seed=seed) if mtp_depth(model.config) else None

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from longpack import _optional
+from longpack import _optional, choices
 from longpack.errors import OutputError
 from longpack.outputs import map_scratch, new_scratch_file, sha256_file, write_array
 from longpack.progress import ProgressBar
@@ -183,7 +183,7 @@ def _arrow_pretokenized(table: Any, vocab_size: int) -> tuple[np.ndarray, np.nda
 def _process(job: _Job) -> _ChunkOut:
     """Parse and tokenize one chunk (runs in a worker process, or inline with one worker)."""
     tok = load_tokenizer(job.tokenizer)
-    if job.fmt == "pretokenized":
+    if job.fmt == choices.PRETOKENIZED_FORMAT:
         if job.kind == "jsonl" and _scanner() is not None:
             token_dtype = np.int64 if tok.vocab_size > 2**31 - 1 else np.int32
             return _scanned_chunk(job, tok, _scan(job.payload, tok.vocab_size, token_dtype), job.first_row)
@@ -444,7 +444,7 @@ def _scan_jsonl_file(
     token_dtype = np.int64 if tok.vocab_size > 2**31 - 1 else np.int32
     size = path.stat().st_size
     block = max(1, min(SCAN_CHUNK_BYTES, size + 1))
-    job = _Job("jsonl", label, 1, b"", "pretokenized", config, tok.spec)
+    job = _Job("jsonl", label, 1, b"", choices.PRETOKENIZED_FORMAT, config, tok.spec)
     n_slots = 2 * threads + 2
     free: list[list[Any]] = [[bytearray(block), _ScanBuffers(block, token_dtype)] for _ in range(n_slots)]
     pending: deque[tuple[list[Any], Future[_Scan], Future[None], int]] = deque()
@@ -814,12 +814,12 @@ def _fast_pretokenized(job: _Job, tok: Tokenizer) -> _ChunkOut | None:
 
 
 #: Marks a file ``tokenize_inputs`` reads with ``_scan_jsonl_file`` instead of in chunk jobs.
-_SCAN_FILE: Any = _Job("scan", "", 0, b"", "pretokenized", TextConfig(), "")
+_SCAN_FILE: Any = _Job("scan", "", 0, b"", choices.PRETOKENIZED_FORMAT, TextConfig(), "")
 
 
 def _inline_file(kind: str, fmt: str | None) -> bool:
     # Pretokenized Parquet is a few vectorized Arrow calls per batch: shipping it to a worker costs more.
-    return fmt is None or (kind == "parquet" and fmt == "pretokenized")
+    return fmt is None or (kind == "parquet" and fmt == choices.PRETOKENIZED_FORMAT)
 
 
 def _inline(job: _Job) -> bool:
@@ -843,7 +843,7 @@ def _arrow_columns(fmt: str | None, names: Sequence[str]) -> list[str] | None:
     # Only the columns a pretokenized row uses (a text column next to them would cost more than the
     # tokens). Batches stay small: measured, 2048-row batches decode faster than 16k-row batches or whole
     # row groups on threads, and hold far less memory.
-    if fmt == "pretokenized" and "input_ids" in names:
+    if fmt == choices.PRETOKENIZED_FORMAT and "input_ids" in names:
         return [c for c in ("input_ids", "loss_mask") if c in names]
     return None
 
@@ -939,7 +939,7 @@ def _token_bound(source: InputFile, fmt: str | None) -> int | None:
     """
     if fmt is None:
         return 0
-    if fmt != "pretokenized" or source.kind == "hf" or source.compression is not None:
+    if fmt != choices.PRETOKENIZED_FORMAT or source.kind == "hf" or source.compression is not None:
         return None
     if source.kind == "jsonl":
         return (source.path.stat().st_size + 1) // 2
@@ -959,16 +959,16 @@ def _file_format(source: InputFile | Path, kind: str | None, config: TextConfig)
         source = _inputs._input_file(source)
     path = source.path
     if source.kind == "txt":  # one plain-text document
-        if config.format not in ("auto", "text"):
+        if config.format not in (choices.AUTO_FORMAT, choices.TEXT_FORMAT):
             raise InputError(
                 f"{path}: a plain-text file is one document; read it with format text (--format text)"
             )
-        return "text" if path.stat().st_size else None
+        return choices.TEXT_FORMAT if path.stat().st_size else None
     if source.kind in ("parquet", "hf"):
         names, num_rows = _arrow_schema(source)
         if num_rows == 0:
             return None
-        if config.format != "auto":
+        if config.format != choices.AUTO_FORMAT:
             return config.format
         try:
             return detect_format([dict.fromkeys(names)], config)
@@ -977,7 +977,7 @@ def _file_format(source: InputFile | Path, kind: str | None, config: TextConfig)
     rows, seen = first_jsonl_rows(path)
     if seen == 0:
         return None
-    if config.format != "auto":
+    if config.format != choices.AUTO_FORMAT:
         return config.format
     if not rows:
         raise InputError(
@@ -1189,7 +1189,7 @@ def tokenize_inputs(
     # Plain pre-tokenized JSON Lines files: the compiled scanner on threads (no worker processes, no copies
     # of the text through pipes); compressed files and JSON arrays take the chunk path below.
     scanned = [
-        fmt == "pretokenized"
+        fmt == choices.PRETOKENIZED_FORMAT
         and f.kind == "jsonl"
         and f.compression is None
         and _scanner() is not None
@@ -1315,11 +1315,7 @@ def tokenize_inputs(
             counts = sink.columns[i]
         columns, col_warnings = column_report(files[i], formats[i], config, counts, per_file_rows[i])
         warnings_out += col_warnings
-        shown_kind = (
-            "json_array"
-            if kind == "jsonl" and formats[i] is not None and _starts_array(source.path)
-            else kind
-        )
+        shown_kind = report_kind(kind, formats[i], source.path)
         input_info.append(
             {
                 "path": files[i],
@@ -1462,6 +1458,12 @@ def count_rows(source: InputFile) -> int:
     for _, blob in jsonl_chunks(source.path, hashlib.sha256()):
         n += sum(1 for line in blob.split(b"\n") if line.strip())
     return n
+
+
+def report_kind(kind: str, fmt: str | None, path: Path) -> str:
+    """An input's ``kind`` as the tokenization report names it: ``json_array`` for a JSON file holding one
+    array (read as rows), else its kind (``jsonl``, ``parquet``, ...)."""
+    return "json_array" if kind == "jsonl" and fmt is not None and _starts_array(path) else kind
 
 
 def is_json_array(path: Path) -> bool:

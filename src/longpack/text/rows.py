@@ -82,7 +82,9 @@ class TextConfig:
     a JSON string of one), passed to the chat template as ``tools``.
     """
 
-    format: str = option("auto", help="How rows are read (auto: detected per file).", choices=FORMATS)
+    format: str = option(
+        choices.AUTO_FORMAT, help="How rows are read (auto: detected per file).", choices=FORMATS
+    )
     prompt_key: str = option("prompt", help="Column of the prompt (prompt_completion).")
     completion_key: str = option("completion", help="Column of the completion (prompt_completion).")
     prompt_template: str = option(
@@ -94,9 +96,11 @@ class TextConfig:
         "", help=r"Text between prompt and completion; \n, \t, \r, \\ escapes.", parse=unescape
     )
     prompt_completion_loss: str = option(
-        "completion", help="Tokens that train.", choices=choices.PROMPT_COMPLETION_LOSSES
+        choices.COMPLETION_LOSS, help="Tokens that train.", choices=choices.PROMPT_COMPLETION_LOSSES
     )
-    chat_loss: str = option("assistant", help="Assistant turns that train.", choices=choices.CHAT_LOSSES)
+    chat_loss: str = option(
+        choices.ASSISTANT_LOSS, help="Assistant turns that train.", choices=choices.CHAT_LOSSES
+    )
     messages_key: str = option("messages", help="Column of the messages (chat).")
     tools_key: str = option("tools", help="Column with each row's tool definitions (chat, sharegpt).")
     skip_malformed: bool = option(False, help="Skip and count malformed rows.")
@@ -178,15 +182,15 @@ class TextConfig:
         >>> TextConfig().used_columns("sharegpt")
         ('conversations', 'system', 'tools')
         """
-        if fmt == "prompt_completion":
+        if fmt == choices.PROMPT_COMPLETION_FORMAT:
             return tuple(dict.fromkeys((self.prompt_key, self.completion_key, *self.template_fields())))
-        if fmt == "chat":
+        if fmt == choices.CHAT_FORMAT:
             return (self.messages_key, self.tools_key)
-        if fmt == "sharegpt":
+        if fmt == choices.SHAREGPT_FORMAT:
             return (SHAREGPT_KEY, "system", self.tools_key)
-        if fmt == "pretokenized":
+        if fmt == choices.PRETOKENIZED_FORMAT:
             return ("input_ids", "loss_mask")
-        if fmt == "text":
+        if fmt == choices.TEXT_FORMAT:
             return (self.text_key,)
         return ()
 
@@ -210,15 +214,15 @@ def detect_format(rows: Sequence[Mapping[str, Any]], config: TextConfig) -> str:
     found: list[str] = []
     for row in rows:
         if "input_ids" in row:
-            found.append("pretokenized")
+            found.append(choices.PRETOKENIZED_FORMAT)
         elif config.messages_key in row:
-            found.append("chat")
+            found.append(choices.CHAT_FORMAT)
         elif SHAREGPT_KEY in row:
-            found.append("sharegpt")
+            found.append(choices.SHAREGPT_FORMAT)
         elif config.prompt_key in row and config.completion_key in row:
-            found.append("prompt_completion")
+            found.append(choices.PROMPT_COMPLETION_FORMAT)
         elif config.text_key in row:
-            found.append("text")
+            found.append(choices.TEXT_FORMAT)
     if not found:
         keys = sorted(rows[0]) if rows else []
         hint = ""
@@ -399,7 +403,7 @@ def chat_messages(
     ``conversations[].weight``), the rows that have it: ``{"conversations[].weight": 1}``.
     """
     out: list[Message] = []
-    if fmt == "sharegpt":
+    if fmt == choices.SHAREGPT_FORMAT:
         turns = _turns(row, SHAREGPT_KEY, "ShareGPT conversation")
         system = row.get("system")
         if system is not None and not isinstance(system, str):
@@ -550,7 +554,7 @@ def _sample_from_row(
 ) -> tuple[list[int], list[int] | bytearray]:
     if not isinstance(row, Mapping):
         raise RowError(f"a row must be a JSON object, got {type(row).__name__}")
-    if fmt == "prompt_completion":
+    if fmt == choices.PROMPT_COMPLETION_FORMAT:
         prompt = _get(row, config.prompt_key, str, "prompt").strip(" ")
         completion = _get(row, config.completion_key, str, "completion").strip(" ")
         if config.prompt_template == "{prompt}":
@@ -569,13 +573,13 @@ def _sample_from_row(
         ids.append(tok.eos_id)
         # The mask as bytes (0/1): built and copied by C loops, not a Python int per token.
         mask: list[int] | bytearray
-        if config.prompt_completion_loss == "full":
+        if config.prompt_completion_loss == choices.FULL_LOSS:
             mask = bytearray(b"\x01") * len(ids)
         else:
             mask = bytearray(len(context)) + b"\x01" * (len(answer) + 1)
-    elif fmt in ("chat", "sharegpt"):
+    elif fmt in (choices.CHAT_FORMAT, choices.SHAREGPT_FORMAT):
         messages = chat_messages(row, fmt, config, ignored)
-        if config.chat_loss != "full" and not any(m["role"] == "assistant" for m in messages):
+        if config.chat_loss != choices.FULL_LOSS and not any(m["role"] == "assistant" for m in messages):
             raise RowError(
                 f"the conversation has no assistant message, so chat_loss={config.chat_loss!r} trains on nothing"
             )
@@ -584,12 +588,12 @@ def _sample_from_row(
         if n < config.min_tokens:
             raise RowError(f"the sample has {n} token(s); a stored sample needs at least {config.min_tokens}")
         skipped = tok.skipped_id_set
-        if config.chat_loss == "full":
+        if config.chat_loss == choices.FULL_LOSS:
             full = np.ones(n, dtype=np.uint8)
             if skipped:
                 full[np.isin(np.array(ids), tok.skipped_ids)] = 0
             return ids, bytearray(full.tobytes())
-        if config.chat_loss == "last_turn" and spans:
+        if config.chat_loss == choices.LAST_TURN_LOSS and spans:
             last = max(t for _, _, t in spans)
             spans = [s for s in spans if s[2] == last]
         chat_mask = bytearray(n)
@@ -600,11 +604,11 @@ def _sample_from_row(
                     if ids[k] in skipped:
                         chat_mask[k] = 0
         return ids, chat_mask
-    elif fmt == "text":
+    elif fmt == choices.TEXT_FORMAT:
         from longpack.text.documents import document_sample
 
         return document_sample(row, config, tok)
-    elif fmt == "pretokenized":
+    elif fmt == choices.PRETOKENIZED_FORMAT:
         if "input_ids" not in row:
             raise RowError(f"missing key 'input_ids' (pretokenized tokens); the row has keys {sorted(row)}")
         ids = _int_list(row["input_ids"], "input_ids")

@@ -5,8 +5,11 @@ shard tokenized on its own (any process, Ray task or machine), and the shards' r
 redoes exactly the unfinished shards, and the joined samples and report are the same as
 ``tokenize_inputs``'s (same chunks, same per-chunk code, same order) for any shard size or writer count.
 
-Plain JSON Lines and Parquet files (as the Ray backend); compressed files, JSON arrays and ``datasets``
-folders go through ``tokenize_inputs``.
+JSON Lines (plain, ``.gz`` / ``.zst``, or one JSON array) and Parquet files; plain-text files and
+``datasets`` folders go through ``tokenize_inputs``. A plain JSON Lines chunk is a byte range of its file;
+a compressed or JSON-array file cannot be entered in the middle, so its chunks are ranges of its
+decompressed rows (as ``jsonl_chunks`` gives them) and a shard streams the file from its start to its
+last chunk (decompressing, not parsing, what comes before its first one).
 
 >>> import tempfile
 >>> d = Path(tempfile.mkdtemp()); _ = (d / "a.jsonl").write_text('{"text": "hi"}\\n{"text": ""}\\n')
@@ -42,7 +45,8 @@ SHARD_BYTES = 1 << 28
 
 @dataclass(frozen=True)
 class Chunk:
-    """One chunk: a byte range of a JSON Lines file (``offset``, ``size``) or one Parquet row group."""
+    """One chunk: a byte range of a JSON Lines file (``offset``, ``size``; of its decompressed rows where
+    the file is streamed) or one Parquet row group."""
 
     file_index: int
     first_row: int
@@ -64,6 +68,10 @@ class ShardPlan:
     shards: tuple[tuple[Chunk, ...], ...]
     skipped: tuple[tuple[str, str], ...] = ()
     skipped_warning: tuple[str, ...] = ()
+    #: per file: read from its start (``.gz`` / ``.zst`` or a JSON array), not entered at a chunk's offset
+    streamed: tuple[bool, ...] = ()
+    #: the JSON Lines chunk size the plan was cut with (a streamed file is cut the same way again)
+    chunk_bytes: int = text_inputs.JSONL_CHUNK_BYTES
 
     def only(self, k: int) -> ShardPlan:
         """This plan with only shard ``k``'s chunks (what a worker of shard ``k`` is sent: small, whatever
@@ -93,17 +101,17 @@ def plan_shards(inputs: Sequence[str], config: TextConfig, *, shard_bytes: int =
 
     listing = find_inputs(inputs)
     for f in listing.files:
-        if (
-            f.kind not in ("jsonl", "parquet")
-            or f.compression
-            or (f.kind == "jsonl" and is_json_array(f.path))
-        ):
+        if f.kind not in ("jsonl", "parquet"):
             raise InputError(
-                f"{f.label}: sharded tokenizing reads plain JSON Lines and Parquet files; tokenize compressed "
-                "files, JSON arrays, plain-text files and datasets folders without shards, or convert them first"
+                f"{f.label}: sharded tokenizing reads JSON Lines (also .gz / .zst, JSON arrays) and Parquet "
+                "files; tokenize plain-text files and datasets folders without shards, or convert them first"
             )
     paths = resolve_inputs(inputs)
     kinds = [input_kind(p) for p in paths]
+    streamed = [
+        k == "jsonl" and (text_inputs.compression_of(p) is not None or is_json_array(p))
+        for p, k in zip(paths, kinds, strict=True)
+    ]
     formats = [detect_file_format(p, config) for p in paths]
     chunk_bytes = max(1, min(shard_bytes, text_inputs.JSONL_CHUNK_BYTES))
     shards: list[tuple[Chunk, ...]] = []
@@ -159,11 +167,50 @@ def plan_shards(inputs: Sequence[str], config: TextConfig, *, shard_bytes: int =
         shards=tuple(shards),
         skipped=tuple(listing.skipped),
         skipped_warning=warning,
+        streamed=tuple(streamed),
+        chunk_bytes=chunk_bytes,
     )
 
 
-def _payloads(plan: ShardPlan, chunk: Chunk) -> Iterator[tuple[int, Any]]:
+class _NoHash:
+    def update(self, data: bytes) -> None:  # the plan hashed the file already
+        return None
+
+
+class _Streams:
+    """The open streams of a shard's streamed files: each file's ``jsonl_chunks`` read forward once, its
+    chunks handed out as the shard asks for them (in order)."""
+
+    def __init__(self, plan: ShardPlan) -> None:
+        self.plan = plan
+        self.open: dict[int, tuple[Iterator[tuple[int, bytes]], list[int]]] = {}
+
+    def chunk(self, chunk: Chunk) -> tuple[int, bytes]:
+        i = chunk.file_index
+        path = Path(self.plan.files[i])
+        if i not in self.open:
+            self.open[i] = (text_inputs.jsonl_chunks(path, _NoHash(), self.plan.chunk_bytes), [0])
+        stream, at = self.open[i]
+        for first, blob in stream:
+            offset = at[0]
+            at[0] += len(blob)
+            if offset == chunk.offset:
+                if len(blob) != chunk.size or first != chunk.first_row:
+                    break
+                return first, blob
+            if offset > chunk.offset:
+                break
+        raise InputError(
+            f"{path}: its rows changed since the shards were planned (chunk at row {chunk.first_row} is not "
+            "there); tokenize it again"
+        )
+
+
+def _payloads(plan: ShardPlan, chunk: Chunk, streams: _Streams | None = None) -> Iterator[tuple[int, Any]]:
     path = plan.files[chunk.file_index]
+    if plan.streamed and plan.streamed[chunk.file_index]:
+        yield (streams or _Streams(plan)).chunk(chunk)
+        return
     if plan.kinds[chunk.file_index] == "jsonl":
         with open(path, "rb") as fh:
             fh.seek(chunk.offset)
@@ -195,11 +242,12 @@ def tokenize_shard(
     rows_read: dict[str, int] = {}
     columns: dict[str, dict[str, int]] = {}
     before = 0
+    streams = _Streams(plan)
     for chunk in plan.shards[k]:
         i = chunk.file_index
         fmt = plan.formats[i]
         assert fmt is not None  # empty files have no chunks
-        for first, payload in _payloads(plan, chunk):
+        for first, payload in _payloads(plan, chunk, streams):
             part = tokenize_chunk(
                 kind=plan.kinds[i], file=plan.files[i], first_row=first, payload=payload, fmt=fmt,
                 config=config, tokenizer=tok,
@@ -243,7 +291,7 @@ def join_reports(
     report (``metas``, in shard order) and sample count; the same checks and messages."""
     from longpack.text.documents import eod_id
     from longpack.text.inputs import input_file
-    from longpack.text.pipeline import arrow_schema, column_report, no_samples_message
+    from longpack.text.pipeline import arrow_schema, column_report, no_samples_message, report_kind
     from longpack.text.tokenizers import as_tokenizer
 
     tok = as_tokenizer(tokenizer)
@@ -292,8 +340,8 @@ def join_reports(
                 "format": plan.formats[i],
                 "rows": rows_per_file[i],
                 "malformed": malformed_per_file[i],
-                "kind": plan.kinds[i],
-                "compression": None,
+                "kind": report_kind(plan.kinds[i], plan.formats[i], Path(plan.files[i])),
+                "compression": text_inputs.compression_of(Path(plan.files[i])),
                 "columns": cols,
             }
         )

@@ -172,6 +172,13 @@ def vlm_samples(path: str | os.PathLike[str]) -> Iterator[tuple[str, dict[str, A
         yield key, with_media_paths(row, path.parent)
 
 
+def _image_sizes(sizes: object) -> list[tuple[int, int]]:
+    """A row's ``image_sizes`` as whole-pixel ``(width, height)`` pairs, or the sample is refused."""
+    if not isinstance(sizes, list) or not all(isinstance(s, list) and len(s) == 2 for s in sizes):
+        raise VLMError(f"image_sizes must be [[width, height], ...], got {sizes!r:.60}")
+    return [check_image_size(w, h) for w, h in sizes]
+
+
 def read_vlm_metadata(
     path: str | os.PathLike[str],
     preparer: QwenVLPreparer,
@@ -196,11 +203,7 @@ def read_vlm_metadata(
         sample = with_media_paths(row, base)
         try:
             if sizes is not None:
-                if not isinstance(sizes, list) or not all(isinstance(s, list) and len(s) == 2 for s in sizes):
-                    raise VLMError(
-                        f"{path}: {key}: image_sizes must be [[width, height], ...], got {sizes!r:.60}"
-                    )
-                sizes = [check_image_size(w, h) for w, h in sizes]  # whole pixels, or the sample is refused
+                sizes = _image_sizes(sizes)  # a VLMError is named by file and key below, once
                 sample["images"] = [f"<image {i}>" for i in range(len(sizes))]
             try:  # the images the conversation places (parts with their own source and the list's)
                 n_images = len(media_sources(normalize_conversation(sample))[0])

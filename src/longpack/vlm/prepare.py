@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -263,6 +263,9 @@ class QwenVLPreparer:
     layout: :func:`longpack.vlm.video.processor_pixel_values`, settings in ``VLMConfig.video``). A sample is a
     mapping with ``messages`` or ``conversations`` and optional ``images`` / ``videos`` (see :func:`longpack.vlm.chat.normalize_conversation`) and an optional ``__key__``.
     """
+
+    #: Rows of a prepared sequence's positions: ``QwenVLFamily.position_dims`` (3-D multimodal rope).
+    position_dims: ClassVar[int] = 3
 
     def __init__(
         self,

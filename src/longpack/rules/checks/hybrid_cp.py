@@ -29,6 +29,7 @@ from longpack.rules.scheduling_keys import (
     K_MIN_DCP,
     K_PAD_ALIGN,
     K_SCHED,
+    K_THD_MAX,
     PACKING_SCHEDULERS,
     scheduler_range,
 )
@@ -40,6 +41,7 @@ FAMILY = RuleFamily("hybrid_cp", "Hybrid context parallelism and packing schedul
 K_MBG = "model.microbatch_group_size_per_vp_stage"
 K_FSDP = "ddp.use_megatron_fsdp"
 K_DLT = "dataset.dataloader_type"
+K_DPG = "dist.use_decentralized_pg"
 
 
 def _width(s: TrainingSetup) -> int | None:
@@ -537,9 +539,10 @@ def dcp_pad_alignment(s: TrainingSetup) -> Iterator[Violation]:
 @FAMILY.rule(
     "LP-DCP-005",
     E,
-    "THD CUDA graphs with a packing scheduler pad to max_seqlen_per_dp_cp_rank",
-    "Megatron-LM dev arguments (THD CUDA graph)",
-    fix="set model.pad_packed_seq_alignment=max with CUDA graphs and a packing scheduler",
+    "THD CUDA graphs with a packing scheduler pad to max_seqlen_per_dp_cp_rank and a fixed sequence count",
+    "Megatron-LM dev arguments and TransformerConfig (THD CUDA graph)",
+    fix="set model.pad_packed_seq_alignment=max and model.thd_max_packed_sequences with CUDA graphs and a "
+    "packing scheduler",
 )
 def dcp_graph_alignment(s: TrainingSetup) -> Iterator[Violation]:
     """A graph replays fixed shapes: with a scheduler (or dynamic CP) and ``cuda_graph_impl`` set, the
@@ -555,6 +558,14 @@ def dcp_graph_alignment(s: TrainingSetup) -> Iterator[Violation]:
         )
     if s.model.cuda_graph_impl == "none":
         return
+    if s.model.thd_max_packed_sequences is None:
+        yield V(
+            f"cuda_graph_impl={s.model.cuda_graph_impl} with a packing scheduler and no thd_max_packed_sequences: "
+            "THD CUDA graphs need a fixed number of sequences per pack (cu_seqlens padded to it)",
+            f"set {K_THD_MAX} to the most sequences a pack holds",
+            K_THD_MAX,
+            K_CGI,
+        )
     align, cap = _alignment(s), _cap(s)
     if align is None or (align != "max" and align != cap):
         yield V(
@@ -581,4 +592,47 @@ def dcp_alias(s: TrainingSetup) -> Iterator[Violation]:
             "hybrid_context_parallel is deprecated in this Megatron-Core (renamed dynamic_context_parallel, #3405)",
             f"rename {K_HCP} to {K_DCP}",
             K_HCP,
+        )
+
+
+@FAMILY.rule(
+    "LP-DCP-007",
+    E,
+    "min_dynamic_context_parallel_size a power of two (global-batch packing)",
+    "Megatron-Bridge global-batch packing validation (dynamic CP)",
+    fix="set model.min_dynamic_context_parallel_size to a power of two (1, 2, 4, ...) at most DP * CP",
+)
+def dcp_min_power_of_two(s: TrainingSetup) -> Iterator[Violation]:
+    """Dynamic CP groups are powers of two (Megatron-Core forms one group per power of two from the
+    smallest up), and Bridge's validation refuses a smallest size that is not one rather than let it
+    round up silently: ``min_dynamic_context_parallel_size=3`` would give groups of 4 and more."""
+    low = s.model.min_dynamic_context_parallel_size
+    if low is None or low < 1 or not _hybrid(s) or low & (low - 1) == 0:
+        return  # below 1 is LP-DCP-003's
+    below = 1 << (low.bit_length() - 1)
+    yield V(
+        f"min_dynamic_context_parallel_size={low} is not a power of two: Megatron-Bridge's dynamic-CP "
+        f"validation refuses it (the groups Megatron-Core forms would start at {below * 2})",
+        f"set {K_MIN_DCP}={below} (or {below * 2})",
+        K_MIN_DCP,
+    )
+
+
+@FAMILY.rule(
+    "LP-DCP-008",
+    E,
+    "dynamic CP needs the global parallel state (dist.use_decentralized_pg=false)",
+    "Megatron-Bridge global-batch packing validation (dynamic CP)",
+    fix="set dist.use_decentralized_pg=false with model.dynamic_context_parallel",
+)
+def dcp_decentralized_pg(s: TrainingSetup) -> Iterator[Violation]:
+    """Megatron-Core looks the dynamic CP groups up in ``parallel_state``; with decentralized process groups
+    (HyperCommGrid) that state is never built, so Bridge's validation refuses the pair."""
+    if _hybrid(s) and s.use_decentralized_pg:
+        yield V(
+            f"{_hkey(s)} with dist.use_decentralized_pg=true: Megatron-Core resolves dynamic CP groups from its "
+            "global parallel state, which decentralized process groups do not build",
+            f"set {K_DPG}=false",
+            K_DPG,
+            _hkey(s),
         )

@@ -408,10 +408,32 @@ def pack_forced_fixed(s: TrainingSetup) -> Iterator[Violation]:
 
 
 @FAMILY.rule(
+    "LP-PACK-019",
+    E,
+    "in-batch packing on a GPT-SFT dataset needs a Megatron-Bridge with GPT-SFT in-batch packing",
+    "Bridge GPTSFTDatasetConfig (no enable_in_batch_packing before PR #5493)",
+    fix="use offline packing (dataset.enable_offline_packing), a direct-HF dataset for in-batch packing, or a "
+    "Megatron-Bridge with PR #5493 (then pass --bridge-version 0.7.0)",
+)
+def inbatch_gpt_sft(s: TrainingSetup) -> Iterator[Violation]:
+    """Up to ``main`` only the direct-HF and VLM dataset configs have ``enable_in_batch_packing``;
+    ``GPTSFTDatasetConfig`` is a keyword-only dataclass without it, so the config does not load. Bridge
+    PR #5493 adds it (runtime in-batch packing of GPT-SFT JSONL)."""
+    if s.dataset.kind is DatasetKind.SFT and s.dataset.enable_in_batch_packing:
+        yield V(
+            "enable_in_batch_packing=True on a GPT-SFT dataset (GPTSFTDatasetConfig): this Megatron-Bridge "
+            "has the field only on the direct-HF and VLM datasets (GPT-SFT in-batch packing is PR #5493)",
+            "use offline packing, a direct-HF dataset (DirectHFSFTDatasetConfig) for in-batch packing, or a "
+            "Megatron-Bridge with PR #5493 (--bridge-version 0.7.0)",
+            K_IBP,
+        )
+
+
+@FAMILY.rule(
     "LP-PACK-015",
     E,
     "GPT SFT in-batch packing cannot use dataloader_type='batch'",
-    "Bridge GPTSFTDatasetConfig.validate",
+    "Bridge GPTSFTDatasetConfig.validate (GPT-SFT in-batch packing, PR #5493)",
     fix="set dataset.dataloader_type=single (or cyclic)",
 )
 def inbatch_dataloader(s: TrainingSetup) -> Iterator[Violation]:

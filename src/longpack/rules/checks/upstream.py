@@ -15,10 +15,18 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 from longpack.rules.checks.common import E, V
-from longpack.rules.config import TrainingSetup
+from longpack.rules.config import DatasetKind, TrainingSetup
 from longpack.rules.registry import RuleFamily, Violation
-from longpack.rules.scheduling_keys import SCHEDULING_KEYS
-from longpack.rules.versions import PRODUCTS, Product, UpstreamVersions, VersionRange, key_evidence
+from longpack.rules.scheduling_keys import GPT_SFT_IN_BATCH_SINCE, SCHEDULING_KEYS
+from longpack.rules.versions import (
+    BRIDGE,
+    PRODUCTS,
+    KeyEvidence,
+    Product,
+    UpstreamVersions,
+    VersionRange,
+    key_evidence,
+)
 
 FAMILY = RuleFamily("upstream", "Settings of the Megatron version checked for")
 
@@ -79,20 +87,30 @@ def versions_for(
     bridge: str | None = None,
     mcore: str | None = None,
     environment: bool = True,
+    setup: TrainingSetup | None = None,
 ) -> UpstreamVersions:
     """:meth:`UpstreamVersions.resolve` with the keys a config sets as evidence (what ``longpack check``
-    runs for).
+    runs for). ``setup`` adds what a key means on its dataset: ``enable_in_batch_packing`` on a GPT-SFT
+    dataset exists only from GPT-SFT in-batch packing on (Bridge PR #5493), on the direct-HF and VLM ones
+    from 0.6.0.
 
     >>> v = versions_for({"dataset.packed_sequence_specs.packed_sequence_size"}, mcore="0.18.2", environment=False)
     >>> v.bridge, v.bridge_origin
     ('0.5.1', "inferred from the config's keys dataset.packed_sequence_specs (< 0.6.0): < 0.6.0, the newest known in that range")
     """
-    return UpstreamVersions.resolve(
-        bridge=bridge,
-        mcore=mcore,
-        evidence=key_evidence(config_keys, KEYS_BY_VERSION),
-        environment=environment,
-    )
+    evidence = key_evidence(config_keys, KEYS_BY_VERSION)
+    if setup is not None and setup.dataset.kind is DatasetKind.SFT and setup.dataset.enable_in_batch_packing:
+        gpt_sft = (
+            K_IBP_GPT_SFT,
+            VersionRange(since=GPT_SFT_IN_BATCH_SINCE),
+            "GPT-SFT in-batch packing (PR #5493)",
+        )
+        evidence[BRIDGE] = KeyEvidence(BRIDGE, (*evidence[BRIDGE].keys, gpt_sft))
+    return UpstreamVersions.resolve(bridge=bridge, mcore=mcore, evidence=evidence, environment=environment)
+
+
+#: How the GPT-SFT in-batch packing evidence is named where the version's origin is printed.
+K_IBP_GPT_SFT = "dataset.enable_in_batch_packing on a GPT-SFT dataset"
 
 
 def _set(s: TrainingSetup, key: str) -> bool:

@@ -4,7 +4,9 @@ A family says how many LLM tokens an image becomes (from its width and height, w
 without decoding), how a prepared sample is made, what positions a sequence gets, and which keys its packed
 batch carries. Families whose samples longpack prepares (``can_prepare``) plug into the in-batch collator
 and the Energon encoders (Gemma3-VL's preparer runs a transformers ``Gemma3Processor``); the others count
-visual tokens only (planning, ``online-sim``).
+visual tokens (planning, ``online-sim``), and Nemotron-VL has a preparer of its own
+(:class:`~longpack.vlm.families.nemotron_vl.NemotronVLPreparer`) whose rows pack only for Bridge's
+``llava_step`` (their budget is the length after the model expands each ``<image>``).
 
 >>> sorted(FAMILIES)
 ['gemma3', 'glm4v', 'kimi_vl', 'nemotron_vl', 'qwen2_5_vl', 'qwen2_vl', 'qwen3_5_vl', 'qwen3_vl']
@@ -33,8 +35,14 @@ class VLMFamily(Protocol):
     """The interface every family module implements."""
 
     name: str
-    can_prepare: bool  # longpack prepares this family's samples (tokens, labels, pixels)
+    can_prepare: (
+        bool  # longpack prepares this family's samples for the in-batch collator and Energon encoders
+    )
     batch_keys: tuple[str, ...]  # visual keys of its packed batch, besides the THD text keys
+    position_dims: int  # rows of its positions: 3 (multimodal rope, ``[3, L]``) or 1 (``[L]``)
+    #: The :class:`~longpack.vlm.VLMConfig` fields its :meth:`preparer` reads (``vision`` / ``video``: the
+    #: Qwen-VL resize and video settings; a processor-read family reads its own from the processor).
+    config_fields: tuple[str, ...]
 
     def visual_tokens(self, width: int, height: int) -> int:
         """LLM tokens of one image of ``width`` x ``height`` pixels (the processor's count)."""
@@ -46,6 +54,10 @@ class VLMFamily(Protocol):
 
     def preparer(self, tokenizer: Any = "qwen3", image_processor: Any = None, **config: Any) -> Any:
         """A preparer of this family's samples (``prepare``, ``measure``, ``length``)."""
+        ...
+
+    def reported_settings(self, preparer: Any) -> dict[str, int | bool]:
+        """The image settings a report names for samples ``preparer`` (one of this family's) counted."""
         ...
 
 

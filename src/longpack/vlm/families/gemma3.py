@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -86,6 +86,8 @@ class Gemma3Family:
     name = "gemma3"
     can_prepare = True
     batch_keys: tuple[str, ...] = BATCH_KEYS
+    position_dims = 1
+    config_fields: tuple[str, ...] = ("max_images", "max_visual_tokens")
 
     def __init__(
         self,
@@ -151,6 +153,12 @@ class Gemma3Family:
     def position_ids(self, input_ids: Any, visual_values: dict[str, Any]) -> Any:
         return np.arange(len(input_ids), dtype=np.int64)  # 1-D rope: images take plain positions
 
+    def reported_settings(self, preparer: Gemma3Preparer) -> dict[str, int | bool]:
+        return {
+            "tokens_per_image": preparer.family.mm_tokens_per_image,
+            "pan_and_scan": preparer.family.do_pan_and_scan,
+        }
+
     def preparer(
         self, tokenizer: Any = None, image_processor: Any = None, *, processor: Any = None, **config: Any
     ) -> Gemma3Preparer:
@@ -202,6 +210,8 @@ class Gemma3Preparer:
     are the forms :func:`longpack.vlm.chat.normalize_conversation` reads; limits are ``config``'s
     (``max_images``, ``max_visual_tokens``, ``max_length`` aligned to ``pad_to_multiple_of``), each refusal a
     :class:`~longpack.vlm.SampleRejected` naming the key, counted in :attr:`stats`."""
+
+    position_dims: ClassVar[int] = Gemma3Family.position_dims
 
     def __init__(
         self, processor: Any, *, family: Gemma3Family | None = None, config: VLMConfig | None = None
@@ -466,24 +476,31 @@ class Gemma3Preparer:
         return {"images_kwargs": self.family.processor_kwargs()} if self.family.do_pan_and_scan else {}
 
     def assistant_mask(self, ids: np.ndarray) -> np.ndarray:
-        """Unshifted float32 mask: 1 on every model turn's content and its ``<end_of_turn>`` (Bridge's boundary
-        scan for the Gemma template: a turn starts after ``<start_of_turn>model\\n`` and ends at the first
-        ``<end_of_turn>`` before the next turn start)."""
-        mask = np.zeros(len(ids), dtype=np.float32)
-        starts = _find_all(ids, self.start_ids)
-        for n, s in enumerate(starts):
-            content = s + len(self.start_ids)
-            stop = starts[n + 1] if n + 1 < len(starts) else len(ids)
-            ends = [
-                e
-                for e in _find_all(ids[content:stop], self.end_ids)
-                if content + e + len(self.end_ids) <= stop
-            ]
-            if not ends:
-                continue
-            end = content + ends[0]
-            mask[content : end + len(self.end_ids)] = 1.0
-        return mask
+        """Unshifted float32 mask: 1 on every model turn's content and its ``<end_of_turn>``
+        (:func:`assistant_boundary_mask` with the Gemma template's markers)."""
+        return assistant_boundary_mask(ids, self.start_ids, self.end_ids)
+
+
+def assistant_boundary_mask(ids: np.ndarray, start_ids: Sequence[int], end_ids: Sequence[int]) -> np.ndarray:
+    """Unshifted float32 mask of Bridge's assistant boundary scan (``data/conversation_processing.py``
+    ``_assistant_mask_from_boundary_config`` with one loss role, its end marker included): a turn's content
+    starts after ``start_ids`` and ends at the first ``end_ids`` before the next ``start_ids``; the content
+    and that end marker get 1; a turn without an end marker gets nothing.
+
+    >>> assistant_boundary_mask(np.array([9, 1, 5, 6, 2, 9, 1, 7]), [1], [2]).tolist()
+    [0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    """
+    mask = np.zeros(len(ids), dtype=np.float32)
+    starts = _find_all(ids, start_ids)
+    for n, s in enumerate(starts):
+        content = s + len(start_ids)
+        stop = starts[n + 1] if n + 1 < len(starts) else len(ids)
+        ends = [e for e in _find_all(ids[content:stop], end_ids) if content + e + len(end_ids) <= stop]
+        if not ends:
+            continue
+        end = content + ends[0]
+        mask[content : end + len(end_ids)] = 1.0
+    return mask
 
 
 def _find_all(ids: np.ndarray, pattern: Sequence[int]) -> list[int]:

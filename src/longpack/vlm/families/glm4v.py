@@ -56,6 +56,8 @@ class Glm4vFamily:
     name = "glm4v"
     can_prepare = False
     batch_keys: tuple[str, ...] = BATCH_KEYS
+    position_dims = 3
+    config_fields: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -162,6 +164,9 @@ class Glm4vFamily:
         if any(next(it, None) is not None for it in pending.values()):
             raise SampleError("placeholder_mismatch", "more image/video grids than visual-token runs")
         return np.concatenate(pieces, axis=1) if pieces else np.zeros((3, 0), dtype=np.int64)
+
+    def reported_settings(self, preparer: object) -> dict[str, int | bool]:
+        return {}  # no preparer of its samples to report on
 
     def preparer(self, tokenizer: Any = None, image_processor: Any = None, **config: Any) -> Any:
         raise VLMError(

@@ -35,6 +35,8 @@ class KimiVLFamily:
     name = "kimi_vl"
     can_prepare = False
     batch_keys: tuple[str, ...] = BATCH_KEYS
+    position_dims = 1
+    config_fields: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -76,6 +78,9 @@ class KimiVLFamily:
 
     def position_ids(self, input_ids: Any, visual_values: dict[str, Any]) -> Any:
         return np.arange(len(input_ids), dtype=np.int64)  # 1-D rope
+
+    def reported_settings(self, preparer: object) -> dict[str, int | bool]:
+        return {}  # no preparer of its samples to report on
 
     def preparer(self, tokenizer: Any = None, image_processor: Any = None, **config: Any) -> Any:
         raise VLMError(

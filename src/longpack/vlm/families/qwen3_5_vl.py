@@ -37,6 +37,8 @@ class Qwen35VLFamily:
     name = "qwen3_5_vl"
     can_prepare = False
     batch_keys: tuple[str, ...] = BATCH_KEYS
+    position_dims = 3
+    config_fields: tuple[str, ...] = ()
 
     def __init__(self, vision: VisionConfig | None = None) -> None:
         self.vision = vision or VisionConfig(patch_size=16, rope_variant="qwen3_vl")
@@ -55,6 +57,9 @@ class Qwen35VLFamily:
             merge_size=self.vision.merge_size,
             rope_variant="qwen3_vl",
         )
+
+    def reported_settings(self, preparer: object) -> dict[str, int | bool]:
+        return {}  # no preparer of its samples to report on
 
     def preparer(self, tokenizer: Any = None, image_processor: Any = None, **config: Any) -> Any:
         raise VLMError(

@@ -29,6 +29,8 @@ class QwenVLFamily:
 
     can_prepare = True
     batch_keys: tuple[str, ...] = (*VISUAL_KEYS, "mrope_position_ids")
+    position_dims = 3
+    config_fields: tuple[str, ...] = ("vision", "video", "max_images", "max_visual_tokens")
 
     def __init__(self, name: str, vision: VisionConfig | None = None) -> None:
         if name not in ROPE_VARIANTS:
@@ -53,6 +55,15 @@ class QwenVLFamily:
             rope_variant=self.name,
             tokens_per_second=self.vision.tokens_per_second,
         )
+
+    def reported_settings(self, preparer: QwenVLPreparer) -> dict[str, int | bool]:
+        v = preparer.vision
+        return {
+            "patch_size": v.patch_size,
+            "merge_size": v.merge_size,
+            "min_pixels": v.min_pixels,
+            "max_pixels": v.max_pixels,
+        }
 
     def preparer(
         self, tokenizer: Any = "qwen3", image_processor: Any = None, **config: Any
