@@ -296,12 +296,12 @@ def test_job_configs_take_huge_integers_and_lone_values_cleanly(cls: type, world
 @pytest.mark.parametrize(
     ("key", "value", "found"),
     [
-        ("pack_size", "abc", "settings.pack_size is 'abc', not a positive integer"),
+        ("pack_size", "abc", "settings: pack_size must be an integer, got str 'abc'"),
         ("pack_size", -5, "settings.pack_size is '-5', not a positive integer"),
         ("pack_size", 10**30, "settings.pack_size is '1000000000000000000000000000000'"),
         ("pad_seq_to_mult", 0, "settings.pad_seq_to_mult is '0', not a positive integer"),
-        ("pad_seq_to_mult", "x", "settings.pad_seq_to_mult is 'x'"),
-        ("pad_seq_to_mult", True, "settings.pad_seq_to_mult is 'True'"),
+        ("pad_seq_to_mult", "x", "settings: pad_seq_to_mult must be an integer, got str 'x'"),
+        ("pad_seq_to_mult", True, "settings: pad_seq_to_mult must be an integer, got bool True"),
         ("pad_seq_to_mult", 2, "pad_seq_to_mult is stated differently"),
     ],
 )
@@ -309,7 +309,9 @@ def test_damaged_pack_settings_fail_every_verifier(
     world, tmp_path: Path, key: str, value: object, found: str
 ) -> None:
     """A manifest whose settings.pad_seq_to_mult was 0, 'x' or 10**30 (or pack_size 'abc') passed
-    `inspect --verify`, `check --packed` and `verify`."""
+    `inspect --verify`, `check --packed` and `verify`. A value of the wrong type makes the manifest unreadable
+    (read-time checks), a wrong integer is a verification problem: a failed check (exit 1) either way, the
+    same verdict from all three (check --packed said exit 2 for an unreadable manifest)."""
     from longpack.jobs import VerifyConfig
 
     out = world.copy_packed(tmp_path / "p")

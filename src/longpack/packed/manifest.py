@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from longpack import choices
-from longpack.errors import PackedDataError
+from longpack.errors import DamagedDataError, PackedDataError
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -352,19 +352,21 @@ class PackManifest:
                 f"{p}: no {MANIFEST_NAME}: the output is unfinished (an interrupted or still-running "
                 "`longpack pack`); pack it again"
             ) from exc
-        except (OSError, UnicodeDecodeError) as exc:
+        except UnicodeDecodeError as exc:  # damaged bytes: what a verification finds (DamagedDataError)
+            raise DamagedDataError(f"{p}: cannot read {MANIFEST_NAME} ({exc})") from exc
+        except OSError as exc:
             raise PackedDataError(f"{p}: cannot read {MANIFEST_NAME} ({exc})") from exc
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, RecursionError) as exc:
-            raise PackedDataError(
+            raise DamagedDataError(
                 f"{p}: {MANIFEST_NAME} is not valid JSON ({exc}); pack the folder again"
             ) from exc
         try:
             return cls.from_dict(data)
         except PackedDataError as exc:
-            raise PackedDataError(f"{p}: {exc}") from exc
+            raise DamagedDataError(f"{p}: {exc}") from exc
         except (TypeError, ValueError) as exc:
-            raise PackedDataError(
+            raise DamagedDataError(
                 f"{p}: {MANIFEST_NAME} is not shaped like a longpack manifest ({exc})"
             ) from exc
