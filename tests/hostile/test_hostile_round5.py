@@ -351,3 +351,23 @@ def test_verify_builds_a_deepseek_v3_config(world, tmp_path: Path, q_lora_rank: 
     coverage = result.certificate["coverage"]  # its sigmoid group-limited router is not recomputed: said so
     assert coverage["parts"]["moe_router"]["experts"] == 4, coverage
     assert coverage["parts"]["moe_router"]["covered"] or any("router" in n for n in coverage["not_covered"])
+
+
+@pytest.mark.parametrize("pack_size", [1, 2, 8, 15])
+def test_balance_costs_packs_smaller_than_16_tokens(world, pack_size: int) -> None:
+    """The planner cost model was fitted on lengths 16..pack size: a pack size under 16 ended in "sequences
+    must be positive lengths <= 8 with positive counts" (exit 2 for a valid setting)."""
+    args = [
+        "balance",
+        world.lengths,
+        "--pack-size",
+        pack_size,
+        "--dp",
+        "1",
+        "--gbs",
+        "2",
+        "--overlength",
+        "truncate",
+    ]
+    outcome = assert_clean(invoke(args))
+    assert outcome.exit_code == 0 and "balanced" in outcome.output, str(outcome)
