@@ -309,7 +309,9 @@ def test_damaged_pack_settings_fail_every_verifier(
     world, tmp_path: Path, key: str, value: object, found: str
 ) -> None:
     """A manifest whose settings.pad_seq_to_mult was 0, 'x' or 10**30 (or pack_size 'abc') passed
-    `inspect --verify`, `check --packed` and `verify`."""
+    `inspect --verify`, `check --packed` and `verify`. A value of the wrong type makes the manifest unreadable
+    (read-time checks), a wrong integer is a verification problem: a failed check (exit 1) either way, the
+    same verdict from all three (check --packed said exit 2 for an unreadable manifest)."""
     from longpack.jobs import VerifyConfig
 
     out = world.copy_packed(tmp_path / "p")
@@ -346,3 +348,26 @@ def test_verify_builds_a_deepseek_v3_config(world, tmp_path: Path, q_lora_rank: 
         packed=str(world.packed), model=str(tmp_path / "dsv3"), max_rows=1, dist_rows=0
     ).run()
     assert result.ok and result.verdict.startswith("PASS") and "deepseek_v3" in result.verdict, result.verdict
+    coverage = result.certificate["coverage"]  # its sigmoid group-limited router is not recomputed: said so
+    assert coverage["parts"]["moe_router"]["experts"] == 4, coverage
+    assert coverage["parts"]["moe_router"]["covered"] or any("router" in n for n in coverage["not_covered"])
+
+
+@pytest.mark.parametrize("pack_size", [1, 2, 8, 15])
+def test_balance_costs_packs_smaller_than_16_tokens(world, pack_size: int) -> None:
+    """The planner cost model was fitted on lengths 16..pack size: a pack size under 16 ended in "sequences
+    must be positive lengths <= 8 with positive counts" (exit 2 for a valid setting)."""
+    args = [
+        "balance",
+        world.lengths,
+        "--pack-size",
+        pack_size,
+        "--dp",
+        "1",
+        "--gbs",
+        "2",
+        "--overlength",
+        "truncate",
+    ]
+    outcome = assert_clean(invoke(args))
+    assert outcome.exit_code == 0 and "balanced" in outcome.output, str(outcome)

@@ -352,12 +352,14 @@ class PackManifest:
                 f"{p}: no {MANIFEST_NAME}: the output is unfinished (an interrupted or still-running "
                 "`longpack pack`); pack it again"
             ) from exc
-        except (OSError, UnicodeDecodeError) as exc:
+        except UnicodeDecodeError as exc:  # damaged bytes: what a verification finds (DamagedDataError)
+            raise DamagedDataError(f"{p}: cannot read {MANIFEST_NAME} ({exc})") from exc
+        except OSError as exc:
             raise PackedDataError(f"{p}: cannot read {MANIFEST_NAME} ({exc})") from exc
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, RecursionError) as exc:
-            raise PackedDataError(
+            raise DamagedDataError(
                 f"{p}: {MANIFEST_NAME} is not valid JSON ({exc}); pack the folder again"
             ) from exc
         try:
@@ -365,8 +367,8 @@ class PackManifest:
         except DamagedDataError as exc:  # stays damaged data: a failed check of inspect --verify / verify
             raise DamagedDataError(f"{p}: {exc}") from exc
         except PackedDataError as exc:
-            raise PackedDataError(f"{p}: {exc}") from exc
+            raise DamagedDataError(f"{p}: {exc}") from exc
         except (TypeError, ValueError) as exc:
-            raise PackedDataError(
+            raise DamagedDataError(
                 f"{p}: {MANIFEST_NAME} is not shaped like a longpack manifest ({exc})"
             ) from exc

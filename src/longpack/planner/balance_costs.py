@@ -87,10 +87,11 @@ def pack_cost_model(
 
     base = row_seconds(((1, 1.0),))  # the row without attention work (one 1-token sequence)
     lengths = sorted({max(1, round(16 * (width / 16) ** (i / 23))) for i in range(24)} | {width})
+    if width < 16:  # a pack smaller than 16 tokens: fit on every length it holds
+        lengths = list(range(1, width + 1))
+    terms = ("per_sequence", "linear", "quadratic")[: min(3, len(lengths))]
     seconds = [row_seconds(((n, 1.0),)) - base for n in lengths]
-    attention = PackCostModel.fit(
-        [[n] for n in lengths], seconds, terms=("per_sequence", "linear", "quadratic")
-    )
+    attention = PackCostModel.fit([[n] for n in lengths], seconds, terms=terms)
     return replace(attention, per_pack=base)
 
 

@@ -319,7 +319,12 @@ def coverage(config: Any, *, cp: Sequence[int] = (), pp: Sequence[int] = ()) -> 
     linear = has_linear_layers(config)
     depth = mtp_depth(config)
     routed = routes(config)
-    experts = getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None) or 0
+    experts = (  # DeepSeek-V3 / Kimi K2 / GLM-4.5 name their routed experts n_routed_experts
+        getattr(config, "num_experts", None)
+        or getattr(config, "num_local_experts", None)
+        or getattr(config, "n_routed_experts", None)
+        or 0
+    )
     not_covered = list(NOT_COVERED)
     if experts and not routed:
         not_covered.append(
