@@ -11,7 +11,7 @@ from longpack.balance import BalanceTarget, PackCostModel, balanced_pack, simula
 from longpack.binpack import BinContents, pack_lengths, packing_stats
 from longpack.errors import ConfigError
 from longpack.packed import PackSettings, plan_rows
-from longpack.planner.balance_costs import pack_cost_model, parse_balance_spec
+from longpack.planner.balance_costs import MIN_COST_SEQ_LENGTH, pack_cost_model, parse_balance_spec
 
 
 def _target(**kw: object) -> BalanceTarget:
@@ -77,6 +77,24 @@ def test_planner_cost_model_scales_with_the_group_that_runs_a_pack() -> None:
     assert 3 * four.pack_cost([8192]) < one.pack_cost([8192]) < 4.5 * four.pack_cost([8192])
     with pytest.raises(ConfigError, match="precision 'fp4' is unknown"):
         pack_cost_model(model="llama3_1_8b", gpu="h100", precision="fp4")
+
+
+@pytest.mark.parametrize("width", [15, 1, 0, -8, 16.0, "32", True])
+def test_a_row_narrower_than_the_fit_is_a_config_error_naming_the_field(width) -> None:
+    # the attention fit samples lengths from MIN_COST_SEQ_LENGTH (16) up to the row width
+    with pytest.raises(ConfigError, match=r"^pack_size must be an integer >= 16 .*got ") as err:
+        pack_cost_model(model="llama3_1_8b", gpu="h100", seq_length=width, seq_length_field="pack_size")
+    assert err.value.fields == ("pack_size",)
+    with pytest.raises(ConfigError, match="seq_length must be an integer >= 16") as err:
+        pack_cost_model(model="llama3_1_8b", gpu="h100", seq_length=width)
+    assert err.value.fields == ("seq_length",)
+    assert pack_cost_model(model="llama3_1_8b", gpu="h100", seq_length=MIN_COST_SEQ_LENGTH).per_pack > 0
+    if isinstance(width, int) and not isinstance(width, bool):
+        spec = f"dp=2,gbs=4,model=llama3_1_8b,gpu=h100,seq_length={width}"
+        with pytest.raises(
+            ConfigError, match=rf"^balance spec '{spec}': seq_length must be an integer >= 16"
+        ):
+            parse_balance_spec(spec)
 
 
 def test_a_target_built_in_code_has_a_spec_that_reads_back() -> None:

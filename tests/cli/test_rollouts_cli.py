@@ -52,3 +52,18 @@ def test_refusals_name_the_setting(tmp_path):
     assert result.exit_code == 2 and "give both --model and --gpu" in result.output
     result = runner.invoke(app, ["rollouts", str(path), "--bin-size", "4098", "--cp", "2"])
     assert result.exit_code == 2 and "use a bin size such as 4100" in result.output
+
+
+def test_a_bin_narrower_than_the_cost_model_takes_is_refused_by_its_flag(tmp_path):
+    # rollouts (bin_size) and balance (pack_size) both build the planner's cost model at their row width
+    path = _lengths(tmp_path, [8, 3, 5, 2])
+    rollouts = runner.invoke(
+        app, ["rollouts", str(path), "--bin-size", "8", "--model", "llama3_1_8b", "--gpu", "h100"]
+    )
+    balance = runner.invoke(
+        app, ["balance", str(path), "--pack-size", "8", "--dp", "1", "--gbs", "2", "--model", "llama3_1_8b"]
+    )
+    for result, flag in ((rollouts, "--bin-size"), (balance, "--pack-size")):
+        assert result.exit_code == 2, result.output
+        assert f"error: {flag} must be an integer >= 16 for the planner's cost model" in result.output
+        assert "internal error" not in result.output and "Traceback" not in result.output

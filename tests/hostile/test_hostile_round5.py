@@ -356,7 +356,7 @@ def test_verify_builds_a_deepseek_v3_config(world, tmp_path: Path, q_lora_rank: 
 @pytest.mark.parametrize("pack_size", [1, 2, 8, 15])
 def test_balance_costs_packs_smaller_than_16_tokens(world, pack_size: int) -> None:
     """The planner cost model was fitted on lengths 16..pack size: a pack size under 16 ended in "sequences
-    must be positive lengths <= 8 with positive counts" (exit 2 for a valid setting)."""
+    must be positive lengths <= 8 with positive counts"; it is now refused by its flag, with the minimum."""
     args = [
         "balance",
         world.lengths,
@@ -370,4 +370,4 @@ def test_balance_costs_packs_smaller_than_16_tokens(world, pack_size: int) -> No
         "truncate",
     ]
     outcome = assert_clean(invoke(args))
-    assert outcome.exit_code == 0 and "balanced" in outcome.output, str(outcome)
+    assert outcome.exit_code == 2 and "--pack-size must be an integer >= 16" in outcome.output, str(outcome)

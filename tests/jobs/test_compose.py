@@ -137,6 +137,7 @@ def test_every_output_format_has_a_record() -> None:
     for name, fmt in OUTPUT_FORMAT.items():
         assert fmt.name == name and callable(load(fmt.writer))
         assert fmt.summary is None or callable(load(fmt.summary))
+        assert fmt.summary_lines is None or callable(load(fmt.summary_lines))
         assert fmt.suffix is None or files.shard_names("training", 8, 1, output_format=name)[0].endswith(
             fmt.suffix
         )
@@ -284,3 +285,50 @@ def test_a_bad_image_sizes_row_is_named_once(tmp_path: Path) -> None:
     assert str(caught.value).count(str(rows)) == 1 and "image_sizes must be [[width, height], ...]" in str(
         caught.value
     )
+
+
+_FORMAT_CONSTANTS = {"PARQUET", "NPY", "INDEXED", "DPO"}  # choices' names of the output formats
+
+
+def _format_name_comparisons(source: str) -> list[int]:
+    """Lines of ``source`` that compare a value with an output format's name (its literal or its choices
+    constant): what a field of the format's ``OutputFormat`` record says instead."""
+    import ast
+
+    def names_a_format(node: ast.AST) -> bool:
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(names_a_format(e) for e in node.elts)
+        return (
+            (isinstance(node, ast.Constant) and node.value in choices.OUTPUT_FORMATS)
+            or (isinstance(node, ast.Attribute) and node.attr in _FORMAT_CONSTANTS)
+            or (isinstance(node, ast.Name) and node.id in _FORMAT_CONSTANTS)
+        )
+
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Compare) and any(map(names_a_format, [node.left, *node.comparators]))
+    ]
+
+
+def test_jobs_and_cli_ask_the_format_record_not_its_name() -> None:
+    import longpack
+
+    root = Path(longpack.__file__).parent
+    # inspect also reads a bare Megatron prefix, which has no pack manifest (so no format record)
+    allowed = {"cli/inspect_cmd.py"}
+    found = {
+        f"{path.relative_to(root)}:{line}"
+        for package in ("jobs", "cli")
+        for path in sorted((root / package).rglob("*.py"))
+        if str(path.relative_to(root)) not in allowed
+        for line in _format_name_comparisons(path.read_text())
+    }
+    assert not found, (
+        f"compare no output format name; add a field to its OutputFormat record: {sorted(found)}"
+    )
+
+
+def test_the_format_name_scan_finds_a_comparison() -> None:
+    source = "if fmt == choices.DPO:\n    pass\nx = name in ('npy', 'csv')\ny = kind == 'jsonl'\n"
+    assert _format_name_comparisons(source) == [1, 3]

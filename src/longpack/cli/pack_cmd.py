@@ -10,7 +10,6 @@ import typer
 from longpack.cli import options as opt
 from longpack.cli.generate import add_command
 from longpack.jobs import PackConfig
-from longpack.jobs.pack import DPO, INDEXED
 
 SHOWN = 10
 
@@ -26,7 +25,13 @@ def _mix_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def present(config: Any, result: Any) -> None:
     """The human-readable account of a finished pack."""
-    print_summary(result.to_dict(), result.manifest.to_dict())
+    summary = result.to_dict()
+    own = result.format.present(summary)  # a format with its own account (indexed, dpo), or None
+    if own is not None:
+        for line in own:
+            typer.echo(line)
+    else:
+        print_summary(summary, result.manifest.to_dict())
     if result.backend is not None and "out_of_core" in result.backend:
         spilled = result.backend["out_of_core"]["spilled_tokens"]
         typer.echo(f"  two passes: {spilled} tokens went through the scratch folder (past --memory-budget)")
@@ -54,40 +59,6 @@ def listed_note(listed: int, total: int) -> str:
     return f"the first {listed} listed in manifest.json, {total - listed} not listed"
 
 
-def print_indexed_summary(summary: dict[str, Any]) -> None:
-    """The human-readable account of an indexed (Megatron ``.bin``/``.idx``) pack."""
-    c, g, echo = summary["counts"], summary["gpt_dataset"], typer.echo
-    echo(f"indexed -> {summary['out']}")
-    echo(
-        f"  format: {summary['format']}   tokenizer: {summary['tokenizer'].get('name')}   dtype: {summary['dtype']}"
-    )
-    echo(
-        f"  rows read {c['rows_read']}, malformed {c['malformed']}, documents {summary['documents']}, "
-        f"tokens {summary['tokens']}, in {len(summary['prefixes'])} prefix(es)"
-        + (f"; {c['empty']} empty row(s): no document, as preprocess_data.py" if c.get("empty") else "")
-    )
-    echo(
-        f"  GPTDataset at seq_length {g['seq_length']}, seed {g['seed']}: {g['samples']} samples, "
-        f"{g['documents_cut']} documents cut at sample boundaries, attention work with document masking "
-        f"{g['attention_work_ratio']:.1%} of without"
-    )
-    for warning in summary["warnings"]:
-        echo(f"  warning: {warning}")
-    import shlex
-
-    args = summary["megatron_args"]
-    echo("Megatron-LM: " + shlex.join(args))
-    rest = args[args.index("--split") :]
-    if not any(ch.isspace() for p in summary["prefixes"] for ch in p):  # the file is split at whitespace
-        echo(f"  or: {shlex.join(['--data-args-path', summary['data_args_path'], *rest])}")
-    b = summary["bridge_dataset"]
-    echo(
-        "Megatron-Bridge GPTDatasetConfig: "
-        + ", ".join(f"{k}={tuple(v) if k == 'blend' else v!r}" for k, v in b.items())
-    )
-    echo(f"  inspect it: longpack inspect {shlex.quote(summary['out'])}")
-
-
 def end_of_document(summary: dict[str, Any], manifest: dict[str, Any]) -> str | None:
     """For documents (``--format text``): the token each one ends with, by name and id (the tokenizer's EOS:
     Qwen3's is ``<|im_end|>``, where a Qwen base model's pretraining ends documents with
@@ -104,33 +75,8 @@ def end_of_document(summary: dict[str, Any], manifest: dict[str, Any]) -> str | 
     return f"documents end with {named}, the tokenizer's EOS (--append-eod); --no-append-eod leaves it out"
 
 
-def print_preference_summary(summary: dict[str, Any]) -> None:
-    """The human-readable account of a packed DPO (preference pairs) output."""
-    c, echo = summary["counts"], typer.echo
-    echo(f"packed DPO pairs -> {summary['file']}")
-    echo(
-        f"  layout: NeMo-Aligner packed DPO   tokenizer: {summary['tokenizer'].get('name', summary['tokenizer'])}"
-    )
-    echo(
-        f"  rows read {c['rows_read']}, malformed {c['malformed']}, pairs {c['pairs_read']}, packed {c['packed']}, "
-        f"dropped {c['dropped']} (longer than pack_size {summary['pack_size']})"
-    )
-    echo(
-        f"  {c['rows']} rows, fill {summary['fill_mean']:.1%} ({summary['algorithm']}, seed {summary['seed']})"
-    )
-    for w in summary["warnings"]:
-        echo(f"  warning: {w}")
-    echo(f"  check: longpack verify --dpo {summary['file']} --model MODEL")
-
-
 def print_summary(summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     """The human-readable account of a finished pack (``summary``: ``PackResult.to_dict()``)."""
-    if summary.get("output_format") == INDEXED:
-        print_indexed_summary(summary)
-        return
-    if summary.get("output_format") == DPO:
-        print_preference_summary(summary)
-        return
     c = summary["counts"]
     echo = typer.echo
     echo(f"packed -> {summary['out']}")

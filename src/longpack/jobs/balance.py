@@ -294,6 +294,7 @@ class BalanceConfig:
             tp=self.tp,
             cp=self.cp,
             seq_length=self.pack_size,
+            seq_length_field="pack_size",
         )
 
     def run(self) -> BalanceResult:

@@ -472,7 +472,10 @@ class PackConfig:
             ),
         )
         seq_length = DEMO_SEQ_LENGTH if self.demo and self.seq_length is None else self.seq_length
-        if seq_length is None and self.output_format == choices.DPO and self.pack_size is not None:
+        from longpack.packed.formats import known_format
+
+        named = known_format(self.output_format)  # an unknown name is refused with the other choices, below
+        if seq_length is None and named is not None and named.preference_pairs and self.pack_size is not None:
             seq_length = self.pack_size  # a pair is one item of a row: pack_size bounds it, not seq_length
         if seq_length is None:
             raise ConfigError(
@@ -795,7 +798,7 @@ class PackConfig:
                         fields=("chat_template", "store"),
                     )
                 tokenizer = tokenizer.with_chat_template(self.chat_template)
-            if self.format.name == choices.DPO:  # preference pairs: their own tokenization and file
+            if self.format.preference_pairs:  # their own tokenization and file
                 from longpack.jobs.preference import pack_preference_folder
 
                 written = pack_preference_folder(
@@ -1180,6 +1183,13 @@ class PackResult:
     def settings(self) -> ManifestSettings:
         """The settings that shaped the files, as the manifest records them."""
         return self.manifest.settings
+
+    @property
+    def format(self) -> OutputFormat:
+        """The record of the output format the manifest records (what the format is and can do)."""
+        from longpack.packed.formats import output_format
+
+        return output_format(self.manifest.output_format)
 
     @property
     def tokenizer(self) -> dict[str, Any]:

@@ -119,7 +119,12 @@ class RolloutsConfig:
             from longpack.planner.balance_costs import pack_cost_model
 
             cost_model = pack_cost_model(
-                model=self.model, gpu=self.gpu, tp=self.tp, cp=self.cp, seq_length=self.bin_size
+                model=self.model,
+                gpu=self.gpu,
+                tp=self.tp,
+                cp=self.cp,
+                seq_length=self.bin_size,
+                seq_length_field="bin_size",
             )
             unit = "s"
         # token ids do not change where a rollout goes: lengths alone decide the packing

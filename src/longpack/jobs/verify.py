@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from longpack import choices
 from longpack.choices import VERIFY_BACKENDS
-from longpack.errors import ConfigError, MissingDependencyError
+from longpack.errors import ConfigError, LongpackError, MissingDependencyError
 from longpack.jobs.options import seed_option
 from longpack.option import check_choices, option
 from longpack.outputs import atomic_write_bytes
@@ -409,16 +409,17 @@ class CheckedRow(Protocol):
 
 def _is_dpo_folder(path: Path) -> bool:
     """Whether ``path`` is a folder ``pack --output-format dpo`` wrote (its manifest says so)."""
-    from longpack.choices import DPO
+    from longpack.packed.formats import known_format
+    from longpack.packed.manifest import PackManifest
 
-    manifest = path / "manifest.json"
-    if not manifest.is_file():
+    if not (path / "manifest.json").is_file():
         return False
     try:
-        settings = json.loads(manifest.read_text()).get("settings", {})
-    except (OSError, ValueError, AttributeError):
+        manifest = PackManifest.read(path)
+    except LongpackError:
         return False  # the folder's own reader says what is wrong with it
-    return isinstance(settings, dict) and settings.get("output_format") == DPO
+    named = known_format(manifest.output_format)
+    return named is not None and named.preference_pairs
 
 
 @dataclass(frozen=True, kw_only=True)

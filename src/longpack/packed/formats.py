@@ -23,6 +23,7 @@ __all__ = [
     "OUTPUT_FORMAT",
     "OutputFormat",
     "Refusal",
+    "known_format",
     "load",
     "output_format",
 ]
@@ -60,6 +61,12 @@ class OutputFormat:
     - ``sharded_store``: the job can write it from a sharded token store, prefix by prefix
       (``longpack.jobs.sharded_tokenize``): on an executor without ``one_file_per_split`` that supports
       ``sharded_indexed`` (Ray), or locally within ``memory_budget``.
+    - ``preference_pairs``: its inputs are preference pairs (prompt, chosen, rejected), tokenized and packed
+      on their own (``longpack.jobs.preference``), not SFT rows; ``longpack verify`` checks them with
+      ``--dpo``, and a missing ``seq_length`` is ``pack_size`` (a pair is one item of a row: the row bounds
+      it).
+    - ``summary_lines``: the function that turns its summary (``summary``'s) into the lines ``longpack pack``
+      prints (``None``: the pack job's own account).
     """
 
     name: str
@@ -76,6 +83,16 @@ class OutputFormat:
     needs: Mapping[str, Refusal] = field(default_factory=dict)
     fixed_min_tokens: int | None = None
     sharded_store: bool = False
+    preference_pairs: bool = False
+    summary_lines: str | None = None
+
+    def present(self, summary: Mapping[str, Any]) -> list[str] | None:
+        """The lines ``longpack pack`` prints for ``summary`` (``None``: the pack job's own account).
+
+        >>> OUTPUT_FORMAT["parquet"].present({}) is None
+        True
+        """
+        return None if self.summary_lines is None else list(load(self.summary_lines)(summary))
 
 
 def _indexed_refusals() -> tuple[Refusal, ...]:
@@ -179,6 +196,7 @@ OUTPUT_FORMAT: dict[str, OutputFormat] = {
         sharded=True,  # rows_per_shard: documents per prefix
         executor_writes=False,
         summary="longpack.packed.indexed:indexed_summary",
+        summary_lines="longpack.packed.indexed:indexed_summary_lines",
         needs={
             choices.SHARDED_INDEXED: Refusal(
                 "backend",
@@ -198,6 +216,8 @@ OUTPUT_FORMAT: dict[str, OutputFormat] = {
         refused=_dpo_refusals(),
         executor_writes=False,
         summary="longpack.packed.preference:preference_summary",
+        summary_lines="longpack.packed.preference:preference_summary_lines",
+        preference_pairs=True,
         needs={
             choices.ONE_FILE_PER_SPLIT: Refusal(
                 "backend",
@@ -219,6 +239,16 @@ def load(target: str) -> Any:
 
     module, name = target.split(":")
     return getattr(importlib.import_module(module), name)
+
+
+def known_format(name: object) -> OutputFormat | None:
+    """The record of a format name, or ``None`` for a name (or value) that is no format, which its own
+    check refuses.
+
+    >>> known_format("dpo").preference_pairs, known_format("csv"), known_format(["npy"])
+    (True, None, None)
+    """
+    return OUTPUT_FORMAT.get(name) if isinstance(name, str) else None
 
 
 def output_format(name: str | None) -> OutputFormat:

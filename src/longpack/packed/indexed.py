@@ -648,6 +648,43 @@ def indexed_summary(out: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def indexed_summary_lines(summary: Mapping[str, Any]) -> list[str]:
+    """What ``longpack pack`` prints for an indexed (Megatron ``.bin``/``.idx``) pack, from
+    :func:`indexed_summary`."""
+    c, g = summary["counts"], summary["gpt_dataset"]
+    lines: list[str] = []
+    lines.append(f"indexed -> {summary['out']}")
+    lines.append(
+        f"  format: {summary['format']}   tokenizer: {summary['tokenizer'].get('name')}   dtype: {summary['dtype']}"
+    )
+    lines.append(
+        f"  rows read {c['rows_read']}, malformed {c['malformed']}, documents {summary['documents']}, "
+        f"tokens {summary['tokens']}, in {len(summary['prefixes'])} prefix(es)"
+        + (f"; {c['empty']} empty row(s): no document, as preprocess_data.py" if c.get("empty") else "")
+    )
+    lines.append(
+        f"  GPTDataset at seq_length {g['seq_length']}, seed {g['seed']}: {g['samples']} samples, "
+        f"{g['documents_cut']} documents cut at sample boundaries, attention work with document masking "
+        f"{g['attention_work_ratio']:.1%} of without"
+    )
+    for warning in summary["warnings"]:
+        lines.append(f"  warning: {warning}")
+    import shlex
+
+    args = summary["megatron_args"]
+    lines.append("Megatron-LM: " + shlex.join(args))
+    rest = args[args.index("--split") :]
+    if not any(ch.isspace() for p in summary["prefixes"] for ch in p):  # the file is split at whitespace
+        lines.append(f"  or: {shlex.join(['--data-args-path', summary['data_args_path'], *rest])}")
+    b = summary["bridge_dataset"]
+    lines.append(
+        "Megatron-Bridge GPTDatasetConfig: "
+        + ", ".join(f"{k}={tuple(v) if k == 'blend' else v!r}" for k, v in b.items())
+    )
+    lines.append(f"  inspect it: longpack inspect {shlex.quote(summary['out'])}")
+    return lines
+
+
 def is_indexed(path: Path) -> bool:
     """Whether ``path`` is a Megatron indexed dataset prefix (``<path>.idx`` exists) or a folder that
     ``pack --output-format indexed`` wrote."""

@@ -22,7 +22,7 @@ reported by index in :attr:`PreferencePacking.dropped`, never silently.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -276,3 +276,25 @@ def preference_summary(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         "malformed_listed": len(manifest["malformed"]),
         "warnings": manifest.get("warnings", []),
     }
+
+
+def preference_summary_lines(summary: Mapping[str, Any]) -> list[str]:
+    """What ``longpack pack`` prints for a packed DPO (preference pairs) output, from
+    :func:`preference_summary`."""
+    c = summary["counts"]
+    lines: list[str] = []
+    lines.append(f"packed DPO pairs -> {summary['file']}")
+    lines.append(
+        f"  layout: NeMo-Aligner packed DPO   tokenizer: {summary['tokenizer'].get('name', summary['tokenizer'])}"
+    )
+    lines.append(
+        f"  rows read {c['rows_read']}, malformed {c['malformed']}, pairs {c['pairs_read']}, packed {c['packed']}, "
+        f"dropped {c['dropped']} (longer than pack_size {summary['pack_size']})"
+    )
+    lines.append(
+        f"  {c['rows']} rows, fill {summary['fill_mean']:.1%} ({summary['algorithm']}, seed {summary['seed']})"
+    )
+    for w in summary["warnings"]:
+        lines.append(f"  warning: {w}")
+    lines.append(f"  check: longpack verify --dpo {summary['file']} --model MODEL")
+    return lines

@@ -16,6 +16,7 @@ balance; ``longpack.balance`` never imports the planner):
 from __future__ import annotations
 
 import functools
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -27,7 +28,13 @@ from longpack.choices import BALANCE_PRECISIONS
 from longpack.errors import ConfigError
 from longpack.topology import align_up
 
-__all__ = ["DEFAULT_COST_SEQ_LENGTH", "microbatch_seconds", "pack_cost_model", "parse_balance_spec"]
+__all__ = [
+    "DEFAULT_COST_SEQ_LENGTH",
+    "MIN_COST_SEQ_LENGTH",
+    "microbatch_seconds",
+    "pack_cost_model",
+    "parse_balance_spec",
+]
 
 _INT_KEYS = ("dp", "pp", "vpp", "gbs", "mbs", "tp", "cp", "seq_length")
 _FLOAT_KEYS = ("linear", "quadratic", "per_sequence", "per_pack")
@@ -36,6 +43,20 @@ _STR_KEYS = ("model", "gpu", "precision", "schedule", "sampler")
 
 #: Row width (pack length) the cost model assumes when the balance spec gives none.
 DEFAULT_COST_SEQ_LENGTH = 8192
+#: The shortest row width the cost model takes: its attention fit samples sequence lengths from this one
+#: up to the row width.
+MIN_COST_SEQ_LENGTH = 16
+
+
+def _cost_width(value: object, name: str, fields: str | tuple[str, ...]) -> int:
+    """``value`` as a row width for the cost model, or a ``ConfigError`` naming ``name`` and the minimum."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < MIN_COST_SEQ_LENGTH:
+        raise ConfigError(
+            f"{name} must be an integer >= {MIN_COST_SEQ_LENGTH} for the planner's cost model (it fits "
+            f"attention on sequence lengths from {MIN_COST_SEQ_LENGTH} tokens up to the row width), got {value!r}",
+            fields=fields,
+        )
+    return int(value)
 
 
 def pack_cost_model(
@@ -46,6 +67,7 @@ def pack_cost_model(
     tp: int = 1,
     cp: int = 1,
     seq_length: int = DEFAULT_COST_SEQ_LENGTH,
+    seq_length_field: str = "seq_length",
 ) -> PackCostModel:
     """Cost in seconds of one pack from the planner's one step-time model
     (:func:`longpack.planner.timing.estimate_time`), on the ``tp·cp`` GPUs that run one pack.
@@ -56,11 +78,16 @@ def pack_cost_model(
     one sequence of length ``L`` (fused-kernel curves at its per-CP-rank chunk lengths, plus exposed CP
     comm) is fitted as ``per_sequence + linear·L + quadratic·L²`` on lengths from 16 to ``seq_length``.
     So cost ratios between packs are the planner's (to the fit's error: ``r2``, and a test bounds the
-    ratios). ``model`` is a catalog name or an HF ``config.json``.
+    ratios). ``model`` is a catalog name or an HF ``config.json``. A ``seq_length`` below
+    ``MIN_COST_SEQ_LENGTH`` is a ``ConfigError`` naming ``seq_length_field`` (the caller's name for it).
 
     >>> m = pack_cost_model(model="qwen3_30b_a3b", gpu="h100", seq_length=32768)
     >>> round(m.pack_cost([32768]) / m.pack_cost([1024] * 32), 2)  # one 32K doc vs 32 x 1K
     2.81
+    >>> pack_cost_model(model="qwen3_8b", gpu="h100", seq_length=8, seq_length_field="bin_size")
+    Traceback (most recent call last):
+    ...
+    longpack.errors.ConfigError: bin_size must be an integer >= 16 for the planner's cost model (it fits attention on sequence lengths from 16 tokens up to the row width), got 8
     """
     from longpack.planner.catalog import load_gpu, load_model
     from longpack.planner.options import PlanError, PlanLayout, TrainingOptions
@@ -71,8 +98,8 @@ def pack_cost_model(
         raise ConfigError(
             f"precision {precision!r} is unknown; choose one of {', '.join(BALANCE_PRECISIONS)}"
         )
+    width = _cost_width(seq_length, seq_length_field, seq_length_field)
     spec, device = load_model(model), load_gpu(gpu)
-    width = int(seq_length)
     try:
         plan = PlanLayout(layout=ParallelLayout(world_size=tp * cp, tp=tp, cp=cp, sp=tp > 1), mbs=1)
         options = TrainingOptions(precision=precision, tp_comm_overlap=tp > 1)
@@ -86,12 +113,14 @@ def pack_cost_model(
         ).microbatch
 
     base = row_seconds(((1, 1.0),))  # the row without attention work (one 1-token sequence)
-    lengths = sorted({max(1, round(16 * (width / 16) ** (i / 23))) for i in range(24)} | {width})
-    if width < 16:  # a pack smaller than 16 tokens: fit on every length it holds
-        lengths = list(range(1, width + 1))
-    terms = ("per_sequence", "linear", "quadratic")[: min(3, len(lengths))]
+    lengths = sorted(
+        {max(1, round(MIN_COST_SEQ_LENGTH * (width / MIN_COST_SEQ_LENGTH) ** (i / 23))) for i in range(24)}
+        | {width}
+    )
     seconds = [row_seconds(((n, 1.0),)) - base for n in lengths]
-    attention = PackCostModel.fit([[n] for n in lengths], seconds, terms=terms)
+    attention = PackCostModel.fit(
+        [[n] for n in lengths], seconds, terms=("per_sequence", "linear", "quadratic")
+    )
     return replace(attention, per_pack=base)
 
 
@@ -200,6 +229,8 @@ def parse_balance_spec(spec: str) -> BalanceTarget:
             raise ConfigError(f"{what} takes either model=/gpu= or explicit coefficients, not both")
         if "model" not in values or "gpu" not in values:
             raise ConfigError(f"{what} needs both model=M and gpu=G to derive the cost model")
+        if "seq_length" in ints:
+            _cost_width(ints["seq_length"], f"{what}: seq_length", ())
         cost = pack_cost_model(
             model=values["model"],
             gpu=values["gpu"],
