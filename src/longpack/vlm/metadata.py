@@ -209,21 +209,13 @@ def read_vlm_metadata(
                 n_images = len(media_sources(normalize_conversation(sample))[0])
             except SampleError as exc:
                 raise exc.named(key) from None
-            if config.max_images is not None and n_images > config.max_images:
-                raise SampleRejected(
-                    key, "too_many_images", f"{n_images} images > max_images={config.max_images}"
-                )
+            config.refuse_images(key, n_images)
             length = preparer.length(
                 sample,
                 key=key,
                 image_sizes=[(int(w), int(h)) for w, h in sizes] if sizes is not None else None,
             )
-            if config.max_visual_tokens is not None and length.visual_tokens > config.max_visual_tokens:
-                raise SampleRejected(
-                    key,
-                    "visual_tokens",
-                    f"{length.visual_tokens} visual tokens > max_visual_tokens={config.max_visual_tokens}",
-                )
+            config.refuse_visual_tokens(key, length.visual_tokens)
             if max_length is not None and align_up(length.tokens, pad_to_multiple_of) > max_length:
                 raise SampleRejected(
                     key,

@@ -154,6 +154,24 @@ class VLMConfig:
                 fields="chat_template",
             )
 
+    def refuse_images(self, key: str, n_images: int) -> None:
+        """Raise ``SampleRejected(key, "too_many_images")`` past ``max_images`` (every family's limit).
+
+        >>> VLMConfig(max_images=2).refuse_images("k", 3)
+        Traceback (most recent call last):
+        ...
+        longpack.vlm.errors.SampleRejected: sample k: 3 images > max_images=2
+        """
+        if self.max_images is not None and n_images > self.max_images:
+            raise SampleRejected(key, "too_many_images", f"{n_images} images > max_images={self.max_images}")
+
+    def refuse_visual_tokens(self, key: str, visual: int) -> None:
+        """Raise ``SampleRejected(key, "visual_tokens")`` past ``max_visual_tokens`` (every family's limit)."""
+        if self.max_visual_tokens is not None and visual > self.max_visual_tokens:
+            raise SampleRejected(
+                key, "visual_tokens", f"{visual} visual tokens > max_visual_tokens={self.max_visual_tokens}"
+            )
+
 
 @dataclass(kw_only=True)
 class VLMStats:
@@ -486,18 +504,9 @@ class QwenVLPreparer:
         cfg = self.config
         try:
             if cfg.max_images is not None:
-                n_images = len(media_sources(self._messages(sample))[0])
-                if n_images > cfg.max_images:
-                    raise SampleRejected(
-                        key, "too_many_images", f"{n_images} images > max_images={cfg.max_images}"
-                    )
+                cfg.refuse_images(key, len(media_sources(self._messages(sample))[0]))
             length = self.length(sample, key=key, image_sizes=image_sizes)
-            if cfg.max_visual_tokens is not None and length.visual_tokens > cfg.max_visual_tokens:
-                raise SampleRejected(
-                    key,
-                    "visual_tokens",
-                    f"{length.visual_tokens} visual tokens > max_visual_tokens={cfg.max_visual_tokens}",
-                )
+            cfg.refuse_visual_tokens(key, length.visual_tokens)
             if (
                 cfg.max_length is not None
                 and align_up(length.tokens, cfg.pad_to_multiple_of) > cfg.max_length
@@ -541,19 +550,13 @@ class QwenVLPreparer:
         cfg, vision = self.config, self.vision
         messages = self._messages(sample)
         images, videos = media_sources(messages)
-        if cfg.max_images is not None and len(images) > cfg.max_images:
-            raise SampleRejected(
-                key, "too_many_images", f"{len(images)} images > max_images={cfg.max_images}"
-            )
+        cfg.refuse_images(key, len(images))
         # Visual tokens from the headers, before any pixel is decoded.
         sizes = [image_size(src, key=key) for src in images]
         grids = [image_grid_thw(w, h, vision) for w, h in sizes]
         vgrids = [self._video_grid(src, key) for src in videos]
         predicted = grid_token_count([*grids, *vgrids], vision.merge_size)
-        if cfg.max_visual_tokens is not None and predicted > cfg.max_visual_tokens:
-            raise SampleRejected(
-                key, "visual_tokens", f"{predicted} visual tokens > max_visual_tokens={cfg.max_visual_tokens}"
-            )
+        cfg.refuse_visual_tokens(key, predicted)
         ids_list, spans = render_ids(messages, self.tokenizer, chat_template=cfg.chat_template)
         ids = np.asarray(ids_list, dtype=np.int64)
         owned = np.zeros(len(ids), dtype=np.float32)

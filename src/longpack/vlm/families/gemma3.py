@@ -300,12 +300,8 @@ class Gemma3Preparer:
 
     def _limits(self, key: str, n_images: int, visual: int, tokens: int | None) -> None:
         cfg = self.config
-        if cfg.max_images is not None and n_images > cfg.max_images:
-            raise SampleRejected(key, "too_many_images", f"{n_images} images > max_images={cfg.max_images}")
-        if cfg.max_visual_tokens is not None and visual > cfg.max_visual_tokens:
-            raise SampleRejected(
-                key, "visual_tokens", f"{visual} visual tokens > max_visual_tokens={cfg.max_visual_tokens}"
-            )
+        cfg.refuse_images(key, n_images)
+        cfg.refuse_visual_tokens(key, visual)
         if tokens is None or cfg.max_length is None:
             return
         if align_up(tokens, cfg.pad_to_multiple_of) > cfg.max_length:

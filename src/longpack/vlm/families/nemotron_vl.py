@@ -383,12 +383,8 @@ class NemotronVLPreparer:
         from longpack.vlm.errors import SampleRejected
 
         cfg = self.config
-        if cfg.max_images is not None and n_images > cfg.max_images:
-            raise SampleRejected(key, "too_many_images", f"{n_images} images > max_images={cfg.max_images}")
-        if cfg.max_visual_tokens is not None and visual > cfg.max_visual_tokens:
-            raise SampleRejected(
-                key, "visual_tokens", f"{visual} visual tokens > max_visual_tokens={cfg.max_visual_tokens}"
-            )
+        cfg.refuse_images(key, n_images)
+        cfg.refuse_visual_tokens(key, visual)
         if llm_tokens is not None and cfg.max_length is not None:
             aligned = align_up(llm_tokens, cfg.pad_to_multiple_of)
             if aligned > cfg.max_length:
